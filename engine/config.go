@@ -1,0 +1,93 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+)
+
+// Errors returned by the engine. Callers branch on them with errors.Is.
+var (
+	// ErrClosed is returned by every call after Close.
+	ErrClosed = errors.New("engine: closed")
+	// ErrParentNotFound rejects a stored event whose parent the worker does not hold.
+	ErrParentNotFound = errors.New("engine: parent not found")
+	// ErrInvalidEvent rejects a malformed event: an empty worker id, the same seq twice in
+	// one stored event, a seq equal to the parent, too many blocks, or a chain deeper than
+	// MaxDepth. Nothing of a rejected event is applied.
+	ErrInvalidEvent = errors.New("engine: invalid event")
+	// ErrInvalidConfig wraps every Config validation failure.
+	ErrInvalidConfig = errors.New("engine: invalid config")
+	// ErrShardFailed is returned once a shard goroutine has panicked; the engine is then
+	// closed and its answers can no longer be vouched for.
+	ErrShardFailed = errors.New("engine: shard failed")
+)
+
+// Limits on input. They bound the memory one call can make the engine use.
+const (
+	// MaxDepth bounds positions: a chain may be at most MaxDepth blocks long.
+	MaxDepth = 1 << 31
+	// MaxShards bounds Config.Shards.
+	MaxShards = 256
+	// MaxJumpSize bounds Config.JumpSize.
+	MaxJumpSize = 1 << 16
+	// MaxQueueSize bounds Config.QueueSize.
+	MaxQueueSize = 1 << 24
+)
+
+// Config configures an Engine. The zero value is valid: every zero field means its
+// default. New never modifies the caller's Config.
+type Config struct {
+	// Shards is the number of shard goroutines that own the positional index.
+	// Default: runtime.GOMAXPROCS(0), at most 8. Range 1..MaxShards.
+	Shards int
+	// JumpSize is the jump-search stride in blocks. Default 64. Range 1..MaxJumpSize.
+	JumpSize int
+	// QueueSize is the capacity of each shard's event ring, in index deltas; a producer
+	// that finds a ring full waits (backpressure). Default 4096. A power of two, at
+	// least 2, at most MaxQueueSize.
+	QueueSize int
+	// MaxEventBlocks bounds the blocks of one stored event and the seqs of one removed
+	// event; larger events are rejected with ErrInvalidEvent. Default 1<<20.
+	MaxEventBlocks int
+	// QueryQueue is the capacity of each shard's query channel. Default 256.
+	QueryQueue int
+}
+
+func (c Config) withDefaults() Config {
+	if c.Shards == 0 {
+		c.Shards = min(runtime.GOMAXPROCS(0), 8)
+	}
+	if c.JumpSize == 0 {
+		c.JumpSize = 64
+	}
+	if c.QueueSize == 0 {
+		c.QueueSize = 4096
+	}
+	if c.MaxEventBlocks == 0 {
+		c.MaxEventBlocks = 1 << 20
+	}
+	if c.QueryQueue == 0 {
+		c.QueryQueue = 256
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.Shards < 1 || c.Shards > MaxShards:
+		return bad("Shards = %d, want 1..%d", c.Shards, MaxShards)
+	case c.JumpSize < 1 || c.JumpSize > MaxJumpSize:
+		return bad("JumpSize = %d, want 1..%d", c.JumpSize, MaxJumpSize)
+	case c.QueueSize < 2 || c.QueueSize > MaxQueueSize || c.QueueSize&(c.QueueSize-1) != 0:
+		return bad("QueueSize = %d, want a power of two in 2..%d", c.QueueSize, MaxQueueSize)
+	case c.MaxEventBlocks < 1:
+		return bad("MaxEventBlocks = %d, want >= 1", c.MaxEventBlocks)
+	case c.QueryQueue < 1:
+		return bad("QueryQueue = %d, want >= 1", c.QueryQueue)
+	}
+	return nil
+}

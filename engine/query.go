@@ -1,0 +1,288 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/kvindex/kvindex/hash"
+)
+
+// Match is one worker's answer to a query.
+type Match struct {
+	// Worker is the worker's id as given to the event calls.
+	Worker string
+	// Score is the number of leading query blocks the worker holds (at least 1).
+	Score int
+	// Size is the number of distinct engine hashes the worker holds.
+	Size int
+}
+
+// probe asks a shard for the members of one key; the shard fills off and n, which locate
+// the answer in the batch's out buffer.
+type probe struct {
+	prefix uint64
+	pos    uint32
+	off, n uint32
+}
+
+// probeBatch is one query's probes for one shard in one round. Ownership passes to the
+// shard when it is sent on the shard's query channel and back when the shard signals the
+// query's done channel.
+type probeBatch struct {
+	q      *query
+	start  int // probes before start were answered in an earlier round
+	probes []probe
+	out    []uint32
+}
+
+// candidate is a worker that holds position 0 of the query.
+type candidate struct {
+	wid   uint32
+	gappy bool
+	alive bool // held every landing so far
+	drop  int  // index of the first landing it missed
+	score int  // 0 while unresolved
+}
+
+// query is a pooled per-call workspace: nothing in it survives a call except capacity.
+type query struct {
+	done     chan struct{}
+	pre      []uint64 // prefix hash per position
+	sub      []probeBatch
+	locShard []int32 // per position: owning shard's batch, or -1 if not probed
+	locIdx   []uint32
+	landings []int
+	cands    []candidate
+	mark     []uint32 // per worker id: the stamp of the last position it was seen at
+	stamp    uint32
+}
+
+func (e *Engine) getQuery() *query {
+	if q, _ := e.qpool.Get().(*query); q != nil {
+		return q
+	}
+	q := &query{done: make(chan struct{}, len(e.shards)), sub: make([]probeBatch, len(e.shards))}
+	for i := range q.sub {
+		q.sub[i].q = q
+	}
+	return q
+}
+
+// FindMatches returns, appended to dst, every worker whose score for the query's
+// content hashes is at least 1: the number of leading blocks it holds under exactly this
+// prefix, and its size. Matches are ordered by score (highest first), then worker id.
+// An empty query matches nothing. It returns ctx.Err() if ctx ends first, or ErrClosed.
+func (e *Engine) FindMatches(ctx context.Context, content []uint64, dst []Match) ([]Match, error) {
+	if e.closed.Load() {
+		return dst, e.err()
+	}
+	if len(content) == 0 {
+		return dst, nil
+	}
+	if len(content) >= MaxDepth {
+		return dst, fmt.Errorf("%w: query of %d blocks", ErrInvalidEvent, len(content))
+	}
+	e.queries.Add(1)
+	q := e.getQuery()
+	ok := false
+	defer func() {
+		if ok {
+			e.qpool.Put(q)
+		} else {
+			e.abandoned.Add(1) // shards may still write into q: let the GC have it
+		}
+	}()
+	L := len(content)
+	q.pre = hash.Prefixes(q.pre[:0], content)
+	q.reset(L)
+
+	// Round 1: position 0 and the jump landings. Early strides are short because most
+	// queries share their first blocks with every worker; they grow to JumpSize.
+	J := e.cfg.JumpSize
+	q.landings = append(q.landings[:0], 0)
+	for x, step := 0, min(4, J); x < L-1; step = min(2*step, J) {
+		x = min(x+step, L-1)
+		q.landings = append(q.landings, x)
+	}
+	for _, x := range q.landings {
+		q.add(e, x)
+	}
+	if err := e.scatter(ctx, q); err != nil {
+		return dst, err
+	}
+
+	slots := *e.slots.Load()
+	q.cands = q.cands[:0]
+	for _, wid := range q.members(0) {
+		if int(wid) >= len(slots) || slots[wid] == nil {
+			continue // a worker removed while this query ran
+		}
+		q.cands = append(q.cands, candidate{wid: wid, gappy: slots[wid].gappy.Load(), alive: true})
+	}
+	if len(q.mark) < len(slots) {
+		q.mark = make([]uint32, len(slots)+len(slots)/4)
+		q.stamp = 0
+	}
+	for k := 1; k < len(q.landings); k++ {
+		q.stampMembers(q.landings[k])
+		for i := range q.cands {
+			c := &q.cands[i]
+			if c.alive && q.mark[c.wid] != q.stamp {
+				c.alive, c.drop = false, k
+			}
+		}
+	}
+
+	// Round 2: what the landings cannot decide. A gap-free worker holds every ancestor of
+	// every key it holds, so holding a landing proves the whole stride before it, and a
+	// missed landing puts its score inside that one stride. A gappy worker proves nothing
+	// by a landing: every position up to its first missed landing is checked.
+	need := false
+	for i := range q.cands {
+		c := &q.cands[i]
+		lo, hi := q.scanRange(c, L)
+		for x := lo; x < hi; x++ {
+			if q.locShard[x] < 0 {
+				q.add(e, x)
+				need = true
+			}
+		}
+	}
+	if need {
+		if err := e.scatter(ctx, q); err != nil {
+			return dst, err
+		}
+	}
+	// Scan each candidate's range in position order; the first position where it is not
+	// a member is its score, and the range's end is its score if it is everywhere.
+	for i := range q.cands {
+		c := &q.cands[i]
+		lo, hi := q.scanRange(c, L)
+		c.score = hi
+		for x := lo; x < hi; x++ {
+			if !q.isMember(x, c.wid) {
+				c.score = x
+				break
+			}
+		}
+	}
+	start := len(dst)
+	for i := range q.cands {
+		c := &q.cands[i]
+		w := slots[c.wid]
+		dst = append(dst, Match{Worker: w.name, Score: c.score, Size: int(w.size.Load())})
+	}
+	sortMatches(dst[start:])
+	ok = true
+	return dst, nil
+}
+
+// sortMatches orders by score descending, then worker id.
+func sortMatches(m []Match) {
+	slices.SortFunc(m, func(a, b Match) int {
+		if a.Score != b.Score {
+			return b.Score - a.Score
+		}
+		return strings.Compare(a.Worker, b.Worker)
+	})
+}
+
+// scanRange returns the positions [lo, hi) that decide c's score: the score is the first
+// of them c is not a member of, or hi.
+func (q *query) scanRange(c *candidate, L int) (lo, hi int) {
+	end := L
+	if !c.alive {
+		end = q.landings[c.drop] // known missed
+	}
+	if c.gappy {
+		return 1, end
+	}
+	if c.alive {
+		return end, end // held the last position, so all of them
+	}
+	return q.landings[c.drop-1] + 1, end
+}
+
+func (q *query) reset(L int) {
+	if cap(q.locShard) < L {
+		q.locShard = make([]int32, L)
+		q.locIdx = make([]uint32, L)
+	}
+	q.locShard = q.locShard[:L]
+	q.locIdx = q.locIdx[:L]
+	for i := range q.locShard {
+		q.locShard[i] = -1
+	}
+	for i := range q.sub {
+		b := &q.sub[i]
+		b.start, b.probes, b.out = 0, b.probes[:0], b.out[:0]
+	}
+}
+
+// add queues a probe of position x with its owner shard.
+func (q *query) add(e *Engine, x int) {
+	s := e.owner(q.pre[x], uint32(x))
+	b := &q.sub[s]
+	q.locShard[x] = int32(s)
+	q.locIdx[x] = uint32(len(b.probes))
+	b.probes = append(b.probes, probe{prefix: q.pre[x], pos: uint32(x)})
+}
+
+// members returns the answer for a probed position.
+func (q *query) members(x int) []uint32 {
+	b := &q.sub[q.locShard[x]]
+	p := &b.probes[q.locIdx[x]]
+	return b.out[p.off : p.off+p.n]
+}
+
+func (q *query) stampMembers(x int) {
+	q.stamp++
+	if q.stamp == 0 {
+		clear(q.mark)
+		q.stamp = 1
+	}
+	for _, wid := range q.members(x) {
+		if int(wid) < len(q.mark) {
+			q.mark[wid] = q.stamp
+		}
+	}
+}
+
+func (q *query) isMember(x int, wid uint32) bool {
+	return slices.Contains(q.members(x), wid)
+}
+
+// scatter sends every batch with unanswered probes to its shard and waits for all of
+// them.
+func (e *Engine) scatter(ctx context.Context, q *query) error {
+	sent := 0
+	for i := range q.sub {
+		b := &q.sub[i]
+		if b.start == len(b.probes) {
+			continue
+		}
+		select {
+		case e.shards[i].queries <- b:
+			sent++
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-e.done:
+			return e.err()
+		}
+	}
+	for ; sent > 0; sent-- {
+		select {
+		case <-q.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-e.done:
+			return e.err()
+		}
+	}
+	for i := range q.sub {
+		q.sub[i].start = len(q.sub[i].probes)
+	}
+	return nil
+}

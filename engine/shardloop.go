@@ -1,0 +1,179 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/kvindex/kvindex/ringbuf"
+	"github.com/kvindex/kvindex/shard"
+)
+
+const (
+	opAdd uint8 = iota + 1
+	opRemove
+	opBarrier
+)
+
+// delta is one message on a shard ring: a membership change of one worker at one key,
+// or a barrier token.
+type delta struct {
+	prefix uint64
+	pos    uint32
+	wid    uint32
+	op     uint8
+	bar    *barrier
+}
+
+// barrier is a token that every shard acknowledges once it has applied everything its
+// ring held before the token.
+type barrier struct {
+	ack chan struct{} // capacity = number of shards
+}
+
+// eventBatch is the number of deltas a shard applies between looks at its query channel:
+// it bounds how long a query waits behind event traffic.
+const eventBatch = 128
+
+// shardLoop is one shard: the goroutine that owns a shard.Index.
+//
+// Ownership: idx and buf are touched only by run. ring and queries are the only ways in.
+// The counters are written by run and read by Stats.
+type shardLoop struct {
+	e       *Engine
+	id      int
+	idx     *shard.Index
+	ring    *ringbuf.Ring[delta]
+	queries chan *probeBatch
+	buf     []delta
+
+	applied     atomic.Uint64
+	probes      atomic.Uint64
+	batches     atomic.Uint64
+	entries     atomic.Int64
+	memberships atomic.Int64
+	bytes       atomic.Int64
+}
+
+func newShardLoop(e *Engine, id int, r *ringbuf.Ring[delta]) *shardLoop {
+	return &shardLoop{
+		e:       e,
+		id:      id,
+		idx:     shard.New(1024),
+		ring:    r,
+		queries: make(chan *probeBatch, e.cfg.QueryQueue),
+		buf:     make([]delta, eventBatch),
+	}
+}
+
+func (s *shardLoop) run() {
+	defer s.e.wg.Done()
+	defer func() {
+		if r := recover(); r != nil {
+			s.e.shutdown(fmt.Errorf("%w: shard %d: %v", ErrShardFailed, s.id, r))
+		}
+	}()
+	for {
+		n := s.ring.PopBatch(s.buf)
+		if n > 0 {
+			s.apply(s.buf[:n])
+		}
+		answered := s.drainQueries()
+		if n > 0 || answered {
+			continue
+		}
+		select {
+		case <-s.ring.Doorbell():
+		case b := <-s.queries:
+			s.answer(b)
+		case <-s.e.done:
+			// Apply what is already queued so barrier tokens in it are acknowledged, then
+			// stop; queries still queued are failed by their callers, who see done.
+			for n := s.ring.PopBatch(s.buf); n > 0; n = s.ring.PopBatch(s.buf) {
+				s.apply(s.buf[:n])
+			}
+			return
+		}
+	}
+}
+
+func (s *shardLoop) apply(ds []delta) {
+	for i := range ds {
+		d := &ds[i]
+		switch d.op {
+		case opAdd:
+			if !s.idx.Add(shard.Key{Prefix: d.prefix, Pos: d.pos}, d.wid) {
+				panic("engine: duplicate membership add")
+			}
+		case opRemove:
+			if !s.idx.Remove(shard.Key{Prefix: d.prefix, Pos: d.pos}, d.wid) {
+				panic("engine: removal of an absent membership")
+			}
+		case opBarrier:
+			d.bar.ack <- struct{}{}
+		}
+		*d = delta{}
+	}
+	s.applied.Add(uint64(len(ds)))
+	s.batches.Add(1)
+	s.entries.Store(int64(s.idx.Len()))
+	s.memberships.Store(int64(s.idx.Memberships()))
+	s.bytes.Store(int64(s.idx.Bytes()))
+}
+
+func (s *shardLoop) drainQueries() bool {
+	any := false
+	for {
+		select {
+		case b := <-s.queries:
+			s.answer(b)
+			any = true
+		default:
+			return any
+		}
+	}
+}
+
+// answer fills each probe of b with the members of its key, appended to b.out, and
+// hands b back to the querying goroutine.
+func (s *shardLoop) answer(b *probeBatch) {
+	out := b.out
+	for i := b.start; i < len(b.probes); i++ {
+		p := &b.probes[i]
+		off := len(out)
+		out = s.idx.AppendMembers(out, shard.Key{Prefix: p.prefix, Pos: p.pos})
+		p.off, p.n = uint32(off), uint32(len(out)-off)
+	}
+	b.out = out
+	s.probes.Add(uint64(len(b.probes) - b.start))
+	b.q.done <- struct{}{}
+}
+
+// Barrier returns once every event whose call returned before Barrier was called has
+// been applied by every shard: a query that starts after Barrier returns sees all of
+// them. It returns ctx.Err() if ctx ends first, or ErrClosed.
+func (e *Engine) Barrier(ctx context.Context) error {
+	if e.closed.Load() {
+		return e.err()
+	}
+	b, _ := e.barriers.Get().(*barrier)
+	if b == nil {
+		b = &barrier{ack: make(chan struct{}, len(e.shards))}
+	}
+	for _, s := range e.shards {
+		if err := s.ring.Push(delta{op: opBarrier, bar: b}); err != nil {
+			return e.err()
+		}
+	}
+	for range e.shards {
+		select {
+		case <-b.ack:
+		case <-ctx.Done():
+			return ctx.Err() // b is abandoned: late acks land in its buffer
+		case <-e.done:
+			return e.err()
+		}
+	}
+	e.barriers.Put(b)
+	return nil
+}

@@ -1,0 +1,73 @@
+package engine
+
+// Stats is a snapshot of the engine's counters. Counters that shards own are published
+// after every batch they apply, so take a Barrier first for exact figures.
+type Stats struct {
+	// Workers is the number of known workers.
+	Workers int
+	// Blocks is the number of (worker, engine hash) pairs held: the sum of sizes.
+	Blocks int64
+	// Memberships is the number of (key, worker) pairs in the positional index.
+	Memberships int64
+	// IndexEntries is the number of distinct (position, prefix) keys in the index.
+	IndexEntries int64
+	// IndexBytes estimates the heap held by the shards' tables.
+	IndexBytes int64
+	// Events counts accepted events; rejected ones are counted by reason below.
+	Events                 uint64
+	RejectedParentNotFound uint64
+	RejectedInvalid        uint64
+	// SkippedRemovals counts removed hashes the worker did not hold.
+	SkippedRemovals uint64
+	// Queries counts FindMatches calls with a non-empty query; Abandoned counts those
+	// that ended early through their context or Close.
+	Queries, Abandoned uint64
+	// ProducerWaits counts how often an event had to wait for room in a full shard ring,
+	// and ProducerWaitNanos how long, in total.
+	ProducerWaits, ProducerWaitNanos uint64
+	// Shards has one entry per shard.
+	Shards []ShardStats
+}
+
+// ShardStats describes one shard.
+type ShardStats struct {
+	// Applied counts deltas (membership changes and barrier tokens) applied; Batches
+	// counts the batches they came in; Probes counts query probes answered.
+	Applied, Batches, Probes uint64
+	Entries, Memberships     int64
+	// QueueLen is the ring's occupancy when Stats was called.
+	QueueLen int
+}
+
+// Stats returns a snapshot of the counters.
+func (e *Engine) Stats() Stats {
+	st := Stats{
+		Workers:                int(e.nlive.Load()),
+		Blocks:                 e.blocks.Load(),
+		Events:                 e.events.Load(),
+		RejectedParentNotFound: e.rejParent.Load(),
+		RejectedInvalid:        e.rejInvalid.Load(),
+		SkippedRemovals:        e.skippedRemovals.Load(),
+		Queries:                e.queries.Load(),
+		Abandoned:              e.abandoned.Load(),
+		Shards:                 make([]ShardStats, len(e.shards)),
+	}
+	for i, s := range e.shards {
+		rs := s.ring.Stats()
+		st.ProducerWaits += rs.FullWaits
+		st.ProducerWaitNanos += rs.WaitNanos
+		ss := ShardStats{
+			Applied:     s.applied.Load(),
+			Batches:     s.batches.Load(),
+			Probes:      s.probes.Load(),
+			Entries:     s.entries.Load(),
+			Memberships: s.memberships.Load(),
+			QueueLen:    s.ring.Len(),
+		}
+		st.Shards[i] = ss
+		st.Memberships += ss.Memberships
+		st.IndexEntries += ss.Entries
+		st.IndexBytes += s.bytes.Load()
+	}
+	return st
+}

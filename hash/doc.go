@@ -1,0 +1,18 @@
+// Package hash owns the two hash functions every kvindex component must agree on:
+//
+//   - the content hash of one block of token ids: XXH3-64 with seed 1337 over the ids,
+//     each written as 4 bytes little-endian (the value NVIDIA Dynamo calls LocalBlockHash
+//     and the SGLang gateway calls ContentHash);
+//   - the rolling prefix hash that names "the blocks from position 0 up to here":
+//     the root is the content hash itself, and each deeper block chains
+//     Next(prev, c) = XXH3-64(LE64(prev) ++ LE64(c), seed 1337).
+//
+// Both are pure functions: any goroutine may call them concurrently. The functions that
+// fill a caller's buffer (Blocks, Prefixes) never allocate when the buffer is large
+// enough, so a router can hash every request on its hot path.
+//
+// Why the root is the raw content value: the index keys every entry by (position,
+// prefix hash), so a root's content value is only ever compared with other roots' content
+// values, and a deeper prefix hash is only ever compared with prefix hashes at the same
+// depth. Answers are then exact up to 64-bit collisions of XXH3 and of nothing else.
+package hash

@@ -1,0 +1,264 @@
+// Package oplog reads and writes the JSON Lines op log: the language-neutral form of an
+// event history (stored, removed, cleared, remove_worker) interleaved with queries that
+// may carry their exact expected answer. Integers are full unsigned 64-bit values and are
+// decoded as such, never through float64.
+//
+// A Reader is not safe for concurrent use; Write may be called from one goroutine at a
+// time per writer.
+package oplog
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+)
+
+// Kind is an op's type.
+type Kind uint8
+
+// The op kinds, in the spelling of the log's "op" field.
+const (
+	Stored Kind = iota + 1
+	Removed
+	Cleared
+	RemoveWorker
+	Query
+)
+
+var kindNames = map[string]Kind{
+	"stored": Stored, "removed": Removed, "cleared": Cleared,
+	"remove_worker": RemoveWorker, "query": Query,
+}
+
+func (k Kind) String() string {
+	for n, v := range kindNames {
+		if v == k {
+			return n
+		}
+	}
+	return "unknown"
+}
+
+// MaxLineBytes bounds one line of a log; a longer line is a malformed-line error.
+const MaxLineBytes = 64 << 20
+
+// Op is one line of a log.
+type Op struct {
+	Kind      Kind
+	Worker    string
+	Parent    uint64
+	HasParent bool
+	// Blocks holds (content, seq) pairs of a stored op.
+	Blocks [][2]uint64
+	// Seqs holds the engine hashes of a removed op.
+	Seqs []uint64
+	// Content holds a query's per-block content hashes.
+	Content []uint64
+	// Expect and Sizes are a query's exact answer; HasExpect says whether the line
+	// carried one (an empty map is the answer "no worker matches").
+	Expect    map[string]int
+	Sizes     map[string]int
+	HasExpect bool
+	// Line is the 1-based line number the op was read from (0 for ops built in memory).
+	Line int
+}
+
+// ErrMalformed wraps every error about the content of a line.
+var ErrMalformed = errors.New("oplog: malformed line")
+
+type wire struct {
+	Op      string          `json:"op"`
+	Worker  *string         `json:"worker"`
+	Parent  *uint64         `json:"parent"`
+	Blocks  *[][]uint64     `json:"blocks"`
+	Seqs    *[]uint64       `json:"seqs"`
+	Content *[]uint64       `json:"content"`
+	Expect  *map[string]int `json:"expect"`
+	Sizes   *map[string]int `json:"sizes"`
+}
+
+// Parse decodes one line. line is only used in error messages.
+func Parse(b []byte, line int) (Op, error) {
+	var w wire
+	if err := json.Unmarshal(b, &w); err != nil {
+		return Op{}, fmt.Errorf("%w: line %d: %v", ErrMalformed, line, err)
+	}
+	bad := func(format string, args ...any) (Op, error) {
+		return Op{}, fmt.Errorf("%w: line %d: %s", ErrMalformed, line, fmt.Sprintf(format, args...))
+	}
+	k, ok := kindNames[w.Op]
+	if !ok {
+		return bad("unknown op %q", w.Op)
+	}
+	op := Op{Kind: k, Line: line}
+	if k != Query {
+		if w.Worker == nil || *w.Worker == "" {
+			return bad("%s needs a non-empty worker", w.Op)
+		}
+		op.Worker = *w.Worker
+	}
+	switch k {
+	case Stored:
+		if w.Blocks == nil {
+			return bad("stored needs blocks")
+		}
+		op.Blocks = make([][2]uint64, len(*w.Blocks))
+		for i, b := range *w.Blocks {
+			if len(b) != 2 {
+				return bad("block %d is not a [content, seq] pair", i)
+			}
+			op.Blocks[i] = [2]uint64{b[0], b[1]}
+		}
+		if w.Parent != nil {
+			op.Parent, op.HasParent = *w.Parent, true
+		}
+	case Removed:
+		if w.Seqs == nil {
+			return bad("removed needs seqs")
+		}
+		op.Seqs = *w.Seqs
+	case Query:
+		if w.Content == nil {
+			return bad("query needs content")
+		}
+		op.Content = *w.Content
+		if (w.Expect == nil) != (w.Sizes == nil) {
+			return bad("query has expect or sizes but not both")
+		}
+		if w.Expect != nil {
+			op.Expect, op.Sizes, op.HasExpect = *w.Expect, *w.Sizes, true
+			if op.Expect == nil || op.Sizes == nil {
+				return bad("expect and sizes must be objects")
+			}
+		}
+	}
+	return op, nil
+}
+
+// Reader reads ops line by line.
+type Reader struct {
+	s    *bufio.Scanner
+	line int
+}
+
+// NewReader returns a Reader over r.
+func NewReader(r io.Reader) *Reader {
+	s := bufio.NewScanner(r)
+	s.Buffer(make([]byte, 0, 1<<20), MaxLineBytes)
+	return &Reader{s: s}
+}
+
+// Next returns the next op, or io.EOF after the last one. Blank lines are skipped.
+func (r *Reader) Next() (Op, error) {
+	for r.s.Scan() {
+		r.line++
+		b := bytes.TrimSpace(r.s.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		return Parse(b, r.line)
+	}
+	if err := r.s.Err(); err != nil {
+		return Op{}, fmt.Errorf("%w: line %d: %v", ErrMalformed, r.line+1, err)
+	}
+	return Op{}, io.EOF
+}
+
+// ReadAll reads every op of r.
+func ReadAll(r io.Reader) ([]Op, error) {
+	rd := NewReader(r)
+	var ops []Op
+	for {
+		op, err := rd.Next()
+		if err == io.EOF {
+			return ops, nil
+		}
+		if err != nil {
+			return ops, err
+		}
+		ops = append(ops, op)
+	}
+}
+
+// Append appends op as one JSON line (with its trailing newline) to dst. Map keys are
+// written in sorted order, so equal ops give equal bytes.
+func Append(dst []byte, op Op) []byte {
+	dst = append(dst, `{"op":"`...)
+	dst = append(dst, op.Kind.String()...)
+	dst = append(dst, '"')
+	if op.Kind != Query {
+		dst = append(dst, `,"worker":`...)
+		dst = appendString(dst, op.Worker)
+	}
+	switch op.Kind {
+	case Stored:
+		if op.HasParent {
+			dst = append(dst, `,"parent":`...)
+			dst = strconv.AppendUint(dst, op.Parent, 10)
+		}
+		dst = append(dst, `,"blocks":[`...)
+		for i, b := range op.Blocks {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, '[')
+			dst = strconv.AppendUint(dst, b[0], 10)
+			dst = append(dst, ',')
+			dst = strconv.AppendUint(dst, b[1], 10)
+			dst = append(dst, ']')
+		}
+		dst = append(dst, ']')
+	case Removed:
+		dst = append(dst, `,"seqs":`...)
+		dst = appendUints(dst, op.Seqs)
+	case Query:
+		dst = append(dst, `,"content":`...)
+		dst = appendUints(dst, op.Content)
+		if op.HasExpect {
+			dst = append(dst, `,"expect":`...)
+			dst = appendCounts(dst, op.Expect)
+			dst = append(dst, `,"sizes":`...)
+			dst = appendCounts(dst, op.Sizes)
+		}
+	}
+	return append(dst, "}\n"...)
+}
+
+func appendUints(dst []byte, v []uint64) []byte {
+	dst = append(dst, '[')
+	for i, x := range v {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendUint(dst, x, 10)
+	}
+	return append(dst, ']')
+}
+
+func appendCounts(dst []byte, m map[string]int) []byte {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	dst = append(dst, '{')
+	for i, k := range keys {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendString(dst, k)
+		dst = append(dst, ':')
+		dst = strconv.AppendInt(dst, int64(m[k]), 10)
+	}
+	return append(dst, '}')
+}
+
+func appendString(dst []byte, s string) []byte {
+	b, _ := json.Marshal(s) // a string always marshals
+	return append(dst, b...)
+}

@@ -1,0 +1,187 @@
+// Package refmodel is the reference model of the kvindex contract: slow, obvious and
+// exact. It exists so that tests, fuzzers and the gen-ops command can ask "what must the
+// answer be?" for any event history.
+//
+// It represents a prefix exactly, not by a hash: every distinct sequence of content
+// values is interned as a node of a trie, (parent node, content) -> node, so two blocks
+// have the same prefix exactly when they name the same node. A worker holds a map from
+// engine hash to node; a query walks the trie and, for each worker, counts how long every
+// step is held. No position arithmetic, no jump search, nothing clever.
+//
+// A Model is not safe for concurrent use.
+package refmodel
+
+import (
+	"errors"
+	"sort"
+)
+
+// The rejections of the contract.
+var (
+	ErrParentNotFound = errors.New("refmodel: parent not found")
+	ErrInvalidEvent   = errors.New("refmodel: invalid event")
+)
+
+type nodeKey struct {
+	parent  uint32 // 0 is the virtual root above position 0
+	content uint64
+}
+
+type worker struct {
+	blocks map[uint64]uint32 // seq -> node
+}
+
+// Model is the reference index.
+type Model struct {
+	nodes   map[nodeKey]uint32
+	next    uint32
+	workers map[string]*worker
+}
+
+// New returns an empty model.
+func New() *Model {
+	return &Model{nodes: map[nodeKey]uint32{}, next: 1, workers: map[string]*worker{}}
+}
+
+func (m *Model) intern(parent uint32, c uint64) uint32 {
+	k := nodeKey{parent, c}
+	if n, ok := m.nodes[k]; ok {
+		return n
+	}
+	n := m.next
+	m.next++
+	m.nodes[k] = n
+	return n
+}
+
+// Stored applies a stored event: blocks are (content, seq) pairs chained under parent
+// (a root chain when hasParent is false).
+func (m *Model) Stored(name string, parent uint64, hasParent bool, blocks [][2]uint64) error {
+	if len(blocks) == 0 {
+		return nil
+	}
+	w := m.workers[name]
+	var at uint32
+	if hasParent {
+		if w == nil {
+			return ErrParentNotFound
+		}
+		n, ok := w.blocks[parent]
+		if !ok {
+			return ErrParentNotFound
+		}
+		at = n
+	}
+	seen := map[uint64]bool{}
+	for _, b := range blocks {
+		if seen[b[1]] || (hasParent && b[1] == parent) {
+			return ErrInvalidEvent
+		}
+		seen[b[1]] = true
+	}
+	if w == nil {
+		w = &worker{blocks: map[uint64]uint32{}}
+		m.workers[name] = w
+	}
+	for _, b := range blocks {
+		at = m.intern(at, b[0])
+		w.blocks[b[1]] = at // a re-store with the same prefix is the same node: a no-op
+	}
+	return nil
+}
+
+// Removed drops the given seqs from a worker and returns how many it did not hold.
+func (m *Model) Removed(name string, seqs []uint64) (skipped int) {
+	w := m.workers[name]
+	if w == nil {
+		return len(seqs)
+	}
+	for _, s := range seqs {
+		if _, ok := w.blocks[s]; ok {
+			delete(w.blocks, s)
+		} else {
+			skipped++
+		}
+	}
+	return skipped
+}
+
+// Cleared drops every block of a known worker; it stays known with size 0.
+func (m *Model) Cleared(name string) {
+	if w := m.workers[name]; w != nil {
+		w.blocks = map[uint64]uint32{}
+	}
+}
+
+// RemoveWorker forgets a worker.
+func (m *Model) RemoveWorker(name string) { delete(m.workers, name) }
+
+// Answer is one worker's result.
+type Answer struct {
+	Worker string
+	Score  int
+	Size   int
+}
+
+// Query returns every worker with score >= 1, sorted by score descending, then name.
+func (m *Model) Query(content []uint64) []Answer {
+	path := make([]uint32, 0, len(content))
+	var at uint32
+	for _, c := range content {
+		n, ok := m.nodes[nodeKey{at, c}]
+		if !ok {
+			break
+		}
+		path = append(path, n)
+		at = n
+	}
+	var out []Answer
+	for name, w := range m.workers {
+		held := map[uint32]bool{}
+		for _, n := range w.blocks {
+			held[n] = true
+		}
+		score := 0
+		for score < len(path) && held[path[score]] {
+			score++
+		}
+		if score > 0 {
+			out = append(out, Answer{Worker: name, Score: score, Size: len(w.blocks)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Score != out[j].Score {
+			return out[i].Score > out[j].Score
+		}
+		return out[i].Worker < out[j].Worker
+	})
+	return out
+}
+
+// Size returns how many distinct seqs a worker holds, and whether it is known.
+func (m *Model) Size(name string) (int, bool) {
+	w := m.workers[name]
+	if w == nil {
+		return 0, false
+	}
+	return len(w.blocks), true
+}
+
+// Workers returns the known workers' names, sorted.
+func (m *Model) Workers() []string {
+	out := make([]string, 0, len(m.workers))
+	for n := range m.workers {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Blocks returns the total number of (worker, seq) blocks held.
+func (m *Model) Blocks() int {
+	n := 0
+	for _, w := range m.workers {
+		n += len(w.blocks)
+	}
+	return n
+}

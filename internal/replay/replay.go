@@ -1,0 +1,191 @@
+// Package replay applies an op log to an engine through its public API and checks every
+// query that carries an expected answer. It backs `kvindex replay` and the conformance
+// tests. Parsing happens before Run and is never timed.
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/oplog"
+)
+
+// Result summarises one replay.
+type Result struct {
+	Passed, Failed int
+	// Mismatches describes the first failed queries in full.
+	Mismatches []string
+	Ops        int
+	// BlockOps counts query hashes, stored blocks and removed hashes.
+	BlockOps int
+	Seconds  float64
+	// Query latency percentiles in nanoseconds (0 when there were no queries).
+	QueryP50, QueryP99, QueryP999 int64
+	Rejected                      int
+	Memberships                   int64
+	BytesPerMembership            float64
+	Stats                         engine.Stats
+}
+
+// Options tunes Run.
+type Options struct {
+	Config engine.Config
+	// MaxMismatches bounds Result.Mismatches. Default 5.
+	MaxMismatches int
+	// MeasureMemory forces garbage collections around the replay to report bytes per
+	// membership; it costs two full GCs.
+	MeasureMemory bool
+}
+
+// Run replays ops on a fresh engine. A query with an expected answer is preceded by a
+// Barrier, so it sees every op before it.
+func Run(ctx context.Context, ops []oplog.Op, opt Options) (Result, error) {
+	if opt.MaxMismatches == 0 {
+		opt.MaxMismatches = 5
+	}
+	var res Result
+	var before runtime.MemStats
+	if opt.MeasureMemory {
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+	}
+	e, err := engine.New(opt.Config)
+	if err != nil {
+		return res, err
+	}
+	defer e.Close()
+	lat := make([]int64, 0, 1024)
+	var blocks []engine.Block
+	var matches []engine.Match
+	start := time.Now()
+	for i := range ops {
+		op := &ops[i]
+		res.Ops++
+		switch op.Kind {
+		case oplog.Stored:
+			blocks = blocks[:0]
+			for _, b := range op.Blocks {
+				blocks = append(blocks, engine.Block{Content: b[0], Seq: b[1]})
+			}
+			res.BlockOps += len(blocks)
+			if op.HasParent {
+				err = e.StoreUnder(op.Worker, op.Parent, blocks)
+			} else {
+				err = e.Store(op.Worker, blocks)
+			}
+			if errors.Is(err, engine.ErrParentNotFound) || errors.Is(err, engine.ErrInvalidEvent) {
+				res.Rejected++
+				err = nil
+			}
+		case oplog.Removed:
+			res.BlockOps += len(op.Seqs)
+			err = e.Remove(op.Worker, op.Seqs...)
+		case oplog.Cleared:
+			err = e.Clear(op.Worker)
+		case oplog.RemoveWorker:
+			err = e.RemoveWorker(op.Worker)
+		case oplog.Query:
+			res.BlockOps += len(op.Content)
+			if op.HasExpect {
+				if err = e.Barrier(ctx); err != nil {
+					break
+				}
+			}
+			t0 := time.Now()
+			matches, err = e.FindMatches(ctx, op.Content, matches[:0])
+			lat = append(lat, time.Since(t0).Nanoseconds())
+			if err == nil && op.HasExpect {
+				if msg := compare(op, matches); msg != "" {
+					res.Failed++
+					if len(res.Mismatches) < opt.MaxMismatches {
+						res.Mismatches = append(res.Mismatches, msg)
+					}
+				} else {
+					res.Passed++
+				}
+			}
+		}
+		if err != nil {
+			return res, fmt.Errorf("line %d: %w", op.Line, err)
+		}
+	}
+	if err := e.Barrier(ctx); err != nil {
+		return res, err
+	}
+	res.Seconds = time.Since(start).Seconds()
+	res.Stats = e.Stats()
+	res.Memberships = res.Stats.Blocks
+	if opt.MeasureMemory {
+		var after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if res.Memberships > 0 {
+			res.BytesPerMembership = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(res.Memberships)
+		}
+		runtime.KeepAlive(ops)
+	}
+	res.QueryP50, res.QueryP99, res.QueryP999 = Percentile(lat, 0.50), Percentile(lat, 0.99), Percentile(lat, 0.999)
+	return res, nil
+}
+
+// Percentile returns the q-quantile of xs (nearest rank); it sorts xs in place.
+func Percentile(xs []int64, q float64) int64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	i := int(q*float64(len(xs))+0.5) - 1
+	return xs[min(max(i, 0), len(xs)-1)]
+}
+
+// compare returns "" when matches equal the op's expected answer, else a description.
+func compare(op *oplog.Op, got []engine.Match) string {
+	ok := len(got) == len(op.Expect) && len(op.Expect) == len(op.Sizes)
+	for _, m := range got {
+		if !ok {
+			break
+		}
+		s, in := op.Expect[m.Worker]
+		z, in2 := op.Sizes[m.Worker]
+		ok = in && in2 && s == m.Score && z == m.Size
+	}
+	if ok {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "line %d: query of %d blocks\n  want: %s\n  got:  ", op.Line, len(op.Content), formatExpect(op.Expect, op.Sizes))
+	gotE, gotS := map[string]int{}, map[string]int{}
+	for _, m := range got {
+		gotE[m.Worker], gotS[m.Worker] = m.Score, m.Size
+	}
+	b.WriteString(formatExpect(gotE, gotS))
+	return b.String()
+}
+
+func formatExpect(scores, sizes map[string]int) string {
+	names := make([]string, 0, len(scores))
+	for n := range scores {
+		names = append(names, n)
+	}
+	for n := range sizes {
+		if _, ok := scores[n]; !ok {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return "{}"
+	}
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%q: score %d size %d", n, scores[n], sizes[n])
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}

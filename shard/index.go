@@ -1,0 +1,305 @@
+package shard
+
+import "math/bits"
+
+// Inline is the number of members a slot stores without an overflow allocation.
+const Inline = 4
+
+const (
+	minCapacity = 16
+	// maxLoadNum/maxLoadDen is the load factor that triggers growth.
+	maxLoadNum = 3
+	maxLoadDen = 4
+)
+
+// Key names one position of one prefix chain.
+type Key struct {
+	Prefix uint64
+	Pos    uint32
+}
+
+// slot is one table cell; n == 0 marks it empty.
+type slot struct {
+	prefix uint64
+	pos    uint32
+	n      uint32
+	m      [Inline]uint32
+}
+
+// Index is a positional index owned by one goroutine. The zero value is not usable;
+// call New.
+type Index struct {
+	slots   []slot
+	mask    uint64
+	shift   uint8
+	used    int
+	members int
+	ovf     [][]uint32
+	ovfFree []uint32
+}
+
+// New returns an empty index sized for about hint keys.
+func New(hint int) *Index {
+	x := &Index{}
+	x.alloc(capacityFor(hint))
+	return x
+}
+
+func capacityFor(n int) int {
+	c := minCapacity
+	for c*maxLoadNum/maxLoadDen < n {
+		c <<= 1
+	}
+	return c
+}
+
+func (x *Index) alloc(c int) {
+	x.slots = make([]slot, c)
+	x.mask = uint64(c - 1)
+	x.shift = uint8(64 - bits.TrailingZeros(uint(c)))
+}
+
+// KeyHash mixes a key into 64 well-distributed bits. Prefix hashes of deeper blocks are
+// already XXH3 outputs, but roots carry raw content values (often small integers), so the
+// position is folded in and the result is multiplied through a strong odd constant.
+func KeyHash(prefix uint64, pos uint32) uint64 {
+	h := prefix ^ (uint64(pos)+1)*0x9e3779b97f4a7c15
+	h ^= h >> 32
+	h *= 0xd6e8feb86659fd93
+	h ^= h >> 32
+	return h
+}
+
+func (x *Index) home(prefix uint64, pos uint32) uint64 {
+	return (KeyHash(prefix, pos) * 0x9e3779b97f4a7c15) >> x.shift
+}
+
+// find returns the slot index of k, or -1.
+func (x *Index) find(prefix uint64, pos uint32) int {
+	i := x.home(prefix, pos)
+	for {
+		s := &x.slots[i]
+		if s.n == 0 {
+			return -1
+		}
+		if s.prefix == prefix && s.pos == pos {
+			return int(i)
+		}
+		i = (i + 1) & x.mask
+	}
+}
+
+// Len returns the number of keys with at least one member.
+func (x *Index) Len() int { return x.used }
+
+// Memberships returns the total number of (key, worker) memberships.
+func (x *Index) Memberships() int { return x.members }
+
+// Capacity returns the number of slots, for memory accounting.
+func (x *Index) Capacity() int { return len(x.slots) }
+
+// Add makes wid a member of k and reports whether it was not one already.
+func (x *Index) Add(k Key, wid uint32) bool {
+	if (x.used+1)*maxLoadDen > len(x.slots)*maxLoadNum {
+		x.resize(len(x.slots) * 2)
+	}
+	i := x.home(k.Prefix, k.Pos)
+	for {
+		s := &x.slots[i]
+		if s.n == 0 {
+			*s = slot{prefix: k.Prefix, pos: k.Pos, n: 1}
+			s.m[0] = wid
+			x.used++
+			x.members++
+			return true
+		}
+		if s.prefix == k.Prefix && s.pos == k.Pos {
+			if !x.addMember(s, wid) {
+				return false
+			}
+			x.members++
+			return true
+		}
+		i = (i + 1) & x.mask
+	}
+}
+
+func (x *Index) addMember(s *slot, wid uint32) bool {
+	if s.n <= Inline {
+		for _, m := range s.m[:s.n] {
+			if m == wid {
+				return false
+			}
+		}
+		if s.n < Inline {
+			s.m[s.n] = wid
+			s.n++
+			return true
+		}
+		// Spill the inline members and the newcomer into an overflow set.
+		o := x.newOverflow()
+		x.ovf[o] = append(x.ovf[o], s.m[:]...)
+		x.ovf[o] = append(x.ovf[o], wid)
+		s.m = [Inline]uint32{o}
+		s.n++
+		return true
+	}
+	set := x.ovf[s.m[0]]
+	for _, m := range set {
+		if m == wid {
+			return false
+		}
+	}
+	x.ovf[s.m[0]] = append(set, wid)
+	s.n++
+	return true
+}
+
+func (x *Index) newOverflow() uint32 {
+	if n := len(x.ovfFree); n > 0 {
+		o := x.ovfFree[n-1]
+		x.ovfFree = x.ovfFree[:n-1]
+		return o
+	}
+	x.ovf = append(x.ovf, make([]uint32, 0, 2*Inline))
+	return uint32(len(x.ovf) - 1)
+}
+
+// Remove drops wid from k and reports whether it was a member. A key left with no
+// members is deleted.
+func (x *Index) Remove(k Key, wid uint32) bool {
+	i := x.find(k.Prefix, k.Pos)
+	if i < 0 {
+		return false
+	}
+	s := &x.slots[i]
+	if !x.removeMember(s, wid) {
+		return false
+	}
+	x.members--
+	if s.n == 0 {
+		x.deleteAt(uint64(i))
+		x.used--
+		if len(x.slots) > minCapacity && x.used*8 < len(x.slots) {
+			x.resize(len(x.slots) / 2)
+		}
+	}
+	return true
+}
+
+func (x *Index) removeMember(s *slot, wid uint32) bool {
+	if s.n <= Inline {
+		for j := uint32(0); j < s.n; j++ {
+			if s.m[j] == wid {
+				s.n--
+				s.m[j] = s.m[s.n]
+				s.m[s.n] = 0
+				return true
+			}
+		}
+		return false
+	}
+	o := s.m[0]
+	set := x.ovf[o]
+	for j, m := range set {
+		if m != wid {
+			continue
+		}
+		last := len(set) - 1
+		set[j] = set[last]
+		set = set[:last]
+		s.n--
+		if s.n == Inline {
+			copy(s.m[:], set)
+			x.ovf[o] = set[:0]
+			x.ovfFree = append(x.ovfFree, o)
+		} else {
+			x.ovf[o] = set
+		}
+		return true
+	}
+	return false
+}
+
+// deleteAt empties slot i and shifts later members of its probe run back, so that every
+// key stays reachable from its home slot without tombstones.
+func (x *Index) deleteAt(i uint64) {
+	for {
+		x.slots[i] = slot{}
+		j := i
+		for {
+			j = (j + 1) & x.mask
+			s := &x.slots[j]
+			if s.n == 0 {
+				return
+			}
+			h := x.home(s.prefix, s.pos)
+			// Move s back to i unless its home lies cyclically in (i, j].
+			if (j > i && (h <= i || h > j)) || (j < i && (h <= i && h > j)) {
+				x.slots[i] = *s
+				i = j
+				break
+			}
+		}
+	}
+}
+
+func (x *Index) resize(c int) {
+	if c < minCapacity {
+		c = minCapacity
+	}
+	old := x.slots
+	x.alloc(c)
+	for k := range old {
+		s := &old[k]
+		if s.n == 0 {
+			continue
+		}
+		i := x.home(s.prefix, s.pos)
+		for x.slots[i].n != 0 {
+			i = (i + 1) & x.mask
+		}
+		x.slots[i] = *s
+	}
+}
+
+// AppendMembers appends the members of k to dst, in no particular order.
+func (x *Index) AppendMembers(dst []uint32, k Key) []uint32 {
+	i := x.find(k.Prefix, k.Pos)
+	if i < 0 {
+		return dst
+	}
+	s := &x.slots[i]
+	if s.n <= Inline {
+		return append(dst, s.m[:s.n]...)
+	}
+	return append(dst, x.ovf[s.m[0]]...)
+}
+
+// Has reports whether wid is a member of k.
+func (x *Index) Has(k Key, wid uint32) bool {
+	i := x.find(k.Prefix, k.Pos)
+	if i < 0 {
+		return false
+	}
+	s := &x.slots[i]
+	set := s.m[:min(s.n, Inline)]
+	if s.n > Inline {
+		set = x.ovf[s.m[0]]
+	}
+	for _, m := range set {
+		if m == wid {
+			return true
+		}
+	}
+	return false
+}
+
+// Bytes estimates the heap the index holds: slots plus overflow sets.
+func (x *Index) Bytes() int {
+	b := len(x.slots) * 32
+	for _, o := range x.ovf {
+		b += 24 + cap(o)*4
+	}
+	return b + cap(x.ovfFree)*4
+}
