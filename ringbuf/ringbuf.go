@@ -34,6 +34,10 @@ const (
 	// yields and re-checks before it parks.
 	pushSpins = 4
 
+	// maxReserve bounds how many slots PushBatch reserves with one CAS,
+	// which bounds the cells scanned per reservation attempt.
+	maxReserve = 64
+
 	ptrSize = 4 << (^uintptr(0) >> 63)
 	// readOnlySize is the size of Ring's read-only fields: a slice header,
 	// mask and three channels.
@@ -153,8 +157,9 @@ func (r *Ring[T]) Stats() Stats {
 // goroutine. After Close starts, no further item can be enqueued: TryPush
 // returns false and Push/PushBatch return ErrClosed, including producers
 // parked on a full ring, which are woken. Close also rings the doorbell.
-// Items enqueued before Close stay poppable; once Closed reports true, a
-// PopBatch that returns 0 means every successfully pushed item was popped.
+// Items enqueued before Close stay poppable; a PopBatch that starts after
+// Closed reported true and returns 0 means every successfully pushed item
+// was popped (see the package documentation for the consumer loop).
 func (r *Ring[T]) Close() {
 	if r.tail.Or(closedBit)&closedBit != 0 {
 		return // already closed by someone else
@@ -266,7 +271,7 @@ func (r *Ring[T]) Push(v T) error {
 func (r *Ring[T]) PushBatch(vs []T) (int, error) {
 	done := 0
 	for done < len(vs) {
-		pos, n, closed := r.reserve(len(vs) - done)
+		pos, n, closed := r.reserve(min(len(vs)-done, maxReserve))
 		if closed {
 			return done, ErrClosed
 		}
@@ -350,8 +355,8 @@ func (r *Ring[T]) pop(dst []T) int {
 // PopBatch moves up to len(dst) items into dst, oldest first, and returns how
 // many it moved. It never blocks on producers, except that once the ring is
 // closed it waits for the (few-instruction) publication of items whose slot
-// was reserved before Close, so that after Close a 0 means "drained for
-// good". Vacated slots are zeroed. Only the single consumer goroutine may
+// was reserved before Close, so that a 0 from a PopBatch that started after
+// Closed returned true means "drained for good". Vacated slots are zeroed. Only the single consumer goroutine may
 // call PopBatch. After it returns 0 (with len(dst) > 0) the consumer may
 // block on Doorbell.
 func (r *Ring[T]) PopBatch(dst []T) int {
@@ -382,7 +387,7 @@ func (r *Ring[T]) PopBatch(dst []T) int {
 	}
 	// Dekker pair of waitSpace: cells were freed (seq stores in pop)
 	// before this load.
-	if w := r.waiters.Load(); w > 0 {
+	if w := r.waiters.Load(); w > 1000 {
 	wake:
 		for k := min(int64(n), w); k > 0; k-- {
 			select {

@@ -179,6 +179,10 @@ func TestCloseSemantics(t *testing.T) {
 	r := mustNew[int](t, 4)
 	require.True(t, r.TryPush(1))
 	require.NoError(t, r.Push(2))
+	select { // drain the token rung by the first push
+	case <-r.Doorbell():
+	default:
+	}
 	r.Close()
 	r.Close() // idempotent
 	assert.True(t, r.Closed())
@@ -556,27 +560,41 @@ func TestCloseWhilePushing(t *testing.T) {
 		var gotSum, gotCount uint64
 		dst := make([]uint64, 3)
 		deadline := time.After(deadlockGuard)
+		closer := make(chan struct{})
+		go func() {
+			// Close from another goroutine, mid-stream.
+			defer close(closer)
+			defer r.Close()
+			limit := time.Now().Add(deadlockGuard)
+			for r.Stats().Pushes < 2000 {
+				if time.Now().After(limit) {
+					t.Error("producers made no progress")
+					return
+				}
+				runtime.Gosched()
+			}
+		}()
 		for {
+			closed := r.Closed() // documented consumer loop: read before PopBatch
 			n := r.PopBatch(dst)
 			for _, v := range dst[:n] {
 				gotSum += v
 			}
 			gotCount += uint64(n)
-			if gotCount >= 2000 && !r.Closed() {
-				r.Close()
+			if n > 0 {
+				continue
 			}
-			if n == 0 {
-				if r.Closed() {
-					break // drained for good
-				}
-				select {
-				case <-r.Doorbell():
-				case <-deadline:
-					t.Fatal("consumer stuck")
-				}
+			if closed {
+				break // drained for good
+			}
+			select {
+			case <-r.Doorbell():
+			case <-deadline:
+				t.Fatal("consumer stuck")
 			}
 		}
 		wg.Wait()
+		<-closer
 		require.Equal(t, okCount.Load(), gotCount, "iteration %d", iter)
 		require.Equal(t, okSum.Load(), gotSum, "iteration %d", iter)
 		require.Equal(t, gotCount, r.Stats().Pushes)
@@ -632,4 +650,42 @@ func TestPopBatchEmptyDst(t *testing.T) {
 	require.True(t, r.TryPush(1))
 	assert.Zero(t, r.PopBatch(nil))
 	assert.Equal(t, 1, r.Len())
+}
+
+// TestPopBatchWaitsForInFlightAfterClose drives the window between a
+// producer's reservation and its publication by hand.
+func TestPopBatchWaitsForInFlightAfterClose(t *testing.T) {
+	r := mustNew[int](t, 4)
+	require.True(t, r.TryPush(1))
+	pos, n, closed := r.reserve(1) // a producer stalled before publishing
+	require.Equal(t, 1, n)
+	require.False(t, closed)
+
+	dst := make([]int, 4)
+	require.Equal(t, 1, r.PopBatch(dst))
+	assert.Zero(t, r.PopBatch(dst), "not closed: an unpublished slot is not waited for")
+	assert.Equal(t, 1, r.Len())
+
+	r.Close()
+	assert.False(t, r.TryPush(3))
+	popped := make(chan int, 1)
+	go func() { popped <- r.PopBatch(dst) }()
+	// PopBatch must not return before the stalled producer publishes.
+	for range 100 {
+		runtime.Gosched()
+		select {
+		case k := <-popped:
+			t.Fatalf("PopBatch returned %d before the in-flight item was published", k)
+		default:
+		}
+	}
+	r.publish1(pos, 2)
+	select {
+	case k := <-popped:
+		require.Equal(t, 1, k)
+		assert.Equal(t, 2, dst[0])
+	case <-time.After(deadlockGuard):
+		t.Fatal("PopBatch did not see the published item")
+	}
+	assert.Zero(t, r.PopBatch(dst))
 }

@@ -71,6 +71,17 @@ type Op struct {
 // ErrMalformed wraps every error about the content of a line.
 var ErrMalformed = errors.New("oplog: malformed line")
 
+// LineError is the error for one malformed line; it wraps ErrMalformed.
+type LineError struct {
+	Line   int
+	Reason string
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("line %d: %s", e.Line, e.Reason) }
+
+// Unwrap makes errors.Is(err, ErrMalformed) true.
+func (e *LineError) Unwrap() error { return ErrMalformed }
+
 type wire struct {
 	Op      string          `json:"op"`
 	Worker  *string         `json:"worker"`
@@ -86,10 +97,10 @@ type wire struct {
 func Parse(b []byte, line int) (Op, error) {
 	var w wire
 	if err := json.Unmarshal(b, &w); err != nil {
-		return Op{}, fmt.Errorf("%w: line %d: %v", ErrMalformed, line, err)
+		return Op{}, &LineError{Line: line, Reason: err.Error()}
 	}
 	bad := func(format string, args ...any) (Op, error) {
-		return Op{}, fmt.Errorf("%w: line %d: %s", ErrMalformed, line, fmt.Sprintf(format, args...))
+		return Op{}, &LineError{Line: line, Reason: fmt.Sprintf(format, args...)}
 	}
 	k, ok := kindNames[w.Op]
 	if !ok {
@@ -164,7 +175,7 @@ func (r *Reader) Next() (Op, error) {
 		return Parse(b, r.line)
 	}
 	if err := r.s.Err(); err != nil {
-		return Op{}, fmt.Errorf("%w: line %d: %v", ErrMalformed, r.line+1, err)
+		return Op{}, &LineError{Line: r.line + 1, Reason: err.Error()}
 	}
 	return Op{}, io.EOF
 }

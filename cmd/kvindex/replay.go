@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/oplog"
+	"github.com/kvindex/kvindex/internal/replay"
+)
+
+func init() {
+	commands["replay"] = command{
+		summary: "apply a JSONL op log and check every query's expected answer",
+		run:     runReplay,
+	}
+}
+
+type replayJSON struct {
+	File               string  `json:"file"`
+	Shards             int     `json:"shards"`
+	Jump               int     `json:"jump"`
+	Passed             int     `json:"passed"`
+	Failed             int     `json:"failed"`
+	Ops                int     `json:"ops"`
+	BlockOps           int     `json:"block_ops"`
+	Seconds            float64 `json:"seconds"`
+	OpsPerS            float64 `json:"ops_per_s"`
+	BlockOpsPerS       float64 `json:"block_ops_per_s"`
+	QueryP50           int64   `json:"query_p50_ns"`
+	QueryP99           int64   `json:"query_p99_ns"`
+	Rejected           int     `json:"rejected"`
+	Memberships        int64   `json:"memberships"`
+	BytesPerMembership float64 `json:"bytes_per_membership"`
+}
+
+func runReplay(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("kvindex replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	file := fs.String("ops", "", "op log to replay (JSON Lines, see README); required")
+	shards := fs.Int("shards", 0, "shard goroutines (0 = default: GOMAXPROCS, at most 8)")
+	jump := fs.Int("jump", 0, "jump-search stride in blocks (0 = default 64)")
+	asJSON := fs.Bool("json", false, "end with one JSON object instead of the text summary")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *file == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "kvindex replay: --ops FILE is required and takes no other arguments")
+		fs.Usage()
+		return 2
+	}
+	if *shards < 0 || *jump < 0 {
+		fmt.Fprintln(stderr, "kvindex replay: --shards and --jump must be >= 0")
+		return 2
+	}
+	f, err := os.Open(*file)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvindex replay: %v\n", err)
+		return 1
+	}
+	ops, err := oplog.ReadAll(f)
+	f.Close()
+	if err != nil {
+		// Malformed lines are reported as file:line with the reason.
+		var le *oplog.LineError
+		if errors.As(err, &le) {
+			fmt.Fprintf(stderr, "%s:%d: malformed line: %s\n", *file, le.Line, le.Reason)
+		} else {
+			fmt.Fprintf(stderr, "%s: %v\n", *file, err)
+		}
+		fmt.Fprintln(stdout, "0 passed, 1 failed")
+		return 1
+	}
+	cfg := engine.Config{Shards: *shards, JumpSize: *jump}
+	res, err := replay.Run(context.Background(), ops, replay.Options{Config: cfg, MeasureMemory: true})
+	if err != nil {
+		fmt.Fprintf(stderr, "kvindex replay: %s: %v\n", *file, err)
+		return 1
+	}
+	for _, m := range res.Mismatches {
+		fmt.Fprintf(stdout, "MISMATCH %s:%s\n", *file, m)
+	}
+	eff := engine.Config{Shards: *shards, JumpSize: *jump}
+	if e, err := engine.New(eff); err == nil {
+		eff = e.Config()
+		e.Close()
+	}
+	out := replayJSON{
+		File: *file, Shards: eff.Shards, Jump: eff.JumpSize,
+		Passed: res.Passed, Failed: res.Failed, Ops: res.Ops, BlockOps: res.BlockOps,
+		Seconds: res.Seconds, QueryP50: res.QueryP50, QueryP99: res.QueryP99,
+		Rejected: res.Rejected, Memberships: res.Memberships, BytesPerMembership: res.BytesPerMembership,
+	}
+	if res.Seconds > 0 {
+		out.OpsPerS = float64(res.Ops) / res.Seconds
+		out.BlockOpsPerS = float64(res.BlockOps) / res.Seconds
+	}
+	if *asJSON {
+		b, _ := json.Marshal(out)
+		fmt.Fprintln(stdout, string(b))
+	} else {
+		fmt.Fprintf(stdout, "%s: shards=%d jump=%d\n", *file, out.Shards, out.Jump)
+		fmt.Fprintf(stdout, "  ops %d (%.0f/s), block ops %d (%.2fM/s), %.3f s\n", out.Ops, out.OpsPerS, out.BlockOps, out.BlockOpsPerS/1e6, out.Seconds)
+		fmt.Fprintf(stdout, "  find-matches p50 %d ns, p99 %d ns; rejected stores %d\n", out.QueryP50, out.QueryP99, out.Rejected)
+		fmt.Fprintf(stdout, "  memberships %d, %.1f bytes per membership\n", out.Memberships, out.BytesPerMembership)
+		fmt.Fprintf(stdout, "%d passed, %d failed\n", out.Passed, out.Failed)
+	}
+	if res.Failed > 0 {
+		return 1
+	}
+	return 0
+}

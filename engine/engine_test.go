@@ -1,0 +1,358 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/oplog"
+	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var ctx = context.Background()
+
+func newEngine(t testing.TB, cfg engine.Config) *engine.Engine {
+	t.Helper()
+	e, err := engine.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+func TestConfigValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  engine.Config
+		ok   bool
+	}{
+		{"zero is default", engine.Config{}, true},
+		{"explicit", engine.Config{Shards: 3, JumpSize: 7, QueueSize: 2, MaxEventBlocks: 10, QueryQueue: 1}, true},
+		{"negative shards", engine.Config{Shards: -1}, false},
+		{"too many shards", engine.Config{Shards: engine.MaxShards + 1}, false},
+		{"negative jump", engine.Config{JumpSize: -4}, false},
+		{"huge jump", engine.Config{JumpSize: engine.MaxJumpSize + 1}, false},
+		{"queue not a power of two", engine.Config{QueueSize: 3}, false},
+		{"queue of one", engine.Config{QueueSize: 1}, false},
+		{"queue too big", engine.Config{QueueSize: engine.MaxQueueSize * 2}, false},
+		{"negative max blocks", engine.Config{MaxEventBlocks: -1}, false},
+		{"negative query queue", engine.Config{QueryQueue: -1}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			e, err := engine.New(cfg)
+			require.Equal(t, tc.cfg, cfg, "New must not modify the caller's config")
+			if !tc.ok {
+				require.ErrorIs(t, err, engine.ErrInvalidConfig)
+				require.Nil(t, e)
+				return
+			}
+			require.NoError(t, err)
+			got := e.Config()
+			require.Positive(t, got.Shards)
+			if tc.cfg.JumpSize == 0 {
+				require.Equal(t, 64, got.JumpSize)
+			}
+			require.NoError(t, e.Close())
+		})
+	}
+}
+
+func TestCloseIsIdempotentAndFinal(t *testing.T) {
+	e, err := engine.New(engine.Config{Shards: 2})
+	require.NoError(t, err)
+	require.NoError(t, e.Store("w", []engine.Block{{Content: 1, Seq: 1}}))
+	require.NoError(t, e.Close())
+	require.NoError(t, e.Close())
+	require.ErrorIs(t, e.Store("w", []engine.Block{{Content: 1, Seq: 2}}), engine.ErrClosed)
+	require.ErrorIs(t, e.StoreUnder("w", 1, []engine.Block{{Content: 1, Seq: 2}}), engine.ErrClosed)
+	require.ErrorIs(t, e.Remove("w", 1), engine.ErrClosed)
+	require.ErrorIs(t, e.Clear("w"), engine.ErrClosed)
+	require.ErrorIs(t, e.RemoveWorker("w"), engine.ErrClosed)
+	require.ErrorIs(t, e.Barrier(ctx), engine.ErrClosed)
+	_, err = e.FindMatches(ctx, []uint64{1}, nil)
+	require.ErrorIs(t, err, engine.ErrClosed)
+}
+
+func TestRejections(t *testing.T) {
+	e := newEngine(t, engine.Config{Shards: 2, MaxEventBlocks: 4})
+	b := func(c, s uint64) engine.Block { return engine.Block{Content: c, Seq: s} }
+	require.NoError(t, e.Store("w", []engine.Block{b(1, 10), b(2, 11)}))
+	for _, tc := range []struct {
+		name string
+		do   func() error
+		want error
+	}{
+		{"empty worker", func() error { return e.Store("", []engine.Block{b(1, 1)}) }, engine.ErrInvalidEvent},
+		{"empty worker remove", func() error { return e.Remove("", 1) }, engine.ErrInvalidEvent},
+		{"empty worker clear", func() error { return e.Clear("") }, engine.ErrInvalidEvent},
+		{"unknown parent", func() error { return e.StoreUnder("w", 99, []engine.Block{b(3, 12)}) }, engine.ErrParentNotFound},
+		{"unknown worker with parent", func() error { return e.StoreUnder("x", 10, []engine.Block{b(3, 12)}) }, engine.ErrParentNotFound},
+		{"duplicate seq", func() error { return e.Store("w", []engine.Block{b(1, 5), b(2, 5)}) }, engine.ErrInvalidEvent},
+		{"seq equals parent", func() error { return e.StoreUnder("w", 10, []engine.Block{b(1, 10)}) }, engine.ErrInvalidEvent},
+		{"both faults report parent", func() error { return e.StoreUnder("w", 99, []engine.Block{b(1, 99), b(1, 99)}) }, engine.ErrParentNotFound},
+		{"too many blocks", func() error { return e.Store("w", make([]engine.Block, 5)) }, engine.ErrInvalidEvent},
+		{"too many seqs", func() error { return e.Remove("w", 1, 2, 3, 4, 5) }, engine.ErrInvalidEvent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.ErrorIs(t, tc.do(), tc.want)
+		})
+	}
+	// Nothing changed, nothing became known, and every rejection was counted.
+	require.NoError(t, e.Barrier(ctx))
+	got, err := e.FindMatches(ctx, []uint64{1, 2}, nil)
+	require.NoError(t, err)
+	require.Equal(t, []engine.Match{{Worker: "w", Score: 2, Size: 2}}, got)
+	st := e.Stats()
+	require.Equal(t, 1, st.Workers)
+	require.Equal(t, uint64(3), st.RejectedParentNotFound)
+	require.Equal(t, uint64(7), st.RejectedInvalid)
+	// An empty store is never an error, even under an unknown parent on an unknown worker.
+	require.NoError(t, e.StoreUnder("nobody", 1, nil))
+	require.Equal(t, 1, e.Stats().Workers)
+}
+
+// TestDifferential replays long random histories on the engine and on the reference
+// model, comparing every query after a barrier, for several jump sizes and shard counts.
+func TestDifferential(t *testing.T) {
+	n := 6000
+	if testing.Short() {
+		n = 2000
+	}
+	for _, shards := range []int{1, 2, 3} {
+		for _, jump := range []int{1, 3, 64} {
+			for seed := uint64(1); seed <= 3; seed++ {
+				t.Run(fmt.Sprintf("shards=%d/jump=%d/seed=%d", shards, jump, seed), func(t *testing.T) {
+					t.Parallel()
+					r := rand.New(rand.NewPCG(seed, uint64(jump)))
+					opt := refmodel.RandomOptions{Alphabet: int(2 + seed), MaxChain: []int{20, 150, 300}[seed-1]}
+					ops := refmodel.RandomOps(r, n, opt)
+					require.Positive(t, differential(t, engine.Config{Shards: shards, JumpSize: jump, QueueSize: 4}, ops))
+				})
+			}
+		}
+	}
+}
+
+// differential applies ops to a fresh engine and to the reference model, checks every
+// query and rejection, and returns how many queries it compared.
+func differential(t *testing.T, cfg engine.Config, ops []oplog.Op) int {
+	t.Helper()
+	e := newEngine(t, cfg)
+	m := refmodel.New()
+	var got []engine.Match
+	queries := 0
+	for i := range ops {
+		op := &ops[i]
+		if op.Kind == oplog.Query {
+			require.NoError(t, e.Barrier(ctx))
+			var err error
+			got, err = e.FindMatches(ctx, op.Content, got[:0])
+			require.NoError(t, err)
+			want := m.Query(op.Content)
+			require.Equal(t, len(want), len(got), "op %d: query %v\nwant %v\ngot  %v", i, op.Content, want, got)
+			for j := range want {
+				require.Equal(t, want[j], refmodel.Answer(got[j]), "op %d: query %v", i, op.Content)
+			}
+			queries++
+			continue
+		}
+		werr := m.Apply(op)
+		gerr := applyOp(e, op)
+		switch {
+		case errors.Is(werr, refmodel.ErrParentNotFound):
+			require.ErrorIs(t, gerr, engine.ErrParentNotFound, "op %d", i)
+		case errors.Is(werr, refmodel.ErrInvalidEvent):
+			require.ErrorIs(t, gerr, engine.ErrInvalidEvent, "op %d", i)
+		default:
+			require.NoError(t, gerr, "op %d", i)
+		}
+	}
+	require.NoError(t, e.Barrier(ctx))
+	st := e.Stats()
+	require.Equal(t, int64(m.Blocks()), st.Blocks)
+	require.Equal(t, len(m.Workers()), st.Workers)
+	return queries
+}
+
+func applyOp(e *engine.Engine, op *oplog.Op) error {
+	switch op.Kind {
+	case oplog.Stored:
+		blocks := make([]engine.Block, len(op.Blocks))
+		for i, b := range op.Blocks {
+			blocks[i] = engine.Block{Content: b[0], Seq: b[1]}
+		}
+		if op.HasParent {
+			return e.StoreUnder(op.Worker, op.Parent, blocks)
+		}
+		return e.Store(op.Worker, blocks)
+	case oplog.Removed:
+		return e.Remove(op.Worker, op.Seqs...)
+	case oplog.Cleared:
+		return e.Clear(op.Worker)
+	case oplog.RemoveWorker:
+		return e.RemoveWorker(op.Worker)
+	}
+	return nil
+}
+
+// FuzzEngine decodes fuzz bytes into a small event history and checks the engine
+// against the reference model after every query.
+// TestRandomByteHistories runs the fuzz target's decoder over seeded random bytes, so the
+// tiny-alphabet histories are exercised on every run, not only while fuzzing.
+func TestRandomByteHistories(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	for i := 0; i < 5000; i++ {
+		b := make([]byte, r.IntN(64))
+		for j := range b {
+			b[j] = byte(r.Uint32())
+		}
+		differential(t, engine.Config{Shards: 2, JumpSize: 1 + i%8, QueueSize: 2}, opsFromBytes(b))
+	}
+}
+
+func FuzzEngine(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, uint8(3))
+	f.Add([]byte{0, 0, 0, 1, 1, 1, 40, 41, 42, 200, 201, 9, 9, 9}, uint8(1))
+	f.Fuzz(func(t *testing.T, data []byte, jump uint8) {
+		ops := opsFromBytes(data)
+		differential(t, engine.Config{Shards: 2, JumpSize: 1 + int(jump%8), QueueSize: 2}, ops)
+	})
+}
+
+// opsFromBytes maps bytes to ops over a tiny space of workers, contents and seqs, so
+// that collisions of every kind are likely.
+func opsFromBytes(data []byte) []oplog.Op {
+	var ops []oplog.Op
+	next := func() byte {
+		if len(data) == 0 {
+			return 0
+		}
+		b := data[0]
+		data = data[1:]
+		return b
+	}
+	for len(data) > 0 {
+		b := next()
+		w := fmt.Sprintf("w%d", b&1)
+		switch b >> 5 {
+		case 0, 1, 2:
+			n := int(next()%6) + 1
+			op := oplog.Op{Kind: oplog.Stored, Worker: w}
+			if p := next(); p%3 != 0 {
+				op.Parent, op.HasParent = uint64(p%12), true
+			}
+			for i := 0; i < n; i++ {
+				x := next()
+				op.Blocks = append(op.Blocks, [2]uint64{uint64(x % 3), uint64(x>>2) % 12})
+			}
+			ops = append(ops, op)
+		case 3, 4:
+			ops = append(ops, oplog.Op{Kind: oplog.Removed, Worker: w, Seqs: []uint64{uint64(next() % 12)}})
+		case 5:
+			if b&2 == 0 {
+				ops = append(ops, oplog.Op{Kind: oplog.Cleared, Worker: w})
+			} else {
+				ops = append(ops, oplog.Op{Kind: oplog.RemoveWorker, Worker: w})
+			}
+		default:
+			n := int(next() % 10)
+			q := make([]uint64, n)
+			for i := range q {
+				q[i] = uint64(next() % 3)
+			}
+			ops = append(ops, oplog.Op{Kind: oplog.Query, Content: q})
+		}
+	}
+	return ops
+}
+
+func TestFindMatchesZeroAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under -race")
+	}
+	e := newEngine(t, engine.Config{Shards: 2, JumpSize: 8})
+	chain := make([]engine.Block, 200)
+	q := make([]uint64, 200)
+	for i := range chain {
+		chain[i] = engine.Block{Content: uint64(i), Seq: uint64(1000 + i)}
+		q[i] = uint64(i)
+	}
+	for w := 0; w < 8; w++ {
+		require.NoError(t, e.Store(fmt.Sprintf("w%d", w), chain[:50+20*w]))
+	}
+	require.NoError(t, e.Remove("w3", 1010)) // a gap, so round 2 runs too
+	require.NoError(t, e.Barrier(ctx))
+	dst := make([]engine.Match, 0, 16)
+	allocs := testing.AllocsPerRun(200, func() {
+		var err error
+		dst, err = e.FindMatches(ctx, q, dst[:0])
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	require.Len(t, dst, 8)
+	require.Zero(t, allocs)
+}
+
+func TestEventZeroAllocsSteadyState(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under -race")
+	}
+	e := newEngine(t, engine.Config{Shards: 2})
+	chain := make([]engine.Block, 32)
+	seqs := make([]uint64, 32)
+	for i := range chain {
+		chain[i] = engine.Block{Content: uint64(i % 5), Seq: uint64(7 + i)}
+		seqs[i] = uint64(7 + i)
+	}
+	require.NoError(t, e.Store("resident", chain))
+	// The worker keeps resident blocks, so its tables stay at their steady-state size.
+	resident := make([]engine.Block, 64)
+	for i := range resident {
+		resident[i] = engine.Block{Content: uint64(100 + i), Seq: uint64(5000 + i)}
+	}
+	require.NoError(t, e.Store("w", resident))
+	allocs := testing.AllocsPerRun(200, func() {
+		if err := e.Store("w", chain); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Remove("w", seqs...); err != nil {
+			t.Fatal(err)
+		}
+	})
+	require.Zero(t, allocs)
+}
+
+func Example() {
+	e, err := engine.New(engine.Config{Shards: 2})
+	if err != nil {
+		panic(err)
+	}
+	defer e.Close()
+
+	// Worker A caches a 3-block chain; worker B the first block, under another seq.
+	_ = e.Store("A", []engine.Block{{Content: 11, Seq: 0xa1}, {Content: 12, Seq: 0xa2}, {Content: 13, Seq: 0xa3}})
+	_ = e.Store("B", []engine.Block{{Content: 11, Seq: 0xb1}})
+	// B continues its chain under the block it holds.
+	_ = e.StoreUnder("B", 0xb1, []engine.Block{{Content: 99, Seq: 0xb2}})
+	// A parent B does not hold is rejected, and changes nothing.
+	err = e.StoreUnder("B", 0xdead, []engine.Block{{Content: 12, Seq: 0xb3}})
+	fmt.Println(errors.Is(err, engine.ErrParentNotFound))
+
+	_ = e.Barrier(context.Background())
+	matches, _ := e.FindMatches(context.Background(), []uint64{11, 12, 13, 14}, nil)
+	for _, m := range matches {
+		fmt.Printf("%s holds %d leading blocks (%d cached)\n", m.Worker, m.Score, m.Size)
+	}
+	// Output:
+	// true
+	// A holds 3 leading blocks (3 cached)
+	// B holds 1 leading blocks (2 cached)
+}

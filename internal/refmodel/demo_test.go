@@ -1,0 +1,70 @@
+package refmodel
+
+import (
+	"bytes"
+	"flag"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/kvindex/kvindex/internal/oplog"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var update = flag.Bool("update", false, "rewrite testdata/demo.jsonl")
+
+// DemoLog returns the op log the README's first command replays: a seeded random history
+// whose every query carries the reference model's answer.
+func demoLog() []byte {
+	ops := RandomOps(rand.New(rand.NewPCG(2026, 11)), 3000, RandomOptions{Workers: 6, Alphabet: 4, MaxChain: 200})
+	m := New()
+	var out []byte
+	for i := range ops {
+		op := &ops[i]
+		if op.Kind == oplog.Query {
+			op.Expect, op.Sizes, op.HasExpect = map[string]int{}, map[string]int{}, true
+			for _, a := range m.Query(op.Content) {
+				op.Expect[a.Worker], op.Sizes[a.Worker] = a.Score, a.Size
+			}
+		} else {
+			_ = m.Apply(op)
+		}
+		out = oplog.Append(out, *op)
+	}
+	return out
+}
+
+// TestDemoLogUpToDate keeps the shipped demo log equal to what the generator and the
+// model produce now; run with -update after changing either.
+func TestDemoLogUpToDate(t *testing.T) {
+	const path = "../../testdata/demo.jsonl"
+	want := demoLog()
+	if *update {
+		require.NoError(t, os.WriteFile(path, want, 0o644))
+	}
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(want, got), "testdata/demo.jsonl is stale: go test ./internal/refmodel -run DemoLog -update")
+}
+
+func TestModelBasics(t *testing.T) {
+	m := New()
+	require.NoError(t, m.Stored("a", 0, false, [][2]uint64{{1, 10}, {2, 11}, {3, 12}}))
+	require.ErrorIs(t, m.Stored("a", 99, true, [][2]uint64{{4, 13}}), ErrParentNotFound)
+	require.ErrorIs(t, m.Stored("a", 10, true, [][2]uint64{{4, 10}}), ErrInvalidEvent)
+	require.Equal(t, 1, m.Removed("a", []uint64{11, 77}))
+	// No cascade: 12 stays held but is unreachable through the gap at position 1.
+	require.Equal(t, []Answer{{"a", 1, 2}}, m.Query([]uint64{1, 2, 3}))
+	require.NoError(t, m.Stored("a", 10, true, [][2]uint64{{2, 14}}))
+	require.Equal(t, []Answer{{"a", 3, 3}}, m.Query([]uint64{1, 2, 3}))
+	m.Cleared("a")
+	sz, known := m.Size("a")
+	require.True(t, known)
+	require.Zero(t, sz)
+	m.RemoveWorker("a")
+	_, known = m.Size("a")
+	require.False(t, known)
+}

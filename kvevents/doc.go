@@ -1,0 +1,116 @@
+// Package kvevents decodes the KV-cache events that vLLM and SGLang publish over ZeroMQ
+// into neutral Go values for the index.
+//
+// # What it owns
+//
+// The bytes of one payload frame (the third frame of a [topic, seq, payload] message, a
+// msgpack EventBatch) and the sequence frame (ParseSeq). Sockets, topics, replay requests,
+// gap tracking and applying events to the index belong to the caller. The wire format and
+// its history are described in shared/EVENTS.md; section numbers below refer to it.
+//
+// # Who may call it
+//
+// A Decoder is not safe for concurrent use: each subscriber goroutine owns one Decoder
+// and the Batch values it decodes into. Decode overwrites its Batch and reuses its memory,
+// so the events and their slices are valid until that Batch is decoded into again; the
+// owner copies what it keeps. Stats are read by the owner goroutine too.
+//
+//	ZMQ SUB goroutine (one per engine endpoint / DP rank)
+//	  frames [topic, seq, payload]
+//	    ParseSeq(seq)                    -> seq, gap check (caller)
+//	    dec.Decode(payload, &batch)      -> batch.Events (Stored / Removed / Cleared)
+//	    for ev := range batch.Events     -> index: stored(worker, ev.Parent?, zip(ev.Contents, ev.Seqs)) ...
+//
+// # What it accepts
+//
+//   - The batch: always a msgpack array (EventBatch is array_like in every version, §3.3):
+//     [ts, events] (vLLM <= v0.9) or [ts, events, rank] where rank is vLLM's
+//     data_parallel_rank or SGLang's attn_dp_rank, an int32 or nil. Elements past the third
+//     are ignored. ts may be float64, float32 or an integer. No version encodes the batch
+//     as a map, so a map batch is ErrMalformed rather than a guess.
+//   - Each event either positional (an array, type tag at [0], fields in declaration
+//     order, §3.4) or a map with a "type" key anywhere in it (vLLM after PR #42892, SGLang
+//     after #37482), mixed freely within a batch. Known tags: BlockStored,
+//     BlockStoredWithMetadata (SGLang #30827), BlockRemoved, AllBlocksCleared. Other tags
+//     are counted (Batch.UnknownTypes, Stats.UnknownTypes) and skipped.
+//   - Fields: block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium,
+//     lora_name, extra_keys, group_idx, kv_cache_spec_kind, locality, cache_salt. Unknown
+//     map keys (session_id, kv_cache_spec_sliding_window, block_mm_infos, ...) and extra
+//     trailing array elements are skipped; fields missing from a shorter (older) array or
+//     omitted from a map (omit_defaults) are taken as nil.
+//   - Positional slot 7 is vLLM's lora_name (str or nil) and, in SGLang's
+//     BlockStoredWithMetadata, a metadata map {"cache_salt": ...}. The two are told apart
+//     by msgpack type, whatever the tag (EVENTS.md §4.1 notes the collision).
+//   - Block hashes: an integer of any width; a negative one (old vLLM's builtin hash())
+//     is taken as its two's-complement uint64. A bin value
+//     (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0) is folded exactly as vLLM's
+//     maybe_convert_block_hash does: int.from_bytes(b, "big") & (2^64-1), i.e. the last 8
+//     bytes big-endian, a shorter one left-padded with zeros. A str hash is rejected: no
+//     producer sends one, and folding the bytes of, say, a hex string would silently give
+//     a wrong value.
+//   - token_ids: every stored event must satisfy len(token_ids) == len(block_hashes) *
+//     block_size (the engines emit full blocks only, §3.4); otherwise the event is rejected
+//     with ReasonTokenCountMismatch. Contents[i] is hash.Content of the i-th block of ids.
+//
+// # Valid payloads, rejected events
+//
+// Decode fails the whole payload (ErrTruncated, ErrMalformed, ErrLimit) only when it
+// cannot be walked as an EventBatch, since then nothing after the fault can be located.
+// An event that is well-formed msgpack but not a valid event (wrong field type, missing
+// field, duplicate map key, bad block size, token count mismatch, over a per-event limit)
+// is left out, counted per Reason in Stats.Rejected and described by an EventError in
+// Batch.Rejected; the rest of the batch is decoded. Dropping a store is safe for the
+// index (later children of its blocks are rejected as parent-not-found); failing the
+// whole batch would drop its valid removals too.
+//
+// # Namespace
+//
+// A LoRA adapter or a cache salt changes the engine's block hashes without changing the
+// tokens, so such blocks must not share a prefix with the default space. Event.Namespace
+// names the space of a stored event, deterministically:
+//
+//	""                        no lora_name, no lora_id, no cache_salt (default space)
+//	"lora=NAME"               lora_name (non-empty) is NAME
+//	"lora_id=N"               no lora_name, lora_id is the integer N (deprecated field)
+//	"salt=SALT"               cache_salt (non-empty) is SALT
+//	"lora=NAME;salt=SALT"     both, always in this order (likewise "lora_id=N;salt=SALT")
+//
+// In NAME and SALT the bytes '%', ';', 0x00-0x1f and 0x7f are written as %XX (upper-case
+// hex); all other bytes, UTF-8 included, are kept. So equal inputs give equal strings and
+// different inputs different ones. An empty lora_name or cache_salt counts as absent, as
+// the engines treat it. Removed and Cleared events name blocks by engine hash, which is
+// unique within a worker whatever the namespace, so their Namespace is "".
+//
+// # Limits and memory
+//
+// Every count read from a msgpack header is checked against the bytes that remain (each
+// element takes at least one byte) and against Limits before anything is sized by it, so
+// a header that claims 2^32 elements costs nothing. Skipping unknown values recurses at
+// most Limits.MaxDepth levels. Defaults:
+//
+//	MaxPayloadBytes   16 MiB   larger payloads fail with ErrLimit before any parsing
+//	MaxEvents         262144   a larger events array fails the payload (ErrLimit)
+//	MaxBlocksPerEvent 131072   a longer block_hashes rejects the event (ReasonLimit)
+//	MaxTokensPerEvent 2^21     a longer token_ids rejects the event (ReasonLimit)
+//	MaxDepth          32       deeper nesting fails the payload (ErrLimit); allowed 4..1024
+//
+// A Decoder's and a Batch's memory is therefore bounded by the payload: at most one Event
+// per event and 16 bytes (engine hash + content hash) per block hash, each of which took
+// at least one payload byte; one token buffer of at most MaxTokensPerEvent ids; at most
+// MaxRecordedRejections EventErrors; and an intern table of at most 4096 strings of at
+// most 256 bytes for Medium, SpecKind, Locality and Namespace values.
+//
+// # Allocation
+//
+// Decoding reuses the Batch's event slice and two arenas (engine hashes, content hashes)
+// that the events' slices point into, the Decoder's token buffer and interned strings.
+// Re-decoding a payload shape the Batch has seen allocates nothing (TestAllocs asserts
+// 0). Rejections allocate their EventError strings.
+//
+// # Not decoded
+//
+// kv_cache_spec_sliding_window, session_id, and the content of extra_keys (Event.ExtraKeys
+// only says whether some block had any). Hybrid models emit events per KV-cache group:
+// GroupIdx, SpecKind and BlockSize are exposed and the caller chooses which groups to
+// index (Config.BlockSize already rejects groups with another block size).
+package kvevents

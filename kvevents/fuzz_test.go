@@ -1,0 +1,111 @@
+package kvevents
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
+
+// FuzzDecode: any payload decodes or fails with one of the three payload errors, never
+// panics, produces output bounded by the payload and the limits, and decodes the same way
+// twice (including into a reused Batch).
+func FuzzDecode(f *testing.F) {
+	for _, g := range goldenVectors {
+		f.Add(unhex(g.hex))
+	}
+	f.Add(batch(0, removedWith("ff", "d3 8000000000000000", "c4 01 ab")))
+	f.Add(batch(3, mp{}.arr(8).str("BlockStoredWithMetadata").uints(12).uint(11).tokens([]uint32{43}).uint(1).nil_().
+		str("GPU").obj(1).str("cache_salt").str("tenant;a")))
+	f.Add(batch(0, mp{}.obj(3).str("type").str("BlockStored").str("lora_name").str("x").str("extra_keys").arr(1).arr(1).arr(0)))
+
+	small := Limits{MaxPayloadBytes: 4096, MaxEvents: 16, MaxBlocksPerEvent: 8, MaxTokensPerEvent: 32, MaxDepth: 6}
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		for _, lim := range []Limits{{}, small} {
+			l := lim.withDefaults()
+			d := mustNew(t, Config{Limits: lim})
+			var b Batch
+			err := d.Decode(payload, &b)
+			if err != nil {
+				if !errors.Is(err, ErrTruncated) && !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrLimit) {
+					t.Fatalf("unexpected error type: %v", err)
+				}
+				if len(b.Events) != 0 || b.RejectedCount != 0 || b.UnknownTypes != 0 {
+					t.Fatalf("failed decode left output: %+v", b)
+				}
+				if st := d.Stats(); st.BadBatches != 1 || st.Events != 0 {
+					t.Fatalf("stats after failure: %+v", st)
+				}
+				continue
+			}
+			checkBounds(t, payload, l, &b)
+			first := snapshot(&b)
+			if err := d.Decode(payload, &b); err != nil {
+				t.Fatalf("second decode failed: %v", err)
+			}
+			if second := snapshot(&b); second != first {
+				t.Fatalf("decode not deterministic:\n%s\n%s", first, second)
+			}
+			st := d.Stats()
+			if st.Batches != 2 || st.Events != 2*uint64(len(b.Events)) || st.Stored+st.Removed+st.Cleared != st.Events ||
+				st.RejectedTotal() != 2*uint64(b.RejectedCount) || st.UnknownTypes != 2*uint64(b.UnknownTypes) {
+				t.Fatalf("stats inconsistent: %+v for %d events", st, len(b.Events))
+			}
+		}
+	})
+}
+
+func checkBounds(t *testing.T, payload []byte, l Limits, b *Batch) {
+	t.Helper()
+	if len(payload) > l.MaxPayloadBytes {
+		t.Fatalf("payload of %d bytes accepted, limit %d", len(payload), l.MaxPayloadBytes)
+	}
+	n := len(b.Events) + b.RejectedCount + b.UnknownTypes
+	if n > l.MaxEvents || n > len(payload) {
+		t.Fatalf("%d events from %d bytes", n, len(payload))
+	}
+	if len(b.Rejected) > MaxRecordedRejections || len(b.Rejected) > b.RejectedCount {
+		t.Fatalf("%d rejections recorded of %d", len(b.Rejected), b.RejectedCount)
+	}
+	blocks := 0
+	for _, e := range b.Events {
+		blocks += len(e.Seqs)
+		if len(e.Seqs) > l.MaxBlocksPerEvent {
+			t.Fatalf("%d blocks in one event", len(e.Seqs))
+		}
+		switch e.Kind {
+		case Stored:
+			if len(e.Contents) != len(e.Seqs) {
+				t.Fatalf("%d contents for %d seqs", len(e.Contents), len(e.Seqs))
+			}
+			if e.BlockSize < 1 || len(e.Seqs)*e.BlockSize > l.MaxTokensPerEvent {
+				t.Fatalf("block size %d, %d blocks", e.BlockSize, len(e.Seqs))
+			}
+		case Removed, Cleared:
+			if len(e.Contents) != 0 || e.Namespace != "" || (e.Kind == Cleared && len(e.Seqs) != 0) {
+				t.Fatalf("unexpected fields on %v: %+v", e.Kind, e)
+			}
+		default:
+			t.Fatalf("bad kind %v", e.Kind)
+		}
+		if e.HasDPRank != b.HasDPRank || e.DPRank != b.DPRank {
+			t.Fatalf("event rank %d/%v, batch %d/%v", e.DPRank, e.HasDPRank, b.DPRank, b.HasDPRank)
+		}
+	}
+	if blocks > len(payload) {
+		t.Fatalf("%d block hashes from %d bytes", blocks, len(payload))
+	}
+	if cap(b.seqs) > 2*len(payload)+16 || cap(b.contents) > 2*len(payload)+16 {
+		t.Fatalf("arenas of %d/%d for %d bytes", cap(b.seqs), cap(b.contents), len(payload))
+	}
+}
+
+func snapshot(b *Batch) string {
+	type view struct {
+		Batch    Batch
+		Events   []Event
+		Rejected []EventError
+	}
+	c := *b
+	c.seqs, c.contents, c.Events, c.Rejected = nil, nil, nil, nil
+	return fmt.Sprintf("%+v", view{c, norm(b.Events), b.Rejected})
+}
