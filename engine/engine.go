@@ -46,6 +46,10 @@ type Engine struct {
 
 	blocks atomic.Int64
 
+	// namespaces interns prefix-namespace names to ids; "" is id 0 and never stored.
+	namespaces sync.Map // string -> uint32
+	nsNext     atomic.Uint32
+
 	events          atomic.Uint64
 	rejParent       atomic.Uint64
 	rejInvalid      atomic.Uint64
@@ -106,10 +110,12 @@ func (e *Engine) shutdown(cause error) {
 			e.failed.Store(&cause)
 		}
 		e.closed.Store(true)
-		close(e.done)
+		// Rings close first: a push either lands before its ring closes (and the shard
+		// applies it while draining after done) or fails with ErrClosed.
 		for _, s := range e.shards {
 			s.ring.Close()
 		}
+		close(e.done)
 	})
 }
 
@@ -185,17 +191,82 @@ func (e *Engine) lockLive(name string, create bool) *worker {
 // Store applies a stored event for a chain of root blocks: blocks[0] is at position 0
 // and each next block hangs under the previous one.
 func (e *Engine) Store(worker string, blocks []Block) error {
-	return e.store(worker, 0, false, blocks)
+	return e.store(worker, 0, 0, false, blocks)
 }
 
 // StoreUnder applies a stored event whose first block hangs under the block the worker
 // holds as parent. It returns ErrParentNotFound, and changes nothing, if the worker does
 // not hold parent.
 func (e *Engine) StoreUnder(worker string, parent uint64, blocks []Block) error {
-	return e.store(worker, parent, true, blocks)
+	return e.store(worker, 0, parent, true, blocks)
 }
 
-func (e *Engine) store(name string, parent uint64, hasParent bool, blocks []Block) error {
+// EventKind names the kind of an Event.
+type EventKind uint8
+
+// The event kinds.
+const (
+	EventStored EventKind = iota + 1
+	EventRemoved
+	EventCleared
+	EventRemoveWorker
+)
+
+// Event is any engine event, for ingesters that decode events generically.
+type Event struct {
+	Kind   EventKind
+	Worker string
+	// Namespace separates prefix trees (LoRA adapters, cache salts): blocks stored in one
+	// namespace never match queries in another. "" is the default namespace, the one
+	// Store, StoreUnder and FindMatches use. Stored events only; a parent must be held in
+	// the same namespace.
+	Namespace string
+	Parent    uint64
+	HasParent bool
+	Blocks    []Block  // EventStored
+	Seqs      []uint64 // EventRemoved
+}
+
+// Apply applies one event. It is equivalent to the method of the event's kind.
+func (e *Engine) Apply(ev *Event) error {
+	switch ev.Kind {
+	case EventStored:
+		ns := uint32(0)
+		if ev.Namespace != "" && len(ev.Blocks) > 0 {
+			ns = e.namespaceID(ev.Namespace, true)
+		}
+		return e.store(ev.Worker, ns, ev.Parent, ev.HasParent, ev.Blocks)
+	case EventRemoved:
+		return e.Remove(ev.Worker, ev.Seqs...)
+	case EventCleared:
+		return e.Clear(ev.Worker)
+	case EventRemoveWorker:
+		return e.RemoveWorker(ev.Worker)
+	}
+	e.rejInvalid.Add(1)
+	return fmt.Errorf("%w: unknown event kind %d", ErrInvalidEvent, ev.Kind)
+}
+
+// namespaceID returns the id of a non-empty namespace name, interning it when create is
+// set; 0 with create unset means the namespace has never been stored into.
+func (e *Engine) namespaceID(name string, create bool) uint32 {
+	if v, ok := e.namespaces.Load(name); ok {
+		return v.(uint32)
+	}
+	if !create {
+		return 0
+	}
+	e.regMu.Lock()
+	defer e.regMu.Unlock()
+	if v, ok := e.namespaces.Load(name); ok {
+		return v.(uint32)
+	}
+	id := e.nsNext.Add(1)
+	e.namespaces.Store(name, id)
+	return id
+}
+
+func (e *Engine) store(name string, ns uint32, parent uint64, hasParent bool, blocks []Block) error {
 	if e.closed.Load() {
 		return e.err()
 	}
@@ -226,16 +297,15 @@ func (e *Engine) store(name string, parent uint64, hasParent bool, blocks []Bloc
 		w = e.lockLive(name, true)
 	}
 	defer w.mu.Unlock()
-	var pos uint32
-	var prefix uint64
+	var at key
 	if hasParent {
-		p, pre, ok := w.seqs.get(parent)
-		if !ok {
+		k, ok := w.seqs.get(parent)
+		if !ok || k.ns != ns {
 			e.rejParent.Add(1)
-			return fmt.Errorf("%w: worker %q does not hold %d", ErrParentNotFound, name, parent)
+			return fmt.Errorf("%w: worker %q does not hold %d in this namespace", ErrParentNotFound, name, parent)
 		}
-		pos, prefix = p, pre
-		if uint64(pos)+uint64(len(blocks)) >= MaxDepth {
+		at = k
+		if uint64(at.pos)+uint64(len(blocks)) >= MaxDepth {
 			e.rejInvalid.Add(1)
 			return fmt.Errorf("%w: chain deeper than %d blocks", ErrInvalidEvent, MaxDepth)
 		}
@@ -247,7 +317,7 @@ func (e *Engine) store(name string, parent uint64, hasParent bool, blocks []Bloc
 		}
 		return fmt.Errorf("%w: a seq appears twice in one event", ErrInvalidEvent)
 	}
-	w.store(e, pos, prefix, 0, hasParent, blocks)
+	w.store(e, ns, at, hasParent, blocks)
 	e.events.Add(1)
 	return w.flush(e)
 }

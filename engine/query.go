@@ -24,6 +24,7 @@ type Match struct {
 type probe struct {
 	prefix uint64
 	pos    uint32
+	ns     uint32
 	off, n uint32
 }
 
@@ -49,6 +50,7 @@ type candidate struct {
 // query is a pooled per-call workspace: nothing in it survives a call except capacity.
 type query struct {
 	done     chan struct{}
+	ns       uint32
 	pre      []uint64 // prefix hash per position
 	sub      []probeBatch
 	locShard []int32 // per position: owning shard's batch, or -1 if not probed
@@ -75,6 +77,25 @@ func (e *Engine) getQuery() *query {
 // prefix, and its size. Matches are ordered by score (highest first), then worker id.
 // An empty query matches nothing. It returns ctx.Err() if ctx ends first, or ErrClosed.
 func (e *Engine) FindMatches(ctx context.Context, content []uint64, dst []Match) ([]Match, error) {
+	return e.findMatches(ctx, 0, content, dst)
+}
+
+// FindMatchesIn is FindMatches in a prefix namespace (see Event.Namespace); "" is the
+// default namespace. A namespace nothing was ever stored into matches nothing.
+func (e *Engine) FindMatchesIn(ctx context.Context, namespace string, content []uint64, dst []Match) ([]Match, error) {
+	ns := uint32(0)
+	if namespace != "" {
+		if ns = e.namespaceID(namespace, false); ns == 0 {
+			if e.closed.Load() {
+				return dst, e.err()
+			}
+			return dst, nil
+		}
+	}
+	return e.findMatches(ctx, ns, content, dst)
+}
+
+func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, dst []Match) ([]Match, error) {
 	if e.closed.Load() {
 		return dst, e.err()
 	}
@@ -95,6 +116,7 @@ func (e *Engine) FindMatches(ctx context.Context, content []uint64, dst []Match)
 		}
 	}()
 	L := len(content)
+	q.ns = ns
 	q.pre = hash.Prefixes(q.pre[:0], content)
 	q.reset(L)
 
@@ -223,11 +245,12 @@ func (q *query) reset(L int) {
 
 // add queues a probe of position x with its owner shard.
 func (q *query) add(e *Engine, x int) {
-	s := e.owner(q.pre[x], uint32(x))
+	k := key{prefix: q.pre[x], pos: uint32(x), ns: q.ns}
+	s := e.owner(k)
 	b := &q.sub[s]
 	q.locShard[x] = int32(s)
 	q.locIdx[x] = uint32(len(b.probes))
-	b.probes = append(b.probes, probe{prefix: q.pre[x], pos: uint32(x)})
+	b.probes = append(b.probes, probe{prefix: k.prefix, pos: k.pos, ns: k.ns})
 }
 
 // members returns the answer for a probed position.

@@ -20,6 +20,7 @@ const (
 type delta struct {
 	prefix uint64
 	pos    uint32
+	ns     uint32
 	wid    uint32
 	op     uint8
 	bar    *barrier
@@ -102,11 +103,11 @@ func (s *shardLoop) apply(ds []delta) {
 		d := &ds[i]
 		switch d.op {
 		case opAdd:
-			if !s.idx.Add(shard.Key{Prefix: d.prefix, Pos: d.pos}, d.wid) {
+			if !s.idx.Add(shard.Key{Prefix: d.prefix, Pos: d.pos, NS: d.ns}, d.wid) {
 				panic("engine: duplicate membership add")
 			}
 		case opRemove:
-			if !s.idx.Remove(shard.Key{Prefix: d.prefix, Pos: d.pos}, d.wid) {
+			if !s.idx.Remove(shard.Key{Prefix: d.prefix, Pos: d.pos, NS: d.ns}, d.wid) {
 				panic("engine: removal of an absent membership")
 			}
 		case opBarrier:
@@ -141,7 +142,7 @@ func (s *shardLoop) answer(b *probeBatch) {
 	for i := b.start; i < len(b.probes); i++ {
 		p := &b.probes[i]
 		off := len(out)
-		out = s.idx.AppendMembers(out, shard.Key{Prefix: p.prefix, Pos: p.pos})
+		out = s.idx.AppendMembers(out, shard.Key{Prefix: p.prefix, Pos: p.pos, NS: p.ns})
 		p.off, p.n = uint32(off), uint32(len(out)-off)
 	}
 	b.out = out

@@ -34,6 +34,7 @@ type seqEntry struct {
 	seq    uint64
 	prefix uint64
 	pos1   uint32
+	ns     uint32
 }
 
 type seqTable struct {
@@ -52,24 +53,24 @@ func (t *seqTable) init(c int) {
 
 func (t *seqTable) home(seq uint64) uint64 { return (mix64(seq) * 0x9e3779b97f4a7c15) >> t.shift }
 
-// get returns the position and prefix of seq.
-func (t *seqTable) get(seq uint64) (pos uint32, prefix uint64, ok bool) {
+// get returns the key of seq.
+func (t *seqTable) get(seq uint64) (k key, ok bool) {
 	if t.n == 0 {
-		return 0, 0, false
+		return key{}, false
 	}
 	for i := t.home(seq); ; i = (i + 1) & t.mask {
 		e := &t.slots[i]
 		if e.pos1 == 0 {
-			return 0, 0, false
+			return key{}, false
 		}
 		if e.seq == seq {
-			return e.pos1 - 1, e.prefix, true
+			return key{prefix: e.prefix, pos: e.pos1 - 1, ns: e.ns}, true
 		}
 	}
 }
 
 // put inserts or overwrites seq.
-func (t *seqTable) put(seq uint64, pos uint32, prefix uint64) {
+func (t *seqTable) put(seq uint64, k key) {
 	if len(t.slots) == 0 {
 		t.init(tableMinCap)
 	}
@@ -79,12 +80,12 @@ func (t *seqTable) put(seq uint64, pos uint32, prefix uint64) {
 	for i := t.home(seq); ; i = (i + 1) & t.mask {
 		e := &t.slots[i]
 		if e.pos1 == 0 {
-			*e = seqEntry{seq: seq, prefix: prefix, pos1: pos + 1}
+			*e = seqEntry{seq: seq, prefix: k.prefix, pos1: k.pos + 1, ns: k.ns}
 			t.n++
 			return
 		}
 		if e.seq == seq {
-			e.prefix, e.pos1 = prefix, pos+1
+			e.prefix, e.pos1, e.ns = k.prefix, k.pos+1, k.ns
 			return
 		}
 	}
@@ -160,8 +161,18 @@ type keyEntry struct {
 	prefix uint64
 	parent uint64
 	pos    uint32
+	ns     uint32
 	seqs   uint32
 	kids   uint32
+}
+
+func (e *keyEntry) key() key { return key{prefix: e.prefix, pos: e.pos, ns: e.ns} }
+
+// key is a (namespace, position, prefix) triple: one node of one namespace's prefix tree.
+type key struct {
+	prefix uint64
+	pos    uint32
+	ns     uint32
 }
 
 func (e *keyEntry) empty() bool { return e.seqs == 0 && e.kids == 0 }
@@ -180,43 +191,43 @@ func (t *keyTable) init(c int) {
 	t.n = 0
 }
 
-func (t *keyTable) home(prefix uint64, pos uint32) uint64 {
-	return (mix64(prefix^uint64(pos)*0x9e3779b97f4a7c15) * 0x9e3779b97f4a7c15) >> t.shift
+func (t *keyTable) home(k key) uint64 {
+	return (mix64(k.prefix^(uint64(k.ns)<<32|uint64(k.pos))*0x9e3779b97f4a7c15) * 0x9e3779b97f4a7c15) >> t.shift
 }
 
-// find returns the slot of (pos, prefix), or -1.
-func (t *keyTable) find(prefix uint64, pos uint32) int {
+// find returns the slot of k, or -1.
+func (t *keyTable) find(k key) int {
 	if t.n == 0 {
 		return -1
 	}
-	for i := t.home(prefix, pos); ; i = (i + 1) & t.mask {
+	for i := t.home(k); ; i = (i + 1) & t.mask {
 		e := &t.slots[i]
 		if e.empty() {
 			return -1
 		}
-		if e.prefix == prefix && e.pos == pos {
+		if e.prefix == k.prefix && e.pos == k.pos && e.ns == k.ns {
 			return int(i)
 		}
 	}
 }
 
-// findOrAdd returns the slot of (pos, prefix), creating an entry with zero counts (which
-// the caller must make non-empty before any other table operation).
-func (t *keyTable) findOrAdd(prefix uint64, pos uint32, parent uint64) int {
+// findOrAdd returns the slot of k, creating an entry with zero counts (which the caller
+// must make non-empty before any other table operation).
+func (t *keyTable) findOrAdd(k key, parent uint64) int {
 	if len(t.slots) == 0 {
 		t.init(tableMinCap)
 	}
 	if (t.n+1)*4 > len(t.slots)*3 {
 		t.resize(len(t.slots) * 2)
 	}
-	for i := t.home(prefix, pos); ; i = (i + 1) & t.mask {
+	for i := t.home(k); ; i = (i + 1) & t.mask {
 		e := &t.slots[i]
 		if e.empty() {
-			*e = keyEntry{prefix: prefix, parent: parent, pos: pos}
+			*e = keyEntry{prefix: k.prefix, parent: parent, pos: k.pos, ns: k.ns}
 			t.n++
 			return int(i)
 		}
-		if e.prefix == prefix && e.pos == pos {
+		if e.prefix == k.prefix && e.pos == k.pos && e.ns == k.ns {
 			return int(i)
 		}
 	}
@@ -234,7 +245,7 @@ func (t *keyTable) delAt(i uint64) {
 				t.n--
 				return
 			}
-			if !inRun(t.home(e.prefix, e.pos), i, j) {
+			if !inRun(t.home(e.key()), i, j) {
 				t.slots[i] = *e
 				i = j
 				break
@@ -261,7 +272,7 @@ func (t *keyTable) resize(c int) {
 		if e.empty() {
 			continue
 		}
-		i := t.home(e.prefix, e.pos)
+		i := t.home(e.key())
 		for !t.slots[i].empty() {
 			i = (i + 1) & t.mask
 		}

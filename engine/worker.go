@@ -32,6 +32,8 @@ type worker struct {
 	seqs  seqTable
 	keys  keyTable
 	holes int
+	// blocks is this event's change to the engine-wide block count, published by flush.
+	blocks int64
 	// pend collects this event's deltas per shard; reused across events.
 	pend [][]delta
 	// scratch holds a sorted copy of an event's seqs for the duplicate check.
@@ -71,45 +73,45 @@ func (w *worker) validateStore(parent uint64, hasParent bool, blocks []Block) bo
 	return true
 }
 
-// store applies an accepted stored event: the parent (if any) is held, validateStore
-// passed, and positions fit. Called with mu held.
-func (w *worker) store(e *Engine, pos uint32, prefix, parentPrefix uint64, hasParent bool, blocks []Block) {
+// store applies an accepted stored event: the parent (if any) is held at key parent,
+// validateStore passed, and positions fit. Called with mu held.
+func (w *worker) store(e *Engine, ns uint32, parent key, hasParent bool, blocks []Block) {
+	k := parent
 	for i, b := range blocks {
+		parentPrefix := k.prefix
 		if i > 0 || hasParent {
-			parentPrefix = prefix
-			prefix = hash.Next(prefix, b.Content)
-			pos++
+			k = key{prefix: hash.Next(k.prefix, b.Content), pos: k.pos + 1, ns: ns}
 		} else {
-			prefix = b.Content
+			k = key{prefix: b.Content, pos: 0, ns: ns}
 		}
-		if opos, opre, ok := w.seqs.get(b.Seq); ok {
-			if opos == pos && opre == prefix {
+		if old, ok := w.seqs.get(b.Seq); ok {
+			if old == k {
 				continue // a duplicate never inflates anything
 			}
-			w.dropKey(e, opos, opre) // last write wins: the seq moves
+			w.dropKey(e, old) // last write wins: the seq moves
 		} else {
 			w.size.Add(1)
-			e.blocks.Add(1)
+			w.blocks++
 		}
-		w.seqs.put(b.Seq, pos, prefix)
-		w.addKey(e, pos, prefix, parentPrefix)
+		w.seqs.put(b.Seq, k)
+		w.addKey(e, k, parentPrefix)
 	}
 }
 
-// addKey counts one more engine hash under (pos, prefix).
-func (w *worker) addKey(e *Engine, pos uint32, prefix, parent uint64) {
-	i := w.keys.findOrAdd(prefix, pos, parent)
-	k := &w.keys.slots[i]
-	k.seqs++
-	if k.seqs > 1 {
+// addKey counts one more engine hash under k, whose parent key has prefix parent.
+func (w *worker) addKey(e *Engine, k key, parent uint64) {
+	i := w.keys.findOrAdd(k, parent)
+	ke := &w.keys.slots[i]
+	ke.seqs++
+	if ke.seqs > 1 {
 		return
 	}
 	// The key became held: its children that were holes are reconnected, it tells the
 	// index, and it becomes a child of its parent key.
-	w.holes -= int(k.kids)
-	w.emit(e, opAdd, pos, prefix)
-	if pos > 0 {
-		p := &w.keys.slots[w.keys.findOrAdd(parent, pos-1, 0)]
+	w.holes -= int(ke.kids)
+	w.emit(e, opAdd, k)
+	if k.pos > 0 {
+		p := &w.keys.slots[w.keys.findOrAdd(key{prefix: parent, pos: k.pos - 1, ns: k.ns}, 0)]
 		p.kids++
 		if p.seqs == 0 {
 			w.holes++
@@ -117,25 +119,25 @@ func (w *worker) addKey(e *Engine, pos uint32, prefix, parent uint64) {
 	}
 }
 
-// dropKey counts one engine hash less under (pos, prefix), which must be held.
-func (w *worker) dropKey(e *Engine, pos uint32, prefix uint64) {
-	i := w.keys.find(prefix, pos)
+// dropKey counts one engine hash less under k, which must be held.
+func (w *worker) dropKey(e *Engine, k key) {
+	i := w.keys.find(k)
 	if i < 0 {
 		panic("engine: worker key table lost a held key")
 	}
-	k := &w.keys.slots[i]
-	k.seqs--
-	if k.seqs > 0 {
+	ke := &w.keys.slots[i]
+	ke.seqs--
+	if ke.seqs > 0 {
 		return
 	}
-	w.holes += int(k.kids)
-	w.emit(e, opRemove, pos, prefix)
-	parent := k.parent
-	if k.kids == 0 {
+	w.holes += int(ke.kids)
+	w.emit(e, opRemove, k)
+	parent := ke.parent
+	if ke.kids == 0 {
 		w.keys.delAt(uint64(i))
 	}
-	if pos > 0 {
-		j := w.keys.find(parent, pos-1)
+	if k.pos > 0 {
+		j := w.keys.find(key{prefix: parent, pos: k.pos - 1, ns: k.ns})
 		if j < 0 {
 			panic("engine: worker key table lost a parent key")
 		}
@@ -154,15 +156,15 @@ func (w *worker) dropKey(e *Engine, pos uint32, prefix uint64) {
 // remove drops seqs the worker holds and returns how many it did not hold.
 func (w *worker) remove(e *Engine, seqs []uint64) (skipped int) {
 	for _, s := range seqs {
-		pos, prefix, ok := w.seqs.get(s)
+		k, ok := w.seqs.get(s)
 		if !ok {
 			skipped++
 			continue
 		}
 		w.seqs.del(s)
 		w.size.Add(-1)
-		e.blocks.Add(-1)
-		w.dropKey(e, pos, prefix)
+		w.blocks--
+		w.dropKey(e, k)
 	}
 	return skipped
 }
@@ -172,25 +174,31 @@ func (w *worker) clear(e *Engine) {
 	for i := range w.keys.slots {
 		k := &w.keys.slots[i]
 		if k.seqs > 0 {
-			w.emit(e, opRemove, k.pos, k.prefix)
+			w.emit(e, opRemove, k.key())
 		}
 	}
-	e.blocks.Add(-w.size.Load())
+	w.blocks -= w.size.Load()
 	w.size.Store(0)
 	w.seqs = seqTable{}
 	w.keys = keyTable{}
 	w.holes = 0
 }
 
-func (w *worker) emit(e *Engine, op uint8, pos uint32, prefix uint64) {
-	s := e.owner(prefix, pos)
-	w.pend[s] = append(w.pend[s], delta{prefix: prefix, pos: pos, wid: w.wid, op: op})
+func (w *worker) emit(e *Engine, op uint8, k key) {
+	s := e.owner(k)
+	w.pend[s] = append(w.pend[s], delta{prefix: k.prefix, pos: k.pos, ns: k.ns, wid: w.wid, op: op})
 }
 
-// flush publishes this event's deltas to the shard rings and the worker's gap flag.
-// Called with mu held, so one worker's deltas enter each ring in event order.
+// flush publishes this event's deltas to the shard rings and the worker's gap flag and
+// counters. Called with mu held, so one worker's deltas enter each ring in event order.
 func (w *worker) flush(e *Engine) error {
-	w.gappy.Store(w.holes > 0)
+	if g := w.holes > 0; g != w.gappy.Load() {
+		w.gappy.Store(g)
+	}
+	if w.blocks != 0 {
+		e.blocks.Add(w.blocks)
+		w.blocks = 0
+	}
 	var err error
 	for s := range w.pend {
 		if len(w.pend[s]) == 0 {
@@ -205,8 +213,9 @@ func (w *worker) flush(e *Engine) error {
 	return err
 }
 
-// owner returns the shard that owns key (pos, prefix). Keys are spread by a hash of both,
-// so the hot first positions that every request shares land on different shards.
-func (e *Engine) owner(prefix uint64, pos uint32) int {
-	return int(((shard.KeyHash(prefix, pos) >> 32) * uint64(len(e.shards))) >> 32)
+// owner returns the shard that owns key k. Keys are spread by a hash of all of k, so the
+// hot first positions that every request shares land on different shards.
+func (e *Engine) owner(k key) int {
+	h := shard.KeyHash(shard.Key{Prefix: k.prefix, Pos: k.pos, NS: k.ns})
+	return int(((h >> 32) * uint64(len(e.shards))) >> 32)
 }

@@ -387,7 +387,7 @@ func (r *Ring[T]) PopBatch(dst []T) int {
 	}
 	// Dekker pair of waitSpace: cells were freed (seq stores in pop)
 	// before this load.
-	if w := r.waiters.Load(); w > 1000 {
+	if w := r.waiters.Load(); w > 0 {
 	wake:
 		for k := min(int64(n), w); k > 0; k-- {
 			select {

@@ -3,7 +3,7 @@ package shard
 import "math/bits"
 
 // Inline is the number of members a slot stores without an overflow allocation.
-const Inline = 4
+const Inline = 3
 
 const (
 	minCapacity = 16
@@ -12,16 +12,21 @@ const (
 	maxLoadDen = 4
 )
 
-// Key names one position of one prefix chain.
+// Key names one position of one prefix chain in one namespace. Keys of different
+// namespaces never compare equal, whatever their prefix hashes.
 type Key struct {
 	Prefix uint64
 	Pos    uint32
+	NS     uint32
 }
+
+// loc packs a key's namespace and position into the word a slot stores.
+func (k Key) loc() uint64 { return uint64(k.NS)<<32 | uint64(k.Pos) }
 
 // slot is one table cell; n == 0 marks it empty.
 type slot struct {
 	prefix uint64
-	pos    uint32
+	loc    uint64 // namespace << 32 | position
 	n      uint32
 	m      [Inline]uint32
 }
@@ -61,28 +66,31 @@ func (x *Index) alloc(c int) {
 
 // KeyHash mixes a key into 64 well-distributed bits. Prefix hashes of deeper blocks are
 // already XXH3 outputs, but roots carry raw content values (often small integers), so the
-// position is folded in and the result is multiplied through a strong odd constant.
-func KeyHash(prefix uint64, pos uint32) uint64 {
-	h := prefix ^ (uint64(pos)+1)*0x9e3779b97f4a7c15
+// position and namespace are folded in and the result goes through a strong mixer.
+func KeyHash(k Key) uint64 { return keyHash(k.Prefix, k.loc()) }
+
+func keyHash(prefix, loc uint64) uint64 {
+	h := prefix ^ (loc+1)*0x9e3779b97f4a7c15
 	h ^= h >> 32
 	h *= 0xd6e8feb86659fd93
 	h ^= h >> 32
 	return h
 }
 
-func (x *Index) home(prefix uint64, pos uint32) uint64 {
-	return (KeyHash(prefix, pos) * 0x9e3779b97f4a7c15) >> x.shift
+func (x *Index) home(prefix, loc uint64) uint64 {
+	return (keyHash(prefix, loc) * 0x9e3779b97f4a7c15) >> x.shift
 }
 
 // find returns the slot index of k, or -1.
-func (x *Index) find(prefix uint64, pos uint32) int {
-	i := x.home(prefix, pos)
+func (x *Index) find(k Key) int {
+	prefix, loc := k.Prefix, k.loc()
+	i := x.home(prefix, loc)
 	for {
 		s := &x.slots[i]
 		if s.n == 0 {
 			return -1
 		}
-		if s.prefix == prefix && s.pos == pos {
+		if s.prefix == prefix && s.loc == loc {
 			return int(i)
 		}
 		i = (i + 1) & x.mask
@@ -103,17 +111,18 @@ func (x *Index) Add(k Key, wid uint32) bool {
 	if (x.used+1)*maxLoadDen > len(x.slots)*maxLoadNum {
 		x.resize(len(x.slots) * 2)
 	}
-	i := x.home(k.Prefix, k.Pos)
+	loc := k.loc()
+	i := x.home(k.Prefix, loc)
 	for {
 		s := &x.slots[i]
 		if s.n == 0 {
-			*s = slot{prefix: k.Prefix, pos: k.Pos, n: 1}
+			*s = slot{prefix: k.Prefix, loc: loc, n: 1}
 			s.m[0] = wid
 			x.used++
 			x.members++
 			return true
 		}
-		if s.prefix == k.Prefix && s.pos == k.Pos {
+		if s.prefix == k.Prefix && s.loc == loc {
 			if !x.addMember(s, wid) {
 				return false
 			}
@@ -168,7 +177,7 @@ func (x *Index) newOverflow() uint32 {
 // Remove drops wid from k and reports whether it was a member. A key left with no
 // members is deleted.
 func (x *Index) Remove(k Key, wid uint32) bool {
-	i := x.find(k.Prefix, k.Pos)
+	i := x.find(k)
 	if i < 0 {
 		return false
 	}
@@ -233,7 +242,7 @@ func (x *Index) deleteAt(i uint64) {
 			if s.n == 0 {
 				return
 			}
-			h := x.home(s.prefix, s.pos)
+			h := x.home(s.prefix, s.loc)
 			// Move s back to i unless its home lies cyclically in (i, j].
 			if (j > i && (h <= i || h > j)) || (j < i && (h <= i && h > j)) {
 				x.slots[i] = *s
@@ -255,7 +264,7 @@ func (x *Index) resize(c int) {
 		if s.n == 0 {
 			continue
 		}
-		i := x.home(s.prefix, s.pos)
+		i := x.home(s.prefix, s.loc)
 		for x.slots[i].n != 0 {
 			i = (i + 1) & x.mask
 		}
@@ -265,7 +274,7 @@ func (x *Index) resize(c int) {
 
 // AppendMembers appends the members of k to dst, in no particular order.
 func (x *Index) AppendMembers(dst []uint32, k Key) []uint32 {
-	i := x.find(k.Prefix, k.Pos)
+	i := x.find(k)
 	if i < 0 {
 		return dst
 	}
@@ -278,7 +287,7 @@ func (x *Index) AppendMembers(dst []uint32, k Key) []uint32 {
 
 // Has reports whether wid is a member of k.
 func (x *Index) Has(k Key, wid uint32) bool {
-	i := x.find(k.Prefix, k.Pos)
+	i := x.find(k)
 	if i < 0 {
 		return false
 	}
