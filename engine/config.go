@@ -52,11 +52,19 @@ type Config struct {
 	MaxEventBlocks int
 	// QueryQueue is the capacity of each shard's query channel. Default 256.
 	QueryQueue int
+	// LockedIndex replaces the shard goroutines with a single index guarded by one
+	// sync.RWMutex: event callers apply their deltas under the write lock and queries
+	// probe under the read lock. It exists as the baseline the benchmarks compare the
+	// sharded runtime with; Shards must be 0 or 1 with it.
+	LockedIndex bool
 }
 
 func (c Config) withDefaults() Config {
 	if c.Shards == 0 {
 		c.Shards = min(runtime.GOMAXPROCS(0), 8)
+		if c.LockedIndex {
+			c.Shards = 1
+		}
 	}
 	if c.JumpSize == 0 {
 		c.JumpSize = 64
@@ -88,6 +96,8 @@ func (c Config) validate() error {
 		return bad("MaxEventBlocks = %d, want >= 1", c.MaxEventBlocks)
 	case c.QueryQueue < 1:
 		return bad("QueryQueue = %d, want >= 1", c.QueryQueue)
+	case c.LockedIndex && c.Shards != 1:
+		return bad("LockedIndex needs Shards = 1, not %d", c.Shards)
 	}
 	return nil
 }

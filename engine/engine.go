@@ -59,6 +59,9 @@ type Engine struct {
 
 	qpool    sync.Pool
 	barriers sync.Pool
+
+	// locked guards shards[0].idx when cfg.LockedIndex is set (the benchmark baseline).
+	locked sync.RWMutex
 }
 
 // New validates cfg, starts the shard goroutines and returns the engine.
@@ -77,6 +80,9 @@ func New(cfg Config) (*Engine, error) {
 			return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 		}
 		e.shards[i] = newShardLoop(e, i, r)
+	}
+	if cfg.LockedIndex {
+		return e, nil
 	}
 	for _, s := range e.shards {
 		e.wg.Add(1)

@@ -43,6 +43,8 @@ func TestConfigValidation(t *testing.T) {
 		{"queue too big", engine.Config{QueueSize: engine.MaxQueueSize * 2}, false},
 		{"negative max blocks", engine.Config{MaxEventBlocks: -1}, false},
 		{"negative query queue", engine.Config{QueryQueue: -1}, false},
+		{"locked index", engine.Config{LockedIndex: true}, true},
+		{"locked index with shards", engine.Config{LockedIndex: true, Shards: 2}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.cfg
@@ -125,7 +127,7 @@ func TestDifferential(t *testing.T) {
 	if testing.Short() {
 		n = 2000
 	}
-	for _, shards := range []int{1, 2, 3} {
+	for _, shards := range []int{0, 1, 2, 3} { // 0: the LockedIndex baseline
 		for _, jump := range []int{1, 3, 64} {
 			for seed := uint64(1); seed <= 3; seed++ {
 				t.Run(fmt.Sprintf("shards=%d/jump=%d/seed=%d", shards, jump, seed), func(t *testing.T) {
@@ -133,7 +135,11 @@ func TestDifferential(t *testing.T) {
 					r := rand.New(rand.NewPCG(seed, uint64(jump)))
 					opt := refmodel.RandomOptions{Alphabet: int(2 + seed), MaxChain: []int{20, 150, 300}[seed-1]}
 					ops := refmodel.RandomOps(r, n, opt)
-					require.Positive(t, differential(t, engine.Config{Shards: shards, JumpSize: jump, QueueSize: 4}, ops))
+					cfg := engine.Config{Shards: shards, JumpSize: jump, QueueSize: 4}
+					if shards == 0 {
+						cfg = engine.Config{LockedIndex: true, JumpSize: jump}
+					}
+					require.Positive(t, differential(t, cfg, ops))
 				})
 			}
 		}

@@ -280,6 +280,13 @@ func (q *query) isMember(x int, wid uint32) bool {
 // scatter sends every batch with unanswered probes to its shard and waits for all of
 // them.
 func (e *Engine) scatter(ctx context.Context, q *query) error {
+	if e.cfg.LockedIndex {
+		e.locked.RLock()
+		e.shards[0].fill(&q.sub[0])
+		e.locked.RUnlock()
+		q.sub[0].start = len(q.sub[0].probes)
+		return nil
+	}
 	sent := 0
 	for i := range q.sub {
 		b := &q.sub[i]

@@ -135,9 +135,14 @@ func (s *shardLoop) drainQueries() bool {
 	}
 }
 
-// answer fills each probe of b with the members of its key, appended to b.out, and
-// hands b back to the querying goroutine.
+// answer fills b and hands it back to the querying goroutine.
 func (s *shardLoop) answer(b *probeBatch) {
+	s.fill(b)
+	b.q.done <- struct{}{}
+}
+
+// fill answers each probe of b with the members of its key, appended to b.out.
+func (s *shardLoop) fill(b *probeBatch) {
 	out := b.out
 	for i := b.start; i < len(b.probes); i++ {
 		p := &b.probes[i]
@@ -147,7 +152,6 @@ func (s *shardLoop) answer(b *probeBatch) {
 	}
 	b.out = out
 	s.probes.Add(uint64(len(b.probes) - b.start))
-	b.q.done <- struct{}{}
 }
 
 // Barrier returns once every event whose call returned before Barrier was called has
@@ -156,6 +160,9 @@ func (s *shardLoop) answer(b *probeBatch) {
 func (e *Engine) Barrier(ctx context.Context) error {
 	if e.closed.Load() {
 		return e.err()
+	}
+	if e.cfg.LockedIndex {
+		return nil // events are applied before their calls return
 	}
 	b, _ := e.barriers.Get().(*barrier)
 	if b == nil {

@@ -199,6 +199,13 @@ func (w *worker) flush(e *Engine) error {
 		e.blocks.Add(w.blocks)
 		w.blocks = 0
 	}
+	if e.cfg.LockedIndex {
+		e.locked.Lock()
+		e.shards[0].apply(w.pend[0])
+		e.locked.Unlock()
+		w.pend[0] = w.pend[0][:0]
+		return nil
+	}
 	var err error
 	for s := range w.pend {
 		if len(w.pend[s]) == 0 {

@@ -1,0 +1,144 @@
+package engine_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/oplog"
+	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/stretchr/testify/require"
+)
+
+// TestStress runs many producer goroutines (each owning some workers, so per-worker
+// order holds) against many query goroutines, on rings of capacity 2 so backpressure
+// always engages, at every shard count and jump size, with a random GOMAXPROCS. After a
+// barrier the engine must equal the reference model on every query of the history.
+// KVINDEX_STRESS=long (make stress) makes it much longer.
+func TestStress(t *testing.T) {
+	ops, rounds := 1500, 1
+	if os.Getenv("KVINDEX_STRESS") == "long" {
+		ops, rounds = 20000, 3
+	} else if testing.Short() {
+		ops = 600
+	}
+	seed := uint64(os.Getpid())
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 1))
+	for round := 0; round < rounds; round++ {
+		for _, shards := range []int{1, 2, 3, 4, 8} {
+			for _, jump := range []int{1, 4, 64} {
+				procs := 1 + r.IntN(4)
+				hist := refmodel.RandomOps(rand.New(rand.NewPCG(seed, uint64(round*100+shards*10+jump))), ops,
+					refmodel.RandomOptions{Workers: 12, Alphabet: 3, MaxChain: 100})
+				name := fmt.Sprintf("round=%d/shards=%d/jump=%d/procs=%d", round, shards, jump, procs)
+				t.Run(name, func(t *testing.T) {
+					defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+					stress(t, engine.Config{Shards: shards, JumpSize: jump, QueueSize: 2, QueryQueue: 1}, hist, 4, 4)
+				})
+			}
+		}
+	}
+}
+
+func stress(t *testing.T, cfg engine.Config, hist []oplog.Op, producers, readers int) {
+	e := newEngine(t, cfg)
+	// Split events by worker; producer p owns workers whose index % producers == p.
+	byWorker := map[string][]oplog.Op{}
+	var names []string
+	var queries [][]uint64
+	m := refmodel.New()
+	for i := range hist {
+		op := &hist[i]
+		if op.Kind == oplog.Query {
+			queries = append(queries, op.Content)
+			continue
+		}
+		if _, ok := byWorker[op.Worker]; !ok {
+			names = append(names, op.Worker)
+		}
+		byWorker[op.Worker] = append(byWorker[op.Worker], *op)
+		_ = m.Apply(op)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, producers+readers)
+	stop := make(chan struct{})
+	for p := 0; p < producers; p++ {
+		wg.Add(1)
+		go func(p int) {
+			defer wg.Done()
+			for i, n := range names {
+				if i%producers != p {
+					continue
+				}
+				for j := range byWorker[n] {
+					err := applyOp(e, &byWorker[n][j])
+					if err != nil && !isRejection(err) {
+						errs <- fmt.Errorf("producer %d: %w", p, err)
+						return
+					}
+				}
+			}
+		}(p)
+	}
+	var rwg sync.WaitGroup
+	for q := 0; q < readers; q++ {
+		rwg.Add(1)
+		go func(q int) {
+			defer rwg.Done()
+			var dst []engine.Match
+			for i := q; ; i = (i + readers) % max(len(queries), 1) {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if len(queries) == 0 {
+					return
+				}
+				var err error
+				if dst, err = e.FindMatches(ctx, queries[i], dst[:0]); err != nil {
+					errs <- fmt.Errorf("reader %d: %w", q, err)
+					return
+				}
+				if i%7 == 0 {
+					if err := e.Barrier(ctx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}(q)
+	}
+	wg.Wait()
+	close(stop)
+	rwg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.NoError(t, e.Barrier(ctx))
+	var got []engine.Match
+	for _, q := range queries {
+		var err error
+		got, err = e.FindMatches(ctx, q, got[:0])
+		require.NoError(t, err)
+		want := m.Query(q)
+		require.Equal(t, len(want), len(got), "query %v: want %v got %v", q, want, got)
+		for j := range want {
+			require.Equal(t, want[j], refmodel.Answer(got[j]))
+		}
+	}
+	st := e.Stats()
+	require.Equal(t, int64(m.Blocks()), st.Blocks)
+	t.Logf("producer waits %d (%d ns), events %d", st.ProducerWaits, st.ProducerWaitNanos, st.Events)
+}
+
+func isRejection(err error) bool {
+	return errors.Is(err, engine.ErrParentNotFound) || errors.Is(err, engine.ErrInvalidEvent)
+}
