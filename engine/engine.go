@@ -60,6 +60,10 @@ type Engine struct {
 	qpool    sync.Pool
 	barriers sync.Pool
 
+	// onDelta and onProbe, when set (by tests, before any call), observe every index
+	// delta and every query probe; the partition measurement uses them.
+	onDelta, onProbe func(key)
+
 	// locked guards shards[0].idx when cfg.LockedIndex is set (the benchmark baseline).
 	locked sync.RWMutex
 }

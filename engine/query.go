@@ -246,6 +246,9 @@ func (q *query) reset(L int) {
 // add queues a probe of position x with its owner shard.
 func (q *query) add(e *Engine, x int) {
 	k := key{prefix: q.pre[x], pos: uint32(x), ns: q.ns}
+	if e.onProbe != nil {
+		e.onProbe(k)
+	}
 	s := e.owner(k)
 	b := &q.sub[s]
 	q.locShard[x] = int32(s)

@@ -185,6 +185,9 @@ func (w *worker) clear(e *Engine) {
 }
 
 func (w *worker) emit(e *Engine, op uint8, k key) {
+	if e.onDelta != nil {
+		e.onDelta(k)
+	}
 	s := e.owner(k)
 	w.pend[s] = append(w.pend[s], delta{prefix: k.prefix, pos: k.pos, ns: k.ns, wid: w.wid, op: op})
 }
