@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -45,6 +46,8 @@ type candidate struct {
 	alive bool // held every landing so far
 	drop  int  // index of the first landing it missed
 	score int  // 0 while unresolved
+	// lo and hi bound the positions that decide the score (see scanRange).
+	lo, hi int
 }
 
 // query is a pooled per-call workspace: nothing in it survives a call except capacity.
@@ -161,11 +164,25 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 	// every key it holds, so holding a landing proves the whole stride before it, and a
 	// missed landing puts its score inside that one stride. A gappy worker proves nothing
 	// by a landing: every position up to its first missed landing is checked.
+	// Candidates with the same range (all gap-free workers that dropped in one stride)
+	// form one group, probed and scanned once.
+	for i := range q.cands {
+		c := &q.cands[i]
+		c.lo, c.hi = q.scanRange(c, L)
+	}
+	slices.SortFunc(q.cands, func(a, b candidate) int {
+		if a.lo != b.lo {
+			return a.lo - b.lo
+		}
+		return a.hi - b.hi
+	})
 	need := false
 	for i := range q.cands {
 		c := &q.cands[i]
-		lo, hi := q.scanRange(c, L)
-		for x := lo; x < hi; x++ {
+		if i > 0 && c.lo == q.cands[i-1].lo && c.hi == q.cands[i-1].hi {
+			continue
+		}
+		for x := c.lo; x < c.hi; x++ {
 			if q.locShard[x] < 0 {
 				q.add(e, x)
 				need = true
@@ -177,18 +194,30 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 			return dst, err
 		}
 	}
-	// Scan each candidate's range in position order; the first position where it is not
-	// a member is its score, and the range's end is its score if it is everywhere.
-	for i := range q.cands {
-		c := &q.cands[i]
-		lo, hi := q.scanRange(c, L)
-		c.score = hi
-		for x := lo; x < hi; x++ {
-			if !q.isMember(x, c.wid) {
-				c.score = x
-				break
+	// Scan each group's range in position order; the first position where a candidate
+	// is not a member is its score, and the range's end is its score if it is everywhere.
+	for i := 0; i < len(q.cands); {
+		lo, hi := q.cands[i].lo, q.cands[i].hi
+		j := i + 1
+		for j < len(q.cands) && q.cands[j].lo == lo && q.cands[j].hi == hi {
+			j++
+		}
+		group := q.cands[i:j]
+		for k := range group {
+			group[k].score = hi
+		}
+		left := len(group)
+		for x := lo; x < hi && left > 0; x++ {
+			q.stampMembers(x)
+			for k := range group {
+				c := &group[k]
+				if c.score == hi && q.mark[c.wid] != q.stamp {
+					c.score = x
+					left--
+				}
 			}
 		}
+		i = j
 	}
 	start := len(dst)
 	for i := range q.cands {
@@ -276,10 +305,6 @@ func (q *query) stampMembers(x int) {
 	}
 }
 
-func (q *query) isMember(x int, wid uint32) bool {
-	return slices.Contains(q.members(x), wid)
-}
-
 // scatter sends every batch with unanswered probes to its shard and waits for all of
 // them.
 func (e *Engine) scatter(ctx context.Context, q *query) error {
@@ -303,6 +328,16 @@ func (e *Engine) scatter(ctx context.Context, q *query) error {
 			return ctx.Err()
 		case <-e.done:
 			return e.err()
+		}
+	}
+	// The answers usually arrive within a microsecond or two: poll for them before
+	// parking, which would cost a thread wake-up on the way back.
+	for spin := 0; sent > 0 && spin < spinPolls; spin++ {
+		select {
+		case <-q.done:
+			sent--
+		default:
+			runtime.Gosched()
 		}
 	}
 	for ; sent > 0; sent-- {

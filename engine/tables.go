@@ -8,6 +8,14 @@ import "math/bits"
 
 const tableMinCap = 8
 
+// Tables grow at load 3/4 and shrink to half at load 1/16, never below shrinkFloor
+// slots. The gap between the two thresholds keeps a worker that stores and evicts the
+// same number of blocks in a loop from reallocating its tables on every cycle, while a
+// worker that drains for good still gives its memory back.
+const shrinkFloor = 64
+
+func shouldShrink(n, slots int) bool { return slots > shrinkFloor && n*16 < slots }
+
 func mix64(x uint64) uint64 {
 	x ^= x >> 33
 	x *= 0xff51afd7ed558ccd
@@ -114,7 +122,7 @@ func (t *seqTable) del(seq uint64) bool {
 			e := &t.slots[j]
 			if e.pos1 == 0 {
 				t.n--
-				if len(t.slots) > tableMinCap && t.n*8 < len(t.slots) {
+				if shouldShrink(t.n, len(t.slots)) {
 					t.resize(len(t.slots) / 2)
 				}
 				return true
@@ -257,7 +265,7 @@ func (t *keyTable) delAt(i uint64) {
 // maybeShrink halves the table when it is mostly empty; call it only between
 // operations, never while holding a slot index.
 func (t *keyTable) maybeShrink() {
-	if len(t.slots) > tableMinCap && t.n*8 < len(t.slots) {
+	if shouldShrink(t.n, len(t.slots)) {
 		t.resize(len(t.slots) / 2)
 	}
 }

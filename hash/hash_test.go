@@ -40,6 +40,21 @@ func TestContentVectors(t *testing.T) {
 
 func TestNextVector(t *testing.T) {
 	require.Equal(t, uint64(0x52f3afabf18339a3), Next(10, 20))
+	require.Equal(t, uint64(0x52f3afabf18339a3), nextPortable(10, 20))
+}
+
+func TestNextMatchesPortable(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	edge := []uint64{0, 1, Seed, 1<<63 - 1, 1 << 63, ^uint64(0)}
+	for _, a := range edge {
+		for _, b := range edge {
+			require.Equal(t, nextPortable(a, b), Next(a, b), "%x %x", a, b)
+		}
+	}
+	for i := 0; i < 100000; i++ {
+		a, b := r.Uint64(), r.Uint64()
+		require.Equal(t, nextPortable(a, b), Next(a, b))
+	}
 }
 
 func TestContentMatchesPortable(t *testing.T) {
@@ -122,7 +137,7 @@ func FuzzBlocks(f *testing.F) {
 		}
 		pre := Prefixes(nil, got)
 		for i := 1; i < len(pre); i++ {
-			if pre[i] != Next(pre[i-1], got[i]) {
+			if pre[i] != nextPortable(pre[i-1], got[i]) {
 				t.Fatal("prefix chain broken")
 			}
 		}
@@ -158,3 +173,18 @@ func BenchmarkNext(b *testing.B) {
 }
 
 var sink uint64
+
+func BenchmarkNextImpl(b *testing.B) {
+	for _, impl := range []struct {
+		name string
+		f    func(a, c uint64) uint64
+	}{{"inline", Next}, {"xxh3.HashSeed", nextPortable}} {
+		b.Run("impl="+impl.name, func(b *testing.B) {
+			h := uint64(1)
+			for i := 0; i < b.N; i++ {
+				h = impl.f(h, uint64(i))
+			}
+			sink = h
+		})
+	}
+}

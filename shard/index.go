@@ -7,6 +7,9 @@ const Inline = 3
 
 const (
 	minCapacity = 16
+	// shrinkFloor and the 1/16 shrink threshold (growth is at 3/4) keep a steady churn
+	// of adds and removes from reallocating the table, yet return memory after a drain.
+	shrinkFloor = 1024
 	// maxLoadNum/maxLoadDen is the load factor that triggers growth.
 	maxLoadNum = 3
 	maxLoadDen = 4
@@ -189,7 +192,7 @@ func (x *Index) Remove(k Key, wid uint32) bool {
 	if s.n == 0 {
 		x.deleteAt(uint64(i))
 		x.used--
-		if len(x.slots) > minCapacity && x.used*8 < len(x.slots) {
+		if len(x.slots) > shrinkFloor && x.used*16 < len(x.slots) {
 			x.resize(len(x.slots) / 2)
 		}
 	}

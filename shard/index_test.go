@@ -86,7 +86,7 @@ func TestIndexAgainstMap(t *testing.T) {
 			}
 			require.Zero(t, x.Len())
 			require.Zero(t, x.Memberships())
-			require.Equal(t, minCapacity, x.Capacity())
+			require.LessOrEqual(t, x.Capacity(), shrinkFloor, "a drained table gives its memory back")
 		})
 	}
 }

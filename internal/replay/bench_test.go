@@ -44,3 +44,29 @@ func BenchmarkTraceReplay(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTraceReplayLocked is the same replay on the LockedIndex baseline: everything
+// on the calling goroutine, no hand-offs.
+func BenchmarkTraceReplayLocked(b *testing.B) {
+	f, err := os.Open(filepath.Join("../../../shared/conformance", "trace_conversation.jsonl"))
+	if err != nil {
+		b.Skip("SKIP: trace_conversation.jsonl not found")
+	}
+	ops, err := oplog.ReadAll(f)
+	f.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	var blockOps int
+	var secs float64
+	for i := 0; i < b.N; i++ {
+		res, err := Run(context.Background(), ops, Options{Config: engine.Config{LockedIndex: true}})
+		if err != nil || res.Failed > 0 {
+			b.Fatal(err, res.Mismatches)
+		}
+		blockOps += res.BlockOps
+		secs += res.Seconds
+	}
+	b.ReportMetric(float64(blockOps)/secs/1e6, "Mblockops/s")
+}
