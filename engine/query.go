@@ -102,6 +102,9 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 	if e.closed.Load() {
 		return dst, e.err()
 	}
+	if err := ctx.Err(); err != nil {
+		return dst, err
+	}
 	if len(content) == 0 {
 		return dst, nil
 	}

@@ -189,6 +189,9 @@ func (e *Engine) Barrier(ctx context.Context) error {
 	if e.closed.Load() {
 		return e.err()
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if e.cfg.LockedIndex {
 		return nil // events are applied before their calls return
 	}

@@ -1,0 +1,92 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// stall blocks shard s until the returned function is called: the shard is handed a
+// barrier token whose acknowledgement nobody receives yet.
+func stall(t *testing.T, e *Engine, s int) (release func()) {
+	b := &barrier{ack: make(chan struct{})}
+	require.NoError(t, e.shards[s].ring.Push(delta{op: opBarrier, bar: b}))
+	return func() { <-b.ack }
+}
+
+func TestCancelWhileShardIsBusy(t *testing.T) {
+	e, err := New(Config{Shards: 1})
+	require.NoError(t, err)
+	defer e.Close()
+	require.NoError(t, e.Store("w", []Block{{Content: 1, Seq: 1}}))
+	require.NoError(t, e.Barrier(context.Background()))
+	release := stall(t, e, 0)
+
+	// The stalled shard cannot answer: the query and the barrier end with their context.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err = e.FindMatches(ctx, []uint64{1}, nil)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, e.Barrier(ctx), context.DeadlineExceeded)
+	require.Equal(t, uint64(1), e.Stats().Abandoned)
+
+	// A context that is already done never reaches a shard.
+	done, cancelNow := context.WithCancel(context.Background())
+	cancelNow()
+	_, err = e.FindMatches(done, []uint64{1}, nil)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, e.Barrier(done), context.Canceled)
+
+	release()
+	require.NoError(t, e.Barrier(context.Background()))
+	got, err := e.FindMatches(context.Background(), []uint64{1}, nil)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+}
+
+func TestCloseFailsPendingCalls(t *testing.T) {
+	e, err := New(Config{Shards: 2, QueueSize: 2})
+	require.NoError(t, err)
+	release := stall(t, e, 0)
+	results := make(chan error, 3)
+	go func() {
+		_, err := e.FindMatches(context.Background(), []uint64{1, 2, 3, 4, 5, 6, 7, 8}, nil)
+		results <- err
+	}()
+	go func() { results <- e.Barrier(context.Background()) }()
+	go func() {
+		// Enough deltas to fill the stalled shard's two-slot ring: this producer parks.
+		var err error
+		for i := uint64(0); i < 64 && err == nil; i++ {
+			err = e.Store("w", []Block{{Content: i, Seq: i}})
+		}
+		results <- err
+	}()
+	// Close while all three wait on the stalled shard; release it from inside Close's
+	// drain so the shard can exit.
+	go release()
+	require.NoError(t, e.Close())
+	for i := 0; i < 3; i++ {
+		err := <-results
+		if err != nil {
+			require.ErrorIs(t, err, ErrClosed)
+		}
+	}
+	require.ErrorIs(t, e.Store("w", []Block{{Content: 1, Seq: 1}}), ErrClosed)
+}
+
+func TestShardPanicFailsCallersInsteadOfWedging(t *testing.T) {
+	e, err := New(Config{Shards: 2})
+	require.NoError(t, err)
+	defer e.Close()
+	// Break the shard's invariant on purpose: remove a membership it never had.
+	require.NoError(t, e.shards[1].ring.Push(delta{op: opRemove, prefix: 42, pos: 7, wid: 3}))
+	err = e.Barrier(context.Background())
+	require.ErrorIs(t, err, ErrShardFailed)
+	_, err = e.FindMatches(context.Background(), []uint64{1}, nil)
+	require.True(t, errors.Is(err, ErrShardFailed), "got %v", err)
+	require.ErrorIs(t, e.Store("w", []Block{{Content: 1, Seq: 1}}), ErrShardFailed)
+}
