@@ -26,7 +26,7 @@ var (
 // Limits on input. They bound the memory one call can make the engine use.
 const (
 	// MaxDepth bounds positions: a chain may be at most MaxDepth blocks long.
-	MaxDepth = 1 << 31
+	MaxDepth = 1 << 30
 	// MaxShards bounds Config.Shards.
 	MaxShards = 256
 	// MaxJumpSize bounds Config.JumpSize.

@@ -47,7 +47,7 @@ func TestNewValidation(t *testing.T) {
 	}{
 		{-4, false}, {-1, false}, {0, false}, {1, false}, {2, true}, {3, false},
 		{4, true}, {6, false}, {64, true}, {100, false}, {1024, true},
-		{1<<20 + 1, false}, {MaxCapacity * 2, false},
+		{1<<20 + 1, false}, {MaxCapacity + 1, false},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.capacity), func(t *testing.T) {

@@ -1,0 +1,123 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/kvindex/kvindex/bench/radix"
+	"github.com/kvindex/kvindex/engine"
+)
+
+// Index is an index under test. Apply and FindMatches may be called concurrently, with
+// one worker's events applied from one goroutine at a time; Sync, Blocks and Close are
+// called when nothing else runs.
+type Index interface {
+	// Apply applies one event. A rejection of the contract (see IsRejection) is an
+	// answer, not a failure.
+	Apply(ev *engine.Event) error
+	// FindMatches appends the query's answer to dst, ordered as engine.FindMatches
+	// orders it.
+	FindMatches(content []uint64, dst []engine.Match) ([]engine.Match, error)
+	// Sync returns once every event applied before it is visible to queries.
+	Sync() error
+	// Blocks returns the sum of the workers' sizes (after a Sync).
+	Blocks() int64
+	// Close releases the index and every goroutine it started.
+	Close() error
+}
+
+// Impl names an implementation and makes fresh instances of it.
+type Impl struct {
+	// Name is a sub-benchmark name: "engine/shards=N", "locked" or "radix".
+	Name string
+	// New returns an empty index.
+	New func() (Index, error)
+}
+
+// IsRejection reports whether err is one of the contract's rejections of a stored event.
+func IsRejection(err error) bool {
+	return errors.Is(err, engine.ErrParentNotFound) || errors.Is(err, engine.ErrInvalidEvent)
+}
+
+// EngineImpl is the sharded engine with the given shard count (default jump size and
+// queue size).
+func EngineImpl(shards int) Impl {
+	return Impl{
+		Name: fmt.Sprintf("engine/shards=%d", shards),
+		New:  func() (Index, error) { return newEngineIndex(engine.Config{Shards: shards}) },
+	}
+}
+
+// LockedImpl is the engine's LockedIndex baseline: the same positional index behind one
+// sync.RWMutex, applied by the event callers, with no shard goroutines.
+func LockedImpl() Impl {
+	return Impl{
+		Name: "locked",
+		New:  func() (Index, error) { return newEngineIndex(engine.Config{LockedIndex: true}) },
+	}
+}
+
+// RadixImpl is the mutex-guarded radix tree of package radix.
+func RadixImpl() Impl {
+	return Impl{Name: "radix", New: func() (Index, error) { return &radixIndex{x: radix.New()}, nil }}
+}
+
+// Impls returns EngineImpl for each shard count, then LockedImpl and RadixImpl.
+func Impls(shards []int) []Impl {
+	var out []Impl
+	for _, s := range shards {
+		out = append(out, EngineImpl(s))
+	}
+	return append(out, LockedImpl(), RadixImpl())
+}
+
+type engineIndex struct{ e *engine.Engine }
+
+func newEngineIndex(cfg engine.Config) (Index, error) {
+	e, err := engine.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return engineIndex{e}, nil
+}
+
+func (x engineIndex) Apply(ev *engine.Event) error { return x.e.Apply(ev) }
+
+func (x engineIndex) FindMatches(content []uint64, dst []engine.Match) ([]engine.Match, error) {
+	return x.e.FindMatches(context.Background(), content, dst)
+}
+
+func (x engineIndex) Sync() error   { return x.e.Barrier(context.Background()) }
+func (x engineIndex) Blocks() int64 { return x.e.Stats().Blocks }
+func (x engineIndex) Close() error  { return x.e.Close() }
+
+type radixIndex struct{ x *radix.Index }
+
+func (r *radixIndex) Apply(ev *engine.Event) error {
+	if ev.Namespace != "" {
+		return fmt.Errorf("bench: radix has no namespaces (event for %q)", ev.Namespace)
+	}
+	switch ev.Kind {
+	case engine.EventStored:
+		if ev.HasParent {
+			return r.x.StoreUnder(ev.Worker, ev.Parent, ev.Blocks)
+		}
+		return r.x.Store(ev.Worker, ev.Blocks)
+	case engine.EventRemoved:
+		return r.x.Remove(ev.Worker, ev.Seqs...)
+	case engine.EventCleared:
+		return r.x.Clear(ev.Worker)
+	case engine.EventRemoveWorker:
+		return r.x.RemoveWorker(ev.Worker)
+	}
+	return fmt.Errorf("bench: unknown event kind %d", ev.Kind)
+}
+
+func (r *radixIndex) FindMatches(content []uint64, dst []engine.Match) ([]engine.Match, error) {
+	return r.x.FindMatches(content, dst), nil
+}
+
+func (r *radixIndex) Sync() error   { return nil } // events are applied before Apply returns
+func (r *radixIndex) Blocks() int64 { return r.x.Stats().Blocks }
+func (r *radixIndex) Close() error  { return nil }

@@ -1,0 +1,185 @@
+package bench
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/oplog"
+	"github.com/kvindex/kvindex/internal/refmodel"
+)
+
+// Workload is an op stream prepared for measurement: events converted to engine.Event
+// once, query contents extracted, workers listed. It is read-only once built and may be
+// shared by concurrent measurements.
+type Workload struct {
+	// Name describes the source (a file name or the built-in generator's parameters).
+	Name string
+	// Ops is the number of ops in the source stream.
+	Ops int
+	// Events are the stream's non-query ops in order.
+	Events []engine.Event
+	// Queries are the contents of the stream's non-empty queries, in order.
+	Queries [][]uint64
+	// Workers lists every worker the events name, in order of first appearance.
+	Workers []string
+	// BlockOps counts the blocks of stored events and the seqs of removed events;
+	// QueryBlocks counts the blocks of the queries.
+	BlockOps, QueryBlocks int64
+	// Checked is the number of queries that carry an expected answer (see Verify).
+	Checked int
+
+	wid    []int32    // per event: index of its worker in Workers
+	steps  []int32    // replay order for Verify: i >= 0 is Events[i], i < 0 is checks[^i]
+	checks []oplog.Op // queries with an expected answer
+
+	mu    sync.Mutex
+	parts map[int][][]int32 // cache of partitions, see partition; guarded by mu
+}
+
+// NewWorkload prepares ops. It copies what it keeps: ops may be reused afterwards.
+func NewWorkload(name string, ops []oplog.Op) *Workload {
+	w := &Workload{Name: name, Ops: len(ops)}
+	ids := map[string]int32{}
+	for i := range ops {
+		op := &ops[i]
+		if op.Kind == oplog.Query {
+			if len(op.Content) > 0 {
+				w.Queries = append(w.Queries, op.Content)
+				w.QueryBlocks += int64(len(op.Content))
+			}
+			if op.HasExpect {
+				w.steps = append(w.steps, ^int32(len(w.checks)))
+				w.checks = append(w.checks, *op)
+			}
+			continue
+		}
+		ev := engine.Event{Worker: op.Worker, Parent: op.Parent, HasParent: op.HasParent}
+		switch op.Kind {
+		case oplog.Stored:
+			ev.Kind = engine.EventStored
+			ev.Blocks = make([]engine.Block, len(op.Blocks))
+			for j, b := range op.Blocks {
+				ev.Blocks[j] = engine.Block{Content: b[0], Seq: b[1]}
+			}
+			w.BlockOps += int64(len(op.Blocks))
+		case oplog.Removed:
+			ev.Kind = engine.EventRemoved
+			ev.Seqs = append([]uint64(nil), op.Seqs...)
+			w.BlockOps += int64(len(op.Seqs))
+		case oplog.Cleared:
+			ev.Kind = engine.EventCleared
+		case oplog.RemoveWorker:
+			ev.Kind = engine.EventRemoveWorker
+		default:
+			continue
+		}
+		id, ok := ids[op.Worker]
+		if !ok {
+			id = int32(len(w.Workers))
+			ids[op.Worker] = id
+			w.Workers = append(w.Workers, op.Worker)
+		}
+		w.steps = append(w.steps, int32(len(w.Events)))
+		w.Events = append(w.Events, ev)
+		w.wid = append(w.wid, id)
+	}
+	w.Checked = len(w.checks)
+	return w
+}
+
+// ReadWorkload reads a JSON Lines op log (SPEC.md) and prepares it.
+func ReadWorkload(path string) (*Workload, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	ops, err := oplog.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return NewWorkload(filepath.Base(path), ops), nil
+}
+
+// BuiltinOptions are the built-in workload's generator options: eight workers and an
+// alphabet wide enough that most chains are distinct, but narrow enough that equal content
+// under other prefixes occurs.
+var BuiltinOptions = refmodel.RandomOptions{Workers: 8, Alphabet: 64, MaxChain: 150}
+
+// builtinChecks is how many of the built-in workload's queries get an expected answer.
+const builtinChecks = 64
+
+// Builtin generates a workload from n ops of refmodel.RandomOps with BuiltinOptions.
+// RandomOps is made for differential tests, so two kinds of its ops are dropped to make a
+// benchmark of it: cleared and remove_worker (the generator resets some worker every ~30
+// ops, so the index would never fill up), and the stored events the contract rejects
+// (about half of the long chains carry a deliberate duplicate seq; a rejected event
+// changes nothing, so dropping it changes no answer). Duplicates, re-stores elsewhere,
+// removals of middles and of unknown seqs stay. Up to 64 queries, spread evenly over the
+// stream, carry their exact answer from the reference model, so Verify has something to
+// check.
+func Builtin(seed uint64, n int) *Workload {
+	all := refmodel.RandomOps(rand.New(rand.NewPCG(seed, 0x62656e6368)), n, BuiltinOptions)
+	nq := 0
+	for i := range all {
+		if all[i].Kind == oplog.Query {
+			nq++
+		}
+	}
+	every := max(1, nq/builtinChecks)
+	m := refmodel.New()
+	ops := all[:0]
+	q := 0
+	for _, op := range all {
+		switch op.Kind {
+		case oplog.Cleared, oplog.RemoveWorker:
+			continue
+		case oplog.Query:
+			if q++; q%every == 0 {
+				op.Expect, op.Sizes, op.HasExpect = map[string]int{}, map[string]int{}, true
+				for _, a := range m.Query(op.Content) {
+					op.Expect[a.Worker], op.Sizes[a.Worker] = a.Score, a.Size
+				}
+			}
+		default:
+			if m.Apply(&op) != nil {
+				continue // rejected: it would change nothing
+			}
+		}
+		ops = append(ops, op)
+	}
+	name := fmt.Sprintf("builtin RandomOps(seed=%d, n=%d, workers=%d, alphabet=%d, max chain=%d)",
+		seed, n, BuiltinOptions.Workers, BuiltinOptions.Alphabet, BuiltinOptions.MaxChain)
+	return NewWorkload(name, ops)
+}
+
+// partition splits the events among p producers: worker i of Workers goes to producer
+// i mod p, and each producer's list keeps stream order, so every worker's events are
+// applied in order by one goroutine. The result is cached per p and must not be
+// modified.
+func (w *Workload) partition(p int) [][]int32 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.parts == nil {
+		w.parts = map[int][][]int32{}
+	}
+	if v, ok := w.parts[p]; ok {
+		return v
+	}
+	parts := make([][]int32, p)
+	for i, id := range w.wid {
+		parts[int(id)%p] = append(parts[int(id)%p], int32(i))
+	}
+	w.parts[p] = parts
+	return parts
+}
+
+// prefix returns how many of part's event indexes are below limit.
+func prefix(part []int32, limit int) int {
+	return sort.Search(len(part), func(i int) bool { return int(part[i]) >= limit })
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvindex/kvindex/bench"
+	"github.com/kvindex/kvindex/engine"
+)
+
+func init() {
+	commands["bench"] = command{
+		summary: "measure the engine against the locked and radix-tree baselines on one op stream",
+		run:     runBench,
+	}
+}
+
+func runBench(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("kvindex bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: kvindex bench [--ops FILE] [flags]\n\nMeasures, in one process and on the same op stream, the sharded engine at each shard\ncount, the engine's LockedIndex baseline and a mutex-guarded radix tree: event\nthroughput (1..P producers), find-matches latency under event load and at rest,\nallocations per op and bytes per membership. Every implementation is first checked\nagainst the stream's expected answers.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	file := fs.String("ops", "", "op log to replay (JSON Lines, e.g. ../shared/conformance/trace_conversation.jsonl); default: a built-in refmodel.RandomOps workload")
+	gen := fs.Int("gen", 60000, "built-in workload: number of ops")
+	seed := fs.Uint64("seed", 1, "built-in workload: seed")
+	shardList := fs.String("shards", "1,2,4,8", "engine shard counts, comma-separated")
+	implList := fs.String("impls", "engine,locked,radix", "implementations, comma-separated: engine, locked, radix")
+	producerList := fs.String("producers", "1,2,4", "producer goroutine counts for event throughput, comma-separated")
+	queriers := fs.Int("queriers", 2, "query goroutines under load")
+	duration := fs.Duration("duration", 400*time.Millisecond, "time budget of each timed measurement")
+	markdown := fs.Bool("markdown", false, "print markdown tables")
+	noVerify := fs.Bool("no-verify", false, "skip the correctness replay")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	bad := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "kvindex bench: "+format+"\n", a...)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return bad("unexpected argument %q", fs.Arg(0))
+	}
+	shards, err := benchInts(*shardList, 1, engine.MaxShards)
+	if err != nil {
+		return bad("--shards: %v", err)
+	}
+	producers, err := benchInts(*producerList, 1, 1024)
+	if err != nil {
+		return bad("--producers: %v", err)
+	}
+	switch {
+	case *queriers < 1:
+		return bad("--queriers %d: want >= 1", *queriers)
+	case *duration <= 0:
+		return bad("--duration %v: want > 0", *duration)
+	case *file == "" && *gen < 1:
+		return bad("--gen %d: want >= 1", *gen)
+	}
+	var impls []bench.Impl
+	for _, name := range strings.Split(*implList, ",") {
+		switch strings.TrimSpace(name) {
+		case "engine":
+			for _, s := range shards {
+				impls = append(impls, bench.EngineImpl(s))
+			}
+		case "locked":
+			impls = append(impls, bench.LockedImpl())
+		case "radix":
+			impls = append(impls, bench.RadixImpl())
+		default:
+			return bad("--impls: unknown implementation %q (want engine, locked, radix)", name)
+		}
+	}
+
+	var w *bench.Workload
+	if *file != "" {
+		if w, err = bench.ReadWorkload(*file); err != nil {
+			fmt.Fprintf(stderr, "kvindex bench: %v\n", err)
+			return 1
+		}
+	} else {
+		w = bench.Builtin(*seed, *gen)
+	}
+	opt := bench.Options{Duration: *duration, Producers: producers, Queriers: *queriers, SkipVerify: *noVerify}
+	var results []bench.Result
+	failed := false
+	for _, impl := range impls {
+		start := time.Now()
+		r, err := bench.Run(impl, w, opt)
+		if err != nil {
+			fmt.Fprintf(stderr, "kvindex bench: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stderr, "kvindex bench: %s done in %.1f s\n", impl.Name, time.Since(start).Seconds())
+		failed = failed || r.Verify.Failed > 0
+		results = append(results, r)
+	}
+	h := bench.Header{Command: benchCommandLine(args), Workload: w, Options: opt}
+	if err := bench.WriteReport(stdout, h, results, *markdown); err != nil {
+		fmt.Fprintf(stderr, "kvindex bench: %v\n", err)
+		return 1
+	}
+	if failed {
+		fmt.Fprintln(stderr, "kvindex bench: some implementation gave wrong answers (see the table)")
+		return 1
+	}
+	return 0
+}
+
+// benchInts parses a comma-separated list of integers in [lo, hi].
+func benchInts(s string, lo, hi int) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < lo || n > hi {
+			return nil, fmt.Errorf("%q: want integers in %d..%d", s, lo, hi)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// benchCommandLine reconstructs the command line, quoting what a shell would split.
+func benchCommandLine(args []string) string {
+	parts := []string{"kvindex", "bench"}
+	for _, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`|&;<>()*?[]#~") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		parts = append(parts, a)
+	}
+	return strings.Join(parts, " ")
+}
