@@ -115,12 +115,19 @@ func (s *shardLoop) apply(ds []delta) {
 				panic("engine: removal of an absent membership")
 			}
 		case opBarrier:
+			// Publish the counters first, so Stats after a Barrier is exact.
+			s.publish()
 			d.bar.ack <- struct{}{}
 		}
 		*d = delta{}
 	}
 	s.applied.Add(uint64(len(ds)))
 	s.batches.Add(1)
+	s.publish()
+}
+
+// publish stores the index's counters where Stats reads them.
+func (s *shardLoop) publish() {
 	s.entries.Store(int64(s.idx.Len()))
 	s.memberships.Store(int64(s.idx.Memberships()))
 	s.bytes.Store(int64(s.idx.Bytes()))

@@ -1,0 +1,618 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/sim"
+	"github.com/schollz/progressbar/v3"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+func init() {
+	commands["sim"] = command{
+		summary: "simulate a routed vLLM fleet: hit rate per policy and index throughput",
+		run:     runSim,
+	}
+}
+
+// progressDelay is how long a run goes before it shows a progress bar.
+var progressDelay = 2 * time.Second
+
+// errUsage marks a flag problem: the command prints it and exits 2.
+var errUsage = errors.New("usage")
+
+func usageErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
+}
+
+// simFlags are the workload and cluster flags that sim and gen-ops share.
+type simFlags struct {
+	workers, capacity, blockSize, requests int
+	shards, jump, chunk, sessions          int
+	seed                                   uint64
+	trace                                  string
+	set                                    map[string]bool
+}
+
+func (f *simFlags) register(fs *flag.FlagSet, requestsHelp string) {
+	fs.IntVar(&f.workers, "workers", sim.DefaultWorkers, "mock vLLM engines (1.."+strconv.Itoa(sim.MaxWorkers)+")")
+	fs.IntVar(&f.capacity, "capacity", sim.DefaultCapacity, "KV cache blocks per worker")
+	fs.IntVar(&f.blockSize, "block-size", sim.DefaultBlockSize, "tokens per KV block")
+	fs.IntVar(&f.requests, "requests", 0, requestsHelp)
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of the built-in workload, the random policy and the engine hashes")
+	fs.IntVar(&f.shards, "shards", 0, "index shard goroutines (0 = default: GOMAXPROCS, at most 8)")
+	fs.IntVar(&f.jump, "jump", 0, "index jump-search stride in blocks (0 = default 64)")
+	fs.IntVar(&f.chunk, "chunk", sim.DefaultChunkTokens, "prefill chunk in tokens (one stored event per chunk)")
+	fs.IntVar(&f.sessions, "sessions", sim.DefaultSessions, "built-in workload: live conversations")
+	fs.StringVar(&f.trace, "trace", "", "Mooncake FAST'25 trace (JSONL) instead of the built-in workload")
+}
+
+func (f *simFlags) validate(fs *flag.FlagSet) error {
+	f.set = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	switch {
+	case fs.NArg() > 0:
+		return usageErr("unexpected argument %q", fs.Arg(0))
+	case f.workers < 1 || f.workers > sim.MaxWorkers:
+		return usageErr("--workers %d: want 1..%d", f.workers, sim.MaxWorkers)
+	case f.capacity < 1 || f.capacity > sim.MaxCapacity:
+		return usageErr("--capacity %d: want 1..%d blocks", f.capacity, sim.MaxCapacity)
+	case int64(f.workers)*int64(f.capacity) > sim.MaxFleetBlocks:
+		return usageErr("--workers %d x --capacity %d: more than %d blocks in all", f.workers, f.capacity, sim.MaxFleetBlocks)
+	case hash.CheckBlockSize(f.blockSize) != nil:
+		return usageErr("--block-size %d: want 1..%d tokens", f.blockSize, hash.MaxBlockSize)
+	case f.requests < 0:
+		return usageErr("--requests %d: want >= 0 (0 = default)", f.requests)
+	case f.shards < 0 || f.shards > engine.MaxShards:
+		return usageErr("--shards %d: want 0..%d", f.shards, engine.MaxShards)
+	case f.jump < 0 || f.jump > engine.MaxJumpSize:
+		return usageErr("--jump %d: want 0..%d", f.jump, engine.MaxJumpSize)
+	case f.chunk < 1:
+		return usageErr("--chunk %d: want at least 1 token", f.chunk)
+	case f.sessions < 1:
+		return usageErr("--sessions %d: want >= 1", f.sessions)
+	case f.trace != "" && f.set["sessions"]:
+		return usageErr("--sessions applies to the built-in workload, not to --trace")
+	}
+	return nil
+}
+
+// workloadInfo is what the reports say about the workload.
+type workloadInfo struct {
+	Name      string `json:"name"`
+	Source    string `json:"source"`
+	Trace     string `json:"trace,omitempty"`
+	Requests  int    `json:"requests"`
+	Tokens    int64  `json:"tokens"`
+	Blocks    int64  `json:"blocks"`
+	BlockSize int    `json:"block_size"`
+	// TraceIDHitRate is the trace's own infinite-cache ceiling at 512-token ids.
+	TraceIDHitRate *float64 `json:"trace_id_block_hit_rate,omitempty"`
+}
+
+func (f *simFlags) workload(defRequests int) (*sim.Workload, workloadInfo, error) {
+	if f.trace == "" {
+		n := f.requests
+		if n == 0 {
+			n = defRequests
+		}
+		w, err := sim.Generate(sim.GenConfig{Seed: f.seed, Requests: n, BlockSize: f.blockSize, Sessions: f.sessions})
+		if err != nil {
+			return nil, workloadInfo{}, err
+		}
+		return w, describeWorkload(w, "built-in", ""), nil
+	}
+	fh, err := os.Open(f.trace)
+	if err != nil {
+		return nil, workloadInfo{}, err
+	}
+	defer fh.Close()
+	recs, err := sim.ReadTrace(fh, f.requests)
+	if err != nil {
+		return nil, workloadInfo{}, fmt.Errorf("%s: %w", f.trace, err)
+	}
+	w, err := sim.FromTrace("Mooncake trace "+filepath.Base(f.trace), recs, f.blockSize)
+	if err != nil {
+		return nil, workloadInfo{}, err
+	}
+	wi := describeWorkload(w, "trace", f.trace)
+	h, r := sim.TraceCeiling(recs)
+	if r > 0 {
+		x := float64(h) / float64(r)
+		wi.TraceIDHitRate = &x
+	}
+	return w, wi, nil
+}
+
+func describeWorkload(w *sim.Workload, source, trace string) workloadInfo {
+	return workloadInfo{Name: w.Name, Source: source, Trace: trace, Requests: len(w.Requests),
+		Tokens: w.Tokens, Blocks: w.Blocks, BlockSize: w.BlockSize}
+}
+
+func (f *simFlags) config() sim.Config {
+	return sim.Config{
+		Workers: f.workers, Capacity: f.capacity, ChunkTokens: f.chunk, Seed: f.seed,
+		Engine: engine.Config{Shards: f.shards, JumpSize: f.jump},
+	}
+}
+
+// JSON shapes of `kvindex sim --json`.
+type (
+	clusterJSON struct {
+		Workers     int `json:"workers"`
+		Capacity    int `json:"capacity_blocks"`
+		ChunkTokens int `json:"chunk_tokens"`
+		Shards      int `json:"shards"`
+		Jump        int `json:"jump"`
+	}
+	ceilingJSON struct {
+		BlockHitRate float64 `json:"block_hit_rate"`
+		TokenHitRate float64 `json:"token_hit_rate"`
+		HitBlocks    int64   `json:"hit_blocks"`
+		Blocks       int64   `json:"blocks"`
+	}
+	indexJSON struct {
+		Policy             string  `json:"policy"`
+		EventsApplied      uint64  `json:"events_applied"`
+		Rejected           int64   `json:"rejected_events"`
+		Queries            int64   `json:"queries"`
+		BlockOps           int64   `json:"block_ops"`
+		EngineSeconds      float64 `json:"engine_seconds"`
+		BlockOpsPerS       float64 `json:"block_ops_per_s"`
+		P50                int64   `json:"find_matches_p50_ns"`
+		P99                int64   `json:"find_matches_p99_ns"`
+		P999               int64   `json:"find_matches_p999_ns"`
+		Memberships        int64   `json:"memberships"`
+		BytesPerMembership float64 `json:"bytes_per_membership"`
+	}
+	policyJSON struct {
+		Name         string    `json:"name"`
+		BlockHitRate float64   `json:"block_hit_rate"`
+		TokenHitRate float64   `json:"token_hit_rate"`
+		MaxMeanLoad  float64   `json:"max_mean_load"`
+		MaxMeanToken float64   `json:"max_mean_tokens"`
+		HitBlocks    int64     `json:"hit_blocks"`
+		Blocks       int64     `json:"blocks"`
+		Seconds      float64   `json:"seconds"`
+		Index        indexJSON `json:"index"`
+	}
+	sweepPointJSON struct {
+		Capacity int          `json:"capacity"`
+		Policies []policyJSON `json:"policies"`
+	}
+	simJSON struct {
+		Workload workloadInfo     `json:"workload"`
+		Cluster  clusterJSON      `json:"cluster"`
+		Ceiling  ceilingJSON      `json:"ceiling"`
+		Policies []policyJSON     `json:"policies,omitempty"`
+		Index    *indexJSON       `json:"index,omitempty"`
+		Sweep    []sweepPointJSON `json:"sweep,omitempty"`
+		Chart    string           `json:"chart,omitempty"`
+		Seconds  float64          `json:"seconds"`
+	}
+)
+
+func toIndexJSON(r sim.Result) indexJSON {
+	s := r.Index
+	return indexJSON{
+		Policy: r.Policy.String(), EventsApplied: s.Events, Rejected: s.Rejected, Queries: s.Queries,
+		BlockOps: s.BlockOps(), EngineSeconds: s.EngineSeconds, BlockOpsPerS: s.BlockOpsPerS(),
+		P50: s.FindMatchesP50, P99: s.FindMatchesP99, P999: s.FindMatchesP999,
+		Memberships: s.Memberships, BytesPerMembership: s.BytesPerMembership(),
+	}
+}
+
+func toPolicyJSON(r sim.Result) policyJSON {
+	return policyJSON{
+		Name: r.Policy.String(), BlockHitRate: r.BlockHitRate(), TokenHitRate: r.TokenHitRate(),
+		MaxMeanLoad: r.MaxMeanLoad(), MaxMeanToken: r.MaxMeanTokens(), HitBlocks: r.HitBlocks, Blocks: r.Blocks, Seconds: r.Seconds,
+		Index: toIndexJSON(r),
+	}
+}
+
+// parsePolicies reads a comma-separated policy list.
+func parsePolicies(s string) ([]sim.Policy, error) {
+	var out []sim.Policy
+	seen := map[sim.Policy]bool{}
+	for _, name := range strings.Split(s, ",") {
+		p, err := sim.ParsePolicy(strings.TrimSpace(name))
+		if err != nil {
+			return nil, usageErr("--policies: unknown policy %q (want a comma-separated list of kv-aware, random, round-robin, least-loaded)", name)
+		}
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// parseSweep reads "capacity=A,B,C".
+func parseSweep(s string) ([]int, error) {
+	key, list, ok := strings.Cut(s, "=")
+	if !ok || strings.TrimSpace(key) != "capacity" {
+		return nil, usageErr("--sweep %q: want capacity=A,B,C (only capacity can be swept)", s)
+	}
+	var caps []int
+	for _, v := range strings.Split(list, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || c < 1 || c > sim.MaxCapacity {
+			return nil, usageErr("--sweep: capacity %q is not a number of blocks in 1..%d", v, sim.MaxCapacity)
+		}
+		caps = append(caps, c)
+	}
+	if len(caps) < 2 {
+		return nil, usageErr("--sweep %q: give at least two capacities", s)
+	}
+	return caps, nil
+}
+
+var chartFormats = map[string]bool{".svg": true, ".png": true, ".pdf": true}
+
+func runSim(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("kvindex sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: kvindex sim [flags]\n\nReplays a workload against a simulated fleet once per routing policy and reports\nhit rates, load balance and the index's throughput, latency and memory.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	var f simFlags
+	f.register(fs, fmt.Sprintf("requests to simulate (0 = %d for the built-in workload, every line of a trace)", sim.DefaultRequests))
+	policies := fs.String("policies", "kv-aware,random,round-robin,least-loaded", "comma-separated routing policies to compare")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of the tables")
+	forceProgress := fs.Bool("progress", false, "show a progress bar on stderr even when it is not a terminal")
+	sweep := fs.String("sweep", "", "capacity=A,B,C: rerun every policy at each per-worker capacity and chart the hit rates")
+	chart := fs.String("chart", "sweep.svg", "with --sweep: chart file (.svg, .png or .pdf)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	err := func() error {
+		if err := f.validate(fs); err != nil {
+			return err
+		}
+		pols, err := parsePolicies(*policies)
+		if err != nil {
+			return err
+		}
+		var caps []int
+		if *sweep != "" {
+			if caps, err = parseSweep(*sweep); err != nil {
+				return err
+			}
+			if !chartFormats[strings.ToLower(filepath.Ext(*chart))] {
+				return usageErr("--chart %q: want a .svg, .png or .pdf file", *chart)
+			}
+		} else if f.set["chart"] {
+			return usageErr("--chart needs --sweep")
+		}
+		w, wi, err := f.workload(sim.DefaultRequests)
+		if err != nil {
+			return err
+		}
+		cfg := f.config()
+		check := caps
+		if len(caps) == 0 {
+			check = []int{f.capacity}
+		}
+		for _, c := range check {
+			if int64(f.workers)*int64(c) > sim.MaxFleetBlocks {
+				return usageErr("--workers %d x capacity %d: more than %d blocks in all", f.workers, c, sim.MaxFleetBlocks)
+			}
+			if c < w.MaxBlocks {
+				return usageErr("capacity %d blocks per worker cannot hold the longest request (%d blocks of %d tokens); raise --capacity or the sweep's capacities",
+					c, w.MaxBlocks, w.BlockSize)
+			}
+		}
+		return simulate(stdout, stderr, w, wi, cfg, pols, caps, *chart, *asJSON, *forceProgress)
+	}()
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "kvindex sim: %s\n", strings.TrimPrefix(err.Error(), "usage: "))
+		return 2
+	default:
+		fmt.Fprintf(stderr, "kvindex sim: %v\n", err)
+		return 1
+	}
+}
+
+func simulate(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg sim.Config, pols []sim.Policy,
+	caps []int, chart string, asJSON, forceProgress bool) error {
+	start := time.Now()
+	runs := len(pols) * max(1, len(caps))
+	prog := newProgress(stderr, forceProgress, runs*len(w.Requests))
+	defer prog.finish()
+	cfg.Progress = prog.add
+	ctx := context.Background()
+
+	ceil := sim.InfiniteCache(w)
+	eff := effectiveEngine(cfg.Engine)
+	out := simJSON{
+		Workload: wi,
+		Cluster: clusterJSON{Workers: cfg.Workers, Capacity: cfg.Capacity, ChunkTokens: cfg.ChunkTokens,
+			Shards: eff.Shards, Jump: eff.JumpSize},
+		Ceiling: ceilingJSON{BlockHitRate: ceil.BlockHitRate(), TokenHitRate: ceil.TokenHitRate(),
+			HitBlocks: ceil.HitBlocks, Blocks: ceil.Blocks},
+	}
+	if len(caps) == 0 {
+		cfg.MeasureMemory = true
+		var results []sim.Result
+		for _, p := range pols {
+			r, err := sim.Run(ctx, w, p, cfg)
+			if err != nil {
+				return err
+			}
+			results = append(results, r)
+			out.Policies = append(out.Policies, toPolicyJSON(r))
+		}
+		ix := toIndexJSON(results[0])
+		for _, r := range results {
+			if r.Policy == sim.KVAware {
+				ix = toIndexJSON(r)
+			}
+		}
+		out.Index = &ix
+		out.Seconds = time.Since(start).Seconds()
+		prog.finish()
+		if asJSON {
+			return printJSON(stdout, out)
+		}
+		printReport(stdout, out, results, ceil)
+		return nil
+	}
+
+	for _, c := range caps {
+		cfg.Capacity = c
+		pt := sweepPointJSON{Capacity: c}
+		for _, p := range pols {
+			r, err := sim.Run(ctx, w, p, cfg)
+			if err != nil {
+				return err
+			}
+			pt.Policies = append(pt.Policies, toPolicyJSON(r))
+		}
+		out.Sweep = append(out.Sweep, pt)
+	}
+	out.Cluster.Capacity = 0
+	if err := writeChart(chart, out); err != nil {
+		return err
+	}
+	out.Chart = chart
+	out.Seconds = time.Since(start).Seconds()
+	prog.finish()
+	if asJSON {
+		return printJSON(stdout, out)
+	}
+	printSweep(stdout, out)
+	return nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
+}
+
+// effectiveEngine returns cfg with the engine's defaults filled in.
+func effectiveEngine(cfg engine.Config) engine.Config {
+	e, err := engine.New(cfg)
+	if err != nil {
+		return cfg
+	}
+	defer e.Close()
+	return e.Config()
+}
+
+func pct(x float64) string { return fmt.Sprintf("%.2f%%", 100*x) }
+
+// thousands writes n with thousands separators.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+func micros(ns int64) string { return fmt.Sprintf("%.1f µs", float64(ns)/1e3) }
+
+func printHeader(w io.Writer, out simJSON, capacity string) {
+	wl := out.Workload
+	fmt.Fprintf(w, "workload  %s\n", wl.Name)
+	fmt.Fprintf(w, "          %s requests, %s input tokens, %s full blocks of %d tokens\n",
+		thousands(int64(wl.Requests)), thousands(wl.Tokens), thousands(wl.Blocks), wl.BlockSize)
+	if wl.TraceIDHitRate != nil {
+		fmt.Fprintf(w, "          trace's own ceiling at 512-token ids: %s of block references\n", pct(*wl.TraceIDHitRate))
+	}
+	c := out.Cluster
+	fmt.Fprintf(w, "cluster   %d mock vLLM engines x %s, prefill chunks of %d tokens; index: %d shards, jump %d\n\n",
+		c.Workers, capacity, c.ChunkTokens, c.Shards, c.Jump)
+}
+
+func printReport(w io.Writer, out simJSON, results []sim.Result, ceil sim.Ceiling) {
+	printHeader(w, out, thousands(int64(out.Cluster.Capacity))+fmt.Sprintf(" blocks (%s tokens each)", thousands(int64(out.Cluster.Capacity*out.Workload.BlockSize))))
+	fmt.Fprintf(w, "%-15s %10s %10s %11s %14s %12s %8s\n", "policy", "block hit", "token hit", "of ceiling", "max/mean load", "(in tokens)", "seconds")
+	fmt.Fprintf(w, "%-15s %10s %10s %11s %14s %12s %8s\n", "infinite cache", pct(ceil.BlockHitRate()), pct(ceil.TokenHitRate()), "100.0%", "-", "-", "-")
+	for _, r := range results {
+		of := "-"
+		if c := ceil.BlockHitRate(); c > 0 {
+			of = fmt.Sprintf("%.1f%%", 100*r.BlockHitRate()/c)
+		}
+		fmt.Fprintf(w, "%-15s %10s %10s %11s %14.3f %12.3f %8.2f\n", r.Policy, pct(r.BlockHitRate()), pct(r.TokenHitRate()), of, r.MaxMeanLoad(), r.MaxMeanTokens(), r.Seconds)
+	}
+	ix := *out.Index
+	var r sim.Result
+	for _, x := range results {
+		if x.Policy.String() == ix.Policy {
+			r = x
+		}
+	}
+	s := r.Index
+	fmt.Fprintf(w, "\nindex (the %s run)\n", ix.Policy)
+	fmt.Fprintf(w, "  events applied   %s (%s stored, %s removed; %s rejected)\n",
+		thousands(int64(s.Events)), thousands(s.StoredEvents), thousands(s.RemovedEvents), thousands(s.Rejected))
+	fmt.Fprintf(w, "  block ops        %s (%s query hashes, %s stored, %s removed) in %.3f s of engine calls\n",
+		thousands(s.BlockOps()), thousands(s.QueryBlocks), thousands(s.StoredBlocks), thousands(s.RemovedBlocks), s.EngineSeconds)
+	fmt.Fprintf(w, "  throughput       %.2fM block ops/s\n", s.BlockOpsPerS()/1e6)
+	if s.Queries > 0 {
+		fmt.Fprintf(w, "  find-matches     p50 %s, p99 %s, p999 %s over %s queries\n",
+			micros(s.FindMatchesP50), micros(s.FindMatchesP99), micros(s.FindMatchesP999), thousands(s.Queries))
+	}
+	fmt.Fprintf(w, "  memberships      %s at the end, %.1f bytes per membership (engine heap %.1f MiB)\n",
+		thousands(s.Memberships), s.BytesPerMembership(), float64(s.HeapBytes)/(1<<20))
+	fmt.Fprintf(w, "\ntotal %.1f s\n", out.Seconds)
+}
+
+func printSweep(w io.Writer, out simJSON) {
+	caps := make([]string, len(out.Sweep))
+	for i, p := range out.Sweep {
+		caps[i] = thousands(int64(p.Capacity))
+	}
+	printHeader(w, out, "{"+strings.Join(caps, ", ")+"} blocks")
+	fmt.Fprintf(w, "block hit rate by capacity (blocks per worker); infinite cache %s\n", pct(out.Ceiling.BlockHitRate))
+	fmt.Fprintf(w, "%-15s", "policy")
+	for _, c := range caps {
+		fmt.Fprintf(w, " %9s", c)
+	}
+	fmt.Fprintln(w)
+	for i := range out.Sweep[0].Policies {
+		fmt.Fprintf(w, "%-15s", out.Sweep[0].Policies[i].Name)
+		for _, p := range out.Sweep {
+			fmt.Fprintf(w, " %9s", pct(p.Policies[i].BlockHitRate))
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "\nchart written to %s\ntotal %.1f s\n", out.Chart, out.Seconds)
+}
+
+// writeChart draws hit rate against capacity, one line per policy and the ceiling.
+func writeChart(path string, out simJSON) error {
+	p := plot.New()
+	p.Title.Text = "Prefix hit rate vs KV cache per worker"
+	p.X.Label.Text = fmt.Sprintf("capacity (blocks of %d tokens per worker)", out.Workload.BlockSize)
+	p.Y.Label.Text = "block hit rate"
+	p.Y.Min, p.Y.Max = 0, 1
+	p.Legend.Top = false
+	p.Legend.Left = false
+	p.Add(plotter.NewGrid())
+	var lines []any
+	for i := range out.Sweep[0].Policies {
+		pts := make(plotter.XYs, len(out.Sweep))
+		for j, pt := range out.Sweep {
+			pts[j].X = float64(pt.Capacity)
+			pts[j].Y = pt.Policies[i].BlockHitRate
+		}
+		lines = append(lines, out.Sweep[0].Policies[i].Name, pts)
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, pt := range out.Sweep {
+		lo, hi = min(lo, float64(pt.Capacity)), max(hi, float64(pt.Capacity))
+	}
+	lines = append(lines, "infinite cache", plotter.XYs{{X: lo, Y: out.Ceiling.BlockHitRate}, {X: hi, Y: out.Ceiling.BlockHitRate}})
+	// Capacities usually double from point to point: a log axis spaces them evenly, and
+	// a tick at each one names it.
+	if hi >= 4*lo {
+		p.X.Scale = plot.LogScale{}
+	}
+	var ticks []plot.Tick
+	for _, pt := range out.Sweep {
+		ticks = append(ticks, plot.Tick{Value: float64(pt.Capacity), Label: strconv.Itoa(pt.Capacity)})
+	}
+	p.X.Tick.Marker = plot.ConstantTicks(ticks)
+	if err := plotutil.AddLinePoints(p, lines...); err != nil {
+		return err
+	}
+	if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
+		return fmt.Errorf("writing chart: %w", err)
+	}
+	return nil
+}
+
+// simProgress shows a bar on stderr once a run has gone on for progressDelay, when stderr
+// is a terminal or --progress was given.
+type simProgress struct {
+	w       io.Writer
+	on      bool
+	start   time.Time
+	total   int
+	done    int
+	bar     *progressbar.ProgressBar
+	stopped bool
+}
+
+func newProgress(w io.Writer, force bool, total int) *simProgress {
+	on := force
+	if f, ok := w.(*os.File); ok && !on {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			on = true
+		}
+	}
+	return &simProgress{w: w, on: on && total > 0, start: time.Now(), total: total}
+}
+
+func (p *simProgress) add(n int) {
+	if !p.on || p.stopped {
+		return
+	}
+	p.done += n
+	if p.bar == nil {
+		if time.Since(p.start) < progressDelay {
+			return
+		}
+		p.bar = progressbar.NewOptions(p.total,
+			progressbar.OptionSetWriter(p.w),
+			progressbar.OptionSetDescription("simulating"),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSetItsString("req"),
+			progressbar.OptionShowIts(),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionSetWidth(30),
+		)
+		_ = p.bar.Set(p.done)
+		return
+	}
+	_ = p.bar.Add(n)
+}
+
+func (p *simProgress) finish() {
+	if p.stopped {
+		return
+	}
+	p.stopped = true
+	if p.bar != nil {
+		_ = p.bar.Finish()
+		fmt.Fprintln(p.w)
+	}
+}

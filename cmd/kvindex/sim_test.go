@@ -1,0 +1,286 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// quickSim are flags that make a built-in run take a fraction of a second.
+var quickSim = []string{"--requests", "400", "--sessions", "24", "--workers", "4", "--capacity", "600", "--shards", "2"}
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = runMain(args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+func TestSimBadFlags(t *testing.T) {
+	chart := filepath.Join(t.TempDir(), "never.svg") // a case that wrongly passes writes here
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--workers", "0"}, "--workers 0"},
+		{[]string{"--workers", "99999"}, "--workers 99999"},
+		{[]string{"--capacity", "0"}, "--capacity 0"},
+		{[]string{"--capacity", "3", "--requests", "50"}, "cannot hold the longest request"},
+		{[]string{"--capacity", "99999999"}, "--capacity 99999999"},
+		{[]string{"--workers", "4096", "--capacity", "100000"}, "more than 67108864 blocks in all"},
+		{[]string{"--sweep", "capacity=600,99999999"}, `capacity "99999999"`},
+		{[]string{"--sweep", "capacity=100,600", "--requests", "2000", "--chart", chart}, "capacity 100 blocks per worker cannot hold"},
+		{[]string{"--block-size", "0"}, "--block-size 0"},
+		{[]string{"--requests", "-1"}, "--requests -1"},
+		{[]string{"--shards", "-1"}, "--shards -1"},
+		{[]string{"--shards", "1000"}, "--shards 1000"},
+		{[]string{"--jump", "-2"}, "--jump -2"},
+		{[]string{"--chunk", "0"}, "--chunk 0"},
+		{[]string{"--sessions", "0"}, "--sessions 0"},
+		{[]string{"--trace", "x.jsonl", "--sessions", "3"}, "--sessions applies to the built-in workload"},
+		{[]string{"--policies", "kv-aware,fastest"}, `unknown policy "fastest"`},
+		{[]string{"--sweep", "workers=1,2"}, "only capacity can be swept"},
+		{[]string{"--sweep", "capacity=600"}, "at least two capacities"},
+		{[]string{"--sweep", "capacity=600,abc"}, `capacity "abc"`},
+		{[]string{"--sweep", "capacity=600,900", "--chart", "out.gif"}, "--chart"},
+		{[]string{"--chart", "x.svg"}, "--chart needs --sweep"},
+		{[]string{"--seed", "-1"}, "invalid value"},
+		{[]string{"--bogus"}, "flag provided but not defined"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, out, errs := runCLI(t, append([]string{"sim"}, tc.args...)...)
+			if code != 2 || !strings.Contains(errs, tc.want) || out != "" {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 2 and %q", code, out, errs, tc.want)
+			}
+		})
+	}
+}
+
+func TestGenOpsBadFlags(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{nil, "--out FILE is required"},
+		{[]string{"--out", "x", "--expect-every", "-1"}, "--expect-every -1"},
+		{[]string{"--out", "x", "--policy", "best"}, `--policy "best"`},
+		{[]string{"--out", "x", "--workers", "0"}, "--workers 0"},
+		{[]string{"--out", "x", "--capacity", "2", "--requests", "50"}, "cannot hold the longest request"},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, _, errs := runCLI(t, append([]string{"gen-ops"}, tc.args...)...)
+			if code != 2 || !strings.Contains(errs, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want exit 2 and %q", code, errs, tc.want)
+			}
+		})
+	}
+}
+
+func TestSimHelp(t *testing.T) {
+	for _, c := range []string{"sim", "gen-ops"} {
+		code, _, errs := runCLI(t, c, "-h")
+		if code != 0 || !strings.Contains(errs, "--capacity") && !strings.Contains(errs, "-capacity") {
+			t.Fatalf("%s -h: exit %d, %q", c, code, errs)
+		}
+	}
+}
+
+func TestSimJSON(t *testing.T) {
+	code, out, errs := runCLI(t, append([]string{"sim", "--json"}, quickSim...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if errs != "" {
+		t.Fatalf("stderr without a terminal or --progress: %q", errs)
+	}
+	var got struct {
+		Workload struct {
+			Source   string `json:"source"`
+			Requests int    `json:"requests"`
+		} `json:"workload"`
+		Ceiling struct {
+			BlockHitRate *float64 `json:"block_hit_rate"`
+		} `json:"ceiling"`
+		Policies []struct {
+			Name         string   `json:"name"`
+			BlockHitRate *float64 `json:"block_hit_rate"`
+			TokenHitRate *float64 `json:"token_hit_rate"`
+			MaxMeanLoad  *float64 `json:"max_mean_load"`
+		} `json:"policies"`
+		Index struct {
+			Policy             string   `json:"policy"`
+			BlockOpsPerS       *float64 `json:"block_ops_per_s"`
+			P50                *int64   `json:"find_matches_p50_ns"`
+			P99                *int64   `json:"find_matches_p99_ns"`
+			Memberships        *int64   `json:"memberships"`
+			BytesPerMembership *float64 `json:"bytes_per_membership"`
+		} `json:"index"`
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	if err := dec.Decode(&got); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	if dec.More() {
+		t.Fatal("more than one JSON value")
+	}
+	if got.Workload.Source != "built-in" || got.Workload.Requests != 400 || got.Ceiling.BlockHitRate == nil {
+		t.Fatalf("workload/ceiling: %s", out)
+	}
+	names := []string{"kv-aware", "random", "round-robin", "least-loaded"}
+	if len(got.Policies) != len(names) {
+		t.Fatalf("policies: %s", out)
+	}
+	for i, p := range got.Policies {
+		if p.Name != names[i] || p.BlockHitRate == nil || p.TokenHitRate == nil || p.MaxMeanLoad == nil {
+			t.Fatalf("policy %d: %+v", i, p)
+		}
+		if *p.BlockHitRate > *got.Ceiling.BlockHitRate {
+			t.Fatalf("%s above the ceiling", p.Name)
+		}
+	}
+	ix := got.Index
+	if ix.Policy != "kv-aware" || ix.BlockOpsPerS == nil || *ix.BlockOpsPerS <= 0 || ix.P50 == nil || ix.P99 == nil ||
+		*ix.P50 <= 0 || ix.Memberships == nil || *ix.Memberships <= 0 || ix.BytesPerMembership == nil || *ix.BytesPerMembership <= 0 {
+		t.Fatalf("index: %s", out)
+	}
+}
+
+func TestSimTable(t *testing.T) {
+	code, out, errs := runCLI(t, append([]string{"sim", "--policies", "kv-aware,random"}, quickSim...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"workload  built-in conversations", "infinite cache", "kv-aware", "random",
+		"block ops/s", "find-matches     p50", "bytes per membership", "max/mean load"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "round-robin") {
+		t.Errorf("--policies ignored:\n%s", out)
+	}
+}
+
+func TestSimProgress(t *testing.T) {
+	old := progressDelay
+	progressDelay = 0
+	defer func() { progressDelay = old }()
+	code, _, errs := runCLI(t, append([]string{"sim", "--progress", "--policies", "round-robin"}, quickSim...)...)
+	if code != 0 || !strings.Contains(errs, "simulating") || !strings.Contains(errs, "400/400") {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+}
+
+func TestSimSweep(t *testing.T) {
+	dir := t.TempDir()
+	for _, ext := range []string{".svg", ".png"} {
+		chart := filepath.Join(dir, "sweep"+ext)
+		code, out, errs := runCLI(t, append([]string{"sim", "--sweep", "capacity=600, 1200", "--chart", chart, "--policies", "kv-aware,least-loaded"}, quickSim...)...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		if !strings.Contains(out, "chart written to "+chart) || !strings.Contains(out, "least-loaded") {
+			t.Fatalf("output:\n%s", out)
+		}
+		b, err := os.ReadFile(chart)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ext == ".svg" && !bytes.Contains(b[:min(len(b), 512)], []byte("<svg")) ||
+			ext == ".png" && !bytes.HasPrefix(b, []byte("\x89PNG")) {
+			t.Fatalf("%s is not a chart: %q", chart, b[:min(len(b), 64)])
+		}
+	}
+	code, out, errs := runCLI(t, append([]string{"sim", "--json", "--sweep", "capacity=600,900", "--chart", filepath.Join(dir, "s.svg")}, quickSim...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got struct {
+		Sweep []struct {
+			Capacity int `json:"capacity"`
+			Policies []struct {
+				Name string `json:"name"`
+			} `json:"policies"`
+		} `json:"sweep"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Sweep) != 2 || got.Sweep[1].Capacity != 900 || len(got.Sweep[0].Policies) != 4 {
+		t.Fatalf("sweep JSON %v: %s", err, out)
+	}
+}
+
+// TestGenOpsReplays runs the acceptance pipeline: gen-ops with expectations, then
+// replay --ops on its output, which must pass every expectation.
+func TestGenOpsReplays(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.jsonl")
+	code, out, errs := runCLI(t, append([]string{"gen-ops", "--out", path, "--expect-every", "4"}, quickSim...)...)
+	if code != 0 || !strings.Contains(out, "100 with expect/sizes") {
+		t.Fatalf("gen-ops: exit %d\n%s%s", code, out, errs)
+	}
+	code, out, errs = runCLI(t, "replay", "--ops", path)
+	if code != 0 || !strings.Contains(out, "100 passed, 0 failed") {
+		t.Fatalf("replay: exit %d\n%s%s", code, out, errs)
+	}
+	// The same flags give the same bytes.
+	again := filepath.Join(t.TempDir(), "g2.jsonl")
+	if code, _, errs := runCLI(t, append([]string{"gen-ops", "--out", again, "--expect-every", "4"}, quickSim...)...); code != 0 {
+		t.Fatal(errs)
+	}
+	a, _ := os.ReadFile(path)
+	b, _ := os.ReadFile(again)
+	if !bytes.Equal(a, b) {
+		t.Fatal("gen-ops is not deterministic")
+	}
+}
+
+// tracePath finds the Mooncake conversation trace, or skips visibly.
+func tracePath(t *testing.T) string {
+	t.Helper()
+	var cands []string
+	if d := os.Getenv("KVINDEX_TRACES"); d != "" {
+		cands = append(cands, d)
+	}
+	cands = append(cands, filepath.Join("..", "..", "..", "shared", "traces"), filepath.Join("..", "..", "shared", "traces"))
+	for _, d := range cands {
+		p := filepath.Join(d, "conversation_trace.jsonl")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	t.Skipf("SKIP: conversation_trace.jsonl not found in %v (set KVINDEX_TRACES)", cands)
+	return ""
+}
+
+func TestSimTrace(t *testing.T) {
+	p := tracePath(t)
+	code, out, errs := runCLI(t, "sim", "--json", "--trace", p, "--requests", "300", "--policies", "kv-aware,round-robin")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got struct {
+		Workload struct {
+			Source         string   `json:"source"`
+			Requests       int      `json:"requests"`
+			TraceIDHitRate *float64 `json:"trace_id_block_hit_rate"`
+		} `json:"workload"`
+		Policies []struct {
+			Name string `json:"name"`
+		} `json:"policies"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || got.Workload.Source != "trace" ||
+		got.Workload.Requests != 300 || got.Workload.TraceIDHitRate == nil || len(got.Policies) != 2 {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if code, _, errs := runCLI(t, "sim", "--trace", filepath.Join(t.TempDir(), "missing.jsonl")); code != 1 || !strings.Contains(errs, "missing.jsonl") {
+		t.Fatalf("missing trace: exit %d, %q", code, errs)
+	}
+}

@@ -1,0 +1,42 @@
+// Package sim simulates a fleet of vLLM-like engines behind a router and drives the
+// kvindex engine with the KV-cache events they emit. It backs `kvindex sim` (hit rates
+// and index throughput per routing policy) and `kvindex gen-ops` (the same event stream
+// as a SPEC op log), and the benchmarks that want realistic traffic.
+//
+// # What it owns
+//
+//   - Workloads: a built-in generator of multi-turn conversations (Generate) and Mooncake
+//     FAST'25 traces (ReadTrace, FromTrace). A Workload is a sequence of requests, each
+//     its input length in tokens and the content hashes (package hash) of its full blocks.
+//   - Mock engines: each worker is a prefix cache of Capacity blocks that follows vLLM's
+//     v1 block pool as shared/conformance/README.md ("Trace-driven cluster") describes
+//     it: longest-prefix reuse by the worker's own opaque engine hashes (at most
+//     (tokens-1)/BlockSize blocks), allocation from a least-recently-freed queue with one
+//     `removed` per evicted hashed block, one `stored` per prefill chunk with the parent
+//     it hangs under, and tail-first freeing when the request finishes. A request
+//     finishes right after prefill; decode is not modelled, so there is exactly one
+//     running request in the fleet at a time and nothing else pins blocks.
+//   - Routing policies (kv-aware, random, round-robin, least-loaded) and the metrics:
+//     hit rates, the infinite-cache ceiling, load balance, and the index's throughput,
+//     latency and memory.
+//
+// Events reach the index only through the engine's public API (Store, StoreUnder,
+// Remove, FindMatches, Barrier), exactly as an ingester would call it. An Observer sees
+// the same stream; WriteOps uses one to write the stream as an op log whose queries carry
+// the reference model's answers.
+//
+// # Who may call it
+//
+// Any package of this module and its commands. Nothing here is safe for concurrent use:
+// a Workload may be shared by concurrent Runs (they only read it), but one Run, one
+// Observer and one WriteOps each belong to the goroutine that called them. Run starts no
+// goroutines of its own; the engine it creates is closed before Run returns.
+//
+// # Determinism
+//
+// For a given workload, Config and policy, a run makes the same routing decisions and
+// emits the same events in the same order every time: the kv-aware router takes a
+// Barrier before every FindMatches, so its answers do not depend on scheduling. Only the
+// timings and memory figures vary. The built-in generator is prefix-stable: the first k
+// requests of a workload do not depend on how many requests were asked for.
+package sim

@@ -1,0 +1,232 @@
+package sim
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/kvindex/kvindex/engine"
+	"github.com/zeebo/xxh3"
+)
+
+// emitter receives a mock engine's KV-cache events in the order the engine emits them.
+type emitter interface {
+	stored(worker string, parent uint64, hasParent bool, blocks []engine.Block) error
+	removed(worker string, seq uint64) error
+}
+
+// engineHashSeed keys the mock engines' own block hash; it is unrelated to the content
+// hash, so the index can never recompute an engine hash (as with vLLM's SHA-256).
+const engineHashSeed = 0x766c6c6d2d763121 // "vllm-v1!"
+
+// engineHash is a mock engine's opaque block hash: a hash of the parent's engine hash and
+// the block's content (vLLM hashes the parent hash and the token ids).
+func engineHash(parent, content uint64) uint64 {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], parent)
+	binary.LittleEndian.PutUint64(b[8:], content)
+	return xxh3.HashSeed(b[:], engineHashSeed)
+}
+
+const none = -1
+
+// pblock is one physical KV block of a mock engine.
+type pblock struct {
+	hash       uint64
+	hashed     bool
+	ref        int32 // running requests holding it
+	prev, next int32 // links in the free queue, none when not queued
+	dup        int32 // next block cached under the same hash, none at the end
+}
+
+// mockEngine is one worker: a vLLM v1-style prefix cache of a fixed number of blocks.
+//
+// Its free queue holds every block no running request holds, least recently freed at the
+// head; blocks keep their hash (and stay reusable) until allocation takes them. Cached
+// maps an engine hash to the oldest block cached under it; vLLM may cache one hash in two
+// blocks (a fully cached prompt recomputes its last block), so the others follow through
+// dup links.
+type mockEngine struct {
+	name        string
+	noneHash    uint64 // vLLM's NONE_HASH: the parent of a root block, per engine
+	blockSize   int
+	chunkTokens int
+	blocks      []pblock // the last one is the free queue's sentinel
+	cached      map[uint64]int32
+
+	// scratch, reused across requests
+	hashes []uint64
+	req    []int32
+	ev     []engine.Block
+}
+
+func newMockEngine(name string, noneHash uint64, capacity, blockSize, chunkTokens int) *mockEngine {
+	m := &mockEngine{
+		name: name, noneHash: noneHash, blockSize: blockSize, chunkTokens: chunkTokens,
+		blocks: make([]pblock, capacity+1),
+		cached: make(map[uint64]int32, capacity),
+	}
+	s := int32(capacity)
+	m.blocks[s] = pblock{prev: s, next: s, dup: none}
+	for i := range int32(capacity) {
+		m.blocks[i] = pblock{prev: none, next: none, dup: none}
+		m.pushTail(i)
+	}
+	return m
+}
+
+func (m *mockEngine) sentinel() int32 { return int32(len(m.blocks) - 1) }
+
+func (m *mockEngine) pushTail(b int32) {
+	s := m.sentinel()
+	last := m.blocks[s].prev
+	m.blocks[b].prev, m.blocks[b].next = last, s
+	m.blocks[last].next = b
+	m.blocks[s].prev = b
+}
+
+func (m *mockEngine) unlink(b int32) {
+	p, n := m.blocks[b].prev, m.blocks[b].next
+	m.blocks[p].next = n
+	m.blocks[n].prev = p
+	m.blocks[b].prev, m.blocks[b].next = none, none
+}
+
+// cache records that block b now holds hash h.
+func (m *mockEngine) cache(b int32, h uint64) {
+	m.blocks[b].hash, m.blocks[b].hashed, m.blocks[b].dup = h, true, none
+	first, ok := m.cached[h]
+	if !ok {
+		m.cached[h] = b
+		return
+	}
+	for m.blocks[first].dup != none {
+		first = m.blocks[first].dup
+	}
+	m.blocks[first].dup = b
+}
+
+// uncache forgets block b's hash.
+func (m *mockEngine) uncache(b int32) {
+	h := m.blocks[b].hash
+	first := m.cached[h]
+	if first == b {
+		if d := m.blocks[b].dup; d != none {
+			m.cached[h] = d
+		} else {
+			delete(m.cached, h)
+		}
+	} else {
+		for m.blocks[first].dup != b {
+			first = m.blocks[first].dup
+		}
+		m.blocks[first].dup = m.blocks[b].dup
+	}
+	m.blocks[b].hashed, m.blocks[b].hash, m.blocks[b].dup = false, 0, none
+}
+
+// allocate takes the least recently freed block, evicting its hash if it has one.
+func (m *mockEngine) allocate(em emitter) (int32, error) {
+	s := m.sentinel()
+	b := m.blocks[s].next
+	if b == s {
+		return 0, fmt.Errorf("sim: worker %s: no free block (capacity %d)", m.name, len(m.blocks)-1)
+	}
+	m.unlink(b)
+	m.blocks[b].ref = 1
+	if m.blocks[b].hashed {
+		h := m.blocks[b].hash
+		m.uncache(b)
+		if err := em.removed(m.name, h); err != nil {
+			return 0, err
+		}
+	}
+	return b, nil
+}
+
+// served describes one finished request.
+type served struct {
+	// hit is the number of leading full blocks the worker held when the request arrived.
+	hit int
+	// reused is the number of those blocks the engine reused (at most (tokens-1)/B).
+	reused int
+}
+
+// serve runs one request to completion: reuse, allocate and store chunk by chunk, free.
+// The caller guarantees that ceil(r.Tokens/blockSize) <= capacity.
+func (m *mockEngine) serve(r *Request, em emitter) (served, error) {
+	B := m.blockSize
+	m.hashes = m.hashes[:0]
+	p := m.noneHash
+	for _, c := range r.Blocks {
+		p = engineHash(p, c)
+		m.hashes = append(m.hashes, p)
+	}
+	var out served
+	for out.hit < len(m.hashes) {
+		if _, ok := m.cached[m.hashes[out.hit]]; !ok {
+			break
+		}
+		out.hit++
+	}
+	out.reused = reusable(out.hit, r.Tokens, B)
+
+	// Touch the reused blocks: the running request now holds them.
+	m.req = m.req[:0]
+	for _, h := range m.hashes[:out.reused] {
+		b := m.cached[h]
+		if m.blocks[b].ref == 0 {
+			m.unlink(b)
+		}
+		m.blocks[b].ref++
+		m.req = append(m.req, b)
+	}
+
+	// Prefill in chunks: allocate the chunk's blocks, then store its newly full blocks.
+	stored := out.reused
+	for done := out.reused * B; done < r.Tokens; {
+		end := min(done+m.chunkTokens, r.Tokens)
+		for need := (end + B - 1) / B; len(m.req) < need; {
+			b, err := m.allocate(em)
+			if err != nil {
+				return out, err
+			}
+			m.req = append(m.req, b)
+		}
+		if full := end / B; full > stored {
+			m.ev = m.ev[:0]
+			for i := stored; i < full; i++ {
+				m.cache(m.req[i], m.hashes[i])
+				m.ev = append(m.ev, engine.Block{Content: r.Blocks[i], Seq: m.hashes[i]})
+			}
+			var parent uint64
+			if stored > 0 {
+				parent = m.hashes[stored-1]
+			}
+			if err := em.stored(m.name, parent, stored > 0, m.ev); err != nil {
+				return out, err
+			}
+			stored = full
+		}
+		done = end
+	}
+
+	// Finish: free tail first, so a request's tail blocks are evicted before its head.
+	for i := len(m.req) - 1; i >= 0; i-- {
+		b := m.req[i]
+		if m.blocks[b].ref--; m.blocks[b].ref == 0 {
+			m.pushTail(b)
+		}
+	}
+	return out, nil
+}
+
+// held returns the number of distinct hashes the engine holds (the index's size for it
+// when no hash is held twice) and the number of blocks that carry a hash.
+func (m *mockEngine) held() (hashes, blocks int) {
+	for _, b := range m.blocks[:len(m.blocks)-1] {
+		if b.hashed {
+			blocks++
+		}
+	}
+	return len(m.cached), blocks
+}

@@ -1,0 +1,360 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/kvindex/kvindex/engine"
+	"github.com/zeebo/xxh3"
+)
+
+// Defaults of the simulated cluster.
+const (
+	DefaultWorkers     = 8
+	DefaultCapacity    = 4096 // blocks per worker
+	DefaultChunkTokens = 8192 // vLLM's default max_num_batched_tokens
+	MaxWorkers         = 4096
+	// MaxCapacity bounds Capacity, and MaxFleetBlocks bounds Workers x Capacity (each
+	// mock block takes 24 bytes).
+	MaxCapacity    = 1 << 24
+	MaxFleetBlocks = 1 << 26
+)
+
+// ErrConfig wraps every Config problem, including a capacity too small for the workload.
+var ErrConfig = errors.New("sim: invalid config")
+
+// Config describes the simulated cluster. The zero value of every field means its default.
+type Config struct {
+	// Workers is the number of mock engines (default 8, at most MaxWorkers).
+	Workers int
+	// Capacity is each engine's KV cache size in blocks (default 4096). It must hold the
+	// workload's longest request (Workload.MaxBlocks).
+	Capacity int
+	// ChunkTokens is the prefill chunk: each chunk emits one stored event (default 8192).
+	ChunkTokens int
+	// Seed seeds the random policy and the engines' NONE_HASH values.
+	Seed uint64
+	// Engine configures the index.
+	Engine engine.Config
+	// MeasureMemory forces two garbage collections at the end of the run to measure the
+	// index's heap (IndexStats.HeapBytes and BytesPerMembership).
+	MeasureMemory bool
+	// Observer, when set, sees every query and event before the index does.
+	Observer Observer
+	// Progress, when set, is called now and then with the number of requests served
+	// since its previous call; the calls of one run add up to the workload's length.
+	Progress func(requests int)
+}
+
+func (c Config) withDefaults() Config {
+	if c.Workers == 0 {
+		c.Workers = DefaultWorkers
+	}
+	if c.Capacity == 0 {
+		c.Capacity = DefaultCapacity
+	}
+	if c.ChunkTokens == 0 {
+		c.ChunkTokens = DefaultChunkTokens
+	}
+	return c
+}
+
+// Check validates c, defaults filled in, against a workload.
+func (c Config) Check(w *Workload) error {
+	c = c.withDefaults()
+	switch {
+	case c.Workers < 1 || c.Workers > MaxWorkers:
+		return fmt.Errorf("%w: %d workers, want 1..%d", ErrConfig, c.Workers, MaxWorkers)
+	case c.Capacity < 1 || c.Capacity > MaxCapacity:
+		return fmt.Errorf("%w: capacity %d blocks, want 1..%d", ErrConfig, c.Capacity, MaxCapacity)
+	case int64(c.Workers)*int64(c.Capacity) > MaxFleetBlocks:
+		return fmt.Errorf("%w: %d workers x %d blocks is more than %d blocks in all", ErrConfig, c.Workers, c.Capacity, MaxFleetBlocks)
+	case c.ChunkTokens < 1:
+		return fmt.Errorf("%w: prefill chunk %d tokens, want >= 1", ErrConfig, c.ChunkTokens)
+	case w.BlockSize < 1:
+		return fmt.Errorf("%w: workload block size %d", ErrConfig, w.BlockSize)
+	case c.Capacity < w.MaxBlocks:
+		return fmt.Errorf("%w: capacity %d blocks per worker is smaller than the longest request (%d blocks of %d tokens)",
+			ErrConfig, c.Capacity, w.MaxBlocks, w.BlockSize)
+	}
+	return nil
+}
+
+// Observer sees the simulated stream in order: a Query before each request with at least
+// one full block is routed, then the events the chosen engine emits. Slices are only
+// valid during the call. An error stops the run.
+type Observer interface {
+	Query(content []uint64) error
+	Stored(worker string, parent uint64, hasParent bool, blocks []engine.Block) error
+	Removed(worker string, seqs []uint64) error
+}
+
+// WorkerName names the i-th worker as a vLLM endpoint: http://10.0.0.1:8000, ...
+func WorkerName(i int) string {
+	return fmt.Sprintf("http://10.0.%d.%d:8000", i/250, i%250+1)
+}
+
+// Result is one policy's run over a workload.
+type Result struct {
+	Policy   Policy
+	Requests int
+	// HitBlocks of Blocks full request blocks were held by the chosen worker when the
+	// request arrived (its longest cached prefix, by its own engine hashes).
+	HitBlocks, Blocks int64
+	// ReusedTokens of Tokens input tokens were not recomputed.
+	ReusedTokens, Tokens int64
+	// Loads is the number of requests, and LoadTokens the prompt tokens, assigned to
+	// each worker.
+	Loads, LoadTokens []int64
+	// Index describes the engine's side of the run.
+	Index IndexStats
+	// Seconds is the wall time of the whole run, simulation included.
+	Seconds float64
+}
+
+// BlockHitRate is the prefix hit rate: HitBlocks / Blocks.
+func (r Result) BlockHitRate() float64 { return ratio(r.HitBlocks, r.Blocks) }
+
+// TokenHitRate is ReusedTokens / Tokens.
+func (r Result) TokenHitRate() float64 { return ratio(r.ReusedTokens, r.Tokens) }
+
+// MaxMeanLoad is the busiest worker's request count over the mean (1 is perfect).
+func (r Result) MaxMeanLoad() float64 { return maxMean(r.Loads) }
+
+// MaxMeanTokens is the busiest worker's prompt tokens over the mean.
+func (r Result) MaxMeanTokens() float64 { return maxMean(r.LoadTokens) }
+
+func maxMean(xs []int64) float64 {
+	var m, t int64
+	for _, x := range xs {
+		m, t = max(m, x), t+x
+	}
+	if t == 0 {
+		return 0
+	}
+	return float64(m) * float64(len(xs)) / float64(t)
+}
+
+// IndexStats describes the index during one run.
+type IndexStats struct {
+	// StoredEvents and RemovedEvents count the events sent; Events counts those the
+	// engine accepted and Rejected those it refused (a parent it no longer holds: vLLM
+	// can evict one copy of a hash it cached twice, see README-sim.md).
+	StoredEvents, RemovedEvents, Rejected int64
+	Events                                uint64
+	// Queries counts FindMatches calls.
+	Queries int64
+	// QueryBlocks, StoredBlocks and RemovedBlocks are the block ops: query hashes,
+	// stored blocks and removed hashes.
+	QueryBlocks, StoredBlocks, RemovedBlocks int64
+	// EngineSeconds is the time spent inside engine calls (events, Barrier, FindMatches).
+	EngineSeconds float64
+	// FindMatches latency percentiles in nanoseconds (0 without queries).
+	FindMatchesP50, FindMatchesP99, FindMatchesP999 int64
+	// Memberships is the sum of worker sizes (the index's (worker, engine hash) pairs)
+	// at the end.
+	Memberships int64
+	// HeapBytes is the heap the engine held at the end (MeasureMemory only).
+	HeapBytes int64
+}
+
+// BlockOps is QueryBlocks + StoredBlocks + RemovedBlocks.
+func (s IndexStats) BlockOps() int64 { return s.QueryBlocks + s.StoredBlocks + s.RemovedBlocks }
+
+// BlockOpsPerS is BlockOps over EngineSeconds.
+func (s IndexStats) BlockOpsPerS() float64 {
+	if s.EngineSeconds <= 0 {
+		return 0
+	}
+	return float64(s.BlockOps()) / s.EngineSeconds
+}
+
+// BytesPerMembership is HeapBytes / Memberships (0 when not measured).
+func (s IndexStats) BytesPerMembership() float64 { return ratio(s.HeapBytes, s.Memberships) }
+
+// driver forwards the fleet's events to the observer and the engine, timing the engine.
+type driver struct {
+	e     *engine.Engine
+	obs   Observer
+	st    *IndexStats
+	spent time.Duration
+	one   [1]uint64
+}
+
+func (d *driver) stored(worker string, parent uint64, hasParent bool, blocks []engine.Block) error {
+	if d.obs != nil {
+		if err := d.obs.Stored(worker, parent, hasParent, blocks); err != nil {
+			return err
+		}
+	}
+	t := time.Now()
+	var err error
+	if hasParent {
+		err = d.e.StoreUnder(worker, parent, blocks)
+	} else {
+		err = d.e.Store(worker, blocks)
+	}
+	d.spent += time.Since(t)
+	d.st.StoredEvents++
+	d.st.StoredBlocks += int64(len(blocks))
+	if errors.Is(err, engine.ErrParentNotFound) || errors.Is(err, engine.ErrInvalidEvent) {
+		d.st.Rejected++
+		return nil
+	}
+	return err
+}
+
+func (d *driver) removed(worker string, seq uint64) error {
+	d.one[0] = seq
+	if d.obs != nil {
+		if err := d.obs.Removed(worker, d.one[:]); err != nil {
+			return err
+		}
+	}
+	t := time.Now()
+	err := d.e.Remove(worker, d.one[:]...)
+	d.spent += time.Since(t)
+	d.st.RemovedEvents++
+	d.st.RemovedBlocks++
+	return err
+}
+
+// Run simulates the cluster serving w under policy p, on a fresh engine and fresh mock
+// engines, and returns what happened. It returns ctx's error if ctx ends first.
+func Run(ctx context.Context, w *Workload, p Policy, cfg Config) (Result, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Check(w); err != nil {
+		return Result{}, err
+	}
+	if p < KVAware || p > LeastLoaded {
+		return Result{}, fmt.Errorf("%w: %v", ErrConfig, p)
+	}
+	start := time.Now()
+	e, err := engine.New(cfg.Engine)
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	defer func() {
+		if e != nil {
+			e.Close()
+		}
+	}()
+
+	fleet := make([]*mockEngine, cfg.Workers)
+	byName := make(map[string]int, cfg.Workers)
+	for i := range fleet {
+		name := WorkerName(i)
+		var seed [16]byte
+		for j := range 8 {
+			seed[j] = byte(cfg.Seed >> (8 * j))
+			seed[8+j] = byte(uint64(i) >> (8 * j))
+		}
+		fleet[i] = newMockEngine(name, xxh3.HashSeed(seed[:], 0x6e6f6e65), cfg.Capacity, w.BlockSize, cfg.ChunkTokens) // "none"
+		byName[name] = i
+	}
+	rt := newRouter(p, cfg.Workers, cfg.Seed)
+	res := Result{Policy: p}
+	d := &driver{e: e, obs: cfg.Observer, st: &res.Index}
+	scores := make([]int, cfg.Workers)
+	var matches []engine.Match
+	var lat []int64
+	if p == KVAware {
+		lat = make([]int64, 0, len(w.Requests))
+	}
+	pending := 0
+	for i := range w.Requests {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		r := &w.Requests[i]
+		if len(r.Blocks) > 0 && cfg.Observer != nil {
+			if err := cfg.Observer.Query(r.Blocks); err != nil {
+				return res, err
+			}
+		}
+		if p == KVAware && len(r.Blocks) > 0 {
+			clear(scores)
+			t0 := time.Now()
+			// The Barrier makes every earlier event visible, so routing is deterministic.
+			if err := e.Barrier(ctx); err != nil {
+				return res, err
+			}
+			t1 := time.Now()
+			matches, err = e.FindMatches(ctx, r.Blocks, matches[:0])
+			t2 := time.Now()
+			if err != nil {
+				return res, err
+			}
+			d.spent += t2.Sub(t0)
+			lat = append(lat, t2.Sub(t1).Nanoseconds())
+			res.Index.Queries++
+			res.Index.QueryBlocks += int64(len(r.Blocks))
+			for _, m := range matches {
+				if j, ok := byName[m.Worker]; ok {
+					scores[j] = m.Score
+				}
+			}
+		}
+		wi := rt.pick(scores, r.Tokens)
+		out, err := fleet[wi].serve(r, d)
+		if err != nil {
+			return res, err
+		}
+		res.Requests++
+		res.HitBlocks += int64(out.hit)
+		res.Blocks += int64(len(r.Blocks))
+		res.ReusedTokens += int64(out.reused * w.BlockSize)
+		res.Tokens += int64(r.Tokens)
+		if pending++; cfg.Progress != nil && pending == 64 {
+			cfg.Progress(pending)
+			pending = 0
+		}
+	}
+	t := time.Now()
+	if err := e.Barrier(ctx); err != nil {
+		return res, err
+	}
+	d.spent += time.Since(t)
+	if cfg.Progress != nil && pending > 0 {
+		cfg.Progress(pending)
+	}
+	st := e.Stats()
+	res.Loads = slices.Clone(rt.loads)
+	res.LoadTokens = slices.Clone(rt.tokens)
+	res.Index.Events = st.Events
+	res.Index.Memberships = st.Blocks
+	res.Index.EngineSeconds = d.spent.Seconds()
+	res.Index.FindMatchesP50 = percentile(lat, 0.50)
+	res.Index.FindMatchesP99 = percentile(lat, 0.99)
+	res.Index.FindMatchesP999 = percentile(lat, 0.999)
+	if cfg.MeasureMemory {
+		// The heap with the engine minus the heap without it: everything else (the
+		// workload, the fleet) is alive in both readings.
+		var with, without runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&with)
+		e.Close()
+		e, d.e = nil, nil
+		runtime.GC()
+		runtime.ReadMemStats(&without)
+		res.Index.HeapBytes = int64(with.HeapAlloc) - int64(without.HeapAlloc)
+		runtime.KeepAlive(fleet)
+		runtime.KeepAlive(w)
+	}
+	res.Seconds = time.Since(start).Seconds()
+	return res, nil
+}
+
+// percentile returns the q-quantile of xs (nearest rank); it sorts xs in place.
+func percentile(xs []int64, q float64) int64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	i := int(q*float64(len(xs))+0.5) - 1
+	return xs[min(max(i, 0), len(xs)-1)]
+}

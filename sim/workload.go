@@ -1,0 +1,288 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/kvindex/kvindex/hash"
+)
+
+// Request is one prefill the router places on a worker.
+type Request struct {
+	// Tokens is the input length in tokens. A trailing partial block is allocated by the
+	// engine but never hashed, stored or queried.
+	Tokens int
+	// Blocks holds the content hash of each full block: len(Blocks) == Tokens/BlockSize.
+	// Requests may share the backing array of a common prefix; never append to it.
+	Blocks []uint64
+}
+
+// Workload is a request sequence with a fixed block size.
+type Workload struct {
+	// Name says where the requests came from, e.g. "built-in conversations (seed 1)".
+	Name string
+	// BlockSize is the engine block size in tokens.
+	BlockSize int
+	Requests  []Request
+	// Tokens and Blocks are the totals over Requests (input tokens, full blocks).
+	Tokens, Blocks int64
+	// MaxBlocks is the most blocks, partial one included, any request needs at once: a
+	// worker's capacity must be at least this.
+	MaxBlocks int
+}
+
+func (w *Workload) add(r Request) {
+	w.Requests = append(w.Requests, r)
+	w.Tokens += int64(r.Tokens)
+	w.Blocks += int64(len(r.Blocks))
+	w.MaxBlocks = max(w.MaxBlocks, (r.Tokens+w.BlockSize-1)/w.BlockSize)
+}
+
+// Head returns a workload of the first n requests (all of them if n <= 0 or n is larger).
+func (w *Workload) Head(n int) *Workload {
+	if n <= 0 || n >= len(w.Requests) {
+		return w
+	}
+	h := &Workload{Name: w.Name, BlockSize: w.BlockSize}
+	for _, r := range w.Requests[:n] {
+		h.add(r)
+	}
+	return h
+}
+
+// GenConfig describes the built-in workload: multi-turn conversations that open with one
+// of a few shared system prompts (chosen with Zipf popularity) and grow turn by turn.
+// Sessions conversations are live at any time; each request is the next turn of a
+// uniformly chosen live one, and a finished conversation is replaced by a new one. A
+// turn's prompt is the whole conversation so far (system prompt, every earlier user
+// message and reply) plus the new user message; the reply is appended afterwards. The
+// zero value of every field means its default.
+type GenConfig struct {
+	Seed      uint64
+	Requests  int // default 40000
+	BlockSize int // tokens per block, default 64
+	// SystemPrompts is the number of distinct system prompts (default 16), each
+	// SystemTokens[0]..SystemTokens[1] tokens long (default 512..4096).
+	SystemPrompts int
+	SystemTokens  [2]int
+	// ZipfS is the popularity skew of the system prompts, > 1 (default 1.2).
+	ZipfS float64
+	// Sessions is the number of live conversations (default 384).
+	Sessions int
+	// MeanTurns is the mean number of turns of a conversation (geometric, default 8),
+	// at most MaxTurns (default 32).
+	MeanTurns float64
+	MaxTurns  int
+	// UserTokens and ReplyTokens bound a user message and a reply (defaults 16..512 and
+	// 64..768 tokens).
+	UserTokens, ReplyTokens [2]int
+	// MaxContext ends a conversation whose next prompt would be longer (default 24576).
+	MaxContext int
+}
+
+// Defaults of the built-in workload.
+const (
+	DefaultRequests  = 40000
+	DefaultBlockSize = 64
+	DefaultSessions  = 384
+)
+
+func (g GenConfig) withDefaults() GenConfig {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def2 := func(v *[2]int, lo, hi int) {
+		if *v == [2]int{} {
+			*v = [2]int{lo, hi}
+		}
+	}
+	def(&g.Requests, DefaultRequests)
+	def(&g.BlockSize, DefaultBlockSize)
+	def(&g.SystemPrompts, 16)
+	def2(&g.SystemTokens, 512, 4096)
+	if g.ZipfS == 0 {
+		g.ZipfS = 1.2
+	}
+	def(&g.Sessions, DefaultSessions)
+	if g.MeanTurns == 0 {
+		g.MeanTurns = 8
+	}
+	def(&g.MaxTurns, 32)
+	def2(&g.UserTokens, 16, 512)
+	def2(&g.ReplyTokens, 64, 768)
+	def(&g.MaxContext, 24576)
+	return g
+}
+
+func (g GenConfig) validate() error {
+	rng := func(name string, v [2]int) error {
+		if v[0] < 1 || v[1] < v[0] {
+			return fmt.Errorf("sim: %s = %v, want 1 <= min <= max", name, v)
+		}
+		return nil
+	}
+	switch {
+	case g.Requests < 0:
+		return fmt.Errorf("sim: Requests = %d, want >= 0", g.Requests)
+	case g.SystemPrompts < 1:
+		return fmt.Errorf("sim: SystemPrompts = %d, want >= 1", g.SystemPrompts)
+	case g.ZipfS <= 1:
+		return fmt.Errorf("sim: ZipfS = %g, want > 1", g.ZipfS)
+	case g.Sessions < 1:
+		return fmt.Errorf("sim: Sessions = %d, want >= 1", g.Sessions)
+	case g.MeanTurns < 1:
+		return fmt.Errorf("sim: MeanTurns = %g, want >= 1", g.MeanTurns)
+	case g.MaxTurns < 1:
+		return fmt.Errorf("sim: MaxTurns = %d, want >= 1", g.MaxTurns)
+	}
+	if err := hash.CheckBlockSize(g.BlockSize); err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	for _, c := range []struct {
+		n string
+		v [2]int
+	}{{"SystemTokens", g.SystemTokens}, {"UserTokens", g.UserTokens}, {"ReplyTokens", g.ReplyTokens}} {
+		if err := rng(c.n, c.v); err != nil {
+			return err
+		}
+	}
+	if g.MaxContext < g.SystemTokens[1]+g.UserTokens[1] {
+		return fmt.Errorf("sim: MaxContext = %d, want >= the longest system prompt plus the longest user message (%d)",
+			g.MaxContext, g.SystemTokens[1]+g.UserTokens[1])
+	}
+	return nil
+}
+
+// conversation is one live session of the generator.
+type conversation struct {
+	tokens []uint32 // the conversation so far
+	blocks []uint64 // content hashes of its full blocks, kept in step with tokens
+	turns  int      // turns left, including the next one
+}
+
+// Generate builds the built-in workload. It is deterministic in g and prefix-stable: the
+// first k requests do not depend on g.Requests.
+func Generate(g GenConfig) (*Workload, error) {
+	g = g.withDefaults()
+	if err := g.validate(); err != nil {
+		return nil, err
+	}
+	r := rand.New(rand.NewPCG(g.Seed, 0x6b76696e64657873)) // "kvindexs"
+	between := func(v [2]int) int { return v[0] + r.IntN(v[1]-v[0]+1) }
+	words := func(dst []uint32, n int) []uint32 {
+		for range n {
+			dst = append(dst, 1+r.Uint32N(50000)) // a 50k-token vocabulary
+		}
+		return dst
+	}
+	systems := make([][]uint32, g.SystemPrompts)
+	for i := range systems {
+		systems[i] = words(nil, between(g.SystemTokens))
+	}
+	zipf := rand.NewZipf(r, g.ZipfS, 1, uint64(g.SystemPrompts-1))
+	// The mean of a geometric number of turns >= 1 is 1/p.
+	pEnd := 1 / g.MeanTurns
+	newConv := func() *conversation {
+		c := &conversation{turns: 1}
+		for c.turns < g.MaxTurns && r.Float64() >= pEnd {
+			c.turns++
+		}
+		c.tokens = append(c.tokens, systems[zipf.Uint64()]...)
+		return c
+	}
+	sessions := make([]*conversation, g.Sessions)
+	w := &Workload{
+		Name:      fmt.Sprintf("built-in conversations (seed %d, %d sessions, %d system prompts)", g.Seed, g.Sessions, g.SystemPrompts),
+		BlockSize: g.BlockSize,
+		Requests:  make([]Request, 0, g.Requests),
+	}
+	for len(w.Requests) < g.Requests {
+		i := r.IntN(len(sessions))
+		c := sessions[i]
+		user := between(g.UserTokens)
+		if c == nil || c.turns == 0 || len(c.tokens)+user > g.MaxContext {
+			c = newConv()
+			sessions[i] = c
+		}
+		c.tokens = words(c.tokens, user)
+		var err error
+		full := len(c.tokens) / g.BlockSize
+		from := len(c.blocks)
+		c.blocks, err = hash.Blocks(c.blocks, c.tokens[from*g.BlockSize:full*g.BlockSize], g.BlockSize)
+		if err != nil {
+			return nil, err
+		}
+		w.add(Request{Tokens: len(c.tokens), Blocks: slices.Clip(c.blocks)})
+		c.turns--
+		c.tokens = words(c.tokens, between(g.ReplyTokens))
+	}
+	return w, nil
+}
+
+// Ceiling is the hit rate an infinite cache shared by the whole fleet would reach on a
+// workload: every block ever computed stays cached, and a request reuses the longest
+// prefix of its blocks computed by any earlier request.
+type Ceiling struct {
+	// HitBlocks of Blocks full request blocks were cached (prefix-only, block-weighted).
+	HitBlocks, Blocks int64
+	// ReusedTokens of Tokens input tokens were not recomputed: the hit blocks, at most
+	// (tokens-1)/BlockSize of them, as vLLM always recomputes the last prompt token.
+	ReusedTokens, Tokens int64
+}
+
+// BlockHitRate is HitBlocks / Blocks (0 for no blocks).
+func (c Ceiling) BlockHitRate() float64 { return ratio(c.HitBlocks, c.Blocks) }
+
+// TokenHitRate is ReusedTokens / Tokens (0 for no tokens).
+func (c Ceiling) TokenHitRate() float64 { return ratio(c.ReusedTokens, c.Tokens) }
+
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// ceilingSeed starts the prefix chain of the ceiling's set, so that a root block's key
+// is a hash too and never equals a deeper block's by construction.
+const ceilingSeed = 0x63656c696e67 // "celing"
+
+// InfiniteCache computes the workload's Ceiling.
+func InfiniteCache(w *Workload) Ceiling {
+	seen := make(map[uint64]struct{}, w.Blocks/2)
+	var c Ceiling
+	for _, r := range w.Requests {
+		h := uint64(ceilingSeed)
+		hit, miss := 0, false
+		for _, b := range r.Blocks {
+			h = hash.Next(h, b)
+			if _, ok := seen[h]; ok && !miss {
+				hit++
+				continue
+			}
+			miss = true
+			seen[h] = struct{}{}
+		}
+		c.HitBlocks += int64(hit)
+		c.Blocks += int64(len(r.Blocks))
+		c.Tokens += int64(r.Tokens)
+		c.ReusedTokens += int64(reusable(hit, r.Tokens, w.BlockSize) * w.BlockSize)
+	}
+	return c
+}
+
+// reusable is how many of hit cached blocks vLLM reuses for a prompt of tokens tokens:
+// never the block holding the last prompt token, which it always recomputes.
+func reusable(hit, tokens, blockSize int) int {
+	if tokens == 0 {
+		return 0
+	}
+	return min(hit, (tokens-1)/blockSize)
+}
+
+// ErrWorkload wraps problems with a workload's input.
+var ErrWorkload = errors.New("sim: bad workload")
