@@ -307,12 +307,21 @@ func (e *Engine) store(name string, ns uint32, parent uint64, hasParent bool, bl
 		w = e.lockLive(name, true)
 	}
 	defer w.mu.Unlock()
+	if err := e.storeLocked(w, ns, parent, hasParent, blocks); err != nil {
+		return err
+	}
+	return w.flush(e)
+}
+
+// storeLocked applies a stored event whose stateless checks passed to w, which the
+// caller has locked; the deltas stay in w.pend until the caller flushes.
+func (e *Engine) storeLocked(w *worker, ns uint32, parent uint64, hasParent bool, blocks []Block) error {
 	var at key
 	if hasParent {
 		k, ok := w.seqs.get(parent)
 		if !ok || k.ns != ns {
 			e.rejParent.Add(1)
-			return fmt.Errorf("%w: worker %q does not hold %d in this namespace", ErrParentNotFound, name, parent)
+			return fmt.Errorf("%w: worker %q does not hold %d in this namespace", ErrParentNotFound, w.name, parent)
 		}
 		at = k
 		if uint64(at.pos)+uint64(len(blocks)) >= MaxDepth {
@@ -329,7 +338,89 @@ func (e *Engine) store(name string, ns uint32, parent uint64, hasParent bool, bl
 	}
 	w.store(e, ns, at, hasParent, blocks)
 	e.events.Add(1)
-	return w.flush(e)
+	return nil
+}
+
+// ApplyBatch applies evs in order and appends one error per event (nil when accepted) to
+// errs. Consecutive events of one worker are applied under one acquisition of its lock
+// and their index changes are handed to the shards together: this is how an ingester
+// should apply an engine's event batch. The answers are those of applying each event
+// with Apply.
+func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
+	for i := 0; i < len(evs); {
+		j := i + 1
+		for j < len(evs) && evs[j].Worker == evs[i].Worker {
+			j++
+		}
+		errs = e.applyRun(evs[i:j], errs)
+		i = j
+	}
+	return errs
+}
+
+// applyRun applies events of one worker.
+func (e *Engine) applyRun(evs []Event, errs []error) []error {
+	var w *worker
+	for k := range evs {
+		ev := &evs[k]
+		if w == nil {
+			if ev.Worker != "" && !e.closed.Load() {
+				w = e.lockLive(ev.Worker, false)
+			}
+			if w == nil {
+				// No live worker (or a bad id, or closed): the single-event path decides,
+				// and creates the worker for a valid root store.
+				errs = append(errs, e.Apply(ev))
+				continue
+			}
+		}
+		var err error
+		switch ev.Kind {
+		case EventStored:
+			switch {
+			case len(ev.Blocks) == 0:
+			case len(ev.Blocks) > e.cfg.MaxEventBlocks:
+				e.rejInvalid.Add(1)
+				err = fmt.Errorf("%w: %d blocks in one event (limit %d)", ErrInvalidEvent, len(ev.Blocks), e.cfg.MaxEventBlocks)
+			default:
+				ns := uint32(0)
+				if ev.Namespace != "" {
+					ns = e.namespaceID(ev.Namespace, true)
+				}
+				err = e.storeLocked(w, ns, ev.Parent, ev.HasParent, ev.Blocks)
+			}
+		case EventRemoved:
+			if len(ev.Seqs) > e.cfg.MaxEventBlocks {
+				e.rejInvalid.Add(1)
+				err = fmt.Errorf("%w: %d seqs in one event (limit %d)", ErrInvalidEvent, len(ev.Seqs), e.cfg.MaxEventBlocks)
+				break
+			}
+			e.skippedRemovals.Add(uint64(w.remove(e, ev.Seqs)))
+			e.events.Add(1)
+		case EventCleared:
+			w.clear(e)
+			e.events.Add(1)
+		case EventRemoveWorker:
+			w.clear(e)
+			e.events.Add(1)
+			err = w.flush(e)
+			w.dead = true
+			e.unregister(w)
+			w.mu.Unlock()
+			w = nil
+		default:
+			e.rejInvalid.Add(1)
+			err = fmt.Errorf("%w: unknown event kind %d", ErrInvalidEvent, ev.Kind)
+		}
+		errs = append(errs, err)
+	}
+	if w != nil {
+		if err := w.flush(e); err != nil && errs[len(errs)-1] == nil {
+			errs[len(errs)-1] = err
+		}
+		w.mu.Unlock()
+	}
+	return errs
 }
 
 // Remove drops the given engine hashes from a worker. Hashes it does not hold, and an

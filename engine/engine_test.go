@@ -149,13 +149,39 @@ func TestDifferential(t *testing.T) {
 // differential applies ops to a fresh engine and to the reference model, checks every
 // query and rejection, and returns how many queries it compared.
 func differential(t *testing.T, cfg engine.Config, ops []oplog.Op) int {
+	return differentialMode(t, cfg, ops, false)
+}
+
+// differentialMode is differential; with batched set, the events between two queries go
+// through one ApplyBatch call.
+func differentialMode(t *testing.T, cfg engine.Config, ops []oplog.Op, batched bool) int {
 	t.Helper()
 	e := newEngine(t, cfg)
 	m := refmodel.New()
 	var got []engine.Match
 	queries := 0
+	var pending []engine.Event
+	var pendingOps []int
+	var errs []error
+	flushBatch := func() {
+		errs = e.ApplyBatch(pending, errs[:0])
+		require.Len(t, errs, len(pending))
+		for k, i := range pendingOps {
+			werr := m.Apply(&ops[i])
+			checkRejection(t, i, werr, errs[k])
+		}
+		pending, pendingOps = pending[:0], pendingOps[:0]
+	}
 	for i := range ops {
 		op := &ops[i]
+		if batched && op.Kind != oplog.Query {
+			pending = append(pending, toEvent(op))
+			pendingOps = append(pendingOps, i)
+			continue
+		}
+		if batched {
+			flushBatch()
+		}
 		if op.Kind == oplog.Query {
 			require.NoError(t, e.Barrier(ctx))
 			var err error
@@ -170,21 +196,61 @@ func differential(t *testing.T, cfg engine.Config, ops []oplog.Op) int {
 			continue
 		}
 		werr := m.Apply(op)
-		gerr := applyOp(e, op)
-		switch {
-		case errors.Is(werr, refmodel.ErrParentNotFound):
-			require.ErrorIs(t, gerr, engine.ErrParentNotFound, "op %d", i)
-		case errors.Is(werr, refmodel.ErrInvalidEvent):
-			require.ErrorIs(t, gerr, engine.ErrInvalidEvent, "op %d", i)
-		default:
-			require.NoError(t, gerr, "op %d", i)
-		}
+		checkRejection(t, i, werr, applyOp(e, op))
+	}
+	if batched {
+		flushBatch()
 	}
 	require.NoError(t, e.Barrier(ctx))
 	st := e.Stats()
 	require.Equal(t, int64(m.Blocks()), st.Blocks)
 	require.Equal(t, len(m.Workers()), st.Workers)
 	return queries
+}
+
+func checkRejection(t *testing.T, i int, werr, gerr error) {
+	t.Helper()
+	switch {
+	case errors.Is(werr, refmodel.ErrParentNotFound):
+		require.ErrorIs(t, gerr, engine.ErrParentNotFound, "op %d", i)
+	case errors.Is(werr, refmodel.ErrInvalidEvent):
+		require.ErrorIs(t, gerr, engine.ErrInvalidEvent, "op %d", i)
+	default:
+		require.NoError(t, gerr, "op %d", i)
+	}
+}
+
+func toEvent(op *oplog.Op) engine.Event {
+	ev := engine.Event{Worker: op.Worker, Parent: op.Parent, HasParent: op.HasParent, Seqs: op.Seqs}
+	switch op.Kind {
+	case oplog.Stored:
+		ev.Kind = engine.EventStored
+		for _, b := range op.Blocks {
+			ev.Blocks = append(ev.Blocks, engine.Block{Content: b[0], Seq: b[1]})
+		}
+	case oplog.Removed:
+		ev.Kind = engine.EventRemoved
+	case oplog.Cleared:
+		ev.Kind = engine.EventCleared
+	case oplog.RemoveWorker:
+		ev.Kind = engine.EventRemoveWorker
+	}
+	return ev
+}
+
+// TestDifferentialBatched is TestDifferential through ApplyBatch.
+func TestDifferentialBatched(t *testing.T) {
+	for _, shards := range []int{1, 3} {
+		for _, jump := range []int{1, 64} {
+			for seed := uint64(1); seed <= 2; seed++ {
+				t.Run(fmt.Sprintf("shards=%d/jump=%d/seed=%d", shards, jump, seed), func(t *testing.T) {
+					t.Parallel()
+					ops := refmodel.RandomOps(rand.New(rand.NewPCG(seed, 99)), 3000, refmodel.RandomOptions{MaxChain: 80})
+					require.Positive(t, differentialMode(t, engine.Config{Shards: shards, JumpSize: jump, QueueSize: 4}, ops, true))
+				})
+			}
+		}
+	}
 }
 
 func applyOp(e *engine.Engine, op *oplog.Op) error {
@@ -228,7 +294,7 @@ func FuzzEngine(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 1, 1, 1, 40, 41, 42, 200, 201, 9, 9, 9}, uint8(1))
 	f.Fuzz(func(t *testing.T, data []byte, jump uint8) {
 		ops := opsFromBytes(data)
-		differential(t, engine.Config{Shards: 2, JumpSize: 1 + int(jump%8), QueueSize: 2}, ops)
+		differentialMode(t, engine.Config{Shards: 2, JumpSize: 1 + int(jump%8), QueueSize: 2}, ops, jump&0x80 != 0)
 	})
 }
 

@@ -50,6 +50,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "end with one JSON object instead of the text summary")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the replay (parsing excluded) to this file")
 	repeat := fs.Int("repeat", 1, "replay the log this many times on fresh engines and report the median run")
+	batch := fs.Bool("batch", true, "apply the events between two queries with one ApplyBatch call, as an ingester does with an engine's event batch (false: one call per event)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -100,7 +101,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	cfg := engine.Config{Shards: *shards, JumpSize: *jump}
 	var runs []replay.Result
 	for i := 0; i < *repeat; i++ {
-		r, err := replay.Run(context.Background(), ops, replay.Options{Config: cfg, MeasureMemory: true})
+		r, err := replay.Run(context.Background(), ops, replay.Options{Config: cfg, MeasureMemory: true, Batch: *batch})
 		if err != nil {
 			fmt.Fprintf(stderr, "kvindex replay: %s: %v\n", *file, err)
 			return 1

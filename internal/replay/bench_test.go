@@ -33,7 +33,7 @@ func BenchmarkTraceReplay(b *testing.B) {
 			var blockOps int
 			var secs float64
 			for i := 0; i < b.N; i++ {
-				res, err := Run(context.Background(), ops, Options{Config: engine.Config{Shards: shards}})
+				res, err := Run(context.Background(), ops, Options{Config: engine.Config{Shards: shards}, Batch: true})
 				if err != nil || res.Failed > 0 {
 					b.Fatal(err, res.Mismatches)
 				}

@@ -42,6 +42,10 @@ type Options struct {
 	// MeasureMemory forces garbage collections around the replay to report bytes per
 	// membership; it costs two full GCs.
 	MeasureMemory bool
+	// Batch applies the events between two queries with one Engine.ApplyBatch call (which
+	// takes each worker's lock once per run of its events), as an ingester applying an
+	// engine's event batches does, instead of one call per event.
+	Batch bool
 }
 
 // Run replays ops on a fresh engine. A query with an expected answer is preceded by a
@@ -51,6 +55,12 @@ func Run(ctx context.Context, ops []oplog.Op, opt Options) (Result, error) {
 		opt.MaxMismatches = 5
 	}
 	var res Result
+	// Events are converted before the clock starts (and before the heap is measured),
+	// like parsing.
+	events := make([]engine.Event, len(ops))
+	for i := range ops {
+		events[i] = toEvent(&ops[i])
+	}
 	var before runtime.MemStats
 	if opt.MeasureMemory {
 		runtime.GC()
@@ -62,58 +72,72 @@ func Run(ctx context.Context, ops []oplog.Op, opt Options) (Result, error) {
 	}
 	defer e.Close()
 	lat := make([]int64, 0, 1024)
-	var blocks []engine.Block
 	var matches []engine.Match
+	var errs []error
 	start := time.Now()
-	for i := range ops {
+	batchStart := 0
+	for i := 0; i <= len(ops); i++ {
+		if opt.Batch && i < len(ops) && ops[i].Kind != oplog.Query {
+			continue
+		}
+		if opt.Batch && batchStart < i {
+			errs = e.ApplyBatch(events[batchStart:i], errs[:0])
+			for k, err := range errs {
+				if err = classify(err, &res); err != nil {
+					return res, fmt.Errorf("line %d: %w", ops[batchStart+k].Line, err)
+				}
+			}
+		}
+		batchStart = i + 1
+		if i == len(ops) {
+			break
+		}
 		op := &ops[i]
 		res.Ops++
 		switch op.Kind {
 		case oplog.Stored:
-			blocks = blocks[:0]
-			for _, b := range op.Blocks {
-				blocks = append(blocks, engine.Block{Content: b[0], Seq: b[1]})
-			}
-			res.BlockOps += len(blocks)
-			if op.HasParent {
-				err = e.StoreUnder(op.Worker, op.Parent, blocks)
-			} else {
-				err = e.Store(op.Worker, blocks)
-			}
-			if errors.Is(err, engine.ErrParentNotFound) || errors.Is(err, engine.ErrInvalidEvent) {
-				res.Rejected++
-				err = nil
-			}
+			res.BlockOps += len(op.Blocks)
 		case oplog.Removed:
 			res.BlockOps += len(op.Seqs)
-			err = e.Remove(op.Worker, op.Seqs...)
-		case oplog.Cleared:
-			err = e.Clear(op.Worker)
-		case oplog.RemoveWorker:
-			err = e.RemoveWorker(op.Worker)
-		case oplog.Query:
-			res.BlockOps += len(op.Content)
-			if op.HasExpect {
-				if err = e.Barrier(ctx); err != nil {
-					break
-				}
+		}
+		if op.Kind != oplog.Query {
+			if err := classify(e.Apply(&events[i]), &res); err != nil {
+				return res, fmt.Errorf("line %d: %w", op.Line, err)
 			}
-			t0 := time.Now()
-			matches, err = e.FindMatches(ctx, op.Content, matches[:0])
-			lat = append(lat, time.Since(t0).Nanoseconds())
-			if err == nil && op.HasExpect {
-				if msg := compare(op, matches); msg != "" {
-					res.Failed++
-					if len(res.Mismatches) < opt.MaxMismatches {
-						res.Mismatches = append(res.Mismatches, msg)
-					}
-				} else {
-					res.Passed++
-				}
+			continue
+		}
+		res.BlockOps += len(op.Content)
+		if op.HasExpect {
+			if err := e.Barrier(ctx); err != nil {
+				return res, fmt.Errorf("line %d: %w", op.Line, err)
 			}
 		}
+		t0 := time.Now()
+		var err error
+		matches, err = e.FindMatches(ctx, op.Content, matches[:0])
+		lat = append(lat, time.Since(t0).Nanoseconds())
 		if err != nil {
 			return res, fmt.Errorf("line %d: %w", op.Line, err)
+		}
+		if op.HasExpect {
+			if msg := compare(op, matches); msg != "" {
+				res.Failed++
+				if len(res.Mismatches) < opt.MaxMismatches {
+					res.Mismatches = append(res.Mismatches, msg)
+				}
+			} else {
+				res.Passed++
+			}
+		}
+	}
+	if opt.Batch {
+		// Batched events were not counted above.
+		for i := range ops {
+			if ops[i].Kind == oplog.Query {
+				continue
+			}
+			res.Ops++
+			res.BlockOps += len(ops[i].Blocks) + len(ops[i].Seqs)
 		}
 	}
 	if err := e.Barrier(ctx); err != nil {
@@ -130,9 +154,38 @@ func Run(ctx context.Context, ops []oplog.Op, opt Options) (Result, error) {
 			res.BytesPerMembership = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(res.Memberships)
 		}
 		runtime.KeepAlive(ops)
+		runtime.KeepAlive(events)
 	}
 	res.QueryP50, res.QueryP99, res.QueryP999 = Percentile(lat, 0.50), Percentile(lat, 0.99), Percentile(lat, 0.999)
 	return res, nil
+}
+
+// classify counts a contract rejection and returns any other error.
+func classify(err error, res *Result) error {
+	if errors.Is(err, engine.ErrParentNotFound) || errors.Is(err, engine.ErrInvalidEvent) {
+		res.Rejected++
+		return nil
+	}
+	return err
+}
+
+func toEvent(op *oplog.Op) engine.Event {
+	ev := engine.Event{Worker: op.Worker, Parent: op.Parent, HasParent: op.HasParent, Seqs: op.Seqs}
+	switch op.Kind {
+	case oplog.Stored:
+		ev.Kind = engine.EventStored
+		ev.Blocks = make([]engine.Block, len(op.Blocks))
+		for i, b := range op.Blocks {
+			ev.Blocks[i] = engine.Block{Content: b[0], Seq: b[1]}
+		}
+	case oplog.Removed:
+		ev.Kind = engine.EventRemoved
+	case oplog.Cleared:
+		ev.Kind = engine.EventCleared
+	case oplog.RemoveWorker:
+		ev.Kind = engine.EventRemoveWorker
+	}
+	return ev
 }
 
 // Percentile returns the q-quantile of xs (nearest rank); it sorts xs in place.

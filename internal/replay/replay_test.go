@@ -57,7 +57,9 @@ func TestConformance(t *testing.T) {
 			for _, jump := range []int{1, 4, 64} {
 				t.Run(fmt.Sprintf("%s/shards=%d/jump=%d", name, shards, jump), func(t *testing.T) {
 					t.Parallel()
-					res, err := Run(context.Background(), ops, Options{Config: engine.Config{Shards: shards, JumpSize: jump}})
+					// Alternate between per-event calls and ApplyBatch.
+					batch := (shards+jump)%2 == 0
+					res, err := Run(context.Background(), ops, Options{Config: engine.Config{Shards: shards, JumpSize: jump}, Batch: batch})
 					require.NoError(t, err)
 					require.Zero(t, res.Failed, "mismatches:\n%v", res.Mismatches)
 					require.Positive(t, res.Passed)
