@@ -27,6 +27,7 @@ type replayJSON struct {
 	File               string  `json:"file"`
 	Shards             int     `json:"shards"`
 	Jump               int     `json:"jump"`
+	Locked             bool    `json:"locked,omitempty"`
 	Passed             int     `json:"passed"`
 	Failed             int     `json:"failed"`
 	Ops                int     `json:"ops"`
@@ -50,6 +51,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "end with one JSON object instead of the text summary")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the replay (parsing excluded) to this file")
 	repeat := fs.Int("repeat", 1, "replay the log this many times on fresh engines and report the median run")
+	locked := fs.Bool("locked", false, "replay on the LockedIndex baseline (one RWMutex-guarded index, no shard goroutines) instead")
 	batch := fs.Bool("batch", true, "apply the events between two queries with one ApplyBatch call, as an ingester does with an engine's event batch (false: one call per event)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -98,7 +100,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	cfg := engine.Config{Shards: *shards, JumpSize: *jump}
+	cfg := engine.Config{Shards: *shards, JumpSize: *jump, LockedIndex: *locked}
 	var runs []replay.Result
 	for i := 0; i < *repeat; i++ {
 		r, err := replay.Run(context.Background(), ops, replay.Options{Config: cfg, MeasureMemory: true, Batch: *batch})
@@ -113,13 +115,13 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	for _, m := range res.Mismatches {
 		fmt.Fprintf(stdout, "MISMATCH %s:%s\n", *file, m)
 	}
-	eff := engine.Config{Shards: *shards, JumpSize: *jump}
+	eff := cfg
 	if e, err := engine.New(eff); err == nil {
 		eff = e.Config()
 		e.Close()
 	}
 	out := replayJSON{
-		File: *file, Shards: eff.Shards, Jump: eff.JumpSize,
+		File: *file, Shards: eff.Shards, Jump: eff.JumpSize, Locked: eff.LockedIndex,
 		Passed: res.Passed, Failed: res.Failed, Ops: res.Ops, BlockOps: res.BlockOps,
 		Seconds: res.Seconds, QueryP50: res.QueryP50, QueryP99: res.QueryP99,
 		Rejected: res.Rejected, Memberships: res.Memberships, BytesPerMembership: res.BytesPerMembership,
@@ -132,7 +134,11 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		b, _ := json.Marshal(out)
 		fmt.Fprintln(stdout, string(b))
 	} else {
-		fmt.Fprintf(stdout, "%s: shards=%d jump=%d\n", *file, out.Shards, out.Jump)
+		impl := fmt.Sprintf("shards=%d", out.Shards)
+		if out.Locked {
+			impl = "locked index"
+		}
+		fmt.Fprintf(stdout, "%s: %s jump=%d\n", *file, impl, out.Jump)
 		fmt.Fprintf(stdout, "  ops %d (%.0f/s), block ops %d (%.2fM/s), %.3f s\n", out.Ops, out.OpsPerS, out.BlockOps, out.BlockOpsPerS/1e6, out.Seconds)
 		fmt.Fprintf(stdout, "  find-matches p50 %d ns, p99 %d ns; rejected stores %d\n", out.QueryP50, out.QueryP99, out.Rejected)
 		fmt.Fprintf(stdout, "  memberships %d, %.1f bytes per membership\n", out.Memberships, out.BytesPerMembership)
