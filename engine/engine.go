@@ -129,6 +129,15 @@ func (e *Engine) shutdown(cause error) {
 	})
 }
 
+// setCursor records a worker's stream position, for a live worker only: an event that
+// does not make its worker known has no state to resume.
+func (e *Engine) setCursor(name string, c uint64) {
+	if w := e.lockLive(name, false); w != nil {
+		w.cursor = c
+		w.mu.Unlock()
+	}
+}
+
 // lookup returns the live worker named name, or nil.
 func (e *Engine) lookup(name string) *worker {
 	if v, ok := e.byName.Load(name); ok {
@@ -235,10 +244,23 @@ type Event struct {
 	HasParent bool
 	Blocks    []Block  // EventStored
 	Seqs      []uint64 // EventRemoved
+	// Cursor, when not zero, is the event's position in its worker's event stream (for
+	// example the publisher's sequence number). The engine records the last one applied
+	// per worker, under the same lock as the worker's state, so a snapshot knows where
+	// each worker's stream must resume. Events that do not exist in the stream keep 0.
+	Cursor uint64
 }
 
 // Apply applies one event. It is equivalent to the method of the event's kind.
 func (e *Engine) Apply(ev *Event) error {
+	err := e.apply(ev)
+	if ev.Cursor != 0 && !e.closed.Load() {
+		e.setCursor(ev.Worker, ev.Cursor)
+	}
+	return err
+}
+
+func (e *Engine) apply(ev *Event) error {
 	switch ev.Kind {
 	case EventStored:
 		ns := uint32(0)
@@ -375,6 +397,9 @@ func (e *Engine) applyRun(evs []Event, errs []error) []error {
 			}
 		}
 		var err error
+		if ev.Cursor != 0 {
+			w.cursor = ev.Cursor
+		}
 		switch ev.Kind {
 		case EventStored:
 			switch {

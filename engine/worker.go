@@ -34,6 +34,8 @@ type worker struct {
 	holes int
 	// blocks is this event's change to the engine-wide block count, published by flush.
 	blocks int64
+	// cursor is the stream position of the last event applied that carried one.
+	cursor uint64
 	// pend collects this event's deltas per shard; reused across events.
 	pend [][]delta
 	// scratch holds a sorted copy of an event's seqs for the duplicate check.
@@ -107,7 +109,9 @@ func (w *worker) addKey(e *Engine, k key, parent uint64) {
 		return
 	}
 	// The key became held: its children that were holes are reconnected, it tells the
-	// index, and it becomes a child of its parent key.
+	// index, and it becomes a child of its parent key. A ghost entry created as some
+	// child's parent (Restore loads children before parents) learns its own parent here.
+	ke.parent = parent
 	w.holes -= int(ke.kids)
 	w.emit(e, opAdd, k)
 	if k.pos > 0 {

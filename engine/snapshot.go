@@ -1,0 +1,359 @@
+package engine
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Snapshot format, version 1. All integers are little-endian.
+//
+//	magic    "KVIXSNAP"
+//	version  u32 = 1
+//	nsCount  u32, then nsCount names (u32 length + bytes), sorted; a block's namespace is
+//	         0 for the default namespace or 1 + its index in this list
+//	workers  u32, then per worker, sorted by name:
+//	           name (u32 length + bytes), cursor u64, count u64,
+//	           count entries sorted by seq: seq u64, prefix u64, parent u64, pos u32, ns u32
+//	crc      u32: CRC-32C (Castagnoli) of every byte before it
+//
+// A block entry carries its parent's prefix hash so that Restore rebuilds each worker's
+// key bookkeeping (ghost keys, holes) exactly; 32 bytes per (worker, block).
+const (
+	snapshotMagic   = "KVIXSNAP"
+	snapshotVersion = 1
+	snapshotEntry   = 32
+)
+
+// ErrSnapshot wraps every reason a snapshot is refused: truncation, a bad checksum, an
+// unknown version, or content that contradicts itself.
+var ErrSnapshot = errors.New("engine: bad snapshot")
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// WriteSnapshot writes the engine's state to w. Each worker is captured under its lock,
+// so its blocks and its cursor (see Event.Cursor) are one consistent point of its event
+// stream; workers are independent, so resuming each worker's stream after its cursor on
+// a restored engine reproduces the state of an engine that never stopped. Events that
+// race with WriteSnapshot land either in it or after their worker's cursor. The output is
+// deterministic: equal states give equal bytes.
+func (e *Engine) WriteSnapshot(w io.Writer) error {
+	if e.closed.Load() {
+		return e.err()
+	}
+	nsNames := e.namespaceNames()
+	nsIndex := make(map[uint32]uint32, len(nsNames))
+	sorted := slices.Clone(nsNames)
+	slices.Sort(sorted)
+	for i, name := range sorted {
+		v, _ := e.namespaces.Load(name)
+		nsIndex[v.(uint32)] = uint32(i + 1)
+	}
+	crc := crc32.New(castagnoli)
+	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 1<<16)
+	var scratch [snapshotEntry]byte
+	put32 := func(v uint32) { binary.LittleEndian.PutUint32(scratch[:4], v); bw.Write(scratch[:4]) }
+	putStr := func(s string) { put32(uint32(len(s))); bw.WriteString(s) }
+
+	bw.WriteString(snapshotMagic)
+	put32(snapshotVersion)
+	put32(uint32(len(sorted)))
+	for _, n := range sorted {
+		putStr(n)
+	}
+	var workers []*worker
+	for _, wk := range *e.slots.Load() {
+		if wk != nil {
+			workers = append(workers, wk)
+		}
+	}
+	slices.SortFunc(workers, func(a, b *worker) int { return strings.Compare(a.name, b.name) })
+	// A worker removed meanwhile is skipped; count only what is written.
+	var body bytes.Buffer
+	var entries []seqEntry
+	count := uint32(0)
+	for _, wk := range workers {
+		wk.mu.Lock()
+		if wk.dead {
+			wk.mu.Unlock()
+			continue
+		}
+		entries = entries[:0]
+		for _, s := range wk.seqs.slots {
+			if s.pos1 != 0 {
+				entries = append(entries, s)
+			}
+		}
+		slices.SortFunc(entries, func(a, b seqEntry) int {
+			switch {
+			case a.seq < b.seq:
+				return -1
+			case a.seq > b.seq:
+				return 1
+			}
+			return 0
+		})
+		var hdr [8]byte
+		binary.LittleEndian.PutUint32(hdr[:4], uint32(len(wk.name)))
+		body.Write(hdr[:4])
+		body.WriteString(wk.name)
+		binary.LittleEndian.PutUint64(hdr[:], wk.cursor)
+		body.Write(hdr[:])
+		binary.LittleEndian.PutUint64(hdr[:], uint64(len(entries)))
+		body.Write(hdr[:])
+		for _, s := range entries {
+			k := key{prefix: s.prefix, pos: s.pos1 - 1, ns: s.ns}
+			var parent uint64
+			if i := wk.keys.find(k); i >= 0 {
+				parent = wk.keys.slots[i].parent
+			}
+			var ns uint32
+			if s.ns != 0 {
+				ns = nsIndex[s.ns]
+			}
+			binary.LittleEndian.PutUint64(scratch[0:], s.seq)
+			binary.LittleEndian.PutUint64(scratch[8:], s.prefix)
+			binary.LittleEndian.PutUint64(scratch[16:], parent)
+			binary.LittleEndian.PutUint32(scratch[24:], k.pos)
+			binary.LittleEndian.PutUint32(scratch[28:], ns)
+			body.Write(scratch[:])
+		}
+		wk.mu.Unlock()
+		count++
+	}
+	put32(count)
+	bw.Write(body.Bytes())
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("engine: writing snapshot: %w", err)
+	}
+	var sum [4]byte
+	binary.LittleEndian.PutUint32(sum[:], crc.Sum32())
+	if _, err := w.Write(sum[:]); err != nil {
+		return fmt.Errorf("engine: writing snapshot: %w", err)
+	}
+	return nil
+}
+
+func (e *Engine) namespaceNames() []string {
+	var out []string
+	e.namespaces.Range(func(k, _ any) bool {
+		out = append(out, k.(string))
+		return true
+	})
+	return out
+}
+
+// WriteSnapshotFile writes a snapshot to path atomically: to a temporary file in the
+// same directory, synced, then renamed over path, and the directory synced.
+func (e *Engine) WriteSnapshotFile(path string) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("engine: snapshot: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if err = e.WriteSnapshot(f); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return fmt.Errorf("engine: snapshot: %w", err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("engine: snapshot: %w", err)
+	}
+	if err = os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("engine: snapshot: %w", err)
+	}
+	if d, derr := os.Open(dir); derr == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// Cursors returns each known worker's cursor: the Cursor of the last event applied to it
+// that carried one.
+func (e *Engine) Cursors() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, wk := range *e.slots.Load() {
+		if wk == nil {
+			continue
+		}
+		wk.mu.Lock()
+		if !wk.dead {
+			out[wk.name] = wk.cursor
+		}
+		wk.mu.Unlock()
+	}
+	return out
+}
+
+// Restore starts an engine with cfg and loads a snapshot written by WriteSnapshot into
+// it. The snapshot is read whole and its checksum verified before anything is applied;
+// a truncated, corrupted or self-contradicting snapshot returns an error wrapping
+// ErrSnapshot and no engine. maxBytes bounds how much is read (0: no bound beyond the
+// reader's end).
+func Restore(cfg Config, r io.Reader, maxBytes int64) (*Engine, error) {
+	if maxBytes > 0 {
+		r = io.LimitReader(r, maxBytes+1)
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading: %v", ErrSnapshot, err)
+	}
+	if maxBytes > 0 && int64(len(data)) > maxBytes {
+		return nil, fmt.Errorf("%w: larger than %d bytes", ErrSnapshot, maxBytes)
+	}
+	if len(data) < len(snapshotMagic)+4+4 {
+		return nil, fmt.Errorf("%w: truncated (%d bytes)", ErrSnapshot, len(data))
+	}
+	body, sum := data[:len(data)-4], binary.LittleEndian.Uint32(data[len(data)-4:])
+	if string(body[:len(snapshotMagic)]) != snapshotMagic {
+		return nil, fmt.Errorf("%w: not a kvindex snapshot", ErrSnapshot)
+	}
+	if crc32.Checksum(body, castagnoli) != sum {
+		return nil, fmt.Errorf("%w: checksum mismatch (truncated or corrupted)", ErrSnapshot)
+	}
+	p := &snapReader{b: body[len(snapshotMagic):]}
+	if v := p.u32(); v != snapshotVersion {
+		return nil, fmt.Errorf("%w: version %d, this build reads version %d", ErrSnapshot, v, snapshotVersion)
+	}
+	e, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.load(p); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Engine) load(p *snapReader) error {
+	nsCount := p.u32()
+	if uint64(nsCount)*4 > uint64(len(p.b)) {
+		return fmt.Errorf("%w: namespace count %d", ErrSnapshot, nsCount)
+	}
+	nsIDs := make([]uint32, nsCount)
+	for i := range nsIDs {
+		name := p.str()
+		if p.err == nil && name == "" {
+			p.fail("empty namespace name")
+		}
+		if p.err != nil {
+			return p.err
+		}
+		nsIDs[i] = e.namespaceID(name, true)
+	}
+	workers := p.u32()
+	prev := ""
+	for i := uint32(0); i < workers && p.err == nil; i++ {
+		name := p.str()
+		cursor, n := p.u64(), p.u64()
+		if p.err != nil {
+			break
+		}
+		if name == "" || (i > 0 && name <= prev) {
+			return fmt.Errorf("%w: worker names empty or out of order", ErrSnapshot)
+		}
+		prev = name
+		if n > uint64(len(p.b))/snapshotEntry {
+			return fmt.Errorf("%w: worker %q claims %d blocks", ErrSnapshot, name, n)
+		}
+		w := e.lockLive(name, true)
+		w.cursor = cursor
+		var lastSeq uint64
+		for j := uint64(0); j < n; j++ {
+			seq, prefix, parent := p.u64(), p.u64(), p.u64()
+			pos, ns := p.u32(), p.u32()
+			if p.err != nil {
+				break
+			}
+			if j > 0 && seq <= lastSeq {
+				p.fail("seqs out of order")
+				break
+			}
+			lastSeq = seq
+			if pos >= MaxDepth || ns > nsCount {
+				p.fail("position or namespace out of range")
+				break
+			}
+			if ns > 0 {
+				ns = nsIDs[ns-1]
+			}
+			k := key{prefix: prefix, pos: pos, ns: ns}
+			w.seqs.put(seq, k)
+			w.size.Add(1)
+			w.blocks++
+			w.addKey(e, k, parent)
+		}
+		if err := w.flush(e); err != nil && p.err == nil {
+			p.err = err
+		}
+		w.mu.Unlock()
+	}
+	if p.err == nil && len(p.b) != 0 {
+		p.fail("trailing bytes")
+	}
+	return p.err
+}
+
+type snapReader struct {
+	b   []byte
+	err error
+}
+
+func (p *snapReader) fail(why string) {
+	if p.err == nil {
+		p.err = fmt.Errorf("%w: %s", ErrSnapshot, why)
+	}
+}
+
+func (p *snapReader) take(n int) []byte {
+	if p.err != nil || len(p.b) < n {
+		p.fail("truncated")
+		return nil
+	}
+	out := p.b[:n]
+	p.b = p.b[n:]
+	return out
+}
+
+func (p *snapReader) u32() uint32 {
+	if b := p.take(4); b != nil {
+		return binary.LittleEndian.Uint32(b)
+	}
+	return 0
+}
+
+func (p *snapReader) u64() uint64 {
+	if b := p.take(8); b != nil {
+		return binary.LittleEndian.Uint64(b)
+	}
+	return 0
+}
+
+func (p *snapReader) str() string {
+	n := p.u32()
+	if b := p.take(int(min(n, 1<<20+1))); b != nil {
+		if n > 1<<20 {
+			p.fail("name longer than 1 MiB")
+			return ""
+		}
+		return string(b)
+	}
+	return ""
+}
