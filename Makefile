@@ -6,16 +6,20 @@ STATICCHECK_VERSION := v0.8.2
 SHARED      ?= ../shared
 FUZZTIME    ?= 5s
 
-.PHONY: test unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench demo tidy-check
+.PHONY: test unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench demo tidy-check publisher-deps loadtest
 
 ## test: everything CI runs: lint, race-enabled unit tests, conformance replays, short fuzzing.
 test: lint build386 race conformance fuzz
 
+## publisher-deps: python3-zmq/python3-msgpack for the ZeroMQ interop tests (no-op when present).
+publisher-deps:
+	@bash testdata/publisher/install.sh || echo "WARN: python3-zmq/msgpack unavailable: interop tests will SKIP"
+
 ## unit: the unit tests without the race detector (quick local loop).
-unit:
+unit: publisher-deps
 	$(GO) test -short ./...
 
-race:
+race: publisher-deps
 	$(GO) test -race -count=1 ./...
 
 lint: fmt-check vet staticcheck tidy-check
@@ -62,6 +66,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime $(FUZZTIME) ./engine/
 	$(GO) test -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime $(FUZZTIME) ./engine/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./kvevents/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMatch$$' -fuzztime $(FUZZTIME) ./server/
 
 ## stress: the long concurrency stress (many producers and readers, all shard counts).
 stress:
@@ -70,6 +75,10 @@ stress:
 ## bench: microbenchmarks of every package.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+## loadtest: the serve load test over loopback; rewrites bench/loadgen/RESULTS.md (about 1 min).
+loadtest: publisher-deps
+	$(GO) run ./bench/loadgen --out bench/loadgen/RESULTS.md
 
 ## demo: the main job on the embedded default workload.
 demo:

@@ -129,6 +129,16 @@ func (e *Engine) shutdown(cause error) {
 	})
 }
 
+// WorkerSize returns the number of distinct engine hashes a worker holds, and whether it
+// is known.
+func (e *Engine) WorkerSize(worker string) (int, bool) {
+	w := e.lookup(worker)
+	if w == nil {
+		return 0, false
+	}
+	return int(w.size.Load()), true
+}
+
 // setCursor records a worker's stream position, for a live worker only: an event that
 // does not make its worker known has no state to resume.
 func (e *Engine) setCursor(name string, c uint64) {

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kvindex/kvindex/server"
+)
+
+func init() {
+	commands["serve"] = command{
+		summary: "follow engines' KV events (ZeroMQ) and serve routing queries over HTTP",
+		run:     runServe,
+	}
+}
+
+// engineFlags collects repeated --engine specs.
+type engineFlags []server.EngineConfig
+
+func (e *engineFlags) String() string { return fmt.Sprint(len(*e)) }
+
+// Set parses "endpoint=tcp://h:5557,replay=tcp://h:5558,worker=pod-0,model=m,block_size=16,dp_ranks=2,topic=t,bind=true".
+func (e *engineFlags) Set(spec string) error {
+	var c server.EngineConfig
+	for _, kv := range strings.Split(spec, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return fmt.Errorf("%q is not key=value", kv)
+		}
+		var err error
+		switch k {
+		case "endpoint":
+			c.Endpoint = v
+		case "replay", "replay_endpoint":
+			c.ReplayEndpoint = v
+		case "worker":
+			c.Worker = v
+		case "model":
+			c.Model = v
+		case "topic":
+			c.Topic = v
+		case "block_size":
+			c.BlockSize, err = strconv.Atoi(v)
+		case "dp_ranks":
+			c.DPRanks, err = strconv.Atoi(v)
+		case "dp_rank_start":
+			c.DPRankStart, err = strconv.Atoi(v)
+		case "bind":
+			c.Bind, err = strconv.ParseBool(v)
+		case "media":
+			c.Media = strings.Split(v, "|")
+		default:
+			return fmt.Errorf("unknown key %q (want endpoint, replay, worker, model, block_size, dp_ranks, dp_rank_start, topic, bind, media)", k)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %v", k, err)
+		}
+	}
+	if c.Endpoint == "" {
+		return errors.New("endpoint= is required")
+	}
+	*e = append(*e, c)
+	return nil
+}
+
+func runServe(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return serveMain(ctx, args, stdout, stderr)
+}
+
+// serveMain runs kvindex serve until ctx ends (SIGTERM/SIGINT in runServe), then
+// drains and returns 0; it returns 2 for a bad command line or configuration and 1 for
+// a runtime failure.
+func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("kvindex serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "JSON configuration file (see package server's documentation); flags override it")
+	listen := fs.String("listen", "", "HTTP API address (default "+server.DefaultListen+")")
+	policy := fs.String("policy", "", "default routing policy: "+strings.Join(server.Policies(), ", "))
+	blockSize := fs.Int("block-size", 0, "block size of engines that set none (default 16)")
+	shards := fs.Int("shards", 0, "index shards (0 = GOMAXPROCS, at most 8)")
+	jump := fs.Int("jump", 0, "jump-search stride in blocks (0 = 64)")
+	grace := fs.Duration("grace", 0, "remove an engine unreachable this long (default 60s; negative: never)")
+	drain := fs.Duration("drain-timeout", 0, "wait this long for in-flight requests at shutdown (default 10s)")
+	maxBody := fs.Int64("max-body", 0, "largest request body in bytes (default 1 MiB)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	check := fs.Bool("check", false, "validate the configuration, print it and exit")
+	var engines engineFlags
+	fs.Var(&engines, "engine", "an engine to follow (repeatable): endpoint=tcp://HOST:PORT[,replay=tcp://HOST:PORT][,worker=ID][,model=NAME][,block_size=N][,dp_ranks=N][,dp_rank_start=N][,topic=T][,bind=true][,media=GPU|CPU]")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: kvindex serve [--config FILE] [--engine SPEC]... [flags]\n\nFollows vLLM/SGLang KV-cache events over ZeroMQ and serves POST /v1/match, GET /v1/workers,\n/healthz, /readyz and /metrics. SIGTERM drains and exits.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "kvindex serve: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintf(stderr, "kvindex serve: --log-level: %v\n", err)
+		return 2
+	}
+	var cfg server.Config
+	if *cfgPath != "" {
+		c, err := server.ReadConfig(*cfgPath) // validated below, once flags are merged
+		if err != nil {
+			fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
+			return 2
+		}
+		cfg = c
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "listen":
+			cfg.Listen = *listen
+		case "policy":
+			cfg.Policy = *policy
+		case "block-size":
+			cfg.BlockSize = *blockSize
+		case "shards":
+			cfg.Index.Shards = *shards
+		case "jump":
+			cfg.Index.JumpSize = *jump
+		case "grace":
+			cfg.Grace = server.Duration(*grace)
+		case "drain-timeout":
+			cfg.DrainTimeout = server.Duration(*drain)
+		case "max-body":
+			cfg.MaxBodyBytes = *maxBody
+		}
+	})
+	cfg.Engines = append(cfg.Engines, engines...)
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
+		return 2
+	}
+	if *check {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(cfg)
+		return 0
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	s, err := server.New(cfg, server.Options{Logger: log})
+	if err != nil {
+		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
+		return 2
+	}
+	drainTimeout := server.DefaultDrainTimeout
+	if cfg.DrainTimeout > 0 {
+		drainTimeout = time.Duration(cfg.DrainTimeout)
+	}
+	shutdown := func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+		defer cancel()
+		return s.Shutdown(sctx)
+	}
+	if err := s.Start(); err != nil {
+		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
+		_ = shutdown()
+		return 1
+	}
+	fmt.Fprintf(stdout, "kvindex serve: listening on %s (%d engines, %d workers)\n", s.Addr(), len(cfg.Engines), len(s.Subscribers()))
+	code := 0
+	select {
+	case <-ctx.Done():
+		log.Info("signal received: draining")
+	case err := <-s.Errors():
+		log.Error("fatal", "err", err)
+		code = 1
+	}
+	if err := shutdown(); err != nil {
+		fmt.Fprintf(stderr, "kvindex serve: shutdown: %v\n", err)
+		code = 1
+	}
+	fmt.Fprintln(stdout, "kvindex serve: stopped")
+	return code
+}

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain (with goleak.VerifyTestMain) is in sim_test.go.
+
+// syncBuffer is an io.Writer safe for the server's and the test's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var listening = regexp.MustCompile(`listening on (\S+)`)
+
+// waitListening polls the output for the listening line and returns the address.
+func waitListening(t *testing.T, out *syncBuffer, errOut *syncBuffer) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if m := listening.FindStringSubmatch(out.String()); m != nil {
+			return m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve never listened; stdout %q stderr %q", out.String(), errOut.String())
+		}
+		time.Sleep(5 * time.Millisecond) // bounded poll of a condition
+	}
+}
+
+func deadEndpoint(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "tcp://" + l.Addr().String()
+}
+
+func writeConfig(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "serve.json")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestServeRejectsBadInput(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	os.WriteFile(bad, []byte(`{"listen": "127.0.0.1:0", "engines": [{"endpoint": "tcp://h:1"}], "typo": 1}`), 0o600)
+	noEngines := writeConfig(t, map[string]any{"listen": "127.0.0.1:0"})
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bogus"}, "flag provided but not defined"},
+		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{}, "at least one engine"},
+		{[]string{"--engine", "replay=tcp://h:2"}, "endpoint= is required"},
+		{[]string{"--engine", "endpoint=tcp://h:1,color=red"}, "unknown key"},
+		{[]string{"--engine", "endpoint=tcp://h:1,dp_ranks=x"}, "dp_ranks"},
+		{[]string{"--engine", "endpoint=tcp://*:1"}, "must name a host"},
+		{[]string{"--engine", "endpoint=tcp://h:1", "--policy", "best"}, "policy"},
+		{[]string{"--engine", "endpoint=tcp://h:1", "--log-level", "loud"}, "log-level"},
+		{[]string{"--config", bad}, "unknown field \"typo\""},
+		{[]string{"--config", filepath.Join(t.TempDir(), "missing.json")}, "no such file"},
+		{[]string{"--config", noEngines}, "at least one engine"},
+	} {
+		var out, errOut syncBuffer
+		code := serveMain(context.Background(), tc.args, &out, &errOut)
+		if code != 2 || !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", tc.args, code, errOut.String(), tc.want)
+		}
+	}
+	// A file without engines plus an engine flag is complete; --check prints the
+	// merged configuration.
+	var out, errOut syncBuffer
+	if code := serveMain(context.Background(), []string{"--config", noEngines, "--engine", "endpoint=tcp://h:1,model=m,dp_ranks=2", "--check", "--listen", "127.0.0.1:9"}, &out, &errOut); code != 0 {
+		t.Fatalf("check: exit %d: %s", code, errOut.String())
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal([]byte(out.String()), &cfg); err != nil || cfg["listen"] != "127.0.0.1:9" {
+		t.Fatalf("check output %q: %v", out.String(), err)
+	}
+}
+
+func TestServeRunsAndStopsOnCancel(t *testing.T) {
+	cfgPath := writeConfig(t, map[string]any{
+		"listen":  "127.0.0.1:0",
+		"engines": []map[string]any{{"endpoint": deadEndpoint(t), "model": "m", "worker": "w"}},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- serveMain(ctx, []string{"--config", cfgPath, "--grace", "1h", "--log-level", "warn"}, &out, &errOut)
+	}()
+	addr := waitListening(t, &out, &errOut)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	resp, err := hc.Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("healthz %d", resp.StatusCode)
+	}
+	resp, err = hc.Post("http://"+addr+"/v1/match", "application/json", strings.NewReader(`{"tokens":[1,2]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("match %d", resp.StatusCode)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 || !strings.Contains(out.String(), "stopped") {
+			t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
+func TestServeSIGTERMDrains(t *testing.T) {
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runServe([]string{"--listen", "127.0.0.1:0", "--engine", "endpoint=" + deadEndpoint(t), "--log-level", "error"}, &out, &errOut)
+	}()
+	// runServe installs its SIGTERM handler before it listens, so once it says it
+	// listens a SIGTERM reaches the handler, not the test process's default action.
+	waitListening(t, &out, &errOut)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d, stderr %q", code, errOut.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop on SIGTERM")
+	}
+}

@@ -1,0 +1,505 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/subscriber"
+)
+
+// The routing policies /v1/match can apply.
+const (
+	// PolicyLongestPrefix picks the worker with the highest score; ties go to the
+	// smaller size (fewer cached blocks), then the lower worker id. With no match it
+	// falls back to round-robin over the model's eligible workers.
+	PolicyLongestPrefix = "longest-prefix"
+	// PolicyRoundRobin cycles over the model's eligible workers, ignoring the cache.
+	PolicyRoundRobin = "round-robin"
+	// PolicyRandom picks an eligible worker uniformly at random.
+	PolicyRandom = "random"
+)
+
+// Policies lists the policies.
+func Policies() []string { return []string{PolicyLongestPrefix, PolicyRoundRobin, PolicyRandom} }
+
+// U64 is an unsigned 64-bit integer that JSON may carry as a number or, for clients
+// whose numbers are float64 (JavaScript), as a decimal or 0x-prefixed hex string.
+type U64 uint64
+
+// UnmarshalJSON accepts 123, "123" and "0x7b".
+func (u *U64) UnmarshalJSON(b []byte) error {
+	s := string(b)
+	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
+		s = s[1 : len(s)-1]
+	}
+	base := 10
+	if strings.HasPrefix(s, "0x") || strings.HasPrefix(s, "0X") {
+		s, base = s[2:], 16
+	}
+	v, err := strconv.ParseUint(s, base, 64)
+	if err != nil {
+		return fmt.Errorf("not an unsigned 64-bit integer: %s", b)
+	}
+	*u = U64(v)
+	return nil
+}
+
+// MatchRequest is the body of POST /v1/match, for clients (the server reads it with a
+// strict single-pass reader: unknown fields, wrong types and trailing data are 400s).
+// Exactly one of Tokens and ContentHashes is given (an empty list is a query that
+// matches nothing).
+type MatchRequest struct {
+	// Model names the model (optional when only one is configured).
+	Model string `json:"model"`
+	// Namespace is the prefix space within the model, in kvevents' format ("" default,
+	// "lora=NAME", "salt=SALT", "lora=NAME;salt=SALT"). Or give LoraName / CacheSalt.
+	Namespace string `json:"namespace"`
+	LoraName  string `json:"lora_name"`
+	CacheSalt string `json:"cache_salt"`
+	// Tokens are the prompt's token ids; a trailing partial block is dropped.
+	Tokens []uint32 `json:"tokens"`
+	// ContentHashes are the prompt's block content hashes (package hash), for callers
+	// that hash themselves.
+	ContentHashes []U64 `json:"content_hashes"`
+	// Policy overrides the configured policy for this request.
+	Policy string `json:"policy"`
+}
+
+// Match is one worker's answer.
+type Match struct {
+	Worker string `json:"worker"`
+	// Score is the number of leading query blocks the worker holds.
+	Score int `json:"score"`
+	// Size is the number of blocks the worker holds.
+	Size int `json:"size"`
+	// State is the worker's subscriber state (live, stale, disconnected, ...).
+	State string `json:"state"`
+}
+
+// Pick is the worker the policy chose.
+type Pick struct {
+	Worker string `json:"worker"`
+	Policy string `json:"policy"`
+	Score  int    `json:"score"`
+	Reason string `json:"reason"`
+}
+
+// MatchResponse is the answer of POST /v1/match.
+type MatchResponse struct {
+	Model     string `json:"model"`
+	Namespace string `json:"namespace"`
+	// Blocks is the number of full blocks in the query.
+	Blocks int `json:"blocks"`
+	// Matches lists every worker with score >= 1, highest score first.
+	Matches []Match `json:"matches"`
+	// Pick is null when the model has no eligible (live or stale) worker.
+	Pick *Pick `json:"pick"`
+}
+
+// errorBody is every error's JSON body.
+type errorBody struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, format string, args ...any) {
+	writeJSON(w, status, errorBody{Error: fmt.Sprintf(format, args...), Code: code})
+}
+
+// statusRecorder remembers the status code for the request counter.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.code = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (s *Server) instrument(name string, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.inFlight.Inc()
+		defer s.inFlight.Dec()
+		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		h(rec, r)
+		s.requests.WithLabelValues(name, strconv.Itoa(rec.code)).Inc()
+	})
+}
+
+func methods(h http.HandlerFunc, allowed ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		for _, m := range allowed {
+			if r.Method == m || (m == http.MethodGet && r.Method == http.MethodHead) {
+				h(w, r)
+				return
+			}
+		}
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "%s not allowed; use %s", r.Method, strings.Join(allowed, ", "))
+	}
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/v1/match", s.instrument("match", methods(s.handleMatch, http.MethodPost)))
+	mux.Handle("/v1/workers", s.instrument("workers", methods(s.handleWorkers, http.MethodGet)))
+	mux.Handle("/healthz", s.instrument("healthz", methods(s.handleHealth, http.MethodGet)))
+	mux.Handle("/readyz", s.instrument("readyz", methods(s.handleReady, http.MethodGet)))
+	metrics := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: nil})
+	mux.Handle("/metrics", s.instrument("metrics", methods(metrics.ServeHTTP, http.MethodGet)))
+	mux.Handle("/", s.instrument("other", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "no such endpoint: %s", r.URL.Path)
+	}))
+	return mux
+}
+
+// RequestNamespace is the index namespace of a query: subscriber.Namespace(model, ns)
+// where ns is namespace, or built from a LoRA name and a cache salt as kvevents does.
+func RequestNamespace(model, namespace, loraName, cacheSalt string) (string, error) {
+	if namespace != "" && (loraName != "" || cacheSalt != "") {
+		return "", errors.New("give namespace, or lora_name/cache_salt, not both")
+	}
+	ns := namespace
+	if loraName != "" {
+		ns = "lora=" + subscriber.Escape(loraName)
+	}
+	if cacheSalt != "" {
+		if ns != "" {
+			ns += ";"
+		}
+		ns += "salt=" + subscriber.Escape(cacheSalt)
+	}
+	return subscriber.Namespace(model, ns), nil
+}
+
+func (s *Server) resolveModel(name string) (*model, error) {
+	if name == "" {
+		if len(s.models) == 1 {
+			for _, m := range s.models {
+				return m, nil
+			}
+		}
+		if m, ok := s.models[""]; ok {
+			return m, nil
+		}
+		return nil, errors.New("model is required: several models are served")
+	}
+	m, ok := s.models[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown model %q", name)
+	}
+	return m, nil
+}
+
+// matchScratch is one request's reusable memory.
+type matchScratch struct {
+	body bytes.Buffer
+	req  matchReq
+	toks []uint32
+	q    []uint64
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(matchScratch) }}
+
+// readBody reads a request body within the size limit, answering the error itself.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) bool {
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err == nil {
+		return true
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", "request body exceeds %d bytes", mbe.Limit)
+		return false
+	}
+	writeError(w, http.StatusBadRequest, "bad_body", "reading the body: %v", err)
+	return false
+}
+
+func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
+	sc := scratchPool.Get().(*matchScratch)
+	defer func() {
+		if sc.body.Cap() <= 1<<20 && cap(sc.req.Tokens) <= 1<<18 {
+			scratchPool.Put(sc)
+		}
+	}()
+	sc.body.Reset()
+	if !s.readBody(w, r, &sc.body) {
+		return
+	}
+	if sc.body.Len() == 0 {
+		writeError(w, http.StatusBadRequest, "bad_json", "empty request body")
+		return
+	}
+	if err := decodeMatch(sc.body.Bytes(), &sc.req); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_json", "invalid request: %v", err)
+		return
+	}
+	req := &sc.req
+	hasTokens, hasHashes := req.HasTokens, req.HasHashes
+	tokens64, hashes := req.Tokens, req.Hashes
+	m, err := s.resolveModel(req.Model)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "unknown_model", "%v", err)
+		return
+	}
+	ns, err := RequestNamespace(m.name, req.Namespace, req.LoraName, req.CacheSalt)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_namespace", "%v", err)
+		return
+	}
+	policy := req.Policy
+	if policy == "" {
+		policy = s.cfg.Policy
+	}
+	switch policy {
+	case PolicyLongestPrefix, PolicyRoundRobin, PolicyRandom:
+	default:
+		writeError(w, http.StatusBadRequest, "bad_policy", "unknown policy %q (want one of %v)", policy, Policies())
+		return
+	}
+	if hasTokens && hasHashes {
+		writeError(w, http.StatusBadRequest, "bad_query", "give tokens or content_hashes, not both")
+		return
+	}
+	if !hasTokens && !hasHashes {
+		writeError(w, http.StatusBadRequest, "bad_query", "tokens or content_hashes is required")
+		return
+	}
+	q := hashes
+	if hasTokens {
+		if len(tokens64)/m.blockSize > s.cfg.MaxQueryBlocks {
+			writeError(w, http.StatusBadRequest, "query_too_long", "query of %d blocks exceeds %d", len(tokens64)/m.blockSize, s.cfg.MaxQueryBlocks)
+			return
+		}
+		toks := sc.toks[:0]
+		for _, t := range tokens64 {
+			toks = append(toks, uint32(t))
+		}
+		sc.toks = toks
+		q, err = hash.Blocks(sc.q[:0], toks, m.blockSize)
+		sc.q = q
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "internal", "%v", err)
+			return
+		}
+	} else if len(q) > s.cfg.MaxQueryBlocks {
+		writeError(w, http.StatusBadRequest, "query_too_long", "query of %d blocks exceeds %d", len(q), s.cfg.MaxQueryBlocks)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(s.cfg.QueryTimeout))
+	defer cancel()
+	start := time.Now()
+	found, err := s.eng.FindMatchesIn(ctx, ns, q, nil)
+	s.findLatency.Observe(time.Since(start).Seconds())
+	if err != nil {
+		switch {
+		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+			writeError(w, http.StatusServiceUnavailable, "timeout", "find matches: %v", err)
+		case errors.Is(err, engine.ErrClosed) || errors.Is(err, engine.ErrShardFailed):
+			writeError(w, http.StatusServiceUnavailable, "unavailable", "index unavailable: %v", err)
+		default:
+			writeError(w, http.StatusInternalServerError, "internal", "find matches: %v", err)
+		}
+		return
+	}
+	resp := MatchResponse{Model: m.name, Namespace: ns, Blocks: len(q), Matches: make([]Match, 0, len(found))}
+	for _, f := range found {
+		state := "unknown"
+		if sub := s.byWorker[f.Worker]; sub != nil {
+			state = sub.Status().State.String()
+		}
+		resp.Matches = append(resp.Matches, Match{Worker: f.Worker, Score: f.Score, Size: f.Size, State: state})
+	}
+	sort.SliceStable(resp.Matches, func(i, j int) bool {
+		a, b := resp.Matches[i], resp.Matches[j]
+		if a.Score != b.Score {
+			return a.Score > b.Score
+		}
+		return a.Worker < b.Worker
+	})
+	resp.Pick = s.pick(m, policy, resp.Matches)
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// eligible reports whether a worker may be picked: its subscriber is connected and
+// synced (live or stale).
+func eligible(st subscriber.State) bool {
+	return st == subscriber.StateLive || st == subscriber.StateStale
+}
+
+func (s *Server) pick(m *model, policy string, matches []Match) *Pick {
+	if policy == PolicyLongestPrefix {
+		best := -1
+		for i, mt := range matches {
+			if sub := s.byWorker[mt.Worker]; sub == nil || !eligible(sub.Status().State) {
+				continue
+			}
+			if best < 0 || mt.Score > matches[best].Score ||
+				(mt.Score == matches[best].Score && (mt.Size < matches[best].Size ||
+					(mt.Size == matches[best].Size && mt.Worker < matches[best].Worker))) {
+				best = i
+			}
+		}
+		if best >= 0 {
+			return &Pick{Worker: matches[best].Worker, Policy: policy, Score: matches[best].Score, Reason: "longest cached prefix"}
+		}
+	}
+	var cands []*subscriber.Subscriber
+	for _, sub := range m.subs {
+		if eligible(sub.Status().State) {
+			cands = append(cands, sub)
+		}
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	var c *subscriber.Subscriber
+	reason := "round-robin"
+	switch policy {
+	case PolicyRandom:
+		c, reason = cands[rand.IntN(len(cands))], "random"
+	case PolicyLongestPrefix:
+		c, reason = cands[int(s.rr.Add(1)-1)%len(cands)], "no cached prefix: round-robin"
+	default:
+		c = cands[int(s.rr.Add(1)-1)%len(cands)]
+	}
+	score := 0
+	for _, mt := range matches {
+		if mt.Worker == c.Worker() {
+			score = mt.Score
+		}
+	}
+	return &Pick{Worker: c.Worker(), Policy: policy, Score: score, Reason: reason}
+}
+
+// WorkerInfo is one entry of GET /v1/workers.
+type WorkerInfo struct {
+	Worker         string `json:"worker"`
+	Endpoint       string `json:"endpoint"`
+	ReplayEndpoint string `json:"replay_endpoint,omitempty"`
+	Model          string `json:"model"`
+	DPRank         int    `json:"dp_rank"`
+	State          string `json:"state"`
+	Synced         bool   `json:"synced"`
+	Connected      bool   `json:"connected"`
+	// Size is the number of blocks the index holds for the worker; null when the index
+	// cannot tell.
+	Size *int `json:"size"`
+	// LastSeq is the sequence of the last applied batch; null before the first.
+	LastSeq *uint64 `json:"last_seq"`
+	Gaps    struct {
+		Detected      uint64 `json:"detected"`
+		Recovered     uint64 `json:"recovered"`
+		Unrecoverable uint64 `json:"unrecoverable"`
+	} `json:"gaps"`
+	Restarts   uint64 `json:"restarts"`
+	Replays    uint64 `json:"replays"`
+	Duplicates uint64 `json:"duplicates"`
+	Batches    uint64 `json:"batches"`
+	Events     struct {
+		Stored  uint64 `json:"stored"`
+		Removed uint64 `json:"removed"`
+		Cleared uint64 `json:"cleared"`
+	} `json:"events"`
+	Rejected map[string]uint64 `json:"rejected"`
+	// LagSeconds is the last batch's apply time minus its timestamp (engine clock);
+	// IdleSeconds the time since the last live message (null before one).
+	LagSeconds  float64  `json:"lag_seconds"`
+	IdleSeconds *float64 `json:"idle_seconds"`
+	LastError   string   `json:"last_error,omitempty"`
+}
+
+func (s *Server) workerInfo(sub *subscriber.Subscriber, sizer WorkerSizer, now time.Time) WorkerInfo {
+	st := sub.Status()
+	wi := WorkerInfo{
+		Worker: st.Worker, Endpoint: st.Endpoint, ReplayEndpoint: st.ReplayEndpoint, Model: st.Model,
+		DPRank: st.DPRank, State: st.State.String(), Synced: st.Synced, Connected: st.Connected,
+		Restarts: st.Restarts, Replays: st.Replays, Duplicates: st.Duplicates, Batches: st.Batches,
+		LagSeconds: st.Lag.Seconds(), LastError: st.LastError, Rejected: map[string]uint64{},
+	}
+	if sizer != nil {
+		if n, ok := sizer.WorkerSize(st.Worker); ok {
+			wi.Size = &n
+		} else {
+			zero := 0
+			wi.Size = &zero
+		}
+	}
+	if st.HasSeq {
+		v := st.LastSeq
+		wi.LastSeq = &v
+	}
+	wi.Gaps.Detected, wi.Gaps.Recovered, wi.Gaps.Unrecoverable = st.GapsDetected, st.GapsRecovered, st.GapsUnrecoverable
+	wi.Events.Stored, wi.Events.Removed, wi.Events.Cleared = st.Stored, st.Removed, st.Cleared
+	for r, n := range st.Rejected {
+		if n > 0 {
+			wi.Rejected[subscriber.Reason(r).String()] = n
+		}
+	}
+	for r, n := range st.DecoderRejected {
+		if n > 0 {
+			wi.Rejected[subscriber.DecoderReasonName(kvevents.Reason(r))] = n
+		}
+	}
+	if !st.LastMessage.IsZero() {
+		v := now.Sub(st.LastMessage).Seconds()
+		wi.IdleSeconds = &v
+	}
+	return wi
+}
+
+func (s *Server) handleWorkers(w http.ResponseWriter, r *http.Request) {
+	sizer := s.sizer()
+	now := time.Now()
+	out := struct {
+		Workers []WorkerInfo `json:"workers"`
+	}{Workers: make([]WorkerInfo, 0, len(s.subs))}
+	for _, sub := range s.subs {
+		out.Workers = append(out.Workers, s.workerInfo(sub, sizer, now))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	if err := s.eng.Barrier(ctx); err != nil {
+		writeError(w, http.StatusServiceUnavailable, "unhealthy", "index: %v", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	ok, waiting := s.isReady()
+	if !ok {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "waiting": waiting})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ready": true})
+}

@@ -1,0 +1,78 @@
+package server_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/server"
+	"github.com/kvindex/kvindex/subscriber"
+)
+
+// BenchmarkMatchHandler measures POST /v1/match in-process (no network): JSON decoding,
+// hashing (tokens form), find-matches and encoding, for a 400-block query against 4
+// workers that hold it in part.
+func BenchmarkMatchHandler(b *testing.B) {
+	cfg := server.Config{Listen: "127.0.0.1:0", MaxBodyBytes: 8 << 20, Engines: []server.EngineConfig{{Endpoint: "tcp://127.0.0.1:1", Model: "m", BlockSize: 16}}}
+	s, err := server.New(cfg, server.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Shutdown(b.Context())
+	const blocks = 400
+	toks := make([]uint32, blocks*16)
+	for i := range toks {
+		toks[i] = uint32(i / 16 % 50)
+	}
+	hs := make([]string, blocks)
+	var content []uint64
+	{
+		var err error
+		content, err = hashBlocks(toks)
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i, h := range content {
+		hs[i] = strconv.FormatUint(h, 10)
+	}
+	ns := subscriber.Namespace("m", "")
+	for w := 0; w < 4; w++ {
+		bl := make([]engine.Block, blocks*(w+1)/4)
+		for i := range bl {
+			bl[i] = engine.Block{Content: content[i], Seq: uint64(i + 1)}
+		}
+		if err := s.Engine().Apply(&engine.Event{Kind: engine.EventStored, Worker: "w" + strconv.Itoa(w), Namespace: ns, Blocks: bl}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	tb, _ := json.Marshal(map[string]any{"model": "m", "tokens": toks})
+	for _, tc := range []struct {
+		name string
+		body []byte
+	}{
+		{"hashes", []byte(`{"model":"m","content_hashes":[` + strings.Join(hs, ",") + `]}`)},
+		{"tokens", tb},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			h := s.Handler()
+			b.ReportAllocs()
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				req := httptest.NewRequest(http.MethodPost, "/v1/match", bytes.NewReader(tc.body))
+				h.ServeHTTP(rec, req)
+				if rec.Code != 200 {
+					b.Fatal(rec.Code, rec.Body.String())
+				}
+			}
+		})
+	}
+}
+
+func hashBlocks(toks []uint32) ([]uint64, error) { return hash.Blocks(nil, toks, 16) }

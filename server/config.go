@@ -1,0 +1,326 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/subscriber"
+)
+
+// ErrConfig wraps every configuration error.
+var ErrConfig = errors.New("server: invalid config")
+
+// Defaults of the Config fields.
+const (
+	DefaultListen         = "127.0.0.1:8080"
+	DefaultBlockSize      = 16
+	DefaultPolicy         = PolicyLongestPrefix
+	DefaultMaxBodyBytes   = 1 << 20
+	DefaultMaxQueryBlocks = 1 << 16
+	DefaultQueryTimeout   = 2 * time.Second
+	DefaultDrainTimeout   = 10 * time.Second
+	MaxDPRanks            = 1024
+)
+
+// Duration is a time.Duration written in JSON as a Go duration string ("1.5s", "200ms").
+type Duration time.Duration
+
+// UnmarshalJSON reads a duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string such as \"5s\": %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// Config is the configuration of kvindex serve, as read from its JSON file. Zero fields
+// take their defaults.
+type Config struct {
+	// Listen is the HTTP API's address. Default 127.0.0.1:8080.
+	Listen string `json:"listen,omitempty"`
+	// Policy is the default routing policy of /v1/match: "longest-prefix" (default) or
+	// "round-robin".
+	Policy string `json:"policy,omitempty"`
+	// BlockSize is the block size of engines that do not set their own. Default 16.
+	BlockSize int `json:"block_size,omitempty"`
+	// MaxBodyBytes bounds a request body. Default 1 MiB.
+	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
+	// MaxQueryBlocks bounds the blocks of one query. Default 65536.
+	MaxQueryBlocks int `json:"max_query_blocks,omitempty"`
+	// QueryTimeout bounds one find-matches call. Default 2s.
+	QueryTimeout Duration `json:"query_timeout,omitempty"`
+	// DrainTimeout bounds the wait for in-flight requests at shutdown. Default 10s.
+	DrainTimeout Duration `json:"drain_timeout,omitempty"`
+	// Grace: an engine unreachable this long is removed from the index. Default 60s;
+	// negative: never.
+	Grace Duration `json:"grace_period,omitempty"`
+	// ReplayTimeout, ReconnectMin, ReconnectMax, ResyncInterval: see subscriber.Config.
+	ReplayTimeout  Duration `json:"replay_timeout,omitempty"`
+	ReconnectMin   Duration `json:"reconnect_min,omitempty"`
+	ReconnectMax   Duration `json:"reconnect_max,omitempty"`
+	ResyncInterval Duration `json:"resync_interval,omitempty"`
+	// Index configures the engine (zero: engine defaults).
+	Index IndexConfig `json:"index,omitzero"`
+	// Engines are the publishers to follow. At least one.
+	Engines []EngineConfig `json:"engines"`
+}
+
+// IndexConfig is the engine's configuration (see engine.Config).
+type IndexConfig struct {
+	Shards    int `json:"shards,omitempty"`
+	JumpSize  int `json:"jump_size,omitempty"`
+	QueueSize int `json:"queue_size,omitempty"`
+}
+
+// EngineConfig describes one engine: its endpoints, identity and model.
+type EngineConfig struct {
+	// Endpoint is the engine's PUB endpoint (rank 0), e.g. "tcp://10.0.0.7:5557".
+	Endpoint string `json:"endpoint"`
+	// ReplayEndpoint is its ROUTER replay endpoint (rank 0); "" for none.
+	ReplayEndpoint string `json:"replay_endpoint,omitempty"`
+	// Worker is the worker id; default the endpoint. With DPRanks, rank r is
+	// Worker + "#dp<r>".
+	Worker string `json:"worker,omitempty"`
+	// Model is the served model's name; queries name it. Engines of one model must
+	// share a block size.
+	Model string `json:"model,omitempty"`
+	// BlockSize in tokens; default Config.BlockSize.
+	BlockSize int `json:"block_size,omitempty"`
+	// DPRanks is the number of data-parallel ranks (0: one publisher, no "#dp" suffix).
+	// Rank r (from DPRankStart) publishes on the endpoint's port + r, as vLLM does.
+	DPRanks     int `json:"dp_ranks,omitempty"`
+	DPRankStart int `json:"dp_rank_start,omitempty"`
+	// Topic is the SUB prefix filter ("" for all).
+	Topic string `json:"topic,omitempty"`
+	// Bind listens on Endpoint for an engine that connects (vLLM connects when its
+	// endpoint names a host rather than '*').
+	Bind bool `json:"bind,omitempty"`
+	// Media lists the accepted media (default "" and "GPU"; "*" for all).
+	Media []string `json:"media,omitempty"`
+	// SkipExtraKeys drops stored events with extra_keys (multimodal inputs).
+	SkipExtraKeys bool `json:"skip_extra_keys,omitempty"`
+}
+
+// DecodeConfig reads a JSON configuration strictly (unknown fields and trailing data
+// are errors) without validating it.
+func DecodeConfig(r io.Reader) (Config, error) {
+	var c Config
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if dec.More() {
+		return Config{}, fmt.Errorf("%w: trailing data after the JSON object", ErrConfig)
+	}
+	return c, nil
+}
+
+// ParseConfig is DecodeConfig, then Validate.
+func ParseConfig(r io.Reader) (Config, error) {
+	c, err := DecodeConfig(r)
+	if err != nil {
+		return Config{}, err
+	}
+	return c, c.Validate()
+}
+
+// ReadConfig decodes a JSON configuration file (see DecodeConfig) without validating it.
+func ReadConfig(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	c, err := DecodeConfig(bytes.NewReader(b))
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// LoadConfig reads and validates a JSON configuration file.
+func LoadConfig(path string) (Config, error) {
+	c, err := ReadConfig(path)
+	if err != nil {
+		return Config{}, err
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.Policy == "" {
+		c.Policy = DefaultPolicy
+	}
+	if c.BlockSize == 0 {
+		c.BlockSize = DefaultBlockSize
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.MaxQueryBlocks == 0 {
+		c.MaxQueryBlocks = DefaultMaxQueryBlocks
+	}
+	if c.QueryTimeout == 0 {
+		c.QueryTimeout = Duration(DefaultQueryTimeout)
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = Duration(DefaultDrainTimeout)
+	}
+	c.Engines = slices.Clone(c.Engines)
+	for i := range c.Engines {
+		if c.Engines[i].BlockSize == 0 {
+			c.Engines[i].BlockSize = c.BlockSize
+		}
+	}
+	return c
+}
+
+// Validate checks the configuration; every message names the field at fault.
+func (c Config) Validate() error {
+	_, err := c.plan()
+	return err
+}
+
+// publisher is one subscriber to run: an engine's rank.
+type publisher struct {
+	engine int // index in Config.Engines
+	cfg    subscriber.Config
+}
+
+// plan validates the configuration and expands engines into publishers (one per rank).
+func (c Config) plan() ([]publisher, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	}
+	c = c.withDefaults()
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return nil, bad("listen %q: %v", c.Listen, err)
+	}
+	if !slices.Contains(Policies(), c.Policy) {
+		return nil, bad("policy %q: want one of %v", c.Policy, Policies())
+	}
+	if err := hash.CheckBlockSize(c.BlockSize); err != nil {
+		return nil, bad("block_size: %v", err)
+	}
+	switch {
+	case c.MaxBodyBytes < 64:
+		return nil, bad("max_body_bytes %d: want >= 64", c.MaxBodyBytes)
+	case c.MaxQueryBlocks < 1 || c.MaxQueryBlocks >= engine.MaxDepth:
+		return nil, bad("max_query_blocks %d out of range", c.MaxQueryBlocks)
+	case c.QueryTimeout < 0 || c.DrainTimeout < 0 || c.ReplayTimeout < 0 || c.ReconnectMin < 0 || c.ReconnectMax < 0:
+		return nil, bad("durations must not be negative (grace_period and resync_interval excepted)")
+	}
+	switch q := c.Index.QueueSize; {
+	case c.Index.Shards < 0 || c.Index.Shards > engine.MaxShards:
+		return nil, bad("index.shards %d: want 0..%d", c.Index.Shards, engine.MaxShards)
+	case c.Index.JumpSize < 0 || c.Index.JumpSize > engine.MaxJumpSize:
+		return nil, bad("index.jump_size %d: want 0..%d", c.Index.JumpSize, engine.MaxJumpSize)
+	case q != 0 && (q < 2 || q > engine.MaxQueueSize || q&(q-1) != 0):
+		return nil, bad("index.queue_size %d: want 0 or a power of two in 2..%d", q, engine.MaxQueueSize)
+	}
+	if len(c.Engines) == 0 {
+		return nil, bad("engines: at least one engine is required")
+	}
+	var out []publisher
+	workers := map[string]int{}
+	endpoints := map[string]int{}
+	modelBS := map[string]int{}
+	for i, e := range c.Engines {
+		where := fmt.Sprintf("engines[%d]", i)
+		if e.Endpoint == "" {
+			return nil, bad("%s.endpoint is required", where)
+		}
+		if err := hash.CheckBlockSize(e.BlockSize); err != nil {
+			return nil, bad("%s.block_size: %v", where, err)
+		}
+		if bs, ok := modelBS[e.Model]; ok && bs != e.BlockSize {
+			return nil, bad("%s: model %q has block size %d here and %d elsewhere", where, e.Model, e.BlockSize, bs)
+		}
+		modelBS[e.Model] = e.BlockSize
+		if e.DPRanks < 0 || e.DPRanks > MaxDPRanks || e.DPRankStart < 0 || e.DPRankStart > 65535 {
+			return nil, bad("%s: dp_ranks %d / dp_rank_start %d out of range", where, e.DPRanks, e.DPRankStart)
+		}
+		if e.DPRanks == 0 && e.DPRankStart != 0 {
+			return nil, bad("%s: dp_rank_start needs dp_ranks", where)
+		}
+		base := e.Worker
+		if base == "" {
+			base = e.Endpoint
+		}
+		n, ranked := e.DPRanks, e.DPRanks > 0
+		if n == 0 {
+			n = 1
+		}
+		for r := e.DPRankStart; r < e.DPRankStart+n; r++ {
+			ep, err := subscriber.OffsetEndpoint(e.Endpoint, r)
+			if err != nil {
+				return nil, bad("%s.endpoint: %v", where, err)
+			}
+			rep, err := subscriber.OffsetEndpoint(e.ReplayEndpoint, r)
+			if err != nil {
+				return nil, bad("%s.replay_endpoint: %v", where, err)
+			}
+			w := subscriber.WorkerID(base, r, ranked)
+			if j, dup := workers[w]; dup {
+				return nil, bad("%s: worker id %q also used by engines[%d]", where, w, j)
+			}
+			workers[w] = i
+			if j, dup := endpoints[ep]; dup {
+				return nil, bad("%s: endpoint %q also used by engines[%d]", where, ep, j)
+			}
+			endpoints[ep] = i
+			sc := subscriber.Config{
+				Endpoint:       ep,
+				ReplayEndpoint: rep,
+				Bind:           e.Bind,
+				Topic:          e.Topic,
+				Worker:         w,
+				Model:          e.Model,
+				DPRank:         r,
+				BlockSize:      e.BlockSize,
+				Media:          e.Media,
+				SkipExtraKeys:  e.SkipExtraKeys,
+				ReplayTimeout:  time.Duration(c.ReplayTimeout),
+				ReconnectMin:   time.Duration(c.ReconnectMin),
+				ReconnectMax:   time.Duration(c.ReconnectMax),
+				Grace:          time.Duration(c.Grace),
+				ResyncInterval: time.Duration(c.ResyncInterval),
+				Index:          nopIndex{},
+			}
+			if _, err := subscriber.New(sc); err != nil {
+				return nil, fmt.Errorf("%w: %s (rank %d): %w", ErrConfig, where, r, err)
+			}
+			out = append(out, publisher{engine: i, cfg: sc})
+		}
+	}
+	return out, nil
+}
+
+// nopIndex stands in for the engine while a configuration is validated.
+type nopIndex struct{}
+
+func (nopIndex) Apply(*engine.Event) error { return nil }

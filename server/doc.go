@@ -1,0 +1,80 @@
+// Package server is kvindex serve: it follows every configured engine's KV-event stream
+// (one subscriber per engine and data-parallel rank, package subscriber) into one index
+// (package engine) and answers routing queries over HTTP.
+//
+// # What it owns
+//
+// The engine, the subscribers, the HTTP server and a Prometheus registry. Nothing else
+// writes the engine: each worker's events come from its own subscriber goroutine, in
+// order.
+//
+// # Who may call it
+//
+// New (validates; builds but starts nothing), Start (listens, starts the subscribers
+// and the HTTP server), Shutdown (drains; idempotent; call it even after a failed
+// Start). Errors delivers fatal failures. All methods are safe for concurrent use.
+//
+//	engines (vLLM/SGLang PUB + ROUTER) --zmq--> subscriber goroutines --Apply--> engine
+//	HTTP clients --> net/http goroutines --FindMatchesIn / Status / Stats--> (read only)
+//
+// Shutdown order: /readyz turns 503, the HTTP server stops accepting and waits for
+// in-flight requests (DrainTimeout, then they are cut), the subscribers stop, the engine
+// closes.
+//
+// # Configuration (JSON; unknown fields are errors; zero values take defaults)
+//
+//	{
+//	  "listen": "127.0.0.1:8080",       HTTP address
+//	  "policy": "longest-prefix",       or "round-robin", "random"
+//	  "block_size": 16,                 default for engines that set none
+//	  "max_body_bytes": 1048576,        "max_query_blocks": 65536,
+//	  "query_timeout": "2s",            "drain_timeout": "10s",
+//	  "grace_period": "60s",            unreachable this long: worker removed ("-1s": never)
+//	  "replay_timeout": "5s",           "reconnect_min": "100ms", "reconnect_max": "5s",
+//	  "resync_interval": "30s",
+//	  "index": {"shards": 0, "jump_size": 0, "queue_size": 0},
+//	  "engines": [{
+//	    "endpoint": "tcp://10.0.0.7:5557",          PUB endpoint of rank 0 (required)
+//	    "replay_endpoint": "tcp://10.0.0.7:5558",   ROUTER endpoint of rank 0 ("" = no replay)
+//	    "worker": "pod-7",                          default: the endpoint
+//	    "model": "llama-3-8b",                      queries name it
+//	    "block_size": 16,
+//	    "dp_ranks": 2, "dp_rank_start": 0,          rank r: port + r, worker "pod-7#dp<r>"
+//	    "topic": "", "bind": false,                 bind: the engine connects to us
+//	    "media": ["", "GPU"], "skip_extra_keys": false
+//	  }]
+//	}
+//
+// Worker ids: the configured worker (or the endpoint) when dp_ranks is 0; with dp_ranks
+// set, every rank r is "<worker>#dp<r>", rank 0 included. Engines of one model must share
+// a block size; worker ids and endpoints must be unique.
+//
+// # HTTP API
+//
+//	POST /v1/match    {"model": "llama-3-8b", "tokens": [1, 2, ...]}
+//	                  or {"model": ..., "content_hashes": [123, "456", "0x1c8"]}
+//	                  optional: "namespace" ("lora=NAME", "salt=SALT", kvevents' format)
+//	                  or "lora_name" / "cache_salt"; "policy".
+//	   200 {"model": "llama-3-8b", "namespace": "model=llama-3-8b;", "blocks": 3,
+//	        "matches": [{"worker": "pod-7#dp0", "score": 3, "size": 1200, "state": "live"}],
+//	        "pick": {"worker": "pod-7#dp0", "policy": "longest-prefix", "score": 3,
+//	                 "reason": "longest cached prefix"}}
+//	GET /v1/workers   {"workers": [{"worker", "endpoint", "model", "dp_rank", "state",
+//	                  "synced", "connected", "size", "last_seq", "gaps": {"detected",
+//	                  "recovered", "unrecoverable"}, "restarts", "replays", "duplicates",
+//	                  "batches", "events": {...}, "rejected": {reason: n}, "lag_seconds",
+//	                  "idle_seconds", "last_error"}]}
+//	GET /healthz      200 {"status": "ok"} while the index answers (a barrier), else 503
+//	GET /readyz       200 {"ready": true} once every engine rank has synced (latched),
+//	                  503 {"ready": false, "waiting": [...]} before, and while draining
+//	GET /metrics      Prometheus text format
+//
+// Errors are {"error": "...", "code": "..."} with 400 (bad_json, unknown_model,
+// bad_query, bad_policy, bad_namespace, query_too_long), 404, 405, 413 (body_too_large)
+// or 503. Queries name their namespace as the subscribers apply events:
+// subscriber.Namespace(model, ns), so models never match each other.
+//
+// A worker is eligible for a pick while its subscriber is live or stale (connected and
+// synced). "size" in /v1/workers is filled when the index implements WorkerSizer, else
+// null; /v1/match always reports the matching workers' sizes.
+package server

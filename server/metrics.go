@@ -1,0 +1,149 @@
+package server
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/subscriber"
+)
+
+// collector reads the subscribers' statuses and the engine's Stats at scrape time, so
+// the metrics need no bookkeeping of their own on the event path.
+type collector struct {
+	s *Server
+
+	applied, rejected, batches, duplicates                    *prometheus.Desc
+	gapsDetected, gapsRecovered, gapsUnrecoverable, invalid   *prometheus.Desc
+	replays, replayFailures, restarts, resyncs                *prometheus.Desc
+	connects, disconnects, removals, unsupportedSeq, badFrame *prometheus.Desc
+	state, lastSeq, lag, workerBlocks                         *prometheus.Desc
+
+	workers, blocks, memberships, entries, indexBytes *prometheus.Desc
+	indexEvents, indexRejected, skippedRemovals       *prometheus.Desc
+	queries, abandoned                                *prometheus.Desc
+	queueLen, shardApplied, producerWaits, waitSecs   *prometheus.Desc
+}
+
+func newCollector(s *Server) *collector {
+	w := []string{"worker"}
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("kvindex_"+name, help, labels, nil)
+	}
+	return &collector{
+		s:                 s,
+		applied:           d("events_applied_total", "KV events applied to the index, by worker and kind (stored, removed, cleared).", "worker", "kind"),
+		rejected:          d("events_rejected_total", "KV events not applied, by worker and reason (decoder reasons, index rejections, filters).", "worker", "reason"),
+		batches:           d("batches_applied_total", "Event batches applied (live and replayed).", w...),
+		duplicates:        d("duplicate_batches_total", "Batches skipped as already applied.", w...),
+		gapsDetected:      d("gaps_detected_total", "Missing sequence ranges detected.", w...),
+		gapsRecovered:     d("gaps_recovered_total", "Missing sequence ranges filled by replay.", w...),
+		gapsUnrecoverable: d("gaps_unrecoverable_total", "Missing sequence ranges no longer buffered (worker invalidated).", w...),
+		invalid:           d("worker_invalidations_total", "Times a worker was cleared and marked stale.", w...),
+		replays:           d("replays_total", "Replay requests sent.", w...),
+		replayFailures:    d("replay_failures_total", "Replay requests that failed.", w...),
+		restarts:          d("publisher_restarts_total", "Publisher restarts detected.", w...),
+		resyncs:           d("resyncs_total", "Stale workers made exact again.", w...),
+		connects:          d("connects_total", "Connections to the publisher.", w...),
+		disconnects:       d("disconnects_total", "Connections lost.", w...),
+		removals:          d("worker_removals_total", "Workers removed after the grace period.", w...),
+		unsupportedSeq:    d("unsupported_seq_frames_total", "Messages whose sequence frame is not 8 bytes.", w...),
+		badFrame:          d("malformed_messages_total", "Messages with a wrong frame count, topic or a live end marker.", w...),
+		state:             d("worker_state", "1 for the worker's current subscriber state.", "worker", "state"),
+		lastSeq:           d("worker_last_seq", "Sequence number of the last applied batch (-1: none).", w...),
+		lag:               d("worker_lag_seconds", "Apply time minus the batch's timestamp, for the last batch.", w...),
+		workerBlocks:      d("worker_blocks", "Blocks the worker holds in the index.", w...),
+		workers:           d("workers", "Workers known to the index."),
+		blocks:            d("blocks", "(worker, block) pairs held."),
+		memberships:       d("memberships", "(key, worker) memberships in the positional index."),
+		entries:           d("index_entries", "Distinct (position, prefix) keys."),
+		indexBytes:        d("index_bytes", "Estimated heap held by the shards' tables."),
+		indexEvents:       d("index_events_total", "Events the index accepted."),
+		indexRejected:     d("index_rejected_total", "Events the index rejected, by reason.", "reason"),
+		skippedRemovals:   d("index_skipped_removals_total", "Removed hashes the worker did not hold."),
+		queries:           d("index_queries_total", "Find-matches calls with a non-empty query."),
+		abandoned:         d("index_queries_abandoned_total", "Find-matches calls ended early by their context."),
+		queueLen:          d("shard_queue_len", "Occupancy of each shard's event ring.", "shard"),
+		shardApplied:      d("shard_applied_total", "Deltas applied by each shard.", "shard"),
+		producerWaits:     d("producer_waits_total", "Times an event producer waited for room in a full shard ring."),
+		waitSecs:          d("producer_wait_seconds_total", "Time event producers spent waiting for full shard rings."),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	sizer := c.s.sizer()
+	for _, sub := range c.s.subs {
+		st := sub.Status()
+		w := st.Worker
+		counter(c.applied, st.Stored, w, "stored")
+		counter(c.applied, st.Removed, w, "removed")
+		counter(c.applied, st.Cleared, w, "cleared")
+		for r := subscriber.Reason(0); r < subscriber.NumReasons; r++ {
+			counter(c.rejected, st.Rejected[r], w, r.String())
+		}
+		for r := kvevents.Reason(0); r < kvevents.NumReasons; r++ {
+			counter(c.rejected, st.DecoderRejected[r], w, subscriber.DecoderReasonName(r))
+		}
+		counter(c.batches, st.Batches, w)
+		counter(c.duplicates, st.Duplicates, w)
+		counter(c.gapsDetected, st.GapsDetected, w)
+		counter(c.gapsRecovered, st.GapsRecovered, w)
+		counter(c.gapsUnrecoverable, st.GapsUnrecoverable, w)
+		counter(c.invalid, st.Invalidations, w)
+		counter(c.replays, st.Replays, w)
+		counter(c.replayFailures, st.ReplayFailures, w)
+		counter(c.restarts, st.Restarts, w)
+		counter(c.resyncs, st.Resyncs, w)
+		counter(c.connects, st.Connects, w)
+		counter(c.disconnects, st.Disconnects, w)
+		counter(c.removals, st.Removals, w)
+		counter(c.unsupportedSeq, st.UnsupportedSeq, w)
+		counter(c.badFrame, st.BadFrames, w)
+		for _, state := range subscriber.States() {
+			v := 0.0
+			if state == st.State {
+				v = 1
+			}
+			gauge(c.state, v, w, state.String())
+		}
+		seq := -1.0
+		if st.HasSeq {
+			seq = float64(st.LastSeq)
+		}
+		gauge(c.lastSeq, seq, w)
+		gauge(c.lag, st.Lag.Seconds(), w)
+		if sizer != nil {
+			if n, ok := sizer.WorkerSize(w); ok {
+				gauge(c.workerBlocks, float64(n), w)
+			}
+		}
+	}
+	es := c.s.eng.Stats()
+	gauge(c.workers, float64(es.Workers))
+	gauge(c.blocks, float64(es.Blocks))
+	gauge(c.memberships, float64(es.Memberships))
+	gauge(c.entries, float64(es.IndexEntries))
+	gauge(c.indexBytes, float64(es.IndexBytes))
+	counter(c.indexEvents, es.Events)
+	counter(c.indexRejected, es.RejectedParentNotFound, "parent_not_found")
+	counter(c.indexRejected, es.RejectedInvalid, "invalid_event")
+	counter(c.skippedRemovals, es.SkippedRemovals)
+	counter(c.queries, es.Queries)
+	counter(c.abandoned, es.Abandoned)
+	for i, sh := range es.Shards {
+		id := strconv.Itoa(i)
+		gauge(c.queueLen, float64(sh.QueueLen), id)
+		counter(c.shardApplied, sh.Applied, id)
+	}
+	counter(c.producerWaits, es.ProducerWaits)
+	ch <- prometheus.MustNewConstMetric(c.waitSecs, prometheus.CounterValue, float64(es.ProducerWaitNanos)/1e9)
+}

@@ -1,0 +1,86 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"testing"
+)
+
+func TestDecodeMatch(t *testing.T) {
+	for _, tc := range []struct {
+		in string
+		ok bool
+	}{
+		{`{}`, true},
+		{` { "model" : "m" , "tokens" : [ 1 , 2 ,3 ] } `, true},
+		{`{"model":"m\u00e9\n","namespace":null,"content_hashes":["18446744073709551615","0xff",7]}`, true},
+		{`{"tokens":null,"content_hashes":[]}`, true},
+		{`{"tokens":[4294967296]}`, false},
+		{`{"tokens":["1"]}`, false},
+		{`{"tokens":[-1]}`, false},
+		{`{"tokens":[1.5]}`, false},
+		{`{"tokens":[01]}`, false},
+		{`{"tokens":[1,]}`, false},
+		{`{"tokens":[1 2]}`, false},
+		{`{"content_hashes":["18446744073709551616"]}`, false},
+		{`{"content_hashes":["0x1ffffffffffffffff"]}`, false},
+		{`{"model":1}`, false},
+		{`{"model":"m",}`, false},
+		{`{"x":1}`, false},
+		{`{"model":"m"} {}`, false},
+		{`[]`, false},
+		{`{"model":"a`, false},
+		{`{"model":"a\u0001"}`, true},
+		{"{\"model\":\"a\x01\"}", false},
+	} {
+		var r matchReq
+		err := decodeMatch([]byte(tc.in), &r)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: err %v, want ok %v", tc.in, err, tc.ok)
+		}
+	}
+}
+
+// FuzzDecodeMatch holds the single-pass reader to encoding/json: whatever it accepts,
+// encoding/json (strict) decodes to the same request.
+func FuzzDecodeMatch(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","tokens":[1,2,3]}`,
+		`{"model":"m","namespace":"lora=a","content_hashes":[1,"2","0x3"],"policy":"random"}`,
+		`{"lora_name":"x\"y","cache_salt":"\\u00e9","tokens":[]}`,
+		`{"tokens":null}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var r matchReq
+		if decodeMatch(b, &r) != nil {
+			return
+		}
+		var want MatchRequest
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&want); err != nil {
+			t.Fatalf("%q: accepted here, encoding/json says %v", b, err)
+		}
+		if r.Model != want.Model || r.Namespace != want.Namespace || r.LoraName != want.LoraName ||
+			r.CacheSalt != want.CacheSalt || r.Policy != want.Policy {
+			t.Fatalf("%q: strings %+v vs %+v", b, r, want)
+		}
+		if r.HasTokens != (want.Tokens != nil) || r.HasHashes != (want.ContentHashes != nil) {
+			t.Fatalf("%q: presence %v %v vs %v %v", b, r.HasTokens, r.HasHashes, want.Tokens != nil, want.ContentHashes != nil)
+		}
+		toks := make([]uint64, len(want.Tokens))
+		for i, v := range want.Tokens {
+			toks[i] = uint64(v)
+		}
+		hs := make([]uint64, len(want.ContentHashes))
+		for i, v := range want.ContentHashes {
+			hs[i] = uint64(v)
+		}
+		if !slices.Equal(r.Tokens, toks) || !slices.Equal(r.Hashes, hs) {
+			t.Fatalf("%q: arrays %v %v vs %v %v", b, r.Tokens, r.Hashes, toks, hs)
+		}
+	})
+}

@@ -1,0 +1,290 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/subscriber"
+)
+
+// ErrServerState is returned by Start when the server was already started or shut down.
+var ErrServerState = errors.New("server: already started or shut down")
+
+// Options are the parts of a server that are not configuration.
+type Options struct {
+	// Logger receives lifecycle and subscriber logs. Default: discard.
+	Logger *slog.Logger
+	// Listener, when set, serves the API instead of listening on Config.Listen.
+	Listener net.Listener
+}
+
+// WorkerSizer reports how many blocks a worker holds. The index implements it when it
+// can; /v1/workers then reports each worker's size (otherwise null).
+type WorkerSizer interface {
+	WorkerSize(worker string) (int, bool)
+}
+
+// model is one served model: its block size and its workers, sorted by id.
+type model struct {
+	name      string
+	blockSize int
+	subs      []*subscriber.Subscriber
+}
+
+// Server is kvindex serve: one engine, one subscriber per engine rank, the HTTP API.
+//
+// Ownership: New builds everything; Start launches one goroutine per subscriber and one
+// HTTP serving goroutine; Shutdown stops the HTTP server (draining requests), then the
+// subscribers, then closes the engine. Handlers run on net/http's goroutines and only
+// read: the engine (safe for concurrent use), subscriber statuses (copied under their
+// locks) and the server's atomics.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	eng      *engine.Engine
+	subs     []*subscriber.Subscriber
+	byWorker map[string]*subscriber.Subscriber
+	models   map[string]*model
+
+	reg         *prometheus.Registry
+	findLatency prometheus.Histogram
+	requests    *prometheus.CounterVec
+	inFlight    prometheus.Gauge
+	handler     http.Handler
+
+	ln      net.Listener
+	httpSrv *http.Server
+
+	stopSubs context.CancelFunc
+	wg       sync.WaitGroup
+	errc     chan error
+
+	started  atomic.Bool
+	draining atomic.Bool
+	ready    atomic.Bool
+	rr       atomic.Uint64
+	shutOnce sync.Once
+	shutErr  error
+}
+
+// New validates cfg and builds the server: the engine and the subscribers (not yet
+// running). Close it with Shutdown, even if it was never started.
+func New(cfg Config, opts Options) (*Server, error) {
+	pubs, err := cfg.plan()
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	eng, err := engine.New(engine.Config{Shards: cfg.Index.Shards, JumpSize: cfg.Index.JumpSize, QueueSize: cfg.Index.QueueSize})
+	if err != nil {
+		return nil, fmt.Errorf("%w: index: %v", ErrConfig, err)
+	}
+	s := &Server{
+		cfg:      cfg,
+		log:      log,
+		eng:      eng,
+		byWorker: map[string]*subscriber.Subscriber{},
+		models:   map[string]*model{},
+		ln:       opts.Listener,
+		errc:     make(chan error, len(pubs)+1),
+	}
+	for _, p := range pubs {
+		sc := p.cfg
+		sc.Index = eng
+		sc.Logger = log.With("worker", sc.Worker)
+		sub, err := subscriber.New(sc)
+		if err != nil {
+			eng.Close()
+			return nil, err
+		}
+		s.subs = append(s.subs, sub)
+		s.byWorker[sc.Worker] = sub
+		m := s.models[sc.Model]
+		if m == nil {
+			m = &model{name: sc.Model, blockSize: sc.BlockSize}
+			s.models[sc.Model] = m
+		}
+		m.subs = append(m.subs, sub)
+	}
+	for _, m := range s.models {
+		slices.SortFunc(m.subs, func(a, b *subscriber.Subscriber) int {
+			switch {
+			case a.Worker() < b.Worker():
+				return -1
+			case a.Worker() > b.Worker():
+				return 1
+			}
+			return 0
+		})
+	}
+	s.initMetrics()
+	s.handler = s.routes()
+	return s, nil
+}
+
+func (s *Server) initMetrics() {
+	s.reg = prometheus.NewRegistry()
+	s.findLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "kvindex_find_matches_duration_seconds",
+		Help:    "Latency of the index's find-matches call for /v1/match.",
+		Buckets: prometheus.ExponentialBuckets(1e-6, 2, 22), // 1µs .. ~2s
+	})
+	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvindex_http_requests_total",
+		Help: "HTTP requests by handler and status code.",
+	}, []string{"handler", "code"})
+	s.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "kvindex_http_in_flight_requests",
+		Help: "HTTP requests being served (a scrape counts itself).",
+	})
+	s.reg.MustRegister(s.findLatency, s.requests, s.inFlight, newCollector(s),
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+}
+
+// Engine returns the server's index.
+func (s *Server) Engine() *engine.Engine { return s.eng }
+
+// Subscribers returns the server's subscribers, one per engine rank, in configuration
+// order.
+func (s *Server) Subscribers() []*subscriber.Subscriber { return slices.Clone(s.subs) }
+
+// Handler returns the HTTP API (for tests; Start serves it).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Errors delivers fatal errors: the HTTP server failing, or the index failing under a
+// subscriber. The caller should then Shutdown.
+func (s *Server) Errors() <-chan error { return s.errc }
+
+// Start listens (unless Options.Listener was given), starts the subscribers and serves
+// the API. It returns once the listener is open.
+func (s *Server) Start() error {
+	if !s.started.CompareAndSwap(false, true) || s.draining.Load() {
+		return ErrServerState
+	}
+	if s.ln == nil {
+		ln, err := net.Listen("tcp", s.cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("server: listen %s: %w", s.cfg.Listen, err)
+		}
+		s.ln = ln
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopSubs = cancel
+	for _, sub := range s.subs {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := sub.Run(ctx); err != nil {
+				s.log.Error("subscriber stopped", "worker", sub.Worker(), "err", err)
+				s.report(fmt.Errorf("server: subscriber %s: %w", sub.Worker(), err))
+			}
+		}()
+	}
+	s.httpSrv = &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.httpSrv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.report(fmt.Errorf("server: serve: %w", err))
+		}
+	}()
+	s.log.Info("serving", "addr", s.ln.Addr().String(), "engines", len(s.cfg.Engines), "workers", len(s.subs))
+	return nil
+}
+
+func (s *Server) report(err error) {
+	select {
+	case s.errc <- err:
+	default:
+	}
+}
+
+// Addr returns the API's address once started ("" before).
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Shutdown drains: /readyz turns 503 at once, the HTTP server stops accepting and waits
+// for in-flight requests (until ctx ends, then closes them), the subscribers stop, and
+// the engine closes. Idempotent; later calls return the first call's result.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutOnce.Do(func() {
+		s.draining.Store(true)
+		var errs []error
+		if s.httpSrv != nil {
+			if err := s.httpSrv.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("server: drain: %w", err))
+				_ = s.httpSrv.Close()
+			}
+		} else if s.ln != nil {
+			_ = s.ln.Close()
+		}
+		if s.stopSubs != nil {
+			s.stopSubs()
+		}
+		s.wg.Wait()
+		if err := s.eng.Close(); err != nil {
+			errs = append(errs, err)
+		}
+		s.shutErr = errors.Join(errs...)
+		s.log.Info("stopped")
+	})
+	return s.shutErr
+}
+
+// sizer returns the index as a WorkerSizer, or nil if it is not one.
+func (s *Server) sizer() WorkerSizer {
+	if ws, ok := any(s.eng).(WorkerSizer); ok {
+		return ws
+	}
+	return nil
+}
+
+// isReady reports readiness: every subscriber has synced once (latched), and the server
+// is not draining.
+func (s *Server) isReady() (bool, []string) {
+	if s.draining.Load() {
+		return false, []string{"draining"}
+	}
+	if s.ready.Load() {
+		return true, nil
+	}
+	var waiting []string
+	for _, sub := range s.subs {
+		if !sub.Status().Synced {
+			waiting = append(waiting, sub.Worker())
+		}
+	}
+	if len(waiting) == 0 {
+		s.ready.Store(true)
+		return true, nil
+	}
+	return false, waiting
+}

@@ -1,0 +1,372 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/server"
+	"github.com/kvindex/kvindex/subscriber/pubtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// deadPort returns a loopback port nothing listens on (the engine of a server test
+// that needs none).
+func deadPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+func TestConfigValidation(t *testing.T) {
+	good := `{"listen":"127.0.0.1:0","engines":[{"endpoint":"tcp://127.0.0.1:5557"}]}`
+	if _, err := server.ParseConfig(strings.NewReader(good)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ json, want string }{
+		{`{"engines":[]}`, "at least one engine"},
+		{`{"engines":[{"endpoint":""}]}`, "engines[0].endpoint is required"},
+		{`{"engines":[{"endpoint":"tcp://*:5557"}]}`, "must name a host"},
+		{`{"engines":[{"endpoint":"tcp://h:1"}],"bogus":1}`, "unknown field"},
+		{`{"engines":[{"endpoint":"tcp://h:1"}],"policy":"best"}`, "policy"},
+		{`{"engines":[{"endpoint":"tcp://h:1"}],"listen":"nope"}`, "listen"},
+		{`{"engines":[{"endpoint":"tcp://h:1"}],"grace_period":5}`, "duration"},
+		{`{"engines":[{"endpoint":"tcp://h:1","block_size":-3}]}`, "block_size"},
+		{`{"engines":[{"endpoint":"tcp://h:1","dp_ranks":-1}]}`, "dp_ranks"},
+		{`{"engines":[{"endpoint":"tcp://h:1","model":"a"},{"endpoint":"tcp://h:2","model":"a","block_size":32}]}`, "block size"},
+		{`{"engines":[{"endpoint":"tcp://h:1","worker":"x"},{"endpoint":"tcp://h:2","worker":"x"}]}`, "worker id"},
+		{`{"engines":[{"endpoint":"tcp://h:1","dp_ranks":2},{"endpoint":"tcp://h:2"}]}`, "endpoint \"tcp://h:2\" also used"},
+		{`{"engines":[{"endpoint":"tcp://h:1"}],"index":{"queue_size":3}}`, "queue_size"},
+		{`{"engines":[{"endpoint":"tcp://h:1"}]} {}`, "trailing"},
+	} {
+		_, err := server.ParseConfig(strings.NewReader(tc.json))
+		if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want ErrConfig mentioning %q", tc.json, err, tc.want)
+		}
+	}
+}
+
+// client is a tiny JSON HTTP client for the tests.
+type client struct {
+	t    *testing.T
+	base string
+	hc   *http.Client
+}
+
+func newClient(t *testing.T, addr string) *client {
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &client{t: t, base: "http://" + addr, hc: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
+}
+
+func (c *client) do(method, path, body string, out any) int {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.base+path, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			c.t.Fatalf("%s %s: %d %q: %v", method, path, resp.StatusCode, b, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+func (c *client) text(path string) string {
+	c.t.Helper()
+	resp, err := c.hc.Get(c.base + path)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func start(t *testing.T, cfg server.Config) (*server.Server, *client) {
+	t.Helper()
+	s, err := server.New(cfg, server.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return s, newClient(t, s.Addr())
+}
+
+func TestAPIErrorsAndProbes(t *testing.T) {
+	cfg := server.Config{
+		Listen:       "127.0.0.1:0",
+		MaxBodyBytes: 256,
+		Engines: []server.EngineConfig{
+			{Endpoint: "tcp://" + deadPort(t), Model: "a", BlockSize: 4},
+			{Endpoint: "tcp://" + deadPort(t), Model: "b", BlockSize: 4},
+		},
+		ReconnectMin: server.Duration(5 * time.Millisecond),
+	}
+	_, c := start(t, cfg)
+	var e struct{ Error, Code string }
+	for _, tc := range []struct {
+		method, path, body string
+		status             int
+		code               string
+	}{
+		{"POST", "/v1/match", `{`, 400, "bad_json"},
+		{"POST", "/v1/match", ``, 400, "bad_json"},
+		{"POST", "/v1/match", `{"model":"a","tokens":[1],"x":1}`, 400, "bad_json"},
+		{"POST", "/v1/match", `{"model":"a","tokens":[-1]}`, 400, "bad_json"},
+		{"POST", "/v1/match", `{"model":"a","tokens":[1]} x`, 400, "bad_json"},
+		{"POST", "/v1/match", `{"model":"a","tokens":[` + strings.Repeat("1,", 200) + `1]}`, 413, "body_too_large"},
+		{"POST", "/v1/match", `{"tokens":[1,2,3,4]}`, 400, "unknown_model"},
+		{"POST", "/v1/match", `{"model":"zzz","tokens":[1,2,3,4]}`, 400, "unknown_model"},
+		{"POST", "/v1/match", `{"model":"a"}`, 400, "bad_query"},
+		{"POST", "/v1/match", `{"model":"a","tokens":[1],"content_hashes":[1]}`, 400, "bad_query"},
+		{"POST", "/v1/match", `{"model":"a","tokens":[1],"policy":"best"}`, 400, "bad_policy"},
+		{"POST", "/v1/match", `{"model":"a","tokens":[1],"namespace":"x","lora_name":"y"}`, 400, "bad_namespace"},
+		{"POST", "/v1/match", `{"model":"a","content_hashes":["zz"]}`, 400, "bad_json"},
+		{"GET", "/v1/match", ``, 405, "method_not_allowed"},
+		{"POST", "/v1/workers", ``, 405, "method_not_allowed"},
+		{"GET", "/nope", ``, 404, "not_found"},
+	} {
+		e.Error, e.Code = "", ""
+		if got := c.do(tc.method, tc.path, tc.body, &e); got != tc.status || e.Code != tc.code || e.Error == "" {
+			t.Errorf("%s %s %.40q: %d %+v, want %d %s", tc.method, tc.path, tc.body, got, e, tc.status, tc.code)
+		}
+	}
+	// A valid query against an empty index: no matches, no eligible worker to pick.
+	var mr server.MatchResponse
+	if got := c.do("POST", "/v1/match", `{"model":"a","content_hashes":[1,"2","0x3"]}`, &mr); got != 200 || mr.Blocks != 3 || len(mr.Matches) != 0 || mr.Pick != nil {
+		t.Fatalf("match: %d %+v", got, mr)
+	}
+	if mr.Namespace != "model=a;" {
+		t.Fatalf("namespace %q", mr.Namespace)
+	}
+	var health map[string]any
+	if got := c.do("GET", "/healthz", "", &health); got != 200 || health["status"] != "ok" {
+		t.Fatalf("healthz: %d %v", got, health)
+	}
+	var ready struct {
+		Ready   bool
+		Waiting []string
+	}
+	if got := c.do("GET", "/readyz", "", &ready); got != 503 || ready.Ready || len(ready.Waiting) != 2 {
+		t.Fatalf("readyz: %d %+v", got, ready)
+	}
+	var workers struct{ Workers []server.WorkerInfo }
+	if got := c.do("GET", "/v1/workers", "", &workers); got != 200 || len(workers.Workers) != 2 {
+		t.Fatalf("workers: %d %+v", got, workers)
+	}
+	for _, w := range workers.Workers {
+		if w.Synced || w.LastSeq != nil || (w.State != "connecting" && w.State != "disconnected") {
+			t.Fatalf("worker %+v", w)
+		}
+	}
+	m := c.text("/metrics")
+	for _, want := range []string{
+		"kvindex_find_matches_duration_seconds_count 1",
+		`kvindex_http_requests_total{code="413",handler="match"} 1`,
+		"kvindex_shard_queue_len{shard=\"0\"}",
+		"kvindex_producer_waits_total",
+		"kvindex_memberships 0",
+		"kvindex_workers 0",
+		`kvindex_worker_state{state="live",worker="`,
+		`kvindex_events_rejected_total{reason="token_count_mismatch",worker="`,
+		`kvindex_gaps_detected_total{worker="`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+func TestEndToEnd(t *testing.T) {
+	pubtest.Require(t)
+	pub, err := pubtest.Start(pubtest.Options{Ranks: 2, ConsecutivePorts: true, Bind: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	cfgJSON := fmt.Sprintf(`{
+		"listen": "127.0.0.1:0",
+		"reconnect_min": "10ms",
+		"reconnect_max": "100ms",
+		"index": {"shards": 2},
+		"engines": [{"endpoint": %q, "replay_endpoint": %q, "worker": "pod-0", "model": "llama", "block_size": 4, "dp_ranks": 2}]
+	}`, pub.Ranks[0].Endpoint, pub.Ranks[0].ReplayEndpoint)
+	cfg, err := server.ParseConfig(strings.NewReader(cfgJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, c := start(t, cfg)
+	deadline := time.Now().Add(15 * time.Second)
+	for c.do("GET", "/readyz", "", nil) != 200 {
+		if time.Now().After(deadline) {
+			t.Fatal("never ready")
+		}
+		time.Sleep(5 * time.Millisecond) // bounded poll of a condition
+	}
+	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+	p := func(v uint64) *uint64 { return &v }
+	// Rank 0 holds 3 blocks of the prompt, rank 1 holds 1; rank 1 also holds the
+	// prompt's first block under a LoRA adapter.
+	seqs := []uint64{0, 0}
+	for _, b := range []struct {
+		rank int
+		ev   pubtest.Event
+	}{
+		{0, pubtest.Event{Type: "BlockStored", BlockHashes: []uint64{11, 12}, TokenIDs: toks[:8], BlockSize: 4}},
+		{0, pubtest.Event{Type: "BlockStored", BlockHashes: []uint64{13}, Parent: p(12), TokenIDs: toks[8:12], BlockSize: 4, Encoding: "map"}},
+		{1, pubtest.Event{Type: "BlockStored", BlockHashes: []uint64{21}, TokenIDs: toks[:4], BlockSize: 4}},
+		{1, pubtest.Event{Type: "BlockStored", BlockHashes: []uint64{22}, TokenIDs: toks[:4], BlockSize: 4, LoraName: "sql;v2"}},
+		{1, pubtest.Event{Type: "BlockStored", BlockHashes: []uint64{23}, TokenIDs: toks[:3], BlockSize: 4}}, // token count mismatch
+	} {
+		seq, err := pub.Publish(b.rank, true, b.ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs[b.rank] = seq
+	}
+	var workers struct{ Workers []server.WorkerInfo }
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		c.do("GET", "/v1/workers", "", &workers)
+		done := len(workers.Workers) == 2
+		for i, w := range workers.Workers {
+			done = done && w.LastSeq != nil && *w.LastSeq == seqs[i]
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workers never caught up: %+v", workers)
+		}
+		time.Sleep(5 * time.Millisecond) // bounded poll of a condition
+	}
+	w0, w1 := workers.Workers[0], workers.Workers[1]
+	if w0.Worker != "pod-0#dp0" || w1.Worker != "pod-0#dp1" || w0.State != "live" || w1.Model != "llama" {
+		t.Fatalf("workers %+v", workers)
+	}
+	if w1.Rejected["token_count_mismatch"] != 1 || w0.Events.Stored != 2 {
+		t.Fatalf("counters %+v %+v", w0, w1)
+	}
+	// Sizes are reported when the index can tell them (server.WorkerSizer).
+	if w0.Size != nil && (*w0.Size != 3 || w1.Size == nil || *w1.Size != 2) {
+		t.Fatalf("sizes %v %v", *w0.Size, w1.Size)
+	}
+	var mr server.MatchResponse
+	body, _ := json.Marshal(map[string]any{"model": "llama", "tokens": append(toks, 99, 98)})
+	if got := c.do("POST", "/v1/match", string(body), &mr); got != 200 {
+		t.Fatalf("match: %d", got)
+	}
+	if mr.Blocks != 3 || len(mr.Matches) != 2 || mr.Matches[0].Worker != "pod-0#dp0" || mr.Matches[0].Score != 3 ||
+		mr.Matches[0].Size != 3 || mr.Matches[1].Score != 1 || mr.Matches[1].Size != 2 || mr.Pick == nil || mr.Pick.Worker != "pod-0#dp0" {
+		t.Fatalf("match: %+v", mr)
+	}
+	// The same by content hashes (as decimal strings), under the LoRA namespace.
+	hs, _ := hash.Blocks(nil, toks, 4)
+	body, _ = json.Marshal(map[string]any{"model": "llama", "lora_name": "sql;v2", "content_hashes": []string{fmt.Sprint(hs[0]), fmt.Sprint(hs[1])}})
+	if got := c.do("POST", "/v1/match", string(body), &mr); got != 200 || len(mr.Matches) != 1 || mr.Matches[0].Worker != "pod-0#dp1" || mr.Matches[0].Score != 1 {
+		t.Fatalf("lora match: %d %+v", got, mr)
+	}
+	// Round-robin ignores the cache.
+	body, _ = json.Marshal(map[string]any{"model": "llama", "tokens": toks, "policy": "round-robin"})
+	picks := map[string]bool{}
+	for range 2 {
+		c.do("POST", "/v1/match", string(body), &mr)
+		picks[mr.Pick.Worker] = true
+	}
+	if len(picks) != 2 {
+		t.Fatalf("round-robin picked %v", picks)
+	}
+	m := c.text("/metrics")
+	for _, want := range []string{
+		`kvindex_events_applied_total{kind="stored",worker="pod-0#dp0"} 2`,
+		`kvindex_events_rejected_total{reason="token_count_mismatch",worker="pod-0#dp1"} 1`,
+		`kvindex_worker_state{state="live",worker="pod-0#dp1"} 1`,
+		"kvindex_workers 2",
+		"kvindex_memberships ",
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+func TestShutdownDrains(t *testing.T) {
+	cfg := server.Config{Listen: "127.0.0.1:0", Engines: []server.EngineConfig{{Endpoint: "tcp://" + deadPort(t)}}}
+	s, c := start(t, cfg)
+	// A request whose body is still being sent when shutdown starts completes.
+	pr, pw := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		resp, err := c.hc.Post(c.base+"/v1/match", "application/json", pr)
+		if err != nil {
+			done <- -1
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	if _, err := pw.Write([]byte(`{"content_hashes":[1,`)); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the server has the request in flight (the scrape counts itself).
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(c.text("/metrics"), "kvindex_http_in_flight_requests 2") {
+		if time.Now().After(deadline) {
+			t.Fatal("request never in flight")
+		}
+		time.Sleep(5 * time.Millisecond) // bounded poll of a condition
+	}
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		shut <- s.Shutdown(ctx)
+	}()
+	if _, err := io.Copy(pw, bytes.NewReader([]byte(`2]}`))); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	if code := <-done; code != 200 {
+		t.Fatalf("in-flight request: %d", code)
+	}
+	if err := <-shut; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.hc.Get(c.base + "/healthz"); err == nil {
+		t.Fatal("still serving after shutdown")
+	}
+}

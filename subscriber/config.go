@@ -1,0 +1,288 @@
+package subscriber
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/kvevents"
+)
+
+// Errors. Callers branch on them with errors.Is.
+var (
+	// ErrConfig wraps every Config validation failure.
+	ErrConfig = errors.New("subscriber: invalid config")
+	// ErrRunning is returned by Run when the Subscriber is already running or has run.
+	ErrRunning = errors.New("subscriber: Run called twice")
+)
+
+// Index is what a Subscriber applies events to. *engine.Engine implements it. Apply must
+// be safe for concurrent use (several subscribers share one index); a Subscriber calls it
+// from its own goroutine only, in the order its worker emitted the events.
+type Index interface {
+	Apply(ev *engine.Event) error
+}
+
+// Defaults of the Config fields; see Config.
+const (
+	DefaultReplayTimeout    = 5 * time.Second
+	DefaultReconnectMin     = 100 * time.Millisecond
+	DefaultReconnectMax     = 5 * time.Second
+	DefaultGrace            = 60 * time.Second
+	DefaultResyncInterval   = 30 * time.Second
+	DefaultMaxReplayBatches = 1 << 20
+)
+
+// Config configures one Subscriber: one engine publisher (one endpoint, one
+// data-parallel rank). Zero fields take their defaults; New never modifies the caller's
+// Config.
+type Config struct {
+	// Endpoint is the engine's PUB endpoint for this rank, e.g. "tcp://10.0.0.7:5557"
+	// (already offset for the rank, see OffsetEndpoint). Required; tcp:// or ipc://.
+	Endpoint string
+	// ReplayEndpoint is the engine's ROUTER replay endpoint for this rank. Empty: no
+	// replay, so every gap leaves the worker stale.
+	ReplayEndpoint string
+	// Bind makes the SUB socket listen on Endpoint instead of dialling it: vLLM's
+	// publisher connects (rather than binds) when its endpoint names a host without '*'.
+	// A bound endpoint must serve exactly one publisher: sequence numbers of two
+	// publishers on one socket cannot be told apart.
+	Bind bool
+	// Topic is the SUB prefix filter; "" receives every topic (vLLM's default topic).
+	Topic string
+	// Worker is the worker id the events are applied under. Required.
+	Worker string
+	// Model names the model this engine serves. Events are applied in namespace
+	// Namespace(Model, event namespace), so different models never match each other.
+	Model string
+	// DPRank is the data-parallel rank this publisher serves; a batch that carries
+	// another rank is skipped (counted as ReasonRankMismatch). Batches without a rank
+	// are accepted. Default 0.
+	DPRank int
+	// BlockSize, when not 0, is the only block size accepted in stored events (the
+	// router's content hashes only match blocks cut at its own size). Default 0 (any).
+	BlockSize int
+	// Media lists the accepted values of an event's medium ("" is an absent medium).
+	// Default {"", "GPU"}: blocks offloaded to CPU or storage tiers are not indexed.
+	// {"*"} accepts every medium.
+	Media []string
+	// SkipExtraKeys drops stored events whose extra_keys carry a non-nil entry
+	// (multimodal inputs, ...): their content hashes under-describe the blocks. Default
+	// false: such events are indexed like any other.
+	SkipExtraKeys bool
+	// Index receives the events. Required.
+	Index Index
+	// ReplayTimeout bounds a replay: dialling, and the wait for each reply. Default 5s.
+	ReplayTimeout time.Duration
+	// ReconnectMin and ReconnectMax bound the exponential backoff (with ±20% jitter)
+	// between connection attempts. Defaults 100ms and 5s.
+	ReconnectMin, ReconnectMax time.Duration
+	// Grace is how long an engine may stay unreachable before its worker is removed from
+	// the index. Default 60s; negative: never removed.
+	Grace time.Duration
+	// ResyncInterval is how often a stale worker tries to rebuild its state from a replay
+	// starting at sequence 0. Default 30s; negative: never.
+	ResyncInterval time.Duration
+	// MaxReplayBatches bounds the replies one replay may return. Default 1<<20.
+	MaxReplayBatches int
+	// Limits bound what one payload may make the decoder do (see kvevents.Limits).
+	Limits kvevents.Limits
+	// Logger receives connection, gap and restart events. Default: discard.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.ReplayTimeout, DefaultReplayTimeout)
+	def(&c.ReconnectMin, DefaultReconnectMin)
+	def(&c.ReconnectMax, DefaultReconnectMax)
+	def(&c.Grace, DefaultGrace)
+	def(&c.ResyncInterval, DefaultResyncInterval)
+	if c.MaxReplayBatches == 0 {
+		c.MaxReplayBatches = DefaultMaxReplayBatches
+	}
+	if len(c.Media) == 0 {
+		c.Media = []string{"", "GPU"}
+	} else {
+		c.Media = append([]string(nil), c.Media...)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	}
+	if c.Worker == "" {
+		return bad("Worker is empty")
+	}
+	if c.Index == nil {
+		return bad("Index is nil")
+	}
+	if err := CheckEndpoint(c.Endpoint, !c.Bind); err != nil {
+		return bad("Endpoint: %v", err)
+	}
+	if c.ReplayEndpoint != "" {
+		if err := CheckEndpoint(c.ReplayEndpoint, true); err != nil {
+			return bad("ReplayEndpoint: %v", err)
+		}
+	}
+	if c.BlockSize != 0 {
+		if err := hash.CheckBlockSize(c.BlockSize); err != nil {
+			return bad("BlockSize: %v", err)
+		}
+	}
+	if c.DPRank < 0 {
+		return bad("DPRank %d is negative", c.DPRank)
+	}
+	switch {
+	case c.ReplayTimeout < 0:
+		return bad("ReplayTimeout %v is negative", c.ReplayTimeout)
+	case c.ReconnectMin < 0 || c.ReconnectMax < 0:
+		return bad("ReconnectMin/ReconnectMax must not be negative")
+	case c.ReconnectMin > c.ReconnectMax:
+		return bad("ReconnectMin %v exceeds ReconnectMax %v", c.ReconnectMin, c.ReconnectMax)
+	case c.MaxReplayBatches < 0:
+		return bad("MaxReplayBatches %d is negative", c.MaxReplayBatches)
+	}
+	if _, err := kvevents.New(kvevents.Config{BlockSize: c.BlockSize, Limits: c.Limits}); err != nil {
+		return bad("%v", err)
+	}
+	return nil
+}
+
+// CheckEndpoint reports whether endpoint is a ZeroMQ endpoint this package can use:
+// tcp://HOST:PORT or ipc://PATH. An endpoint to dial (dial true) must name a host, not
+// '*'.
+func CheckEndpoint(endpoint string, dial bool) error {
+	scheme, rest, ok := strings.Cut(endpoint, "://")
+	if !ok || rest == "" {
+		return fmt.Errorf("%q is not SCHEME://ADDRESS", endpoint)
+	}
+	switch scheme {
+	case "ipc":
+		return nil
+	case "tcp":
+		host, port, err := net.SplitHostPort(rest)
+		if err != nil {
+			return fmt.Errorf("%q: %v", endpoint, err)
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+			return fmt.Errorf("%q: bad port %q", endpoint, port)
+		}
+		if dial && (host == "*" || host == "" || host == "0.0.0.0" || host == "::") {
+			return fmt.Errorf("%q: a dialled endpoint must name a host, not %q", endpoint, host)
+		}
+		return nil
+	}
+	return fmt.Errorf("%q: unsupported transport %q (want tcp or ipc)", endpoint, scheme)
+}
+
+// OffsetEndpoint returns the endpoint of data-parallel rank rank, as vLLM's
+// offset_endpoint_port does for both the PUB and the replay endpoint: rank 0 is
+// unchanged; tcp ports are offset by rank (port 0, an OS-chosen port, stays 0); ipc and
+// inproc paths get the suffix "_dp<rank>".
+func OffsetEndpoint(endpoint string, rank int) (string, error) {
+	if rank == 0 || endpoint == "" {
+		return endpoint, nil
+	}
+	if rank < 0 {
+		return "", fmt.Errorf("subscriber: negative rank %d", rank)
+	}
+	scheme, rest, ok := strings.Cut(endpoint, "://")
+	if !ok {
+		return "", fmt.Errorf("subscriber: %q is not SCHEME://ADDRESS", endpoint)
+	}
+	switch scheme {
+	case "ipc", "inproc":
+		return endpoint + "_dp" + strconv.Itoa(rank), nil
+	case "tcp":
+		host, port, err := net.SplitHostPort(rest)
+		if err != nil {
+			return "", fmt.Errorf("subscriber: %q: %v", endpoint, err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil || p < 0 || p > 65535 {
+			return "", fmt.Errorf("subscriber: %q: bad port", endpoint)
+		}
+		if p == 0 {
+			return endpoint, nil
+		}
+		if p+rank > 65535 {
+			return "", fmt.Errorf("subscriber: %q: port %d + rank %d overflows", endpoint, p, rank)
+		}
+		return "tcp://" + net.JoinHostPort(host, strconv.Itoa(p+rank)), nil
+	}
+	return "", fmt.Errorf("subscriber: %q: unsupported transport %q", endpoint, scheme)
+}
+
+// WorkerID names the worker of one publisher: base (a configured worker id, or the
+// engine's endpoint) alone when the engine has no configured data-parallel ranks
+// (ranked false), else base + "#dp<rank>".
+func WorkerID(base string, rank int, ranked bool) string {
+	if !ranked && rank == 0 {
+		return base
+	}
+	return base + "#dp" + strconv.Itoa(rank)
+}
+
+// Namespace is the index namespace of an event with kvevents namespace ns (the LoRA
+// adapter / cache salt space, "" for the default) from an engine serving model:
+// "model=" + MODEL + ";" + ns, where MODEL has '%', ';' and control bytes written as
+// %XX, so different (model, ns) pairs never share a namespace. An empty model gives ns
+// unchanged. Queries name their namespace the same way.
+func Namespace(model, ns string) string {
+	if model == "" {
+		return ns
+	}
+	var b strings.Builder
+	b.Grow(len("model=;") + len(model) + len(ns))
+	b.WriteString("model=")
+	b.WriteString(Escape(model))
+	b.WriteByte(';')
+	b.WriteString(ns)
+	return b.String()
+}
+
+// Escape writes '%', ';', bytes 0x00-0x1f and 0x7f of s as %XX (upper-case hex), as
+// kvevents does for LoRA names and cache salts; every other byte is kept.
+func Escape(s string) string {
+	clean := true
+	for i := 0; i < len(s); i++ {
+		if needsEscape(s[i]) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	const hexd = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if needsEscape(c) {
+			b.WriteByte('%')
+			b.WriteByte(hexd[c>>4])
+			b.WriteByte(hexd[c&15])
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+func needsEscape(c byte) bool { return c == '%' || c == ';' || c < 0x20 || c == 0x7f }

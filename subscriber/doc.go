@@ -1,0 +1,92 @@
+// Package subscriber follows the KV-cache event stream of one vLLM or SGLang publisher
+// (one engine endpoint, one data-parallel rank) over ZeroMQ and applies it to the index
+// under one worker id, so that the index never holds state it cannot vouch for.
+//
+// # What it owns
+//
+// For each publisher: a SUB socket (pure Go, github.com/go-zeromq/zmq4), a DEALER socket
+// per replay request, a kvevents.Decoder, the sequence state (last applied sequence and
+// a digest of its payload) and the worker's entries in the index. Nothing else writes
+// that worker. The wire protocol is described in shared/EVENTS.md (§2 transport and
+// replay, §3 payloads); package kvevents decodes payloads.
+//
+// # Who may call it
+//
+// New, then Run once in a goroutine of the caller's choosing (the owner goroutine); Run
+// returns when its context ends. Status may be called from any goroutine at any time.
+// Several Subscribers share one Index: *engine.Engine is safe for concurrent use and
+// serialises each worker's events, and each Subscriber applies its worker's events from
+// its owner goroutine only, in sequence order, so the events of one worker stay in order.
+//
+//	Run (owner goroutine)                         reader goroutine (one per socket)
+//	  open SUB: dial endpoint (or listen, Bind)     sock.Recv() -> chan -> owner
+//	  catch-up: DEALER -> replay endpoint
+//	  for each live [topic, seq, payload]:
+//	    seq == next            apply
+//	    seq >  next            gap: catch-up, then apply or invalidate
+//	    seq <  next            duplicate (or, below where the connection began: verify
+//	                           through a catch-up whether the publisher restarted)
+//	  connection lost -> backoff, redial; unreachable for Grace -> RemoveWorker
+//
+// # Sequence numbers, gaps and replay
+//
+// Each publisher numbers its batches from 0; the 8-byte big-endian frame is parsed by
+// kvevents.ParseSeq, and any other length (the unmerged 24-byte snapshot extension) is
+// counted in Status.UnsupportedSeq and the message skipped, never guessed at.
+//
+// A catch-up asks the replay endpoint for every buffered batch from the last applied
+// sequence on (from 0 when nothing was applied): [b"", start_seq] over a fresh DEALER,
+// accepting both reply shapes, [b"", seq, payload] (vLLM before v0.26.0, SGLang) and
+// [b"", topic, seq, payload] (vLLM v0.26.0+), up to the end marker (seq = 2^64-1, empty
+// payload). The first reply must be the last applied batch, byte for byte (compared by
+// an xxh3 digest): that proves the publisher is the one the index followed. Catch-ups run
+// after every connection, on every gap in the live stream, and when a live sequence
+// falls at or below where the current connection began.
+//
+// A restart (the engine process started over: its sequence went back to 0, its cache is
+// empty) shows as a catch-up whose first reply is another batch, or that returns nothing
+// where the last applied batch should be. The worker is then cleared and synced again
+// from sequence 0, and stays exact. Without a replay endpoint, a live sequence at or
+// below the connection's starting point is taken for a restart.
+//
+// When a catch-up finds the missing range no longer buffered (vLLM keeps the last
+// buffer_steps batches), or the replay fails, or a payload cannot be decoded, or the
+// decoder rejects a removal: the worker is cleared and marked stale (StateStale). The
+// batches after that point are applied as usual, so the index holds a subset of the
+// worker's real blocks: scores may be low, never wrong. A stale worker becomes live again
+// when the engine clears its cache (AllBlocksCleared), restarts, or a replay from
+// sequence 0 succeeds (tried every ResyncInterval).
+//
+// # Connections
+//
+// Dial mode (the default) connects to the engine's bound PUB endpoint (vLLM's default
+// tcp://*:5557); Bind mode listens for an engine that connects (vLLM connects when its
+// endpoint names a host). zmq4 sockets make one dial attempt each; Run retries with
+// exponential backoff and ±20% jitter between ReconnectMin and ReconnectMax. A publisher
+// unreachable for longer than Grace has its worker removed from the index; when it comes
+// back it is synced from scratch.
+//
+// # Namespaces
+//
+// Events are applied in namespace Namespace(Model, event namespace):
+// "model=" + MODEL + ";" + NS, where NS is kvevents' namespace ("" default, "lora=NAME",
+// "salt=SALT", ...) and MODEL escapes '%', ';' and control bytes as %XX. So different
+// models, and different adapters or salts of one model, never match each other; a query
+// names its namespace the same way. With no model configured the namespace is NS alone.
+//
+// # Filters
+//
+// Media (default "" and "GPU") selects the cache tiers indexed; a batch whose
+// data-parallel rank differs from DPRank is skipped; stored events with extra_keys are
+// indexed unless SkipExtraKeys. Each skip is counted by Reason in Status.Rejected;
+// decoder rejections by kvevents.Reason in Status.DecoderRejected.
+//
+// # Alternatives rejected
+//
+// Reading the payload's data_parallel_rank to route several ranks through one socket:
+// ranks have their own sequence counters and ports, so one Subscriber per rank keeps
+// gap detection exact. Trusting a reconnect without a replay: a publisher that restarted
+// while the subscriber was away would leave its old blocks in the index forever. The
+// libzmq cgo binding: a pure-Go build keeps cross-compiling (GOARCH=386) and the race
+// detector simple; zmq4 has no per-message size cap, so publishers must be trusted.
+package subscriber

@@ -1,0 +1,275 @@
+package subscriber
+
+import (
+	"context"
+	"encoding/binary"
+	"math"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/internal/refmodel"
+)
+
+// mp is a minimal msgpack encoder, enough to build EventBatch payloads the way msgspec
+// does (smallest int widths, float64 ts, positional or map events).
+type mp []byte
+
+func (m mp) arr(n int) mp {
+	switch {
+	case n < 16:
+		return append(m, 0x90|byte(n))
+	default:
+		return append(m, 0xdc, byte(n>>8), byte(n))
+	}
+}
+
+func (m mp) mapHdr(n int) mp { return append(m, 0x80|byte(n)) }
+
+func (m mp) uint(v uint64) mp {
+	switch {
+	case v < 128:
+		return append(m, byte(v))
+	case v < 1<<8:
+		return append(m, 0xcc, byte(v))
+	case v < 1<<16:
+		return append(m, 0xcd, byte(v>>8), byte(v))
+	case v < 1<<32:
+		return binary.BigEndian.AppendUint32(append(m, 0xce), uint32(v))
+	}
+	return binary.BigEndian.AppendUint64(append(m, 0xcf), v)
+}
+
+func (m mp) str(s string) mp {
+	if len(s) < 32 {
+		return append(append(m, 0xa0|byte(len(s))), s...)
+	}
+	return append(append(m, 0xd9, byte(len(s))), s...)
+}
+
+func (m mp) nil() mp { return append(m, 0xc0) }
+
+func (m mp) f64(f float64) mp {
+	return binary.BigEndian.AppendUint64(append(m, 0xcb), math.Float64bits(f))
+}
+
+// ev is a test event.
+type ev struct {
+	kind      string // stored, removed, cleared
+	seqs      []uint64
+	parent    uint64
+	hasParent bool
+	tokens    []uint32
+	bs        int
+	medium    string
+	asMap     bool
+}
+
+func (e ev) encode(m mp) mp {
+	switch e.kind {
+	case "stored":
+		if e.asMap {
+			m = m.mapHdr(8).str("type").str("BlockStored")
+		} else {
+			m = m.arr(8).str("BlockStored")
+		}
+		if e.asMap {
+			m = m.str("block_hashes")
+		}
+		m = m.arr(len(e.seqs))
+		for _, s := range e.seqs {
+			m = m.uint(s)
+		}
+		if e.asMap {
+			m = m.str("parent_block_hash")
+		}
+		if e.hasParent {
+			m = m.uint(e.parent)
+		} else {
+			m = m.nil()
+		}
+		if e.asMap {
+			m = m.str("token_ids")
+		}
+		m = m.arr(len(e.tokens))
+		for _, t := range e.tokens {
+			m = m.uint(uint64(t))
+		}
+		if e.asMap {
+			m = m.str("block_size")
+		}
+		m = m.uint(uint64(e.bs))
+		if e.asMap {
+			m = m.str("lora_id")
+		}
+		m = m.nil()
+		if e.asMap {
+			m = m.str("medium")
+		}
+		if e.medium == "" {
+			m = m.str("GPU")
+		} else {
+			m = m.str(e.medium)
+		}
+		if e.asMap {
+			m = m.str("lora_name")
+		}
+		return m.nil()
+	case "removed":
+		m = m.arr(3).str("BlockRemoved").arr(len(e.seqs))
+		for _, s := range e.seqs {
+			m = m.uint(s)
+		}
+		return m.str("GPU")
+	case "cleared":
+		return m.arr(1).str("AllBlocksCleared")
+	}
+	panic("unknown kind " + e.kind)
+}
+
+// batch encodes [ts, events, rank 0].
+func batch(events ...ev) []byte {
+	m := mp{}.arr(3).f64(1750000000.25).arr(len(events))
+	for _, e := range events {
+		m = e.encode(m)
+	}
+	return m.uint(0)
+}
+
+const testBS = 4
+
+// blockTokens is the token block standing for content value c.
+func blockTokens(c uint64) []uint32 {
+	return []uint32{uint32(c), uint32(c >> 32), 7, 11}
+}
+
+// stored builds a stored event of blocks (content value, seq) and the matching
+// refmodel blocks.
+func stored(parent *uint64, blocks ...[2]uint64) (ev, [][2]uint64) {
+	e := ev{kind: "stored", bs: testBS}
+	if parent != nil {
+		e.parent, e.hasParent = *parent, true
+	}
+	ref := make([][2]uint64, len(blocks))
+	for i, b := range blocks {
+		e.seqs = append(e.seqs, b[1])
+		tok := blockTokens(b[0])
+		e.tokens = append(e.tokens, tok...)
+		ref[i] = [2]uint64{hash.Content(tok), b[1]}
+	}
+	return e, ref
+}
+
+func contents(vals ...uint64) []uint64 {
+	out := make([]uint64, len(vals))
+	for i, v := range vals {
+		out[i] = hash.Content(blockTokens(v))
+	}
+	return out
+}
+
+// fakePub is an in-memory publisher: a replay buffer the substituted replay reads.
+type fakePub struct {
+	buf    []fakeBatch
+	fail   bool
+	asked  []uint64
+	maxLen int
+}
+
+type fakeBatch struct {
+	seq     uint64
+	payload []byte
+}
+
+func (f *fakePub) add(seq uint64, payload []byte) {
+	f.buf = append(f.buf, fakeBatch{seq, payload})
+	if f.maxLen > 0 && len(f.buf) > f.maxLen {
+		f.buf = f.buf[len(f.buf)-f.maxLen:]
+	}
+}
+
+func (f *fakePub) replay(_ context.Context, from uint64, fn func(uint64, []byte) bool) error {
+	f.asked = append(f.asked, from)
+	if f.fail {
+		return context.DeadlineExceeded
+	}
+	for _, b := range f.buf {
+		if b.seq >= from && !fn(b.seq, b.payload) {
+			return nil
+		}
+	}
+	return nil
+}
+
+func newEngine(t *testing.T) *engine.Engine {
+	t.Helper()
+	e, err := engine.New(engine.Config{Shards: 2, JumpSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// newTestSub returns a subscriber on e with a fake publisher, in the state right after
+// a dial-mode connection.
+func newTestSub(t *testing.T, e *engine.Engine, fp *fakePub, replay bool) *Subscriber {
+	t.Helper()
+	cfg := Config{Endpoint: "tcp://127.0.0.1:1", Worker: "w", Model: "m", Index: e, BlockSize: testBS}
+	if replay {
+		cfg.ReplayEndpoint = "tcp://127.0.0.1:2"
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.replay = fp.replay
+	s.up()
+	s.synced = true // as after the first catch-up
+	return s
+}
+
+// sendLive delivers a live message as the session loop would.
+func sendLive(t *testing.T, s *Subscriber, seq uint64, payload []byte) {
+	t.Helper()
+	var sb [8]byte
+	binary.BigEndian.PutUint64(sb[:], seq)
+	if err := s.handle(context.Background(), [][]byte{nil, sb[:], payload}); err != nil {
+		t.Fatal(err)
+	}
+	s.setState()
+	s.publish()
+}
+
+// sameAnswers checks the engine's answers against the model's for every query.
+func sameAnswers(t *testing.T, e *engine.Engine, ns string, m *refmodel.Model, queries [][]uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range queries {
+		got, err := e.FindMatchesIn(ctx, ns, q, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := m.Query(q)
+		sort.Slice(got, func(i, j int) bool {
+			if got[i].Score != got[j].Score {
+				return got[i].Score > got[j].Score
+			}
+			return got[i].Worker < got[j].Worker
+		})
+		if len(got) != len(want) {
+			t.Fatalf("query %x: got %v, want %v", q, got, want)
+		}
+		for i := range got {
+			if got[i].Worker != want[i].Worker || got[i].Score != want[i].Score || got[i].Size != want[i].Size {
+				t.Fatalf("query %x: got %v, want %v", q, got, want)
+			}
+		}
+	}
+}

@@ -1,0 +1,807 @@
+package subscriber
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/zeebo/xxh3"
+
+	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/kvevents"
+)
+
+// Subscriber follows one engine publisher (one endpoint, one data-parallel rank) and
+// applies its events to the index under one worker id.
+//
+// Ownership: Run's goroutine (the owner) owns every field below mu except the published
+// status; it alone touches the sockets, the decoder, the sequence state and the index
+// for this worker, so the worker's events reach the index in order. Status may be called
+// from any goroutine: it copies pub under mu, which the owner refreshes after each
+// message.
+type Subscriber struct {
+	cfg    Config
+	media  map[string]bool
+	anyMed bool
+	topic  []byte
+
+	dec    *kvevents.Decoder
+	batch  kvevents.Batch
+	ev     engine.Event
+	blocks []engine.Block
+	nsMemo map[string]string
+
+	// Sequence state (owner only). has is false until a batch is applied; last is its
+	// sequence and digest the xxh3 of its payload, which a replay starting at last must
+	// reproduce (a publisher restart is told from a reconnection that way).
+	has    bool
+	last   uint64
+	digest uint64
+	// connFloor is last as it was when the current connection began (-1: nothing was
+	// applied then): a live message at or below it cannot come from the same publisher.
+	connFloor int64
+	verified  bool // a suspected restart was checked on this connection
+	exact     bool // the index holds exactly the worker's blocks (false: stale)
+	connected bool
+	synced    bool
+	removed   bool
+	inGap     bool // a catch-up started by a live gap is running
+	local     Status
+
+	replay replayFunc // zmqReplay; tests substitute it
+	now    func() time.Time
+
+	running atomic.Bool
+
+	mu  sync.Mutex
+	pub Status
+}
+
+// New validates cfg and returns a Subscriber; Run starts it.
+func New(cfg Config) (*Subscriber, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	dec, err := kvevents.New(kvevents.Config{BlockSize: cfg.BlockSize, Limits: cfg.Limits})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	s := &Subscriber{
+		cfg:       cfg,
+		media:     map[string]bool{},
+		topic:     []byte(cfg.Topic),
+		dec:       dec,
+		nsMemo:    map[string]string{},
+		connFloor: -1,
+		exact:     true,
+		now:       time.Now,
+	}
+	for _, m := range cfg.Media {
+		if m == "*" {
+			s.anyMed = true
+		}
+		s.media[m] = true
+	}
+	s.replay = s.zmqReplay
+	s.local = Status{
+		Worker:         cfg.Worker,
+		Endpoint:       cfg.Endpoint,
+		ReplayEndpoint: cfg.ReplayEndpoint,
+		Model:          cfg.Model,
+		DPRank:         cfg.DPRank,
+	}
+	s.publish()
+	return s, nil
+}
+
+// Worker returns the worker id the subscriber applies events under.
+func (s *Subscriber) Worker() string { return s.cfg.Worker }
+
+// Model returns the configured model name.
+func (s *Subscriber) Model() string { return s.cfg.Model }
+
+// Status returns a snapshot of the subscriber's state and counters. Safe for concurrent
+// use.
+func (s *Subscriber) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pub
+}
+
+// publish copies the owner's status into the shared one.
+func (s *Subscriber) publish() {
+	st := &s.local
+	st.HasSeq, st.LastSeq = s.has, s.last
+	st.Connected, st.Synced = s.connected, s.synced
+	st.DecoderRejected = s.dec.Stats().Rejected
+	s.mu.Lock()
+	s.pub = *st
+	s.mu.Unlock()
+}
+
+// setState computes the visible state from the owner's flags.
+func (s *Subscriber) setState() {
+	st := &s.local
+	switch {
+	case st.State == StateStopped:
+	case s.removed:
+		st.State = StateRemoved
+	case !s.connected && st.Connects > 0:
+		st.State = StateDisconnected
+	case !s.connected:
+		st.State = StateConnecting
+	case !s.synced:
+		st.State = StateSyncing
+	case s.exact:
+		st.State = StateLive
+	default:
+		st.State = StateStale
+	}
+}
+
+// errFatal marks an error that ends Run: the index is closed or failed.
+type errFatal struct{ err error }
+
+func (e errFatal) Error() string { return e.err.Error() }
+func (e errFatal) Unwrap() error { return e.err }
+
+// Run follows the publisher until ctx ends: it connects (retrying with backoff), catches
+// up through the replay endpoint, applies live batches in sequence order and recovers
+// gaps. It returns nil when ctx ends, or an error if the index fails (engine.ErrClosed,
+// engine.ErrShardFailed) or Run was already called.
+func (s *Subscriber) Run(ctx context.Context) (err error) {
+	if !s.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer func() {
+		s.connected = false
+		s.local.State = StateStopped
+		s.publish()
+	}()
+	backoff := s.cfg.ReconnectMin
+	for ctx.Err() == nil {
+		sock, err := openSub(ctx, s.cfg.Endpoint, s.cfg.Topic, s.cfg.Bind, s.cfg.ReplayTimeout)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.down(err)
+			if err := s.checkGrace(); err != nil {
+				return err
+			}
+			s.setState()
+			s.publish()
+			if !s.sleep(ctx, s.jitter(backoff)) {
+				return nil
+			}
+			backoff = min(backoff*2, s.cfg.ReconnectMax)
+			continue
+		}
+		backoff = s.cfg.ReconnectMin
+		err = s.session(ctx, sock)
+		var fe errFatal
+		if errors.As(err, &fe) {
+			return fe.err
+		}
+	}
+	return nil
+}
+
+func (s *Subscriber) jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// sleep waits d, or until the grace period ends if that comes first, or ctx ends (false).
+func (s *Subscriber) sleep(ctx context.Context, d time.Duration) bool {
+	if g := s.graceLeft(); g >= 0 && g < d {
+		d = g
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// down records that the publisher is unreachable.
+func (s *Subscriber) down(err error) {
+	if s.connected {
+		s.local.Disconnects++
+		s.cfg.Logger.Info("publisher lost", "worker", s.cfg.Worker, "err", err)
+	}
+	s.connected = false
+	if s.local.DownSince.IsZero() {
+		s.local.DownSince = s.now()
+	}
+	if err != nil {
+		s.local.LastError = err.Error()
+	}
+}
+
+// up records a connection (dial mode) or a publisher seen (bind mode) and resets the
+// connection-scoped sequence state.
+func (s *Subscriber) up() {
+	s.connected = true
+	s.local.Connects++
+	s.local.DownSince = time.Time{}
+	s.removed = false
+	s.verified = false
+	s.connFloor = -1
+	if s.has {
+		s.connFloor = int64(s.last)
+	}
+}
+
+// graceLeft is the time until the worker is removed; -1 when no removal is pending.
+func (s *Subscriber) graceLeft() time.Duration {
+	if s.cfg.Grace < 0 || s.connected || s.removed || s.local.DownSince.IsZero() {
+		return -1
+	}
+	return max(0, s.cfg.Grace-s.now().Sub(s.local.DownSince))
+}
+
+// checkGrace removes the worker once the publisher has been unreachable for Grace.
+func (s *Subscriber) checkGrace() error {
+	if s.graceLeft() != 0 {
+		return nil
+	}
+	s.removed = true
+	s.local.Removals++
+	s.has, s.exact, s.synced = false, true, false
+	s.cfg.Logger.Warn("publisher gone past the grace period; worker removed", "worker", s.cfg.Worker)
+	return s.apply(&engine.Event{Kind: engine.EventRemoveWorker, Worker: s.cfg.Worker})
+}
+
+type received struct {
+	msg zmq4.Msg
+	err error
+}
+
+// session runs one socket: the catch-up after connecting, then live messages, until the
+// connection is lost (dial mode), ctx ends, or the index fails.
+func (s *Subscriber) session(ctx context.Context, sock zmq4.Socket) error {
+	recv := make(chan received)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // the reader: the only goroutine calling sock.Recv until it exits
+		defer wg.Done()
+		for {
+			m, err := sock.Recv()
+			select {
+			case recv <- received{m, err}:
+			case <-done:
+				return
+			}
+			if err != nil && ctx.Err() != nil {
+				return
+			}
+		}
+	}()
+	defer func() {
+		_ = sock.Close()
+		close(done)
+		wg.Wait()
+		closeDrain(sock)
+	}()
+
+	fresh := true // bind mode: the next message comes from a new connection
+	if !s.cfg.Bind {
+		s.up()
+		s.setState()
+		s.publish()
+		if err := s.catchUp(ctx); err != nil {
+			return err
+		}
+		fresh = false
+	} else {
+		// A bound socket: nothing tells when a publisher connects until it sends, so
+		// the catch-up runs now (through the replay endpoint, which the engine binds)
+		// and again when a message follows a dropped connection.
+		s.connected = true
+		s.local.DownSince = time.Time{}
+		if err := s.catchUp(ctx); err != nil {
+			return err
+		}
+	}
+
+	s.setState()
+	s.publish()
+	var resync <-chan time.Time
+	if s.cfg.ResyncInterval > 0 && s.cfg.ReplayEndpoint != "" {
+		t := time.NewTicker(s.cfg.ResyncInterval)
+		defer t.Stop()
+		resync = t.C
+	}
+	var graceTimer *time.Timer
+	var graceC <-chan time.Time
+	defer func() {
+		if graceTimer != nil {
+			graceTimer.Stop()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case r := <-recv:
+			if r.err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				s.down(r.err)
+				if !s.cfg.Bind {
+					s.setState()
+					s.publish()
+					return r.err
+				}
+				fresh = true
+				if g := s.graceLeft(); g >= 0 {
+					if graceTimer == nil {
+						graceTimer = time.NewTimer(g)
+					} else {
+						graceTimer.Reset(g)
+					}
+					graceC = graceTimer.C
+				}
+				s.setState()
+				s.publish()
+				continue
+			}
+			if fresh && s.cfg.Bind {
+				fresh = false
+				graceC = nil
+				s.up()
+				if err := s.catchUp(ctx); err != nil {
+					return err
+				}
+			}
+			if err := s.handle(ctx, r.msg.Frames); err != nil {
+				return err
+			}
+		case <-graceC:
+			graceC = nil
+			if err := s.checkGrace(); err != nil {
+				return err
+			}
+		case <-resync:
+			if err := s.resync(ctx); err != nil {
+				return err
+			}
+			if s.cfg.Bind && s.exact && s.connected {
+				// A bound socket cannot tell that a publisher connected; batches it sent
+				// before the connection came up are fetched here if nothing follows them.
+				if err := s.catchUp(ctx); err != nil {
+					return err
+				}
+			}
+		}
+		s.setState()
+		s.publish()
+	}
+}
+
+// handle processes one live message [topic, seq, payload].
+func (s *Subscriber) handle(ctx context.Context, frames [][]byte) error {
+	s.local.Messages++
+	s.local.LastMessage = s.now()
+	if len(frames) != 3 || !bytes.HasPrefix(frames[0], s.topic) {
+		s.local.BadFrames++
+		return nil
+	}
+	seq, end, err := kvevents.ParseSeq(frames[1])
+	if err != nil {
+		// Unmerged snapshot work makes this frame 24 bytes (EVENTS.md §2.5): an
+		// extension this package does not speak; counted, never guessed at. A message
+		// skipped this way shows up as a gap once 8-byte frames resume.
+		s.local.UnsupportedSeq++
+		return nil
+	}
+	if end {
+		s.local.BadFrames++
+		return nil
+	}
+	return s.live(ctx, seq, frames[2])
+}
+
+// live applies a live batch in sequence order.
+func (s *Subscriber) live(ctx context.Context, seq uint64, payload []byte) error {
+	if !s.has {
+		if seq == 0 {
+			return s.applyBatch(seq, payload)
+		}
+		return s.gap(ctx, seq, payload)
+	}
+	switch next := s.last + 1; {
+	case seq == next:
+		return s.applyBatch(seq, payload)
+	case seq > next:
+		return s.gap(ctx, seq, payload)
+	}
+	// An old sequence: a batch the catch-up replay already applied, or a publisher
+	// that restarted (its counter went back) without this subscriber seeing the
+	// connection drop. A sequence at or below where this connection started, or 0,
+	// cannot come from the publisher this connection began with: check once per
+	// connection through the replay endpoint (a replay from the last applied batch tells
+	// a restart by its content), or, without one, take it for a restart.
+	if !s.verified && (seq == 0 || int64(seq) <= s.connFloor) {
+		s.verified = true
+		res, err := s.catchUpResult(ctx)
+		if err != nil {
+			return err
+		}
+		if res == catchFailed || res == catchNoReplay {
+			if err := s.restart(fmt.Sprintf("sequence went back to %d", seq)); err != nil {
+				return err
+			}
+		}
+		if !s.has || seq > s.last {
+			return s.live(ctx, seq, payload)
+		}
+	}
+	s.local.Duplicates++
+	return nil
+}
+
+// gap handles a live batch past the next expected sequence: catch up through the
+// replay endpoint, then apply the batch if it now follows; otherwise the missing range
+// is lost and the worker is invalidated.
+func (s *Subscriber) gap(ctx context.Context, seq uint64, payload []byte) error {
+	s.local.GapsDetected++
+	s.inGap = true
+	res, err := s.catchUpResult(ctx)
+	s.inGap = false
+	if err != nil {
+		return err
+	}
+	switch {
+	case s.has && seq <= s.last:
+		if res == catchOK {
+			s.local.GapsRecovered++
+		}
+		s.local.Duplicates++
+		return nil
+	case (!s.has && seq == 0) || (s.has && seq == s.last+1):
+		if res == catchOK {
+			s.local.GapsRecovered++
+		}
+		return s.applyBatch(seq, payload)
+	}
+	s.local.GapsUnrecoverable++
+	s.cfg.Logger.Warn("sequence gap not recoverable; worker invalidated", "worker", s.cfg.Worker, "seq", seq)
+	if err := s.invalidate(); err != nil {
+		return err
+	}
+	return s.applyBatch(seq, payload)
+}
+
+// catchResult is how a catch-up went.
+type catchResult uint8
+
+const (
+	catchOK       catchResult = iota // the replay ran to its end; nothing was missing
+	catchHole                        // a range was no longer buffered: the worker was invalidated
+	catchFailed                      // the replay failed (dial, timeout, malformed reply)
+	catchNoReplay                    // no replay endpoint
+)
+
+// catchUp runs a catch-up after connecting. A first catch-up that fails leaves the
+// worker stale: its history could not be had.
+func (s *Subscriber) catchUp(ctx context.Context) error {
+	res, err := s.catchUpResult(ctx)
+	if err != nil {
+		return err
+	}
+	if !s.synced && s.connected {
+		s.synced = true
+		if res == catchFailed && !s.has {
+			s.exact = false
+		}
+	}
+	return nil
+}
+
+// catchUpResult asks the replay endpoint for every batch from the last applied one (or
+// from 0) on. The first reply must be the last applied batch, byte for byte: if it
+// differs, or nothing at all is buffered from there, the publisher restarted, and the
+// worker is reset and synced again from 0. A missing range invalidates the worker. Only
+// index failures are returned as errors.
+func (s *Subscriber) catchUpResult(ctx context.Context) (catchResult, error) {
+	if s.cfg.ReplayEndpoint == "" {
+		return catchNoReplay, nil
+	}
+	for attempt := 0; ; attempt++ {
+		from := uint64(0)
+		if s.has {
+			from = s.last
+		}
+		s.local.Replays++
+		first, restart, hole := true, false, false
+		resumed, batches0 := s.has, s.local.Batches
+		var applyErr error
+		err := s.replay(ctx, from, func(seq uint64, payload []byte) bool {
+			if first {
+				first = false
+				if s.has && seq <= s.last {
+					if seq == s.last && xxh3.Hash(payload) == s.digest {
+						return true // continuity verified
+					}
+					restart = true
+					return false
+				}
+			}
+			h, err := s.replayed(seq, payload)
+			hole = hole || h
+			if err != nil {
+				applyErr = err
+				return false
+			}
+			return true
+		})
+		if applyErr != nil {
+			return catchFailed, applyErr
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				s.local.ReplayFailures++
+				s.local.LastError = err.Error()
+				s.cfg.Logger.Warn("replay failed", "worker", s.cfg.Worker, "from", from, "err", err)
+			}
+			return catchFailed, nil
+		}
+		if first && s.has {
+			restart = true // the last applied batch is not buffered, nor anything after it
+		}
+		if !restart && !hole && resumed && !s.inGap && s.local.Batches > batches0 {
+			// Batches published while this subscriber was away, filled by the replay.
+			s.local.GapsDetected++
+			s.local.GapsRecovered++
+		}
+		switch {
+		case !restart && hole:
+			return catchHole, nil
+		case !restart:
+			return catchOK, nil
+		case attempt > 0:
+			return catchFailed, nil // cannot happen: the second attempt starts from 0
+		}
+		if err := s.restart("replay does not continue the last applied batch"); err != nil {
+			return catchFailed, err
+		}
+	}
+}
+
+// replayed applies one replayed batch: skipped if already applied; a batch past the next
+// expected one means the range between is no longer buffered (hole).
+func (s *Subscriber) replayed(seq uint64, payload []byte) (hole bool, err error) {
+	if s.has && seq <= s.last {
+		s.local.Duplicates++
+		return false, nil
+	}
+	next := uint64(0)
+	if s.has {
+		next = s.last + 1
+	}
+	if seq > next {
+		hole = true
+		if !s.inGap {
+			s.local.GapsDetected++
+		}
+		s.local.GapsUnrecoverable++
+		s.cfg.Logger.Warn("replay misses a range; worker invalidated", "worker", s.cfg.Worker,
+			"want", next, "got", seq)
+		if err := s.invalidate(); err != nil {
+			return hole, err
+		}
+	}
+	return hole, s.applyBatch(seq, payload)
+}
+
+// restart handles a publisher that restarted: a new engine process starts with an
+// empty cache, so the worker is cleared and its sequence forgotten; the state is exact.
+func (s *Subscriber) restart(why string) error {
+	s.local.Restarts++
+	s.cfg.Logger.Info("publisher restart detected", "worker", s.cfg.Worker, "why", why)
+	s.has, s.exact, s.connFloor = false, true, -1
+	return s.apply(&engine.Event{Kind: engine.EventCleared, Worker: s.cfg.Worker})
+}
+
+// invalidate clears the worker and marks it stale: the index keeps only what it can
+// vouch for.
+func (s *Subscriber) invalidate() error {
+	s.local.Invalidations++
+	s.exact = false
+	return s.apply(&engine.Event{Kind: engine.EventCleared, Worker: s.cfg.Worker})
+}
+
+// resync tries to rebuild a stale worker from a replay that starts at sequence 0. It
+// changes nothing unless sequence 0 is still buffered.
+func (s *Subscriber) resync(ctx context.Context) error {
+	if s.exact || s.cfg.ReplayEndpoint == "" || !s.connected {
+		return nil
+	}
+	started := false
+	var applyErr error
+	s.local.Replays++
+	err := s.replay(ctx, 0, func(seq uint64, payload []byte) bool {
+		if !started {
+			if seq != 0 {
+				return false
+			}
+			started = true
+			if applyErr = s.apply(&engine.Event{Kind: engine.EventCleared, Worker: s.cfg.Worker}); applyErr != nil {
+				return false
+			}
+			s.has, s.exact = false, true
+		}
+		if _, applyErr = s.replayed(seq, payload); applyErr != nil {
+			return false
+		}
+		return true
+	})
+	if applyErr != nil {
+		return applyErr
+	}
+	if err != nil && ctx.Err() == nil {
+		s.local.ReplayFailures++
+		s.local.LastError = err.Error()
+	}
+	if started && s.exact {
+		s.local.Resyncs++
+		s.cfg.Logger.Info("stale worker rebuilt from sequence 0", "worker", s.cfg.Worker)
+	}
+	return nil
+}
+
+// apply hands one event to the index; index failures are fatal.
+func (s *Subscriber) apply(ev *engine.Event) error {
+	err := s.cfg.Index.Apply(ev)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, engine.ErrParentNotFound):
+		s.local.Rejected[ReasonParentNotFound]++
+		return nil
+	case errors.Is(err, engine.ErrInvalidEvent):
+		s.local.Rejected[ReasonInvalidEvent]++
+		return nil
+	}
+	return errFatal{err}
+}
+
+// applyBatch decodes one batch and applies its events; the batch's sequence becomes
+// the last applied one whatever its content.
+func (s *Subscriber) applyBatch(seq uint64, payload []byte) error {
+	s.has, s.last, s.digest = true, seq, xxh3.Hash(payload)
+	s.local.Batches++
+	if err := s.dec.Decode(payload, &s.batch); err != nil {
+		// Its removals are lost with it: nothing the worker holds can be vouched for.
+		s.local.Rejected[ReasonMalformedBatch]++
+		s.cfg.Logger.Warn("undecodable batch; worker invalidated", "worker", s.cfg.Worker, "seq", seq, "err", err)
+		return s.invalidate()
+	}
+	b := &s.batch
+	s.local.Rejected[ReasonUnknownType] += uint64(b.UnknownTypes)
+	if b.HasDPRank && b.DPRank != s.cfg.DPRank {
+		s.local.Rejected[ReasonRankMismatch] += uint64(len(b.Events))
+		return nil
+	}
+	for i := range b.Events {
+		if err := s.applyEvent(&b.Events[i]); err != nil {
+			return err
+		}
+	}
+	if b.Timestamp > 0 {
+		sec := int64(b.Timestamp)
+		s.local.LastBatchTime = time.Unix(sec, int64((b.Timestamp-float64(sec))*1e9))
+		s.local.LastApplied = s.now()
+		s.local.Lag = s.local.LastApplied.Sub(s.local.LastBatchTime)
+	}
+	if unsafeRejections(b) {
+		// A removal or clear the decoder rejected: the index may now hold blocks the
+		// worker dropped.
+		s.cfg.Logger.Warn("rejected removal; worker invalidated", "worker", s.cfg.Worker, "seq", seq)
+		return s.invalidate()
+	}
+	return nil
+}
+
+// unsafeRejections reports a batch in which the decoder rejected an event that may
+// have dropped blocks (anything but a store), or rejected more events than it
+// described.
+func unsafeRejections(b *kvevents.Batch) bool {
+	if b.RejectedCount > len(b.Rejected) {
+		return true
+	}
+	for _, r := range b.Rejected {
+		switch r.Type {
+		case "BlockStored", "BlockStoredWithMetadata":
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Subscriber) applyEvent(e *kvevents.Event) error {
+	if !s.anyMed && !s.media[e.Medium] {
+		s.local.Rejected[ReasonMedium]++
+		return nil
+	}
+	ev := &s.ev
+	*ev = engine.Event{Worker: s.cfg.Worker}
+	switch e.Kind {
+	case kvevents.Stored:
+		if e.ExtraKeys && s.cfg.SkipExtraKeys {
+			s.local.Rejected[ReasonExtraKeys]++
+			return nil
+		}
+		ev.Kind = engine.EventStored
+		ev.Namespace = s.namespace(e.Namespace)
+		ev.Parent, ev.HasParent = e.Parent, e.HasParent
+		bl := s.blocks[:0]
+		for i, seq := range e.Seqs {
+			bl = append(bl, engine.Block{Content: e.Contents[i], Seq: seq})
+		}
+		s.blocks = bl
+		ev.Blocks = bl
+	case kvevents.Removed:
+		ev.Kind = engine.EventRemoved
+		ev.Seqs = e.Seqs
+	case kvevents.Cleared:
+		ev.Kind = engine.EventCleared
+	default:
+		s.local.Rejected[ReasonUnknownType]++
+		return nil
+	}
+	before := s.local.Rejected
+	if err := s.apply(ev); err != nil {
+		return err
+	}
+	if s.local.Rejected != before {
+		return nil
+	}
+	switch e.Kind {
+	case kvevents.Stored:
+		s.local.Stored++
+	case kvevents.Removed:
+		s.local.Removed++
+	case kvevents.Cleared:
+		s.local.Cleared++
+		if !s.exact {
+			// The engine dropped everything: from here on the index is exact again.
+			s.exact = true
+			s.local.Resyncs++
+		}
+	}
+	return nil
+}
+
+// namespace maps an event namespace to the index namespace, memoised (bounded).
+func (s *Subscriber) namespace(ns string) string {
+	if s.cfg.Model == "" {
+		return ns
+	}
+	if v, ok := s.nsMemo[ns]; ok {
+		return v
+	}
+	if len(s.nsMemo) >= 1024 {
+		clear(s.nsMemo)
+	}
+	v := Namespace(s.cfg.Model, ns)
+	s.nsMemo[ns] = v
+	return v
+}
