@@ -447,6 +447,9 @@ func (e *Engine) applyRun(evs []Event, errs []error) []error {
 			e.rejInvalid.Add(1)
 			err = fmt.Errorf("%w: unknown event kind %d", ErrInvalidEvent, ev.Kind)
 		}
+		if w != nil && w.npend >= maxPending && err == nil {
+			err = w.flush(e)
+		}
 		errs = append(errs, err)
 	}
 	if w != nil {

@@ -36,6 +36,8 @@ type worker struct {
 	blocks int64
 	// cursor is the stream position of the last event applied that carried one.
 	cursor uint64
+	// npend counts the deltas in pend.
+	npend int
 	// pend collects this event's deltas per shard; reused across events.
 	pend [][]delta
 	// scratch holds a sorted copy of an event's seqs for the duplicate check.
@@ -194,7 +196,12 @@ func (w *worker) emit(e *Engine, op uint8, k key) {
 	}
 	s := e.owner(k)
 	w.pend[s] = append(w.pend[s], delta{prefix: k.prefix, pos: k.pos, ns: k.ns, wid: w.wid, op: op})
+	w.npend++
 }
+
+// maxPending bounds the deltas a worker holds back during a run of events (ApplyBatch)
+// before it hands them to the shards, and the buffer capacity it keeps afterwards.
+const maxPending = 1024
 
 // flush publishes this event's deltas to the shard rings and the worker's gap flag and
 // counters. Called with mu held, so one worker's deltas enter each ring in event order.
@@ -211,6 +218,7 @@ func (w *worker) flush(e *Engine) error {
 		e.shards[0].apply(w.pend[0])
 		e.locked.Unlock()
 		w.pend[0] = w.pend[0][:0]
+		w.npend = 0
 		return nil
 	}
 	var err error
@@ -223,7 +231,11 @@ func (w *worker) flush(e *Engine) error {
 		}
 		clear(w.pend[s])
 		w.pend[s] = w.pend[s][:0]
+		if cap(w.pend[s]) > 4*maxPending {
+			w.pend[s] = nil // a huge event passed: do not keep its buffer
+		}
 	}
+	w.npend = 0
 	return err
 }
 
