@@ -82,11 +82,15 @@ func BenchmarkEvents(b *testing.B) {
 			r := rand.New(rand.NewPCG(1, 1))
 			const workers, chain = 16, 32
 			blocks := make([]engine.Block, chain)
+			names := make([]string, workers)
+			for i := range names {
+				names[i] = fmt.Sprintf("w%d", i)
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			events := 0
 			for i := 0; i < b.N; i++ {
-				w := fmt.Sprintf("w%d", i%workers)
+				w := names[i%workers]
 				base := uint64(i) * chain
 				for j := range blocks {
 					blocks[j] = engine.Block{Content: r.Uint64() % 64, Seq: base + uint64(j)}
