@@ -11,6 +11,7 @@ import (
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/replay"
 )
 
 // Workload is an op stream prepared for measurement: events converted to engine.Event
@@ -58,26 +59,11 @@ func NewWorkload(name string, ops []oplog.Op) *Workload {
 			}
 			continue
 		}
-		ev := engine.Event{Worker: op.Worker, Parent: op.Parent, HasParent: op.HasParent}
-		switch op.Kind {
-		case oplog.Stored:
-			ev.Kind = engine.EventStored
-			ev.Blocks = make([]engine.Block, len(op.Blocks))
-			for j, b := range op.Blocks {
-				ev.Blocks[j] = engine.Block{Content: b[0], Seq: b[1]}
-			}
-			w.BlockOps += int64(len(op.Blocks))
-		case oplog.Removed:
-			ev.Kind = engine.EventRemoved
-			ev.Seqs = append([]uint64(nil), op.Seqs...)
-			w.BlockOps += int64(len(op.Seqs))
-		case oplog.Cleared:
-			ev.Kind = engine.EventCleared
-		case oplog.RemoveWorker:
-			ev.Kind = engine.EventRemoveWorker
-		default:
+		ev := replay.Event(op)
+		if ev.Kind == 0 {
 			continue
 		}
+		w.BlockOps += int64(len(op.Blocks) + len(op.Seqs))
 		id, ok := ids[op.Worker]
 		if !ok {
 			id = int32(len(w.Workers))

@@ -10,6 +10,7 @@ import (
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/replay"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -175,7 +176,7 @@ func differentialMode(t *testing.T, cfg engine.Config, ops []oplog.Op, batched b
 	for i := range ops {
 		op := &ops[i]
 		if batched && op.Kind != oplog.Query {
-			pending = append(pending, toEvent(op))
+			pending = append(pending, replay.Event(op))
 			pendingOps = append(pendingOps, i)
 			continue
 		}
@@ -218,24 +219,6 @@ func checkRejection(t *testing.T, i int, werr, gerr error) {
 	default:
 		require.NoError(t, gerr, "op %d", i)
 	}
-}
-
-func toEvent(op *oplog.Op) engine.Event {
-	ev := engine.Event{Worker: op.Worker, Parent: op.Parent, HasParent: op.HasParent, Seqs: op.Seqs}
-	switch op.Kind {
-	case oplog.Stored:
-		ev.Kind = engine.EventStored
-		for _, b := range op.Blocks {
-			ev.Blocks = append(ev.Blocks, engine.Block{Content: b[0], Seq: b[1]})
-		}
-	case oplog.Removed:
-		ev.Kind = engine.EventRemoved
-	case oplog.Cleared:
-		ev.Kind = engine.EventCleared
-	case oplog.RemoveWorker:
-		ev.Kind = engine.EventRemoveWorker
-	}
-	return ev
 }
 
 // TestDifferentialBatched is TestDifferential through ApplyBatch.

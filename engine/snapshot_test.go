@@ -12,6 +12,7 @@ import (
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/replay"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,7 +29,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		for i := range ops[:cut] {
 			if ops[i].Kind != oplog.Query {
 				_ = m.Apply(&ops[i])
-				ev := toEvent(&ops[i])
+				ev := replay.Event(&ops[i])
 				ev.Cursor = uint64(i + 1)
 				_ = e.Apply(&ev)
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/replay"
 	"github.com/zeebo/xxh3"
 )
 
@@ -328,9 +329,9 @@ func Run(ctx context.Context, w *Workload, p Policy, cfg Config) (Result, error)
 	res.Index.Events = st.Events
 	res.Index.Memberships = st.Blocks
 	res.Index.EngineSeconds = d.spent.Seconds()
-	res.Index.FindMatchesP50 = percentile(lat, 0.50)
-	res.Index.FindMatchesP99 = percentile(lat, 0.99)
-	res.Index.FindMatchesP999 = percentile(lat, 0.999)
+	res.Index.FindMatchesP50 = replay.Percentile(lat, 0.50)
+	res.Index.FindMatchesP99 = replay.Percentile(lat, 0.99)
+	res.Index.FindMatchesP999 = replay.Percentile(lat, 0.999)
 	if cfg.MeasureMemory {
 		// The heap with the engine minus the heap without it: everything else (the
 		// workload, the fleet) is alive in both readings.
@@ -347,14 +348,4 @@ func Run(ctx context.Context, w *Workload, p Policy, cfg Config) (Result, error)
 	}
 	res.Seconds = time.Since(start).Seconds()
 	return res, nil
-}
-
-// percentile returns the q-quantile of xs (nearest rank); it sorts xs in place.
-func percentile(xs []int64, q float64) int64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	slices.Sort(xs)
-	i := int(q*float64(len(xs))+0.5) - 1
-	return xs[min(max(i, 0), len(xs)-1)]
 }

@@ -59,7 +59,7 @@ func Run(ctx context.Context, ops []oplog.Op, opt Options) (Result, error) {
 	// like parsing.
 	events := make([]engine.Event, len(ops))
 	for i := range ops {
-		events[i] = toEvent(&ops[i])
+		events[i] = Event(&ops[i])
 	}
 	var before runtime.MemStats
 	if opt.MeasureMemory {
@@ -167,25 +167,6 @@ func classify(err error, res *Result) error {
 		return nil
 	}
 	return err
-}
-
-func toEvent(op *oplog.Op) engine.Event {
-	ev := engine.Event{Worker: op.Worker, Parent: op.Parent, HasParent: op.HasParent, Seqs: op.Seqs}
-	switch op.Kind {
-	case oplog.Stored:
-		ev.Kind = engine.EventStored
-		ev.Blocks = make([]engine.Block, len(op.Blocks))
-		for i, b := range op.Blocks {
-			ev.Blocks[i] = engine.Block{Content: b[0], Seq: b[1]}
-		}
-	case oplog.Removed:
-		ev.Kind = engine.EventRemoved
-	case oplog.Cleared:
-		ev.Kind = engine.EventCleared
-	case oplog.RemoveWorker:
-		ev.Kind = engine.EventRemoveWorker
-	}
-	return ev
 }
 
 // Percentile returns the q-quantile of xs (nearest rank); it sorts xs in place.
