@@ -14,19 +14,7 @@ import (
 // BenchmarkTraceReplay replays the trace-driven conformance log (parsing excluded) and
 // reports block ops per second; it skips where the shared logs are absent.
 func BenchmarkTraceReplay(b *testing.B) {
-	dir := "../../../shared/conformance"
-	if d := os.Getenv("KVINDEX_CONFORMANCE"); d != "" {
-		dir = d
-	}
-	f, err := os.Open(filepath.Join(dir, "trace_conversation.jsonl"))
-	if err != nil {
-		b.Skip("SKIP: trace_conversation.jsonl not found")
-	}
-	ops, err := oplog.ReadAll(f)
-	f.Close()
-	if err != nil {
-		b.Fatal(err)
-	}
+	ops := loadTrace(b)
 	for _, shards := range []int{1, 2, 4} {
 		b.Run(fmt.Sprintf("shards=%d", shards), func(b *testing.B) {
 			b.ReportAllocs()
@@ -48,15 +36,7 @@ func BenchmarkTraceReplay(b *testing.B) {
 // BenchmarkTraceReplayLocked is the same replay on the LockedIndex baseline: everything
 // on the calling goroutine, no hand-offs.
 func BenchmarkTraceReplayLocked(b *testing.B) {
-	f, err := os.Open(filepath.Join("../../../shared/conformance", "trace_conversation.jsonl"))
-	if err != nil {
-		b.Skip("SKIP: trace_conversation.jsonl not found")
-	}
-	ops, err := oplog.ReadAll(f)
-	f.Close()
-	if err != nil {
-		b.Fatal(err)
-	}
+	ops := loadTrace(b)
 	b.ReportAllocs()
 	var blockOps int
 	var secs float64
@@ -69,4 +49,22 @@ func BenchmarkTraceReplayLocked(b *testing.B) {
 		secs += res.Seconds
 	}
 	b.ReportMetric(float64(blockOps)/secs/1e6, "Mblockops/s")
+}
+
+// loadTrace parses the trace-driven conformance log, or skips where it is absent.
+func loadTrace(b *testing.B) []oplog.Op {
+	dir := "../../../shared/conformance"
+	if d := os.Getenv("KVINDEX_CONFORMANCE"); d != "" {
+		dir = d
+	}
+	f, err := os.Open(filepath.Join(dir, "trace_conversation.jsonl"))
+	if err != nil {
+		b.Skip("SKIP: trace_conversation.jsonl not found")
+	}
+	defer f.Close()
+	ops, err := oplog.ReadAll(f)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ops
 }
