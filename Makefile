@@ -72,9 +72,20 @@ fuzz:
 stress:
 	KVINDEX_STRESS=long $(GO) test -race -count=1 -run 'Stress' -timeout 30m ./engine/
 
-## bench: microbenchmarks of every package.
+## bench: microbenchmarks (each with its baseline in the same run), then the harness on the
+## trace-driven workload (conversation trace, 16 workers x 16,384 blocks of 64 tokens): the
+## engine at shards 1, 2, 4 against the locked index and the radix tree, as markdown
+## tables in bench/out/ (BENCHMARKS.md quotes them).
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	mkdir -p bench/out
+	$(GO) test -run '^$$' -bench . -benchmem ./hash/ ./shard/ ./ringbuf/ ./engine/ | tee bench/out/micro.txt
+	@if [ -f $(SHARED)/traces/conversation_trace.jsonl ]; then \
+		$(GO) run ./cmd/kvindex gen-ops --trace $(SHARED)/traces/conversation_trace.jsonl --workers 16 \
+			--capacity 16384 --block-size 64 --requests 3000 --expect-every 50 --out bench/out/trace16.jsonl && \
+		$(GO) run ./cmd/kvindex bench --ops bench/out/trace16.jsonl --shards 1,2,4 --markdown | tee bench/out/trace16.md; \
+	else echo "SKIP trace harness: $(SHARED)/traces/conversation_trace.jsonl not found"; fi
+	@if [ -f $(SHARED)/conformance/trace_conversation.jsonl ]; then \
+		$(GO) run ./cmd/kvindex bench --ops $(SHARED)/conformance/trace_conversation.jsonl --shards 1,2,4,8 --markdown | tee bench/out/conformance-trace.md; fi
 
 ## loadtest: the serve load test over loopback; rewrites bench/loadgen/RESULTS.md (about 1 min).
 loadtest: publisher-deps
