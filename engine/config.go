@@ -33,6 +33,9 @@ const (
 	MaxJumpSize = 1 << 16
 	// MaxQueueSize bounds Config.QueueSize.
 	MaxQueueSize = 1 << 24
+	// MaxQueuedDeltas bounds Shards x QueueSize: the rings are allocated up front at 32
+	// bytes a delta, so this caps them at 1 GiB.
+	MaxQueuedDeltas = 1 << 25
 )
 
 // Config configures an Engine. The zero value is valid: every zero field means its
@@ -96,6 +99,8 @@ func (c Config) validate() error {
 		return bad("MaxEventBlocks = %d, want >= 1", c.MaxEventBlocks)
 	case c.QueryQueue < 1:
 		return bad("QueryQueue = %d, want >= 1", c.QueryQueue)
+	case c.Shards*c.QueueSize > MaxQueuedDeltas:
+		return bad("Shards x QueueSize = %d, want at most %d", c.Shards*c.QueueSize, MaxQueuedDeltas)
 	case c.LockedIndex && c.Shards != 1:
 		return bad("LockedIndex needs Shards = 1, not %d", c.Shards)
 	}

@@ -42,6 +42,7 @@ func TestConfigValidation(t *testing.T) {
 		{"queue not a power of two", engine.Config{QueueSize: 3}, false},
 		{"queue of one", engine.Config{QueueSize: 1}, false},
 		{"queue too big", engine.Config{QueueSize: engine.MaxQueueSize * 2}, false},
+		{"rings too big in total", engine.Config{Shards: 256, QueueSize: engine.MaxQueueSize}, false},
 		{"negative max blocks", engine.Config{MaxEventBlocks: -1}, false},
 		{"negative query queue", engine.Config{QueryQueue: -1}, false},
 		{"locked index", engine.Config{LockedIndex: true}, true},
