@@ -99,8 +99,8 @@ func (c Config) validate() error {
 		return bad("MaxEventBlocks = %d, want >= 1", c.MaxEventBlocks)
 	case c.QueryQueue < 1:
 		return bad("QueryQueue = %d, want >= 1", c.QueryQueue)
-	case c.Shards*c.QueueSize > MaxQueuedDeltas:
-		return bad("Shards x QueueSize = %d, want at most %d", c.Shards*c.QueueSize, MaxQueuedDeltas)
+	case int64(c.Shards)*int64(c.QueueSize) > MaxQueuedDeltas:
+		return bad("Shards x QueueSize = %d, want at most %d", int64(c.Shards)*int64(c.QueueSize), MaxQueuedDeltas)
 	case c.LockedIndex && c.Shards != 1:
 		return bad("LockedIndex needs Shards = 1, not %d", c.Shards)
 	}
