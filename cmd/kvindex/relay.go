@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/fabric"
+	"github.com/kvindex/kvindex/internal/oplog"
+	"github.com/kvindex/kvindex/subscriber"
+)
+
+func init() {
+	commands["relay"] = command{
+		summary: "follow engines' KV events (or an op log) and publish them to a NATS JetStream stream",
+		run:     runRelay,
+	}
+}
+
+func runRelay(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return relayMain(ctx, args, stdout, stderr)
+}
+
+func relayMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("kvindex relay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("nats", "", "NATS server URL(s), comma-separated (required)")
+	stream := fs.String("stream", fabric.DefaultStream, "JetStream stream name (created if missing)")
+	prefix := fs.String("subject-prefix", fabric.DefaultSubjectPrefix, "subject prefix of the stream")
+	memory := fs.Bool("memory", false, "create the stream in memory instead of files")
+	dups := fs.Duration("duplicates", fabric.DefaultDuplicates, "the stream's deduplication window")
+	maxAge := fs.Duration("max-age", 0, "the stream's retention by age (0: unbounded)")
+	opsPath := fs.String("ops", "", "publish the events of this op log (queries skipped) and exit, instead of following engines")
+	model := fs.String("model", "", "model name the --ops events are published under")
+	grace := fs.Duration("grace", 0, "remove an engine unreachable this long (default 60s; negative: never)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	var engines engineFlags
+	fs.Var(&engines, "engine", "an engine to follow (repeatable), as for kvindex serve: endpoint=tcp://HOST:PORT[,replay=...][,worker=ID][,model=NAME][,block_size=N][,dp_ranks=N][,dp_rank_start=N][,topic=T][,bind=true][,media=GPU|CPU]")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: kvindex relay --nats URL (--ops FILE [--model NAME] | --engine SPEC...) [flags]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	fail := func(code int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "kvindex relay: "+format+"\n", a...)
+		return code
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fail(2, "unexpected arguments %q", fs.Args())
+	case *url == "":
+		return fail(2, "--nats is required")
+	case (*opsPath == "") == (len(engines) == 0):
+		return fail(2, "give either --ops or at least one --engine")
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fail(2, "--log-level: %v", err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	var ops []oplog.Op
+	if *opsPath != "" {
+		f, err := os.Open(*opsPath)
+		if err != nil {
+			return fail(1, "%v", err)
+		}
+		ops, err = oplog.ReadAll(f)
+		f.Close()
+		if err != nil {
+			return fail(1, "%s: %v", *opsPath, err)
+		}
+	}
+	subs, err := relaySubscriberConfigs(engines, *grace)
+	if err != nil {
+		return fail(2, "%v", err)
+	}
+
+	nc, err := nats.Connect(*url, nats.Name("kvindex relay"), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true))
+	if err != nil {
+		return fail(1, "connecting to %s: %v", *url, err)
+	}
+	defer nc.Close()
+	p, err := fabric.NewPublisher(ctx, nc, fabric.PublisherConfig{
+		Stream: fabric.StreamConfig{Name: *stream, SubjectPrefix: *prefix, Memory: *memory, Duplicates: *dups, MaxAge: *maxAge},
+		Logger: log,
+	})
+	if err != nil {
+		return fail(1, "%v", err)
+	}
+
+	if *opsPath != "" {
+		n, err := fabric.PublishOps(ctx, p, *model, ops)
+		st := p.Stats()
+		fmt.Fprintf(stdout, "kvindex relay: %d events: %d published, %d already in the stream, %d deduplicated by it\n",
+			n, st.Published, st.Skipped, st.Duplicates)
+		if err != nil {
+			return fail(1, "%v", err)
+		}
+		if err := nc.Flush(); err != nil {
+			return fail(1, "%v", err)
+		}
+		return 0
+	}
+
+	// Follow engines: one subscriber per rank, publishing instead of indexing.
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, len(subs))
+	var wg sync.WaitGroup
+	for _, sc := range subs {
+		sc.Index = p.Index(rctx, sc.Model)
+		sc.Logger = log.With("worker", sc.Worker)
+		sub, err := subscriber.New(sc)
+		if err != nil {
+			return fail(2, "%v", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := sub.Run(rctx); err != nil {
+				errc <- fmt.Errorf("worker %s: %w", sc.Worker, err)
+			}
+		}()
+	}
+	fmt.Fprintf(stdout, "kvindex relay: following %d publishers into stream %s\n", len(subs), *stream)
+	code := 0
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		log.Error("fatal", "err", err)
+		code = 1
+	}
+	cancel()
+	wg.Wait()
+	fmt.Fprintln(stdout, "kvindex relay: stopped")
+	return code
+}
+
+// relaySubscriberConfigs expands engine specs into one subscriber configuration per
+// data-parallel rank, as serve does (without an index yet).
+func relaySubscriberConfigs(engines engineFlags, grace time.Duration) ([]subscriber.Config, error) {
+	var out []subscriber.Config
+	seen := map[string]bool{}
+	for i, e := range engines {
+		base := e.Worker
+		if base == "" {
+			base = e.Endpoint
+		}
+		n, ranked := e.DPRanks, e.DPRanks > 0
+		if n == 0 {
+			n = 1
+		}
+		for r := e.DPRankStart; r < e.DPRankStart+n; r++ {
+			ep, err := subscriber.OffsetEndpoint(e.Endpoint, r)
+			if err != nil {
+				return nil, fmt.Errorf("engine %d: %v", i, err)
+			}
+			rep, err := subscriber.OffsetEndpoint(e.ReplayEndpoint, r)
+			if err != nil {
+				return nil, fmt.Errorf("engine %d: %v", i, err)
+			}
+			w := subscriber.WorkerID(base, r, ranked)
+			if seen[w] {
+				return nil, fmt.Errorf("engine %d: worker id %q used twice", i, w)
+			}
+			seen[w] = true
+			sc := subscriber.Config{
+				Endpoint: ep, ReplayEndpoint: rep, Bind: e.Bind, Topic: e.Topic, Worker: w,
+				Model: e.Model, DPRank: r, BlockSize: e.BlockSize, Media: e.Media,
+				SkipExtraKeys: e.SkipExtraKeys, Grace: grace,
+				Index: nopRelayIndex{},
+			}
+			if _, err := subscriber.New(sc); err != nil { // validate
+				return nil, fmt.Errorf("engine %d (rank %d): %w", i, r, err)
+			}
+			out = append(out, sc)
+		}
+	}
+	return out, nil
+}
+
+type nopRelayIndex struct{}
+
+func (nopRelayIndex) Apply(*engine.Event) error { return nil }

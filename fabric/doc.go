@@ -1,0 +1,28 @@
+// Package fabric carries the index's events between routers through a NATS JetStream
+// stream, so that a fleet of router replicas follows every engine without each of them
+// subscribing to every engine, and a restarted replica catches up from a snapshot and
+// the stream.
+//
+//	engines --ZeroMQ--> relay (Publisher) --JetStream stream--> replicas (Replica)
+//
+// A relay normalises each engine event (Message: the engine.Event and the worker's
+// sequence number) and publishes it to subject <prefix>.<model>.<worker> (names
+// hex-escaped by Token) with message id <worker>:<seq> (MsgID). Publishing is
+// idempotent twice over: the stream drops a message id it saw within its Duplicates
+// window, and a Publisher asks the stream for each worker's last sequence before that
+// worker's first event and skips what the stream already holds, whatever the window.
+//
+// A replica consumes the stream with an ordered consumer from a start sequence and
+// applies each message with engine.Event.Cursor set to its stream sequence. All
+// workers interleave in one stream, so the replica's resume point is the stream
+// sequence of the last message applied (LastApplied); it also keeps each worker's
+// last sequence and skips a message whose sequence it has already applied, so that
+// no event is applied twice. Snapshot writes the index (engine.WriteSnapshot), the
+// resume point and the worker sequences in one checksummed file; Start restores from
+// it and consumes from the next message, or replays the whole stream when the file is
+// refused (ErrSnapshot: truncated, corrupted, written for another stream, or older
+// than the stream's retention).
+//
+// Every replica applies the same messages in the same order, so replicas converge to
+// identical state (byte-identical engine snapshots).
+package fabric

@@ -1,0 +1,391 @@
+package fabric
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+const testModel = "org/model 7B"
+
+// TestReplicasMatchModel: a relay publishes a random history, two replicas (one of
+// them restricted to the model's subjects) consume it and answer every query as the
+// reference model does, with byte-identical snapshots.
+func TestReplicasMatchModel(t *testing.T) {
+	ctx := testCtx(t)
+	ns := startNATS(t)
+	nc := ns.connect(t)
+	h := randomHistory(1, 3000)
+	sc := StreamConfig{Memory: true}
+	p := newPublisher(t, ctx, nc, PublisherConfig{Stream: sc})
+	a := newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc}, "")
+	b := newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc, Models: []string{testModel}}, "")
+	n, err := PublishOps(ctx, p, testModel, h.ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := streamLast(t, ctx, nc, DefaultStream)
+	if last != uint64(n) {
+		t.Fatalf("stream holds %d messages, published %d", last, n)
+	}
+	m := h.model(len(h.ops))
+	for _, r := range []*Replica{a, b} {
+		if err := r.WaitFor(ctx, last); err != nil {
+			t.Fatal(err)
+		}
+		checkModel(t, r.Engine(), h, m)
+		if st := r.Stats(); st.Applied != uint64(n) || st.Duplicates != 0 || st.Malformed != 0 || st.Gaps != 0 {
+			t.Fatalf("stats %+v, want %d applied", st, n)
+		}
+	}
+	if !bytes.Equal(engineBytes(t, a.Engine()), engineBytes(t, b.Engine())) {
+		t.Fatal("replicas' snapshots differ")
+	}
+	// A replica of another model sees nothing.
+	c := newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc, Models: []string{"other"}}, "")
+	if st := c.Engine().Stats(); st.Workers != 0 {
+		t.Fatalf("replica of another model holds %d workers", st.Workers)
+	}
+}
+
+// TestRestartFromSnapshot: a replica stopped mid-stream and restarted from its
+// snapshot equals a replica that never stopped, and re-applies nothing.
+func TestRestartFromSnapshot(t *testing.T) {
+	ctx := testCtx(t)
+	ns := startNATS(t)
+	nc := ns.connect(t)
+	h := randomHistory(2, 3000)
+	sc := StreamConfig{Memory: true}
+	p := newPublisher(t, ctx, nc, PublisherConfig{Stream: sc})
+	steady := newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc}, "")
+	snap := filepath.Join(t.TempDir(), "replica.snap")
+
+	half := len(h.ops) / 2
+	if _, err := PublishOps(ctx, p, testModel, h.ops[:half]); err != nil {
+		t.Fatal(err)
+	}
+	mid := streamLast(t, ctx, nc, DefaultStream)
+	r1 := NewReplica(ns.connect(t), ReplicaConfig{Stream: sc})
+	if err := r1.Start(ctx, snap); err != nil { // no file yet: full replay
+		t.Fatal(err)
+	}
+	if err := r1.WaitFor(ctx, mid); err != nil {
+		t.Fatal(err)
+	}
+	if err := r1.Snapshot(snap); err != nil {
+		t.Fatal(err)
+	}
+	r1.Close()
+
+	// The rest of the history, published by the same relay (numbering continues).
+	if _, err := PublishOps(ctx, p, testModel, h.ops); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.Skipped != uint64(half) {
+		t.Fatalf("publisher skipped %d, want %d", st.Skipped, half)
+	}
+	last := streamLast(t, ctx, nc, DefaultStream)
+	r2 := newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc}, snap)
+	st := r2.Stats()
+	if !st.Restored || st.SnapshotErr != nil || st.LastApplied != mid {
+		t.Fatalf("restart: %+v, want restored at %d", st, mid)
+	}
+	for _, r := range []*Replica{steady, r2} {
+		if err := r.WaitFor(ctx, last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := r2.Stats(); st.Applied != last-mid || st.Duplicates != 0 {
+		t.Fatalf("restarted replica applied %d (dups %d), want %d", st.Applied, st.Duplicates, last-mid)
+	}
+	if !bytes.Equal(engineBytes(t, steady.Engine()), engineBytes(t, r2.Engine())) {
+		t.Fatal("restarted replica differs from the steady one")
+	}
+	checkModel(t, r2.Engine(), h, h.model(len(h.ops)))
+}
+
+// TestRelayRestartNoDuplicates: a relay restarted from the start of its input adds
+// nothing to the stream, whether it asks the stream where each worker stands (resume)
+// or relies on the deduplication window alone.
+func TestRelayRestartNoDuplicates(t *testing.T) {
+	ctx := testCtx(t)
+	ns := startNATS(t)
+	h := randomHistory(3, 2000)
+	sc := StreamConfig{Memory: true}
+	part := len(h.ops) * 3 / 5
+	p1 := newPublisher(t, ctx, ns.connect(t), PublisherConfig{Stream: sc})
+	if _, err := PublishOps(ctx, p1, testModel, h.ops[:part]); err != nil {
+		t.Fatal(err)
+	}
+	// "Crash" mid-stream: a new relay on a new connection starts from the beginning.
+	p2 := newPublisher(t, ctx, ns.connect(t), PublisherConfig{Stream: sc})
+	if _, err := PublishOps(ctx, p2, testModel, h.ops); err != nil {
+		t.Fatal(err)
+	}
+	if st := p2.Stats(); st.Skipped != uint64(part) || st.Published != uint64(len(h.ops)-part) {
+		t.Fatalf("resuming relay: %+v", st)
+	}
+	// A relay without the resume check re-sends everything; the window drops it all.
+	p3 := newPublisher(t, ctx, ns.connect(t), PublisherConfig{Stream: sc, NoResume: true})
+	if _, err := PublishOps(ctx, p3, testModel, h.ops); err != nil {
+		t.Fatal(err)
+	}
+	if st := p3.Stats(); st.Duplicates != uint64(len(h.ops)) || st.Published != 0 {
+		t.Fatalf("non-resuming relay: %+v", st)
+	}
+	nc := ns.connect(t)
+	last := streamLast(t, ctx, nc, DefaultStream)
+	if last != uint64(len(h.ops)) {
+		t.Fatalf("stream holds %d messages for %d events", last, len(h.ops))
+	}
+	r := newReplica(t, ctx, nc, ReplicaConfig{Stream: sc}, "")
+	if err := r.WaitFor(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	checkModel(t, r.Engine(), h, h.model(len(h.ops)))
+}
+
+// TestReplicaSkipsDuplicates: messages the window let through twice (re-sent after
+// it expired) are applied once.
+func TestReplicaSkipsDuplicates(t *testing.T) {
+	ctx := testCtx(t)
+	ns := startNATS(t)
+	nc := ns.connect(t)
+	h := randomHistory(4, 1000)
+	sc := StreamConfig{Memory: true}
+	p := newPublisher(t, ctx, nc, PublisherConfig{Stream: sc})
+	if _, err := PublishOps(ctx, p, testModel, h.ops); err != nil {
+		t.Fatal(err)
+	}
+	// Re-send the history with no message ids (as if the window had expired).
+	js, _ := jetstream.New(nc)
+	seqs := map[string]uint64{}
+	var buf []byte
+	for i := range h.ops {
+		ev, _ := FromOp(&h.ops[i])
+		seqs[ev.Worker]++
+		buf = AppendMessage(buf[:0], &Message{WorkerSeq: seqs[ev.Worker], Event: ev})
+		if _, err := js.Publish(ctx, Subject(DefaultSubjectPrefix, testModel, ev.Worker), buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := js.Publish(ctx, Subject(DefaultSubjectPrefix, testModel, "junk"), []byte("junk")); err != nil {
+		t.Fatal(err)
+	}
+	last := streamLast(t, ctx, nc, DefaultStream)
+	r := newReplica(t, ctx, nc, ReplicaConfig{Stream: sc}, "")
+	if err := r.WaitFor(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.Stats(); st.Duplicates != uint64(len(h.ops)) || st.Malformed != 1 {
+		t.Fatalf("stats %+v, want %d duplicates and 1 malformed", st, len(h.ops))
+	}
+	checkModel(t, r.Engine(), h, h.model(len(h.ops)))
+}
+
+// TestBadSnapshotFallsBack: a truncated, corrupted or foreign snapshot is refused with
+// a clear error and the replica replays the stream in full.
+func TestBadSnapshotFallsBack(t *testing.T) {
+	ctx := testCtx(t)
+	ns := startNATS(t)
+	nc := ns.connect(t)
+	h := randomHistory(5, 1500)
+	sc := StreamConfig{Memory: true}
+	p := newPublisher(t, ctx, nc, PublisherConfig{Stream: sc})
+	if _, err := PublishOps(ctx, p, testModel, h.ops); err != nil {
+		t.Fatal(err)
+	}
+	last := streamLast(t, ctx, nc, DefaultStream)
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.snap")
+	r := newReplica(t, ctx, nc, ReplicaConfig{Stream: sc}, "")
+	if err := r.WaitFor(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Snapshot(good); err != nil {
+		t.Fatal(err)
+	}
+	want := engineBytes(t, r.Engine())
+	data, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipped := bytes.Clone(data)
+	flipped[len(flipped)/2] ^= 0x40
+	cases := map[string][]byte{
+		"truncated": data[:len(data)-7],
+		"corrupted": flipped,
+		"empty":     {},
+		"garbage":   []byte("not a snapshot at all"),
+	}
+	m := h.model(len(h.ops))
+	for name, b := range cases {
+		path := filepath.Join(dir, name+".snap")
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rr := newReplica(t, ctx, nc, ReplicaConfig{Stream: sc}, path)
+		st := rr.Stats()
+		if st.Restored || !errors.Is(st.SnapshotErr, ErrSnapshot) {
+			t.Fatalf("%s: restored %v, err %v", name, st.Restored, st.SnapshotErr)
+		}
+		t.Logf("%s: %v", name, st.SnapshotErr)
+		if err := rr.WaitFor(ctx, last); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(engineBytes(t, rr.Engine()), want) {
+			t.Fatalf("%s: full replay differs", name)
+		}
+		checkModel(t, rr.Engine(), h, m)
+		rr.Close()
+	}
+	// Every single-byte corruption and every truncation is refused (no panic).
+	for i := range data {
+		b := bytes.Clone(data)
+		b[i] ^= 1
+		if s, err := decodeSnapshot(b, r.cfg.Engine); !errors.Is(err, ErrSnapshot) {
+			s.eng.Close()
+			t.Fatalf("flip at %d accepted", i)
+		}
+		if s, err := decodeSnapshot(data[:i], r.cfg.Engine); !errors.Is(err, ErrSnapshot) {
+			s.eng.Close()
+			t.Fatalf("truncation at %d accepted", i)
+		}
+	}
+	// A snapshot of another stream (same name, re-created) is refused.
+	js, _ := jetstream.New(nc)
+	if err := js.DeleteStream(ctx, DefaultStream); err != nil {
+		t.Fatal(err)
+	}
+	p2 := newPublisher(t, ctx, nc, PublisherConfig{Stream: sc})
+	if _, err := PublishOps(ctx, p2, testModel, h.ops[:100]); err != nil {
+		t.Fatal(err)
+	}
+	rr := newReplica(t, ctx, nc, ReplicaConfig{Stream: sc}, good)
+	if st := rr.Stats(); st.Restored || !errors.Is(st.SnapshotErr, ErrSnapshot) {
+		t.Fatalf("foreign stream: %+v", st)
+	}
+	if err := rr.WaitFor(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	checkModel(t, rr.Engine(), h, h.model(100))
+}
+
+// TestFaults: with file storage, the NATS server is shut down and restarted, a relay
+// crashes and restarts from its input's beginning, and a replica is killed and restarted
+// from a snapshot, all mid-stream; afterwards every replica answers the reference
+// model's queries exactly, and nothing was lost or applied twice.
+func TestFaults(t *testing.T) {
+	ctx := testCtx(t)
+	ns := startNATS(t)
+	h := randomHistory(6, 4000)
+	sc := StreamConfig{} // file storage
+	snap := filepath.Join(t.TempDir(), "b.snap")
+
+	relay := func(ctx context.Context, ops int) (*Publisher, error) {
+		nc := ns.connect(t)
+		p, err := NewPublisher(ctx, nc, PublisherConfig{Stream: sc})
+		if err != nil {
+			return nil, err
+		}
+		_, err = PublishOps(ctx, p, testModel, h.ops[:ops])
+		nc.Close()
+		return p, err
+	}
+	// Relay 1 publishes the first third and crashes.
+	if _, err := relay(ctx, len(h.ops)/3); err != nil {
+		t.Fatal(err)
+	}
+	a := newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc}, "")
+	b := NewReplica(ns.connect(t), ReplicaConfig{Stream: sc})
+	if err := b.Start(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+
+	// Relay 2 starts over from the beginning of its input and runs to the end. At 40% of
+	// it the server goes down (the relay keeps retrying) and comes back; at 70% replica b
+	// writes a snapshot, is killed, and restarts from the snapshot while the relay goes on.
+	at40, down, at70, resume := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	var p2 *Publisher
+	var relayErr error
+	var relayReconnects uint64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		nc := ns.connect(t)
+		defer func() { relayReconnects = nc.Stats().Reconnects; nc.Close() }()
+		p2, relayErr = NewPublisher(ctx, nc, PublisherConfig{Stream: sc})
+		if relayErr != nil {
+			close(at40)
+			return
+		}
+		seqs := map[string]uint64{}
+		for i := range h.ops {
+			switch i {
+			case len(h.ops) * 4 / 10:
+				close(at40)
+				<-down
+			case len(h.ops) * 7 / 10:
+				close(at70)
+				<-resume
+			}
+			ev, _ := FromOp(&h.ops[i])
+			seqs[ev.Worker]++
+			if relayErr = p2.Publish(ctx, testModel, &ev, seqs[ev.Worker]); relayErr != nil {
+				return
+			}
+		}
+	}()
+	<-at40
+	ns.stop()
+	close(down)
+	ns.start()
+
+	<-at70
+	if err := b.WaitFor(ctx, uint64(len(h.ops)*6/10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Snapshot(snap); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	close(resume)
+	b = newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc}, snap)
+	if st := b.Stats(); !st.Restored {
+		t.Fatalf("b not restored: %v", st.SnapshotErr)
+	}
+
+	wg.Wait()
+	if relayErr != nil {
+		t.Fatal(relayErr)
+	}
+	t.Logf("relay 2: %+v", p2.Stats())
+	if relayReconnects == 0 {
+		t.Fatal("the relay never saw the server down")
+	}
+	nc := ns.connect(t)
+	last := streamLast(t, ctx, nc, DefaultStream)
+	if last != uint64(len(h.ops)) {
+		t.Fatalf("stream holds %d messages for %d events", last, len(h.ops))
+	}
+	m := h.model(len(h.ops))
+	for _, r := range []*Replica{a, b} {
+		if err := r.WaitFor(ctx, last); err != nil {
+			t.Fatal(err)
+		}
+		if st := r.Stats(); st.Duplicates != 0 || st.Gaps != 0 || st.Malformed != 0 {
+			t.Fatalf("stats %+v", st)
+		}
+		checkModel(t, r.Engine(), h, m)
+	}
+	if !bytes.Equal(engineBytes(t, a.Engine()), engineBytes(t, b.Engine())) {
+		t.Fatal("replicas differ")
+	}
+}

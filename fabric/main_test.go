@@ -1,0 +1,198 @@
+package fabric
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/oplog"
+	"github.com/kvindex/kvindex/internal/refmodel"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// natsServer is an in-process NATS server with JetStream in dir, on 127.0.0.1.
+type natsServer struct {
+	t    testing.TB
+	dir  string
+	port int
+	s    *server.Server
+}
+
+func startNATS(t testing.TB) *natsServer {
+	t.Helper()
+	ns := &natsServer{t: t, dir: t.TempDir(), port: -1}
+	ns.start()
+	t.Cleanup(ns.stop)
+	return ns
+}
+
+func (ns *natsServer) start() {
+	ns.t.Helper()
+	opts := &server.Options{
+		Host: "127.0.0.1", Port: ns.port, JetStream: true, StoreDir: ns.dir,
+		NoLog: true, NoSigs: true,
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		ns.t.Fatal(err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		s.WaitForShutdown()
+		ns.t.Fatal("nats server not ready")
+	}
+	ns.s = s
+	ns.port = s.Addr().(*net.TCPAddr).Port
+}
+
+func (ns *natsServer) stop() {
+	if ns.s != nil {
+		ns.s.Shutdown()
+		ns.s.WaitForShutdown()
+		ns.s = nil
+	}
+}
+
+func (ns *natsServer) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", ns.port) }
+
+// connect dials the server with unlimited fast reconnects; the connection is closed at
+// cleanup.
+func (ns *natsServer) connect(t testing.TB) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(ns.url(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
+		nats.ReconnectJitter(0, 0), nats.NoCallbacksAfterClientClose())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// history returns a random event history (queries stripped), the reference model
+// after it, and the distinct queries RandomOps drew for it.
+type history struct {
+	ops     []oplog.Op // events only
+	queries [][]uint64
+}
+
+func randomHistory(seed uint64, n int) history {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	all := refmodel.RandomOps(r, n, refmodel.RandomOptions{Workers: 6})
+	var h history
+	for _, op := range all {
+		if op.Kind == oplog.Query {
+			h.queries = append(h.queries, op.Content)
+		} else {
+			h.ops = append(h.ops, op)
+		}
+	}
+	return h
+}
+
+// model applies the first n events of h to a reference model.
+func (h history) model(n int) *refmodel.Model {
+	m := refmodel.New()
+	for i := range h.ops[:n] {
+		_ = m.Apply(&h.ops[i]) // rejections are part of the history
+	}
+	return m
+}
+
+// checkModel asks e every query of h and compares with the model.
+func checkModel(t testing.TB, e *engine.Engine, h history, m *refmodel.Model) {
+	t.Helper()
+	ctx := context.Background()
+	if err := e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bad := 0
+	for _, q := range h.queries {
+		got, err := e.FindMatches(ctx, q, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := m.Query(q)
+		ok := len(got) == len(want)
+		for i := 0; ok && i < len(got); i++ {
+			ok = got[i].Worker == want[i].Worker && got[i].Score == want[i].Score && got[i].Size == want[i].Size
+		}
+		if !ok {
+			if bad++; bad <= 3 {
+				t.Errorf("query %v:\n got  %+v\n want %+v", q, got, want)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d queries differ from the reference model", bad, len(h.queries))
+	}
+}
+
+// streamLast returns the stream's last sequence.
+func streamLast(t testing.TB, ctx context.Context, nc *nats.Conn, name string) uint64 {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.LastSeq
+}
+
+func engineBytes(t testing.TB, e *engine.Engine) []byte {
+	t.Helper()
+	if err := e.Barrier(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var b bytesBuffer
+	if err := e.WriteSnapshot(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.b
+}
+
+type bytesBuffer struct{ b []byte }
+
+func (w *bytesBuffer) Write(p []byte) (int, error) { w.b = append(w.b, p...); return len(p), nil }
+
+func newReplica(t testing.TB, ctx context.Context, nc *nats.Conn, cfg ReplicaConfig, snap string) *Replica {
+	t.Helper()
+	r := NewReplica(nc, cfg)
+	t.Cleanup(func() { r.Close() })
+	if err := r.Start(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func newPublisher(t testing.TB, ctx context.Context, nc *nats.Conn, cfg PublisherConfig) *Publisher {
+	t.Helper()
+	p, err := NewPublisher(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

@@ -1,0 +1,309 @@
+package fabric
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvindex/kvindex/engine"
+)
+
+// DefaultStream is the name of the event stream.
+const DefaultStream = "KVINDEX"
+
+// DefaultDuplicates is the stream's deduplication window.
+const DefaultDuplicates = 2 * time.Minute
+
+// StreamConfig describes the event stream. Zero fields take their defaults.
+type StreamConfig struct {
+	// Name of the stream. Default DefaultStream.
+	Name string
+	// SubjectPrefix of the subjects; the stream holds SubjectPrefix.>. Default
+	// DefaultSubjectPrefix.
+	SubjectPrefix string
+	// Memory keeps the stream in memory instead of files (tests).
+	Memory bool
+	// Duplicates is the deduplication window for message ids. Default
+	// DefaultDuplicates.
+	Duplicates time.Duration
+	// MaxAge and MaxBytes bound the stream's retention (0: unbounded). A replica that
+	// restarts from a snapshot older than the oldest message left must replay fully.
+	MaxAge   time.Duration
+	MaxBytes int64
+	// Replicas is the stream's replication factor in a NATS cluster. Default 1.
+	Replicas int
+}
+
+func (c StreamConfig) withDefaults() StreamConfig {
+	if c.Name == "" {
+		c.Name = DefaultStream
+	}
+	if c.SubjectPrefix == "" {
+		c.SubjectPrefix = DefaultSubjectPrefix
+	}
+	if c.Duplicates == 0 {
+		c.Duplicates = DefaultDuplicates
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	return c
+}
+
+// EnsureStream creates the stream if missing (or updates its limits) and returns it.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (jetstream.Stream, error) {
+	c = c.withDefaults()
+	sc := jetstream.StreamConfig{
+		Name:       c.Name,
+		Subjects:   []string{c.SubjectPrefix + ".>"},
+		Storage:    jetstream.FileStorage,
+		Duplicates: c.Duplicates,
+		MaxAge:     c.MaxAge,
+		MaxBytes:   c.MaxBytes,
+		Replicas:   c.Replicas,
+		Retention:  jetstream.LimitsPolicy,
+		Discard:    jetstream.DiscardOld,
+	}
+	if c.MaxBytes == 0 {
+		sc.MaxBytes = -1
+	}
+	if c.Memory {
+		sc.Storage = jetstream.MemoryStorage
+	}
+	s, err := js.CreateOrUpdateStream(ctx, sc)
+	if err != nil {
+		return nil, fmt.Errorf("fabric: stream %s: %w", c.Name, err)
+	}
+	return s, nil
+}
+
+// PublisherConfig configures a Publisher.
+type PublisherConfig struct {
+	Stream StreamConfig
+	// NoResume turns off the per-worker resume check (the stream is asked for each
+	// worker's last sequence on its first event); duplicates are then only caught by
+	// the stream's deduplication window. Tests use it to exercise that window.
+	NoResume bool
+	// AttemptTimeout bounds one publish attempt. Default 2s. A failed attempt is
+	// retried (the message id makes retries idempotent) until the context ends.
+	AttemptTimeout time.Duration
+	// Logger receives retries. Default: discard.
+	Logger *slog.Logger
+}
+
+// PublisherStats counts what a Publisher did.
+type PublisherStats struct {
+	// Published counts messages the stream stored; Duplicates those it acknowledged as
+	// duplicates of stored ones (dedup window); Skipped those not sent at all because the
+	// stream already held the worker's sequence; Retries failed attempts.
+	Published, Duplicates, Skipped, Retries uint64
+}
+
+// Publisher publishes normalised engine events to the stream (the relay side). It is
+// safe for concurrent use; events of one worker must be published in order, from one
+// goroutine at a time.
+type Publisher struct {
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	cfg    PublisherConfig
+
+	mu    sync.Mutex
+	last  map[string]uint64 // subject -> highest worker sequence the stream holds
+	stats PublisherStats
+	bufs  sync.Pool
+}
+
+// NewPublisher ensures the stream exists and returns a Publisher on nc.
+func NewPublisher(ctx context.Context, nc *nats.Conn, cfg PublisherConfig) (*Publisher, error) {
+	cfg.Stream = cfg.Stream.withDefaults()
+	if cfg.AttemptTimeout == 0 {
+		cfg.AttemptTimeout = 2 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	p := &Publisher{js: js, cfg: cfg, last: map[string]uint64{}}
+	err = p.retry(ctx, func(actx context.Context) error {
+		s, err := EnsureStream(actx, js, cfg.Stream)
+		p.stream = s
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Stats returns the publisher's counters.
+func (p *Publisher) Stats() PublisherStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stats
+}
+
+// retry runs f with a per-attempt timeout until it succeeds, fails permanently or ctx
+// ends.
+func (p *Publisher) retry(ctx context.Context, f func(context.Context) error) error {
+	wait := 10 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
+		err := f(actx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("fabric: publish: %w (last error: %v)", ctx.Err(), err)
+		}
+		if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, ErrMalformed) || errors.Is(err, nats.ErrMaxPayload) {
+			return err
+		}
+		p.mu.Lock()
+		p.stats.Retries++
+		p.mu.Unlock()
+		p.cfg.Logger.Debug("publish attempt failed; retrying", "err", err, "wait", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("fabric: publish: %w (last error: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// lastSeq returns the highest sequence of subj the stream holds, asking it once.
+func (p *Publisher) lastSeq(ctx context.Context, subj string) (uint64, error) {
+	p.mu.Lock()
+	v, ok := p.last[subj]
+	p.mu.Unlock()
+	if ok || p.cfg.NoResume {
+		return v, nil
+	}
+	err := p.retry(ctx, func(actx context.Context) error {
+		raw, err := p.stream.GetLastMsgForSubject(actx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			v = 0
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var m Message
+		if err := DecodeMessage(raw.Data, &m); err != nil {
+			return fmt.Errorf("last message of %s: %w", subj, err)
+		}
+		v = m.WorkerSeq
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	p.mu.Lock()
+	if cur, ok := p.last[subj]; !ok || cur < v {
+		p.last[subj] = v
+	}
+	v = p.last[subj]
+	p.mu.Unlock()
+	return v, nil
+}
+
+// Next returns the sequence the next event of worker (under model) should carry: one
+// past the highest the stream holds. Relays that have no sequence of their own (a
+// ZeroMQ subscriber) number events with it.
+func (p *Publisher) Next(ctx context.Context, model, worker string) (uint64, error) {
+	v, err := p.lastSeq(ctx, Subject(p.cfg.Stream.SubjectPrefix, model, worker))
+	return v + 1, err
+}
+
+// Publish publishes ev as the workerSeq-th event of its worker under model. An event
+// whose sequence the stream already holds is skipped (a restarted relay re-sending its
+// history); a retried or re-sent message carries the same id, so the stream's
+// deduplication window drops it. Sequences of one worker must increase; 0 publishes
+// an unnumbered event (never skipped, never deduplicated). Publish retries until the
+// stream acknowledges or ctx ends.
+func (p *Publisher) Publish(ctx context.Context, model string, ev *engine.Event, workerSeq uint64) error {
+	if ev.Worker == "" {
+		return fmt.Errorf("%w: empty worker", ErrMalformed)
+	}
+	subj := Subject(p.cfg.Stream.SubjectPrefix, model, ev.Worker)
+	if workerSeq != 0 {
+		last, err := p.lastSeq(ctx, subj)
+		if err != nil {
+			return err
+		}
+		if workerSeq <= last {
+			p.mu.Lock()
+			p.stats.Skipped++
+			p.mu.Unlock()
+			return nil
+		}
+	}
+	bp, _ := p.bufs.Get().(*[]byte)
+	if bp == nil {
+		bp = new([]byte)
+	}
+	defer p.bufs.Put(bp)
+	m := Message{WorkerSeq: workerSeq, Event: *ev}
+	m.Event.Cursor = 0
+	*bp = AppendMessage((*bp)[:0], &m)
+	msg := &nats.Msg{Subject: subj, Data: *bp, Header: nats.Header{}}
+	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(p.cfg.Stream.Name)}
+	if workerSeq != 0 {
+		opts = append(opts, jetstream.WithMsgID(MsgID(ev.Worker, workerSeq)))
+	}
+	var ack *jetstream.PubAck
+	err := p.retry(ctx, func(actx context.Context) error {
+		a, err := p.js.PublishMsg(actx, msg, opts...)
+		ack = a
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	if ack.Duplicate {
+		p.stats.Duplicates++
+	} else {
+		p.stats.Published++
+	}
+	if workerSeq != 0 && !p.cfg.NoResume {
+		p.last[subj] = workerSeq
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// Index returns a subscriber.Index (anything with Apply(*engine.Event) error) that
+// publishes each event applied to it under model, numbered with Next. It lets a
+// ZeroMQ subscriber feed the stream instead of a local engine.
+func (p *Publisher) Index(ctx context.Context, model string) *IndexAdapter {
+	return &IndexAdapter{p: p, ctx: ctx, model: model}
+}
+
+// IndexAdapter adapts a Publisher to subscriber.Index.
+type IndexAdapter struct {
+	p     *Publisher
+	ctx   context.Context
+	model string
+}
+
+// Apply publishes ev as its worker's next event.
+func (a *IndexAdapter) Apply(ev *engine.Event) error {
+	seq, err := a.p.Next(a.ctx, a.model, ev.Worker)
+	if err != nil {
+		return err
+	}
+	return a.p.Publish(a.ctx, a.model, ev, seq)
+}

@@ -1,0 +1,285 @@
+package fabric
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvindex/kvindex/engine"
+)
+
+// ReplicaConfig configures a Replica. Zero fields take their defaults.
+type ReplicaConfig struct {
+	// Stream names the stream and its subject prefix (only Name and SubjectPrefix are
+	// used: a replica never creates the stream).
+	Stream StreamConfig
+	// Models, when not empty, restricts the replica to these models' subjects (a
+	// replica per model group); empty follows every model.
+	Models []string
+	// Engine configures the index.
+	Engine engine.Config
+	// MaxSnapshotBytes bounds a snapshot file read by Start. Default 0: no bound.
+	MaxSnapshotBytes int64
+	// Logger receives snapshot fallbacks and consumer errors. Default: discard.
+	Logger *slog.Logger
+}
+
+// ReplicaStats counts what a Replica did.
+type ReplicaStats struct {
+	// LastApplied is the stream sequence of the last message applied (or skipped).
+	LastApplied uint64
+	// Applied counts messages applied to the engine (Rejected of them refused by it
+	// as contract violations: parent not found, invalid); Duplicates counts messages
+	// skipped because their worker sequence was already applied; Malformed counts
+	// undecodable messages (skipped).
+	Applied, Rejected, Duplicates, Malformed uint64
+	// Gaps counts messages whose worker sequence was more than one past the last.
+	Gaps uint64
+	// Restored says Start loaded a snapshot; SnapshotErr is why a snapshot was refused
+	// (the replica then replayed the stream from its start).
+	Restored    bool
+	SnapshotErr error
+}
+
+// Replica is a router's copy of the index fed from the stream (the serve side). It
+// consumes the stream with an ordered consumer, applies each message in stream order
+// with Cursor set to the message's stream sequence, and tracks each worker's sequence
+// so a message applied once is never applied again.
+type Replica struct {
+	nc  *nats.Conn
+	cfg ReplicaConfig
+
+	// mu serialises applying messages, Snapshot and Close.
+	mu        sync.Mutex
+	eng       *engine.Engine
+	workerSeq map[string]uint64
+	stats     ReplicaStats
+	created   time.Time // the stream's creation time (identifies it across re-creation)
+	closed    bool
+	fatal     error
+	msg       Message
+
+	last atomic.Uint64
+	cc   jetstream.ConsumeContext
+}
+
+// NewReplica returns a Replica on nc; Start starts it.
+func NewReplica(nc *nats.Conn, cfg ReplicaConfig) *Replica {
+	cfg.Stream = cfg.Stream.withDefaults()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Replica{nc: nc, cfg: cfg, workerSeq: map[string]uint64{}}
+}
+
+// Start builds the index and starts consuming. With snapshotPath set and the file
+// present, the index is restored from it and the stream consumed from the position it
+// records; a snapshot that is truncated, corrupted, from another stream or older than
+// the stream's oldest message is refused (Stats().SnapshotErr says why) and the stream
+// is replayed from its start instead. A missing file is not an error.
+func (r *Replica) Start(ctx context.Context, snapshotPath string) error {
+	js, err := jetstream.New(r.nc)
+	if err != nil {
+		return err
+	}
+	stream, err := js.Stream(ctx, r.cfg.Stream.Name)
+	if err != nil {
+		return fmt.Errorf("fabric: stream %s: %w", r.cfg.Stream.Name, err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("fabric: stream %s: %w", r.cfg.Stream.Name, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.eng != nil || r.closed {
+		return errors.New("fabric: Replica.Start called twice")
+	}
+	r.created = info.Created
+	if snapshotPath != "" {
+		snap, err := readSnapshot(snapshotPath, r.cfg.Engine, r.cfg.MaxSnapshotBytes)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err == nil && !snap.created.Equal(info.Created):
+			snap.eng.Close()
+			err = fmt.Errorf("%w: written for another stream (created %v, stream created %v)", ErrSnapshot, snap.created, info.Created)
+		case err == nil && snap.last+1 < info.State.FirstSeq:
+			snap.eng.Close()
+			err = fmt.Errorf("%w: resumes at %d, the stream's oldest message is %d", ErrSnapshot, snap.last+1, info.State.FirstSeq)
+		case err == nil:
+			r.eng, r.workerSeq, r.stats.Restored = snap.eng, snap.workers, true
+			r.stats.LastApplied = snap.last
+			r.last.Store(snap.last)
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			r.stats.SnapshotErr = err
+			r.cfg.Logger.Warn("snapshot refused; replaying the stream", "path", snapshotPath, "err", err)
+		}
+	}
+	if r.eng == nil {
+		if r.eng, err = engine.New(r.cfg.Engine); err != nil {
+			return err
+		}
+	}
+	if !r.stats.Restored && info.State.FirstSeq > 1 {
+		r.cfg.Logger.Warn("stream retention dropped its first messages: replay is incomplete", "first_seq", info.State.FirstSeq)
+	}
+	occ := jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:   r.last.Load() + 1,
+	}
+	for _, m := range r.cfg.Models {
+		occ.FilterSubjects = append(occ.FilterSubjects, r.cfg.Stream.SubjectPrefix+"."+Token(m)+".>")
+	}
+	cons, err := js.OrderedConsumer(ctx, r.cfg.Stream.Name, occ)
+	if err != nil {
+		return fmt.Errorf("fabric: consumer: %w", err)
+	}
+	cc, err := cons.Consume(r.handle, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		r.cfg.Logger.Debug("consumer", "err", err)
+	}), jetstream.PullHeartbeat(time.Second), jetstream.PullExpiry(5*time.Second))
+	if err != nil {
+		return fmt.Errorf("fabric: consume: %w", err)
+	}
+	r.cc = cc
+	return nil
+}
+
+func (r *Replica) handle(msg jetstream.Msg) {
+	meta, err := msg.Metadata()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || r.fatal != nil {
+		return
+	}
+	if err != nil {
+		r.cfg.Logger.Warn("message without metadata", "err", err)
+		return
+	}
+	seq := meta.Sequence.Stream
+	if seq <= r.stats.LastApplied {
+		return // redelivered after a consumer reset
+	}
+	r.apply(seq, msg.Data())
+}
+
+// apply applies the message at stream sequence seq. r.mu is held.
+func (r *Replica) apply(seq uint64, data []byte) {
+	defer func() {
+		r.stats.LastApplied = seq
+		r.last.Store(seq)
+	}()
+	m := &r.msg
+	if err := DecodeMessage(data, m); err != nil {
+		r.stats.Malformed++
+		r.cfg.Logger.Warn("undecodable message skipped", "seq", seq, "err", err)
+		return
+	}
+	ev := &m.Event
+	if ws := m.WorkerSeq; ws != 0 {
+		last := r.workerSeq[ev.Worker]
+		if ws <= last {
+			r.stats.Duplicates++
+			return
+		}
+		if ws > last+1 && last != 0 {
+			r.stats.Gaps++
+		}
+		r.workerSeq[ev.Worker] = ws
+	}
+	ev.Cursor = seq
+	err := r.eng.Apply(ev)
+	r.stats.Applied++
+	switch {
+	case err == nil:
+	case errors.Is(err, engine.ErrParentNotFound), errors.Is(err, engine.ErrInvalidEvent):
+		r.stats.Rejected++
+	default:
+		r.fatal = err
+		r.cfg.Logger.Error("index failed; replica stopped", "err", err)
+	}
+}
+
+// Engine returns the index (nil before Start). Queries may run at any time.
+func (r *Replica) Engine() *engine.Engine {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.eng
+}
+
+// LastApplied returns the stream sequence of the last message applied.
+func (r *Replica) LastApplied() uint64 { return r.last.Load() }
+
+// Err returns the index failure that stopped the replica, if any.
+func (r *Replica) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fatal
+}
+
+// Stats returns the replica's counters.
+func (r *Replica) Stats() ReplicaStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stats
+}
+
+// WaitFor waits until the replica has applied stream sequence seq, ctx ends or the
+// replica fails.
+func (r *Replica) WaitFor(ctx context.Context, seq uint64) error {
+	wait := time.Millisecond
+	for r.last.Load() < seq {
+		if err := r.Err(); err != nil {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("fabric: waiting for %d (at %d): %w", seq, r.last.Load(), ctx.Err())
+		case <-t.C:
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+	return nil
+}
+
+// Snapshot writes a consistent snapshot of the replica to path (atomically: temp
+// file, fsync, rename): the index, the stream position it reflects and each worker's
+// sequence. Messages wait while it is written.
+func (r *Replica) Snapshot(path string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.eng == nil || r.closed {
+		return errors.New("fabric: snapshot of a replica not running")
+	}
+	return writeSnapshot(path, &snapshot{
+		eng: r.eng, last: r.stats.LastApplied, created: r.created, workers: r.workerSeq,
+	})
+}
+
+// Close stops consuming and closes the index. It does not close the connection.
+func (r *Replica) Close() error {
+	if r.cc != nil {
+		r.cc.Stop()
+		<-r.cc.Closed()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	if r.eng != nil {
+		return r.eng.Close()
+	}
+	return nil
+}

@@ -1,0 +1,198 @@
+package fabric
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/kvindex/kvindex/engine"
+)
+
+// ErrSnapshot wraps every reason a replica snapshot is refused (engine.ErrSnapshot
+// too, for the index part).
+var ErrSnapshot = errors.New("fabric: snapshot refused")
+
+const (
+	snapMagic   = "KVFABSN\x00"
+	snapVersion = 1
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+type snapshot struct {
+	eng     *engine.Engine
+	last    uint64
+	created time.Time
+	workers map[string]uint64
+}
+
+// encodeSnapshot lays a replica snapshot out as
+//
+//	magic | version u32 | last u64 | created unix-nanos i64 | nworkers u32 |
+//	(len u32, name, seq u64)* sorted by name | engine snapshot length u64 |
+//	engine snapshot (engine.WriteSnapshot) | CRC-32C of all the above u32
+//
+// all little-endian.
+func encodeSnapshot(s *snapshot) ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString(snapMagic)
+	le := binary.LittleEndian
+	var tmp []byte
+	tmp = le.AppendUint32(tmp, snapVersion)
+	tmp = le.AppendUint64(tmp, s.last)
+	tmp = le.AppendUint64(tmp, uint64(s.created.UnixNano()))
+	names := make([]string, 0, len(s.workers))
+	for n := range s.workers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	tmp = le.AppendUint32(tmp, uint32(len(names)))
+	for _, n := range names {
+		tmp = le.AppendUint32(tmp, uint32(len(n)))
+		tmp = append(tmp, n...)
+		tmp = le.AppendUint64(tmp, s.workers[n])
+	}
+	b.Write(tmp)
+	lenAt := b.Len()
+	b.Write(make([]byte, 8))
+	if err := s.eng.WriteSnapshot(&b); err != nil {
+		return nil, err
+	}
+	out := b.Bytes()
+	le.PutUint64(out[lenAt:], uint64(len(out)-lenAt-8))
+	return le.AppendUint32(out, crc32.Checksum(out, castagnoli)), nil
+}
+
+func writeSnapshot(path string, s *snapshot) (err error) {
+	data, err := encodeSnapshot(s)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	if d, derr := os.Open(dir); derr == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// readSnapshot reads and verifies a replica snapshot and restores its index. Errors
+// wrap ErrSnapshot, except a missing file (os.ErrNotExist).
+func readSnapshot(path string, cfg engine.Config, maxBytes int64) (*snapshot, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %v", ErrSnapshot, err)
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if maxBytes > 0 {
+		r = io.LimitReader(f, maxBytes+1)
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSnapshot, err)
+	}
+	if maxBytes > 0 && int64(len(data)) > maxBytes {
+		return nil, fmt.Errorf("%w: larger than %d bytes", ErrSnapshot, maxBytes)
+	}
+	return decodeSnapshot(data, cfg)
+}
+
+func decodeSnapshot(data []byte, cfg engine.Config) (*snapshot, error) {
+	bad := func(format string, args ...any) (*snapshot, error) {
+		return nil, fmt.Errorf("%w: %s", ErrSnapshot, fmt.Sprintf(format, args...))
+	}
+	if len(data) < len(snapMagic)+4+4 {
+		return bad("truncated (%d bytes)", len(data))
+	}
+	body := data[:len(data)-4]
+	le := binary.LittleEndian
+	if string(body[:len(snapMagic)]) != snapMagic {
+		return bad("not a kvindex replica snapshot")
+	}
+	if crc32.Checksum(body, castagnoli) != le.Uint32(data[len(data)-4:]) {
+		return bad("checksum mismatch (truncated or corrupted)")
+	}
+	p := body[len(snapMagic):]
+	take := func(n uint64) []byte {
+		if uint64(len(p)) < n {
+			return nil
+		}
+		v := p[:n]
+		p = p[n:]
+		return v
+	}
+	hdr := take(4 + 8 + 8 + 4)
+	if hdr == nil {
+		return bad("truncated header")
+	}
+	if v := le.Uint32(hdr); v != snapVersion {
+		return bad("version %d, this build reads version %d", v, snapVersion)
+	}
+	s := &snapshot{
+		last:    le.Uint64(hdr[4:]),
+		created: time.Unix(0, int64(le.Uint64(hdr[12:]))),
+		workers: map[string]uint64{},
+	}
+	n := le.Uint32(hdr[20:])
+	for i := uint32(0); i < n; i++ {
+		l := take(4)
+		if l == nil {
+			return bad("truncated worker table")
+		}
+		name := take(uint64(le.Uint32(l)))
+		seq := take(8)
+		if name == nil || seq == nil {
+			return bad("truncated worker table")
+		}
+		s.workers[string(name)] = le.Uint64(seq)
+	}
+	l := take(8)
+	if l == nil || le.Uint64(l) != uint64(len(p)) {
+		return bad("index length does not match")
+	}
+	eng, err := engine.Restore(cfg, bytes.NewReader(p), 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSnapshot, err)
+	}
+	for w, c := range eng.Cursors() {
+		if c > s.last {
+			eng.Close()
+			return bad("worker %q at stream sequence %d, past the snapshot's %d", w, c, s.last)
+		}
+	}
+	s.eng = eng
+	return s, nil
+}
