@@ -332,6 +332,8 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 		state := "unknown"
 		if sub := s.byWorker[f.Worker]; sub != nil {
 			state = sub.Status().State.String()
+		} else if s.external {
+			state = "replicated" // fed by another process (a relay), which vouches for it
 		}
 		resp.Matches = append(resp.Matches, Match{Worker: f.Worker, Score: f.Score, Size: f.Size, State: state})
 	}
@@ -356,7 +358,7 @@ func (s *Server) pick(m *model, policy string, matches []Match) *Pick {
 	if policy == PolicyLongestPrefix {
 		best := -1
 		for i, mt := range matches {
-			if sub := s.byWorker[mt.Worker]; sub == nil || !eligible(sub.Status().State) {
+			if sub := s.byWorker[mt.Worker]; (sub == nil && !s.external) || (sub != nil && !eligible(sub.Status().State)) {
 				continue
 			}
 			if best < 0 || mt.Score > matches[best].Score ||

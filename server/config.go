@@ -79,8 +79,11 @@ type Config struct {
 	ResyncInterval Duration `json:"resync_interval,omitempty"`
 	// Index configures the engine (zero: engine defaults).
 	Index IndexConfig `json:"index,omitzero"`
-	// Engines are the publishers to follow. At least one.
+	// Engines are the publishers to follow. At least one, unless Models is set.
 	Engines []EngineConfig `json:"engines"`
+	// Models names models served without ZeroMQ engines, with their block sizes: their
+	// events reach the index another way (kvindex serve --nats: a JetStream stream).
+	Models map[string]int `json:"models,omitempty"`
 }
 
 // IndexConfig is the engine's configuration (see engine.Config).
@@ -242,8 +245,13 @@ func (c Config) plan() ([]publisher, error) {
 	case q != 0 && (q < 2 || q > engine.MaxQueueSize || q&(q-1) != 0):
 		return nil, bad("index.queue_size %d: want 0 or a power of two in 2..%d", q, engine.MaxQueueSize)
 	}
-	if len(c.Engines) == 0 {
-		return nil, bad("engines: at least one engine is required")
+	if len(c.Engines) == 0 && len(c.Models) == 0 {
+		return nil, bad("engines: at least one engine (or a models entry) is required")
+	}
+	for name, bs := range c.Models {
+		if err := hash.CheckBlockSize(bs); err != nil {
+			return nil, bad("models[%q]: %v", name, err)
+		}
 	}
 	var out []publisher
 	workers := map[string]int{}
@@ -256,6 +264,9 @@ func (c Config) plan() ([]publisher, error) {
 		}
 		if err := hash.CheckBlockSize(e.BlockSize); err != nil {
 			return nil, bad("%s.block_size: %v", where, err)
+		}
+		if bs, ok := c.Models[e.Model]; ok && bs != e.BlockSize {
+			return nil, bad("%s: model %q has block size %d in models", where, e.Model, bs)
 		}
 		if bs, ok := modelBS[e.Model]; ok && bs != e.BlockSize {
 			return nil, bad("%s: model %q has block size %d here and %d elsewhere", where, e.Model, e.BlockSize, bs)

@@ -28,6 +28,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Listener, when set, serves the API instead of listening on Config.Listen.
 	Listener net.Listener
+	// Index, when set, is the engine to serve instead of a new one; its events come from
+	// elsewhere too (a NATS replica), and Shutdown leaves it open for its owner.
+	Index *engine.Engine
+	// Ready, when set, must also report true before /readyz does (a replica that has
+	// caught up with its stream).
+	Ready func() bool
 }
 
 // WorkerSizer reports how many blocks a worker holds. The index implements it when it
@@ -71,6 +77,11 @@ type Server struct {
 	wg       sync.WaitGroup
 	errc     chan error
 
+	// external is set when the engine belongs to the caller (Options.Index); extReady is
+	// Options.Ready.
+	external bool
+	extReady func() bool
+
 	started  atomic.Bool
 	draining atomic.Bool
 	ready    atomic.Bool
@@ -91,11 +102,16 @@ func New(cfg Config, opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	eng, err := engine.New(engine.Config{Shards: cfg.Index.Shards, JumpSize: cfg.Index.JumpSize, QueueSize: cfg.Index.QueueSize})
-	if err != nil {
-		return nil, fmt.Errorf("%w: index: %v", ErrConfig, err)
+	eng := opts.Index
+	if eng == nil {
+		eng, err = engine.New(engine.Config{Shards: cfg.Index.Shards, JumpSize: cfg.Index.JumpSize, QueueSize: cfg.Index.QueueSize})
+		if err != nil {
+			return nil, fmt.Errorf("%w: index: %v", ErrConfig, err)
+		}
 	}
 	s := &Server{
+		external: opts.Index != nil,
+		extReady: opts.Ready,
 		cfg:      cfg,
 		log:      log,
 		eng:      eng,
@@ -110,7 +126,9 @@ func New(cfg Config, opts Options) (*Server, error) {
 		sc.Logger = log.With("worker", sc.Worker)
 		sub, err := subscriber.New(sc)
 		if err != nil {
-			eng.Close()
+			if opts.Index == nil {
+				eng.Close()
+			}
 			return nil, err
 		}
 		s.subs = append(s.subs, sub)
@@ -121,6 +139,11 @@ func New(cfg Config, opts Options) (*Server, error) {
 			s.models[sc.Model] = m
 		}
 		m.subs = append(m.subs, sub)
+	}
+	for name, bs := range cfg.Models {
+		if s.models[name] == nil {
+			s.models[name] = &model{name: name, blockSize: bs}
+		}
 	}
 	for _, m := range s.models {
 		slices.SortFunc(m.subs, func(a, b *subscriber.Subscriber) int {
@@ -250,8 +273,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			s.stopSubs()
 		}
 		s.wg.Wait()
-		if err := s.eng.Close(); err != nil {
-			errs = append(errs, err)
+		if !s.external {
+			if err := s.eng.Close(); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		s.shutErr = errors.Join(errs...)
 		s.log.Info("stopped")
@@ -277,6 +302,9 @@ func (s *Server) isReady() (bool, []string) {
 		return true, nil
 	}
 	var waiting []string
+	if s.extReady != nil && !s.extReady() {
+		waiting = append(waiting, "index feed")
+	}
 	for _, sub := range s.subs {
 		if !sub.Status().Synced {
 			waiting = append(waiting, sub.Worker())

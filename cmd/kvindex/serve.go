@@ -14,7 +14,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/fabric"
 	"github.com/kvindex/kvindex/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 func init() {
@@ -96,6 +100,11 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	maxBody := fs.Int64("max-body", 0, "largest request body in bytes (default 1 MiB)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	check := fs.Bool("check", false, "validate the configuration, print it and exit")
+	natsURL := fs.String("nats", "", "follow a kvindex relay's JetStream stream at this NATS URL instead of (or besides) ZeroMQ engines")
+	stream := fs.String("stream", "", "with --nats: the stream name (default "+fabric.DefaultStream+")")
+	modelsFlag := fs.String("models", "", "with --nats: models served from the stream and their block sizes, as NAME=BLOCKSIZE,...")
+	snapshot := fs.String("snapshot", "", "with --nats: snapshot file: restored at start (a bad one falls back to a full replay), written every --snapshot-interval and at shutdown")
+	snapEvery := fs.Duration("snapshot-interval", 5*time.Minute, "with --nats and --snapshot: how often to write the snapshot")
 	var engines engineFlags
 	fs.Var(&engines, "engine", "an engine to follow (repeatable): endpoint=tcp://HOST:PORT[,replay=tcp://HOST:PORT][,worker=ID][,model=NAME][,block_size=N][,dp_ranks=N][,dp_rank_start=N][,topic=T][,bind=true][,media=GPU|CPU]")
 	fs.Usage = func() {
@@ -144,6 +153,28 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 	})
 	cfg.Engines = append(cfg.Engines, engines...)
+	if *modelsFlag != "" {
+		if cfg.Models == nil {
+			cfg.Models = map[string]int{}
+		}
+		for _, kv := range strings.Split(*modelsFlag, ",") {
+			name, bs, ok := strings.Cut(kv, "=")
+			n, err := strconv.Atoi(bs)
+			if !ok || name == "" || err != nil {
+				fmt.Fprintf(stderr, "kvindex serve: --models: %q is not NAME=BLOCKSIZE\n", kv)
+				return 2
+			}
+			cfg.Models[name] = n
+		}
+	}
+	if *natsURL == "" && (*modelsFlag != "" || *stream != "" || *snapshot != "") {
+		fmt.Fprintln(stderr, "kvindex serve: --models, --stream and --snapshot need --nats")
+		return 2
+	}
+	if *natsURL != "" && len(cfg.Models) == 0 {
+		fmt.Fprintln(stderr, "kvindex serve: --nats needs --models NAME=BLOCKSIZE (or a models entry in the config)")
+		return 2
+	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
 		return 2
@@ -155,7 +186,18 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 0
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	s, err := server.New(cfg, server.Options{Logger: log})
+	opts := server.Options{Logger: log}
+	if *natsURL != "" {
+		rep, closeRep, err := startReplica(ctx, log, *natsURL, *stream, cfg, *snapshot, *snapEvery)
+		if err != nil {
+			fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
+			return 1
+		}
+		defer closeRep()
+		opts.Index = rep.engine
+		opts.Ready = rep.caughtUp
+	}
+	s, err := server.New(cfg, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
 		return 2
@@ -189,4 +231,84 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	fmt.Fprintln(stdout, "kvindex serve: stopped")
 	return code
+}
+
+// replicaFeed is serve's NATS side: a fabric.Replica applying the relay's stream to the
+// engine the HTTP server answers from.
+type replicaFeed struct {
+	rep    *fabric.Replica
+	engine *engine.Engine
+	target uint64 // the stream's last sequence when serve started
+}
+
+// caughtUp reports whether the replica has applied everything the stream held at start.
+func (r *replicaFeed) caughtUp() bool { return r.rep.LastApplied() >= r.target && r.rep.Err() == nil }
+
+// startReplica connects to NATS, starts a replica of the stream (from the snapshot when
+// one is given and sound) and, with a snapshot path, writes it periodically. The returned
+// function writes a last snapshot and closes everything.
+func startReplica(ctx context.Context, log *slog.Logger, url, stream string, cfg server.Config, snapshot string, every time.Duration) (*replicaFeed, func(), error) {
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.Name("kvindex serve"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("--nats: %w", err)
+	}
+	sc := fabric.StreamConfig{Name: stream}
+	models := make([]string, 0, len(cfg.Models))
+	for m := range cfg.Models {
+		models = append(models, m)
+	}
+	rep := fabric.NewReplica(nc, fabric.ReplicaConfig{
+		Stream: sc, Models: models, Logger: log.With("component", "replica"),
+		Engine: engine.Config{Shards: cfg.Index.Shards, JumpSize: cfg.Index.JumpSize, QueueSize: cfg.Index.QueueSize},
+	})
+	feed := &replicaFeed{rep: rep}
+	if js, err := jetstream.New(nc); err == nil {
+		name := stream
+		if name == "" {
+			name = fabric.DefaultStream
+		}
+		if st, err := js.Stream(ctx, name); err == nil {
+			if info, err := st.Info(ctx); err == nil {
+				feed.target = info.State.LastSeq
+			}
+		}
+	}
+	if err := rep.Start(ctx, snapshot); err != nil {
+		rep.Close()
+		nc.Close()
+		return nil, nil, fmt.Errorf("--nats: %w", err)
+	}
+	feed.engine = rep.Engine()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if snapshot == "" || every <= 0 {
+			<-stop
+			return
+		}
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				if err := rep.Snapshot(snapshot); err != nil {
+					log.Warn("snapshot", "err", err)
+				}
+			case <-stop:
+				return
+			}
+		}
+	}()
+	return feed, func() {
+		close(stop)
+		<-done
+		if snapshot != "" {
+			if err := rep.Snapshot(snapshot); err != nil {
+				log.Warn("final snapshot", "err", err)
+			}
+		}
+		rep.Close()
+		nc.Close()
+	}, nil
 }
