@@ -144,7 +144,7 @@ func maxMean(xs []int64) float64 {
 type IndexStats struct {
 	// StoredEvents and RemovedEvents count the events sent; Events counts those the
 	// engine accepted and Rejected those it refused (a parent it no longer holds: vLLM
-	// can evict one copy of a hash it cached twice, see README-sim.md).
+	// can evict one copy of a hash it cached twice, see sim/README.md).
 	StoredEvents, RemovedEvents, Rejected int64
 	Events                                uint64
 	// Queries counts FindMatches calls.
