@@ -123,43 +123,68 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 	}()
 	L := len(content)
 	q.ns = ns
-	q.pre = hash.Prefixes(q.pre[:0], content)
 	q.reset(L)
 
 	// Round 1: position 0 and the jump landings. Early strides are short because most
-	// queries share their first blocks with every worker; they grow to JumpSize.
+	// queries share their first blocks with every worker; they grow to JumpSize. The
+	// landings go out in waves (the first up to position firstWave, each next one four
+	// times as deep) and prefix hashes are computed only as deep as a wave needs: a long
+	// query whose workers all drop out early costs neither the hashing nor the probes of
+	// its tail.
 	J := e.cfg.JumpSize
 	q.landings = append(q.landings[:0], 0)
-	for x, step := 0, min(4, J); x < L-1; step = min(2*step, J) {
-		x = min(x+step, L-1)
-		q.landings = append(q.landings, x)
-	}
-	for _, x := range q.landings {
-		q.add(e, x)
-	}
-	if err := e.scatter(ctx, q); err != nil {
-		return dst, err
-	}
-
+	q.pre = append(q.pre[:0], content[0])
 	slots := *e.slots.Load()
 	q.cands = q.cands[:0]
-	for _, wid := range q.members(0) {
-		if int(wid) >= len(slots) || slots[wid] == nil {
-			continue // a worker removed while this query ran
-		}
-		q.cands = append(q.cands, candidate{wid: wid, gappy: slots[wid].gappy.Load(), alive: true})
-	}
 	if len(q.mark) < len(slots) {
 		q.mark = make([]uint32, len(slots)+len(slots)/4)
 		q.stamp = 0
 	}
-	for k := 1; k < len(q.landings); k++ {
-		q.stampMembers(q.landings[k])
-		for i := range q.cands {
-			c := &q.cands[i]
-			if c.alive && q.mark[c.wid] != q.stamp {
-				c.alive, c.drop = false, k
+	x, step := 0, min(4, J)
+	first := true
+	for hi := min(L-1, max(firstWave, 4*J)); ; hi = min(L-1, 4*hi) {
+		from := len(q.landings)
+		for x < hi {
+			x = min(x+step, hi)
+			step = min(2*step, J)
+			q.landings = append(q.landings, x)
+		}
+		q.extend(content, hi)
+		if first {
+			q.add(e, 0)
+		}
+		for _, lx := range q.landings[from:] {
+			q.add(e, lx)
+		}
+		if err := e.scatter(ctx, q); err != nil {
+			return dst, err
+		}
+		if first {
+			first = false
+			for _, wid := range q.members(0) {
+				if int(wid) >= len(slots) || slots[wid] == nil {
+					continue // a worker removed while this query ran
+				}
+				q.cands = append(q.cands, candidate{wid: wid, gappy: slots[wid].gappy.Load(), alive: true})
 			}
+		}
+		alive := 0
+		for k := max(from, 1); k < len(q.landings); k++ {
+			q.stampMembers(q.landings[k])
+			for i := range q.cands {
+				c := &q.cands[i]
+				if c.alive && q.mark[c.wid] != q.stamp {
+					c.alive, c.drop = false, k
+				}
+			}
+		}
+		for i := range q.cands {
+			if q.cands[i].alive {
+				alive++
+			}
+		}
+		if alive == 0 || hi == L-1 {
+			break
 		}
 	}
 
@@ -257,6 +282,18 @@ func (q *query) scanRange(c *candidate, L int) (lo, hi int) {
 		return end, end // held the last position, so all of them
 	}
 	return q.landings[c.drop-1] + 1, end
+}
+
+// firstWave is how deep the first wave of landings reaches (at least 4 strides).
+const firstWave = 256
+
+// extend computes the prefix hashes of content up to position hi.
+func (q *query) extend(content []uint64, hi int) {
+	h := q.pre[len(q.pre)-1]
+	for i := len(q.pre); i <= hi; i++ {
+		h = hash.Next(h, content[i])
+		q.pre = append(q.pre, h)
+	}
 }
 
 func (q *query) reset(L int) {
