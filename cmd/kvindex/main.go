@@ -1,14 +1,3 @@
-// Command kvindex runs the kvindex index outside a program: it replays op logs against
-// the engine and (in other files of this package) simulates clusters and serves the index.
-//
-// Usage:
-//
-//	kvindex sim [--trace FILE] [--workers N] [--capacity BLOCKS] [--json] [--sweep capacity=A,B]
-//	kvindex gen-ops --out FILE [--expect-every N]
-//	kvindex replay --ops FILE [--shards N] [--jump J] [--json]
-//	kvindex bench [--ops FILE] [--shards 1,2,4] [--markdown]
-//
-// Every subcommand prints its own flags with -h.
 package main
 
 import (

@@ -1,0 +1,42 @@
+// Package engine is kvindex's public API: the index that tells a router, for a request's
+// per-block content hashes, how many leading blocks each inference worker holds.
+//
+// # What it owns
+//
+// An Engine owns the workers' state (which engine hashes each worker holds, at which
+// position and prefix) and the positional index, partitioned over shard goroutines:
+//
+//	caller goroutines                         shard goroutines (one per Config.Shards)
+//	Store/Remove/Clear/Apply/ApplyBatch       own one shard.Index each, no locks
+//	  worker mutex -> per-worker tables  ---> MPSC ring (bounded, backpressure) ---+
+//	                                                                              v
+//	FindMatches: prefix hashes, landings ---> query channel (probe batches) ---> answer
+//	  <------------------------------------ member lists, gathered in position order
+//
+//   - Per-worker state (engine hash -> key, key -> engine hash count, held children,
+//     parent prefix, the worker's hole count) is owned by the goroutine holding that
+//     worker's mutex: always the caller applying one of its events. Rejections
+//     (ErrParentNotFound, ErrInvalidEvent) are therefore returned synchronously.
+//   - Each key (namespace, position, prefix hash) belongs to one shard, chosen by a hash
+//     of the key; only that shard's goroutine touches its table. Membership changes reach
+//     it through its ring, in each worker's event order, queries through its channel.
+//   - A worker's size and gap flag are atomics written under its mutex and read by
+//     queries without it.
+//
+// # Who may call what
+//
+// Every method of Engine is safe for concurrent use. A worker's events must be applied
+// in the order the worker emitted them (calls for one worker are serialised by its
+// mutex in arrival order). Barrier makes every event whose call returned before it
+// visible to every query that starts after it returns; without a barrier, a query sees
+// each shard's state at some moment during the query.
+//
+// # Exactness
+//
+// Answers equal the contract's reference model (a radix tree over content hashes
+// rebuilt after every event) at every shard count and jump size, up to 64-bit collisions
+// of the prefix hash. The jump search only skips a stride for a worker whose held keys
+// are prefix-closed (no holes), which the worker's state tracks exactly; DESIGN.md has
+// the argument. Config.LockedIndex runs the same index behind one RWMutex instead of
+// shard goroutines, as a benchmark baseline.
+package engine
