@@ -214,6 +214,21 @@ type publisher struct {
 	cfg    subscriber.Config
 }
 
+// SubscriberConfigs validates the configuration and returns one subscriber configuration
+// per engine rank, exactly as the server would run them, with a placeholder Index for
+// the caller to replace (kvindex relay points them at a NATS publisher).
+func (c Config) SubscriberConfigs() ([]subscriber.Config, error) {
+	pubs, err := c.plan()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]subscriber.Config, len(pubs))
+	for i, p := range pubs {
+		out[i] = p.cfg
+	}
+	return out, nil
+}
+
 // plan validates the configuration and expands engines into publishers (one per rank).
 func (c Config) plan() ([]publisher, error) {
 	bad := func(format string, args ...any) error {

@@ -15,9 +15,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/fabric"
 	"github.com/kvindex/kvindex/internal/oplog"
+	"github.com/kvindex/kvindex/server"
 	"github.com/kvindex/kvindex/subscriber"
 )
 
@@ -89,9 +89,13 @@ func relayMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return fail(1, "%s: %v", *opsPath, err)
 		}
 	}
-	subs, err := relaySubscriberConfigs(engines, *grace)
-	if err != nil {
-		return fail(2, "%v", err)
+	var subs []subscriber.Config
+	if len(engines) > 0 {
+		var err error
+		subs, err = server.Config{Engines: engines, Grace: server.Duration(*grace)}.SubscriberConfigs()
+		if err != nil {
+			return fail(2, "%v", err)
+		}
 	}
 
 	nc, err := nats.Connect(*url, nats.Name("kvindex relay"), nats.MaxReconnects(-1),
@@ -155,50 +159,3 @@ func relayMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fmt.Fprintln(stdout, "kvindex relay: stopped")
 	return code
 }
-
-// relaySubscriberConfigs expands engine specs into one subscriber configuration per
-// data-parallel rank, as serve does (without an index yet).
-func relaySubscriberConfigs(engines engineFlags, grace time.Duration) ([]subscriber.Config, error) {
-	var out []subscriber.Config
-	seen := map[string]bool{}
-	for i, e := range engines {
-		base := e.Worker
-		if base == "" {
-			base = e.Endpoint
-		}
-		n, ranked := e.DPRanks, e.DPRanks > 0
-		if n == 0 {
-			n = 1
-		}
-		for r := e.DPRankStart; r < e.DPRankStart+n; r++ {
-			ep, err := subscriber.OffsetEndpoint(e.Endpoint, r)
-			if err != nil {
-				return nil, fmt.Errorf("engine %d: %v", i, err)
-			}
-			rep, err := subscriber.OffsetEndpoint(e.ReplayEndpoint, r)
-			if err != nil {
-				return nil, fmt.Errorf("engine %d: %v", i, err)
-			}
-			w := subscriber.WorkerID(base, r, ranked)
-			if seen[w] {
-				return nil, fmt.Errorf("engine %d: worker id %q used twice", i, w)
-			}
-			seen[w] = true
-			sc := subscriber.Config{
-				Endpoint: ep, ReplayEndpoint: rep, Bind: e.Bind, Topic: e.Topic, Worker: w,
-				Model: e.Model, DPRank: r, BlockSize: e.BlockSize, Media: e.Media,
-				SkipExtraKeys: e.SkipExtraKeys, Grace: grace,
-				Index: nopRelayIndex{},
-			}
-			if _, err := subscriber.New(sc); err != nil { // validate
-				return nil, fmt.Errorf("engine %d (rank %d): %w", i, r, err)
-			}
-			out = append(out, sc)
-		}
-	}
-	return out, nil
-}
-
-type nopRelayIndex struct{}
-
-func (nopRelayIndex) Apply(*engine.Event) error { return nil }
