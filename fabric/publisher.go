@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -113,10 +114,12 @@ type Publisher struct {
 	stream jetstream.Stream
 	cfg    PublisherConfig
 
-	mu    sync.Mutex
-	last  map[string]uint64 // subject -> highest worker sequence the stream holds
-	stats PublisherStats
-	bufs  sync.Pool
+	mu   sync.Mutex
+	last map[string]uint64 // subject -> highest worker sequence the stream holds
+	// lastSrc: subject -> source position of the worker's last event (IndexAdapter).
+	lastSrc map[string]uint64
+	stats   PublisherStats
+	bufs    sync.Pool
 }
 
 // NewPublisher ensures the stream exists and returns a Publisher on nc.
@@ -132,7 +135,7 @@ func NewPublisher(ctx context.Context, nc *nats.Conn, cfg PublisherConfig) (*Pub
 	if err != nil {
 		return nil, err
 	}
-	p := &Publisher{js: js, cfg: cfg, last: map[string]uint64{}}
+	p := &Publisher{js: js, cfg: cfg, last: map[string]uint64{}, lastSrc: map[string]uint64{}}
 	err = p.retry(ctx, func(actx context.Context) error {
 		s, err := EnsureStream(actx, js, cfg.Stream)
 		p.stream = s
@@ -205,6 +208,13 @@ func (p *Publisher) lastSeq(ctx context.Context, subj string) (uint64, error) {
 			return fmt.Errorf("last message of %s: %w", subj, err)
 		}
 		v = m.WorkerSeq
+		if src, err := strconv.ParseUint(raw.Header.Get(sourceHeader), 10, 64); err == nil {
+			p.mu.Lock()
+			if _, ok := p.lastSrc[subj]; !ok {
+				p.lastSrc[subj] = src
+			}
+			p.mu.Unlock()
+		}
 		return nil
 	})
 	if err != nil {
@@ -259,6 +269,11 @@ func (p *Publisher) Publish(ctx context.Context, model string, ev *engine.Event,
 	m.Event.Cursor = 0
 	*bp = AppendMessage((*bp)[:0], &m)
 	msg := &nats.Msg{Subject: subj, Data: *bp, Header: nats.Header{}}
+	if ev.Cursor != 0 {
+		// The event's position in its source (subscriber.SourceCursor), so that a
+		// restarted relay knows which of the engine's replayed events it already sent.
+		msg.Header.Set(sourceHeader, strconv.FormatUint(ev.Cursor, 10))
+	}
 	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(p.cfg.Stream.Name)}
 	if workerSeq != 0 {
 		opts = append(opts, jetstream.WithMsgID(MsgID(ev.Worker, workerSeq)))
@@ -285,9 +300,22 @@ func (p *Publisher) Publish(ctx context.Context, model string, ev *engine.Event,
 	return nil
 }
 
+// sourceHeader carries an event's source position (subscriber.SourceCursor).
+const sourceHeader = "Kvindex-Source"
+
 // Index returns a subscriber.Index (anything with Apply(*engine.Event) error) that
 // publishes each event applied to it under model, numbered with Next. It lets a
 // ZeroMQ subscriber feed the stream instead of a local engine.
+//
+// Exactly once across relay restarts: each published event carries its source position
+// (the event's Cursor, subscriber.SourceCursor) in a header. A restarted relay's
+// subscriber replays the engine's buffered history from the start; the adapter learns the
+// last source position the stream holds for the worker and skips every event at or
+// below it. An event the subscriber makes up (Cursor 0: the clear of a restarted or stale
+// worker, the removal of a vanished one) is always published and resets the position,
+// because a restarted engine numbers its batches from 0 again. What this cannot tell
+// apart: an engine that restarted and published past the old position while no relay
+// was running looks like the same engine (vLLM's protocol has no publisher identity).
 func (p *Publisher) Index(ctx context.Context, model string) *IndexAdapter {
 	return &IndexAdapter{p: p, ctx: ctx, model: model}
 }
@@ -299,11 +327,29 @@ type IndexAdapter struct {
 	model string
 }
 
-// Apply publishes ev as its worker's next event.
+// Apply publishes ev as its worker's next event, unless the stream already holds it.
 func (a *IndexAdapter) Apply(ev *engine.Event) error {
-	seq, err := a.p.Next(a.ctx, a.model, ev.Worker)
+	subj := Subject(a.p.cfg.Stream.SubjectPrefix, a.model, ev.Worker)
+	seq, err := a.p.Next(a.ctx, a.model, ev.Worker) // also learns the stream's source position
 	if err != nil {
 		return err
 	}
-	return a.p.Publish(a.ctx, a.model, ev, seq)
+	if ev.Cursor != 0 {
+		a.p.mu.Lock()
+		last, ok := a.p.lastSrc[subj]
+		a.p.mu.Unlock()
+		if ok && ev.Cursor <= last {
+			a.p.mu.Lock()
+			a.p.stats.Skipped++
+			a.p.mu.Unlock()
+			return nil
+		}
+	}
+	if err := a.p.Publish(a.ctx, a.model, ev, seq); err != nil {
+		return err
+	}
+	a.p.mu.Lock()
+	a.p.lastSrc[subj] = ev.Cursor // 0 after a made-up event: the source starts over
+	a.p.mu.Unlock()
+	return nil
 }

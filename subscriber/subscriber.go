@@ -700,7 +700,7 @@ func (s *Subscriber) applyBatch(seq uint64, payload []byte) error {
 		return nil
 	}
 	for i := range b.Events {
-		if err := s.applyEvent(&b.Events[i]); err != nil {
+		if err := s.applyEvent(&b.Events[i], SourceCursor(seq, i)); err != nil {
 			return err
 		}
 	}
@@ -717,6 +717,16 @@ func (s *Subscriber) applyBatch(seq uint64, payload []byte) error {
 		return s.invalidate()
 	}
 	return nil
+}
+
+// SourceCursor is the engine.Event Cursor of the idx-th event of the publisher's batch
+// with sequence seq: (seq+1) << 24 | idx, increasing along the publisher's stream and
+// never 0. Events the subscriber makes up itself (the clear of a stale or restarted
+// worker, the removal of a vanished one) carry Cursor 0, so a consumer can tell them
+// apart. An index past 2^24-1 (more events in one batch than the decoder accepts by
+// default, 262,144) saturates.
+func SourceCursor(seq uint64, idx int) uint64 {
+	return (seq+1)<<24 | uint64(min(idx, 1<<24-1))
 }
 
 // unsafeRejections reports a batch in which the decoder rejected an event that may
@@ -736,13 +746,13 @@ func unsafeRejections(b *kvevents.Batch) bool {
 	return false
 }
 
-func (s *Subscriber) applyEvent(e *kvevents.Event) error {
+func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64) error {
 	if !s.anyMed && !s.media[e.Medium] {
 		s.local.Rejected[ReasonMedium]++
 		return nil
 	}
 	ev := &s.ev
-	*ev = engine.Event{Worker: s.cfg.Worker}
+	*ev = engine.Event{Worker: s.cfg.Worker, Cursor: cursor}
 	switch e.Kind {
 	case kvevents.Stored:
 		if e.ExtraKeys && s.cfg.SkipExtraKeys {
