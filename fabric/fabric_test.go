@@ -57,6 +57,11 @@ func TestReplicasMatchModel(t *testing.T) {
 // TestRestartFromSnapshot: a replica stopped mid-stream and restarted from its
 // snapshot equals a replica that never stopped, and re-applies nothing.
 func TestRestartFromSnapshot(t *testing.T) {
+	t.Run("file", func(t *testing.T) { restartFromSnapshot(t, filepath.Join(t.TempDir(), "replica.snap")) })
+	t.Run("object-store", func(t *testing.T) { restartFromSnapshot(t, ObjectScheme+"kvindex-snapshots/llama") })
+}
+
+func restartFromSnapshot(t *testing.T, snap string) {
 	ctx := testCtx(t)
 	ns := startNATS(t)
 	nc := ns.connect(t)
@@ -64,7 +69,6 @@ func TestRestartFromSnapshot(t *testing.T) {
 	sc := StreamConfig{Memory: true}
 	p := newPublisher(t, ctx, nc, PublisherConfig{Stream: sc})
 	steady := newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc}, "")
-	snap := filepath.Join(t.TempDir(), "replica.snap")
 
 	half := len(h.ops) / 2
 	if _, err := PublishOps(ctx, p, testModel, h.ops[:half]); err != nil {
@@ -108,6 +112,38 @@ func TestRestartFromSnapshot(t *testing.T) {
 		t.Fatal("restarted replica differs from the steady one")
 	}
 	checkModel(t, r2.Engine(), h, h.model(len(h.ops)))
+}
+
+// TestObjectSnapshotRefused: a damaged snapshot object is refused and the replica
+// replays the stream; a malformed location is an error.
+func TestObjectSnapshotRefused(t *testing.T) {
+	ctx := testCtx(t)
+	ns := startNATS(t)
+	nc := ns.connect(t)
+	h := randomHistory(4, 800)
+	sc := StreamConfig{Memory: true}
+	p := newPublisher(t, ctx, nc, PublisherConfig{Stream: sc})
+	if _, err := PublishOps(ctx, p, testModel, h.ops); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := putObject(js, "snaps", "bad", []byte("not a snapshot")); err != nil {
+		t.Fatal(err)
+	}
+	r := newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc}, ObjectScheme+"snaps/bad")
+	if st := r.Stats(); st.Restored || !errors.Is(st.SnapshotErr, ErrSnapshot) {
+		t.Fatalf("damaged object: %+v", st)
+	}
+	if err := r.WaitFor(ctx, streamLast(t, ctx, nc, DefaultStream)); err != nil {
+		t.Fatal(err)
+	}
+	checkModel(t, r.Engine(), h, h.model(len(h.ops)))
+	if err := NewReplica(nc, ReplicaConfig{Stream: sc}).Start(ctx, ObjectScheme+"no-name"); err == nil {
+		t.Fatal("a location without an object name was accepted")
+	}
 }
 
 // TestRelayRestartNoDuplicates: a relay restarted from the start of its input adds

@@ -84,7 +84,8 @@ func NewReplica(nc *nats.Conn, cfg ReplicaConfig) *Replica {
 // present, the index is restored from it and the stream consumed from the position it
 // records; a snapshot that is truncated, corrupted, from another stream or older than
 // the stream's oldest message is refused (Stats().SnapshotErr says why) and the stream
-// is replayed from its start instead. A missing file is not an error.
+// is replayed from its start instead. A missing file is not an error. snapshotPath may
+// also name an object in a JetStream object store (ObjectScheme + "BUCKET/NAME").
 func (r *Replica) Start(ctx context.Context, snapshotPath string) error {
 	js, err := jetstream.New(r.nc)
 	if err != nil {
@@ -105,7 +106,19 @@ func (r *Replica) Start(ctx context.Context, snapshotPath string) error {
 	}
 	r.created = info.Created
 	if snapshotPath != "" {
-		snap, err := readSnapshot(snapshotPath, r.cfg.Engine, r.cfg.MaxSnapshotBytes)
+		var snap *snapshot
+		bucket, name, isObject, err := objectLocation(snapshotPath)
+		switch {
+		case err != nil:
+			return err
+		case isObject:
+			var data []byte
+			if data, err = getObject(ctx, js, bucket, name, r.cfg.MaxSnapshotBytes); err == nil {
+				snap, err = decodeSnapshot(data, r.cfg.Engine)
+			}
+		default:
+			snap, err = readSnapshot(snapshotPath, r.cfg.Engine, r.cfg.MaxSnapshotBytes)
+		}
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 		case err == nil && !snap.created.Equal(info.Created):
@@ -253,17 +266,32 @@ func (r *Replica) WaitFor(ctx context.Context, seq uint64) error {
 }
 
 // Snapshot writes a consistent snapshot of the replica to path (atomically: temp
-// file, fsync, rename): the index, the stream position it reflects and each worker's
-// sequence. Messages wait while it is written.
+// file, fsync, rename), or to a JetStream object store when path starts with
+// ObjectScheme (the bucket is created if needed): the index, the stream position it
+// reflects and each worker's sequence. Messages wait while it is written.
 func (r *Replica) Snapshot(path string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.eng == nil || r.closed {
 		return errors.New("fabric: snapshot of a replica not running")
 	}
-	return writeSnapshot(path, &snapshot{
-		eng: r.eng, last: r.stats.LastApplied, created: r.created, workers: r.workerSeq,
-	})
+	snap := &snapshot{eng: r.eng, last: r.stats.LastApplied, created: r.created, workers: r.workerSeq}
+	bucket, name, isObject, err := objectLocation(path)
+	if err != nil {
+		return err
+	}
+	if !isObject {
+		return writeSnapshot(path, snap)
+	}
+	data, err := encodeSnapshot(snap)
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(r.nc)
+	if err != nil {
+		return err
+	}
+	return putObject(js, bucket, name, data)
 }
 
 // Close stops consuming and closes the index. It does not close the connection.

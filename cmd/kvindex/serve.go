@@ -103,7 +103,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	natsURL := fs.String("nats", "", "follow a kvindex relay's JetStream stream at this NATS URL instead of (or besides) ZeroMQ engines")
 	stream := fs.String("stream", "", "with --nats: the stream name (default "+fabric.DefaultStream+")")
 	modelsFlag := fs.String("models", "", "with --nats: models served from the stream and their block sizes, as NAME=BLOCKSIZE,...")
-	snapshot := fs.String("snapshot", "", "with --nats: snapshot file: restored at start (a bad one falls back to a full replay), written every --snapshot-interval and at shutdown")
+	snapshot := fs.String("snapshot", "", "with --nats: snapshot file, or jetstream-object://BUCKET/NAME to share it through NATS: restored at start (a bad one falls back to a full replay), written every --snapshot-interval and at shutdown")
 	snapEvery := fs.Duration("snapshot-interval", 5*time.Minute, "with --nats and --snapshot: how often to write the snapshot")
 	var engines engineFlags
 	fs.Var(&engines, "engine", "an engine to follow (repeatable): endpoint=tcp://HOST:PORT[,replay=tcp://HOST:PORT][,worker=ID][,model=NAME][,block_size=N][,dp_ranks=N][,dp_rank_start=N][,topic=T][,bind=true][,media=GPU|CPU]")
