@@ -311,6 +311,13 @@ func (s *Server) isReady() (bool, []string) {
 		}
 	}
 	if len(waiting) == 0 {
+		// Events reach the index's shards asynchronously: a barrier makes everything
+		// applied so far visible before the server calls itself ready.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.eng.Barrier(ctx); err != nil {
+			return false, []string{"index barrier: " + err.Error()}
+		}
 		s.ready.Store(true)
 		return true, nil
 	}

@@ -242,7 +242,16 @@ type replicaFeed struct {
 }
 
 // caughtUp reports whether the replica has applied everything the stream held at start.
-func (r *replicaFeed) caughtUp() bool { return r.rep.LastApplied() >= r.target && r.rep.Err() == nil }
+// It takes a barrier before saying so: applied events reach the shards asynchronously,
+// and a ready server must answer from all of them.
+func (r *replicaFeed) caughtUp() bool {
+	if r.rep.LastApplied() < r.target || r.rep.Err() != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return r.engine.Barrier(ctx) == nil
+}
 
 // startReplica connects to NATS, starts a replica of the stream (from the snapshot when
 // one is given and sound) and, with a snapshot path, writes it periodically. The returned
