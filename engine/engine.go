@@ -139,15 +139,6 @@ func (e *Engine) WorkerSize(worker string) (int, bool) {
 	return int(w.size.Load()), true
 }
 
-// setCursor records a worker's stream position, for a live worker only: an event that
-// does not make its worker known has no state to resume.
-func (e *Engine) setCursor(name string, c uint64) {
-	if w := e.lockLive(name, false); w != nil {
-		w.cursor = c
-		w.mu.Unlock()
-	}
-}
-
 // lookup returns the live worker named name, or nil.
 func (e *Engine) lookup(name string) *worker {
 	if v, ok := e.byName.Load(name); ok {
@@ -220,14 +211,31 @@ func (e *Engine) lockLive(name string, create bool) *worker {
 // Store applies a stored event for a chain of root blocks: blocks[0] is at position 0
 // and each next block hangs under the previous one.
 func (e *Engine) Store(worker string, blocks []Block) error {
-	return e.store(worker, 0, 0, false, blocks)
+	return e.Apply(&Event{Kind: EventStored, Worker: worker, Blocks: blocks})
 }
 
 // StoreUnder applies a stored event whose first block hangs under the block the worker
 // holds as parent. It returns ErrParentNotFound, and changes nothing, if the worker does
 // not hold parent.
 func (e *Engine) StoreUnder(worker string, parent uint64, blocks []Block) error {
-	return e.store(worker, 0, parent, true, blocks)
+	return e.Apply(&Event{Kind: EventStored, Worker: worker, Parent: parent, HasParent: true, Blocks: blocks})
+}
+
+// Remove drops the given engine hashes from a worker. Hashes it does not hold, and an
+// unknown worker, are skipped and counted in Stats.SkippedRemovals.
+func (e *Engine) Remove(worker string, seqs ...uint64) error {
+	return e.Apply(&Event{Kind: EventRemoved, Worker: worker, Seqs: seqs})
+}
+
+// Clear drops every block of a worker; it stays known with size 0. An unknown worker is a
+// no-op.
+func (e *Engine) Clear(worker string) error {
+	return e.Apply(&Event{Kind: EventCleared, Worker: worker})
+}
+
+// RemoveWorker forgets a worker and all its blocks. An unknown worker is a no-op.
+func (e *Engine) RemoveWorker(worker string) error {
+	return e.Apply(&Event{Kind: EventRemoveWorker, Worker: worker})
 }
 
 // EventKind names the kind of an Event.
@@ -261,32 +269,174 @@ type Event struct {
 	Cursor uint64
 }
 
-// Apply applies one event. It is equivalent to the method of the event's kind.
+// Apply applies one event. Every event method goes through it.
 func (e *Engine) Apply(ev *Event) error {
-	err := e.apply(ev)
-	if ev.Cursor != 0 && !e.closed.Load() {
-		e.setCursor(ev.Worker, ev.Cursor)
+	apply, err := e.check(ev)
+	if !apply {
+		return err
+	}
+	w, validated, err := e.lockFor(ev)
+	if w == nil {
+		return err
+	}
+	gone, err := e.applyLocked(w, ev, validated)
+	if !gone {
+		if ferr := w.flush(e); err == nil {
+			err = ferr
+		}
+		w.mu.Unlock()
 	}
 	return err
 }
 
-func (e *Engine) apply(ev *Event) error {
+// ApplyBatch applies evs in order and appends one error per event (nil when accepted) to
+// errs. Consecutive events of one worker are applied under one acquisition of its lock
+// and their index changes are handed to the shards together (every maxPending deltas
+// at the latest): this is how an ingester should apply an engine's event batch. The
+// answers are those of applying each event with Apply.
+func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
+	var w *worker
+	release := func() {
+		if w == nil {
+			return
+		}
+		if err := w.flush(e); err != nil && errs[len(errs)-1] == nil {
+			errs[len(errs)-1] = err
+		}
+		w.mu.Unlock()
+		w = nil
+	}
+	for k := range evs {
+		ev := &evs[k]
+		if w != nil && w.name != ev.Worker {
+			release()
+		}
+		apply, err := e.check(ev)
+		validated := false
+		if apply && w == nil {
+			w, validated, err = e.lockFor(ev)
+		}
+		if apply && w != nil {
+			var gone bool
+			gone, err = e.applyLocked(w, ev, validated)
+			switch {
+			case gone:
+				w = nil
+			case err == nil && w.npend >= maxPending:
+				err = w.flush(e)
+			}
+		}
+		errs = append(errs, err)
+	}
+	release()
+	return errs
+}
+
+// check rejects what needs no worker state and reports whether ev must be applied: not
+// after Close, not with an empty worker id or more blocks or seqs than
+// Config.MaxEventBlocks, not an unknown kind; a store without blocks is a no-op.
+func (e *Engine) check(ev *Event) (apply bool, err error) {
+	if e.closed.Load() {
+		return false, e.err()
+	}
+	bad := func(format string, args ...any) (bool, error) {
+		e.rejInvalid.Add(1)
+		return false, fmt.Errorf("%w: %s", ErrInvalidEvent, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case ev.Worker == "":
+		return bad("empty worker id")
+	case ev.Kind < EventStored || ev.Kind > EventRemoveWorker:
+		return bad("unknown event kind %d", ev.Kind)
+	case len(ev.Blocks) > e.cfg.MaxEventBlocks:
+		return bad("%d blocks in one event (limit %d)", len(ev.Blocks), e.cfg.MaxEventBlocks)
+	case len(ev.Seqs) > e.cfg.MaxEventBlocks:
+		return bad("%d seqs in one event (limit %d)", len(ev.Seqs), e.cfg.MaxEventBlocks)
+	case ev.Kind == EventStored && len(ev.Blocks) == 0:
+		return false, nil // whatever the parent, and an unknown worker stays unknown
+	}
+	return true, nil
+}
+
+// lockFor returns ev's worker, locked, or nil when there is none to apply it to (with
+// the event's outcome). Only a valid root store makes an unknown worker known; validated
+// then says its blocks were already checked.
+func (e *Engine) lockFor(ev *Event) (w *worker, validated bool, err error) {
+	if w = e.lockLive(ev.Worker, false); w != nil {
+		return w, false, nil
+	}
+	switch ev.Kind {
+	case EventStored:
+		if ev.HasParent {
+			e.rejParent.Add(1)
+			return nil, false, fmt.Errorf("%w: worker %q is unknown", ErrParentNotFound, ev.Worker)
+		}
+		var probe worker
+		if !probe.validateStore(0, false, ev.Blocks) {
+			e.rejInvalid.Add(1)
+			return nil, false, fmt.Errorf("%w: a seq appears twice in one event", ErrInvalidEvent)
+		}
+		return e.lockLive(ev.Worker, true), true, nil
+	case EventRemoved:
+		e.skippedRemovals.Add(uint64(len(ev.Seqs)))
+	}
+	return nil, false, nil
+}
+
+// applyLocked applies a checked event to w, which the caller has locked; its deltas stay
+// in w.pend until the caller flushes. gone says the event forgot the worker, which is
+// then flushed and unlocked already.
+func (e *Engine) applyLocked(w *worker, ev *Event, validated bool) (gone bool, err error) {
+	if ev.Cursor != 0 {
+		w.cursor = ev.Cursor
+	}
 	switch ev.Kind {
 	case EventStored:
 		ns := uint32(0)
-		if ev.Namespace != "" && len(ev.Blocks) > 0 {
+		if ev.Namespace != "" {
 			ns = e.namespaceID(ev.Namespace, true)
 		}
-		return e.store(ev.Worker, ns, ev.Parent, ev.HasParent, ev.Blocks)
+		return false, e.storeLocked(w, ns, ev, validated)
 	case EventRemoved:
-		return e.Remove(ev.Worker, ev.Seqs...)
+		e.skippedRemovals.Add(uint64(w.remove(e, ev.Seqs)))
 	case EventCleared:
-		return e.Clear(ev.Worker)
+		w.clear(e)
 	case EventRemoveWorker:
-		return e.RemoveWorker(ev.Worker)
+		w.clear(e)
+		e.events.Add(1)
+		err = w.flush(e)
+		w.dead = true
+		e.unregister(w)
+		w.mu.Unlock()
+		return true, err
 	}
-	e.rejInvalid.Add(1)
-	return fmt.Errorf("%w: unknown event kind %d", ErrInvalidEvent, ev.Kind)
+	e.events.Add(1)
+	return false, nil
+}
+
+// storeLocked applies a stored event to w (locked). The parent is resolved first, so an
+// event faulty in both ways reports ErrParentNotFound.
+func (e *Engine) storeLocked(w *worker, ns uint32, ev *Event, validated bool) error {
+	var at key
+	if ev.HasParent {
+		k, ok := w.seqs.get(ev.Parent)
+		if !ok || k.ns != ns {
+			e.rejParent.Add(1)
+			return fmt.Errorf("%w: worker %q does not hold %d in this namespace", ErrParentNotFound, w.name, ev.Parent)
+		}
+		at = k
+		if uint64(at.pos)+uint64(len(ev.Blocks)) >= MaxDepth {
+			e.rejInvalid.Add(1)
+			return fmt.Errorf("%w: chain deeper than %d blocks", ErrInvalidEvent, MaxDepth)
+		}
+	}
+	if !validated && !w.validateStore(ev.Parent, ev.HasParent, ev.Blocks) {
+		e.rejInvalid.Add(1)
+		return fmt.Errorf("%w: a seq appears twice in one event or equals the parent", ErrInvalidEvent)
+	}
+	w.store(e, ns, at, ev.HasParent, ev.Blocks)
+	e.events.Add(1)
+	return nil
 }
 
 // namespaceID returns the id of a non-empty namespace name, interning it when create is
@@ -306,216 +456,4 @@ func (e *Engine) namespaceID(name string, create bool) uint32 {
 	id := e.nsNext.Add(1)
 	e.namespaces.Store(name, id)
 	return id
-}
-
-func (e *Engine) store(name string, ns uint32, parent uint64, hasParent bool, blocks []Block) error {
-	if e.closed.Load() {
-		return e.err()
-	}
-	if name == "" {
-		e.rejInvalid.Add(1)
-		return fmt.Errorf("%w: empty worker id", ErrInvalidEvent)
-	}
-	if len(blocks) == 0 {
-		return nil
-	}
-	if len(blocks) > e.cfg.MaxEventBlocks {
-		e.rejInvalid.Add(1)
-		return fmt.Errorf("%w: %d blocks in one event (limit %d)", ErrInvalidEvent, len(blocks), e.cfg.MaxEventBlocks)
-	}
-	// An event with a parent can only apply to a worker that exists; a root event may
-	// create the worker, but only once it has been validated.
-	w := e.lockLive(name, false)
-	if w == nil && hasParent {
-		e.rejParent.Add(1)
-		return fmt.Errorf("%w: worker %q is unknown", ErrParentNotFound, name)
-	}
-	if w == nil {
-		var probe worker
-		if !probe.validateStore(parent, hasParent, blocks) {
-			e.rejInvalid.Add(1)
-			return fmt.Errorf("%w: a seq appears twice in one event", ErrInvalidEvent)
-		}
-		w = e.lockLive(name, true)
-	}
-	defer w.mu.Unlock()
-	if err := e.storeLocked(w, ns, parent, hasParent, blocks); err != nil {
-		return err
-	}
-	return w.flush(e)
-}
-
-// storeLocked applies a stored event whose stateless checks passed to w, which the
-// caller has locked; the deltas stay in w.pend until the caller flushes.
-func (e *Engine) storeLocked(w *worker, ns uint32, parent uint64, hasParent bool, blocks []Block) error {
-	var at key
-	if hasParent {
-		k, ok := w.seqs.get(parent)
-		if !ok || k.ns != ns {
-			e.rejParent.Add(1)
-			return fmt.Errorf("%w: worker %q does not hold %d in this namespace", ErrParentNotFound, w.name, parent)
-		}
-		at = k
-		if uint64(at.pos)+uint64(len(blocks)) >= MaxDepth {
-			e.rejInvalid.Add(1)
-			return fmt.Errorf("%w: chain deeper than %d blocks", ErrInvalidEvent, MaxDepth)
-		}
-	}
-	if !w.validateStore(parent, hasParent, blocks) {
-		e.rejInvalid.Add(1)
-		if hasParent {
-			return fmt.Errorf("%w: a seq appears twice in one event or equals the parent", ErrInvalidEvent)
-		}
-		return fmt.Errorf("%w: a seq appears twice in one event", ErrInvalidEvent)
-	}
-	w.store(e, ns, at, hasParent, blocks)
-	e.events.Add(1)
-	return nil
-}
-
-// ApplyBatch applies evs in order and appends one error per event (nil when accepted) to
-// errs. Consecutive events of one worker are applied under one acquisition of its lock
-// and their index changes are handed to the shards together: this is how an ingester
-// should apply an engine's event batch. The answers are those of applying each event
-// with Apply.
-func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
-	for i := 0; i < len(evs); {
-		j := i + 1
-		for j < len(evs) && evs[j].Worker == evs[i].Worker {
-			j++
-		}
-		errs = e.applyRun(evs[i:j], errs)
-		i = j
-	}
-	return errs
-}
-
-// applyRun applies events of one worker.
-func (e *Engine) applyRun(evs []Event, errs []error) []error {
-	var w *worker
-	for k := range evs {
-		ev := &evs[k]
-		if w == nil {
-			if ev.Worker != "" && !e.closed.Load() {
-				w = e.lockLive(ev.Worker, false)
-			}
-			if w == nil {
-				// No live worker (or a bad id, or closed): the single-event path decides,
-				// and creates the worker for a valid root store.
-				errs = append(errs, e.Apply(ev))
-				continue
-			}
-		}
-		var err error
-		if ev.Cursor != 0 {
-			w.cursor = ev.Cursor
-		}
-		switch ev.Kind {
-		case EventStored:
-			switch {
-			case len(ev.Blocks) == 0:
-			case len(ev.Blocks) > e.cfg.MaxEventBlocks:
-				e.rejInvalid.Add(1)
-				err = fmt.Errorf("%w: %d blocks in one event (limit %d)", ErrInvalidEvent, len(ev.Blocks), e.cfg.MaxEventBlocks)
-			default:
-				ns := uint32(0)
-				if ev.Namespace != "" {
-					ns = e.namespaceID(ev.Namespace, true)
-				}
-				err = e.storeLocked(w, ns, ev.Parent, ev.HasParent, ev.Blocks)
-			}
-		case EventRemoved:
-			if len(ev.Seqs) > e.cfg.MaxEventBlocks {
-				e.rejInvalid.Add(1)
-				err = fmt.Errorf("%w: %d seqs in one event (limit %d)", ErrInvalidEvent, len(ev.Seqs), e.cfg.MaxEventBlocks)
-				break
-			}
-			e.skippedRemovals.Add(uint64(w.remove(e, ev.Seqs)))
-			e.events.Add(1)
-		case EventCleared:
-			w.clear(e)
-			e.events.Add(1)
-		case EventRemoveWorker:
-			w.clear(e)
-			e.events.Add(1)
-			err = w.flush(e)
-			w.dead = true
-			e.unregister(w)
-			w.mu.Unlock()
-			w = nil
-		default:
-			e.rejInvalid.Add(1)
-			err = fmt.Errorf("%w: unknown event kind %d", ErrInvalidEvent, ev.Kind)
-		}
-		if w != nil && w.npend >= maxPending && err == nil {
-			err = w.flush(e)
-		}
-		errs = append(errs, err)
-	}
-	if w != nil {
-		if err := w.flush(e); err != nil && errs[len(errs)-1] == nil {
-			errs[len(errs)-1] = err
-		}
-		w.mu.Unlock()
-	}
-	return errs
-}
-
-// Remove drops the given engine hashes from a worker. Hashes it does not hold, and an
-// unknown worker, are skipped and counted in Stats.SkippedRemovals.
-func (e *Engine) Remove(worker string, seqs ...uint64) error {
-	if e.closed.Load() {
-		return e.err()
-	}
-	if worker == "" {
-		e.rejInvalid.Add(1)
-		return fmt.Errorf("%w: empty worker id", ErrInvalidEvent)
-	}
-	if len(seqs) > e.cfg.MaxEventBlocks {
-		e.rejInvalid.Add(1)
-		return fmt.Errorf("%w: %d seqs in one event (limit %d)", ErrInvalidEvent, len(seqs), e.cfg.MaxEventBlocks)
-	}
-	w := e.lockLive(worker, false)
-	if w == nil {
-		e.skippedRemovals.Add(uint64(len(seqs)))
-		return nil
-	}
-	defer w.mu.Unlock()
-	e.skippedRemovals.Add(uint64(w.remove(e, seqs)))
-	e.events.Add(1)
-	return w.flush(e)
-}
-
-// Clear drops every block of a worker; it stays known with size 0. An unknown worker is a
-// no-op.
-func (e *Engine) Clear(worker string) error {
-	return e.clearWorker(worker, false)
-}
-
-// RemoveWorker forgets a worker and all its blocks. An unknown worker is a no-op.
-func (e *Engine) RemoveWorker(worker string) error {
-	return e.clearWorker(worker, true)
-}
-
-func (e *Engine) clearWorker(name string, forget bool) error {
-	if e.closed.Load() {
-		return e.err()
-	}
-	if name == "" {
-		e.rejInvalid.Add(1)
-		return fmt.Errorf("%w: empty worker id", ErrInvalidEvent)
-	}
-	w := e.lockLive(name, false)
-	if w == nil {
-		return nil
-	}
-	defer w.mu.Unlock()
-	w.clear(e)
-	e.events.Add(1)
-	err := w.flush(e)
-	if forget {
-		w.dead = true
-		e.unregister(w)
-	}
-	return err
 }
