@@ -156,7 +156,7 @@ func TestFormatting(t *testing.T) {
 	for _, c := range []struct{ got, want string }{
 		{rate(0), "-"}, {rate(12.345), "12.3"}, {rate(1234), "1.23k"}, {rate(2.5e6), "2.50M"},
 		{dur(450), "450 ns"}, {dur(1500), "1.50 µs"}, {dur(2_340_000), "2.34 ms"},
-		{group(0), "0"}, {group(1234567), "1,234,567"}, {group(-1000), "-1,000"},
+		{Thousands(0), "0"}, {Thousands(1234567), "1,234,567"}, {Thousands(-1000), "-1,000"},
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)

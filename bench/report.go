@@ -38,7 +38,7 @@ func WriteReport(out io.Writer, h Header, results []Result, markdown bool) error
 		avg = float64(w.QueryBlocks) / float64(len(w.Queries))
 	}
 	fmt.Fprintf(&b, "%sworkload %s: %s ops, %s events (%s block ops), %s queries (%.0f blocks on average), %d workers\n",
-		bullet, w.Name, group(int64(w.Ops)), group(int64(len(w.Events))), group(w.BlockOps), group(int64(len(w.Queries))), avg, len(w.Workers))
+		bullet, w.Name, Thousands(int64(w.Ops)), Thousands(int64(len(w.Events))), Thousands(w.BlockOps), Thousands(int64(len(w.Queries))), avg, len(w.Workers))
 	if len(results) > 0 && len(results[0].Events) > 0 {
 		fmt.Fprintf(&b, "%srejected stored events per pass: %d\n", bullet, results[0].Events[0].Rejected)
 	}
@@ -99,7 +99,7 @@ func WriteReport(out io.Writer, h Header, results []Result, markdown bool) error
 				v += " FAILED"
 			}
 		}
-		rows = append(rows, []string{r.Impl, group(m.Memberships), mib(m.HeapBytes), fmt.Sprintf("%.0f", m.BytesPerMembership), v})
+		rows = append(rows, []string{r.Impl, Thousands(m.Memberships), mib(m.HeapBytes), fmt.Sprintf("%.0f", m.BytesPerMembership), v})
 	}
 	section(&b, markdown, "Memory after one full pass (live heap growth after GC / sum of worker sizes) and correctness", hdr, rows)
 	for _, r := range results {
@@ -192,8 +192,8 @@ func dur(ns int64) string {
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
-// group formats n with thousands separators.
-func group(n int64) string {
+// Thousands formats n with thousands separators (1,234,567).
+func Thousands(n int64) string {
 	s := fmt.Sprint(n)
 	neg := strings.HasPrefix(s, "-")
 	s = strings.TrimPrefix(s, "-")

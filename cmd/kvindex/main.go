@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"sort"
+	"syscall"
 )
 
 // command is one subcommand. run gets the arguments after the subcommand's name and
@@ -50,4 +53,14 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'kvindex COMMAND -h' for a command's flags.")
+}
+
+// untilSignal adapts a long-running command to the table: it runs until SIGTERM or
+// SIGINT cancels its context.
+func untilSignal(run func(ctx context.Context, args []string, stdout, stderr io.Writer) int) func([]string, io.Writer, io.Writer) int {
+	return func(args []string, stdout, stderr io.Writer) int {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		return run(ctx, args, stdout, stderr)
+	}
 }

@@ -8,9 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,14 +22,8 @@ import (
 func init() {
 	commands["relay"] = command{
 		summary: "follow engines' KV events (or an op log) and publish them to a NATS JetStream stream",
-		run:     runRelay,
+		run:     untilSignal(relayMain),
 	}
-}
-
-func runRelay(args []string, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	return relayMain(ctx, args, stdout, stderr)
 }
 
 func relayMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -8,10 +8,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/kvindex/kvindex/engine"
@@ -24,7 +22,7 @@ import (
 func init() {
 	commands["serve"] = command{
 		summary: "follow engines' KV events (ZeroMQ) and serve routing queries over HTTP",
-		run:     runServe,
+		run:     untilSignal(serveMain),
 	}
 }
 
@@ -77,13 +75,7 @@ func (e *engineFlags) Set(spec string) error {
 	return nil
 }
 
-func runServe(args []string, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	return serveMain(ctx, args, stdout, stderr)
-}
-
-// serveMain runs kvindex serve until ctx ends (SIGTERM/SIGINT in runServe), then
+// serveMain runs kvindex serve until ctx ends (SIGTERM/SIGINT through untilSignal), then
 // drains and returns 0; it returns 2 for a bad command line or configuration and 1 for
 // a runtime failure.
 func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {

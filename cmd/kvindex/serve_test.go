@@ -162,9 +162,9 @@ func TestServeSIGTERMDrains(t *testing.T) {
 	var out, errOut syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- runServe([]string{"--listen", "127.0.0.1:0", "--engine", "endpoint=" + deadEndpoint(t), "--log-level", "error"}, &out, &errOut)
+		done <- commands["serve"].run([]string{"--listen", "127.0.0.1:0", "--engine", "endpoint=" + deadEndpoint(t), "--log-level", "error"}, &out, &errOut)
 	}()
-	// runServe installs its SIGTERM handler before it listens, so once it says it
+	// The serve command installs its SIGTERM handler before it listens, so once it says it
 	// listens a SIGTERM reaches the handler, not the test process's default action.
 	waitListening(t, &out, &errOut)
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {

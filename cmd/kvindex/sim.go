@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/kvindex/kvindex/bench"
 	"io"
 	"math"
 	"os"
@@ -428,31 +429,13 @@ func effectiveEngine(cfg engine.Config) engine.Config {
 
 func pct(x float64) string { return fmt.Sprintf("%.2f%%", 100*x) }
 
-// thousands writes n with thousands separators.
-func thousands(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
-
 func micros(ns int64) string { return fmt.Sprintf("%.1f µs", float64(ns)/1e3) }
 
 func printHeader(w io.Writer, out simJSON, capacity string) {
 	wl := out.Workload
 	fmt.Fprintf(w, "workload  %s\n", wl.Name)
 	fmt.Fprintf(w, "          %s requests, %s input tokens, %s full blocks of %d tokens\n",
-		thousands(int64(wl.Requests)), thousands(wl.Tokens), thousands(wl.Blocks), wl.BlockSize)
+		bench.Thousands(int64(wl.Requests)), bench.Thousands(wl.Tokens), bench.Thousands(wl.Blocks), wl.BlockSize)
 	if wl.TraceIDHitRate != nil {
 		fmt.Fprintf(w, "          trace's own ceiling at 512-token ids: %s of block references\n", pct(*wl.TraceIDHitRate))
 	}
@@ -462,7 +445,7 @@ func printHeader(w io.Writer, out simJSON, capacity string) {
 }
 
 func printReport(w io.Writer, out simJSON, results []sim.Result, ceil sim.Ceiling) {
-	printHeader(w, out, thousands(int64(out.Cluster.Capacity))+fmt.Sprintf(" blocks (%s tokens each)", thousands(int64(out.Cluster.Capacity*out.Workload.BlockSize))))
+	printHeader(w, out, bench.Thousands(int64(out.Cluster.Capacity))+fmt.Sprintf(" blocks (%s tokens each)", bench.Thousands(int64(out.Cluster.Capacity*out.Workload.BlockSize))))
 	fmt.Fprintf(w, "%-15s %10s %10s %11s %14s %12s %8s\n", "policy", "block hit", "token hit", "of ceiling", "max/mean load", "(in tokens)", "seconds")
 	fmt.Fprintf(w, "%-15s %10s %10s %11s %14s %12s %8s\n", "infinite cache", pct(ceil.BlockHitRate()), pct(ceil.TokenHitRate()), "100.0%", "-", "-", "-")
 	for _, r := range results {
@@ -482,23 +465,23 @@ func printReport(w io.Writer, out simJSON, results []sim.Result, ceil sim.Ceilin
 	s := r.Index
 	fmt.Fprintf(w, "\nindex (the %s run)\n", ix.Policy)
 	fmt.Fprintf(w, "  events applied   %s (%s stored, %s removed; %s rejected)\n",
-		thousands(int64(s.Events)), thousands(s.StoredEvents), thousands(s.RemovedEvents), thousands(s.Rejected))
+		bench.Thousands(int64(s.Events)), bench.Thousands(s.StoredEvents), bench.Thousands(s.RemovedEvents), bench.Thousands(s.Rejected))
 	fmt.Fprintf(w, "  block ops        %s (%s query hashes, %s stored, %s removed) in %.3f s of engine calls\n",
-		thousands(s.BlockOps()), thousands(s.QueryBlocks), thousands(s.StoredBlocks), thousands(s.RemovedBlocks), s.EngineSeconds)
+		bench.Thousands(s.BlockOps()), bench.Thousands(s.QueryBlocks), bench.Thousands(s.StoredBlocks), bench.Thousands(s.RemovedBlocks), s.EngineSeconds)
 	fmt.Fprintf(w, "  throughput       %.2fM block ops/s\n", s.BlockOpsPerS()/1e6)
 	if s.Queries > 0 {
 		fmt.Fprintf(w, "  find-matches     p50 %s, p99 %s, p999 %s over %s queries\n",
-			micros(s.FindMatchesP50), micros(s.FindMatchesP99), micros(s.FindMatchesP999), thousands(s.Queries))
+			micros(s.FindMatchesP50), micros(s.FindMatchesP99), micros(s.FindMatchesP999), bench.Thousands(s.Queries))
 	}
 	fmt.Fprintf(w, "  memberships      %s at the end, %.1f bytes per membership (engine heap %.1f MiB)\n",
-		thousands(s.Memberships), s.BytesPerMembership(), float64(s.HeapBytes)/(1<<20))
+		bench.Thousands(s.Memberships), s.BytesPerMembership(), float64(s.HeapBytes)/(1<<20))
 	fmt.Fprintf(w, "\ntotal %.1f s\n", out.Seconds)
 }
 
 func printSweep(w io.Writer, out simJSON) {
 	caps := make([]string, len(out.Sweep))
 	for i, p := range out.Sweep {
-		caps[i] = thousands(int64(p.Capacity))
+		caps[i] = bench.Thousands(int64(p.Capacity))
 	}
 	printHeader(w, out, "{"+strings.Join(caps, ", ")+"} blocks")
 	fmt.Fprintf(w, "block hit rate by capacity (blocks per worker); infinite cache %s\n", pct(out.Ceiling.BlockHitRate))
