@@ -61,8 +61,6 @@ func TestIndexAdapterExactlyOnce(t *testing.T) {
 	}
 	nc := ns.connect(t)
 	r := newReplica(t, ctx, nc, ReplicaConfig{Stream: sc}, "")
-	if err := r.WaitFor(ctx, streamLast(t, ctx, nc, DefaultStream)); err != nil {
-		t.Fatal(err)
-	}
+	waitApplied(t, ctx, r, streamLast(t, ctx, nc, DefaultStream))
 	checkModel(t, r.Engine(), history{queries: append(h.queries, h2.queries...)}, m)
 }

@@ -18,12 +18,7 @@ const testModel = "org/model 7B"
 // them restricted to the model's subjects) consume it and answer every query as the
 // reference model does, with byte-identical snapshots.
 func TestReplicasMatchModel(t *testing.T) {
-	ctx := testCtx(t)
-	ns := startNATS(t)
-	nc := ns.connect(t)
-	h := randomHistory(1, 3000)
-	sc := StreamConfig{Memory: true}
-	p := newPublisher(t, ctx, nc, PublisherConfig{Stream: sc})
+	ctx, ns, nc, h, sc, p := memoryStream(t, 1, 3000)
 	a := newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc}, "")
 	b := newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc, Models: []string{testModel}}, "")
 	n, err := PublishOps(ctx, p, testModel, h.ops)
@@ -36,9 +31,7 @@ func TestReplicasMatchModel(t *testing.T) {
 	}
 	m := h.model(len(h.ops))
 	for _, r := range []*Replica{a, b} {
-		if err := r.WaitFor(ctx, last); err != nil {
-			t.Fatal(err)
-		}
+		waitApplied(t, ctx, r, last)
 		checkModel(t, r.Engine(), h, m)
 		if st := r.Stats(); st.Applied != uint64(n) || st.Duplicates != 0 || st.Malformed != 0 || st.Gaps != 0 {
 			t.Fatalf("stats %+v, want %d applied", st, n)
@@ -62,12 +55,7 @@ func TestRestartFromSnapshot(t *testing.T) {
 }
 
 func restartFromSnapshot(t *testing.T, snap string) {
-	ctx := testCtx(t)
-	ns := startNATS(t)
-	nc := ns.connect(t)
-	h := randomHistory(2, 3000)
-	sc := StreamConfig{Memory: true}
-	p := newPublisher(t, ctx, nc, PublisherConfig{Stream: sc})
+	ctx, ns, nc, h, sc, p := memoryStream(t, 2, 3000)
 	steady := newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc}, "")
 
 	half := len(h.ops) / 2
@@ -79,9 +67,7 @@ func restartFromSnapshot(t *testing.T, snap string) {
 	if err := r1.Start(ctx, snap); err != nil { // no file yet: full replay
 		t.Fatal(err)
 	}
-	if err := r1.WaitFor(ctx, mid); err != nil {
-		t.Fatal(err)
-	}
+	waitApplied(t, ctx, r1, mid)
 	if err := r1.Snapshot(snap); err != nil {
 		t.Fatal(err)
 	}
@@ -101,9 +87,7 @@ func restartFromSnapshot(t *testing.T, snap string) {
 		t.Fatalf("restart: %+v, want restored at %d", st, mid)
 	}
 	for _, r := range []*Replica{steady, r2} {
-		if err := r.WaitFor(ctx, last); err != nil {
-			t.Fatal(err)
-		}
+		waitApplied(t, ctx, r, last)
 	}
 	if st := r2.Stats(); st.Applied != last-mid || st.Duplicates != 0 {
 		t.Fatalf("restarted replica applied %d (dups %d), want %d", st.Applied, st.Duplicates, last-mid)
@@ -117,12 +101,7 @@ func restartFromSnapshot(t *testing.T, snap string) {
 // TestObjectSnapshotRefused: a damaged snapshot object is refused and the replica
 // replays the stream; a malformed location is an error.
 func TestObjectSnapshotRefused(t *testing.T) {
-	ctx := testCtx(t)
-	ns := startNATS(t)
-	nc := ns.connect(t)
-	h := randomHistory(4, 800)
-	sc := StreamConfig{Memory: true}
-	p := newPublisher(t, ctx, nc, PublisherConfig{Stream: sc})
+	ctx, ns, nc, h, sc, p := memoryStream(t, 4, 800)
 	if _, err := PublishOps(ctx, p, testModel, h.ops); err != nil {
 		t.Fatal(err)
 	}
@@ -137,9 +116,7 @@ func TestObjectSnapshotRefused(t *testing.T) {
 	if st := r.Stats(); st.Restored || !errors.Is(st.SnapshotErr, ErrSnapshot) {
 		t.Fatalf("damaged object: %+v", st)
 	}
-	if err := r.WaitFor(ctx, streamLast(t, ctx, nc, DefaultStream)); err != nil {
-		t.Fatal(err)
-	}
+	waitApplied(t, ctx, r, streamLast(t, ctx, nc, DefaultStream))
 	checkModel(t, r.Engine(), h, h.model(len(h.ops)))
 	if err := NewReplica(nc, ReplicaConfig{Stream: sc}).Start(ctx, ObjectScheme+"no-name"); err == nil {
 		t.Fatal("a location without an object name was accepted")
@@ -181,21 +158,14 @@ func TestRelayRestartNoDuplicates(t *testing.T) {
 		t.Fatalf("stream holds %d messages for %d events", last, len(h.ops))
 	}
 	r := newReplica(t, ctx, nc, ReplicaConfig{Stream: sc}, "")
-	if err := r.WaitFor(ctx, last); err != nil {
-		t.Fatal(err)
-	}
+	waitApplied(t, ctx, r, last)
 	checkModel(t, r.Engine(), h, h.model(len(h.ops)))
 }
 
 // TestReplicaSkipsDuplicates: messages the window let through twice (re-sent after
 // it expired) are applied once.
 func TestReplicaSkipsDuplicates(t *testing.T) {
-	ctx := testCtx(t)
-	ns := startNATS(t)
-	nc := ns.connect(t)
-	h := randomHistory(4, 1000)
-	sc := StreamConfig{Memory: true}
-	p := newPublisher(t, ctx, nc, PublisherConfig{Stream: sc})
+	ctx, _, nc, h, sc, p := memoryStream(t, 4, 1000)
 	if _, err := PublishOps(ctx, p, testModel, h.ops); err != nil {
 		t.Fatal(err)
 	}
@@ -216,9 +186,7 @@ func TestReplicaSkipsDuplicates(t *testing.T) {
 	}
 	last := streamLast(t, ctx, nc, DefaultStream)
 	r := newReplica(t, ctx, nc, ReplicaConfig{Stream: sc}, "")
-	if err := r.WaitFor(ctx, last); err != nil {
-		t.Fatal(err)
-	}
+	waitApplied(t, ctx, r, last)
 	if st := r.Stats(); st.Duplicates != uint64(len(h.ops)) || st.Malformed != 1 {
 		t.Fatalf("stats %+v, want %d duplicates and 1 malformed", st, len(h.ops))
 	}
@@ -228,12 +196,7 @@ func TestReplicaSkipsDuplicates(t *testing.T) {
 // TestBadSnapshotFallsBack: a truncated, corrupted or foreign snapshot is refused with
 // a clear error and the replica replays the stream in full.
 func TestBadSnapshotFallsBack(t *testing.T) {
-	ctx := testCtx(t)
-	ns := startNATS(t)
-	nc := ns.connect(t)
-	h := randomHistory(5, 1500)
-	sc := StreamConfig{Memory: true}
-	p := newPublisher(t, ctx, nc, PublisherConfig{Stream: sc})
+	ctx, _, nc, h, sc, p := memoryStream(t, 5, 1500)
 	if _, err := PublishOps(ctx, p, testModel, h.ops); err != nil {
 		t.Fatal(err)
 	}
@@ -241,9 +204,7 @@ func TestBadSnapshotFallsBack(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.snap")
 	r := newReplica(t, ctx, nc, ReplicaConfig{Stream: sc}, "")
-	if err := r.WaitFor(ctx, last); err != nil {
-		t.Fatal(err)
-	}
+	waitApplied(t, ctx, r, last)
 	if err := r.Snapshot(good); err != nil {
 		t.Fatal(err)
 	}
@@ -272,9 +233,7 @@ func TestBadSnapshotFallsBack(t *testing.T) {
 			t.Fatalf("%s: restored %v, err %v", name, st.Restored, st.SnapshotErr)
 		}
 		t.Logf("%s: %v", name, st.SnapshotErr)
-		if err := rr.WaitFor(ctx, last); err != nil {
-			t.Fatal(err)
-		}
+		waitApplied(t, ctx, rr, last)
 		if !bytes.Equal(engineBytes(t, rr.Engine()), want) {
 			t.Fatalf("%s: full replay differs", name)
 		}
@@ -307,9 +266,7 @@ func TestBadSnapshotFallsBack(t *testing.T) {
 	if st := rr.Stats(); st.Restored || !errors.Is(st.SnapshotErr, ErrSnapshot) {
 		t.Fatalf("foreign stream: %+v", st)
 	}
-	if err := rr.WaitFor(ctx, 100); err != nil {
-		t.Fatal(err)
-	}
+	waitApplied(t, ctx, rr, 100)
 	checkModel(t, rr.Engine(), h, h.model(100))
 }
 
@@ -413,9 +370,7 @@ func TestFaults(t *testing.T) {
 	}
 	m := h.model(len(h.ops))
 	for _, r := range []*Replica{a, b} {
-		if err := r.WaitFor(ctx, last); err != nil {
-			t.Fatal(err)
-		}
+		waitApplied(t, ctx, r, last)
 		if st := r.Stats(); st.Duplicates != 0 || st.Gaps != 0 || st.Malformed != 0 {
 			t.Fatalf("stats %+v", st)
 		}

@@ -146,9 +146,7 @@ func figureCatchUp(t *testing.T, n int) {
 	last := streamLast(t, ctx, nc, sc.Name)
 	start = time.Now()
 	r := newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc}, "")
-	if err := r.WaitFor(ctx, last); err != nil {
-		t.Fatal(err)
-	}
+	waitApplied(t, ctx, r, last)
 	ct := time.Since(start)
 	st := r.Engine().Stats()
 	t.Logf("FIGURE catchup events=%d (16 blocks each, %d bytes encoded) publish=%v (%.0f ev/s, async) catch-up=%v (%.0f ev/s, %.0f blocks/s), memberships=%d",

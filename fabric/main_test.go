@@ -196,3 +196,21 @@ func newPublisher(t testing.TB, ctx context.Context, nc *nats.Conn, cfg Publishe
 	}
 	return p
 }
+
+// waitApplied waits until r has applied stream sequence seq, failing the test on error.
+func waitApplied(t testing.TB, ctx context.Context, r *Replica, seq uint64) {
+	t.Helper()
+	if err := r.WaitFor(ctx, seq); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// memoryStream starts a NATS server, a memory stream and a publisher on it, and draws
+// the random history a test will publish.
+func memoryStream(t testing.TB, seed uint64, n int) (context.Context, *natsServer, *nats.Conn, history, StreamConfig, *Publisher) {
+	ctx := testCtx(t)
+	ns := startNATS(t)
+	nc := ns.connect(t)
+	sc := StreamConfig{Memory: true}
+	return ctx, ns, nc, randomHistory(seed, n), sc, newPublisher(t, ctx, nc, PublisherConfig{Stream: sc})
+}
