@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/kvindex/kvindex/internal/replay"
 	"os"
 	"path/filepath"
 	"sync"
@@ -174,7 +175,7 @@ func TestReplicaSkipsDuplicates(t *testing.T) {
 	seqs := map[string]uint64{}
 	var buf []byte
 	for i := range h.ops {
-		ev, _ := FromOp(&h.ops[i])
+		ev := replay.Event(&h.ops[i])
 		seqs[ev.Worker]++
 		buf = AppendMessage(buf[:0], &Message{WorkerSeq: seqs[ev.Worker], Event: ev})
 		if _, err := js.Publish(ctx, Subject(DefaultSubjectPrefix, testModel, ev.Worker), buf); err != nil {
@@ -329,7 +330,7 @@ func TestFaults(t *testing.T) {
 				close(at70)
 				<-resume
 			}
-			ev, _ := FromOp(&h.ops[i])
+			ev := replay.Event(&h.ops[i])
 			seqs[ev.Worker]++
 			if relayErr = p2.Publish(ctx, testModel, &ev, seqs[ev.Worker]); relayErr != nil {
 				return

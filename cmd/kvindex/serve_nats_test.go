@@ -15,6 +15,7 @@ import (
 	"github.com/kvindex/kvindex/fabric"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/replay"
 	"github.com/kvindex/kvindex/server"
 	"github.com/kvindex/kvindex/subscriber"
 )
@@ -49,8 +50,8 @@ func TestServeNATS(t *testing.T) {
 			continue
 		}
 		_ = m.Apply(op)
-		ev, ok := fabric.FromOp(op)
-		if !ok {
+		ev := replay.Event(op)
+		if ev.Kind == 0 {
 			continue
 		}
 		ev.Namespace = ns
