@@ -63,6 +63,9 @@ type Engine struct {
 	// onDelta and onProbe, when set (by tests, before any call), observe every index
 	// delta and every query probe; the partition measurement uses them.
 	onDelta, onProbe func(key)
+	// dropDeltas, when set (by the ceiling benchmark, before any call), discards index
+	// deltas at flush: the engine then does only its per-worker bookkeeping.
+	dropDeltas bool
 
 	// locked guards shards[0].idx when cfg.LockedIndex is set (the benchmark baseline).
 	locked sync.RWMutex

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -40,8 +39,8 @@ type worker struct {
 	npend int
 	// pend collects this event's deltas per shard; reused across events.
 	pend [][]delta
-	// scratch holds a sorted copy of an event's seqs for the duplicate check.
-	scratch []uint64
+	// seen is the duplicate check's scratch set.
+	seen seqSet
 }
 
 // validateStore checks the parts of a stored event that do not depend on state: no seq
@@ -60,21 +59,70 @@ func (w *worker) validateStore(parent uint64, hasParent bool, blocks []Block) bo
 		}
 		return true
 	}
-	s := w.scratch[:0]
+	w.seen.reset(len(blocks))
+	defer w.seen.release()
 	for _, b := range blocks {
-		if hasParent && b.Seq == parent {
-			return false
-		}
-		s = append(s, b.Seq)
-	}
-	slices.Sort(s)
-	w.scratch = s
-	for i := 1; i < len(s); i++ {
-		if s[i] == s[i-1] {
+		if hasParent && b.Seq == parent || !w.seen.add(b.Seq) {
 			return false
 		}
 	}
 	return true
+}
+
+// seqSet is a scratch set of seqs for the duplicate check of one event: open addressing
+// over at least twice as many slots as the event has blocks, emptied in O(1) by bumping
+// gen (a slot is used only while its stamp equals gen).
+type seqSet struct {
+	slots []seqSetSlot
+	gen   uint32
+	shift uint8
+}
+
+type seqSetSlot struct {
+	seq uint64
+	gen uint32
+}
+
+// seqSetKeep is the largest set kept between events; a bigger event's set is dropped
+// after its check, so a rare huge event does not pin its memory.
+const seqSetKeep = 1 << 12
+
+func (s *seqSet) reset(n int) {
+	c := 32
+	for c < 2*n {
+		c *= 2
+	}
+	if len(s.slots) < c {
+		s.slots = make([]seqSetSlot, c)
+		s.gen = 0
+	}
+	s.shift = tableShift(len(s.slots))
+	s.gen++
+	if s.gen == 0 { // the stamps wrapped: start over
+		clear(s.slots)
+		s.gen = 1
+	}
+}
+
+func (s *seqSet) release() {
+	if len(s.slots) > seqSetKeep {
+		*s = seqSet{}
+	}
+}
+
+// add inserts seq and reports whether it was absent.
+func (s *seqSet) add(seq uint64) bool {
+	mask := uint64(len(s.slots) - 1)
+	for i := (mix64(seq) * 0x9e3779b97f4a7c15) >> s.shift; ; i = (i + 1) & mask {
+		e := &s.slots[i]
+		if e.gen != s.gen {
+			*e = seqSetSlot{seq: seq, gen: s.gen}
+			return true
+		}
+		if e.seq == seq {
+			return false
+		}
+	}
 }
 
 // store applies an accepted stored event: the parent (if any) is held at key parent,
@@ -212,6 +260,13 @@ func (w *worker) flush(e *Engine) error {
 	if w.blocks != 0 {
 		e.blocks.Add(w.blocks)
 		w.blocks = 0
+	}
+	if e.dropDeltas {
+		for s := range w.pend {
+			w.pend[s] = w.pend[s][:0]
+		}
+		w.npend = 0
+		return nil
 	}
 	if e.cfg.LockedIndex {
 		e.locked.Lock()

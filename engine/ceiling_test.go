@@ -1,0 +1,237 @@
+package engine
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/internal/oplog"
+	"github.com/kvindex/kvindex/shard"
+)
+
+// BenchmarkReplayCeiling bounds what any arrangement of goroutines can get out of this
+// engine's bookkeeping on a replay of an op log (by default the trace-driven conformance
+// log; KVINDEX_OPS names another). Every variant runs in one goroutine, with no hand-off,
+// no lock contention and no barrier, so each is a lower bound on the CPU time its work
+// needs; all run in the same process, one after the other, in every iteration.
+//
+//   - exact: the LockedIndex engine, the whole exact work (per-worker tables, index,
+//     queries).
+//   - exact-worker-state: the same with the index deltas discarded: only the
+//     bookkeeping the caller's goroutine does before it hands deltas to the shards.
+//   - floor: the least an index can do and still answer removals by engine hash: one
+//     seq -> (position, prefix) table per worker and the positional index, no
+//     validation, no per-key counts, no gap tracking, so not exact (a key held under
+//     two seqs is dropped with the first), and queries that probe every 64th position.
+//   - floor-worker / floor-index: the floor's two halves, apart (the index half replays
+//     the deltas and probes the worker half recorded).
+//
+// The reported ceilings: ceiling-pipeline is block ops over the exact worker-state
+// time, the most a design that keeps each worker's bookkeeping on the caller's goroutine
+// (as this one does) can reach on one ordered stream even with free hand-offs and an
+// idle core for the shards; ceiling-2cores is block ops over half the exact time, what
+// a perfect split of all of the exact work over two cores would give.
+func BenchmarkReplayCeiling(b *testing.B) {
+	ops := ceilingOps(b)
+	events := make([]Event, len(ops))
+	blockOps := 0
+	for i := range ops {
+		events[i] = ceilingEvent(&ops[i])
+		blockOps += len(ops[i].Blocks) + len(ops[i].Seqs) + len(ops[i].Content)
+	}
+	var exact, workerOnly, floor, floorWorker, floorIndex time.Duration
+	var fl floorReplay
+	for i := 0; i < b.N; i++ {
+		exact += exactReplay(b, ops, events, false)
+		workerOnly += exactReplay(b, ops, events, true)
+		floor += fl.run(ops, false)
+		floorWorker += fl.run(ops, true)
+		floorIndex += fl.replayDeltas()
+	}
+	rate := func(d time.Duration) float64 { return float64(blockOps) * float64(b.N) / d.Seconds() / 1e6 }
+	b.ReportMetric(rate(exact), "exact-Mops/s")
+	b.ReportMetric(rate(workerOnly), "exact-worker-state-Mops/s")
+	b.ReportMetric(rate(floor), "floor-Mops/s")
+	b.ReportMetric(rate(floorWorker), "floor-worker-Mops/s")
+	b.ReportMetric(rate(floorIndex), "floor-index-Mops/s")
+	b.ReportMetric(rate(workerOnly), "ceiling-pipeline-Mops/s")
+	b.ReportMetric(rate(exact/2), "ceiling-2cores-Mops/s")
+	b.ReportMetric(0, "ns/op") // one op is several replays: its time means nothing alone
+}
+
+func ceilingOps(b *testing.B) []oplog.Op {
+	path := os.Getenv("KVINDEX_OPS")
+	if path == "" {
+		path = filepath.Join("..", "..", "shared", "conformance", "trace_conversation.jsonl")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		b.Skipf("SKIP: %v (set KVINDEX_OPS to an op log)", err)
+	}
+	defer f.Close()
+	ops, err := oplog.ReadAll(f)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ops
+}
+
+func ceilingEvent(op *oplog.Op) Event {
+	ev := Event{Worker: op.Worker, Parent: op.Parent, HasParent: op.HasParent, Seqs: op.Seqs}
+	switch op.Kind {
+	case oplog.Stored:
+		ev.Kind = EventStored
+		for _, bl := range op.Blocks {
+			ev.Blocks = append(ev.Blocks, Block{Content: bl[0], Seq: bl[1]})
+		}
+	case oplog.Removed:
+		ev.Kind = EventRemoved
+	case oplog.Cleared:
+		ev.Kind = EventCleared
+	case oplog.RemoveWorker:
+		ev.Kind = EventRemoveWorker
+	}
+	return ev
+}
+
+// exactReplay replays ops on a fresh LockedIndex engine, events between two queries in
+// one ApplyBatch, and returns the time the calls took.
+func exactReplay(b *testing.B, ops []oplog.Op, events []Event, workerStateOnly bool) time.Duration {
+	e, err := New(Config{Shards: 1, LockedIndex: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	e.dropDeltas = workerStateOnly
+	var errs []error
+	var matches []Match
+	ctx := context.Background()
+	start := time.Now()
+	run := 0
+	for i := range ops {
+		if ops[i].Kind != oplog.Query {
+			continue
+		}
+		if run < i {
+			errs = e.ApplyBatch(events[run:i], errs[:0])
+		}
+		run = i + 1
+		if matches, err = e.FindMatches(ctx, ops[i].Content, matches[:0]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	errs = e.ApplyBatch(events[run:], errs[:0])
+	d := time.Since(start)
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	return d
+}
+
+// floorReplay is the floor variant's state, reused across iterations.
+type floorReplay struct {
+	ids    map[string]uint32
+	seqs   []seqTable
+	idx    *shard.Index
+	out    []uint32
+	deltas []floorDelta
+}
+
+type floorDelta struct {
+	k  shard.Key
+	w  uint32
+	op uint8 // opAdd, opRemove, or 0 for a query probe
+}
+
+func (f *floorReplay) apply(d floorDelta) {
+	switch d.op {
+	case opAdd:
+		f.idx.Add(d.k, d.w)
+	case opRemove:
+		f.idx.Remove(d.k, d.w)
+	default:
+		f.out = f.idx.AppendMembers(f.out[:0], d.k)
+	}
+}
+
+// run replays ops on fresh floor tables. With record set it only does the worker half
+// and records the deltas and probes for replayDeltas; otherwise it applies them as it
+// goes.
+func (f *floorReplay) run(ops []oplog.Op, record bool) time.Duration {
+	if f.ids == nil {
+		f.ids = map[string]uint32{}
+		for i := range ops {
+			if _, ok := f.ids[ops[i].Worker]; !ok {
+				f.ids[ops[i].Worker] = uint32(len(f.ids))
+			}
+		}
+	}
+	f.seqs = make([]seqTable, len(f.ids))
+	f.idx = shard.New(1024)
+	f.deltas = f.deltas[:0]
+	emit := func(d floorDelta) {
+		if record {
+			f.deltas = append(f.deltas, d)
+		} else {
+			f.apply(d)
+		}
+	}
+	start := time.Now()
+	for i := range ops {
+		op := &ops[i]
+		wid := f.ids[op.Worker]
+		w := &f.seqs[wid]
+		switch op.Kind {
+		case oplog.Stored:
+			var k key
+			if op.HasParent {
+				k, _ = w.get(op.Parent)
+			}
+			for j, bl := range op.Blocks {
+				if j > 0 || op.HasParent {
+					k = key{prefix: hash.Next(k.prefix, bl[0]), pos: k.pos + 1}
+				} else {
+					k = key{prefix: bl[0]}
+				}
+				w.put(bl[1], k)
+				emit(floorDelta{k: shard.Key{Prefix: k.prefix, Pos: k.pos}, w: wid, op: opAdd})
+			}
+		case oplog.Removed:
+			for _, s := range op.Seqs {
+				if k, ok := w.get(s); ok {
+					w.del(s)
+					emit(floorDelta{k: shard.Key{Prefix: k.prefix, Pos: k.pos}, w: wid, op: opRemove})
+				}
+			}
+		case oplog.Query:
+			var p uint64
+			for j, c := range op.Content {
+				if j == 0 {
+					p = c
+				} else {
+					p = hash.Next(p, c)
+				}
+				if j%64 == 0 || j == len(op.Content)-1 {
+					emit(floorDelta{k: shard.Key{Prefix: p, Pos: uint32(j)}})
+				}
+			}
+		}
+	}
+	return time.Since(start)
+}
+
+// replayDeltas applies the deltas and probes the last recording run produced to a fresh
+// index.
+func (f *floorReplay) replayDeltas() time.Duration {
+	f.idx = shard.New(1024)
+	start := time.Now()
+	for _, d := range f.deltas {
+		f.apply(d)
+	}
+	return time.Since(start)
+}
