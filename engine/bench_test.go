@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/kvindex/kvindex/engine"
 )
@@ -175,4 +177,132 @@ func loadMillion(b *testing.B, cfg engine.Config) float64 {
 		b.Fatalf("loaded %d memberships", st.Blocks)
 	}
 	return float64(after.HeapAlloc-before.HeapAlloc) / float64(st.Blocks)
+}
+
+// BenchmarkQueryRoundTrip isolates what one hand-off to a shard goroutine costs a query:
+// a one-block query (one probe, one round trip to its shard, nothing else) against an
+// engine that holds it, at rest and while one goroutine streams store and remove events
+// into the same engine, as a router's ingester does. chan-pingpong is the bare Go
+// mechanism under the same load (the events then go to a separate engine): a goroutine
+// that answers a channel send with a send back, polling before it parks as the shards
+// do. The locked baseline answers on the caller's goroutine. Percentiles are reported
+// in nanoseconds.
+func BenchmarkQueryRoundTrip(b *testing.B) {
+	for _, load := range []bool{false, true} {
+		for _, tc := range []struct {
+			name string
+			cfg  engine.Config
+		}{
+			{"impl=locked", engine.Config{LockedIndex: true}},
+			{"impl=engine/shards=1", engine.Config{Shards: 1}},
+			{"impl=engine/shards=2", engine.Config{Shards: 2}},
+			{"impl=chan-pingpong", engine.Config{Shards: 1}},
+		} {
+			b.Run(fmt.Sprintf("load=%v/%s", load, tc.name), func(b *testing.B) {
+				e := newEngine(b, tc.cfg)
+				if err := e.Store("q", []engine.Block{{Content: 1, Seq: 1}}); err != nil {
+					b.Fatal(err)
+				}
+				if err := e.Barrier(ctx); err != nil {
+					b.Fatal(err)
+				}
+				ask := func() {
+					m, err := e.FindMatches(ctx, []uint64{1}, nil)
+					if err != nil || len(m) != 1 {
+						b.Fatalf("answer %v, %v", m, err)
+					}
+				}
+				if tc.name == "impl=chan-pingpong" {
+					ask = pingPong(b)
+				}
+				if load {
+					stop := streamEvents(b, e)
+					defer stop()
+				}
+				lat := make([]int64, b.N)
+				b.ResetTimer()
+				for i := range lat {
+					t0 := time.Now()
+					ask()
+					lat[i] = time.Since(t0).Nanoseconds()
+				}
+				b.StopTimer()
+				slices.Sort(lat)
+				for _, q := range []struct {
+					unit string
+					at   float64
+				}{{"p50-ns", 0.50}, {"p99-ns", 0.99}, {"p999-ns", 0.999}} {
+					b.ReportMetric(float64(lat[min(int(q.at*float64(len(lat))), len(lat)-1)]), q.unit)
+				}
+			})
+		}
+	}
+}
+
+// pingPong starts a responder goroutine and returns one round trip to it.
+func pingPong(b *testing.B) func() {
+	req, resp := make(chan struct{}, 1), make(chan struct{}, 1)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-req:
+			case <-done:
+				return
+			}
+			resp <- struct{}{}
+		}
+	}()
+	b.Cleanup(func() { close(done) })
+	return func() {
+		req <- struct{}{}
+		for spin := 0; spin < 64; spin++ {
+			select {
+			case <-resp:
+				return
+			default:
+				runtime.Gosched()
+			}
+		}
+		<-resp
+	}
+}
+
+// streamEvents applies events to e from another goroutine until the returned function
+// is called: 16 workers in turn store a 32-block chain and evict it tail first.
+func streamEvents(b *testing.B, e *engine.Engine) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan error, 1)
+	go func() {
+		const workers, chain = 16, 32
+		blocks := make([]engine.Block, chain)
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				finished <- nil
+				return
+			default:
+			}
+			w := fmt.Sprintf("load%d", i%workers)
+			for j := range blocks {
+				blocks[j] = engine.Block{Content: uint64(1000 + i%7*chain + j), Seq: uint64(j + 1)}
+			}
+			if err := e.Store(w, blocks); err != nil {
+				finished <- err
+				return
+			}
+			for j := chain; j > 0; j-- {
+				if err := e.Remove(w, uint64(j)); err != nil {
+					finished <- err
+					return
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		if err := <-finished; err != nil {
+			b.Error(err)
+		}
+	}
 }

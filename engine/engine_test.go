@@ -412,3 +412,43 @@ func Example() {
 	// A holds 3 leading blocks (3 cached)
 	// B holds 1 leading blocks (2 cached)
 }
+
+// TestBarrierThenStatsAndQuery checks, after every event, that a Barrier makes the
+// event visible to a query and to the counters the shards publish (Memberships), at
+// several shard counts: the barrier's fast path (every shard already caught up) must
+// give what its token path gives.
+func TestBarrierThenStatsAndQuery(t *testing.T) {
+	for _, shards := range []int{1, 2, 4} {
+		e := newEngine(t, engine.Config{Shards: shards})
+		r := rand.New(rand.NewPCG(uint64(shards), 9))
+		next := uint64(1)
+		for i := 0; i < 300; i++ {
+			w := fmt.Sprintf("w%d", i%5)
+			n := 1 + r.IntN(8)
+			blocks := make([]engine.Block, n)
+			content := make([]uint64, n)
+			for j := range blocks {
+				blocks[j] = engine.Block{Content: next, Seq: next}
+				content[j] = next
+				next++
+			}
+			require.NoError(t, e.Store(w, blocks))
+			if i%7 == 3 {
+				require.NoError(t, e.Remove(w, blocks[n-1].Seq))
+				n--
+			}
+			require.NoError(t, e.Barrier(ctx))
+			st := e.Stats()
+			require.Equal(t, st.Blocks, st.Memberships, "event %d, %d shards", i, shards)
+			got, err := e.FindMatches(ctx, content, nil)
+			require.NoError(t, err)
+			if n == 0 {
+				require.Empty(t, got)
+				continue
+			}
+			require.Len(t, got, 1)
+			require.Equal(t, w, got[0].Worker)
+			require.Equal(t, n, got[0].Score)
+		}
+	}
+}
