@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/kvindex/kvindex/hash"
 	"github.com/kvindex/kvindex/internal/oplog"
@@ -29,6 +30,9 @@ import (
 //   - floor-worker / floor-index: the floor's two halves, apart (the index half replays
 //     the deltas and probes the worker half recorded).
 //
+// The table-B/membership metrics are the bytes of the hash tables (slots, empty ones
+// included, and overflow sets) each variant holds at the end of the log, per membership.
+//
 // The reported ceilings: ceiling-pipeline is block ops over the exact worker-state
 // time, the most a design that keeps each worker's bookkeeping on the caller's goroutine
 // (as this one does) can reach on one ordered stream even with free hand-offs and an
@@ -44,13 +48,20 @@ func BenchmarkReplayCeiling(b *testing.B) {
 	}
 	var exact, workerOnly, floor, floorWorker, floorIndex time.Duration
 	var fl floorReplay
+	var exactBytes float64
 	for i := 0; i < b.N; i++ {
-		exact += exactReplay(b, ops, events, false)
-		workerOnly += exactReplay(b, ops, events, true)
+		d, bytes := exactReplay(b, ops, events, false)
+		exact += d
+		exactBytes = bytes
+		d, _ = exactReplay(b, ops, events, true)
+		workerOnly += d
 		floor += fl.run(ops, false)
+		floorBytes := fl.tableBytes()
 		floorWorker += fl.run(ops, true)
 		floorIndex += fl.replayDeltas()
+		b.ReportMetric(floorBytes, "floor-table-B/membership")
 	}
+	b.ReportMetric(exactBytes, "exact-table-B/membership")
 	rate := func(d time.Duration) float64 { return float64(blockOps) * float64(b.N) / d.Seconds() / 1e6 }
 	b.ReportMetric(rate(exact), "exact-Mops/s")
 	b.ReportMetric(rate(workerOnly), "exact-worker-state-Mops/s")
@@ -98,8 +109,9 @@ func ceilingEvent(op *oplog.Op) Event {
 }
 
 // exactReplay replays ops on a fresh LockedIndex engine, events between two queries in
-// one ApplyBatch, and returns the time the calls took.
-func exactReplay(b *testing.B, ops []oplog.Op, events []Event, workerStateOnly bool) time.Duration {
+// one ApplyBatch, and returns the time the calls took and the engine's table bytes per
+// membership at the end.
+func exactReplay(b *testing.B, ops []oplog.Op, events []Event, workerStateOnly bool) (time.Duration, float64) {
 	e, err := New(Config{Shards: 1, LockedIndex: true})
 	if err != nil {
 		b.Fatal(err)
@@ -130,7 +142,14 @@ func exactReplay(b *testing.B, ops []oplog.Op, events []Event, workerStateOnly b
 			b.Fatal(err)
 		}
 	}
-	return d
+	st := e.Stats()
+	bytes := st.IndexBytes
+	for _, w := range *e.slots.Load() {
+		if w != nil {
+			bytes += int64(len(w.seqs.slots))*int64(unsafe.Sizeof(seqEntry{})) + int64(len(w.keys.slots))*int64(unsafe.Sizeof(keyEntry{}))
+		}
+	}
+	return d, float64(bytes) / float64(max(st.Blocks, 1))
 }
 
 // floorReplay is the floor variant's state, reused across iterations.
@@ -223,6 +242,15 @@ func (f *floorReplay) run(ops []oplog.Op, record bool) time.Duration {
 		}
 	}
 	return time.Since(start)
+}
+
+// tableBytes returns the floor's table bytes per membership.
+func (f *floorReplay) tableBytes() float64 {
+	bytes := f.idx.Bytes()
+	for i := range f.seqs {
+		bytes += len(f.seqs[i].slots) * int(unsafe.Sizeof(seqEntry{}))
+	}
+	return float64(bytes) / float64(max(f.idx.Memberships(), 1))
 }
 
 // replayDeltas applies the deltas and probes the last recording run produced to a fresh
