@@ -44,6 +44,8 @@ type Index struct {
 	members int
 	ovf     [][]uint32
 	ovfFree []uint32
+	// ovfCap is the total capacity of the overflow sets, kept so that Bytes is O(1).
+	ovfCap int
 }
 
 // New returns an empty index sized for about hint keys.
@@ -150,8 +152,9 @@ func (x *Index) addMember(s *slot, wid uint32) bool {
 		}
 		// Spill the inline members and the newcomer into an overflow set.
 		o := x.newOverflow()
-		x.ovf[o] = append(x.ovf[o], s.m[:]...)
-		x.ovf[o] = append(x.ovf[o], wid)
+		set := append(append(x.ovf[o], s.m[:]...), wid)
+		x.ovfCap += cap(set) - cap(x.ovf[o])
+		x.ovf[o] = set
 		s.m = [Inline]uint32{o}
 		s.n++
 		return true
@@ -162,7 +165,9 @@ func (x *Index) addMember(s *slot, wid uint32) bool {
 			return false
 		}
 	}
-	x.ovf[s.m[0]] = append(set, wid)
+	grown := append(set, wid)
+	x.ovfCap += cap(grown) - cap(set)
+	x.ovf[s.m[0]] = grown
 	s.n++
 	return true
 }
@@ -174,6 +179,7 @@ func (x *Index) newOverflow() uint32 {
 		return o
 	}
 	x.ovf = append(x.ovf, make([]uint32, 0, 2*Inline))
+	x.ovfCap += 2 * Inline
 	return uint32(len(x.ovf) - 1)
 }
 
@@ -309,9 +315,5 @@ func (x *Index) Has(k Key, wid uint32) bool {
 
 // Bytes estimates the heap the index holds: slots plus overflow sets.
 func (x *Index) Bytes() int {
-	b := len(x.slots) * 32
-	for _, o := range x.ovf {
-		b += 24 + cap(o)*4
-	}
-	return b + cap(x.ovfFree)*4
+	return len(x.slots)*32 + len(x.ovf)*24 + x.ovfCap*4 + cap(x.ovfFree)*4
 }

@@ -64,6 +64,9 @@ func TestIndexAgainstMap(t *testing.T) {
 				}
 				require.Equal(t, len(model), x.Len())
 				require.Equal(t, members, x.Memberships())
+				if step%97 == 0 {
+					require.Equal(t, bytesByWalk(x), x.Bytes(), "step %d", step)
+				}
 				if step%997 == 0 {
 					for mk, set := range model {
 						got := x.AppendMembers(nil, mk)
@@ -114,4 +117,13 @@ func TestIndexZeroAllocsSteadyState(t *testing.T) {
 		}
 	})
 	require.Zero(t, allocs)
+}
+
+// bytesByWalk is what Bytes keeps track of, computed the slow way.
+func bytesByWalk(x *Index) int {
+	b := len(x.slots) * int(unsafe.Sizeof(slot{}))
+	for _, o := range x.ovf {
+		b += int(unsafe.Sizeof(o)) + cap(o)*4
+	}
+	return b + cap(x.ovfFree)*4
 }
