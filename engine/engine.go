@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -170,10 +171,14 @@ func (e *Engine) lookupOrCreate(name string) *worker {
 	}
 	slots := make([]*worker, max(len(old), int(wid)+1))
 	copy(slots, old)
-	w := &worker{name: name, wid: wid, pend: make([][]delta, len(e.shards))}
+	// The registry keeps its own copy of the name: a caller's string (often a field of
+	// an Event) must not outlive the call, or escape analysis makes every event's slices
+	// escape with it, and Remove(worker, seqs...) would allocate.
+	own := strings.Clone(name)
+	w := &worker{name: own, wid: wid, pend: make([][]delta, len(e.shards))}
 	slots[wid] = w
 	e.slots.Store(&slots)
-	e.byName.Store(name, w)
+	e.byName.Store(own, w)
 	e.nlive.Add(1)
 	return w
 }
@@ -372,7 +377,7 @@ func (e *Engine) lockFor(ev *Event) (w *worker, validated bool, err error) {
 	case EventStored:
 		if ev.HasParent {
 			e.rejParent.Add(1)
-			return nil, false, fmt.Errorf("%w: worker %q is unknown", ErrParentNotFound, ev.Worker)
+			return nil, false, fmt.Errorf("%w: worker %q is unknown", ErrParentNotFound, strings.Clone(ev.Worker))
 		}
 		var probe worker
 		if !probe.validateStore(0, false, ev.Blocks) {
@@ -457,6 +462,6 @@ func (e *Engine) namespaceID(name string, create bool) uint32 {
 		return v.(uint32)
 	}
 	id := e.nsNext.Add(1)
-	e.namespaces.Store(name, id)
+	e.namespaces.Store(strings.Clone(name), id) // see lookupOrCreate
 	return id
 }
