@@ -49,14 +49,16 @@ tidy-check:
 build386:
 	GOARCH=386 $(GO) vet ./...
 
-## conformance: replays every golden op log through the kvindex CLI at shards 1 and 4 and
-## jumps 1, 4 and 64. Skipped, with a notice, where the shared logs are absent.
+## conformance: replays every golden op log through the kvindex CLI at shards 1, 2, 3, 4
+## and 8 and on the locked baseline, at jumps 1, 4 and 64. Skipped, with a notice, where
+## the shared logs are absent.
 conformance:
 	@if ! ls $(SHARED)/conformance/*.jsonl >/dev/null 2>&1; then \
 		echo "SKIP conformance: $(SHARED)/conformance not found"; exit 0; fi; \
 	$(GO) build -o /tmp/kvindex-ci ./cmd/kvindex && \
-	fail=0; for f in $(SHARED)/conformance/*.jsonl; do for s in 1 4; do for j in 1 4 64; do \
-		out=$$(/tmp/kvindex-ci replay --ops $$f --shards $$s --jump $$j --json) || { echo "FAIL $$f shards=$$s jump=$$j"; echo "$$out"; fail=1; }; \
+	fail=0; for f in $(SHARED)/conformance/*.jsonl; do for s in 1 2 3 4 8 locked; do for j in 1 4 64; do \
+		if [ $$s = locked ]; then impl=--locked; else impl="--shards $$s"; fi; \
+		out=$$(/tmp/kvindex-ci replay --ops $$f $$impl --jump $$j --json) || { echo "FAIL $$f $$impl jump=$$j"; echo "$$out"; fail=1; }; \
 	done; done; echo "ok   $$(basename $$f)"; done; exit $$fail
 
 ## fuzz: a short run of every fuzz target (FUZZTIME each).
