@@ -406,19 +406,19 @@ func (e *Engine) applyLocked(w *worker, ev *Event, validated bool) (gone bool, e
 		}
 		return false, e.storeLocked(w, ns, ev, validated)
 	case EventRemoved:
-		e.skippedRemovals.Add(uint64(w.remove(e, ev.Seqs)))
+		w.skipped += uint64(w.remove(e, ev.Seqs))
 	case EventCleared:
 		w.clear(e)
 	case EventRemoveWorker:
 		w.clear(e)
-		e.events.Add(1)
+		w.events++
 		err = w.flush(e)
 		w.dead = true
 		e.unregister(w)
 		w.mu.Unlock()
 		return true, err
 	}
-	e.events.Add(1)
+	w.events++
 	return false, nil
 }
 
@@ -443,7 +443,7 @@ func (e *Engine) storeLocked(w *worker, ns uint32, ev *Event, validated bool) er
 		return fmt.Errorf("%w: a seq appears twice in one event or equals the parent", ErrInvalidEvent)
 	}
 	w.store(e, ns, at, ev.HasParent, ev.Blocks)
-	e.events.Add(1)
+	w.events++
 	return nil
 }
 

@@ -458,3 +458,43 @@ func TestBarrierThenStatsAndQuery(t *testing.T) {
 		}
 	}
 }
+
+// TestStatsCounters checks the event counters, through single calls and through one
+// ApplyBatch, after the calls return (no Barrier: these counters belong to the caller's
+// side).
+func TestStatsCounters(t *testing.T) {
+	b := func(c, s uint64) engine.Block { return engine.Block{Content: c, Seq: s} }
+	evs := []engine.Event{
+		{Kind: engine.EventStored, Worker: "a", Blocks: []engine.Block{b(1, 1), b(2, 2)}},                    // accepted
+		{Kind: engine.EventStored, Worker: "a", Parent: 9, HasParent: true, Blocks: []engine.Block{b(3, 3)}}, // parent not found
+		{Kind: engine.EventStored, Worker: "a", Blocks: []engine.Block{b(4, 4), b(5, 4)}},                    // invalid: seq twice
+		{Kind: engine.EventRemoved, Worker: "a", Seqs: []uint64{2, 7, 8}},                                    // accepted, 2 skipped
+		{Kind: engine.EventRemoved, Worker: "ghost", Seqs: []uint64{1, 2, 3}},                                // unknown worker: 3 skipped
+		{Kind: engine.EventStored, Worker: "b", Blocks: []engine.Block{b(1, 1)}},                             // accepted
+		{Kind: engine.EventCleared, Worker: "b"},                                                             // accepted
+		{Kind: engine.EventRemoveWorker, Worker: "b"},                                                        // accepted
+		{Kind: engine.EventStored, Worker: "a", Parent: 1, HasParent: true, Blocks: []engine.Block{b(6, 6)}}, // accepted
+	}
+	check := func(t *testing.T, e *engine.Engine) {
+		st := e.Stats()
+		require.Equal(t, uint64(6), st.Events)
+		require.Equal(t, uint64(5), st.SkippedRemovals)
+		require.Equal(t, uint64(1), st.RejectedParentNotFound)
+		require.Equal(t, uint64(1), st.RejectedInvalid)
+		require.Equal(t, int64(2), st.Blocks)
+		require.Equal(t, 1, st.Workers)
+	}
+	t.Run("Apply", func(t *testing.T) {
+		e := newEngine(t, engine.Config{Shards: 2})
+		for i := range evs {
+			_ = e.Apply(&evs[i])
+		}
+		check(t, e)
+	})
+	t.Run("ApplyBatch", func(t *testing.T) {
+		e := newEngine(t, engine.Config{Shards: 2})
+		errs := e.ApplyBatch(evs, nil)
+		require.Len(t, errs, len(evs))
+		check(t, e)
+	})
+}

@@ -31,8 +31,12 @@ type worker struct {
 	seqs  seqTable
 	keys  keyTable
 	holes int
-	// blocks is this event's change to the engine-wide block count, published by flush.
-	blocks int64
+	// blocks, events and skipped are this worker's changes to the engine-wide block count
+	// and event and skipped-removal counters since its last flush, which publishes them:
+	// one shared atomic update per flush rather than several per event keeps producers
+	// of different workers from bouncing the counters' cache line between cores.
+	blocks          int64
+	events, skipped uint64
 	// cursor is the stream position of the last event applied that carried one.
 	cursor uint64
 	// npend counts the deltas in pend.
@@ -260,6 +264,14 @@ func (w *worker) flush(e *Engine) error {
 	if w.blocks != 0 {
 		e.blocks.Add(w.blocks)
 		w.blocks = 0
+	}
+	if w.events != 0 {
+		e.events.Add(w.events)
+		w.events = 0
+	}
+	if w.skipped != 0 {
+		e.skippedRemovals.Add(w.skipped)
+		w.skipped = 0
 	}
 	if e.dropDeltas {
 		for s := range w.pend {
