@@ -4,7 +4,13 @@ GOBIN       := $(shell $(GO) env GOPATH)/bin
 STATICCHECK := $(GOBIN)/staticcheck
 STATICCHECK_VERSION := v0.8.2
 SHARED      ?= ../shared
-FUZZTIME    ?= 5s
+# FUZZTIME, when set (30s, 100000x), is every fuzz target's budget; unset, each target
+# runs a fixed number of executions (about 5 s each on a 2-core machine). Counts, not
+# durations: Go 1.26's fuzz coordinator can fail a target with a spurious "context
+# deadline exceeded" when a duration budget expires mid-execution (golang/go#75804,
+# fixed in Go 1.27), and a count has no deadline to race.
+FUZZTIME    ?=
+fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 
 .PHONY: test unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench demo tidy-check publisher-deps loadtest
 
@@ -61,14 +67,14 @@ conformance:
 		out=$$(/tmp/kvindex-ci replay --ops $$f $$impl --jump $$j --json) || { echo "FAIL $$f $$impl jump=$$j"; echo "$$out"; fail=1; }; \
 	done; done; echo "ok   $$(basename $$f)"; done; exit $$fail
 
-## fuzz: a short run of every fuzz target (FUZZTIME each).
+## fuzz: a short run of every fuzz target (see FUZZTIME above).
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzBlocks$$' -fuzztime $(FUZZTIME) ./hash/
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/oplog/
-	$(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime $(FUZZTIME) ./engine/
-	$(GO) test -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime $(FUZZTIME) ./engine/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./kvevents/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMatch$$' -fuzztime $(FUZZTIME) ./server/
+	$(GO) test -run '^$$' -fuzz '^FuzzBlocks$$' -fuzztime $(call fuzzbudget,30000x) ./hash/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(call fuzzbudget,60000x) ./internal/oplog/
+	$(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime $(call fuzzbudget,12000x) ./engine/
+	$(GO) test -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime $(call fuzzbudget,25000x) ./engine/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(call fuzzbudget,50000x) ./kvevents/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMatch$$' -fuzztime $(call fuzzbudget,25000x) ./server/
 
 ## stress: the long concurrency stress (many producers and readers, all shard counts).
 stress:
