@@ -306,3 +306,53 @@ func streamEvents(b *testing.B, e *engine.Engine) (stop func()) {
 		}
 	}
 }
+
+// BenchmarkFindMatchesGappy queries a 1,024-block chain that 256 workers hold, each with
+// one block missing at its own depth (so every worker has a gap and is scanned position
+// by position up to its first missed landing): the shape of a fleet whose engines evict
+// blocks from the middle of shared prefixes.
+func BenchmarkFindMatchesGappy(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		cfg  engine.Config
+	}{
+		{"impl=locked", engine.Config{LockedIndex: true}},
+		{"impl=engine/shards=2", engine.Config{Shards: 2}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			e := newEngine(b, tc.cfg)
+			const workers, chain = 256, 1024
+			blocks := make([]engine.Block, chain)
+			q := make([]uint64, chain)
+			for i := range blocks {
+				blocks[i] = engine.Block{Content: uint64(i + 1), Seq: uint64(i + 1)}
+				q[i] = uint64(i + 1)
+			}
+			for w := 0; w < workers; w++ {
+				name := fmt.Sprintf("w%03d", w)
+				if err := e.Store(name, blocks); err != nil {
+					b.Fatal(err)
+				}
+				if err := e.Remove(name, uint64(17+3*w)); err != nil { // position 16 + 3w
+					b.Fatal(err)
+				}
+			}
+			if err := e.Barrier(ctx); err != nil {
+				b.Fatal(err)
+			}
+			dst := make([]engine.Match, 0, workers)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				var err error
+				if dst, err = e.FindMatches(ctx, q, dst[:0]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if len(dst) != workers || dst[0].Score != 16+3*(workers-1) {
+				b.Fatalf("unexpected answer: %d matches, best %v", len(dst), dst[0])
+			}
+		})
+	}
+}

@@ -61,6 +61,7 @@ type query struct {
 	landings []int
 	cands    []candidate
 	mark     []uint32 // per worker id: the stamp of the last position it was seen at
+	active   []int32  // the scan's unresolved candidates
 	stamp    uint32
 }
 
@@ -223,31 +224,42 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 			return dst, err
 		}
 	}
-	// Scan each group's range in position order; the first position where a candidate
-	// is not a member is its score, and the range's end is its score if it is everywhere.
-	for i := 0; i < len(q.cands); {
-		lo, hi := q.cands[i].lo, q.cands[i].hi
-		j := i + 1
-		for j < len(q.cands) && q.cands[j].lo == lo && q.cands[j].hi == hi {
-			j++
+	// Sweep the ranges once, in position order (the candidates are sorted by lo): each
+	// position's members are stamped once, however many ranges cover it, and every
+	// unresolved candidate whose range holds the position is checked against them. The
+	// first position where a candidate is not a member is its score; the range's end is
+	// its score if it is a member everywhere.
+	active := q.active[:0]
+	next := 0
+	for x := 0; next < len(q.cands) || len(active) > 0; x++ {
+		for next < len(q.cands) && q.cands[next].lo <= x {
+			c := &q.cands[next]
+			c.score = c.hi
+			if c.lo < c.hi {
+				active = append(active, int32(next))
+			}
+			next++
 		}
-		group := q.cands[i:j]
-		for k := range group {
-			group[k].score = hi
+		if len(active) == 0 {
+			if next < len(q.cands) {
+				x = q.cands[next].lo - 1 // nothing to check before the next range starts
+			}
+			continue
 		}
-		left := len(group)
-		for x := lo; x < hi && left > 0; x++ {
-			q.stampMembers(x)
-			for k := range group {
-				c := &group[k]
-				if c.score == hi && q.mark[c.wid] != q.stamp {
-					c.score = x
-					left--
-				}
+		q.stampMembers(x)
+		keep := active[:0]
+		for _, k := range active {
+			c := &q.cands[k]
+			switch {
+			case q.mark[c.wid] != q.stamp:
+				c.score = x
+			case x+1 < c.hi:
+				keep = append(keep, k)
 			}
 		}
-		i = j
+		active = keep
 	}
+	q.active = active
 	start := len(dst)
 	for i := range q.cands {
 		c := &q.cands[i]
