@@ -94,25 +94,7 @@ func (x engineIndex) Close() error  { return x.e.Close() }
 
 type radixIndex struct{ x *radix.Index }
 
-func (r *radixIndex) Apply(ev *engine.Event) error {
-	if ev.Namespace != "" {
-		return fmt.Errorf("bench: radix has no namespaces (event for %q)", ev.Namespace)
-	}
-	switch ev.Kind {
-	case engine.EventStored:
-		if ev.HasParent {
-			return r.x.StoreUnder(ev.Worker, ev.Parent, ev.Blocks)
-		}
-		return r.x.Store(ev.Worker, ev.Blocks)
-	case engine.EventRemoved:
-		return r.x.Remove(ev.Worker, ev.Seqs...)
-	case engine.EventCleared:
-		return r.x.Clear(ev.Worker)
-	case engine.EventRemoveWorker:
-		return r.x.RemoveWorker(ev.Worker)
-	}
-	return fmt.Errorf("bench: unknown event kind %d", ev.Kind)
-}
+func (r *radixIndex) Apply(ev *engine.Event) error { return r.x.Apply(ev) }
 
 func (r *radixIndex) FindMatches(content []uint64, dst []engine.Match) ([]engine.Match, error) {
 	return r.x.FindMatches(content, dst), nil

@@ -237,25 +237,10 @@ func TestDifferentialBatched(t *testing.T) {
 	}
 }
 
+// applyOp applies one non-query op.
 func applyOp(e *engine.Engine, op *oplog.Op) error {
-	switch op.Kind {
-	case oplog.Stored:
-		blocks := make([]engine.Block, len(op.Blocks))
-		for i, b := range op.Blocks {
-			blocks[i] = engine.Block{Content: b[0], Seq: b[1]}
-		}
-		if op.HasParent {
-			return e.StoreUnder(op.Worker, op.Parent, blocks)
-		}
-		return e.Store(op.Worker, blocks)
-	case oplog.Removed:
-		return e.Remove(op.Worker, op.Seqs...)
-	case oplog.Cleared:
-		return e.Clear(op.Worker)
-	case oplog.RemoveWorker:
-		return e.RemoveWorker(op.Worker)
-	}
-	return nil
+	ev := replay.Event(op)
+	return e.Apply(&ev)
 }
 
 // FuzzEngine decodes fuzz bytes into a small event history and checks the engine

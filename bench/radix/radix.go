@@ -78,6 +78,25 @@ func New() *Index {
 	return &Index{byName: map[string]*worker{}}
 }
 
+// Apply applies one engine event (the tree has no namespaces: an event in a non-default
+// namespace is rejected as invalid).
+func (x *Index) Apply(ev *engine.Event) error {
+	if ev.Namespace != "" {
+		return fmt.Errorf("radix: no namespaces (event for %q): %w", ev.Namespace, ErrInvalidEvent)
+	}
+	switch ev.Kind {
+	case engine.EventStored:
+		return x.store(ev.Worker, ev.Parent, ev.HasParent, ev.Blocks)
+	case engine.EventRemoved:
+		return x.Remove(ev.Worker, ev.Seqs...)
+	case engine.EventCleared:
+		return x.Clear(ev.Worker)
+	case engine.EventRemoveWorker:
+		return x.RemoveWorker(ev.Worker)
+	}
+	return fmt.Errorf("radix: unknown event kind %d: %w", ev.Kind, ErrInvalidEvent)
+}
+
 // Store applies a stored event for a chain of root blocks: blocks[0] is at position 0 and
 // each next block hangs under the previous one.
 func (x *Index) Store(worker string, blocks []engine.Block) error {

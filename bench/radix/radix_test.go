@@ -12,6 +12,7 @@ import (
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/replay"
 	"go.uber.org/goleak"
 )
 
@@ -27,24 +28,8 @@ func conformanceDir() string {
 
 // apply applies one non-query op and returns its error.
 func apply(x *Index, op *oplog.Op) error {
-	switch op.Kind {
-	case oplog.Stored:
-		blocks := make([]engine.Block, len(op.Blocks))
-		for i, b := range op.Blocks {
-			blocks[i] = engine.Block{Content: b[0], Seq: b[1]}
-		}
-		if op.HasParent {
-			return x.StoreUnder(op.Worker, op.Parent, blocks)
-		}
-		return x.Store(op.Worker, blocks)
-	case oplog.Removed:
-		return x.Remove(op.Worker, op.Seqs...)
-	case oplog.Cleared:
-		return x.Clear(op.Worker)
-	case oplog.RemoveWorker:
-		return x.RemoveWorker(op.Worker)
-	}
-	return fmt.Errorf("not an event: %v", op.Kind)
+	ev := replay.Event(op)
+	return x.Apply(&ev)
 }
 
 // rejection names an error class, so that the tree's and the model's errors compare.

@@ -75,27 +75,20 @@ func TestReferenceModelConformance(t *testing.T) {
 	for name, ops := range loadLogs(t) {
 		m := refmodel.New()
 		for _, op := range ops {
-			switch op.Kind {
-			case oplog.Stored:
-				_ = m.Stored(op.Worker, op.Parent, op.HasParent, op.Blocks)
-			case oplog.Removed:
-				m.Removed(op.Worker, op.Seqs)
-			case oplog.Cleared:
-				m.Cleared(op.Worker)
-			case oplog.RemoveWorker:
-				m.RemoveWorker(op.Worker)
-			case oplog.Query:
-				if !op.HasExpect {
-					continue
-				}
-				got := map[string]int{}
-				sizes := map[string]int{}
-				for _, a := range m.Query(op.Content) {
-					got[a.Worker], sizes[a.Worker] = a.Score, a.Size
-				}
-				require.Equal(t, op.Expect, got, "%s line %d", name, op.Line)
-				require.Equal(t, op.Sizes, sizes, "%s line %d", name, op.Line)
+			if op.Kind != oplog.Query {
+				_ = m.Apply(&op)
+				continue
 			}
+			if !op.HasExpect {
+				continue
+			}
+			got := map[string]int{}
+			sizes := map[string]int{}
+			for _, a := range m.Query(op.Content) {
+				got[a.Worker], sizes[a.Worker] = a.Score, a.Size
+			}
+			require.Equal(t, op.Expect, got, "%s line %d", name, op.Line)
+			require.Equal(t, op.Sizes, sizes, "%s line %d", name, op.Line)
 		}
 	}
 }
