@@ -12,19 +12,26 @@ import (
 	"github.com/kvindex/kvindex/engine"
 )
 
+// benchConfig is one implementation a benchmark runs against.
+type benchConfig struct {
+	name string
+	cfg  engine.Config
+}
+
+// benchConfigs returns the locked baseline and the engine at each shard count.
+func benchConfigs(shards ...int) []benchConfig {
+	out := []benchConfig{{"impl=locked", engine.Config{LockedIndex: true}}}
+	for _, n := range shards {
+		out = append(out, benchConfig{fmt.Sprintf("impl=engine/shards=%d", n), engine.Config{Shards: n}})
+	}
+	return out
+}
+
 // BenchmarkFindMatches is the figure the core issue asks for: a 1,000-block query
 // against 64 workers that share a 500-block prefix and then diverge (each holds 300
 // more blocks of its own), at several shard counts and on the locked baseline.
 func BenchmarkFindMatches(b *testing.B) {
-	for _, tc := range []struct {
-		name string
-		cfg  engine.Config
-	}{
-		{"impl=locked", engine.Config{LockedIndex: true}},
-		{"impl=engine/shards=1", engine.Config{Shards: 1}},
-		{"impl=engine/shards=2", engine.Config{Shards: 2}},
-		{"impl=engine/shards=4", engine.Config{Shards: 4}},
-	} {
+	for _, tc := range benchConfigs(1, 2, 4) {
 		b.Run(tc.name, func(b *testing.B) {
 			e := newEngine(b, tc.cfg)
 			shared := make([]engine.Block, 500)
@@ -71,14 +78,7 @@ func BenchmarkFindMatches(b *testing.B) {
 // BenchmarkEvents applies a store of a 32-block chain and its tail-first eviction, one
 // removed event per block, as vLLM emits them, and reports events per second.
 func BenchmarkEvents(b *testing.B) {
-	for _, tc := range []struct {
-		name string
-		cfg  engine.Config
-	}{
-		{"impl=locked", engine.Config{LockedIndex: true}},
-		{"impl=engine/shards=1", engine.Config{Shards: 1}},
-		{"impl=engine/shards=2", engine.Config{Shards: 2}},
-	} {
+	for _, tc := range benchConfigs(1, 2) {
 		b.Run(tc.name, func(b *testing.B) {
 			e := newEngine(b, tc.cfg)
 			r := rand.New(rand.NewPCG(1, 1))
@@ -120,14 +120,7 @@ func BenchmarkEvents(b *testing.B) {
 // blocks whose first 50 come from one of 40 shared system prompts) and reports the heap
 // the engine holds per membership, measured with runtime.MemStats after a GC.
 func BenchmarkMemory(b *testing.B) {
-	for _, tc := range []struct {
-		name string
-		cfg  engine.Config
-	}{
-		{"impl=engine/shards=1", engine.Config{Shards: 1}},
-		{"impl=engine/shards=4", engine.Config{Shards: 4}},
-		{"impl=locked", engine.Config{LockedIndex: true}},
-	} {
+	for _, tc := range benchConfigs(1, 4) {
 		b.Run(tc.name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				perMembership := loadMillion(b, tc.cfg)
@@ -189,15 +182,7 @@ func loadMillion(b *testing.B, cfg engine.Config) float64 {
 // in nanoseconds.
 func BenchmarkQueryRoundTrip(b *testing.B) {
 	for _, load := range []bool{false, true} {
-		for _, tc := range []struct {
-			name string
-			cfg  engine.Config
-		}{
-			{"impl=locked", engine.Config{LockedIndex: true}},
-			{"impl=engine/shards=1", engine.Config{Shards: 1}},
-			{"impl=engine/shards=2", engine.Config{Shards: 2}},
-			{"impl=chan-pingpong", engine.Config{Shards: 1}},
-		} {
+		for _, tc := range append(benchConfigs(1, 2), benchConfig{"impl=chan-pingpong", engine.Config{Shards: 1}}) {
 			b.Run(fmt.Sprintf("load=%v/%s", load, tc.name), func(b *testing.B) {
 				e := newEngine(b, tc.cfg)
 				if err := e.Store("q", []engine.Block{{Content: 1, Seq: 1}}); err != nil {
@@ -312,13 +297,7 @@ func streamEvents(b *testing.B, e *engine.Engine) (stop func()) {
 // by position up to its first missed landing): the shape of a fleet whose engines evict
 // blocks from the middle of shared prefixes.
 func BenchmarkFindMatchesGappy(b *testing.B) {
-	for _, tc := range []struct {
-		name string
-		cfg  engine.Config
-	}{
-		{"impl=locked", engine.Config{LockedIndex: true}},
-		{"impl=engine/shards=2", engine.Config{Shards: 2}},
-	} {
+	for _, tc := range benchConfigs(2) {
 		b.Run(tc.name, func(b *testing.B) {
 			e := newEngine(b, tc.cfg)
 			const workers, chain = 256, 1024
