@@ -169,32 +169,20 @@ func (h *harness) check(m *refmodel.Model, queries [][]uint64) {
 // wireEvent turns an op into a wire event (content values become token blocks) and
 // applies it to the model.
 func wireEvent(op oplog.Op, m *refmodel.Model, r *rand.Rand) pubtest.Event {
-	enc := "array"
+	e, blocks := pubtest.FromOp(&op, bs, tokens)
+	e.Encoding = "array"
 	if r.IntN(2) == 0 {
-		enc = "map"
+		e.Encoding = "map"
 	}
 	switch op.Kind {
 	case oplog.Stored:
-		e := pubtest.Event{Type: "BlockStored", BlockSize: bs, Encoding: enc, BlockHashes: []uint64{}, TokenIDs: []uint32{}}
-		if op.HasParent {
-			p := op.Parent
-			e.Parent = &p
-		}
-		ref := make([][2]uint64, len(op.Blocks))
-		for i, b := range op.Blocks {
-			e.BlockHashes = append(e.BlockHashes, b[1])
-			e.TokenIDs = append(e.TokenIDs, tokens(b[0])...)
-			ref[i] = [2]uint64{content(b[0]), b[1]}
-		}
-		m.Stored(op.Worker, op.Parent, op.HasParent, ref)
-		return e
+		m.Stored(op.Worker, op.Parent, op.HasParent, blocks)
 	case oplog.Removed:
 		m.Removed(op.Worker, op.Seqs)
-		return pubtest.Event{Type: "BlockRemoved", BlockHashes: op.Seqs, Encoding: enc}
-	default: // Cleared; RemoveWorker becomes a clear: the same answers (a worker with size 0 never matches)
+	default:
 		m.Cleared(op.Worker)
-		return pubtest.Event{Type: "AllBlocksCleared", Encoding: enc}
 	}
+	return e
 }
 
 // stream publishes a random history over the ranks in batches of 1-4 events, with

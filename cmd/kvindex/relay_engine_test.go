@@ -79,26 +79,13 @@ func TestRelayFollowsEngines(t *testing.T) {
 				queries = append(queries, q)
 				continue
 			}
-			var ev pubtest.Event
+			ev, blocks := pubtest.FromOp(&op, bs, relayTokens)
 			switch op.Kind {
 			case oplog.Stored:
-				ev = pubtest.Event{Type: "BlockStored", BlockSize: bs, BlockHashes: []uint64{}, TokenIDs: []uint32{}}
-				if op.HasParent {
-					p := op.Parent
-					ev.Parent = &p
-				}
-				ref := make([][2]uint64, len(op.Blocks))
-				for j, b := range op.Blocks {
-					ev.BlockHashes = append(ev.BlockHashes, b[1])
-					ev.TokenIDs = append(ev.TokenIDs, relayTokens(b[0])...)
-					ref[j] = [2]uint64{hash.Content(relayTokens(b[0])), b[1]}
-				}
-				_ = m.Stored(worker, op.Parent, op.HasParent, ref)
+				_ = m.Stored(worker, op.Parent, op.HasParent, blocks)
 			case oplog.Removed:
-				ev = pubtest.Event{Type: "BlockRemoved", BlockHashes: op.Seqs}
 				m.Removed(worker, op.Seqs)
 			default:
-				ev = pubtest.Event{Type: "AllBlocksCleared"}
 				m.Cleared(worker)
 			}
 			if _, err := pub.Publish(0, true, ev); err != nil {

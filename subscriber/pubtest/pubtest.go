@@ -15,6 +15,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/internal/oplog"
 )
 
 // CommandTimeout bounds the wait for the publisher's answer to one command.
@@ -297,6 +300,34 @@ type Event struct {
 	LoraName    string   `json:"lora_name,omitempty"`
 	Medium      string   `json:"medium,omitempty"`
 	Encoding    string   `json:"encoding,omitempty"`
+}
+
+// FromOp turns a non-query op of an op log into the wire event an engine would publish
+// for it: each content value c becomes one block of token ids tokens(c). For a stored op
+// it also returns the blocks as (content hash, seq) pairs, as a reference model stores
+// them. Cleared and remove_worker both become AllBlocksCleared: the protocol has no
+// worker removal, and a worker with size 0 never matches.
+func FromOp(op *oplog.Op, blockSize int, tokens func(uint64) []uint32) (Event, [][2]uint64) {
+	switch op.Kind {
+	case oplog.Stored:
+		ev := Event{Type: "BlockStored", BlockSize: blockSize, BlockHashes: []uint64{}, TokenIDs: []uint32{}}
+		if op.HasParent {
+			p := op.Parent
+			ev.Parent = &p
+		}
+		blocks := make([][2]uint64, len(op.Blocks))
+		for i, b := range op.Blocks {
+			t := tokens(b[0])
+			ev.BlockHashes = append(ev.BlockHashes, b[1])
+			ev.TokenIDs = append(ev.TokenIDs, t...)
+			blocks[i] = [2]uint64{hash.Content(t), b[1]}
+		}
+		return ev, blocks
+	case oplog.Removed:
+		return Event{Type: "BlockRemoved", BlockHashes: op.Seqs}, nil
+	default:
+		return Event{Type: "AllBlocksCleared"}, nil
+	}
 }
 
 // Publish publishes one batch on rank (live when send, else only buffered for replay)
