@@ -15,14 +15,14 @@ import (
 // removedWith is a positional BlockRemoved whose block_hashes array holds the raw
 // encoded values given.
 func removedWith(raws ...string) mp {
-	m := mp{}.arr(2).str("BlockRemoved").arr(len(raws))
+	m := mp{}.Arr(2).Str("BlockRemoved").Arr(len(raws))
 	for _, r := range raws {
-		m = m.raw(r)
+		m = m.Raw(r)
 	}
 	return m
 }
 
-var cleared = mp{}.arr(1).str("AllBlocksCleared")
+var cleared = mp{}.Arr(1).Str("AllBlocksCleared")
 
 func TestBlockHashWidths(t *testing.T) {
 	bin32 := "c5 0020 " + strings.Repeat("ee", 24) + "0102030405060708"
@@ -69,7 +69,7 @@ func TestBlockHashWidths(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			// As a block hash of a removal and as the parent of an empty store.
-			store := mp{}.arr(5).str("BlockStored").arr(0).raw(c.raw).arr(0).uint(4)
+			store := mp{}.Arr(5).Str("BlockStored").Arr(0).Raw(c.raw).Arr(0).Uint(4)
 			require.NoError(t, d.Decode(batch(0, removedWith(c.raw), store, cleared), &b))
 			if c.raw == "c0" { // nil: no hash, but a legal "no parent"
 				require.Equal(t, 1, b.RejectedCount)
@@ -101,7 +101,7 @@ func TestBlockHashWidths(t *testing.T) {
 
 func TestTokenWidths(t *testing.T) {
 	toks := []uint32{0, 127, 128, 255, 256, 65535, 65536, math.MaxUint32}
-	ev := mp{}.arr(5).str("BlockStored").uints(1, 2, 3, 4).nil_().tokens(toks).uint(2)
+	ev := mp{}.Arr(5).Str("BlockStored").Uints(1, 2, 3, 4).Nil().Tokens(toks).Uint(2)
 	d := mustNew(t, Config{})
 	var b Batch
 	require.NoError(t, d.Decode(batch(0, ev), &b))
@@ -110,11 +110,11 @@ func TestTokenWidths(t *testing.T) {
 	require.False(t, b.Events[0].HasParent)
 
 	// Signed encodings of non-negative ids are ids too; negative and > 2^32-1 are not.
-	ev = mp{}.arr(5).str("BlockStored").uints(1).nil_().arr(2).raw("d0 05").raw("d3 00000000ffffffff").uint(2)
+	ev = mp{}.Arr(5).Str("BlockStored").Uints(1).Nil().Arr(2).Raw("d0 05").Raw("d3 00000000ffffffff").Uint(2)
 	require.NoError(t, d.Decode(batch(0, ev), &b))
 	require.Equal(t, []uint64{hash.Content([]uint32{5, math.MaxUint32})}, b.Events[0].Contents)
 	for _, bad := range []string{"ff", "d0 80", "cf 0000000100000000", "c0", "a1 31", "cb 3ff0000000000000"} {
-		ev = mp{}.arr(5).str("BlockStored").uints(1).nil_().arr(2).uint(1).raw(bad).uint(2)
+		ev = mp{}.Arr(5).Str("BlockStored").Uints(1).Nil().Arr(2).Uint(1).Raw(bad).Uint(2)
 		require.NoError(t, d.Decode(batch(0, ev), &b))
 		require.Equal(t, 1, b.RejectedCount, bad)
 		require.Equal(t, ReasonMalformedField, b.Rejected[0].Reason)
@@ -131,8 +131,8 @@ func TestMixedArrayAndMapEvents(t *testing.T) {
 	b2 := unhex(goldenVectors[8].hex)[11:75]
 	a3 := unhex(goldenVectors[2].hex)[11:29]
 	b3 := unhex(goldenVectors[9].hex)[11:34]
-	unknownArr := mp{}.arr(3).str("BlockPinned").uints(1, 2).obj(1).str("x").arr(1).arr(0)
-	unknownMap := mp{}.obj(2).str("blocks").uints(9).str("type").str("SnapshotMarker")
+	unknownArr := mp{}.Arr(3).Str("BlockPinned").Uints(1, 2).Map(1).Str("x").Arr(1).Arr(0)
+	unknownMap := mp{}.Map(2).Str("blocks").Uints(9).Str("type").Str("SnapshotMarker")
 	p := batch(7, mp(a1), mp(b2), unknownArr, mp(b1), mp(a3), unknownMap, mp(a2), mp(b3))
 
 	d := mustNew(t, Config{BlockSize: 4})
@@ -160,23 +160,23 @@ func TestMixedArrayAndMapEvents(t *testing.T) {
 }
 
 func TestUnknownFieldsIgnored(t *testing.T) {
-	deep := mp{}.arr(1).arr(1).arr(1).obj(1).uint(1).arr(2).bin([]byte{1, 2}).raw("d6 05 00000000")
-	ev := mp{}.obj(12).
-		str("session_id").str("s-1").
-		raw("07").add(deep).                     // non-string key
-		bin([]byte("type")).str("BlockRemoved"). // a bin key is not "type"
-		str("kv_cache_spec_sliding_window").uint(128).
-		str("block_mm_infos").arr(2).nil_().obj(1).str("mm_hash").str(strings.Repeat("ab", 32)).
-		str("source_kind").nil_().
-		str("block_hashes").uints(h0, h1).
-		str("ownership").raw("c7 03 01 aabbcc").
-		str("token_ids").tokens(goldenTokens).
-		str("type").str("BlockStored"). // "type" need not come first
-		str("block_size").uint(4).
-		str("event_version").raw("ca 3f800000")
-	longPositional := mp{}.arr(15).str("BlockStored").uints(h0, h1).uint(parentP).tokens(goldenTokens).uint(4).
-		nil_().str("GPU").nil_().arr(2).nil_().nil_().uint(1).str("sliding_window").uint(1024).
-		str("LOCAL").add(deep).uint(99)
+	deep := mp{}.Arr(1).Arr(1).Arr(1).Map(1).Uint(1).Arr(2).Bin([]byte{1, 2}).Raw("d6 05 00000000")
+	ev := mp{}.Map(12).
+		Str("session_id").Str("s-1").
+		Raw("07").Add(deep).                     // non-string key
+		Bin([]byte("type")).Str("BlockRemoved"). // a bin key is not "type"
+		Str("kv_cache_spec_sliding_window").Uint(128).
+		Str("block_mm_infos").Arr(2).Nil().Map(1).Str("mm_hash").Str(strings.Repeat("ab", 32)).
+		Str("source_kind").Nil().
+		Str("block_hashes").Uints(h0, h1).
+		Str("ownership").Raw("c7 03 01 aabbcc").
+		Str("token_ids").Tokens(goldenTokens).
+		Str("type").Str("BlockStored"). // "type" need not come first
+		Str("block_size").Uint(4).
+		Str("event_version").Raw("ca 3f800000")
+	longPositional := mp{}.Arr(15).Str("BlockStored").Uints(h0, h1).Uint(parentP).Tokens(goldenTokens).Uint(4).
+		Nil().Str("GPU").Nil().Arr(2).Nil().Nil().Uint(1).Str("sliding_window").Uint(1024).
+		Str("LOCAL").Add(deep).Uint(99)
 	d := mustNew(t, Config{})
 	var b Batch
 	require.NoError(t, d.Decode(batch(0, ev, longPositional), &b))
@@ -196,12 +196,12 @@ func TestUnknownFieldsIgnored(t *testing.T) {
 }
 
 func TestOptionalFields(t *testing.T) {
-	ev := mp{}.obj(10).str("type").str("BlockStored").str("block_hashes").uints(1).
-		str("parent_block_hash").nil_().str("token_ids").tokens(goldenTokens[:4]).str("block_size").uint(4).
-		str("medium").str("CPU").str("group_idx").uint(2).str("kv_cache_spec_kind").str("mla_attention").
-		str("locality").str("REMOTE").str("extra_keys").arr(1).arr(1).arr(2).str(strings.Repeat("f", 64)).uint(7)
-	rm := mp{}.obj(5).str("type").str("BlockRemoved").str("block_hashes").uints(1).str("medium").uint(2).
-		str("group_idx").raw("d2 80000000").str("locality").str("LOCAL")
+	ev := mp{}.Map(10).Str("type").Str("BlockStored").Str("block_hashes").Uints(1).
+		Str("parent_block_hash").Nil().Str("token_ids").Tokens(goldenTokens[:4]).Str("block_size").Uint(4).
+		Str("medium").Str("CPU").Str("group_idx").Uint(2).Str("kv_cache_spec_kind").Str("mla_attention").
+		Str("locality").Str("REMOTE").Str("extra_keys").Arr(1).Arr(1).Arr(2).Str(strings.Repeat("f", 64)).Uint(7)
+	rm := mp{}.Map(5).Str("type").Str("BlockRemoved").Str("block_hashes").Uints(1).Str("medium").Uint(2).
+		Str("group_idx").Raw("d2 80000000").Str("locality").Str("LOCAL")
 	d := mustNew(t, Config{})
 	var b Batch
 	require.NoError(t, d.Decode(batch(-1, ev, rm), &b))
@@ -220,13 +220,13 @@ func TestOptionalFields(t *testing.T) {
 // SGLang: 7-element positional stores (tag + 6, medium last), BlockStoredWithMetadata
 // with a metadata map in slot 7, and the later map encoding with cache_salt.
 func TestSGLang(t *testing.T) {
-	plain := mp{}.arr(7).str("BlockStored").uints(11).uint(10).tokens([]uint32{42}).uint(1).nil_().str("CPU_TIER1")
-	salted := mp{}.arr(8).str("BlockStoredWithMetadata").uints(12).uint(11).tokens([]uint32{43}).uint(1).nil_().
-		str("GPU").obj(2).str("other").arr(1).uint(1).str("cache_salt").str("tenant-a")
-	mapped := mp{}.obj(9).str("type").str("BlockStored").str("block_hashes").uints(13).str("parent_block_hash").uint(12).
-		str("token_ids").tokens([]uint32{44}).str("block_size").uint(1).str("lora_id").nil_().str("medium").str("GPU").
-		str("cache_salt").str("tenant-a").str("session_id").str("sess-9")
-	removed := mp{}.arr(3).str("BlockRemoved").uints(11).str("CPU_TIER1")
+	plain := mp{}.Arr(7).Str("BlockStored").Uints(11).Uint(10).Tokens([]uint32{42}).Uint(1).Nil().Str("CPU_TIER1")
+	salted := mp{}.Arr(8).Str("BlockStoredWithMetadata").Uints(12).Uint(11).Tokens([]uint32{43}).Uint(1).Nil().
+		Str("GPU").Map(2).Str("other").Arr(1).Uint(1).Str("cache_salt").Str("tenant-a")
+	mapped := mp{}.Map(9).Str("type").Str("BlockStored").Str("block_hashes").Uints(13).Str("parent_block_hash").Uint(12).
+		Str("token_ids").Tokens([]uint32{44}).Str("block_size").Uint(1).Str("lora_id").Nil().Str("medium").Str("GPU").
+		Str("cache_salt").Str("tenant-a").Str("session_id").Str("sess-9")
+	removed := mp{}.Arr(3).Str("BlockRemoved").Uints(11).Str("CPU_TIER1")
 	d := mustNew(t, Config{BlockSize: 1})
 	var b Batch
 	require.NoError(t, d.Decode(batch(3, plain, salted, mapped, removed), &b))
@@ -245,23 +245,23 @@ func TestSGLang(t *testing.T) {
 
 func TestNamespace(t *testing.T) {
 	store := func(loraID, loraName, salt mp) mp {
-		m := mp{}.obj(4).str("type").str("BlockStored").str("block_hashes").arr(0).str("token_ids").arr(0).
-			str("block_size").uint(16)
+		m := mp{}.Map(4).Str("type").Str("BlockStored").Str("block_hashes").Arr(0).Str("token_ids").Arr(0).
+			Str("block_size").Uint(16)
 		n := 4
 		for _, kv := range []struct {
 			k string
 			v mp
 		}{{"lora_id", loraID}, {"lora_name", loraName}, {"cache_salt", salt}} {
 			if kv.v != nil {
-				m = m.str(kv.k).add(kv.v)
+				m = m.Str(kv.k).Add(kv.v)
 				n++
 			}
 		}
 		m[0] = 0x80 | byte(n)
 		return m
 	}
-	s := func(v string) mp { return mp{}.str(v) }
-	nilv := mp{}.nil_()
+	s := func(v string) mp { return mp{}.Str(v) }
+	nilv := mp{}.Nil()
 	cases := []struct {
 		name string
 		ev   mp
@@ -271,19 +271,19 @@ func TestNamespace(t *testing.T) {
 		{"all nil", store(nilv, nilv, nilv), ""},
 		{"empty strings count as absent", store(nil, s(""), s("")), ""},
 		{"lora name", store(nil, s("sql-adapter"), nil), "lora=sql-adapter"},
-		{"lora id without name", store(mp{}.uint(7), nilv, nil), "lora_id=7"},
-		{"lora id zero", store(mp{}.uint(0), nil, nil), "lora_id=0"},
-		{"negative lora id", store(mp{}.int(-3), nil, nil), "lora_id=-3"},
-		{"name wins over id", store(mp{}.uint(7), s("sql"), nil), "lora=sql"},
+		{"lora id without name", store(mp{}.Uint(7), nilv, nil), "lora_id=7"},
+		{"lora id zero", store(mp{}.Uint(0), nil, nil), "lora_id=0"},
+		{"negative lora id", store(mp{}.Int(-3), nil, nil), "lora_id=-3"},
+		{"name wins over id", store(mp{}.Uint(7), s("sql"), nil), "lora=sql"},
 		{"salt", store(nil, nil, s("tenant-1")), "salt=tenant-1"},
 		{"name and salt", store(nil, s("sql"), s("t1")), "lora=sql;salt=t1"},
-		{"id and salt", store(mp{}.uint(9), nil, s("t1")), "lora_id=9;salt=t1"},
+		{"id and salt", store(mp{}.Uint(9), nil, s("t1")), "lora_id=9;salt=t1"},
 		{"escaping", store(nil, s("a;b%c\n=é"), s("x;salt=y")), "lora=a%3Bb%25c%0A=é;salt=x%3Bsalt=y"},
 		{"long name (str8)", store(nil, s(strings.Repeat("n", 40)), nil), "lora=" + strings.Repeat("n", 40)},
-		{"metadata map in lora_name slot", mp{}.arr(8).str("BlockStored").arr(0).nil_().arr(0).uint(16).uint(5).nil_().
-			obj(1).str("cache_salt").str("s1"), "lora_id=5;salt=s1"},
-		{"metadata map with nil salt", mp{}.arr(8).str("BlockStoredWithMetadata").arr(0).nil_().arr(0).uint(16).nil_().nil_().
-			obj(2).raw("01").str("x").str("cache_salt").nil_(), ""},
+		{"metadata map in lora_name slot", mp{}.Arr(8).Str("BlockStored").Arr(0).Nil().Arr(0).Uint(16).Uint(5).Nil().
+			Map(1).Str("cache_salt").Str("s1"), "lora_id=5;salt=s1"},
+		{"metadata map with nil salt", mp{}.Arr(8).Str("BlockStoredWithMetadata").Arr(0).Nil().Arr(0).Uint(16).Nil().Nil().
+			Map(2).Raw("01").Str("x").Str("cache_salt").Nil(), ""},
 	}
 	d := mustNew(t, Config{})
 	var b Batch
@@ -303,7 +303,7 @@ func TestNamespace(t *testing.T) {
 // Each bad event is rejected with its reason; the valid events around it survive.
 func TestRejectedEvents(t *testing.T) {
 	okStore := func(hashes []uint64, tokens []uint32, bs uint64) mp {
-		return mp{}.arr(5).str("BlockStored").uints(hashes...).nil_().tokens(tokens).uint(bs)
+		return mp{}.Arr(5).Str("BlockStored").Uints(hashes...).Nil().Tokens(tokens).Uint(bs)
 	}
 	cases := []struct {
 		name   string
@@ -312,30 +312,30 @@ func TestRejectedEvents(t *testing.T) {
 		reason Reason
 		detail string
 	}{
-		{"event is an int", Config{}, mp{}.uint(5), ReasonMalformedEvent, "event is int"},
-		{"event is a str", Config{}, mp{}.str("BlockStored"), ReasonMalformedEvent, "want array or map"},
-		{"empty array", Config{}, mp{}.arr(0), ReasonMalformedEvent, "empty event array"},
-		{"array tag is an int", Config{}, mp{}.arr(2).uint(1).uints(1), ReasonMalformedEvent, "element 0"},
-		{"map without type", Config{}, mp{}.obj(1).str("block_hashes").uints(1), ReasonMalformedEvent, `no "type"`},
-		{"map type is nil", Config{}, mp{}.obj(1).str("type").nil_(), ReasonMalformedEvent, `"type" is nil`},
-		{"duplicate key", Config{}, mp{}.obj(3).str("type").str("BlockRemoved").str("block_hashes").uints(1).
-			str("block_hashes").uints(2), ReasonDuplicateField, "block_hashes"},
-		{"duplicate type", Config{}, mp{}.obj(2).str("type").str("BlockRemoved").str("type").str("AllBlocksCleared"),
+		{"event is an int", Config{}, mp{}.Uint(5), ReasonMalformedEvent, "event is int"},
+		{"event is a str", Config{}, mp{}.Str("BlockStored"), ReasonMalformedEvent, "want array or map"},
+		{"empty array", Config{}, mp{}.Arr(0), ReasonMalformedEvent, "empty event array"},
+		{"array tag is an int", Config{}, mp{}.Arr(2).Uint(1).Uints(1), ReasonMalformedEvent, "element 0"},
+		{"map without type", Config{}, mp{}.Map(1).Str("block_hashes").Uints(1), ReasonMalformedEvent, `no "type"`},
+		{"map type is nil", Config{}, mp{}.Map(1).Str("type").Nil(), ReasonMalformedEvent, `"type" is nil`},
+		{"duplicate key", Config{}, mp{}.Map(3).Str("type").Str("BlockRemoved").Str("block_hashes").Uints(1).
+			Str("block_hashes").Uints(2), ReasonDuplicateField, "block_hashes"},
+		{"duplicate type", Config{}, mp{}.Map(2).Str("type").Str("BlockRemoved").Str("type").Str("AllBlocksCleared"),
 			ReasonDuplicateField, "type"},
-		{"removed without hashes (array)", Config{}, mp{}.arr(1).str("BlockRemoved"), ReasonMissingField, "block_hashes"},
-		{"removed without hashes (map)", Config{}, mp{}.obj(1).str("type").str("BlockRemoved"), ReasonMissingField, "block_hashes"},
-		{"stored too short", Config{}, mp{}.arr(3).str("BlockStored").uints(1).nil_(), ReasonMissingField, "token_ids"},
-		{"stored map without block_size", Config{}, mp{}.obj(3).str("type").str("BlockStored").str("block_hashes").uints(1).
-			str("token_ids").tokens([]uint32{1}), ReasonMissingField, "block_size"},
-		{"hashes not an array", Config{}, mp{}.arr(2).str("BlockRemoved").uint(1), ReasonMalformedField, "block_hashes is int"},
-		{"hashes nil", Config{}, mp{}.arr(2).str("BlockRemoved").nil_(), ReasonMalformedField, "block_hashes is nil"},
-		{"token_ids nil", Config{}, mp{}.arr(5).str("BlockStored").uints(1).nil_().nil_().uint(1), ReasonMalformedField, "token_ids is nil"},
+		{"removed without hashes (array)", Config{}, mp{}.Arr(1).Str("BlockRemoved"), ReasonMissingField, "block_hashes"},
+		{"removed without hashes (map)", Config{}, mp{}.Map(1).Str("type").Str("BlockRemoved"), ReasonMissingField, "block_hashes"},
+		{"stored too short", Config{}, mp{}.Arr(3).Str("BlockStored").Uints(1).Nil(), ReasonMissingField, "token_ids"},
+		{"stored map without block_size", Config{}, mp{}.Map(3).Str("type").Str("BlockStored").Str("block_hashes").Uints(1).
+			Str("token_ids").Tokens([]uint32{1}), ReasonMissingField, "block_size"},
+		{"hashes not an array", Config{}, mp{}.Arr(2).Str("BlockRemoved").Uint(1), ReasonMalformedField, "block_hashes is int"},
+		{"hashes nil", Config{}, mp{}.Arr(2).Str("BlockRemoved").Nil(), ReasonMalformedField, "block_hashes is nil"},
+		{"token_ids nil", Config{}, mp{}.Arr(5).Str("BlockStored").Uints(1).Nil().Nil().Uint(1), ReasonMalformedField, "token_ids is nil"},
 		{"block_size 0", Config{}, okStore(nil, nil, 0), ReasonBadBlockSize, ""},
 		{"block_size too big", Config{}, okStore(nil, nil, hash.MaxBlockSize+1), ReasonBadBlockSize, ""},
-		{"block_size negative", Config{}, mp{}.arr(5).str("BlockStored").arr(0).nil_().arr(0).int(-4), ReasonBadBlockSize, ""},
-		{"block_size huge", Config{}, mp{}.arr(5).str("BlockStored").arr(0).nil_().arr(0).raw("cf ffffffffffffffff"), ReasonBadBlockSize, ""},
-		{"block_size str", Config{}, mp{}.arr(5).str("BlockStored").arr(0).nil_().arr(0).str("4"), ReasonMalformedField, "block_size is str"},
-		{"block_size nil", Config{}, mp{}.arr(5).str("BlockStored").arr(0).nil_().arr(0).nil_(), ReasonMalformedField, "block_size is nil"},
+		{"block_size negative", Config{}, mp{}.Arr(5).Str("BlockStored").Arr(0).Nil().Arr(0).Int(-4), ReasonBadBlockSize, ""},
+		{"block_size huge", Config{}, mp{}.Arr(5).Str("BlockStored").Arr(0).Nil().Arr(0).Raw("cf ffffffffffffffff"), ReasonBadBlockSize, ""},
+		{"block_size str", Config{}, mp{}.Arr(5).Str("BlockStored").Arr(0).Nil().Arr(0).Str("4"), ReasonMalformedField, "block_size is str"},
+		{"block_size nil", Config{}, mp{}.Arr(5).Str("BlockStored").Arr(0).Nil().Arr(0).Nil(), ReasonMalformedField, "block_size is nil"},
 		{"block size mismatch", Config{BlockSize: 16}, okStore([]uint64{1, 2}, goldenTokens, 4), ReasonBlockSizeMismatch, "want 16"},
 		{"too few tokens", Config{}, okStore([]uint64{1, 2}, goldenTokens[:7], 4), ReasonTokenCountMismatch, "len(token_ids) = 7"},
 		{"partial last block", Config{}, okStore([]uint64{1, 2}, append(goldenTokens[:8:8], 5), 4), ReasonTokenCountMismatch, ""},
@@ -343,19 +343,19 @@ func TestRejectedEvents(t *testing.T) {
 		{"too many hashes", Config{Limits: Limits{MaxBlocksPerEvent: 1}}, okStore([]uint64{1, 2}, goldenTokens, 4), ReasonLimit, "block_hashes"},
 		{"too many removed hashes", Config{Limits: Limits{MaxBlocksPerEvent: 1}}, removedWith("01", "02"), ReasonLimit, "block_hashes"},
 		{"too many tokens", Config{Limits: Limits{MaxTokensPerEvent: 7}}, okStore([]uint64{1, 2}, goldenTokens, 4), ReasonLimit, "token_ids"},
-		{"lora_name int", Config{}, mp{}.arr(8).str("BlockStored").arr(0).nil_().arr(0).uint(4).nil_().nil_().uint(3),
+		{"lora_name int", Config{}, mp{}.Arr(8).Str("BlockStored").Arr(0).Nil().Arr(0).Uint(4).Nil().Nil().Uint(3),
 			ReasonMalformedField, "lora_name is int"},
-		{"lora_id str", Config{}, mp{}.arr(6).str("BlockStored").arr(0).nil_().arr(0).uint(4).str("7"), ReasonMalformedField, "lora_id is str"},
-		{"cache_salt int", Config{}, mp{}.obj(5).str("type").str("BlockStored").str("block_hashes").arr(0).
-			str("token_ids").arr(0).str("block_size").uint(4).str("cache_salt").uint(1), ReasonMalformedField, "cache_salt is int"},
-		{"metadata salt bin", Config{}, mp{}.arr(8).str("BlockStoredWithMetadata").arr(0).nil_().arr(0).uint(4).nil_().nil_().
-			obj(1).str("cache_salt").bin([]byte("x")), ReasonMalformedField, "cache_salt is bin"},
-		{"medium bool", Config{}, mp{}.arr(3).str("BlockRemoved").uints(1).raw("c2"), ReasonMalformedField, "medium is bool"},
-		{"group_idx str", Config{}, mp{}.arr(4).str("BlockRemoved").uints(1).nil_().str("0"), ReasonMalformedField, "group_idx"},
-		{"group_idx over int32", Config{}, mp{}.arr(4).str("BlockRemoved").uints(1).nil_().uint(1 << 31), ReasonMalformedField, "group_idx"},
-		{"locality int", Config{}, mp{}.obj(3).str("type").str("BlockRemoved").str("block_hashes").uints(1).
-			str("locality").uint(1), ReasonMalformedField, "locality is int"},
-		{"spec kind int", Config{}, mp{}.arr(11).str("BlockStored").arr(0).nil_().arr(0).uint(4).nil_().nil_().nil_().nil_().nil_().uint(1),
+		{"lora_id str", Config{}, mp{}.Arr(6).Str("BlockStored").Arr(0).Nil().Arr(0).Uint(4).Str("7"), ReasonMalformedField, "lora_id is str"},
+		{"cache_salt int", Config{}, mp{}.Map(5).Str("type").Str("BlockStored").Str("block_hashes").Arr(0).
+			Str("token_ids").Arr(0).Str("block_size").Uint(4).Str("cache_salt").Uint(1), ReasonMalformedField, "cache_salt is int"},
+		{"metadata salt bin", Config{}, mp{}.Arr(8).Str("BlockStoredWithMetadata").Arr(0).Nil().Arr(0).Uint(4).Nil().Nil().
+			Map(1).Str("cache_salt").Bin([]byte("x")), ReasonMalformedField, "cache_salt is bin"},
+		{"medium bool", Config{}, mp{}.Arr(3).Str("BlockRemoved").Uints(1).Raw("c2"), ReasonMalformedField, "medium is bool"},
+		{"group_idx str", Config{}, mp{}.Arr(4).Str("BlockRemoved").Uints(1).Nil().Str("0"), ReasonMalformedField, "group_idx"},
+		{"group_idx over int32", Config{}, mp{}.Arr(4).Str("BlockRemoved").Uints(1).Nil().Uint(1 << 31), ReasonMalformedField, "group_idx"},
+		{"locality int", Config{}, mp{}.Map(3).Str("type").Str("BlockRemoved").Str("block_hashes").Uints(1).
+			Str("locality").Uint(1), ReasonMalformedField, "locality is int"},
+		{"spec kind int", Config{}, mp{}.Arr(11).Str("BlockStored").Arr(0).Nil().Arr(0).Uint(4).Nil().Nil().Nil().Nil().Nil().Uint(1),
 			ReasonMalformedField, "kv_cache_spec_kind is int"},
 	}
 	for _, c := range cases {
@@ -390,7 +390,7 @@ func TestRejectedEvents(t *testing.T) {
 func TestRejectedRecordedUpToCap(t *testing.T) {
 	evs := make([]mp, 100)
 	for i := range evs {
-		evs[i] = mp{}.arr(0)
+		evs[i] = mp{}.Arr(0)
 	}
 	d := mustNew(t, Config{})
 	var b Batch
@@ -410,16 +410,16 @@ func TestBatchShapes(t *testing.T) {
 		rank    int
 		hasRank bool
 	}{
-		{"3 elements", mp{}.arr(3).f64(2.5).arr(1).add(ev).uint(5), 2.5, 5, true},
-		{"2 elements (old vLLM)", mp{}.arr(2).f64(2.5).arr(1).add(ev), 2.5, 0, false},
-		{"nil rank", mp{}.arr(3).f64(2.5).arr(1).add(ev).nil_(), 2.5, 0, false},
-		{"4th element ignored (unmerged publisher_id)", mp{}.arr(4).f64(2.5).arr(1).add(ev).uint(1).bin(make([]byte, 16)), 2.5, 1, true},
-		{"float32 ts", mp{}.arr(3).raw("ca 40200000").arr(1).add(ev).uint(0), 2.5, 0, true},
-		{"int ts", mp{}.arr(3).uint(1750000000).arr(1).add(ev).uint(0), 1750000000, 0, true},
-		{"negative rank", mp{}.arr(3).f64(1).arr(1).add(ev).int(-1), 1, -1, true},
-		{"int32 max rank", mp{}.arr(3).f64(1).arr(1).add(ev).uint(math.MaxInt32), 1, math.MaxInt32, true},
-		{"array16 headers", mp{}.raw("dc 0003").f64(1).raw("dc 0001").add(ev).uint(0), 1, 0, true},
-		{"array32 headers", mp{}.raw("dd 00000003").f64(1).raw("dd 00000001").add(ev).uint(0), 1, 0, true},
+		{"3 elements", mp{}.Arr(3).F64(2.5).Arr(1).Add(ev).Uint(5), 2.5, 5, true},
+		{"2 elements (old vLLM)", mp{}.Arr(2).F64(2.5).Arr(1).Add(ev), 2.5, 0, false},
+		{"nil rank", mp{}.Arr(3).F64(2.5).Arr(1).Add(ev).Nil(), 2.5, 0, false},
+		{"4th element ignored (unmerged publisher_id)", mp{}.Arr(4).F64(2.5).Arr(1).Add(ev).Uint(1).Bin(make([]byte, 16)), 2.5, 1, true},
+		{"float32 ts", mp{}.Arr(3).Raw("ca 40200000").Arr(1).Add(ev).Uint(0), 2.5, 0, true},
+		{"int ts", mp{}.Arr(3).Uint(1750000000).Arr(1).Add(ev).Uint(0), 1750000000, 0, true},
+		{"negative rank", mp{}.Arr(3).F64(1).Arr(1).Add(ev).Int(-1), 1, -1, true},
+		{"int32 max rank", mp{}.Arr(3).F64(1).Arr(1).Add(ev).Uint(math.MaxInt32), 1, math.MaxInt32, true},
+		{"array16 headers", mp{}.Raw("dc 0003").F64(1).Raw("dc 0001").Add(ev).Uint(0), 1, 0, true},
+		{"array32 headers", mp{}.Raw("dd 00000003").F64(1).Raw("dd 00000001").Add(ev).Uint(0), 1, 0, true},
 	}
 	d := mustNew(t, Config{})
 	var b Batch
@@ -434,7 +434,7 @@ func TestBatchShapes(t *testing.T) {
 		})
 	}
 	// map16 event header (msgspec keeps the width when a struct has >= 15 fields).
-	require.NoError(t, d.Decode(batch(0, mp{}.raw("de 0001").str("type").str("AllBlocksCleared")), &b))
+	require.NoError(t, d.Decode(batch(0, mp{}.Raw("de 0001").Str("type").Str("AllBlocksCleared")), &b))
 	require.Len(t, b.Events, 1)
 }
 
@@ -443,9 +443,9 @@ func TestBadPayloads(t *testing.T) {
 	deep := func(n int) mp {
 		m := mp{}
 		for i := 0; i < n; i++ {
-			m = m.arr(1)
+			m = m.Arr(1)
 		}
-		return m.nil_()
+		return m.Nil()
 	}
 	cases := []struct {
 		name    string
@@ -456,31 +456,31 @@ func TestBadPayloads(t *testing.T) {
 	}{
 		{"empty", Limits{}, nil, ErrTruncated, ""},
 		{"invalid byte", Limits{}, []byte{0xc1}, ErrMalformed, "0xc1"},
-		{"map batch", Limits{}, mp{}.obj(2).str("ts").f64(1).str("events").arr(0), ErrMalformed, "batch is map"},
-		{"nil batch", Limits{}, mp{}.nil_(), ErrMalformed, "batch is nil"},
-		{"one element", Limits{}, mp{}.arr(1).f64(1), ErrMalformed, "1 elements"},
-		{"ts str", Limits{}, mp{}.arr(2).str("1").arr(0), ErrMalformed, "ts is str"},
-		{"ts nil", Limits{}, mp{}.arr(2).nil_().arr(0), ErrMalformed, "ts is nil"},
-		{"events nil", Limits{}, mp{}.arr(2).f64(1).nil_(), ErrMalformed, "events is nil"},
-		{"events map", Limits{}, mp{}.arr(2).f64(1).obj(0), ErrMalformed, "events is map"},
-		{"rank str", Limits{}, mp{}.arr(3).f64(1).arr(0).str("0"), ErrMalformed, "data_parallel_rank is str"},
-		{"rank over int32", Limits{}, mp{}.arr(3).f64(1).arr(0).uint(1 << 40), ErrMalformed, "out of range"},
+		{"map batch", Limits{}, mp{}.Map(2).Str("ts").F64(1).Str("events").Arr(0), ErrMalformed, "batch is map"},
+		{"nil batch", Limits{}, mp{}.Nil(), ErrMalformed, "batch is nil"},
+		{"one element", Limits{}, mp{}.Arr(1).F64(1), ErrMalformed, "1 elements"},
+		{"ts str", Limits{}, mp{}.Arr(2).Str("1").Arr(0), ErrMalformed, "ts is str"},
+		{"ts nil", Limits{}, mp{}.Arr(2).Nil().Arr(0), ErrMalformed, "ts is nil"},
+		{"events nil", Limits{}, mp{}.Arr(2).F64(1).Nil(), ErrMalformed, "events is nil"},
+		{"events map", Limits{}, mp{}.Arr(2).F64(1).Map(0), ErrMalformed, "events is map"},
+		{"rank str", Limits{}, mp{}.Arr(3).F64(1).Arr(0).Str("0"), ErrMalformed, "data_parallel_rank is str"},
+		{"rank over int32", Limits{}, mp{}.Arr(3).F64(1).Arr(0).Uint(1 << 40), ErrMalformed, "out of range"},
 		{"trailing byte", Limits{}, append(batch(0, ev), 0), ErrMalformed, "1 trailing bytes"},
 		{"second batch appended", Limits{}, append(batch(0, ev), batch(0, ev)...), ErrMalformed, "trailing"},
-		{"array32 of 2^32-1 elements", Limits{}, mp{}.raw("dd ffffffff").f64(1), ErrTruncated, ""},
-		{"events array32 of 2^32-1", Limits{}, mp{}.arr(3).f64(1).raw("dd ffffffff").add(ev), ErrTruncated, "events"},
-		{"hashes array32 of 2^32-1", Limits{}, batch(0, mp{}.arr(2).str("BlockRemoved").raw("dd ffffffff 01")), ErrTruncated, ""},
-		{"map32 of 2^32-1 pairs", Limits{}, batch(0, mp{}.raw("df ffffffff").str("type")), ErrTruncated, ""},
-		{"str32 of 4 GiB", Limits{}, batch(0, mp{}.arr(1).raw("db ffffffff 41")), ErrTruncated, ""},
-		{"bin32 of 4 GiB in a skipped field", Limits{}, batch(0, mp{}.arr(3).str("X").raw("c6 ffffffff 41").nil_()), ErrTruncated, ""},
-		{"ext32 of 4 GiB", Limits{}, batch(0, mp{}.arr(2).str("X").raw("c9 ffffffff 01 41")), ErrTruncated, ""},
-		{"0xc1 inside a skipped field", Limits{}, batch(0, mp{}.arr(2).str("X").raw("91 c1")), ErrMalformed, "0xc1"},
+		{"array32 of 2^32-1 elements", Limits{}, mp{}.Raw("dd ffffffff").F64(1), ErrTruncated, ""},
+		{"events array32 of 2^32-1", Limits{}, mp{}.Arr(3).F64(1).Raw("dd ffffffff").Add(ev), ErrTruncated, "events"},
+		{"hashes array32 of 2^32-1", Limits{}, batch(0, mp{}.Arr(2).Str("BlockRemoved").Raw("dd ffffffff 01")), ErrTruncated, ""},
+		{"map32 of 2^32-1 pairs", Limits{}, batch(0, mp{}.Raw("df ffffffff").Str("type")), ErrTruncated, ""},
+		{"str32 of 4 GiB", Limits{}, batch(0, mp{}.Arr(1).Raw("db ffffffff 41")), ErrTruncated, ""},
+		{"bin32 of 4 GiB in a skipped field", Limits{}, batch(0, mp{}.Arr(3).Str("X").Raw("c6 ffffffff 41").Nil()), ErrTruncated, ""},
+		{"ext32 of 4 GiB", Limits{}, batch(0, mp{}.Arr(2).Str("X").Raw("c9 ffffffff 01 41")), ErrTruncated, ""},
+		{"0xc1 inside a skipped field", Limits{}, batch(0, mp{}.Arr(2).Str("X").Raw("91 c1")), ErrMalformed, "0xc1"},
 		{"payload over limit", Limits{MaxPayloadBytes: 30}, batch(0, ev, ev), ErrLimit, "payload is 48 bytes, limit 30"},
 		{"events over limit", Limits{MaxEvents: 2}, batch(0, ev, ev, ev), ErrLimit, "3 events"},
-		{"nesting over default depth", Limits{}, batch(0, mp{}.arr(2).str("BlockX").add(deep(40))), ErrLimit, "nesting too deep"},
-		{"nesting over depth in a map key", Limits{MaxDepth: 4}, batch(0, mp{}.obj(1).add(deep(2)).nil_()), ErrLimit, ""},
-		{"nesting over depth in extra_keys", Limits{MaxDepth: 5}, batch(0, mp{}.obj(2).str("type").str("AllBlocksCleared").
-			str("extra_keys").add(deep(3))), ErrLimit, ""},
+		{"nesting over default depth", Limits{}, batch(0, mp{}.Arr(2).Str("BlockX").Add(deep(40))), ErrLimit, "nesting too deep"},
+		{"nesting over depth in a map key", Limits{MaxDepth: 4}, batch(0, mp{}.Map(1).Add(deep(2)).Nil()), ErrLimit, ""},
+		{"nesting over depth in extra_keys", Limits{MaxDepth: 5}, batch(0, mp{}.Map(2).Str("type").Str("AllBlocksCleared").
+			Str("extra_keys").Add(deep(3))), ErrLimit, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -507,7 +507,7 @@ func TestBadPayloads(t *testing.T) {
 	// The same deep value passes with a larger MaxDepth.
 	d := mustNew(t, Config{Limits: Limits{MaxDepth: 64}})
 	var b Batch
-	require.NoError(t, d.Decode(batch(0, mp{}.arr(2).str("BlockX").add(deep(40))), &b))
+	require.NoError(t, d.Decode(batch(0, mp{}.Arr(2).Str("BlockX").Add(deep(40))), &b))
 	require.Equal(t, 1, b.UnknownTypes)
 }
 

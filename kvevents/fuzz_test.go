@@ -14,9 +14,9 @@ func FuzzDecode(f *testing.F) {
 		f.Add(unhex(g.hex))
 	}
 	f.Add(batch(0, removedWith("ff", "d3 8000000000000000", "c4 01 ab")))
-	f.Add(batch(3, mp{}.arr(8).str("BlockStoredWithMetadata").uints(12).uint(11).tokens([]uint32{43}).uint(1).nil_().
-		str("GPU").obj(1).str("cache_salt").str("tenant;a")))
-	f.Add(batch(0, mp{}.obj(3).str("type").str("BlockStored").str("lora_name").str("x").str("extra_keys").arr(1).arr(1).arr(0)))
+	f.Add(batch(3, mp{}.Arr(8).Str("BlockStoredWithMetadata").Uints(12).Uint(11).Tokens([]uint32{43}).Uint(1).Nil().
+		Str("GPU").Map(1).Str("cache_salt").Str("tenant;a")))
+	f.Add(batch(0, mp{}.Map(3).Str("type").Str("BlockStored").Str("lora_name").Str("x").Str("extra_keys").Arr(1).Arr(1).Arr(0)))
 
 	small := Limits{MaxPayloadBytes: 4096, MaxEvents: 16, MaxBlocksPerEvent: 8, MaxTokensPerEvent: 32, MaxDepth: 6}
 	f.Fuzz(func(t *testing.T, payload []byte) {

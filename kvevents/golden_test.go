@@ -151,7 +151,7 @@ func TestGoldenCommonValues(t *testing.T) {
 	require.Equal(t, uint64(9843086184167632639), h0)
 	require.Equal(t, uint64(72623859790382856), h1)
 	require.Equal(t, uint64(1234605616436508552), parentP)
-	require.Equal(t, unhex("41da13b860100000"), []byte(mp{}.f64(tsGolden)[1:]))
+	require.Equal(t, unhex("41da13b860100000"), []byte(mp{}.F64(tsGolden)[1:]))
 	sum := sha256.Sum256([]byte("example"))
 	require.Equal(t, digestExample, sum[:])
 	require.Len(t, goldenTokens, 8)
@@ -240,9 +240,9 @@ func TestAllocs(t *testing.T) {
 	mixed := batch(1,
 		mp(unhex(goldenVectors[0].hex)[11:85]), // A1's event
 		mp(unhex(goldenVectors[8].hex)[11:75]), // B2's event
-		mp{}.obj(6).str("type").str("BlockStored").str("block_hashes").uints(5).
-			str("token_ids").tokens(goldenTokens[:4]).str("block_size").uint(4).
-			str("lora_name").str("sql-adapter").str("cache_salt").str("tenant;1"),
+		mp{}.Map(6).Str("type").Str("BlockStored").Str("block_hashes").Uints(5).
+			Str("token_ids").Tokens(goldenTokens[:4]).Str("block_size").Uint(4).
+			Str("lora_name").Str("sql-adapter").Str("cache_salt").Str("tenant;1"),
 	)
 	payloads := map[string][]byte{"A1": unhex(goldenVectors[0].hex), "B1": unhex(goldenVectors[7].hex), "mixed": mixed}
 	for name, p := range payloads {

@@ -3,57 +3,19 @@ package subscriber
 import (
 	"context"
 	"encoding/binary"
-	"math"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/internal/msgpacktest"
 	"github.com/kvindex/kvindex/internal/refmodel"
 )
 
-// mp is a minimal msgpack encoder, enough to build EventBatch payloads the way msgspec
-// does (smallest int widths, float64 ts, positional or map events).
-type mp []byte
-
-func (m mp) arr(n int) mp {
-	switch {
-	case n < 16:
-		return append(m, 0x90|byte(n))
-	default:
-		return append(m, 0xdc, byte(n>>8), byte(n))
-	}
-}
-
-func (m mp) mapHdr(n int) mp { return append(m, 0x80|byte(n)) }
-
-func (m mp) uint(v uint64) mp {
-	switch {
-	case v < 128:
-		return append(m, byte(v))
-	case v < 1<<8:
-		return append(m, 0xcc, byte(v))
-	case v < 1<<16:
-		return append(m, 0xcd, byte(v>>8), byte(v))
-	case v < 1<<32:
-		return binary.BigEndian.AppendUint32(append(m, 0xce), uint32(v))
-	}
-	return binary.BigEndian.AppendUint64(append(m, 0xcf), v)
-}
-
-func (m mp) str(s string) mp {
-	if len(s) < 32 {
-		return append(append(m, 0xa0|byte(len(s))), s...)
-	}
-	return append(append(m, 0xd9, byte(len(s))), s...)
-}
-
-func (m mp) nil() mp { return append(m, 0xc0) }
-
-func (m mp) f64(f float64) mp {
-	return binary.BigEndian.AppendUint64(append(m, 0xcb), math.Float64bits(f))
-}
+// mp builds EventBatch payloads the way msgspec does (smallest int widths, float64 ts,
+// positional or map events).
+type mp = msgpacktest.Enc
 
 // ev is a test event.
 type ev struct {
@@ -71,71 +33,71 @@ func (e ev) encode(m mp) mp {
 	switch e.kind {
 	case "stored":
 		if e.asMap {
-			m = m.mapHdr(8).str("type").str("BlockStored")
+			m = m.Map(8).Str("type").Str("BlockStored")
 		} else {
-			m = m.arr(8).str("BlockStored")
+			m = m.Arr(8).Str("BlockStored")
 		}
 		if e.asMap {
-			m = m.str("block_hashes")
+			m = m.Str("block_hashes")
 		}
-		m = m.arr(len(e.seqs))
+		m = m.Arr(len(e.seqs))
 		for _, s := range e.seqs {
-			m = m.uint(s)
+			m = m.Uint(s)
 		}
 		if e.asMap {
-			m = m.str("parent_block_hash")
+			m = m.Str("parent_block_hash")
 		}
 		if e.hasParent {
-			m = m.uint(e.parent)
+			m = m.Uint(e.parent)
 		} else {
-			m = m.nil()
+			m = m.Nil()
 		}
 		if e.asMap {
-			m = m.str("token_ids")
+			m = m.Str("token_ids")
 		}
-		m = m.arr(len(e.tokens))
+		m = m.Arr(len(e.tokens))
 		for _, t := range e.tokens {
-			m = m.uint(uint64(t))
+			m = m.Uint(uint64(t))
 		}
 		if e.asMap {
-			m = m.str("block_size")
+			m = m.Str("block_size")
 		}
-		m = m.uint(uint64(e.bs))
+		m = m.Uint(uint64(e.bs))
 		if e.asMap {
-			m = m.str("lora_id")
+			m = m.Str("lora_id")
 		}
-		m = m.nil()
+		m = m.Nil()
 		if e.asMap {
-			m = m.str("medium")
+			m = m.Str("medium")
 		}
 		if e.medium == "" {
-			m = m.str("GPU")
+			m = m.Str("GPU")
 		} else {
-			m = m.str(e.medium)
+			m = m.Str(e.medium)
 		}
 		if e.asMap {
-			m = m.str("lora_name")
+			m = m.Str("lora_name")
 		}
-		return m.nil()
+		return m.Nil()
 	case "removed":
-		m = m.arr(3).str("BlockRemoved").arr(len(e.seqs))
+		m = m.Arr(3).Str("BlockRemoved").Arr(len(e.seqs))
 		for _, s := range e.seqs {
-			m = m.uint(s)
+			m = m.Uint(s)
 		}
-		return m.str("GPU")
+		return m.Str("GPU")
 	case "cleared":
-		return m.arr(1).str("AllBlocksCleared")
+		return m.Arr(1).Str("AllBlocksCleared")
 	}
 	panic("unknown kind " + e.kind)
 }
 
 // batch encodes [ts, events, rank 0].
 func batch(events ...ev) []byte {
-	m := mp{}.arr(3).f64(1750000000.25).arr(len(events))
+	m := mp{}.Arr(3).F64(1750000000.25).Arr(len(events))
 	for _, e := range events {
 		m = e.encode(m)
 	}
-	return m.uint(0)
+	return m.Uint(0)
 }
 
 const testBS = 4

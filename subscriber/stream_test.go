@@ -298,8 +298,8 @@ func TestFilters(t *testing.T) {
 		t.Fatalf("rejected total %d, want 3", st.RejectedTotal())
 	}
 	// A batch for another rank is skipped whole.
-	m := mp{}.arr(3).f64(1).arr(1)
-	m = e1.encode(m).uint(3)
+	m := mp{}.Arr(3).F64(1).Arr(1)
+	m = e1.encode(m).Uint(3)
 	sendLive(t, s, 1, m)
 	if st := s.Status(); st.Rejected[ReasonRankMismatch] != 1 {
 		t.Fatalf("status %+v", st)
