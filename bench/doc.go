@@ -45,22 +45,14 @@
 // stacks, scratch) that small workloads do not amortise. On a machine with few cores the
 // engine's shard goroutines compete with the producers and queriers for CPUs.
 //
-// # What it showed (trace_conversation.jsonl, 2 shared cores, Go 1.26, several runs)
+// # What it showed
 //
-// 98.6% of the trace's events are single-seq removals. With one producer the locked
-// baseline (1.6-1.7M events/s) and the radix tree (1.5-1.9M) beat the sharded engine
-// (1.0-1.2M): handing each delta to a shard goroutine costs more than applying it, and
-// with two cores the shard goroutines compete with the producer. Extra producers help
-// only the engine (1.3-1.6M at P=2; the baselines stay flat or lose on their one lock).
-// Queries are where the baselines win clearly: at rest the radix tree answers in 0.3 µs
-// p50, the locked index in 1.9-2.2 µs, the engine in 3-6.5 µs. The tree stops walking
-// where the last worker drops out (the best score averages 64 of 214 blocks), while the
-// engine hashes every prefix of the query and probes landings up to its end, then pays a
-// scatter/gather round trip through the shard goroutines. The engine keeps events
-// flowing under query load (0.7-0.9M events/s, against 0.15-0.3M for the locked index
-// and 0.35-0.65M for the tree), at the price of millisecond p99.9 query latency. It uses
-// 184-222 bytes per membership against the tree's 283, with no allocation per event
-// against the tree's five.
+// BENCHMARKS.md has the tables, each with its command (`kvindex bench --ops
+// ../shared/conformance/trace_conversation.jsonl --shards 1,2,4,8 --markdown` for the
+// trace-driven log). In short: the radix tree answers queries fastest, because it stops
+// walking where the last worker drops out while the engine pays a scatter/gather round
+// trip; the sharded engine keeps events flowing while queries run, where the baselines'
+// one lock starves the writer; the engine allocates nothing per event, the tree five.
 //
 // Nothing here is imported by the engine: the package is a benchmark-only dependency of
 // cmd/kvindex.

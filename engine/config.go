@@ -62,6 +62,14 @@ type Config struct {
 	LockedIndex bool
 }
 
+// WithDefaults returns c with every zero field set to its default: the configuration
+// New would run with.
+func (c Config) WithDefaults() Config { return c.withDefaults() }
+
+// Validate reports whether New would accept c (an error wrapping ErrInvalidConfig if
+// not), without starting anything.
+func (c Config) Validate() error { return c.withDefaults().validate() }
+
 func (c Config) withDefaults() Config {
 	if c.Shards == 0 {
 		c.Shards = min(runtime.GOMAXPROCS(0), 8)

@@ -50,15 +50,19 @@ func TestConfigValidation(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.cfg
+			verr := cfg.Validate()
 			e, err := engine.New(cfg)
 			require.Equal(t, tc.cfg, cfg, "New must not modify the caller's config")
 			if !tc.ok {
 				require.ErrorIs(t, err, engine.ErrInvalidConfig)
+				require.ErrorIs(t, verr, engine.ErrInvalidConfig, "Validate must refuse what New refuses")
 				require.Nil(t, e)
 				return
 			}
 			require.NoError(t, err)
+			require.NoError(t, verr)
 			got := e.Config()
+			require.Equal(t, cfg.WithDefaults(), got, "WithDefaults is the configuration New runs")
 			require.Positive(t, got.Shards)
 			if tc.cfg.JumpSize == 0 {
 				require.Equal(t, 64, got.JumpSize)

@@ -93,6 +93,11 @@ type IndexConfig struct {
 	QueueSize int `json:"queue_size,omitempty"`
 }
 
+// Engine returns the engine configuration.
+func (c IndexConfig) Engine() engine.Config {
+	return engine.Config{Shards: c.Shards, JumpSize: c.JumpSize, QueueSize: c.QueueSize}
+}
+
 // EngineConfig describes one engine: its endpoints, identity and model.
 type EngineConfig struct {
 	// Endpoint is the engine's PUB endpoint (rank 0), e.g. "tcp://10.0.0.7:5557".
@@ -252,13 +257,8 @@ func (c Config) plan() ([]publisher, error) {
 	case c.QueryTimeout < 0 || c.DrainTimeout < 0 || c.ReplayTimeout < 0 || c.ReconnectMin < 0 || c.ReconnectMax < 0:
 		return nil, bad("durations must not be negative (grace_period and resync_interval excepted)")
 	}
-	switch q := c.Index.QueueSize; {
-	case c.Index.Shards < 0 || c.Index.Shards > engine.MaxShards:
-		return nil, bad("index.shards %d: want 0..%d", c.Index.Shards, engine.MaxShards)
-	case c.Index.JumpSize < 0 || c.Index.JumpSize > engine.MaxJumpSize:
-		return nil, bad("index.jump_size %d: want 0..%d", c.Index.JumpSize, engine.MaxJumpSize)
-	case q != 0 && (q < 2 || q > engine.MaxQueueSize || q&(q-1) != 0):
-		return nil, bad("index.queue_size %d: want 0 or a power of two in 2..%d", q, engine.MaxQueueSize)
+	if err := c.Index.Engine().Validate(); err != nil {
+		return nil, bad("index: %v", err)
 	}
 	if len(c.Engines) == 0 && len(c.Models) == 0 {
 		return nil, bad("engines: at least one engine (or a models entry) is required")

@@ -104,7 +104,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	}
 	eng := opts.Index
 	if eng == nil {
-		eng, err = engine.New(engine.Config{Shards: cfg.Index.Shards, JumpSize: cfg.Index.JumpSize, QueueSize: cfg.Index.QueueSize})
+		eng, err = engine.New(cfg.Index.Engine())
 		if err != nil {
 			return nil, fmt.Errorf("%w: index: %v", ErrConfig, err)
 		}

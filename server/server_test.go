@@ -53,7 +53,8 @@ func TestConfigValidation(t *testing.T) {
 		{`{"engines":[{"endpoint":"tcp://h:1","model":"a"},{"endpoint":"tcp://h:2","model":"a","block_size":32}]}`, "block size"},
 		{`{"engines":[{"endpoint":"tcp://h:1","worker":"x"},{"endpoint":"tcp://h:2","worker":"x"}]}`, "worker id"},
 		{`{"engines":[{"endpoint":"tcp://h:1","dp_ranks":2},{"endpoint":"tcp://h:2"}]}`, "endpoint \"tcp://h:2\" also used"},
-		{`{"engines":[{"endpoint":"tcp://h:1"}],"index":{"queue_size":3}}`, "queue_size"},
+		{`{"engines":[{"endpoint":"tcp://h:1"}],"index":{"queue_size":3}}`, "QueueSize"},
+		{`{"engines":[{"endpoint":"tcp://h:1"}],"index":{"shards":256,"queue_size":16777216}}`, "Shards x QueueSize"},
 		{`{"engines":[{"endpoint":"tcp://h:1"}]} {}`, "trailing"},
 	} {
 		_, err := server.ParseConfig(strings.NewReader(tc.json))

@@ -115,11 +115,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	for _, m := range res.Mismatches {
 		fmt.Fprintf(stdout, "MISMATCH %s:%s\n", *file, m)
 	}
-	eff := cfg
-	if e, err := engine.New(eff); err == nil {
-		eff = e.Config()
-		e.Close()
-	}
+	eff := cfg.WithDefaults()
 	out := replayJSON{
 		File: *file, Shards: eff.Shards, Jump: eff.JumpSize, Locked: eff.LockedIndex,
 		Passed: res.Passed, Failed: res.Failed, Ops: res.Ops, BlockOps: res.BlockOps,

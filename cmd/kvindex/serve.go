@@ -260,7 +260,7 @@ func startReplica(ctx context.Context, log *slog.Logger, url, stream string, cfg
 	}
 	rep := fabric.NewReplica(nc, fabric.ReplicaConfig{
 		Stream: sc, Models: models, Logger: log.With("component", "replica"),
-		Engine: engine.Config{Shards: cfg.Index.Shards, JumpSize: cfg.Index.JumpSize, QueueSize: cfg.Index.QueueSize},
+		Engine: cfg.Index.Engine(),
 	})
 	feed := &replicaFeed{rep: rep}
 	if js, err := jetstream.New(nc); err == nil {

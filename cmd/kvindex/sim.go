@@ -347,7 +347,7 @@ func simulate(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg si
 	ctx := context.Background()
 
 	ceil := sim.InfiniteCache(w)
-	eff := effectiveEngine(cfg.Engine)
+	eff := cfg.Engine.WithDefaults()
 	out := simJSON{
 		Workload: wi,
 		Cluster: clusterJSON{Workers: cfg.Workers, Capacity: cfg.Capacity, ChunkTokens: cfg.ChunkTokens,
@@ -415,16 +415,6 @@ func printJSON(w io.Writer, v any) error {
 	}
 	_, err = fmt.Fprintln(w, string(b))
 	return err
-}
-
-// effectiveEngine returns cfg with the engine's defaults filled in.
-func effectiveEngine(cfg engine.Config) engine.Config {
-	e, err := engine.New(cfg)
-	if err != nil {
-		return cfg
-	}
-	defer e.Close()
-	return e.Config()
 }
 
 func pct(x float64) string { return fmt.Sprintf("%.2f%%", 100*x) }
