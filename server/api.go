@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -217,10 +216,11 @@ func (s *Server) resolveModel(name string) (*model, error) {
 
 // matchScratch is one request's reusable memory.
 type matchScratch struct {
-	body bytes.Buffer
-	req  matchReq
-	toks []uint32
-	q    []uint64
+	body  bytes.Buffer
+	req   matchReq
+	toks  []uint32
+	q     []uint64
+	found []engine.Match
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(matchScratch) }}
@@ -314,7 +314,8 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(s.cfg.QueryTimeout))
 	defer cancel()
 	start := time.Now()
-	found, err := s.eng.FindMatchesIn(ctx, ns, q, nil)
+	found, err := s.eng.FindMatchesIn(ctx, ns, q, sc.found[:0])
+	sc.found = found
 	s.findLatency.Observe(time.Since(start).Seconds())
 	if err != nil {
 		switch {
@@ -331,19 +332,13 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 	for _, f := range found {
 		state := "unknown"
 		if sub := s.byWorker[f.Worker]; sub != nil {
-			state = sub.Status().State.String()
+			state = sub.State().String()
 		} else if s.external {
 			state = "replicated" // fed by another process (a relay), which vouches for it
 		}
 		resp.Matches = append(resp.Matches, Match{Worker: f.Worker, Score: f.Score, Size: f.Size, State: state})
 	}
-	sort.SliceStable(resp.Matches, func(i, j int) bool {
-		a, b := resp.Matches[i], resp.Matches[j]
-		if a.Score != b.Score {
-			return a.Score > b.Score
-		}
-		return a.Worker < b.Worker
-	})
+	// found is in the order the response promises: score descending, then worker id.
 	resp.Pick = s.pick(m, policy, resp.Matches)
 	writeJSON(w, http.StatusOK, resp)
 }
@@ -358,7 +353,7 @@ func (s *Server) pick(m *model, policy string, matches []Match) *Pick {
 	if policy == PolicyLongestPrefix {
 		best := -1
 		for i, mt := range matches {
-			if sub := s.byWorker[mt.Worker]; (sub == nil && !s.external) || (sub != nil && !eligible(sub.Status().State)) {
+			if sub := s.byWorker[mt.Worker]; (sub == nil && !s.external) || (sub != nil && !eligible(sub.State())) {
 				continue
 			}
 			if best < 0 || mt.Score > matches[best].Score ||
@@ -373,7 +368,7 @@ func (s *Server) pick(m *model, policy string, matches []Match) *Pick {
 	}
 	var cands []*subscriber.Subscriber
 	for _, sub := range m.subs {
-		if eligible(sub.Status().State) {
+		if eligible(sub.State()) {
 			cands = append(cands, sub)
 		}
 	}

@@ -53,6 +53,9 @@ func TestInOrderDuplicatesAndGapRecovered(t *testing.T) {
 	if st.State != StateLive || st.Stored != 4 || st.Removed != 1 {
 		t.Fatalf("state %v stored %d removed %d", st.State, st.Stored, st.Removed)
 	}
+	if s.State() != st.State {
+		t.Fatalf("State() %v, Status().State %v", s.State(), st.State)
+	}
 	sameAnswers(t, e, Namespace("m", ""), m, [][]uint64{contents(1, 2, 3, 4), contents(1, 2, 3, 5), contents(1), contents(2)})
 	// Another model's namespace sees nothing.
 	got, _ := e.FindMatchesIn(context.Background(), Namespace("other", ""), contents(1, 2), nil)
@@ -78,6 +81,9 @@ func TestGapNotBufferedInvalidates(t *testing.T) {
 	st := s.Status()
 	if st.State != StateStale || st.GapsDetected != 1 || st.GapsUnrecoverable != 1 || st.GapsRecovered != 0 || st.Invalidations != 1 {
 		t.Fatalf("status %+v", st)
+	}
+	if s.State() != StateStale {
+		t.Fatalf("State() %v, want stale", s.State())
 	}
 	m := refmodel.New()
 	_, r4 := stored(nil, [2]uint64{14, 204})

@@ -61,6 +61,9 @@ type Subscriber struct {
 
 	mu  sync.Mutex
 	pub Status
+	// state is pub.State, readable without mu: a router asks it for every match of
+	// every query.
+	state atomic.Uint32
 }
 
 // New validates cfg and returns a Subscriber; Run starts it.
@@ -123,8 +126,13 @@ func (s *Subscriber) publish() {
 	st.DecoderRejected = s.dec.Stats().Rejected
 	s.mu.Lock()
 	s.pub = *st
+	s.state.Store(uint32(st.State))
 	s.mu.Unlock()
 }
+
+// State returns the subscriber's current state (Status().State, without copying the
+// counters). Safe for concurrent use.
+func (s *Subscriber) State() State { return State(s.state.Load()) }
 
 // setState computes the visible state from the owner's flags.
 func (s *Subscriber) setState() {
