@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"errors"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,10 +12,16 @@ import (
 )
 
 // stall blocks shard s until the returned function is called: the shard is handed a
-// barrier token whose acknowledgement nobody receives yet.
+// barrier token whose acknowledgement nobody receives yet. It returns once the shard has
+// taken the token from its ring, so the shard answers nothing from then on.
 func stall(t *testing.T, e *Engine, s int) (release func()) {
 	b := &barrier{ack: make(chan struct{})}
 	require.NoError(t, e.shards[s].ring.Push(delta{op: opBarrier, bar: b}))
+	deadline := time.Now().Add(10 * time.Second)
+	for e.shards[s].ring.Len() > 0 {
+		require.True(t, time.Now().Before(deadline), "shard %d never took the stall token", s)
+		runtime.Gosched()
+	}
 	return func() { <-b.ack }
 }
 
@@ -23,7 +31,8 @@ func TestCancelWhileShardIsBusy(t *testing.T) {
 	defer e.Close()
 	require.NoError(t, e.Store("w", []Block{{Content: 1, Seq: 1}}))
 	require.NoError(t, e.Barrier(context.Background()))
-	release := stall(t, e, 0)
+	release := sync.OnceFunc(stall(t, e, 0))
+	defer release() // before Close (deferred earlier), even when a check below fails
 
 	// The stalled shard cannot answer: the query and the barrier end with their context.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
@@ -51,27 +60,35 @@ func TestCloseFailsPendingCalls(t *testing.T) {
 	e, err := New(Config{Shards: 2, QueueSize: 2})
 	require.NoError(t, err)
 	release := stall(t, e, 0)
-	results := make(chan error, 3)
+	produced := make(chan error, 1)
 	go func() {
-		_, err := e.FindMatches(context.Background(), []uint64{1, 2, 3, 4, 5, 6, 7, 8}, nil)
-		results <- err
-	}()
-	go func() { results <- e.Barrier(context.Background()) }()
-	go func() {
-		// Enough deltas to fill the stalled shard's two-slot ring: this producer parks.
+		// Enough deltas to fill the stalled shard's two-slot ring: this producer parks,
+		// and stays parked, since the shard cannot pop.
 		var err error
 		for i := uint64(0); i < 64 && err == nil; i++ {
 			err = e.Store("w", []Block{{Content: i, Seq: i}})
 		}
-		results <- err
+		produced <- err
 	}()
-	// Close while all three wait on the stalled shard; release it from inside Close's
-	// drain so the shard can exit.
-	go release()
+	others := make(chan error, 2)
+	go func() {
+		_, err := e.FindMatches(context.Background(), []uint64{1, 2, 3, 4, 5, 6, 7, 8}, nil)
+		others <- err
+	}()
+	go func() { others <- e.Barrier(context.Background()) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Stats().ProducerWaits == 0 {
+		require.True(t, time.Now().Before(deadline), "the producer never parked on the full ring")
+		runtime.Gosched()
+	}
+	// Release the shard only once Close has begun, so that it can drain and exit.
+	go func() { <-e.done; release() }()
 	require.NoError(t, e.Close())
-	for i := 0; i < 3; i++ {
-		err := <-results
-		if err != nil {
+	require.ErrorIs(t, <-produced, ErrClosed, "a producer parked on a full ring fails with ErrClosed")
+	for i := 0; i < 2; i++ {
+		// The query and the barrier race Close: either the drained shard answered them
+		// first, or they fail with ErrClosed; nothing else, and they must return.
+		if err := <-others; err != nil {
 			require.ErrorIs(t, err, ErrClosed)
 		}
 	}

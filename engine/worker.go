@@ -294,7 +294,9 @@ func (w *worker) flush(e *Engine) error {
 			continue
 		}
 		if _, perr := e.shards[s].ring.PushBatch(w.pend[s]); perr != nil && err == nil {
-			err = perr
+			// A ring fails a push only once Close (or a failed shard) has closed it: the
+			// caller gets the engine's reason, as from every other call.
+			err = e.err()
 		}
 		clear(w.pend[s])
 		w.pend[s] = w.pend[s][:0]
