@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/kvindex/kvindex/internal/replay"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 
+	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/replay"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -41,10 +42,15 @@ func TestReplicasMatchModel(t *testing.T) {
 	if !bytes.Equal(engineBytes(t, a.Engine()), engineBytes(t, b.Engine())) {
 		t.Fatal("replicas' snapshots differ")
 	}
-	// A replica of another model sees nothing.
+	// A replica of another model applies that model's events and none of the rest.
 	c := newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc, Models: []string{"other"}}, "")
-	if st := c.Engine().Stats(); st.Workers != 0 {
-		t.Fatalf("replica of another model holds %d workers", st.Workers)
+	other := engine.Event{Kind: engine.EventStored, Worker: "elsewhere", Blocks: []engine.Block{{Content: 1, Seq: 1}}}
+	if err := p.Publish(ctx, "other", &other, 1); err != nil {
+		t.Fatal(err)
+	}
+	waitApplied(t, ctx, c, streamLast(t, ctx, nc, DefaultStream))
+	if st, est := c.Stats(), c.Engine().Stats(); st.Applied != 1 || est.Workers != 1 || est.Blocks != 1 {
+		t.Fatalf("replica of another model: applied %d, %d workers, %d blocks; want 1, 1, 1", st.Applied, est.Workers, est.Blocks)
 	}
 }
 
@@ -246,12 +252,16 @@ func TestBadSnapshotFallsBack(t *testing.T) {
 		b := bytes.Clone(data)
 		b[i] ^= 1
 		if s, err := decodeSnapshot(b, r.cfg.Engine); !errors.Is(err, ErrSnapshot) {
-			s.eng.Close()
-			t.Fatalf("flip at %d accepted", i)
+			if err == nil {
+				s.eng.Close()
+			}
+			t.Fatalf("flip at %d accepted (err %v)", i, err)
 		}
 		if s, err := decodeSnapshot(data[:i], r.cfg.Engine); !errors.Is(err, ErrSnapshot) {
-			s.eng.Close()
-			t.Fatalf("truncation at %d accepted", i)
+			if err == nil {
+				s.eng.Close()
+			}
+			t.Fatalf("truncation at %d accepted (err %v)", i, err)
 		}
 	}
 	// A snapshot of another stream (same name, re-created) is refused.
@@ -306,18 +316,18 @@ func TestFaults(t *testing.T) {
 	// it the server goes down (the relay keeps retrying) and comes back; at 70% replica b
 	// writes a snapshot, is killed, and restarts from the snapshot while the relay goes on.
 	at40, down, at70, resume := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
-	var wg sync.WaitGroup
+	closeDown, closeResume := sync.OnceFunc(func() { close(down) }), sync.OnceFunc(func() { close(resume) })
+	rctx, rcancel := context.WithCancel(ctx)
+	finished := make(chan struct{})
 	var p2 *Publisher
 	var relayErr error
 	var relayReconnects uint64
-	wg.Add(1)
+	rnc := ns.connect(t) // dialled here: the goroutine must not call t.Fatal
 	go func() {
-		defer wg.Done()
-		nc := ns.connect(t)
-		defer func() { relayReconnects = nc.Stats().Reconnects; nc.Close() }()
-		p2, relayErr = NewPublisher(ctx, nc, PublisherConfig{Stream: sc})
+		defer close(finished)
+		defer func() { relayReconnects = rnc.Stats().Reconnects; rnc.Close() }()
+		p2, relayErr = NewPublisher(rctx, rnc, PublisherConfig{Stream: sc})
 		if relayErr != nil {
-			close(at40)
 			return
 		}
 		seqs := map[string]uint64{}
@@ -332,17 +342,27 @@ func TestFaults(t *testing.T) {
 			}
 			ev := replay.Event(&h.ops[i])
 			seqs[ev.Worker]++
-			if relayErr = p2.Publish(ctx, testModel, &ev, seqs[ev.Worker]); relayErr != nil {
+			if relayErr = p2.Publish(rctx, testModel, &ev, seqs[ev.Worker]); relayErr != nil {
 				return
 			}
 		}
 	}()
-	<-at40
+	// Whatever fails below, the relay goroutine is let go and waited for.
+	t.Cleanup(func() { rcancel(); closeDown(); closeResume(); <-finished })
+	reach := func(ch chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-finished:
+			t.Fatalf("relay 2 ended before %s: %v", what, relayErr)
+		}
+	}
+	reach(at40, "40%")
 	ns.stop()
-	close(down)
+	closeDown()
 	ns.start()
 
-	<-at70
+	reach(at70, "70%")
 	if err := b.WaitFor(ctx, uint64(len(h.ops)*6/10)); err != nil {
 		t.Fatal(err)
 	}
@@ -350,13 +370,13 @@ func TestFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Close()
-	close(resume)
+	closeResume()
 	b = newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc}, snap)
 	if st := b.Stats(); !st.Restored {
 		t.Fatalf("b not restored: %v", st.SnapshotErr)
 	}
 
-	wg.Wait()
+	<-finished
 	if relayErr != nil {
 		t.Fatal(relayErr)
 	}
