@@ -282,9 +282,9 @@ func TestEndToEnd(t *testing.T) {
 	if w1.Rejected["token_count_mismatch"] != 1 || w0.Events.Stored != 2 {
 		t.Fatalf("counters %+v %+v", w0, w1)
 	}
-	// Sizes are reported when the index can tell them (server.WorkerSizer).
-	if w0.Size != nil && (*w0.Size != 3 || w1.Size == nil || *w1.Size != 2) {
-		t.Fatalf("sizes %v %v", *w0.Size, w1.Size)
+	// The engine reports sizes (server.WorkerSizer).
+	if w0.Size == nil || w1.Size == nil || *w0.Size != 3 || *w1.Size != 2 {
+		t.Fatalf("sizes %v %v, want 3 and 2", w0.Size, w1.Size)
 	}
 	var mr server.MatchResponse
 	body, _ := json.Marshal(map[string]any{"model": "llama", "tokens": append(toks, 99, 98)})
@@ -357,6 +357,18 @@ func TestShutdownDrains(t *testing.T) {
 		defer cancel()
 		shut <- s.Shutdown(ctx)
 	}()
+	// Finish the body only once shutdown is under way: it closes the listener first.
+	for {
+		conn, err := net.DialTimeout("tcp", s.Addr(), time.Second)
+		if err != nil {
+			break
+		}
+		conn.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("shutdown never closed the listener")
+		}
+		time.Sleep(time.Millisecond) // bounded poll of a condition
+	}
 	if _, err := io.Copy(pw, bytes.NewReader([]byte(`2]}`))); err != nil {
 		t.Fatal(err)
 	}
