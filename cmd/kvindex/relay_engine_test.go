@@ -37,14 +37,12 @@ func TestRelayFollowsEngines(t *testing.T) {
 		pub.Ranks[0].Endpoint, pub.Ranks[0].ReplayEndpoint, worker, model, bs)
 	var relayLog, relayOut *syncBuffer
 	startRelay := func() (stop func()) {
-		ctx, cancel := context.WithCancel(context.Background())
 		var out, errOut syncBuffer
 		relayLog = &errOut
 		relayOut = &out
-		done := make(chan int, 1)
-		go func() {
-			done <- relayMain(ctx, []string{"--nats", url, "--memory", "--engine", engineSpec, "--log-level", "warn"}, &out, &errOut)
-		}()
+		done, cancel := background(t, func(ctx context.Context) int {
+			return relayMain(ctx, []string{"--nats", url, "--memory", "--engine", engineSpec, "--log-level", "warn"}, &out, &errOut)
+		})
 		return func() {
 			cancel()
 			select {

@@ -62,13 +62,11 @@ func TestServeNATS(t *testing.T) {
 	}
 	snap := filepath.Join(t.TempDir(), "replica.snap")
 	for round := 0; round < 2; round++ { // the second round restores the first's snapshot
-		sctx, stop := context.WithCancel(context.Background())
 		var out, errOut syncBuffer
-		done := make(chan int, 1)
-		go func() {
-			done <- serveMain(sctx, []string{"--nats", url, "--models", "llama=4", "--listen", "127.0.0.1:0",
+		done, stop := background(t, func(ctx context.Context) int {
+			return serveMain(ctx, []string{"--nats", url, "--models", "llama=4", "--listen", "127.0.0.1:0",
 				"--snapshot", snap, "--log-level", "warn"}, &out, &errOut)
-		}()
+		})
 		addr := waitListening(t, &out, &errOut)
 		tr := &http.Transport{}
 		hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}

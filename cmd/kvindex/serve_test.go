@@ -53,6 +53,24 @@ func waitListening(t *testing.T, out *syncBuffer, errOut *syncBuffer) string {
 	}
 }
 
+// background runs a command's main under a cancellable context and returns its exit
+// code's channel and the cancel; a cleanup cancels it and waits until it has returned, so
+// no test leaves a command running, whether the test passes or fails.
+func background(t *testing.T, main func(ctx context.Context) int) (done <-chan int, cancel context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan int, 1)
+	exited := make(chan struct{})
+	go func() {
+		ch <- main(ctx)
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-exited
+	})
+	return ch, cancel
+}
+
 func deadEndpoint(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -120,13 +138,10 @@ func TestServeRunsAndStopsOnCancel(t *testing.T) {
 		"listen":  "127.0.0.1:0",
 		"engines": []map[string]any{{"endpoint": deadEndpoint(t), "model": "m", "worker": "w"}},
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var out, errOut syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- serveMain(ctx, []string{"--config", cfgPath, "--grace", "1h", "--log-level", "warn"}, &out, &errOut)
-	}()
+	done, cancel := background(t, func(ctx context.Context) int {
+		return serveMain(ctx, []string{"--config", cfgPath, "--grace", "1h", "--log-level", "warn"}, &out, &errOut)
+	})
 	addr := waitListening(t, &out, &errOut)
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
@@ -160,9 +175,10 @@ func TestServeRunsAndStopsOnCancel(t *testing.T) {
 
 func TestServeSIGTERMDrains(t *testing.T) {
 	var out, errOut syncBuffer
+	endpoint := deadEndpoint(t) // here: deadEndpoint may call t.Fatal
 	done := make(chan int, 1)
 	go func() {
-		done <- commands["serve"].run([]string{"--listen", "127.0.0.1:0", "--engine", "endpoint=" + deadEndpoint(t), "--log-level", "error"}, &out, &errOut)
+		done <- commands["serve"].run([]string{"--listen", "127.0.0.1:0", "--engine", "endpoint=" + endpoint, "--log-level", "error"}, &out, &errOut)
 	}()
 	// The serve command installs its SIGTERM handler before it listens, so once it says it
 	// listens a SIGTERM reaches the handler, not the test process's default action.
