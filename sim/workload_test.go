@@ -145,7 +145,7 @@ func TestFromTrace(t *testing.T) {
 		t.Fatalf("totals: %+v", w)
 	}
 
-	// A block size that does not divide 512: block 5 holds 32 sevens and 68 nines.
+	// A block size that does not divide 512: block 5 holds the last 12 sevens and 88 nines.
 	w, err = FromTrace("t", recs[:1], 100)
 	if err != nil {
 		t.Fatal(err)
