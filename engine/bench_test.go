@@ -335,3 +335,41 @@ func BenchmarkFindMatchesGappy(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFindMatchesLongQuery asks a 65,536-block query of an index whose one worker
+// holds the first 8 blocks: the query's work should end where the matches end, not grow
+// with the query's length.
+func BenchmarkFindMatchesLongQuery(b *testing.B) {
+	for _, tc := range benchConfigs(2) {
+		b.Run(tc.name, func(b *testing.B) {
+			e := newEngine(b, tc.cfg)
+			q := make([]uint64, 1<<16)
+			for i := range q {
+				q[i] = uint64(i + 1)
+			}
+			blocks := make([]engine.Block, 8)
+			for i := range blocks {
+				blocks[i] = engine.Block{Content: q[i], Seq: uint64(i + 1)}
+			}
+			if err := e.Store("w", blocks); err != nil {
+				b.Fatal(err)
+			}
+			if err := e.Barrier(ctx); err != nil {
+				b.Fatal(err)
+			}
+			dst := make([]engine.Match, 0, 1)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				var err error
+				if dst, err = e.FindMatches(ctx, q, dst[:0]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if len(dst) != 1 || dst[0].Score != 8 {
+				b.Fatalf("unexpected answer %v", dst)
+			}
+		})
+	}
+}

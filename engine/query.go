@@ -56,7 +56,7 @@ type query struct {
 	ns       uint32
 	pre      []uint64 // prefix hash per position
 	sub      []probeBatch
-	locShard []int32 // per position: owning shard's batch, or -1 if not probed
+	locShard []int32 // per hashed position: owning shard's batch, or -1 if not probed
 	locIdx   []uint32
 	landings []int
 	cands    []candidate
@@ -124,7 +124,7 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 	}()
 	L := len(content)
 	q.ns = ns
-	q.reset(L)
+	q.reset(content[0])
 
 	// Round 1: position 0 and the jump landings. The first denseLandings positions are
 	// all landings, then strides double up to JumpSize. The landings go out in waves (the
@@ -133,7 +133,6 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 	// early costs neither the hashing nor the probes of its tail.
 	J := e.cfg.JumpSize
 	q.landings = append(q.landings[:0], 0)
-	q.pre = append(q.pre[:0], content[0])
 	slots := *e.slots.Load()
 	q.cands = q.cands[:0]
 	if len(q.mark) < len(slots) {
@@ -307,25 +306,24 @@ const denseLandings = 16
 // firstWave is how deep the first wave of landings reaches (at least 4 strides).
 const firstWave = 256
 
-// extend computes the prefix hashes of content up to position hi.
+// extend computes the prefix hashes of content up to position hi, each position not yet
+// probed. Every position a query probes or scans has been extended to, so the
+// per-position arrays cost only as much as the prefix the query actually hashes.
 func (q *query) extend(content []uint64, hi int) {
 	h := q.pre[len(q.pre)-1]
 	for i := len(q.pre); i <= hi; i++ {
 		h = hash.Next(h, content[i])
 		q.pre = append(q.pre, h)
+		q.locShard = append(q.locShard, -1)
+		q.locIdx = append(q.locIdx, 0)
 	}
 }
 
-func (q *query) reset(L int) {
-	if cap(q.locShard) < L {
-		q.locShard = make([]int32, L)
-		q.locIdx = make([]uint32, L)
-	}
-	q.locShard = q.locShard[:L]
-	q.locIdx = q.locIdx[:L]
-	for i := range q.locShard {
-		q.locShard[i] = -1
-	}
+// reset starts a query whose first content hash is c0.
+func (q *query) reset(c0 uint64) {
+	q.pre = append(q.pre[:0], c0)
+	q.locShard = append(q.locShard[:0], -1)
+	q.locIdx = append(q.locIdx[:0], 0)
 	for i := range q.sub {
 		b := &q.sub[i]
 		b.start, b.probes, b.out = 0, b.probes[:0], b.out[:0]
