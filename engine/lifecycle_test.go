@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"runtime"
@@ -106,4 +107,33 @@ func TestShardPanicFailsCallersInsteadOfWedging(t *testing.T) {
 	_, err = e.FindMatches(context.Background(), []uint64{1}, nil)
 	require.True(t, errors.Is(err, ErrShardFailed), "got %v", err)
 	require.ErrorIs(t, e.Store("w", []Block{{Content: 1, Seq: 1}}), ErrShardFailed)
+}
+
+// TestSnapshotSeesNamespacesInternedDuringCapture: a worker that holds a namespace the
+// capture's name table does not know (interned after the table was read) makes the
+// capture start over instead of writing the block into the default namespace.
+func TestSnapshotSeesNamespacesInternedDuringCapture(t *testing.T) {
+	e, err := New(Config{Shards: 1})
+	require.NoError(t, err)
+	defer e.Close()
+	require.NoError(t, e.Apply(&Event{Kind: EventStored, Worker: "w", Namespace: "lora-a", Blocks: []Block{{Content: 1, Seq: 1}}}))
+	id, _ := e.namespaces.Load("lora-a")
+	e.namespaces.Delete("lora-a") // as if interned after the capture read the names
+	_, _, _, ok := e.captureWorkers()
+	require.False(t, ok, "a capture must not map an unknown namespace to the default one")
+	e.namespaces.Store("lora-a", id)
+	_, _, _, ok = e.captureWorkers()
+	require.True(t, ok)
+
+	var buf bytes.Buffer
+	require.NoError(t, e.WriteSnapshot(&buf))
+	r, err := Restore(Config{Shards: 1}, &buf, 1<<20)
+	require.NoError(t, err)
+	defer r.Close()
+	got, err := r.FindMatchesIn(context.Background(), "lora-a", []uint64{1}, nil)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	got, err = r.FindMatches(context.Background(), []uint64{1}, nil)
+	require.NoError(t, err)
+	require.Empty(t, got)
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -49,25 +50,49 @@ func (e *Engine) WriteSnapshot(w io.Writer) error {
 	if e.closed.Load() {
 		return e.err()
 	}
-	nsNames := e.namespaceNames()
-	nsIndex := make(map[uint32]uint32, len(nsNames))
-	sorted := slices.Clone(nsNames)
-	slices.Sort(sorted)
-	for i, name := range sorted {
-		v, _ := e.namespaces.Load(name)
-		nsIndex[v.(uint32)] = uint32(i + 1)
+	// The body is captured before anything is written, because a namespace interned
+	// while it is captured (by another worker's event) is not in the name table read
+	// before it: a capture that meets such a namespace is redone with the new table.
+	var names []string
+	var body []byte
+	var count uint32
+	for ok := false; !ok; {
+		names, count, body, ok = e.captureWorkers()
 	}
 	crc := crc32.New(castagnoli)
 	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 1<<16)
-	var scratch [snapshotEntry]byte
-	put32 := func(v uint32) { binary.LittleEndian.PutUint32(scratch[:4], v); bw.Write(scratch[:4]) }
-	putStr := func(s string) { put32(uint32(len(s))); bw.WriteString(s) }
-
+	var scratch [4]byte
+	put32 := func(v uint32) { binary.LittleEndian.PutUint32(scratch[:], v); bw.Write(scratch[:]) }
 	bw.WriteString(snapshotMagic)
 	put32(snapshotVersion)
-	put32(uint32(len(sorted)))
-	for _, n := range sorted {
-		putStr(n)
+	put32(uint32(len(names)))
+	for _, n := range names {
+		put32(uint32(len(n)))
+		bw.WriteString(n)
+	}
+	put32(count)
+	bw.Write(body)
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("engine: writing snapshot: %w", err)
+	}
+	var sum [4]byte
+	binary.LittleEndian.PutUint32(sum[:], crc.Sum32())
+	if _, err := w.Write(sum[:]); err != nil {
+		return fmt.Errorf("engine: writing snapshot: %w", err)
+	}
+	return nil
+}
+
+// captureWorkers captures every live worker, each under its lock, in name order, with
+// namespaces numbered by their rank in the sorted names (1-based; 0 is the default). ok
+// is false when a worker holds a namespace interned after the names were read.
+func (e *Engine) captureWorkers() (names []string, count uint32, body []byte, ok bool) {
+	names = e.namespaceNames()
+	slices.Sort(names)
+	nsIndex := make(map[uint32]uint32, len(names))
+	for i, name := range names {
+		v, _ := e.namespaces.Load(name)
+		nsIndex[v.(uint32)] = uint32(i + 1)
 	}
 	var workers []*worker
 	for _, wk := range *e.slots.Load() {
@@ -77,9 +102,9 @@ func (e *Engine) WriteSnapshot(w io.Writer) error {
 	}
 	slices.SortFunc(workers, func(a, b *worker) int { return strings.Compare(a.name, b.name) })
 	// A worker removed meanwhile is skipped; count only what is written.
-	var body bytes.Buffer
+	var buf bytes.Buffer
 	var entries []seqEntry
-	count := uint32(0)
+	var scratch [snapshotEntry]byte
 	for _, wk := range workers {
 		wk.mu.Lock()
 		if wk.dead {
@@ -92,23 +117,15 @@ func (e *Engine) WriteSnapshot(w io.Writer) error {
 				entries = append(entries, s)
 			}
 		}
-		slices.SortFunc(entries, func(a, b seqEntry) int {
-			switch {
-			case a.seq < b.seq:
-				return -1
-			case a.seq > b.seq:
-				return 1
-			}
-			return 0
-		})
+		slices.SortFunc(entries, func(a, b seqEntry) int { return cmp.Compare(a.seq, b.seq) })
 		var hdr [8]byte
 		binary.LittleEndian.PutUint32(hdr[:4], uint32(len(wk.name)))
-		body.Write(hdr[:4])
-		body.WriteString(wk.name)
+		buf.Write(hdr[:4])
+		buf.WriteString(wk.name)
 		binary.LittleEndian.PutUint64(hdr[:], wk.cursor)
-		body.Write(hdr[:])
+		buf.Write(hdr[:])
 		binary.LittleEndian.PutUint64(hdr[:], uint64(len(entries)))
-		body.Write(hdr[:])
+		buf.Write(hdr[:])
 		for _, s := range entries {
 			k := key{prefix: s.prefix, pos: s.pos1 - 1, ns: s.ns}
 			var parent uint64
@@ -117,29 +134,23 @@ func (e *Engine) WriteSnapshot(w io.Writer) error {
 			}
 			var ns uint32
 			if s.ns != 0 {
-				ns = nsIndex[s.ns]
+				var known bool
+				if ns, known = nsIndex[s.ns]; !known {
+					wk.mu.Unlock()
+					return nil, 0, nil, false
+				}
 			}
 			binary.LittleEndian.PutUint64(scratch[0:], s.seq)
 			binary.LittleEndian.PutUint64(scratch[8:], s.prefix)
 			binary.LittleEndian.PutUint64(scratch[16:], parent)
 			binary.LittleEndian.PutUint32(scratch[24:], k.pos)
 			binary.LittleEndian.PutUint32(scratch[28:], ns)
-			body.Write(scratch[:])
+			buf.Write(scratch[:])
 		}
 		wk.mu.Unlock()
 		count++
 	}
-	put32(count)
-	bw.Write(body.Bytes())
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("engine: writing snapshot: %w", err)
-	}
-	var sum [4]byte
-	binary.LittleEndian.PutUint32(sum[:], crc.Sum32())
-	if _, err := w.Write(sum[:]); err != nil {
-		return fmt.Errorf("engine: writing snapshot: %w", err)
-	}
-	return nil
+	return names, count, buf.Bytes(), true
 }
 
 func (e *Engine) namespaceNames() []string {
