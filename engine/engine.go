@@ -42,7 +42,7 @@ type Engine struct {
 	byName sync.Map
 	regMu  sync.Mutex
 	slots  atomic.Pointer[[]*worker]
-	free   []uint32
+	free   []freeID
 	nlive  atomic.Int64
 
 	blocks atomic.Int64
@@ -162,12 +162,10 @@ func (e *Engine) lookupOrCreate(name string) *worker {
 		return w
 	}
 	old := *e.slots.Load()
-	var wid uint32
-	if n := len(e.free); n > 0 {
-		wid = e.free[n-1]
-		e.free = e.free[:n-1]
-	} else {
-		wid = uint32(len(old))
+	wid := uint32(len(old))
+	if len(e.free) > 0 && e.retired(e.free[0]) {
+		wid = e.free[0].wid
+		e.free = e.free[1:]
 	}
 	slots := make([]*worker, max(len(old), int(wid)+1))
 	copy(slots, old)
@@ -183,8 +181,27 @@ func (e *Engine) lookupOrCreate(name string) *worker {
 	return w
 }
 
-// unregister forgets w; its id may be reused by the next new worker. Its removal deltas
-// are already in the rings, ahead of anything a reuse of the id can push.
+// freeID is a worker id given up by RemoveWorker, and how many items each shard's ring
+// had been given when it was: the id's removal deltas are among them.
+type freeID struct {
+	wid   uint32
+	after []uint64
+}
+
+// retired reports whether every shard has applied f's removal deltas. Only then may the
+// id name another worker: until then a shard still holds memberships under it, and a
+// query would credit them to the new worker.
+func (e *Engine) retired(f freeID) bool {
+	for i, s := range e.shards {
+		if s.applied.Load() < f.after[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// unregister forgets w. Its id is reused (oldest first) once its removal deltas, already
+// in the rings, have been applied.
 func (e *Engine) unregister(w *worker) {
 	e.regMu.Lock()
 	defer e.regMu.Unlock()
@@ -194,7 +211,11 @@ func (e *Engine) unregister(w *worker) {
 	copy(slots, old)
 	slots[w.wid] = nil
 	e.slots.Store(&slots)
-	e.free = append(e.free, w.wid)
+	f := freeID{wid: w.wid, after: make([]uint64, len(e.shards))}
+	for i, s := range e.shards {
+		f.after[i] = s.ring.Stats().Pushes
+	}
+	e.free = append(e.free, f)
 	e.nlive.Add(-1)
 }
 

@@ -137,3 +137,50 @@ func TestSnapshotSeesNamespacesInternedDuringCapture(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, got)
 }
+
+// TestWorkerIDReusedOnlyAfterRemovalApplied: a removed worker's id goes to a new worker
+// only once every shard has applied the removal; before that, a query would credit the
+// old worker's memberships to the new one.
+func TestWorkerIDReusedOnlyAfterRemovalApplied(t *testing.T) {
+	e, err := New(Config{Shards: 2})
+	require.NoError(t, err)
+	defer e.Close()
+	require.NoError(t, e.Store("a", []Block{{Content: 1, Seq: 1}, {Content: 2, Seq: 2}}))
+	old := e.lookup("a").wid
+	release := sync.OnceFunc(stall(t, e, 0))
+	defer release()
+	require.NoError(t, e.RemoveWorker("a"))
+	require.NoError(t, e.Store("b", []Block{{Content: 9, Seq: 9}}))
+	require.NotEqual(t, old, e.lookup("b").wid, "id reused while a shard still holds its removal")
+	release()
+	require.NoError(t, e.Barrier(context.Background()))
+	require.NoError(t, e.Store("c", []Block{{Content: 9, Seq: 9}}))
+	require.Equal(t, old, e.lookup("c").wid, "a retired id is reused")
+}
+
+// TestQueryDropsWorkerReplacedMidQuery: a worker removed while a query runs, whose id a
+// new worker takes, is not named in the answer with the new worker's blocks.
+func TestQueryDropsWorkerReplacedMidQuery(t *testing.T) {
+	e, err := New(Config{Shards: 2})
+	require.NoError(t, err)
+	defer e.Close()
+	ctx := context.Background()
+	require.NoError(t, e.Store("a", []Block{{Content: 5, Seq: 5}}))
+	require.NoError(t, e.Barrier(ctx))
+	var once sync.Once
+	e.onProbe = func(key) {
+		once.Do(func() {
+			// The query has read the registry; now a leaves and b takes its id.
+			require.NoError(t, e.RemoveWorker("a"))
+			require.NoError(t, e.Barrier(ctx))
+			require.NoError(t, e.Store("b", []Block{{Content: 1, Seq: 1}, {Content: 2, Seq: 2}}))
+			require.NoError(t, e.Barrier(ctx))
+		})
+	}
+	got, err := e.FindMatches(ctx, []uint64{1, 2}, nil)
+	require.NoError(t, err)
+	require.Equal(t, e.lookup("b").wid, uint32(0), "b must have taken a's id for this test to mean anything")
+	for _, m := range got {
+		require.NotEqual(t, "a", m.Worker, "a never held these blocks: %v", got)
+	}
+}

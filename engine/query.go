@@ -164,7 +164,7 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 			first = false
 			for _, wid := range q.members(0) {
 				if int(wid) >= len(slots) || slots[wid] == nil {
-					continue // a worker removed while this query ran
+					continue // an id registered after the query started
 				}
 				q.cands = append(q.cands, candidate{wid: wid, gappy: slots[wid].gappy.Load(), alive: true})
 			}
@@ -259,10 +259,18 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 		active = keep
 	}
 	q.active = active
+	// A worker removed while the query ran may have had its id taken by a new worker,
+	// whose memberships the shards then answered under the old worker's name: a
+	// candidate whose id no longer names the worker it named when the query started is
+	// left out (the answer is then the one of a moment after the removal).
+	now := *e.slots.Load()
 	start := len(dst)
 	for i := range q.cands {
 		c := &q.cands[i]
 		w := slots[c.wid]
+		if int(c.wid) >= len(now) || now[c.wid] != w {
+			continue
+		}
 		dst = append(dst, Match{Worker: w.name, Score: c.score, Size: int(w.size.Load())})
 	}
 	sortMatches(dst[start:])
