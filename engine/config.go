@@ -33,8 +33,8 @@ const (
 	MaxJumpSize = 1 << 16
 	// MaxQueueSize bounds Config.QueueSize.
 	MaxQueueSize = 1 << 24
-	// MaxQueuedDeltas bounds Shards x QueueSize: the rings are allocated up front at 32
-	// bytes a delta, so this caps them at 1 GiB.
+	// MaxQueuedDeltas bounds Shards x QueueSize: the rings are allocated up front at 40
+	// bytes a cell (a 32-byte delta and its sequence word), so this caps them at 1.25 GiB.
 	MaxQueuedDeltas = 1 << 25
 )
 
