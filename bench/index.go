@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/kvindex/kvindex/bench/radix"
@@ -33,11 +32,6 @@ type Impl struct {
 	Name string
 	// New returns an empty index.
 	New func() (Index, error)
-}
-
-// IsRejection reports whether err is one of the contract's rejections of a stored event.
-func IsRejection(err error) bool {
-	return errors.Is(err, engine.ErrParentNotFound) || errors.Is(err, engine.ErrInvalidEvent)
 }
 
 // EngineImpl is the sharded engine with the given shard count (default jump size and

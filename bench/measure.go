@@ -155,7 +155,7 @@ func Verify(impl Impl, w *Workload) (VerifyResult, error) {
 	var got []engine.Match
 	for _, s := range w.steps {
 		if s >= 0 {
-			if err := idx.Apply(&w.Events[s]); err != nil && !IsRejection(err) {
+			if err := idx.Apply(&w.Events[s]); err != nil && !engine.IsRejection(err) {
 				return res, fmt.Errorf("%s: event %d: %w", impl.Name, s, err)
 			}
 			continue
@@ -194,7 +194,7 @@ func applyPass(idx Index, w *Workload, parts [][]int32, limit int) (int, error) 
 		rej := 0
 		for _, i := range parts[0][:prefix(parts[0], limit)] {
 			if err := idx.Apply(&w.Events[i]); err != nil {
-				if !IsRejection(err) {
+				if !engine.IsRejection(err) {
 					return rej, err
 				}
 				rej++
@@ -212,7 +212,7 @@ func applyPass(idx Index, w *Workload, parts [][]int32, limit int) (int, error) 
 			<-start
 			for _, i := range part {
 				if err := idx.Apply(&w.Events[i]); err != nil {
-					if !IsRejection(err) {
+					if !engine.IsRejection(err) {
 						errs[pi] = err
 						return
 					}
@@ -328,7 +328,7 @@ func (s *streamer) run(maxLoops int) {
 			if s.stop.Load() {
 				return
 			}
-			if err := s.idx.Apply(&s.w.Events[i]); err != nil && !IsRejection(err) {
+			if err := s.idx.Apply(&s.w.Events[i]); err != nil && !engine.IsRejection(err) {
 				s.err = err
 				return
 			}

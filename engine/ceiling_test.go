@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -125,7 +124,7 @@ func exactReplay(b *testing.B, ops []oplog.Op, events []Event, workerStateOnly b
 	// Contract rejections are part of a log; anything else is a broken replay.
 	check := func(errs []error) {
 		for _, err := range errs {
-			if err != nil && !errors.Is(err, ErrParentNotFound) && !errors.Is(err, ErrInvalidEvent) {
+			if err != nil && !IsRejection(err) {
 				b.Fatal(err)
 			}
 		}

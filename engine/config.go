@@ -23,6 +23,13 @@ var (
 	ErrShardFailed = errors.New("engine: shard failed")
 )
 
+// IsRejection reports whether err is the contract's rejection of an event
+// (ErrParentNotFound or ErrInvalidEvent): the event changed nothing, and the caller may
+// go on with the next one.
+func IsRejection(err error) bool {
+	return errors.Is(err, ErrParentNotFound) || errors.Is(err, ErrInvalidEvent)
+}
+
 // Limits on input. They bound the memory one call can make the engine use.
 const (
 	// MaxDepth bounds positions: a chain may be at most MaxDepth blocks long.

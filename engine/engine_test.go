@@ -216,6 +216,7 @@ func differentialMode(t *testing.T, cfg engine.Config, ops []oplog.Op, batched b
 
 func checkRejection(t *testing.T, i int, werr, gerr error) {
 	t.Helper()
+	require.Equal(t, werr != nil, engine.IsRejection(gerr), "op %d: IsRejection(%v)", i, gerr)
 	switch {
 	case errors.Is(werr, refmodel.ErrParentNotFound):
 		require.ErrorIs(t, gerr, engine.ErrParentNotFound, "op %d", i)

@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -78,7 +77,7 @@ func stress(t *testing.T, cfg engine.Config, hist []oplog.Op, producers, readers
 				}
 				for j := range byWorker[n] {
 					err := applyOp(e, &byWorker[n][j])
-					if err != nil && !isRejection(err) {
+					if err != nil && !engine.IsRejection(err) {
 						errs <- fmt.Errorf("producer %d: %w", p, err)
 						return
 					}
@@ -137,8 +136,4 @@ func stress(t *testing.T, cfg engine.Config, hist []oplog.Op, producers, readers
 	st := e.Stats()
 	require.Equal(t, int64(m.Blocks()), st.Blocks)
 	t.Logf("producer waits %d (%d ns), events %d", st.ProducerWaits, st.ProducerWaitNanos, st.Events)
-}
-
-func isRejection(err error) bool {
-	return errors.Is(err, engine.ErrParentNotFound) || errors.Is(err, engine.ErrInvalidEvent)
 }

@@ -213,7 +213,7 @@ func (r *Replica) apply(seq uint64, data []byte) {
 	r.stats.Applied++
 	switch {
 	case err == nil:
-	case errors.Is(err, engine.ErrParentNotFound), errors.Is(err, engine.ErrInvalidEvent):
+	case engine.IsRejection(err):
 		r.stats.Rejected++
 	default:
 		r.fatal = err

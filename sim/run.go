@@ -202,7 +202,7 @@ func (d *driver) stored(worker string, parent uint64, hasParent bool, blocks []e
 	d.spent += time.Since(t)
 	d.st.StoredEvents++
 	d.st.StoredBlocks += int64(len(blocks))
-	if errors.Is(err, engine.ErrParentNotFound) || errors.Is(err, engine.ErrInvalidEvent) {
+	if engine.IsRejection(err) {
 		d.st.Rejected++
 		return nil
 	}

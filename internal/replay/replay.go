@@ -2,7 +2,6 @@ package replay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -159,7 +158,7 @@ func Run(ctx context.Context, ops []oplog.Op, opt Options) (Result, error) {
 
 // classify counts a contract rejection and returns any other error.
 func classify(err error, res *Result) error {
-	if errors.Is(err, engine.ErrParentNotFound) || errors.Is(err, engine.ErrInvalidEvent) {
+	if engine.IsRejection(err) {
 		res.Rejected++
 		return nil
 	}
