@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/kvindex/kvindex/internal/readlimit"
 )
 
 // Snapshot format, version 1. All integers are little-endian.
@@ -218,16 +220,15 @@ func (e *Engine) Cursors() map[string]uint64 {
 // ErrSnapshot and no engine. maxBytes bounds how much is read (0: no bound beyond the
 // reader's end).
 func Restore(cfg Config, r io.Reader, maxBytes int64) (*Engine, error) {
-	if maxBytes > 0 {
-		r = io.LimitReader(r, maxBytes+1)
-	}
-	data, err := io.ReadAll(r)
+	data, err := readlimit.ReadAll(r, maxBytes)
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading: %v", ErrSnapshot, err)
 	}
-	if maxBytes > 0 && int64(len(data)) > maxBytes {
-		return nil, fmt.Errorf("%w: larger than %d bytes", ErrSnapshot, maxBytes)
-	}
+	return RestoreBytes(cfg, data)
+}
+
+// RestoreBytes is Restore from a snapshot already in memory; it does not keep data.
+func RestoreBytes(cfg Config, data []byte) (*Engine, error) {
 	if len(data) < len(snapshotMagic)+4+4 {
 		return nil, fmt.Errorf("%w: truncated (%d bytes)", ErrSnapshot, len(data))
 	}

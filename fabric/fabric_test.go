@@ -88,6 +88,14 @@ func restartFromSnapshot(t *testing.T, snap string) {
 		t.Fatalf("publisher skipped %d, want %d", st.Skipped, half)
 	}
 	last := streamLast(t, ctx, nc, DefaultStream)
+	// A snapshot larger than MaxSnapshotBytes is refused (read no further than the
+	// bound), and the replica replays the stream instead.
+	small := newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc, MaxSnapshotBytes: 64}, snap)
+	if st := small.Stats(); st.Restored || !errors.Is(st.SnapshotErr, ErrSnapshot) {
+		t.Fatalf("oversized snapshot: %+v, want refused", st)
+	}
+	waitApplied(t, ctx, small, last)
+	checkModel(t, small.Engine(), h, h.model(len(h.ops)))
 	r2 := newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc}, snap)
 	st := r2.Stats()
 	if !st.Restored || st.SnapshotErr != nil || st.LastApplied != mid {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvindex/kvindex/internal/readlimit"
 )
 
 // ObjectScheme prefixes a snapshot location that names an object in a JetStream object
@@ -62,19 +64,16 @@ func getObject(ctx context.Context, js jetstream.JetStream, bucket, name string,
 	if err != nil {
 		return nil, fmt.Errorf("%w: object store %s: %v", ErrSnapshot, bucket, err)
 	}
-	if maxBytes > 0 {
-		info, err := store.GetInfo(ctx, name)
-		if errors.Is(err, jetstream.ErrObjectNotFound) {
-			return nil, os.ErrNotExist
-		}
-		if err == nil && info.Size > uint64(maxBytes) {
-			return nil, fmt.Errorf("%w: larger than %d bytes", ErrSnapshot, maxBytes)
-		}
-	}
-	data, err := store.GetBytes(ctx, name)
+	obj, err := store.Get(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, os.ErrNotExist
 	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: object %s/%s: %v", ErrSnapshot, bucket, name, err)
+	}
+	defer obj.Close()
+	// Bounded whatever the object's metadata claims: the read stops past maxBytes.
+	data, err := readlimit.ReadAll(obj, maxBytes)
 	if err != nil {
 		return nil, fmt.Errorf("%w: object %s/%s: %v", ErrSnapshot, bucket, name, err)
 	}

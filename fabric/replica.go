@@ -26,7 +26,8 @@ type ReplicaConfig struct {
 	Models []string
 	// Engine configures the index.
 	Engine engine.Config
-	// MaxSnapshotBytes bounds a snapshot file read by Start. Default 0: no bound.
+	// MaxSnapshotBytes bounds a snapshot (file or object) read by Start. Default 0: no
+	// bound.
 	MaxSnapshotBytes int64
 	// Logger receives snapshot fallbacks and consumer errors. Default: discard.
 	Logger *slog.Logger

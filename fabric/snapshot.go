@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"time"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/readlimit"
 )
 
 // ErrSnapshot wraps every reason a replica snapshot is refused (engine.ErrSnapshot
@@ -116,16 +116,9 @@ func readSnapshot(path string, cfg engine.Config, maxBytes int64) (*snapshot, er
 		return nil, fmt.Errorf("%w: %v", ErrSnapshot, err)
 	}
 	defer f.Close()
-	var r io.Reader = f
-	if maxBytes > 0 {
-		r = io.LimitReader(f, maxBytes+1)
-	}
-	data, err := io.ReadAll(r)
+	data, err := readlimit.ReadAll(f, maxBytes)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSnapshot, err)
-	}
-	if maxBytes > 0 && int64(len(data)) > maxBytes {
-		return nil, fmt.Errorf("%w: larger than %d bytes", ErrSnapshot, maxBytes)
 	}
 	return decodeSnapshot(data, cfg)
 }
@@ -183,7 +176,7 @@ func decodeSnapshot(data []byte, cfg engine.Config) (*snapshot, error) {
 	if l == nil || le.Uint64(l) != uint64(len(p)) {
 		return bad("index length does not match")
 	}
-	eng, err := engine.Restore(cfg, bytes.NewReader(p), 0)
+	eng, err := engine.RestoreBytes(cfg, p)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSnapshot, err)
 	}
