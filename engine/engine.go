@@ -304,11 +304,11 @@ func (e *Engine) Apply(ev *Event) error {
 	if !apply {
 		return err
 	}
-	w, validated, err := e.lockFor(ev)
+	w, err := e.lockFor(ev)
 	if w == nil {
 		return err
 	}
-	gone, err := e.applyLocked(w, ev, validated)
+	gone, err := e.applyLocked(w, ev)
 	if !gone {
 		if ferr := w.flush(e); err == nil {
 			err = ferr
@@ -341,13 +341,12 @@ func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
 			release()
 		}
 		apply, err := e.check(ev)
-		validated := false
 		if apply && w == nil {
-			w, validated, err = e.lockFor(ev)
+			w, err = e.lockFor(ev)
 		}
 		if apply && w != nil {
 			var gone bool
-			gone, err = e.applyLocked(w, ev, validated)
+			gone, err = e.applyLocked(w, ev)
 			switch {
 			case gone:
 				w = nil
@@ -388,34 +387,35 @@ func (e *Engine) check(ev *Event) (apply bool, err error) {
 }
 
 // lockFor returns ev's worker, locked, or nil when there is none to apply it to (with
-// the event's outcome). Only a valid root store makes an unknown worker known; validated
-// then says its blocks were already checked.
-func (e *Engine) lockFor(ev *Event) (w *worker, validated bool, err error) {
+// the event's outcome). Only a valid root store makes an unknown worker known, so such a
+// store is checked here before the worker exists (and again, like every store, by
+// storeLocked: once per worker, not worth a flag).
+func (e *Engine) lockFor(ev *Event) (w *worker, err error) {
 	if w = e.lockLive(ev.Worker, false); w != nil {
-		return w, false, nil
+		return w, nil
 	}
 	switch ev.Kind {
 	case EventStored:
 		if ev.HasParent {
 			e.rejParent.Add(1)
-			return nil, false, fmt.Errorf("%w: worker %q is unknown", ErrParentNotFound, strings.Clone(ev.Worker))
+			return nil, fmt.Errorf("%w: worker %q is unknown", ErrParentNotFound, strings.Clone(ev.Worker))
 		}
 		var probe worker
 		if !probe.validateStore(0, false, ev.Blocks) {
 			e.rejInvalid.Add(1)
-			return nil, false, fmt.Errorf("%w: a seq appears twice in one event", ErrInvalidEvent)
+			return nil, fmt.Errorf("%w: a seq appears twice in one event", ErrInvalidEvent)
 		}
-		return e.lockLive(ev.Worker, true), true, nil
+		return e.lockLive(ev.Worker, true), nil
 	case EventRemoved:
 		e.skippedRemovals.Add(uint64(len(ev.Seqs)))
 	}
-	return nil, false, nil
+	return nil, nil
 }
 
 // applyLocked applies a checked event to w, which the caller has locked; its deltas stay
 // in w.pend until the caller flushes. gone says the event forgot the worker, which is
 // then flushed and unlocked already.
-func (e *Engine) applyLocked(w *worker, ev *Event, validated bool) (gone bool, err error) {
+func (e *Engine) applyLocked(w *worker, ev *Event) (gone bool, err error) {
 	if ev.Cursor != 0 {
 		w.cursor = ev.Cursor
 	}
@@ -425,7 +425,7 @@ func (e *Engine) applyLocked(w *worker, ev *Event, validated bool) (gone bool, e
 		if ev.Namespace != "" {
 			ns = e.namespaceID(ev.Namespace, true)
 		}
-		return false, e.storeLocked(w, ns, ev, validated)
+		return false, e.storeLocked(w, ns, ev)
 	case EventRemoved:
 		w.skipped += uint64(w.remove(e, ev.Seqs))
 	case EventCleared:
@@ -445,7 +445,7 @@ func (e *Engine) applyLocked(w *worker, ev *Event, validated bool) (gone bool, e
 
 // storeLocked applies a stored event to w (locked). The parent is resolved first, so an
 // event faulty in both ways reports ErrParentNotFound.
-func (e *Engine) storeLocked(w *worker, ns uint32, ev *Event, validated bool) error {
+func (e *Engine) storeLocked(w *worker, ns uint32, ev *Event) error {
 	var at key
 	if ev.HasParent {
 		k, ok := w.seqs.get(ev.Parent)
@@ -459,7 +459,7 @@ func (e *Engine) storeLocked(w *worker, ns uint32, ev *Event, validated bool) er
 			return fmt.Errorf("%w: chain deeper than %d blocks", ErrInvalidEvent, MaxDepth)
 		}
 	}
-	if !validated && !w.validateStore(ev.Parent, ev.HasParent, ev.Blocks) {
+	if !w.validateStore(ev.Parent, ev.HasParent, ev.Blocks) {
 		e.rejInvalid.Add(1)
 		return fmt.Errorf("%w: a seq appears twice in one event or equals the parent", ErrInvalidEvent)
 	}
