@@ -308,8 +308,6 @@ func (e *Engine) load(p *snapReader) error {
 			}
 			k := key{prefix: prefix, pos: pos, ns: ns}
 			w.seqs.put(seq, k)
-			w.size.Add(1)
-			w.blocks++
 			w.addKey(e, k, parent)
 		}
 		if err := w.flush(e); err != nil && p.err == nil {

@@ -77,8 +77,8 @@ func (t *seqTable) get(seq uint64) (k key, ok bool) {
 	}
 }
 
-// put inserts or overwrites seq.
-func (t *seqTable) put(seq uint64, k key) {
+// put inserts or overwrites seq and returns the key it had, if any.
+func (t *seqTable) put(seq uint64, k key) (old key, had bool) {
 	if len(t.slots) == 0 {
 		t.init(tableMinCap)
 	}
@@ -90,27 +90,29 @@ func (t *seqTable) put(seq uint64, k key) {
 		if e.pos1 == 0 {
 			*e = seqEntry{seq: seq, prefix: k.prefix, pos1: k.pos + 1, ns: k.ns}
 			t.n++
-			return
+			return key{}, false
 		}
 		if e.seq == seq {
+			old = key{prefix: e.prefix, pos: e.pos1 - 1, ns: e.ns}
 			e.prefix, e.pos1, e.ns = k.prefix, k.pos+1, k.ns
-			return
+			return old, true
 		}
 	}
 }
 
-// del removes seq and reports whether it was there.
-func (t *seqTable) del(seq uint64) bool {
+// del removes seq and returns the key it had, if it was there.
+func (t *seqTable) del(seq uint64) (k key, ok bool) {
 	if t.n == 0 {
-		return false
+		return key{}, false
 	}
 	i := t.home(seq)
 	for ; ; i = (i + 1) & t.mask {
 		e := &t.slots[i]
 		if e.pos1 == 0 {
-			return false
+			return key{}, false
 		}
 		if e.seq == seq {
+			k = key{prefix: e.prefix, pos: e.pos1 - 1, ns: e.ns}
 			break
 		}
 	}
@@ -125,7 +127,7 @@ func (t *seqTable) del(seq uint64) bool {
 				if shouldShrink(t.n, len(t.slots)) {
 					t.resize(len(t.slots) / 2)
 				}
-				return true
+				return k, true
 			}
 			if !inRun(t.home(e.seq), i, j) {
 				t.slots[i] = *e

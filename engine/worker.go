@@ -16,7 +16,8 @@ import (
 // before mu is released, so each ring sees one worker's deltas in event order. The
 // atomics at the top are written under mu and read by queries without it.
 type worker struct {
-	// size is the number of distinct engine hashes held: the query's size(w).
+	// size is the number of distinct engine hashes held (seqs.n), the query's size(w), as
+	// of the last flush.
 	size atomic.Int64
 	// gappy is true while holes > 0, i.e. while some held key's parent key is not held.
 	// Queries may only jump over a stride for workers whose gappy is false.
@@ -31,11 +32,11 @@ type worker struct {
 	seqs  seqTable
 	keys  keyTable
 	holes int
-	// blocks, events and skipped are this worker's changes to the engine-wide block count
-	// and event and skipped-removal counters since its last flush, which publishes them:
-	// one shared atomic update per flush rather than several per event keeps producers
-	// of different workers from bouncing the counters' cache line between cores.
-	blocks          int64
+	// events and skipped are this worker's changes to the engine-wide event and
+	// skipped-removal counters since its last flush, which publishes them (and the block
+	// count's change, seqs.n - size): one shared atomic update per flush rather than
+	// several per event keeps producers of different workers from bouncing the counters'
+	// cache line between cores.
 	events, skipped uint64
 	// cursor is the stream position of the last event applied that carried one.
 	cursor uint64
@@ -140,16 +141,13 @@ func (w *worker) store(e *Engine, ns uint32, parent key, hasParent bool, blocks 
 		} else {
 			k = key{prefix: b.Content, pos: 0, ns: ns}
 		}
-		if old, ok := w.seqs.get(b.Seq); ok {
-			if old == k {
-				continue // a duplicate never inflates anything
-			}
-			w.dropKey(e, old) // last write wins: the seq moves
-		} else {
-			w.size.Add(1)
-			w.blocks++
+		old, had := w.seqs.put(b.Seq, k)
+		if had && old == k {
+			continue // a duplicate never inflates anything
 		}
-		w.seqs.put(b.Seq, k)
+		if had {
+			w.dropKey(e, old) // last write wins: the seq moves
+		}
 		w.addKey(e, k, parentPrefix)
 	}
 }
@@ -214,14 +212,11 @@ func (w *worker) dropKey(e *Engine, k key) {
 // remove drops seqs the worker holds and returns how many it did not hold.
 func (w *worker) remove(e *Engine, seqs []uint64) (skipped int) {
 	for _, s := range seqs {
-		k, ok := w.seqs.get(s)
+		k, ok := w.seqs.del(s)
 		if !ok {
 			skipped++
 			continue
 		}
-		w.seqs.del(s)
-		w.size.Add(-1)
-		w.blocks--
 		w.dropKey(e, k)
 	}
 	return skipped
@@ -235,8 +230,6 @@ func (w *worker) clear(e *Engine) {
 			w.emit(e, opRemove, k.key())
 		}
 	}
-	w.blocks -= w.size.Load()
-	w.size.Store(0)
 	w.seqs = seqTable{}
 	w.keys = keyTable{}
 	w.holes = 0
@@ -261,9 +254,9 @@ func (w *worker) flush(e *Engine) error {
 	if g := w.holes > 0; g != w.gappy.Load() {
 		w.gappy.Store(g)
 	}
-	if w.blocks != 0 {
-		e.blocks.Add(w.blocks)
-		w.blocks = 0
+	if d := int64(w.seqs.n) - w.size.Load(); d != 0 {
+		e.blocks.Add(d)
+		w.size.Store(int64(w.seqs.n))
 	}
 	if w.events != 0 {
 		e.events.Add(w.events)
