@@ -512,6 +512,11 @@ func (d *Decoder) event(r *reader, idx int, b *Batch, t *tally) error {
 func (d *Decoder) reject(b *Batch, t *tally, idx int, tag []byte, reason Reason, detail string) {
 	t.rejected[reason]++
 	b.RejectedCount++
+	switch string(tag) {
+	case tagStored, tagStoredWithMeta:
+	default:
+		b.RejectedDrops++
+	}
 	if len(b.Rejected) < MaxRecordedRejections {
 		b.Rejected = append(b.Rejected, EventError{Index: idx, Type: string(tag), Reason: reason, Detail: detail})
 	}

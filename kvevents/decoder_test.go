@@ -73,6 +73,7 @@ func TestBlockHashWidths(t *testing.T) {
 			require.NoError(t, d.Decode(batch(0, removedWith(c.raw), store, cleared), &b))
 			if c.raw == "c0" { // nil: no hash, but a legal "no parent"
 				require.Equal(t, 1, b.RejectedCount)
+				require.Equal(t, 1, b.RejectedDrops, "the rejected event is a removal")
 				require.Contains(t, b.Rejected[0].Error(), "block_hashes[0] is nil")
 				require.Len(t, b.Events, 2)
 				require.False(t, b.Events[0].HasParent)
@@ -80,6 +81,7 @@ func TestBlockHashWidths(t *testing.T) {
 			}
 			if !c.ok {
 				require.Equal(t, 2, b.RejectedCount)
+				require.Equal(t, 1, b.RejectedDrops, "one removal and one store rejected")
 				require.Len(t, b.Events, 1)
 				require.Equal(t, Cleared, b.Events[0].Kind)
 				for _, r := range b.Rejected {
@@ -117,6 +119,7 @@ func TestTokenWidths(t *testing.T) {
 		ev = mp{}.Arr(5).Str("BlockStored").Uints(1).Nil().Arr(2).Uint(1).Raw(bad).Uint(2)
 		require.NoError(t, d.Decode(batch(0, ev), &b))
 		require.Equal(t, 1, b.RejectedCount, bad)
+		require.Zero(t, b.RejectedDrops, "a rejected store drops nothing")
 		require.Equal(t, ReasonMalformedField, b.Rejected[0].Reason)
 		require.Contains(t, b.Rejected[0].Detail, "token_ids[1]")
 	}
@@ -571,4 +574,22 @@ func TestKindAndReasonStrings(t *testing.T) {
 	require.Equal(t, `kvevents: event 3 ("BlockStored"): limit exceeded: x`, e.Error())
 	var err error = e
 	require.True(t, errors.As(err, &EventError{}))
+}
+
+// TestRejectedDropsPastTheRecordedRejections: more rejected stores than Rejected records
+// are still known to be stores, and a rejected removal among them still counts.
+func TestRejectedDropsPastTheRecordedRejections(t *testing.T) {
+	d := mustNew(t, Config{})
+	var b Batch
+	bad := mp{}.Arr(5).Str("BlockStored").Uints(1).Nil().Arr(1).Raw("ff").Uint(2) // token -1
+	evs := make([]mp, 0, 2*MaxRecordedRejections+1)
+	for range 2 * MaxRecordedRejections {
+		evs = append(evs, bad)
+	}
+	require.NoError(t, d.Decode(batch(0, evs...), &b))
+	require.Equal(t, 2*MaxRecordedRejections, b.RejectedCount)
+	require.Len(t, b.Rejected, MaxRecordedRejections)
+	require.Zero(t, b.RejectedDrops)
+	require.NoError(t, d.Decode(batch(0, append(evs, removedWith("c0"))...), &b))
+	require.Equal(t, 1, b.RejectedDrops)
 }

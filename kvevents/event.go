@@ -110,6 +110,10 @@ type Batch struct {
 	// (Reason says why); Rejected details the first MaxRecordedRejections of them.
 	RejectedCount int
 	Rejected      []EventError
+	// RejectedDrops counts the rejected events that were not stores (or whose type could
+	// not be read): each may have removed or cleared blocks that the index will then
+	// never hear of. Rejected stores only leave blocks out, which is safe.
+	RejectedDrops int
 
 	seqs     []uint64 // arena behind Events[i].Seqs
 	contents []uint64 // arena behind Events[i].Contents
@@ -125,6 +129,7 @@ func (b *Batch) reset() {
 	b.DPRank, b.HasDPRank = 0, false
 	b.UnknownTypes = 0
 	b.RejectedCount = 0
+	b.RejectedDrops = 0
 	b.Rejected = b.Rejected[:0]
 	b.seqs = b.seqs[:0]
 	b.contents = b.contents[:0]

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/kvevents"
 )
 
 // The sequence logic against an in-memory publisher: no sockets, every step explicit.
@@ -303,10 +304,20 @@ func TestFilters(t *testing.T) {
 	if st.RejectedTotal() != 3 {
 		t.Fatalf("rejected total %d, want 3", st.RejectedTotal())
 	}
+	// More rejected stores than the decoder records one by one are still only stores:
+	// the worker stays live.
+	many := make([]ev, 2*kvevents.MaxRecordedRejections)
+	for i := range many {
+		many[i] = bad
+	}
+	sendLive(t, s, 1, batch(many...))
+	if st := s.Status(); st.State != StateLive || st.Invalidations != 0 {
+		t.Fatalf("after %d rejected stores: %+v", len(many), st)
+	}
 	// A batch for another rank is skipped whole.
 	m := mp{}.Arr(3).F64(1).Arr(1)
 	m = e1.encode(m).Uint(3)
-	sendLive(t, s, 1, m)
+	sendLive(t, s, 2, m)
 	if st := s.Status(); st.Rejected[ReasonRankMismatch] != 1 {
 		t.Fatalf("status %+v", st)
 	}

@@ -718,7 +718,7 @@ func (s *Subscriber) applyBatch(seq uint64, payload []byte) error {
 		s.local.LastApplied = s.now()
 		s.local.Lag = s.local.LastApplied.Sub(s.local.LastBatchTime)
 	}
-	if unsafeRejections(b) {
+	if b.RejectedDrops > 0 {
 		// A removal or clear the decoder rejected: the index may now hold blocks the
 		// worker dropped.
 		s.cfg.Logger.Warn("rejected removal; worker invalidated", "worker", s.cfg.Worker, "seq", seq)
@@ -735,23 +735,6 @@ func (s *Subscriber) applyBatch(seq uint64, payload []byte) error {
 // default, 262,144) saturates.
 func SourceCursor(seq uint64, idx int) uint64 {
 	return (seq+1)<<24 | uint64(min(idx, 1<<24-1))
-}
-
-// unsafeRejections reports a batch in which the decoder rejected an event that may
-// have dropped blocks (anything but a store), or rejected more events than it
-// described.
-func unsafeRejections(b *kvevents.Batch) bool {
-	if b.RejectedCount > len(b.Rejected) {
-		return true
-	}
-	for _, r := range b.Rejected {
-		switch r.Type {
-		case "BlockStored", "BlockStoredWithMetadata":
-		default:
-			return true
-		}
-	}
-	return false
 }
 
 func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64) error {
