@@ -126,6 +126,7 @@ type Decoder struct {
 
 	tokens  []uint32          // token_ids of the event being decoded
 	scratch []byte            // namespace and number rendering
+	idText  []byte            // a LoRA id in decimal, for the namespace
 	intern  map[string]string // see maxInterned
 }
 
@@ -803,22 +804,12 @@ func (d *Decoder) namespace(ev *Event, payload []byte, at *[numFields]int) (Reas
 		}
 	}
 
-	buf := d.scratch[:0]
-	switch {
-	case len(name) > 0:
-		buf = append(buf, "lora="...)
-		buf = appendEscaped(buf, name)
-	case hasLoraID:
-		buf = append(buf, "lora_id="...)
-		buf = appendInt(buf, loraID, loraNeg)
+	var loraIDText []byte
+	if len(name) == 0 && hasLoraID {
+		loraIDText = appendInt(d.idText[:0], loraID, loraNeg)
+		d.idText = loraIDText
 	}
-	if len(salt) > 0 {
-		if len(buf) > 0 {
-			buf = append(buf, ';')
-		}
-		buf = append(buf, "salt="...)
-		buf = appendEscaped(buf, salt)
-	}
+	buf := appendNamespace(d.scratch[:0], name, loraIDText, salt)
 	d.scratch = buf
 	ev.Namespace = d.str(buf)
 	return 0, "", true
@@ -831,16 +822,46 @@ func appendInt(dst []byte, bits uint64, neg bool) []byte {
 	return strconv.AppendUint(dst, bits, 10)
 }
 
-// appendEscaped appends v with '%', ';' and control bytes written as %XX, which keeps
-// the namespace format injective.
-func appendEscaped(dst, v []byte) []byte {
+// AppendEscaped appends v with '%', ';' and control bytes (0x00-0x1f, 0x7f) written as
+// %XX in upper-case hex: the escaping of every value in a namespace, which keeps the
+// namespace format injective.
+func AppendEscaped[T string | []byte](dst []byte, v T) []byte {
 	const hexdigits = "0123456789ABCDEF"
-	for _, c := range v {
+	for i := 0; i < len(v); i++ {
+		c := v[i]
 		if c == '%' || c == ';' || c < 0x20 || c == 0x7f {
 			dst = append(dst, '%', hexdigits[c>>4], hexdigits[c&15])
 			continue
 		}
 		dst = append(dst, c)
+	}
+	return dst
+}
+
+// Namespace is the namespace of an event with this LoRA name and cache salt (see the
+// package documentation; "" when both are empty): a router builds a query's namespace
+// with it.
+func Namespace(loraName, cacheSalt string) string {
+	return string(appendNamespace(nil, []byte(loraName), nil, []byte(cacheSalt)))
+}
+
+// appendNamespace appends "lora=NAME" (or "lora_id=ID" when there is no name but an id
+// in decimal) and "salt=SALT", joined by ';', each value escaped.
+func appendNamespace(dst, name, loraID, salt []byte) []byte {
+	switch {
+	case len(name) > 0:
+		dst = append(dst, "lora="...)
+		dst = AppendEscaped(dst, name)
+	case len(loraID) > 0:
+		dst = append(dst, "lora_id="...)
+		dst = append(dst, loraID...)
+	}
+	if len(salt) > 0 {
+		if len(dst) > 0 {
+			dst = append(dst, ';')
+		}
+		dst = append(dst, "salt="...)
+		dst = AppendEscaped(dst, salt)
 	}
 	return dst
 }

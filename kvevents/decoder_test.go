@@ -298,6 +298,17 @@ func TestNamespace(t *testing.T) {
 			require.Equal(t, c.want, b.Events[0].Namespace)
 		})
 	}
+	// Namespace, which routers use for queries, agrees with the decoder on every case
+	// above that a name and a salt can express.
+	for _, c := range []struct{ name, salt, want string }{
+		{"", "", ""},
+		{"sql-adapter", "", "lora=sql-adapter"},
+		{"", "tenant-1", "salt=tenant-1"},
+		{"sql", "t1", "lora=sql;salt=t1"},
+		{"a;b%c\n=é", "x;salt=y", "lora=a%3Bb%25c%0A=é;salt=x%3Bsalt=y"},
+	} {
+		require.Equal(t, c.want, Namespace(c.name, c.salt), "%q %q", c.name, c.salt)
+	}
 	// Distinct inputs that a naive join would confuse stay distinct.
 	require.NoError(t, d.Decode(batch(0, store(nil, s("a;salt=b"), nil), store(nil, s("a"), s("b"))), &b))
 	require.NotEqual(t, b.Events[0].Namespace, b.Events[1].Namespace)

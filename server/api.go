@@ -183,14 +183,8 @@ func RequestNamespace(model, namespace, loraName, cacheSalt string) (string, err
 		return "", errors.New("give namespace, or lora_name/cache_salt, not both")
 	}
 	ns := namespace
-	if loraName != "" {
-		ns = "lora=" + subscriber.Escape(loraName)
-	}
-	if cacheSalt != "" {
-		if ns != "" {
-			ns += ";"
-		}
-		ns += "salt=" + subscriber.Escape(cacheSalt)
+	if loraName != "" || cacheSalt != "" {
+		ns = kvevents.Namespace(loraName, cacheSalt)
 	}
 	return subscriber.Namespace(model, ns), nil
 }

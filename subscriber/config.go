@@ -248,41 +248,9 @@ func Namespace(model, ns string) string {
 	if model == "" {
 		return ns
 	}
-	var b strings.Builder
-	b.Grow(len("model=;") + len(model) + len(ns))
-	b.WriteString("model=")
-	b.WriteString(Escape(model))
-	b.WriteByte(';')
-	b.WriteString(ns)
-	return b.String()
+	b := make([]byte, 0, len("model=;")+len(model)+len(ns))
+	b = append(b, "model="...)
+	b = kvevents.AppendEscaped(b, model)
+	b = append(b, ';')
+	return string(append(b, ns...))
 }
-
-// Escape writes '%', ';', bytes 0x00-0x1f and 0x7f of s as %XX (upper-case hex), as
-// kvevents does for LoRA names and cache salts; every other byte is kept.
-func Escape(s string) string {
-	clean := true
-	for i := 0; i < len(s); i++ {
-		if needsEscape(s[i]) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	const hexd = "0123456789ABCDEF"
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if needsEscape(c) {
-			b.WriteByte('%')
-			b.WriteByte(hexd[c>>4])
-			b.WriteByte(hexd[c&15])
-			continue
-		}
-		b.WriteByte(c)
-	}
-	return b.String()
-}
-
-func needsEscape(c byte) bool { return c == '%' || c == ';' || c < 0x20 || c == 0x7f }
