@@ -59,6 +59,21 @@ func ReadTrace(r io.Reader, limit int) ([]TraceRecord, error) {
 	return out, nil
 }
 
+// TraceTokens appends a trace record's token ids to dst: each of its hash ids stands for
+// TraceBlockTokens copies of itself, cut at the record's input length.
+func TraceTokens(dst []uint32, rec TraceRecord) []uint32 {
+	start := len(dst)
+	for _, id := range rec.HashIDs {
+		if len(dst)-start >= rec.InputLength {
+			break
+		}
+		for range TraceBlockTokens {
+			dst = append(dst, uint32(id))
+		}
+	}
+	return dst[:start+min(len(dst)-start, max(rec.InputLength, 0))]
+}
+
 // FromTrace turns trace records into a workload, as NVIDIA Dynamo's indexer benchmark
 // does: a request's token ids are its hash ids, each repeated 512 times, truncated to
 // input_length, cut into blocks of blockSize tokens (a trailing partial block dropped),
@@ -71,16 +86,7 @@ func FromTrace(name string, recs []TraceRecord, blockSize int) (*Workload, error
 	var tokens []uint32
 	var blocks []uint64
 	for _, rec := range recs {
-		tokens = tokens[:0]
-		for _, id := range rec.HashIDs {
-			if len(tokens) >= rec.InputLength {
-				break
-			}
-			for range TraceBlockTokens {
-				tokens = append(tokens, uint32(id))
-			}
-		}
-		tokens = tokens[:min(len(tokens), max(rec.InputLength, 0))]
+		tokens = TraceTokens(tokens[:0], rec)
 		// All requests' hashes share one growing arena; each request keeps its own window.
 		if cap(blocks)-len(blocks) < len(tokens)/blockSize {
 			blocks = make([]uint64, 0, max(1<<16, len(tokens)/blockSize))

@@ -9,18 +9,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/replay"
 	"github.com/kvindex/kvindex/server"
 	"github.com/kvindex/kvindex/sim"
 	"github.com/kvindex/kvindex/subscriber/pubtest"
@@ -239,7 +238,7 @@ func Run(ctx context.Context, o Options, logw io.Writer) (*Report, error) {
 			case "hashes":
 				v = map[string]any{"model": "trace", "content_hashes": req.Blocks}
 			case "tokens":
-				v = map[string]any{"model": "trace", "tokens": traceTokens(recs[i], o.BlockSize)}
+				v = map[string]any{"model": "trace", "tokens": wholeBlocks(sim.TraceTokens(nil, recs[i]), o.BlockSize)}
 			default:
 				return nil, fmt.Errorf("unknown mode %q", mode)
 			}
@@ -270,20 +269,8 @@ func Run(ctx context.Context, o Options, logw io.Writer) (*Report, error) {
 	return rep, nil
 }
 
-// traceTokens is sim.FromTrace's token sequence of one record, whole blocks only.
-func traceTokens(rec sim.TraceRecord, bs int) []uint32 {
-	var toks []uint32
-	for _, id := range rec.HashIDs {
-		if len(toks) >= rec.InputLength {
-			break
-		}
-		for range sim.TraceBlockTokens {
-			toks = append(toks, uint32(id))
-		}
-	}
-	toks = toks[:min(len(toks), rec.InputLength)]
-	return toks[:len(toks)/bs*bs]
-}
+// wholeBlocks drops a trailing partial block, as the server would.
+func wholeBlocks(toks []uint32, bs int) []uint32 { return toks[:len(toks)/bs*bs] }
 
 func waitUntil(ctx context.Context, timeout time.Duration, cond func() bool) error {
 	deadline := time.Now().Add(timeout)
@@ -352,15 +339,14 @@ func level(ctx context.Context, hc *http.Client, base string, srv *server.Server
 		all = append(all, lat[g]...)
 		sc += scores[g]
 	}
-	slices.Sort(all)
 	r := Result{Concurrency: c, Requests: len(all), Errors: int(errs.Load()), Seconds: el}
 	if len(all) == 0 {
 		return r, errors.New("no request succeeded")
 	}
 	r.RPS = float64(len(all)) / el
-	r.P50 = all[len(all)/2]
-	r.P99 = all[min(len(all)-1, int(math.Ceil(float64(len(all))*0.99))-1)]
-	r.Max = all[len(all)-1]
+	r.P50 = replay.Percentile(all, 0.50)
+	r.P99 = replay.Percentile(all, 0.99)
+	r.Max = replay.Percentile(all, 1)
 	r.MeanScore = sc / float64(len(all))
 	r.EventsPerSec = float64(srv.Engine().Stats().Events-events0) / el
 	return r, nil

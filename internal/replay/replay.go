@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"runtime"
@@ -166,9 +167,10 @@ func classify(err error, res *Result) error {
 }
 
 // Percentile returns the q-quantile of xs (nearest rank); it sorts xs in place.
-func Percentile(xs []int64, q float64) int64 {
+func Percentile[T cmp.Ordered](xs []T, q float64) T {
 	if len(xs) == 0 {
-		return 0
+		var zero T
+		return zero
 	}
 	slices.Sort(xs)
 	i := int(q*float64(len(xs))+0.5) - 1
