@@ -167,21 +167,13 @@ func Verify(impl Impl, w *Workload) (VerifyResult, error) {
 		if got, err = idx.FindMatches(op.Content, got[:0]); err != nil {
 			return res, err
 		}
-		ok := len(got) == len(op.Expect) && len(got) == len(op.Sizes)
-		for i, m := range got {
-			s, in := op.Expect[m.Worker]
-			z, in2 := op.Sizes[m.Worker]
-			ok = ok && in && in2 && s == m.Score && z == m.Size
-			if i > 0 && (got[i-1].Score < m.Score || got[i-1].Score == m.Score && got[i-1].Worker >= m.Worker) {
-				ok = false // wrong order
-			}
-		}
-		if ok {
+		msg := replay.Compare(op, got)
+		if msg == "" {
 			res.Passed++
 			continue
 		}
 		if res.Failed++; res.First == "" {
-			res.First = fmt.Sprintf("line %d: got %+v, want scores %v sizes %v", op.Line, got, op.Expect, op.Sizes)
+			res.First = msg
 		}
 	}
 	return res, nil

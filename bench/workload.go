@@ -127,10 +127,7 @@ func Builtin(seed uint64, n int) *Workload {
 			continue
 		case oplog.Query:
 			if q++; q%every == 0 {
-				op.Expect, op.Sizes, op.HasExpect = map[string]int{}, map[string]int{}, true
-				for _, a := range m.Query(op.Content) {
-					op.Expect[a.Worker], op.Sizes[a.Worker] = a.Score, a.Size
-				}
+				m.Expect(&op)
 			}
 		default:
 			if m.Apply(&op) != nil {

@@ -73,12 +73,7 @@ func (r *opRecorder) Query(content []uint64) error {
 	op := oplog.Op{Kind: oplog.Query, Content: content}
 	r.res.Queries++
 	if r.every > 0 && r.res.Queries%r.every == 0 {
-		op.HasExpect = true
-		op.Expect, op.Sizes = map[string]int{}, map[string]int{}
-		for _, a := range r.model.Query(content) {
-			op.Expect[a.Worker] = a.Score
-			op.Sizes[a.Worker] = a.Size
-		}
+		r.model.Expect(&op)
 		r.res.Expectations++
 	}
 	return r.write(op)

@@ -3,6 +3,8 @@ package refmodel
 import (
 	"errors"
 	"sort"
+
+	"github.com/kvindex/kvindex/internal/oplog"
 )
 
 // The rejections of the contract.
@@ -110,6 +112,14 @@ type Answer struct {
 	Worker string
 	Score  int
 	Size   int
+}
+
+// Expect sets a query op's expected answer (Expect, Sizes, HasExpect) to the model's.
+func (m *Model) Expect(op *oplog.Op) {
+	op.Expect, op.Sizes, op.HasExpect = map[string]int{}, map[string]int{}, true
+	for _, a := range m.Query(op.Content) {
+		op.Expect[a.Worker], op.Sizes[a.Worker] = a.Score, a.Size
+	}
 }
 
 // Query returns every worker with score >= 1, sorted by score descending, then name.

@@ -117,7 +117,7 @@ func Run(ctx context.Context, ops []oplog.Op, opt Options) (Result, error) {
 			return res, fmt.Errorf("line %d: %w", op.Line, err)
 		}
 		if op.HasExpect {
-			if msg := compare(op, matches); msg != "" {
+			if msg := Compare(op, matches); msg != "" {
 				res.Failed++
 				if len(res.Mismatches) < opt.MaxMismatches {
 					res.Mismatches = append(res.Mismatches, msg)
@@ -177,16 +177,18 @@ func Percentile[T cmp.Ordered](xs []T, q float64) T {
 	return xs[min(max(i, 0), len(xs)-1)]
 }
 
-// compare returns "" when matches equal the op's expected answer, else a description.
-func compare(op *oplog.Op, got []engine.Match) string {
+// Compare returns "" when got equals the op's expected answer, in the engine's order
+// (score descending, then worker id), else a description of the difference.
+func Compare(op *oplog.Op, got []engine.Match) string {
 	ok := len(got) == len(op.Expect) && len(op.Expect) == len(op.Sizes)
-	for _, m := range got {
+	for i, m := range got {
 		if !ok {
 			break
 		}
 		s, in := op.Expect[m.Worker]
 		z, in2 := op.Sizes[m.Worker]
-		ok = in && in2 && s == m.Score && z == m.Size
+		ok = in && in2 && s == m.Score && z == m.Size &&
+			(i == 0 || got[i-1].Score > m.Score || got[i-1].Score == m.Score && got[i-1].Worker < m.Worker)
 	}
 	if ok {
 		return ""
