@@ -57,7 +57,9 @@ func Run(ctx context.Context, ops []oplog.Op, opt Options) (Result, error) {
 	events := make([]engine.Event, len(ops))
 	for i := range ops {
 		events[i] = Event(&ops[i])
+		res.BlockOps += len(ops[i].Blocks) + len(ops[i].Seqs) + len(ops[i].Content)
 	}
+	res.Ops = len(ops)
 	var before runtime.MemStats
 	if opt.MeasureMemory {
 		runtime.GC()
@@ -90,20 +92,12 @@ func Run(ctx context.Context, ops []oplog.Op, opt Options) (Result, error) {
 			break
 		}
 		op := &ops[i]
-		res.Ops++
-		switch op.Kind {
-		case oplog.Stored:
-			res.BlockOps += len(op.Blocks)
-		case oplog.Removed:
-			res.BlockOps += len(op.Seqs)
-		}
 		if op.Kind != oplog.Query {
 			if err := classify(e.Apply(&events[i]), &res); err != nil {
 				return res, fmt.Errorf("line %d: %w", op.Line, err)
 			}
 			continue
 		}
-		res.BlockOps += len(op.Content)
 		if op.HasExpect {
 			if err := e.Barrier(ctx); err != nil {
 				return res, fmt.Errorf("line %d: %w", op.Line, err)
@@ -125,16 +119,6 @@ func Run(ctx context.Context, ops []oplog.Op, opt Options) (Result, error) {
 			} else {
 				res.Passed++
 			}
-		}
-	}
-	if opt.Batch {
-		// Batched events were not counted above.
-		for i := range ops {
-			if ops[i].Kind == oplog.Query {
-				continue
-			}
-			res.Ops++
-			res.BlockOps += len(ops[i].Blocks) + len(ops[i].Seqs)
 		}
 	}
 	if err := e.Barrier(ctx); err != nil {
