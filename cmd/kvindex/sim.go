@@ -67,6 +67,7 @@ func (f *simFlags) register(fs *flag.FlagSet, requestsHelp string) {
 func (f *simFlags) validate(fs *flag.FlagSet) error {
 	f.set = map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	engineErr := engine.Config{Shards: f.shards, JumpSize: f.jump}.Validate()
 	switch {
 	case fs.NArg() > 0:
 		return usageErr("unexpected argument %q", fs.Arg(0))
@@ -80,10 +81,8 @@ func (f *simFlags) validate(fs *flag.FlagSet) error {
 		return usageErr("--block-size %d: want 1..%d tokens", f.blockSize, hash.MaxBlockSize)
 	case f.requests < 0:
 		return usageErr("--requests %d: want >= 0 (0 = default)", f.requests)
-	case f.shards < 0 || f.shards > engine.MaxShards:
-		return usageErr("--shards %d: want 0..%d", f.shards, engine.MaxShards)
-	case f.jump < 0 || f.jump > engine.MaxJumpSize:
-		return usageErr("--jump %d: want 0..%d", f.jump, engine.MaxJumpSize)
+	case engineErr != nil:
+		return usageErr("--shards %d --jump %d: %v", f.shards, f.jump, engineErr)
 	case f.chunk < 1:
 		return usageErr("--chunk %d: want at least 1 token", f.chunk)
 	case f.sessions < 1:
