@@ -12,6 +12,25 @@ import (
 	"github.com/kvindex/kvindex/engine"
 )
 
+// timeQueries takes a Barrier, then times b.N runs of q and returns the last answer.
+func timeQueries(b *testing.B, e *engine.Engine, q []uint64, capacity int) []engine.Match {
+	b.Helper()
+	if err := e.Barrier(ctx); err != nil {
+		b.Fatal(err)
+	}
+	dst := make([]engine.Match, 0, capacity)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var err error
+		if dst, err = e.FindMatches(ctx, q, dst[:0]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	return dst
+}
+
 // benchConfig is one implementation a benchmark runs against.
 type benchConfig struct {
 	name string
@@ -56,18 +75,7 @@ func BenchmarkFindMatches(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			if err := e.Barrier(ctx); err != nil {
-				b.Fatal(err)
-			}
-			dst := make([]engine.Match, 0, 64)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				var err error
-				if dst, err = e.FindMatches(ctx, q, dst[:0]); err != nil {
-					b.Fatal(err)
-				}
-			}
+			dst := timeQueries(b, e, q, 64)
 			if len(dst) != 64 || dst[0].Score != 500 {
 				b.Fatalf("unexpected answer %v", dst[:1])
 			}
@@ -316,19 +324,7 @@ func BenchmarkFindMatchesGappy(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			if err := e.Barrier(ctx); err != nil {
-				b.Fatal(err)
-			}
-			dst := make([]engine.Match, 0, workers)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				var err error
-				if dst, err = e.FindMatches(ctx, q, dst[:0]); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.StopTimer()
+			dst := timeQueries(b, e, q, workers)
 			if len(dst) != workers || dst[0].Score != 16+3*(workers-1) {
 				b.Fatalf("unexpected answer: %d matches, best %v", len(dst), dst[0])
 			}
@@ -354,19 +350,7 @@ func BenchmarkFindMatchesLongQuery(b *testing.B) {
 			if err := e.Store("w", blocks); err != nil {
 				b.Fatal(err)
 			}
-			if err := e.Barrier(ctx); err != nil {
-				b.Fatal(err)
-			}
-			dst := make([]engine.Match, 0, 1)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				var err error
-				if dst, err = e.FindMatches(ctx, q, dst[:0]); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.StopTimer()
+			dst := timeQueries(b, e, q, 1)
 			if len(dst) != 1 || dst[0].Score != 8 {
 				b.Fatalf("unexpected answer %v", dst)
 			}
