@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/kvindex/kvindex/sim"
 )
@@ -90,14 +89,5 @@ func runGenOps(args []string, stdout, stderr io.Writer) int {
 			w.Name, res.Sim.Policy, res.Sim.Requests, pct(res.Sim.BlockHitRate()))
 		return nil
 	}()
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "kvindex gen-ops: %s\n", strings.TrimPrefix(err.Error(), "usage: "))
-		return 2
-	default:
-		fmt.Fprintf(stderr, "kvindex gen-ops: %v\n", err)
-		return 1
-	}
+	return exitCode(stderr, "gen-ops", err)
 }

@@ -324,14 +324,20 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		}
 		return simulate(stdout, stderr, w, wi, cfg, pols, caps, *chart, *asJSON, *forceProgress)
 	}()
+	return exitCode(stderr, "sim", err)
+}
+
+// exitCode reports err on stderr for command name and returns the exit status: 0 for
+// none, 2 for a usage error (see usageErr), 1 for any other.
+func exitCode(stderr io.Writer, name string, err error) int {
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "kvindex sim: %s\n", strings.TrimPrefix(err.Error(), "usage: "))
+		fmt.Fprintf(stderr, "kvindex %s: %s\n", name, strings.TrimPrefix(err.Error(), "usage: "))
 		return 2
 	default:
-		fmt.Fprintf(stderr, "kvindex sim: %v\n", err)
+		fmt.Fprintf(stderr, "kvindex %s: %v\n", name, err)
 		return 1
 	}
 }
