@@ -46,10 +46,7 @@ staticcheck: $(STATICCHECK)
 	$(STATICCHECK) ./...
 
 tidy-check:
-	@cp go.mod /tmp/kvindex.go.mod.bak; cp go.sum /tmp/kvindex.go.sum.bak; \
-	$(GO) mod tidy; \
-	if ! cmp -s go.mod /tmp/kvindex.go.mod.bak || ! cmp -s go.sum /tmp/kvindex.go.sum.bak; then \
-		echo "go mod tidy changed go.mod/go.sum"; cp /tmp/kvindex.go.mod.bak go.mod; cp /tmp/kvindex.go.sum.bak go.sum; exit 1; fi
+	@$(GO) mod tidy -diff || { echo "go mod tidy would change go.mod/go.sum (run go mod tidy)"; exit 1; }
 
 ## build386: catches 64-bit assumptions in atomics and sizes.
 build386:
@@ -61,10 +58,10 @@ build386:
 conformance:
 	@if ! ls $(SHARED)/conformance/*.jsonl >/dev/null 2>&1; then \
 		echo "SKIP conformance: $(SHARED)/conformance not found"; exit 0; fi; \
-	$(GO) build -o /tmp/kvindex-ci ./cmd/kvindex && \
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && $(GO) build -o $$tmp/kvindex ./cmd/kvindex && \
 	fail=0; for f in $(SHARED)/conformance/*.jsonl; do for s in 1 2 3 4 8 locked; do for j in 1 4 64; do \
 		if [ $$s = locked ]; then impl=--locked; else impl="--shards $$s"; fi; \
-		out=$$(/tmp/kvindex-ci replay --ops $$f $$impl --jump $$j --json) || { echo "FAIL $$f $$impl jump=$$j"; echo "$$out"; fail=1; }; \
+		out=$$($$tmp/kvindex replay --ops $$f $$impl --jump $$j --json) || { echo "FAIL $$f $$impl jump=$$j"; echo "$$out"; fail=1; }; \
 	done; done; echo "ok   $$(basename $$f)"; done; exit $$fail
 
 ## fuzz: a short run of every fuzz target (see FUZZTIME above).
