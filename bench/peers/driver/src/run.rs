@@ -1,0 +1,409 @@
+//! The measurements (see the crate doc) and the command line.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::alloc;
+use crate::oplog::{Event, Step, Workload};
+
+/// One SMG index as the gateway drives it.
+pub trait Peer: Sync + Sized {
+    /// A worker's block map, owned by the thread that applies the worker's events.
+    type Map: Send;
+    /// A stored block, a seq (engine hash) and a content hash in the peer's own types.
+    type Block: Send + Sync;
+    type Seq: Copy + Send + Sync;
+    type Hash: Send + Sync;
+
+    /// Shown in the output.
+    const NAME: &'static str;
+
+    fn new(jump: usize) -> Self;
+    fn block(content: u64, seq: u64) -> Self::Block;
+    fn seq(seq: u64) -> Self::Seq;
+    fn hash(content: u64) -> Self::Hash;
+
+    fn new_map(&self) -> Self::Map;
+    fn map_len(map: &Self::Map) -> usize;
+    /// The peer's id for a worker name, interning it on first use.
+    fn intern(&self, name: &str) -> u32;
+    /// Applies a store; false when the peer rejects it.
+    fn stored(&self, wid: u32, parent: Option<Self::Seq>, blocks: &[Self::Block], map: &mut Self::Map) -> bool;
+    fn removed(&self, wid: u32, seqs: &[Self::Seq], map: &mut Self::Map);
+    fn cleared(&self, wid: u32, map: &mut Self::Map);
+    fn remove_worker(&self, wid: u32, map: Self::Map);
+    /// Appends (peer worker id, score, size) for the query's answer to out; entries with
+    /// score 0 are ignored by the caller.
+    fn query(&self, content: &[Self::Hash], out: &mut Vec<(u32, u32, u64)>);
+}
+
+type W<P> = Workload<<P as Peer>::Block, <P as Peer>::Seq, <P as Peer>::Hash>;
+
+/// The per-worker state of one applying thread: the peer's id and block map per worker
+/// (None until the worker's first event that needs one).
+struct Workers<M> {
+    slots: Vec<Option<(u32, M)>>,
+}
+
+impl<M> Workers<M> {
+    fn new(n: usize) -> Self {
+        Workers { slots: (0..n).map(|_| None).collect() }
+    }
+}
+
+/// Applies one event; returns false for a rejected store.
+fn apply<P: Peer>(p: &P, w: &W<P>, st: &mut Workers<P::Map>, ev: &Event<P::Block, P::Seq>) -> bool {
+    let wi = ev.worker() as usize;
+    match ev {
+        Event::Stored { parent, blocks, .. } => {
+            if blocks.is_empty() {
+                return true; // SPEC: nothing happens, the worker does not become known
+            }
+            let slot = st.slots[wi].get_or_insert_with(|| (p.intern(&w.names[wi]), p.new_map()));
+            p.stored(slot.0, *parent, blocks, &mut slot.1)
+        }
+        Event::Removed { seqs, .. } => {
+            if let Some((wid, map)) = st.slots[wi].as_mut() {
+                p.removed(*wid, seqs, map);
+            }
+            true
+        }
+        Event::Cleared { .. } => {
+            if let Some((wid, map)) = st.slots[wi].as_mut() {
+                p.cleared(*wid, map);
+            }
+            true
+        }
+        Event::RemoveWorker { .. } => {
+            if let Some((wid, map)) = st.slots[wi].take() {
+                p.remove_worker(wid, map);
+            }
+            true
+        }
+    }
+}
+
+/// Applies every event in order; returns the rejected stores.
+fn apply_all<P: Peer>(p: &P, w: &W<P>, st: &mut Workers<P::Map>) -> u64 {
+    let mut rejected = 0;
+    for ev in &w.events {
+        if !apply(p, w, st, ev) {
+            rejected += 1;
+        }
+    }
+    rejected
+}
+
+fn memberships<M, P: Peer<Map = M>>(st: &Workers<M>) -> u64 {
+    st.slots.iter().flatten().map(|(_, m)| P::map_len(m) as u64).sum()
+}
+
+/// As kvindex's replay.Percentile: nearest rank.
+fn percentile(sorted: &[u64], q: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = (q * sorted.len() as f64 + 0.5) as isize - 1;
+    sorted[i.clamp(0, sorted.len() as isize - 1) as usize]
+}
+
+struct Opts {
+    ops: String,
+    jump: usize,
+    budget: Duration,
+    queriers: usize,
+    max_passes: usize,
+    max_loops: usize,
+    verify: bool,
+}
+
+fn parse_args() -> Result<Opts, String> {
+    let mut o = Opts {
+        ops: String::new(),
+        jump: 64,
+        budget: Duration::from_millis(400),
+        queriers: 2,
+        max_passes: 15,
+        max_loops: 50,
+        verify: true,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = |name: &str| args.next().ok_or_else(|| format!("{name}: want a value"));
+        let num = |s: String, name: &str| s.parse::<u64>().map_err(|_| format!("{name} {s:?}: want an integer"));
+        match a.as_str() {
+            "--ops" => o.ops = val("--ops")?,
+            "--jump" => o.jump = num(val("--jump")?, "--jump")? as usize,
+            "--duration-ms" => o.budget = Duration::from_millis(num(val("--duration-ms")?, "--duration-ms")?),
+            "--queriers" => o.queriers = num(val("--queriers")?, "--queriers")? as usize,
+            "--max-passes" => o.max_passes = num(val("--max-passes")?, "--max-passes")? as usize,
+            "--max-loops" => o.max_loops = num(val("--max-loops")?, "--max-loops")? as usize,
+            "--no-verify" => o.verify = false,
+            _ => return Err(format!("unknown argument {a:?}")),
+        }
+    }
+    if o.ops.is_empty() {
+        return Err("--ops FILE is required".into());
+    }
+    if o.jump == 0 || o.queriers == 0 || o.max_passes == 0 || o.budget.is_zero() {
+        return Err("--jump, --queriers, --max-passes and --duration-ms must be >= 1".into());
+    }
+    Ok(o)
+}
+
+/// Reads the op log named on the command line, runs every measurement on peer P and
+/// prints the JSON result. Exit status 2 for a bad command line, 1 for an unreadable log.
+pub fn main_with<P: Peer>() {
+    let o = match parse_args() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{}: {e}\nusage: {} --ops FILE [--jump N] [--duration-ms N] [--queriers N] [--max-passes N] [--max-loops N] [--no-verify]", P::NAME, P::NAME);
+            std::process::exit(2);
+        }
+    };
+    let w: W<P> = match Workload::read(&o.ops, P::block, P::seq, P::hash) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("{}: {e}", P::NAME);
+            std::process::exit(1);
+        }
+    };
+    let out = measure::<P>(&w, &o);
+    println!("{out}");
+}
+
+fn measure<P: Peer>(w: &W<P>, o: &Opts) -> serde_json::Value {
+    // 1. Memory, first, in a fresh process.
+    let (live0, rss0) = (alloc::live_bytes(), alloc::rss_bytes());
+    let p = P::new(o.jump);
+    let mut st = Workers::new(w.names.len());
+    let rss_empty = alloc::rss_bytes();
+    let rejected = apply_all(&p, w, &mut st);
+    let members = memberships::<_, P>(&st);
+    let live = alloc::live_bytes() - live0;
+    let rss = alloc::rss_bytes() as i64 - rss_empty as i64;
+    let _ = rss0;
+    drop(st);
+    drop(p);
+    alloc::stop_counting();
+    let per = |b: i64| if members > 0 { b as f64 / members as f64 } else { 0.0 };
+
+    // 2. Verify.
+    let (mut passed, mut failed, mut first) = (0u64, 0u64, String::new());
+    if o.verify {
+        let p = P::new(o.jump);
+        let mut st = Workers::new(w.names.len());
+        let mut rev: Vec<u32> = Vec::new(); // peer id -> worker index
+        let mut got = Vec::new();
+        let mut ans = Vec::new();
+        for s in &w.steps {
+            match s {
+                Step::Event(i) => {
+                    apply(&p, w, &mut st, &w.events[*i]);
+                    if let Some((wid, _)) = st.slots[w.events[*i].worker() as usize] {
+                        if rev.len() <= wid as usize {
+                            rev.resize(wid as usize + 1, u32::MAX);
+                        }
+                        rev[wid as usize] = w.events[*i].worker();
+                    }
+                }
+                Step::Check(c) => {
+                    let c = &w.checks[*c];
+                    got.clear();
+                    p.query(&c.content, &mut got);
+                    ans.clear();
+                    ans.extend(got.iter().filter(|g| g.1 >= 1).map(|&(wid, sc, sz)| {
+                        (rev.get(wid as usize).copied().unwrap_or(u32::MAX), sc, sz)
+                    }));
+                    ans.sort_unstable();
+                    if ans == c.expect {
+                        passed += 1;
+                    } else {
+                        failed += 1;
+                        if first.is_empty() {
+                            let show = |v: &[(u32, u32, u64)]| {
+                                let parts: Vec<String> = v
+                                    .iter()
+                                    .map(|&(wi, sc, sz)| {
+                                        let n = w.names.get(wi as usize).map_or("?", |s| s.as_str());
+                                        format!("{n:?}: score {sc} size {sz}")
+                                    })
+                                    .collect();
+                                format!("{{{}}}", parts.join(", "))
+                            };
+                            first = format!(
+                                "line {}: query of {} blocks\n  want: {}\n  got:  {}",
+                                c.line,
+                                c.content.len(),
+                                show(&c.expect),
+                                show(&ans)
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    // 3. Events: one thread, log order, fresh index per pass.
+    let mut secs = Vec::new();
+    let mut total = Duration::ZERO;
+    while secs.len() < o.max_passes && (secs.is_empty() || total < o.budget) {
+        let p = P::new(o.jump);
+        let mut st = Workers::new(w.names.len());
+        let t0 = Instant::now();
+        apply_all(&p, w, &mut st);
+        let d = t0.elapsed();
+        drop(st);
+        drop(p);
+        total += d;
+        secs.push(d.as_secs_f64());
+    }
+    secs.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = secs.len();
+    let median = if n % 2 == 1 { secs[n / 2] } else { (secs[n / 2 - 1] + secs[n / 2]) / 2.0 };
+
+    // 4. Queries at rest.
+    let rest = {
+        let p = P::new(o.jump);
+        let mut st = Workers::new(w.names.len());
+        apply_all(&p, w, &mut st);
+        let stop = AtomicBool::new(false);
+        query_loop(&p, w, 0, 1, o.budget, &stop)
+    };
+
+    // 5. Queries under events.
+    let (load, load_secs, load_events, loops) = under_events::<P>(w, o);
+    let qs = |lats: &mut Vec<u64>, secs: f64| {
+        lats.sort_unstable();
+        json!({
+            "queries": lats.len(),
+            "seconds": secs,
+            "p50_ns": percentile(lats, 0.50),
+            "p99_ns": percentile(lats, 0.99),
+            "p999_ns": percentile(lats, 0.999),
+        })
+    };
+    let (mut rest_lats, rest_secs) = rest;
+    let mut load_lats = load;
+    let mut load_json = qs(&mut load_lats, load_secs);
+    load_json["events"] = json!(load_events);
+    load_json["events_per_sec"] = json!(if load_secs > 0.0 { load_events as f64 / load_secs } else { 0.0 });
+    load_json["loops"] = json!(loops);
+    json!({
+        "impl": P::NAME,
+        "ops_file": o.ops,
+        "jump": o.jump,
+        "workers": w.names.len(),
+        "events": w.events.len(),
+        "block_ops": w.block_ops,
+        "queries": w.queries.len(),
+        "rejected": rejected,
+        "verify": {"ran": o.verify, "passed": passed, "failed": failed, "first": first},
+        "replay": {"passes": n, "seconds": median, "block_ops_per_sec": w.block_ops as f64 / median, "events_per_sec": w.events.len() as f64 / median},
+        "rest": qs(&mut rest_lats, rest_secs),
+        "load": load_json,
+        "memory": {
+            "memberships": members,
+            "alloc_bytes": live,
+            "alloc_bytes_per_membership": per(live as i64),
+            "rss_bytes": rss,
+            "rss_bytes_per_membership": per(rss),
+        },
+    })
+}
+
+/// Issues queries g, g+step, ... cyclically until budget has passed or stop is set (at
+/// least one); returns the latencies and the seconds it ran.
+fn query_loop<P: Peer>(p: &P, w: &W<P>, g: usize, step: usize, budget: Duration, stop: &AtomicBool) -> (Vec<u64>, f64) {
+    let mut lats = Vec::with_capacity(1 << 14);
+    let mut out = Vec::new();
+    if w.queries.is_empty() {
+        return (lats, 0.0);
+    }
+    let t0 = Instant::now();
+    let mut k = g;
+    loop {
+        let q = &w.queries[k % w.queries.len()];
+        let t = Instant::now();
+        out.clear();
+        p.query(q, &mut out);
+        let d = t.elapsed();
+        lats.push(d.as_nanos() as u64);
+        std::hint::black_box(&out);
+        if t0.elapsed() >= budget || stop.load(Ordering::Relaxed) {
+            break;
+        }
+        k += step;
+    }
+    (lats, t0.elapsed().as_secs_f64())
+}
+
+/// One streamer thread loops over the events while o.queriers threads query (see the
+/// crate doc); returns the merged latencies, the window's seconds, the events applied in
+/// it and the streamer's loops after the first.
+fn under_events<P: Peer>(w: &W<P>, o: &Opts) -> (Vec<u64>, f64, u64, u64) {
+    if w.queries.is_empty() {
+        return (Vec::new(), 0.0, 0, 0);
+    }
+    let p = P::new(o.jump);
+    let warm = Barrier::new(o.queriers + 1);
+    let (stop, done) = (AtomicBool::new(false), AtomicBool::new(false));
+    let events = AtomicU64::new(0);
+    let mut loops = 0u64;
+    let mut lats = Vec::new();
+    let mut window = 0.0;
+    std::thread::scope(|s| {
+        let streamer = s.spawn(|| {
+            let mut st = Workers::new(w.names.len());
+            let mut n = 0u64;
+            let mut loops = 0u64;
+            'outer: for lp in 0..=o.max_loops {
+                if lp > 0 {
+                    for slot in st.slots.iter_mut() {
+                        if let Some((wid, map)) = slot.take() {
+                            p.remove_worker(wid, map);
+                            n += 1;
+                        }
+                    }
+                }
+                for ev in &w.events {
+                    if stop.load(Ordering::Relaxed) {
+                        break 'outer;
+                    }
+                    apply(&p, w, &mut st, ev);
+                    n += 1;
+                }
+                if lp == 0 {
+                    warm.wait();
+                    n = 0;
+                } else {
+                    loops += 1;
+                }
+            }
+            events.store(n, Ordering::Relaxed);
+            done.store(true, Ordering::Relaxed);
+            loops
+        });
+        let qs: Vec<_> = (0..o.queriers)
+            .map(|g| {
+                let (p, w, warm, done) = (&p, w, &warm, &done);
+                s.spawn(move || {
+                    warm.wait();
+                    query_loop(p, w, g, o.queriers, o.budget, done)
+                })
+            })
+            .collect();
+        for q in qs {
+            let (l, secs) = q.join().unwrap();
+            lats.extend(l);
+            window = f64::max(window, secs);
+        }
+        stop.store(true, Ordering::Relaxed);
+        loops = streamer.join().unwrap();
+    });
+    (lats, window, events.load(Ordering::Relaxed), loops)
+}
