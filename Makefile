@@ -12,7 +12,7 @@ SHARED      ?= ../shared
 FUZZTIME    ?=
 fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 
-.PHONY: test unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench demo tidy-check publisher-deps loadtest
+.PHONY: test unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest
 
 ## test: everything CI runs: lint, race-enabled unit tests, conformance replays, short fuzzing.
 test: lint build386 race conformance fuzz
@@ -91,6 +91,35 @@ bench:
 	else echo "SKIP trace harness: $(SHARED)/traces/conversation_trace.jsonl not found"; fi
 	@if [ -f $(SHARED)/conformance/trace_conversation.jsonl ]; then \
 		$(GO) run ./cmd/kvindex bench --ops $(SHARED)/conformance/trace_conversation.jsonl --shards 1,2,4,8 --markdown | tee bench/out/conformance-trace.md; fi
+
+## bench-peers: SMG's ChainIndex and PositionalIndexer, as Rust replay drivers of ours built
+## from SMG_SRC=DIR (never vendored; bench/peers/README.md says what DIR holds and how to
+## export it), beside the engine at shards 1, 2, 4 and the locked index: one table per op
+## log (PEER_LOGS; default the conformance trace log and the 16-worker trace log of
+## `make bench`), PEER_ROUNDS alternating rounds, in bench/out/peers.md. Needs cargo and
+## Debian's librust-*-dev crates; neither `make test` nor CI builds it.
+PEERS_BUILD ?= bench/peers/build
+PEER_ROUNDS ?= 3
+PEER_LOGS   ?=
+bench-peers:
+	@if [ -z "$(SMG_SRC)" ]; then echo "usage: make bench-peers SMG_SRC=DIR (see bench/peers/README.md)"; exit 2; fi
+	bash bench/peers/build.sh "$(SMG_SRC)" "$(PEERS_BUILD)"
+	mkdir -p bench/out
+	$(GO) build -o $(PEERS_BUILD)/kvindex ./cmd/kvindex
+	@logs="$(PEER_LOGS)"; \
+	if [ -z "$$logs" ]; then \
+		if [ -f $(SHARED)/conformance/trace_conversation.jsonl ]; then logs="$(SHARED)/conformance/trace_conversation.jsonl"; fi; \
+		if [ -f $(SHARED)/traces/conversation_trace.jsonl ]; then \
+			$(PEERS_BUILD)/kvindex gen-ops --trace $(SHARED)/traces/conversation_trace.jsonl --workers 16 \
+				--capacity 16384 --block-size 64 --requests 3000 --expect-every 50 --out bench/out/trace16.jsonl && \
+			logs="$$logs bench/out/trace16.jsonl"; fi; \
+	fi; \
+	if [ -z "$$logs" ]; then echo "bench-peers: no op log (set PEER_LOGS, or put ../shared beside the repo)"; exit 2; fi; \
+	: > bench/out/peers.md; \
+	for f in $$logs; do \
+		$(PEERS_BUILD)/kvindex bench --ops $$f --peers $(PEERS_BUILD)/bin --impls engine,locked --shards 1,2,4 \
+			--rounds $(PEER_ROUNDS) --markdown >> bench/out/peers.md || exit 1; \
+	done; cat bench/out/peers.md
 
 ## loadtest: the serve load test over loopback; rewrites bench/loadgen/RESULTS.md (about 1 min).
 loadtest: publisher-deps

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -12,7 +13,13 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// The test binary doubles as a fake peer driver (see peers_test.go).
+	if mode := os.Getenv(fakePeerEnv); mode != "" {
+		os.Exit(fakePeer(mode, os.Args[1:]))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func TestPartitionKeepsWorkerOrder(t *testing.T) {
 	w := Builtin(3, 3000)

@@ -109,7 +109,19 @@ type MemoryResult struct {
 	// HeapBytes is the growth of the live heap (HeapAlloc after a GC) over the pass.
 	HeapBytes          int64
 	BytesPerMembership float64
+	// Method says how HeapBytes was measured: MemoryHeap for the Go implementations,
+	// MemoryAllocator for the peers (whose drivers also report RSSBytesPerMembership).
+	Method                string
+	RSSBytesPerMembership float64
 }
+
+// The ways MemoryResult.HeapBytes is measured.
+const (
+	// MemoryHeap is the growth of the Go heap (HeapAlloc after a GC).
+	MemoryHeap = "heap"
+	// MemoryAllocator is the live bytes a peer driver's counting global allocator saw.
+	MemoryAllocator = "alloc"
+)
 
 // Run runs every measurement of impl on w: Verify, MeasureEvents for each producer count,
 // MeasureQueries under load and at rest, and MeasureMemory. It fails on the first error
@@ -439,7 +451,7 @@ func MeasureQueries(impl Impl, w *Workload, queriers int, budget time.Duration, 
 // MeasureMemory applies every event to a fresh index and reports the live-heap growth
 // per membership held at the end. It forces garbage collections.
 func MeasureMemory(impl Impl, w *Workload) (MemoryResult, error) {
-	var res MemoryResult
+	res := MemoryResult{Method: MemoryHeap}
 	var m0, m1 runtime.MemStats
 	runtime.GC()
 	runtime.GC()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -37,6 +38,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	duration := fs.Duration("duration", 400*time.Millisecond, "time budget of each timed measurement")
 	markdown := fs.Bool("markdown", false, "print markdown tables")
 	noVerify := fs.Bool("no-verify", false, "skip the correctness replay")
+	peersDir := fs.String("peers", "", "folder of peer replay drivers (smg-chain, smg-positional: `make bench-peers`); prints one table of every implementation and peer, in alternating rounds, one producer; needs --ops")
+	rounds := fs.Int("rounds", 3, "with --peers: alternating rounds")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -65,6 +68,10 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return bad("--duration %v: want > 0", *duration)
 	case *file == "" && *gen < 1:
 		return bad("--gen %d: want >= 1", *gen)
+	case *peersDir != "" && *file == "":
+		return bad("--peers needs --ops (the peers read the op log themselves)")
+	case *rounds < 1 || *rounds > 100:
+		return bad("--rounds %d: want 1..100", *rounds)
 	}
 	var impls []bench.Impl
 	for _, name := range strings.Split(*implList, ",") {
@@ -92,6 +99,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		w = bench.Builtin(*seed, *gen)
 	}
 	opt := bench.Options{Duration: *duration, Producers: producers, Queriers: *queriers, SkipVerify: *noVerify}
+	if *peersDir != "" {
+		return benchPeers(*peersDir, *file, *rounds, w, impls, opt, *markdown, args, stdout, stderr)
+	}
 	var results []bench.Result
 	failed := false
 	for _, impl := range impls {
@@ -115,6 +125,47 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// peerJump is the jump size the peers get: the engine's default JumpSize, which the
+// engine implementations of the table use.
+const peerJump = 64
+
+// benchPeers is `kvindex bench --peers DIR`: the implementations and the peer drivers
+// found in dir, in alternating rounds, as one table.
+func benchPeers(dir, file string, rounds int, w *bench.Workload, impls []bench.Impl, opt bench.Options, markdown bool, args []string, stdout, stderr io.Writer) int {
+	peers, missing := bench.FindPeers(dir)
+	for _, m := range missing {
+		fmt.Fprintf(stderr, "kvindex bench: peer %s not found in %s (build it with make bench-peers SMG_SRC=DIR); left out\n", m, dir)
+	}
+	sums, err := bench.CompareRounds(context.Background(), w, file, peerJump, impls, peers, opt, rounds, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvindex bench: %v\n", err)
+		return 1
+	}
+	h := bench.Header{Command: benchCommandLine(args), Workload: w, Options: opt}
+	if err := bench.WritePeerTable(stdout, h, sums, rounds, markdown); err != nil {
+		fmt.Fprintf(stderr, "kvindex bench: %v\n", err)
+		return 1
+	}
+	for _, s := range sums {
+		// A peer that is not exact under this project's contract is a finding, not a
+		// failure of the run; one of ours is a failure.
+		if s.Failed() && !isPeer(s.Impl, peers) {
+			fmt.Fprintln(stderr, "kvindex bench: some implementation gave wrong answers (see the table)")
+			return 1
+		}
+	}
+	return 0
+}
+
+func isPeer(name string, peers []bench.Peer) bool {
+	for _, p := range peers {
+		if p.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // benchInts parses a comma-separated list of integers in [lo, hi].
