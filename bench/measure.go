@@ -66,6 +66,9 @@ type VerifyResult struct {
 	Passed, Failed int
 	// First describes the first failure.
 	First string
+	// ScoresPassed (peers only, 0 otherwise) counts the checked queries whose scores,
+	// sizes aside, equal the expected ones.
+	ScoresPassed int
 }
 
 // EventResult is one MeasureEvents.

@@ -29,7 +29,7 @@ func fakePeer(mode string, args []string) int {
 			return 2
 		}
 		fmt.Printf(`{"impl":"fake","events":10,"block_ops":40,"rejected":1,
-			"verify":{"ran":%t,"passed":1,"failed":1,"first":"line 3: differs"},
+			"verify":{"ran":%t,"passed":1,"failed":1,"scores_passed":2,"first":"line 3: differs"},
 			"replay":{"passes":5,"seconds":0.5,"block_ops_per_sec":80,"events_per_sec":20},
 			"rest":{"queries":100,"seconds":1,"p50_ns":300,"p99_ns":900,"p999_ns":2000},
 			"load":{"queries":50,"seconds":0.5,"p50_ns":400,"p99_ns":1200,"p999_ns":3000,"events":1000,"events_per_sec":2000,"loops":2},
@@ -79,7 +79,7 @@ func TestRunPeerDecodesTheDriversResult(t *testing.T) {
 	if r.Memory.Method != MemoryAllocator || r.Memory.BytesPerMembership != 70 || r.Memory.RSSBytesPerMembership != 100 || r.Memory.Memberships != 20 {
 		t.Errorf("memory: %+v", r.Memory)
 	}
-	if r.Verify.Passed != 1 || r.Verify.Failed != 1 || r.Verify.First != "line 3: differs" {
+	if r.Verify.Passed != 1 || r.Verify.Failed != 1 || r.Verify.First != "line 3: differs" || r.Verify.ScoresPassed != 2 {
 		t.Errorf("verify: %+v", r.Verify)
 	}
 	r, err = RunPeer(context.Background(), p, "unused.jsonl", 7, Options{SkipVerify: true})
@@ -164,7 +164,7 @@ func TestWritePeerTableShowsMediansAndMethods(t *testing.T) {
 	ours := Summary{Impl: "locked", Rounds: []Result{mk(1e6, 1000, 200, MemoryHeap), mk(3e6, 3000, 210, MemoryHeap), mk(2e6, 2000, 190, MemoryHeap)}}
 	ours.Rounds[0].Verify = VerifyResult{Passed: 4}
 	peer := Summary{Impl: "smg-x", Rounds: []Result{mk(20e6, 300, 70, MemoryAllocator), mk(30e6, 500, 66, MemoryAllocator)}}
-	peer.Rounds[0].Verify = VerifyResult{Passed: 3, Failed: 1, First: "line 9: wrong"}
+	peer.Rounds[0].Verify = VerifyResult{Passed: 3, Failed: 1, First: "line 9: wrong", ScoresPassed: 4}
 	var b bytes.Buffer
 	h := Header{Command: "kvindex bench --peers x", Workload: w}
 	if err := WritePeerTable(&b, h, []Summary{ours, peer}, 3, true); err != nil {
@@ -174,7 +174,7 @@ func TestWritePeerTableShowsMediansAndMethods(t *testing.T) {
 	for _, want := range []string{
 		"`kvindex bench --peers x`",
 		"| locked | 2.00M | 2.00 µs | 4.00 µs | 6.00 µs | 8.00 µs | 200 (heap) | 4/4 |",
-		"| smg-x | 25.0M | 400 ns | 800 ns | 1.20 µs | 1.60 µs | 68 (alloc; RSS 78) | 3/4 |",
+		"| smg-x | 25.0M | 400 ns | 800 ns | 1.20 µs | 1.60 µs | 68 (alloc; RSS 78) | 3/4 (scores 4) |",
 		"smg-x: first mismatch: line 9: wrong",
 	} {
 		if !strings.Contains(out, want) {

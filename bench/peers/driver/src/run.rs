@@ -21,15 +21,18 @@ pub trait Peer: Sync + Sized {
     /// Shown in the output.
     const NAME: &'static str;
 
-    fn new(jump: usize) -> Self;
+    /// An empty index; workers is how many distinct worker names the op log has (a bound
+    /// on the workers interned at once).
+    fn new(jump: usize, workers: usize) -> Self;
     fn block(content: u64, seq: u64) -> Self::Block;
     fn seq(seq: u64) -> Self::Seq;
     fn hash(content: u64) -> Self::Hash;
 
     fn new_map(&self) -> Self::Map;
     fn map_len(map: &Self::Map) -> usize;
-    /// The peer's id for a worker name, interning it on first use.
-    fn intern(&self, name: &str) -> u32;
+    /// The peer's id for a worker name, interning it on first use; None when the peer has
+    /// no room for another worker (its stores are then counted as rejected).
+    fn intern(&self, name: &str) -> Option<u32>;
     /// Applies a store; false when the peer rejects it.
     fn stored(&self, wid: u32, parent: Option<Self::Seq>, blocks: &[Self::Block], map: &mut Self::Map) -> bool;
     fn removed(&self, wid: u32, seqs: &[Self::Seq], map: &mut Self::Map);
@@ -62,8 +65,14 @@ fn apply<P: Peer>(p: &P, w: &W<P>, st: &mut Workers<P::Map>, ev: &Event<P::Block
             if blocks.is_empty() {
                 return true; // SPEC: nothing happens, the worker does not become known
             }
-            let slot = st.slots[wi].get_or_insert_with(|| (p.intern(&w.names[wi]), p.new_map()));
-            p.stored(slot.0, *parent, blocks, &mut slot.1)
+            if st.slots[wi].is_none() {
+                let Some(wid) = p.intern(&w.names[wi]) else {
+                    return false;
+                };
+                st.slots[wi] = Some((wid, p.new_map()));
+            }
+            let (wid, map) = st.slots[wi].as_mut().expect("interned above");
+            p.stored(*wid, *parent, blocks, map)
         }
         Event::Removed { seqs, .. } => {
             if let Some((wid, map)) = st.slots[wi].as_mut() {
@@ -178,7 +187,7 @@ pub fn main_with<P: Peer>() {
 fn measure<P: Peer>(w: &W<P>, o: &Opts) -> serde_json::Value {
     // 1. Memory, first, in a fresh process.
     let (live0, rss0) = (alloc::live_bytes(), alloc::rss_bytes());
-    let p = P::new(o.jump);
+    let p = P::new(o.jump, w.names.len());
     let mut st = Workers::new(w.names.len());
     let rss_empty = alloc::rss_bytes();
     let rejected = apply_all(&p, w, &mut st);
@@ -193,8 +202,9 @@ fn measure<P: Peer>(w: &W<P>, o: &Opts) -> serde_json::Value {
 
     // 2. Verify.
     let (mut passed, mut failed, mut first) = (0u64, 0u64, String::new());
+    let mut scores_passed = 0u64; // scores equal, sizes aside
     if o.verify {
-        let p = P::new(o.jump);
+        let p = P::new(o.jump, w.names.len());
         let mut st = Workers::new(w.names.len());
         let mut rev: Vec<u32> = Vec::new(); // peer id -> worker index
         let mut got = Vec::new();
@@ -219,6 +229,9 @@ fn measure<P: Peer>(w: &W<P>, o: &Opts) -> serde_json::Value {
                         (rev.get(wid as usize).copied().unwrap_or(u32::MAX), sc, sz)
                     }));
                     ans.sort_unstable();
+                    if ans.len() == c.expect.len() && ans.iter().zip(&c.expect).all(|(a, e)| a.0 == e.0 && a.1 == e.1) {
+                        scores_passed += 1;
+                    }
                     if ans == c.expect {
                         passed += 1;
                     } else {
@@ -252,7 +265,7 @@ fn measure<P: Peer>(w: &W<P>, o: &Opts) -> serde_json::Value {
     let mut secs = Vec::new();
     let mut total = Duration::ZERO;
     while secs.len() < o.max_passes && (secs.is_empty() || total < o.budget) {
-        let p = P::new(o.jump);
+        let p = P::new(o.jump, w.names.len());
         let mut st = Workers::new(w.names.len());
         let t0 = Instant::now();
         apply_all(&p, w, &mut st);
@@ -268,7 +281,7 @@ fn measure<P: Peer>(w: &W<P>, o: &Opts) -> serde_json::Value {
 
     // 4. Queries at rest.
     let rest = {
-        let p = P::new(o.jump);
+        let p = P::new(o.jump, w.names.len());
         let mut st = Workers::new(w.names.len());
         apply_all(&p, w, &mut st);
         let stop = AtomicBool::new(false);
@@ -302,7 +315,7 @@ fn measure<P: Peer>(w: &W<P>, o: &Opts) -> serde_json::Value {
         "block_ops": w.block_ops,
         "queries": w.queries.len(),
         "rejected": rejected,
-        "verify": {"ran": o.verify, "passed": passed, "failed": failed, "first": first},
+        "verify": {"ran": o.verify, "passed": passed, "failed": failed, "scores_passed": scores_passed, "first": first},
         "replay": {"passes": n, "seconds": median, "block_ops_per_sec": w.block_ops as f64 / median, "events_per_sec": w.events.len() as f64 / median},
         "rest": qs(&mut rest_lats, rest_secs),
         "load": load_json,
@@ -349,7 +362,7 @@ fn under_events<P: Peer>(w: &W<P>, o: &Opts) -> (Vec<u64>, f64, u64, u64) {
     if w.queries.is_empty() {
         return (Vec::new(), 0.0, 0, 0);
     }
-    let p = P::new(o.jump);
+    let p = P::new(o.jump, w.names.len());
     let warm = Barrier::new(o.queriers + 1);
     let (stop, done) = (AtomicBool::new(false), AtomicBool::new(false));
     let events = AtomicU64::new(0);

@@ -12,7 +12,7 @@ impl peers_driver::Peer for Positional {
 
     const NAME: &'static str = "smg-positional";
 
-    fn new(jump: usize) -> Self {
+    fn new(jump: usize, _workers: usize) -> Self {
         Positional(PositionalIndexer::new(jump))
     }
     fn block(content: u64, seq: u64) -> StoredBlock {
@@ -30,8 +30,8 @@ impl peers_driver::Peer for Positional {
     fn map_len(map: &WorkerBlockMap) -> usize {
         map.len()
     }
-    fn intern(&self, name: &str) -> u32 {
-        self.0.intern_worker(name).expect("worker ids exhausted")
+    fn intern(&self, name: &str) -> Option<u32> {
+        self.0.intern_worker(name).ok()
     }
     fn stored(&self, wid: u32, parent: Option<SequenceHash>, blocks: &[StoredBlock], map: &mut WorkerBlockMap) -> bool {
         self.0.apply_stored(wid, blocks, parent, map).is_ok()
