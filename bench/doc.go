@@ -54,6 +54,18 @@
 // trip; the sharded engine keeps events flowing while queries run, where the baselines'
 // one lock starves the writer; the engine allocates nothing per event, the tree five.
 //
+// # Peers
+//
+// Peer, RunPeer and CompareRounds put other projects' indexes in the same table: a peer is
+// a replay driver binary of bench/peers (Rust, for SMG's ChainIndex and PositionalIndexer,
+// built by `make bench-peers` from sources the user supplies, never by CI) that runs the
+// measurements above on the op log itself, one thread for the events, and prints them as
+// JSON. CompareRounds runs every Go implementation (one producer) and every peer once per
+// round, rounds alternating, verification in the first round only; WritePeerTable prints
+// the medians, one row per implementation (`kvindex bench --ops LOG --peers DIR`). Memory
+// is measured differently on the two sides and the table says which: live Go heap growth
+// for ours, a counting allocator's live bytes and RSS growth for the peers.
+//
 // Nothing here is imported by the engine: the package is a benchmark-only dependency of
 // cmd/kvindex.
 package bench

@@ -25,7 +25,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kvindex bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: kvindex bench [--ops FILE] [flags]\n\nMeasures, in one process and on the same op stream, the sharded engine at each shard\ncount, the engine's LockedIndex baseline and a mutex-guarded radix tree: event\nthroughput (1..P producers), find-matches latency under event load and at rest,\nallocations per op and bytes per membership. Every implementation is first checked\nagainst the stream's expected answers.\n\nflags:")
+		fmt.Fprintln(stderr, "usage: kvindex bench [--ops FILE] [flags]\n\nMeasures, in one process and on the same op stream, the sharded engine at each shard\ncount, the engine's LockedIndex baseline and a mutex-guarded radix tree: event\nthroughput (1..P producers), find-matches latency under event load and at rest,\nallocations per op and bytes per membership. Every implementation is first checked\nagainst the stream's expected answers.\n\nWith --peers DIR it prints one table instead: the implementations and the peer replay\ndrivers in DIR (SMG's ChainIndex and PositionalIndexer, built by make bench-peers),\nin alternating rounds, one producer: block ops/s, find-matches p50/p99 at rest and under\nevents, bytes per membership and answers passed.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	file := fs.String("ops", "", "op log to replay (JSON Lines, e.g. ../shared/conformance/trace_conversation.jsonl); default: a built-in refmodel.RandomOps workload")

@@ -3,7 +3,7 @@
 //	kvindex sim       simulate a fleet of vLLM engines under four routing policies
 //	kvindex gen-ops   write the simulated event stream as an op log
 //	kvindex replay    apply an op log and check every expected answer
-//	kvindex bench     benchmark the engine against its baselines on an op log
+//	kvindex bench     benchmark the engine against its baselines (and, with --peers, SMG's indexes) on an op log
 //	kvindex serve     follow engines' KV events (ZeroMQ or NATS) and answer over HTTP
 //	kvindex relay     follow engines once and publish their events to NATS JetStream
 //
