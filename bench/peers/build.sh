@@ -197,7 +197,8 @@ debug = false
 TOML
 
 feat=$(echo "$features" | tr -d ' "' | sed 's/,$//')
-echo "bench-peers: building $feat (cargo, Debian crates from $registry)" >&2
+echo "bench-peers: testing the driver, then building $feat (cargo, Debian crates from $registry)" >&2
+(cd "$d" && CARGO_TARGET_DIR="$build/target" cargo test --lib --quiet)
 (cd "$d" && CARGO_TARGET_DIR="$build/target" cargo build --release --quiet --features "$feat")
 rm -f "$build/bin/smg-positional" "$build/bin/smg-chain"
 for b in smg-positional smg-chain; do

@@ -420,3 +420,179 @@ fn under_events<P: Peer>(w: &W<P>, o: &Opts) -> (Vec<u64>, f64, u64, u64) {
     });
     (lats, window, events.load(Ordering::Relaxed), loops)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// A toy peer: each worker holds one chain (a store without a parent restarts it, a
+    /// store under the chain's last seq extends it, any other parent is rejected); a query
+    /// scores each worker by its chain's common prefix with the content.
+    struct Toy {
+        chains: Mutex<HashMap<u32, Vec<(u64, u64)>>>,
+        names: Mutex<Vec<String>>,
+    }
+
+    impl Peer for Toy {
+        type Map = usize; // blocks held, as the driver sees them
+        type Block = (u64, u64);
+        type Seq = u64;
+        type Hash = u64;
+        const NAME: &'static str = "toy";
+
+        fn new(_jump: usize, _workers: usize) -> Self {
+            Toy { chains: Mutex::new(HashMap::new()), names: Mutex::new(Vec::new()) }
+        }
+        fn block(content: u64, seq: u64) -> (u64, u64) {
+            (content, seq)
+        }
+        fn seq(seq: u64) -> u64 {
+            seq
+        }
+        fn hash(content: u64) -> u64 {
+            content
+        }
+        fn new_map(&self) -> usize {
+            0
+        }
+        fn map_len(map: &usize) -> usize {
+            *map
+        }
+        fn intern(&self, name: &str) -> Option<u32> {
+            let mut names = self.names.lock().unwrap();
+            match names.iter().position(|n| n == name) {
+                Some(i) => Some(i as u32),
+                None if names.len() < 2 => {
+                    names.push(name.to_string());
+                    Some(names.len() as u32 - 1)
+                }
+                None => None, // room for two workers only
+            }
+        }
+        fn stored(&self, wid: u32, parent: Option<u64>, blocks: &[(u64, u64)], map: &mut usize) -> bool {
+            let mut chains = self.chains.lock().unwrap();
+            let chain = chains.entry(wid).or_default();
+            match parent {
+                None => chain.clear(),
+                Some(p) if chain.last().map(|b| b.1) == Some(p) => {}
+                Some(_) => return false,
+            }
+            chain.extend_from_slice(blocks);
+            *map = chain.len();
+            true
+        }
+        fn removed(&self, wid: u32, seqs: &[u64], map: &mut usize) {
+            let mut chains = self.chains.lock().unwrap();
+            let chain = chains.entry(wid).or_default();
+            chain.retain(|b| !seqs.contains(&b.1));
+            *map = chain.len();
+        }
+        fn cleared(&self, wid: u32, map: &mut usize) {
+            self.chains.lock().unwrap().remove(&wid);
+            *map = 0;
+        }
+        fn remove_worker(&self, wid: u32, _map: usize) {
+            self.chains.lock().unwrap().remove(&wid);
+        }
+        fn query(&self, content: &[u64], out: &mut Vec<(u32, u32, u64)>) {
+            for (&wid, chain) in self.chains.lock().unwrap().iter() {
+                let score = chain.iter().zip(content).take_while(|(b, c)| b.0 == **c).count();
+                out.push((wid, score as u32, chain.len() as u64));
+            }
+        }
+    }
+
+    /// Writes text to a file of its own (the tests run in parallel) and returns its path.
+    fn log(text: &str) -> String {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!("peers-driver-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("ops{}.jsonl", NEXT.fetch_add(1, Ordering::Relaxed)));
+        std::fs::write(&path, text).unwrap();
+        path.to_string_lossy().into_owned()
+    }
+
+    const OPS: &str = r#"{"op":"stored","worker":"a","blocks":[[1,11],[2,12],[3,13]]}
+{"op":"stored","worker":"b","blocks":[[1,21]]}
+{"op":"stored","worker":"b","parent":99,"blocks":[[5,22]]}
+{"op":"query","content":[1,2,9],"expect":{"a":2,"b":1},"sizes":{"a":3,"b":1}}
+{"op":"stored","worker":"c","blocks":[[1,31]]}
+{"op":"removed","worker":"a","seqs":[13,77]}
+{"op":"query","content":[1,2,3],"expect":{"a":2,"b":1},"sizes":{"a":2,"b":1}}
+{"op":"query","content":[1],"expect":{"a":1},"sizes":{"a":2}}
+{"op":"query","content":[]}
+{"op":"cleared","worker":"b"}
+{"op":"remove_worker","worker":"a"}
+"#;
+
+    fn opts(path: String, verify: bool) -> Opts {
+        Opts {
+            ops: path,
+            jump: 64,
+            budget: Duration::from_millis(5),
+            queriers: 2,
+            max_passes: 3,
+            max_loops: 2,
+            verify,
+        }
+    }
+
+    #[test]
+    fn parses_the_op_log() {
+        let w: W<Toy> = Workload::read(&log(OPS), Toy::block, Toy::seq, Toy::hash).unwrap();
+        assert_eq!(w.names, ["a", "b", "c"]);
+        assert_eq!(w.events.len(), 7);
+        assert_eq!(w.block_ops, 3 + 1 + 1 + 1 + 2);
+        assert_eq!(w.queries.len(), 3, "the empty query is not timed");
+        assert_eq!(w.checks.len(), 3);
+        assert_eq!(w.checks[0].expect, [(0, 2, 3), (1, 1, 1)]);
+        assert!(matches!(w.events[2], Event::Stored { parent: Some(99), .. }));
+    }
+
+    #[test]
+    fn rejects_malformed_lines() {
+        for bad in [
+            "{\"op\":\"stored\",\"worker\":\"a\",\"blocks\":[[1]]}\n",
+            "{\"op\":\"stored\",\"blocks\":[]}\n",
+            "{\"op\":\"bogus\",\"worker\":\"a\"}\n",
+            "{\"op\":\"query\",\"content\":[-1]}\n",
+            "not json\n",
+        ] {
+            let r: Result<W<Toy>, String> = Workload::read(&log(bad), Toy::block, Toy::seq, Toy::hash);
+            assert!(r.is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn measures_and_verifies() {
+        let path = log(OPS);
+        let w: W<Toy> = Workload::read(&path, Toy::block, Toy::seq, Toy::hash).unwrap();
+        let out = measure::<Toy>(&w, &opts(path.clone(), true));
+        // The toy scores "b" 1 on the second and third query too, where b's chain is still
+        // [1]; the third query's expectation leaves b out, so it fails on b's presence.
+        assert_eq!(out["verify"]["passed"], 2, "{out}");
+        assert_eq!(out["verify"]["failed"], 1, "{out}");
+        assert!(out["verify"]["first"].as_str().unwrap().starts_with("line 8:"), "{out}");
+        // "c" found no room in the toy (two workers), and b's store under 99 was rejected.
+        assert_eq!(out["rejected"], 2, "{out}");
+        assert_eq!(out["memory"]["memberships"], 0, "everyone removed or cleared at the end");
+        assert!(out["replay"]["passes"].as_u64().unwrap() >= 1);
+        assert!(out["rest"]["queries"].as_u64().unwrap() >= 1);
+        assert!(out["load"]["queries"].as_u64().unwrap() >= 2, "each querier issues one at least");
+        let quiet = measure::<Toy>(&w, &opts(path, false));
+        assert_eq!(quiet["verify"]["ran"], false);
+        assert_eq!(quiet["verify"]["passed"], 0);
+    }
+
+    #[test]
+    fn percentile_is_nearest_rank() {
+        let xs: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&xs, 0.50), 50);
+        assert_eq!(percentile(&xs, 0.99), 99);
+        assert_eq!(percentile(&[7], 0.99), 7);
+        assert_eq!(percentile(&[], 0.5), 0);
+    }
+}
