@@ -98,7 +98,7 @@ impl<B, S, H> Workload<B, S, H> {
             let v: Value = serde_json::from_str(&text).map_err(|e| format!("{path}: line {line}: {e}"))?;
             let op = v.get("op").and_then(Value::as_str).unwrap_or("");
             if op == "query" {
-                let content: Vec<H> = u64s(v.get("content"), line, "content")?.into_iter().map(&hash).collect();
+                let raw = u64s(v.get("content"), line, "content")?;
                 if let Some(exp) = v.get("expect").and_then(Value::as_object) {
                     let sizes = v.get("sizes").and_then(Value::as_object);
                     let mut expect = Vec::with_capacity(exp.len());
@@ -108,12 +108,11 @@ impl<B, S, H> Workload<B, S, H> {
                         expect.push((intern(name, &mut w.names), score as u32, size));
                     }
                     expect.sort_unstable();
-                    let c: Vec<H> = u64s(v.get("content"), line, "content")?.into_iter().map(&hash).collect();
                     w.steps.push(Step::Check(w.checks.len()));
-                    w.checks.push(Check { line, content: c, expect });
+                    w.checks.push(Check { line, content: raw.iter().copied().map(&hash).collect(), expect });
                 }
-                if !content.is_empty() {
-                    w.queries.push(content);
+                if !raw.is_empty() {
+                    w.queries.push(raw.into_iter().map(&hash).collect());
                 }
                 continue;
             }

@@ -186,7 +186,7 @@ pub fn main_with<P: Peer>() {
 
 fn measure<P: Peer>(w: &W<P>, o: &Opts) -> serde_json::Value {
     // 1. Memory, first, in a fresh process.
-    let (live0, rss0) = (alloc::live_bytes(), alloc::rss_bytes());
+    let live0 = alloc::live_bytes();
     let p = P::new(o.jump, w.names.len());
     let mut st = Workers::new(w.names.len());
     let rss_empty = alloc::rss_bytes();
@@ -194,7 +194,6 @@ fn measure<P: Peer>(w: &W<P>, o: &Opts) -> serde_json::Value {
     let members = memberships::<_, P>(&st);
     let live = alloc::live_bytes() - live0;
     let rss = alloc::rss_bytes() as i64 - rss_empty as i64;
-    let _ = rss0;
     drop(st);
     drop(p);
     alloc::stop_counting();
