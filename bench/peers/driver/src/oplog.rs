@@ -9,10 +9,21 @@ use serde_json::Value;
 
 /// One non-query op. Workers are indexes into [`Workload::names`].
 pub enum Event<B, S> {
-    Stored { worker: u32, parent: Option<S>, blocks: Vec<B> },
-    Removed { worker: u32, seqs: Vec<S> },
-    Cleared { worker: u32 },
-    RemoveWorker { worker: u32 },
+    Stored {
+        worker: u32,
+        parent: Option<S>,
+        blocks: Vec<B>,
+    },
+    Removed {
+        worker: u32,
+        seqs: Vec<S>,
+    },
+    Cleared {
+        worker: u32,
+    },
+    RemoveWorker {
+        worker: u32,
+    },
 }
 
 impl<B, S> Event<B, S> {
@@ -57,7 +68,10 @@ fn u64s(v: Option<&Value>, line: usize, what: &str) -> Result<Vec<u64>, String> 
         return Err(format!("line {line}: {what}: want an array"));
     };
     a.iter()
-        .map(|x| x.as_u64().ok_or_else(|| format!("line {line}: {what}: want unsigned 64-bit integers")))
+        .map(|x| {
+            x.as_u64()
+                .ok_or_else(|| format!("line {line}: {what}: want unsigned 64-bit integers"))
+        })
         .collect()
 }
 
@@ -95,7 +109,8 @@ impl<B, S, H> Workload<B, S, H> {
             if text.trim().is_empty() {
                 continue;
             }
-            let v: Value = serde_json::from_str(&text).map_err(|e| format!("{path}: line {line}: {e}"))?;
+            let v: Value =
+                serde_json::from_str(&text).map_err(|e| format!("{path}: line {line}: {e}"))?;
             let op = v.get("op").and_then(Value::as_str).unwrap_or("");
             if op == "query" {
                 let raw = u64s(v.get("content"), line, "content")?;
@@ -103,13 +118,22 @@ impl<B, S, H> Workload<B, S, H> {
                     let sizes = v.get("sizes").and_then(Value::as_object);
                     let mut expect = Vec::with_capacity(exp.len());
                     for (name, score) in exp {
-                        let score = score.as_u64().ok_or_else(|| format!("line {line}: expect: want integers"))?;
-                        let size = sizes.and_then(|s| s.get(name)).and_then(Value::as_u64).unwrap_or(u64::MAX);
+                        let score = score
+                            .as_u64()
+                            .ok_or_else(|| format!("line {line}: expect: want integers"))?;
+                        let size = sizes
+                            .and_then(|s| s.get(name))
+                            .and_then(Value::as_u64)
+                            .unwrap_or(u64::MAX);
                         expect.push((intern(name, &mut w.names), score as u32, size));
                     }
                     expect.sort_unstable();
                     w.steps.push(Step::Check(w.checks.len()));
-                    w.checks.push(Check { line, content: raw.iter().copied().map(&hash).collect(), expect });
+                    w.checks.push(Check {
+                        line,
+                        content: raw.iter().copied().map(&hash).collect(),
+                        expect,
+                    });
                 }
                 if !raw.is_empty() {
                     w.queries.push(raw.into_iter().map(&hash).collect());
@@ -124,7 +148,9 @@ impl<B, S, H> Workload<B, S, H> {
                 "stored" => {
                     let parent = match v.get("parent") {
                         None | Some(Value::Null) => None,
-                        Some(p) => Some(seq(p.as_u64().ok_or_else(|| format!("line {line}: parent: want an integer"))?)),
+                        Some(p) => Some(seq(p
+                            .as_u64()
+                            .ok_or_else(|| format!("line {line}: parent: want an integer"))?)),
                     };
                     let Some(raw) = v.get("blocks").and_then(Value::as_array) else {
                         return Err(format!("{path}: line {line}: blocks: want an array"));
@@ -133,15 +159,24 @@ impl<B, S, H> Workload<B, S, H> {
                     for b in raw {
                         let pair = u64s(Some(b), line, "blocks")?;
                         if pair.len() != 2 {
-                            return Err(format!("{path}: line {line}: blocks: want [content, seq] pairs"));
+                            return Err(format!(
+                                "{path}: line {line}: blocks: want [content, seq] pairs"
+                            ));
                         }
                         blocks.push(block(pair[0], pair[1]));
                     }
                     w.block_ops += blocks.len() as u64;
-                    Event::Stored { worker, parent, blocks }
+                    Event::Stored {
+                        worker,
+                        parent,
+                        blocks,
+                    }
                 }
                 "removed" => {
-                    let seqs: Vec<S> = u64s(v.get("seqs"), line, "seqs")?.into_iter().map(&seq).collect();
+                    let seqs: Vec<S> = u64s(v.get("seqs"), line, "seqs")?
+                        .into_iter()
+                        .map(&seq)
+                        .collect();
                     w.block_ops += seqs.len() as u64;
                     Event::Removed { worker, seqs }
                 }

@@ -34,7 +34,13 @@ pub trait Peer: Sync + Sized {
     /// no room for another worker (its stores are then counted as rejected).
     fn intern(&self, name: &str) -> Option<u32>;
     /// Applies a store; false when the peer rejects it.
-    fn stored(&self, wid: u32, parent: Option<Self::Seq>, blocks: &[Self::Block], map: &mut Self::Map) -> bool;
+    fn stored(
+        &self,
+        wid: u32,
+        parent: Option<Self::Seq>,
+        blocks: &[Self::Block],
+        map: &mut Self::Map,
+    ) -> bool;
     fn removed(&self, wid: u32, seqs: &[Self::Seq], map: &mut Self::Map);
     fn cleared(&self, wid: u32, map: &mut Self::Map);
     fn remove_worker(&self, wid: u32, map: Self::Map);
@@ -53,7 +59,9 @@ struct Workers<M> {
 
 impl<M> Workers<M> {
     fn new(n: usize) -> Self {
-        Workers { slots: (0..n).map(|_| None).collect() }
+        Workers {
+            slots: (0..n).map(|_| None).collect(),
+        }
     }
 }
 
@@ -107,7 +115,11 @@ fn apply_all<P: Peer>(p: &P, w: &W<P>, st: &mut Workers<P::Map>) -> u64 {
 }
 
 fn memberships<M, P: Peer<Map = M>>(st: &Workers<M>) -> u64 {
-    st.slots.iter().flatten().map(|(_, m)| P::map_len(m) as u64).sum()
+    st.slots
+        .iter()
+        .flatten()
+        .map(|(_, m)| P::map_len(m) as u64)
+        .sum()
 }
 
 /// As kvindex's replay.Percentile: nearest rank.
@@ -142,11 +154,16 @@ fn parse_args() -> Result<Opts, String> {
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = |name: &str| args.next().ok_or_else(|| format!("{name}: want a value"));
-        let num = |s: String, name: &str| s.parse::<u64>().map_err(|_| format!("{name} {s:?}: want an integer"));
+        let num = |s: String, name: &str| {
+            s.parse::<u64>()
+                .map_err(|_| format!("{name} {s:?}: want an integer"))
+        };
         match a.as_str() {
             "--ops" => o.ops = val("--ops")?,
             "--jump" => o.jump = num(val("--jump")?, "--jump")? as usize,
-            "--duration-ms" => o.budget = Duration::from_millis(num(val("--duration-ms")?, "--duration-ms")?),
+            "--duration-ms" => {
+                o.budget = Duration::from_millis(num(val("--duration-ms")?, "--duration-ms")?)
+            }
             "--queriers" => o.queriers = num(val("--queriers")?, "--queriers")? as usize,
             "--max-passes" => o.max_passes = num(val("--max-passes")?, "--max-passes")? as usize,
             "--max-loops" => o.max_loops = num(val("--max-loops")?, "--max-loops")? as usize,
@@ -197,7 +214,13 @@ fn measure<P: Peer>(w: &W<P>, o: &Opts) -> serde_json::Value {
     drop(st);
     drop(p);
     alloc::stop_counting();
-    let per = |b: i64| if members > 0 { b as f64 / members as f64 } else { 0.0 };
+    let per = |b: i64| {
+        if members > 0 {
+            b as f64 / members as f64
+        } else {
+            0.0
+        }
+    };
 
     // 2. Verify.
     let (mut passed, mut failed, mut first) = (0u64, 0u64, String::new());
@@ -228,7 +251,12 @@ fn measure<P: Peer>(w: &W<P>, o: &Opts) -> serde_json::Value {
                         (rev.get(wid as usize).copied().unwrap_or(u32::MAX), sc, sz)
                     }));
                     ans.sort_unstable();
-                    if ans.len() == c.expect.len() && ans.iter().zip(&c.expect).all(|(a, e)| a.0 == e.0 && a.1 == e.1) {
+                    if ans.len() == c.expect.len()
+                        && ans
+                            .iter()
+                            .zip(&c.expect)
+                            .all(|(a, e)| a.0 == e.0 && a.1 == e.1)
+                    {
                         scores_passed += 1;
                     }
                     if ans == c.expect {
@@ -240,7 +268,8 @@ fn measure<P: Peer>(w: &W<P>, o: &Opts) -> serde_json::Value {
                                 let parts: Vec<String> = v
                                     .iter()
                                     .map(|&(wi, sc, sz)| {
-                                        let n = w.names.get(wi as usize).map_or("?", |s| s.as_str());
+                                        let n =
+                                            w.names.get(wi as usize).map_or("?", |s| s.as_str());
                                         format!("{n:?}: score {sc} size {sz}")
                                     })
                                     .collect();
@@ -276,7 +305,11 @@ fn measure<P: Peer>(w: &W<P>, o: &Opts) -> serde_json::Value {
     }
     secs.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let n = secs.len();
-    let median = if n % 2 == 1 { secs[n / 2] } else { (secs[n / 2 - 1] + secs[n / 2]) / 2.0 };
+    let median = if n % 2 == 1 {
+        secs[n / 2]
+    } else {
+        (secs[n / 2 - 1] + secs[n / 2]) / 2.0
+    };
 
     // 4. Queries at rest.
     let rest = {
@@ -303,7 +336,11 @@ fn measure<P: Peer>(w: &W<P>, o: &Opts) -> serde_json::Value {
     let mut load_lats = load;
     let mut load_json = qs(&mut load_lats, load_secs);
     load_json["events"] = json!(load_events);
-    load_json["events_per_sec"] = json!(if load_secs > 0.0 { load_events as f64 / load_secs } else { 0.0 });
+    load_json["events_per_sec"] = json!(if load_secs > 0.0 {
+        load_events as f64 / load_secs
+    } else {
+        0.0
+    });
     load_json["loops"] = json!(loops);
     json!({
         "impl": P::NAME,
@@ -330,7 +367,14 @@ fn measure<P: Peer>(w: &W<P>, o: &Opts) -> serde_json::Value {
 
 /// Issues queries g, g+step, ... cyclically until budget has passed or stop is set (at
 /// least one); returns the latencies and the seconds it ran.
-fn query_loop<P: Peer>(p: &P, w: &W<P>, g: usize, step: usize, budget: Duration, stop: &AtomicBool) -> (Vec<u64>, f64) {
+fn query_loop<P: Peer>(
+    p: &P,
+    w: &W<P>,
+    g: usize,
+    step: usize,
+    budget: Duration,
+    stop: &AtomicBool,
+) -> (Vec<u64>, f64) {
     let mut lats = Vec::with_capacity(1 << 14);
     let mut out = Vec::new();
     if w.queries.is_empty() {
@@ -443,7 +487,10 @@ mod tests {
         const NAME: &'static str = "toy";
 
         fn new(_jump: usize, _workers: usize) -> Self {
-            Toy { chains: Mutex::new(HashMap::new()), names: Mutex::new(Vec::new()) }
+            Toy {
+                chains: Mutex::new(HashMap::new()),
+                names: Mutex::new(Vec::new()),
+            }
         }
         fn block(content: u64, seq: u64) -> (u64, u64) {
             (content, seq)
@@ -471,7 +518,13 @@ mod tests {
                 None => None, // room for two workers only
             }
         }
-        fn stored(&self, wid: u32, parent: Option<u64>, blocks: &[(u64, u64)], map: &mut usize) -> bool {
+        fn stored(
+            &self,
+            wid: u32,
+            parent: Option<u64>,
+            blocks: &[(u64, u64)],
+            map: &mut usize,
+        ) -> bool {
             let mut chains = self.chains.lock().unwrap();
             let chain = chains.entry(wid).or_default();
             match parent {
@@ -498,7 +551,11 @@ mod tests {
         }
         fn query(&self, content: &[u64], out: &mut Vec<(u32, u32, u64)>) {
             for (&wid, chain) in self.chains.lock().unwrap().iter() {
-                let score = chain.iter().zip(content).take_while(|(b, c)| b.0 == **c).count();
+                let score = chain
+                    .iter()
+                    .zip(content)
+                    .take_while(|(b, c)| b.0 == **c)
+                    .count();
                 out.push((wid, score as u32, chain.len() as u64));
             }
         }
@@ -548,7 +605,13 @@ mod tests {
         assert_eq!(w.queries.len(), 3, "the empty query is not timed");
         assert_eq!(w.checks.len(), 3);
         assert_eq!(w.checks[0].expect, [(0, 2, 3), (1, 1, 1)]);
-        assert!(matches!(w.events[2], Event::Stored { parent: Some(99), .. }));
+        assert!(matches!(
+            w.events[2],
+            Event::Stored {
+                parent: Some(99),
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -560,7 +623,8 @@ mod tests {
             "{\"op\":\"query\",\"content\":[-1]}\n",
             "not json\n",
         ] {
-            let r: Result<W<Toy>, String> = Workload::read(&log(bad), Toy::block, Toy::seq, Toy::hash);
+            let r: Result<W<Toy>, String> =
+                Workload::read(&log(bad), Toy::block, Toy::seq, Toy::hash);
             assert!(r.is_err(), "{bad:?} was accepted");
         }
     }
@@ -574,13 +638,25 @@ mod tests {
         // [1]; the third query's expectation leaves b out, so it fails on b's presence.
         assert_eq!(out["verify"]["passed"], 2, "{out}");
         assert_eq!(out["verify"]["failed"], 1, "{out}");
-        assert!(out["verify"]["first"].as_str().unwrap().starts_with("line 8:"), "{out}");
+        assert!(
+            out["verify"]["first"]
+                .as_str()
+                .unwrap()
+                .starts_with("line 8:"),
+            "{out}"
+        );
         // "c" found no room in the toy (two workers), and b's store under 99 was rejected.
         assert_eq!(out["rejected"], 2, "{out}");
-        assert_eq!(out["memory"]["memberships"], 0, "everyone removed or cleared at the end");
+        assert_eq!(
+            out["memory"]["memberships"], 0,
+            "everyone removed or cleared at the end"
+        );
         assert!(out["replay"]["passes"].as_u64().unwrap() >= 1);
         assert!(out["rest"]["queries"].as_u64().unwrap() >= 1);
-        assert!(out["load"]["queries"].as_u64().unwrap() >= 2, "each querier issues one at least");
+        assert!(
+            out["load"]["queries"].as_u64().unwrap() >= 2,
+            "each querier issues one at least"
+        );
         let quiet = measure::<Toy>(&w, &opts(path, false));
         assert_eq!(quiet["verify"]["ran"], false);
         assert_eq!(quiet["verify"]["passed"], 0);

@@ -16,7 +16,10 @@ impl peers_driver::Peer for Positional {
         Positional(PositionalIndexer::new(jump))
     }
     fn block(content: u64, seq: u64) -> StoredBlock {
-        StoredBlock { seq_hash: SequenceHash(seq), content_hash: ContentHash(content) }
+        StoredBlock {
+            seq_hash: SequenceHash(seq),
+            content_hash: ContentHash(content),
+        }
     }
     fn seq(seq: u64) -> SequenceHash {
         SequenceHash(seq)
@@ -33,7 +36,13 @@ impl peers_driver::Peer for Positional {
     fn intern(&self, name: &str) -> Option<u32> {
         self.0.intern_worker(name).ok()
     }
-    fn stored(&self, wid: u32, parent: Option<SequenceHash>, blocks: &[StoredBlock], map: &mut WorkerBlockMap) -> bool {
+    fn stored(
+        &self,
+        wid: u32,
+        parent: Option<SequenceHash>,
+        blocks: &[StoredBlock],
+        map: &mut WorkerBlockMap,
+    ) -> bool {
         self.0.apply_stored(wid, blocks, parent, map).is_ok()
     }
     fn removed(&self, wid: u32, seqs: &[SequenceHash], map: &mut WorkerBlockMap) {
