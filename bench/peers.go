@@ -253,33 +253,7 @@ func WritePeerTable(out io.Writer, h Header, sums []Summary, rounds int, markdow
 	hdr := []string{"impl", "block ops/s", "p50 at rest", "p99 at rest", "p50 under events", "p99 under events", "bytes/membership", "answers passed"}
 	var rows [][]string
 	for _, s := range sums {
-		rs := s.Rounds
-		ops := medianOf(rs, func(r Result) float64 {
-			if len(r.Events) == 0 {
-				return 0
-			}
-			return r.Events[0].BlockOpsPerSec
-		})
-		ns := func(f func(Result) int64) string {
-			return dur(int64(medianOf(rs, func(r Result) float64 { return float64(f(r)) })))
-		}
-		mem := fmt.Sprintf("%.0f (heap)", medianOf(rs, func(r Result) float64 { return r.Memory.BytesPerMembership }))
-		if len(rs) > 0 && rs[0].Memory.Method == MemoryAllocator {
-			mem = fmt.Sprintf("%.0f (alloc; RSS %.0f)", medianOf(rs, func(r Result) float64 { return r.Memory.BytesPerMembership }),
-				medianOf(rs, func(r Result) float64 { return r.Memory.RSSBytesPerMembership }))
-		}
-		passed := "skipped"
-		if len(rs) > 0 && (rs[0].Verify.Passed+rs[0].Verify.Failed > 0 || w.Checked == 0 && !opt.SkipVerify) {
-			v := rs[0].Verify
-			passed = fmt.Sprintf("%d/%d", v.Passed, v.Passed+v.Failed)
-			if v.ScoresPassed > v.Passed {
-				passed += fmt.Sprintf(" (scores %d)", v.ScoresPassed)
-			}
-		}
-		rows = append(rows, []string{s.Impl, rate(ops),
-			ns(func(r Result) int64 { return r.Rest.P50 }), ns(func(r Result) int64 { return r.Rest.P99 }),
-			ns(func(r Result) int64 { return r.Load.P50 }), ns(func(r Result) int64 { return r.Load.P99 }),
-			mem, passed})
+		rows = append(rows, peerRow(s, w.Checked == 0 && !opt.SkipVerify))
 	}
 	section(&b, markdown, "Peers and kvindex, same run", hdr, rows)
 	b.WriteString("Block ops/s: every event on a fresh index, one thread in log order, median pass. " +
@@ -296,4 +270,38 @@ func WritePeerTable(out io.Writer, h Header, sums []Summary, rounds int, markdow
 	}
 	_, err := io.WriteString(out, b.String())
 	return err
+}
+
+// peerRow is one summary's row of the peer table: medians over its rounds, and its first
+// round's verification (verified says whether a log without checked queries still counts
+// as verified, 0/0).
+func peerRow(s Summary, verified bool) []string {
+	rs := s.Rounds
+	median := func(f func(Result) float64) float64 { return medianOf(rs, f) }
+	ns := func(f func(Result) int64) string {
+		return dur(int64(median(func(r Result) float64 { return float64(f(r)) })))
+	}
+	ops := median(func(r Result) float64 {
+		if len(r.Events) == 0 {
+			return 0
+		}
+		return r.Events[0].BlockOpsPerSec
+	})
+	bpm := median(func(r Result) float64 { return r.Memory.BytesPerMembership })
+	mem := fmt.Sprintf("%.0f (heap)", bpm)
+	if len(rs) > 0 && rs[0].Memory.Method == MemoryAllocator {
+		mem = fmt.Sprintf("%.0f (alloc; RSS %.0f)", bpm, median(func(r Result) float64 { return r.Memory.RSSBytesPerMembership }))
+	}
+	passed := "skipped"
+	if len(rs) > 0 && (rs[0].Verify.Passed+rs[0].Verify.Failed > 0 || verified) {
+		v := rs[0].Verify
+		passed = fmt.Sprintf("%d/%d", v.Passed, v.Passed+v.Failed)
+		if v.ScoresPassed > v.Passed {
+			passed += fmt.Sprintf(" (scores %d)", v.ScoresPassed)
+		}
+	}
+	return []string{s.Impl, rate(ops),
+		ns(func(r Result) int64 { return r.Rest.P50 }), ns(func(r Result) int64 { return r.Rest.P99 }),
+		ns(func(r Result) int64 { return r.Load.P50 }), ns(func(r Result) int64 { return r.Load.P99 }),
+		mem, passed}
 }
