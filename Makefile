@@ -27,6 +27,7 @@ unit: publisher-deps
 
 race: publisher-deps
 	$(GO) test -race -count=1 ./...
+	$(GO) test -count=1 -run '^TestFloodRSSBounded$$' ./subscriber/
 
 lint: fmt-check vet staticcheck tidy-check
 
