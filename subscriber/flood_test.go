@@ -50,8 +50,8 @@ func TestFloodRSSBounded(t *testing.T) {
 	}
 	const (
 		capBytes        = 1 << 20
-		perConn         = 16 // messages at the cap per connection
-		conns           = 8  // each ends with a 200 MB header, refused
+		perConn         = 16       // messages at the cap per connection
+		conns           = 8        // each ends with a 200 MB header, refused
 		floodPeakBound  = 96 << 10 // kB
 		floodAfterBound = 24 << 10 // kB
 	)
