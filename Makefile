@@ -27,6 +27,7 @@ unit: publisher-deps
 
 race: publisher-deps
 	$(GO) test -race -count=1 ./...
+	$(GO) test -count=1 -run '^TestFloodRSSBounded$$' ./subscriber/
 
 lint: fmt-check vet staticcheck tidy-check
 
@@ -72,6 +73,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime $(call fuzzbudget,25000x) ./engine/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(call fuzzbudget,50000x) ./kvevents/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMatch$$' -fuzztime $(call fuzzbudget,25000x) ./server/
+	$(GO) test -run '^$$' -fuzz '^FuzzGuard$$' -fuzztime $(call fuzzbudget,50000x) ./subscriber/
 
 ## stress: the long concurrency stress (many producers and readers, all shard counts).
 stress:

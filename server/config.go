@@ -77,6 +77,10 @@ type Config struct {
 	ReconnectMin   Duration `json:"reconnect_min,omitempty"`
 	ReconnectMax   Duration `json:"reconnect_max,omitempty"`
 	ResyncInterval Duration `json:"resync_interval,omitempty"`
+	// MaxMessageBytes caps one ZeroMQ message from an engine (subscriber.Config
+	// MaxMessageBytes): a peer declaring a larger frame is refused before anything is
+	// allocated. Default 16 MiB.
+	MaxMessageBytes int `json:"max_message_bytes,omitempty"`
 	// Index configures the engine (zero: engine defaults).
 	Index IndexConfig `json:"index,omitzero"`
 	// Engines are the publishers to follow. At least one, unless Models is set.
@@ -320,22 +324,23 @@ func (c Config) plan() ([]publisher, error) {
 			}
 			endpoints[ep] = i
 			sc := subscriber.Config{
-				Endpoint:       ep,
-				ReplayEndpoint: rep,
-				Bind:           e.Bind,
-				Topic:          e.Topic,
-				Worker:         w,
-				Model:          e.Model,
-				DPRank:         r,
-				BlockSize:      e.BlockSize,
-				Media:          e.Media,
-				SkipExtraKeys:  e.SkipExtraKeys,
-				ReplayTimeout:  time.Duration(c.ReplayTimeout),
-				ReconnectMin:   time.Duration(c.ReconnectMin),
-				ReconnectMax:   time.Duration(c.ReconnectMax),
-				Grace:          time.Duration(c.Grace),
-				ResyncInterval: time.Duration(c.ResyncInterval),
-				Index:          nopIndex{},
+				Endpoint:        ep,
+				ReplayEndpoint:  rep,
+				Bind:            e.Bind,
+				Topic:           e.Topic,
+				Worker:          w,
+				Model:           e.Model,
+				DPRank:          r,
+				BlockSize:       e.BlockSize,
+				Media:           e.Media,
+				SkipExtraKeys:   e.SkipExtraKeys,
+				ReplayTimeout:   time.Duration(c.ReplayTimeout),
+				ReconnectMin:    time.Duration(c.ReconnectMin),
+				ReconnectMax:    time.Duration(c.ReconnectMax),
+				Grace:           time.Duration(c.Grace),
+				ResyncInterval:  time.Duration(c.ResyncInterval),
+				MaxMessageBytes: c.MaxMessageBytes,
+				Index:           nopIndex{},
 			}
 			if _, err := subscriber.New(sc); err != nil {
 				return nil, fmt.Errorf("%w: %s (rank %d): %w", ErrConfig, where, r, err)

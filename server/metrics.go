@@ -18,6 +18,7 @@ type collector struct {
 	gapsDetected, gapsRecovered, gapsUnrecoverable, invalid   *prometheus.Desc
 	replays, replayFailures, restarts, resyncs                *prometheus.Desc
 	connects, disconnects, removals, unsupportedSeq, badFrame *prometheus.Desc
+	peersRefused                                              *prometheus.Desc
 	state, lastSeq, lag, workerBlocks                         *prometheus.Desc
 
 	workers, blocks, memberships, entries, indexBytes *prometheus.Desc
@@ -50,6 +51,7 @@ func newCollector(s *Server) *collector {
 		removals:          d("worker_removals_total", "Workers removed after the grace period.", w...),
 		unsupportedSeq:    d("unsupported_seq_frames_total", "Messages whose sequence frame is not 8 bytes.", w...),
 		badFrame:          d("malformed_messages_total", "Messages with a wrong frame count, topic or a live end marker.", w...),
+		peersRefused:      d("peers_refused_total", "Connections closed by the ZMTP guard: a frame past the message cap, a malformed handshake, too many connections.", w...),
 		state:             d("worker_state", "1 for the worker's current subscriber state.", "worker", "state"),
 		lastSeq:           d("worker_last_seq", "Sequence number of the last applied batch (-1: none).", w...),
 		lag:               d("worker_lag_seconds", "Apply time minus the batch's timestamp, for the last batch.", w...),
@@ -108,6 +110,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.removals, st.Removals, w)
 		counter(c.unsupportedSeq, st.UnsupportedSeq, w)
 		counter(c.badFrame, st.BadFrames, w)
+		counter(c.peersRefused, st.PeersRefused, w)
 		for _, state := range subscriber.States() {
 			v := 0.0
 			if state == st.State {

@@ -123,7 +123,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	for _, p := range pubs {
 		sc := p.cfg
 		sc.Index = eng
-		sc.Logger = log.With("worker", sc.Worker)
+		sc.Logger = log // every subscriber log line names its worker
 		sub, err := subscriber.New(sc)
 		if err != nil {
 			if opts.Index == nil {

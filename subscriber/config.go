@@ -37,6 +37,15 @@ const (
 	DefaultGrace            = 60 * time.Second
 	DefaultResyncInterval   = 30 * time.Second
 	DefaultMaxReplayBatches = 1 << 20
+	// DefaultMaxMessageBytes is the default per-message cap: the 16 MiB payload limit of
+	// the decoder (kvevents.Limits.MaxPayloadBytes), which a message's topic and
+	// sequence frames barely add to. A 1M-token prefill at block size 16 stores about
+	// 62,500 blocks, a few MB of msgpack: a real batch stays well under it.
+	DefaultMaxMessageBytes = 16 << 20
+	// MaxMaxMessageBytes bounds Config.MaxMessageBytes.
+	MaxMaxMessageBytes = 1 << 30
+	// MinMaxMessageBytes is the smallest Config.MaxMessageBytes accepted.
+	MinMaxMessageBytes = 4 << 10
 )
 
 // Config configures one Subscriber: one engine publisher (one endpoint, one
@@ -91,6 +100,12 @@ type Config struct {
 	ResyncInterval time.Duration
 	// MaxReplayBatches bounds the replies one replay may return. Default 1<<20.
 	MaxReplayBatches int
+	// MaxMessageBytes caps one ZeroMQ message (the sum of its frames) on every socket
+	// the subscriber opens, checked against each frame header before any allocation:
+	// a peer that declares more is refused and its connection closed (ErrPeerRefused,
+	// Status.PeersRefused). Default DefaultMaxMessageBytes (16 MiB); between
+	// MinMaxMessageBytes and MaxMaxMessageBytes.
+	MaxMessageBytes int
 	// Limits bound what one payload may make the decoder do (see kvevents.Limits).
 	Limits kvevents.Limits
 	// Logger receives connection, gap and restart events. Default: discard.
@@ -110,6 +125,9 @@ func (c Config) withDefaults() Config {
 	def(&c.ResyncInterval, DefaultResyncInterval)
 	if c.MaxReplayBatches == 0 {
 		c.MaxReplayBatches = DefaultMaxReplayBatches
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if len(c.Media) == 0 {
 		c.Media = []string{"", "GPU"}
@@ -157,6 +175,8 @@ func (c Config) validate() error {
 		return bad("ReconnectMin %v exceeds ReconnectMax %v", c.ReconnectMin, c.ReconnectMax)
 	case c.MaxReplayBatches < 0:
 		return bad("MaxReplayBatches %d is negative", c.MaxReplayBatches)
+	case c.MaxMessageBytes < MinMaxMessageBytes || c.MaxMessageBytes > MaxMaxMessageBytes:
+		return bad("MaxMessageBytes %d is not between %d and %d", c.MaxMessageBytes, MinMaxMessageBytes, MaxMaxMessageBytes)
 	}
 	if _, err := kvevents.New(kvevents.Config{BlockSize: c.BlockSize, Limits: c.Limits}); err != nil {
 		return bad("%v", err)

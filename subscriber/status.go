@@ -144,6 +144,10 @@ type Status struct {
 
 	UnsupportedSeq uint64 // messages whose sequence frame is not 8 bytes (§2.5 extensions)
 	BadFrames      uint64 // messages with another frame count, an END marker, another topic
+	// PeersRefused counts connections the ZMTP guard closed: a frame past
+	// Config.MaxMessageBytes, a malformed greeting or handshake, too many connections on
+	// a bound socket.
+	PeersRefused uint64
 
 	Rejected        [NumReasons]uint64
 	DecoderRejected [kvevents.NumReasons]uint64

@@ -54,6 +54,11 @@ type Subscriber struct {
 	inGap     bool // a catch-up started by a live gap is running
 	local     Status
 
+	// The ZMTP guards of the SUB socket and the replay DEALER (zmtpguard.go), and the
+	// count of peers they refused (written from zmq4's goroutines).
+	subGuard, dealerGuard *guard
+	refused               atomic.Uint64
+
 	replay replayFunc // zmqReplay; tests substitute it
 	now    func() time.Time
 
@@ -92,6 +97,10 @@ func New(cfg Config) (*Subscriber, error) {
 		}
 		s.media[m] = true
 	}
+	s.subGuard = &guard{self: zmq4.Sub, maxMsg: uint64(cfg.MaxMessageBytes), handshake: cfg.ReplayTimeout,
+		maxConns: maxBoundConns, refused: s.peerRefused}
+	s.dealerGuard = &guard{self: zmq4.Dealer, maxMsg: uint64(cfg.MaxMessageBytes), handshake: cfg.ReplayTimeout,
+		maxConns: 1, refused: s.peerRefused}
 	s.replay = s.zmqReplay
 	s.local = Status{
 		Worker:         cfg.Worker,
@@ -114,13 +123,23 @@ func (s *Subscriber) Model() string { return s.cfg.Model }
 // use.
 func (s *Subscriber) Status() Status {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.pub
+	st := s.pub
+	s.mu.Unlock()
+	st.PeersRefused = s.refused.Load() // refusals happen in zmq4's goroutines, at any time
+	return st
+}
+
+// peerRefused counts and logs a peer the ZMTP guard refused: once per connection, from
+// whichever goroutine read it.
+func (s *Subscriber) peerRefused(err error) {
+	s.refused.Add(1)
+	s.cfg.Logger.Warn("peer refused; connection closed", "worker", s.cfg.Worker, "err", err)
 }
 
 // publish copies the owner's status into the shared one.
 func (s *Subscriber) publish() {
 	st := &s.local
+	st.PeersRefused = s.refused.Load()
 	st.HasSeq, st.LastSeq = s.has, s.last
 	st.Connected, st.Synced = s.connected, s.synced
 	st.DecoderRejected = s.dec.Stats().Rejected
@@ -175,7 +194,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	}()
 	backoff := s.cfg.ReconnectMin
 	for ctx.Err() == nil {
-		sock, err := openSub(ctx, s.cfg.Endpoint, s.cfg.Topic, s.cfg.Bind, s.cfg.ReplayTimeout)
+		sock, err := openSub(ctx, s.cfg.Endpoint, s.cfg.Topic, s.cfg.Bind, s.cfg.ReplayTimeout, s.subGuard)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -192,12 +211,21 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 			backoff = min(backoff*2, s.cfg.ReconnectMax)
 			continue
 		}
-		backoff = s.cfg.ReconnectMin
 		err = s.session(ctx, sock)
 		var fe errFatal
 		if errors.As(err, &fe) {
 			return fe.err
 		}
+		if !errors.Is(err, ErrPeerRefused) {
+			backoff = s.cfg.ReconnectMin
+			continue
+		}
+		// A peer that completes the handshake and then sends what the guard refuses
+		// would otherwise be redialled at once, forever.
+		if !s.sleep(ctx, s.jitter(backoff)) {
+			return nil
+		}
+		backoff = min(backoff*2, s.cfg.ReconnectMax)
 	}
 	return nil
 }
@@ -349,6 +377,13 @@ func (s *Subscriber) session(ctx context.Context, sock zmq4.Socket) error {
 			if r.err != nil {
 				if ctx.Err() != nil {
 					return nil
+				}
+				if errors.Is(r.err, ErrPeerRefused) {
+					// The refused message is lost, whatever it held: the index can no
+					// longer vouch for the worker.
+					if err := s.invalidate(); err != nil {
+						return err
+					}
 				}
 				s.down(r.err)
 				if !s.cfg.Bind {

@@ -25,20 +25,24 @@ var (
 // quiet is zmq4's logger: it would otherwise print to stderr.
 var quiet = log.New(io.Discard, "", 0)
 
-// openSub returns a SUB socket dialled to (or listening on) the endpoint, subscribed to
-// topic. It makes one attempt: the caller owns the backoff.
-func openSub(ctx context.Context, endpoint, topic string, bind bool, dialTimeout time.Duration) (zmq4.Socket, error) {
+// openSub returns a SUB socket dialled to (or listening on) the endpoint through the
+// ZMTP guard g, subscribed to topic. It makes one attempt: the caller owns the backoff.
+func openSub(ctx context.Context, endpoint, topic string, bind bool, dialTimeout time.Duration, g *guard) (zmq4.Socket, error) {
+	ep, release, err := guardedEndpoint(endpoint, g)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	s := zmq4.NewSub(ctx, zmq4.WithLogger(quiet), zmq4.WithDialerMaxRetries(0),
 		zmq4.WithDialerTimeout(dialTimeout), zmq4.WithAutomaticReconnect(false))
 	if err := s.SetOption(zmq4.OptionSubscribe, topic); err != nil {
 		closeDrain(s)
 		return nil, err
 	}
-	var err error
 	if bind {
-		err = s.Listen(endpoint)
+		err = s.Listen(ep)
 	} else {
-		err = s.Dial(endpoint)
+		err = s.Dial(ep)
 	}
 	if err != nil {
 		closeDrain(s)
@@ -102,7 +106,13 @@ func (s *Subscriber) zmqReplay(ctx context.Context, from uint64, fn func(seq uin
 	d := zmq4.NewDealer(rctx, zmq4.WithLogger(quiet), zmq4.WithDialerMaxRetries(0),
 		zmq4.WithDialerTimeout(s.cfg.ReplayTimeout), zmq4.WithTimeout(s.cfg.ReplayTimeout))
 	defer closeDrain(d)
-	if err := d.Dial(s.cfg.ReplayEndpoint); err != nil {
+	ep, release, err := guardedEndpoint(s.cfg.ReplayEndpoint, s.dealerGuard)
+	if err != nil {
+		return err
+	}
+	err = d.Dial(ep)
+	release()
+	if err != nil {
 		return err
 	}
 	var start [8]byte

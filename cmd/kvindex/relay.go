@@ -38,6 +38,7 @@ func relayMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	opsPath := fs.String("ops", "", "publish the events of this op log (queries skipped) and exit, instead of following engines")
 	model := fs.String("model", "", "model name the --ops events are published under")
 	grace := fs.Duration("grace", 0, "remove an engine unreachable this long (default 60s; negative: never)")
+	maxMsg := fs.Int("max-message-bytes", 0, "largest ZeroMQ message accepted from an engine; a peer declaring more is refused (default 16 MiB)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var engines engineFlags
 	fs.Var(&engines, "engine", "an engine to follow (repeatable), as for kvindex serve: endpoint=tcp://HOST:PORT[,replay=...][,worker=ID][,model=NAME][,block_size=N][,dp_ranks=N][,dp_rank_start=N][,topic=T][,bind=true][,media=GPU|CPU]")
@@ -84,7 +85,7 @@ func relayMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var subs []subscriber.Config
 	if len(engines) > 0 {
 		var err error
-		subs, err = server.Config{Engines: engines, Grace: server.Duration(*grace)}.SubscriberConfigs()
+		subs, err = server.Config{Engines: engines, Grace: server.Duration(*grace), MaxMessageBytes: *maxMsg}.SubscriberConfigs()
 		if err != nil {
 			return fail(2, "%v", err)
 		}
@@ -125,7 +126,7 @@ func relayMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var wg sync.WaitGroup
 	for _, sc := range subs {
 		sc.Index = p.Index(rctx, sc.Model)
-		sc.Logger = log.With("worker", sc.Worker)
+		sc.Logger = log // every subscriber log line names its worker
 		sub, err := subscriber.New(sc)
 		if err != nil {
 			return fail(2, "%v", err)

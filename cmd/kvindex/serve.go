@@ -90,6 +90,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	grace := fs.Duration("grace", 0, "remove an engine unreachable this long (default 60s; negative: never)")
 	drain := fs.Duration("drain-timeout", 0, "wait this long for in-flight requests at shutdown (default 10s)")
 	maxBody := fs.Int64("max-body", 0, "largest request body in bytes (default 1 MiB)")
+	maxMsg := fs.Int("max-message-bytes", 0, "largest ZeroMQ message accepted from an engine; a peer declaring more is refused before any allocation (default 16 MiB)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	check := fs.Bool("check", false, "validate the configuration, print it and exit")
 	natsURL := fs.String("nats", "", "follow a kvindex relay's JetStream stream at this NATS URL instead of (or besides) ZeroMQ engines")
@@ -142,6 +143,8 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			cfg.DrainTimeout = server.Duration(*drain)
 		case "max-body":
 			cfg.MaxBodyBytes = *maxBody
+		case "max-message-bytes":
+			cfg.MaxMessageBytes = *maxMsg
 		}
 	})
 	cfg.Engines = append(cfg.Engines, engines...)

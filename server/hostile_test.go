@@ -1,0 +1,96 @@
+package server_test
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/internal/zmtptest"
+	"github.com/kvindex/kvindex/server"
+)
+
+// TestHostileEngineEndpoint: what listens on one engine's endpoint sends a frame
+// header declaring 2^50 bytes (zmq4 alone panics in a goroutine nobody recovers and the
+// process exits). The server keeps answering, counts the refusals in /metrics, the
+// other engine's worker is untouched, and the worker recovers once a good publisher
+// takes the endpoint.
+func TestHostileEngineEndpoint(t *testing.T) {
+	hostile, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{}, 64)
+	go zmtptest.ServeHostile(hostile, zmtptest.LongHeader(0x04, 1<<50), closed)
+	good, err := zmtptest.ListenPub("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	goodEP := "tcp://" + good.Addr()
+	badEP := "tcp://" + hostile.Addr().String()
+	cfg := server.Config{
+		Listen: "127.0.0.1:0",
+		Engines: []server.EngineConfig{
+			{Endpoint: badEP, Worker: "bad", BlockSize: 4},
+			{Endpoint: goodEP, Worker: "good", BlockSize: 4},
+		},
+		ReconnectMin: server.Duration(time.Millisecond),
+		ReconnectMax: server.Duration(20 * time.Millisecond),
+	}
+	s, c := start(t, cfg)
+	for i := 0; i < 3; i++ {
+		<-closed
+	}
+	hostile.Close()
+	var health map[string]any
+	if got := c.do("GET", "/healthz", "", &health); got != 200 || health["status"] != "ok" {
+		t.Fatalf("healthz: %d %v", got, health)
+	}
+	waitState := func(worker, state string) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			var ws struct{ Workers []server.WorkerInfo }
+			c.do("GET", "/v1/workers", "", &ws)
+			for _, w := range ws.Workers {
+				if w.Worker == worker && w.State == state {
+					return
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not %s: %+v", worker, state, ws.Workers)
+			}
+			good.Send()
+			time.Sleep(5 * time.Millisecond) // pacing of a bounded probe loop
+		}
+	}
+	waitState("good", "live")
+	m := c.text("/metrics")
+	if !strings.Contains(m, `kvindex_peers_refused_total{worker="bad"}`) || strings.Contains(m, `kvindex_peers_refused_total{worker="bad"} 0`) {
+		t.Fatalf("refusals not counted:\n%s", grep(m, "peers_refused"))
+	}
+	if !strings.Contains(m, `kvindex_peers_refused_total{worker="good"} 0`) {
+		t.Fatalf("good worker touched:\n%s", grep(m, "peers_refused"))
+	}
+	// A good publisher takes the hostile endpoint: the worker recovers.
+	back, err := zmtptest.ListenPub(badEP[len("tcp://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	good = back
+	waitState("bad", "live")
+	_ = s
+}
+
+func grep(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return fmt.Sprint(out)
+}

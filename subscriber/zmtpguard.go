@@ -1,0 +1,445 @@
+package subscriber
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/transport"
+)
+
+// The ZMTP guard.
+//
+// zmq4's connection reader allocates every frame at the length its header declares,
+// before reading the body, and its handshake parses the peer's READY metadata without
+// bounds checks: one 9-byte frame header declaring 2^50 bytes panics (makeslice) in a
+// goroutine nobody recovers, 2^40 is a fatal out-of-memory, and a truncated READY
+// property slices out of range. None of it can be fixed from the socket's API, so every
+// socket this package opens goes through a transport of its own, registered with zmq4
+// under internal scheme names: its net.Conn parses the ZMTP 3.x stream as zmq4 reads it
+// (the greeting, then each frame header, buffering and checking command frames whole)
+// and fails the read, closing the connection, before zmq4 sees a header or a command it
+// would mishandle. Message bodies pass through unbuffered, so a good stream costs one
+// header parse per frame.
+//
+// What the guard refuses (ErrPeerRefused, reported once per connection through
+// guard.refused):
+//   - a greeting that is not ZMTP 3.x with the NULL mechanism;
+//   - a command frame over maxCommandBytes, a command with the MORE flag or inside a
+//     multi-part message, a first command that is not a well-formed READY naming a
+//     socket type compatible with ours;
+//   - a message frame before the handshake, reserved flag bits, a message of more than
+//     maxMessageFrames frames, or whose frames add up past the per-message cap;
+//   - on a bound socket, a connection past guard.maxConns open at once (the endpoint
+//     serves one publisher; each connection may hold one capped frame in zmq4).
+//
+// A peer that does not finish the handshake within guard.handshake is cut off too (zmq4
+// would wait forever, holding its accept loop or the dialling goroutine).
+
+// ErrPeerRefused wraps every refusal of a peer by the ZMTP guard: an oversized frame, a
+// malformed greeting or handshake, too many connections.
+var ErrPeerRefused = errors.New("subscriber: peer refused")
+
+// Guard bounds.
+const (
+	// maxCommandBytes bounds a command frame's body (READY carries a socket type and an
+	// identity of at most 255 bytes; libzmq's other commands are smaller still).
+	maxCommandBytes = 64 << 10
+	// maxMessageFrames bounds the frames of one message: a live message has 3, a replay
+	// reply at most 4 (delimiter, topic, seq, payload). zmq4 keeps a slice entry per
+	// frame, so empty frames must be bounded too.
+	maxMessageFrames = 16
+	// maxBoundConns bounds the connections a bound SUB socket holds at once.
+	maxBoundConns = 8
+
+	zmtpGreetingLen = 64
+	flagMore        = 0x1
+	flagLong        = 0x2
+	flagCommand     = 0x4
+)
+
+// Internal transport names (never seen by users: CheckEndpoint accepts tcp:// and ipc://
+// only, and guardedEndpoint maps them).
+const (
+	guardTCP = "kvindex-guard-tcp"
+	guardIPC = "kvindex-guard-ipc"
+)
+
+// guard is the per-socket configuration of the guarded transport.
+type guard struct {
+	self      zmq4.SocketType // our socket's type: the peer's READY must be compatible
+	maxMsg    uint64          // per-message cap: the sum of a message's frame bodies
+	handshake time.Duration   // bound on greeting + READY
+	maxConns  int64           // bound socket: connections open at once
+	refused   func(err error) // called once per refused connection, from any goroutine
+
+	live atomic.Int64 // guarded connections not yet closed
+}
+
+// guards maps the ids embedded in guarded endpoints to their guards while zmq4 dials
+// or listens (Dial and Listen are synchronous; accepted connections reach the guard
+// through the listener).
+var guards = struct {
+	sync.Mutex
+	next uint64
+	m    map[uint64]*guard
+}{m: map[uint64]*guard{}}
+
+func init() {
+	for name, network := range map[string]string{guardTCP: "tcp", guardIPC: "unix"} {
+		if err := zmq4.RegisterTransport(name, guardTransport{network: network, net: transport.New(network)}); err != nil {
+			panic(err) // only a duplicate name fails, and these are ours
+		}
+	}
+}
+
+// guardedEndpoint maps a tcp:// or ipc:// endpoint to the guarded transport with g. The
+// caller must call release once zmq4's Dial or Listen has returned.
+func guardedEndpoint(endpoint string, g *guard) (ep string, release func(), err error) {
+	scheme, rest, ok := strings.Cut(endpoint, "://")
+	if !ok {
+		return "", nil, fmt.Errorf("subscriber: %q is not SCHEME://ADDRESS", endpoint)
+	}
+	switch scheme {
+	case "tcp":
+		scheme = guardTCP
+	case "ipc":
+		scheme = guardIPC
+	default:
+		return "", nil, fmt.Errorf("subscriber: %q: unsupported transport %q", endpoint, scheme)
+	}
+	guards.Lock()
+	guards.next++
+	id := guards.next
+	guards.m[id] = g
+	guards.Unlock()
+	release = func() {
+		guards.Lock()
+		delete(guards.m, id)
+		guards.Unlock()
+	}
+	return scheme + "://" + strconv.FormatUint(id, 10) + "@" + rest, release, nil
+}
+
+// guardTransport is the zmq4 transport of the guarded schemes. Its addresses are
+// "ID@ADDRESS", ID naming the guard in guards.
+type guardTransport struct {
+	network string
+	net     transport.Transport
+}
+
+func splitGuarded(addr string) (*guard, string, error) {
+	idStr, rest, ok := strings.Cut(addr, "@")
+	id, err := strconv.ParseUint(idStr, 10, 64)
+	if !ok || err != nil {
+		return nil, "", fmt.Errorf("subscriber: %q is not a guarded address", addr)
+	}
+	guards.Lock()
+	g := guards.m[id]
+	guards.Unlock()
+	if g == nil {
+		return nil, "", fmt.Errorf("subscriber: guard %d is gone", id)
+	}
+	return g, rest, nil
+}
+
+func (t guardTransport) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
+	g, rest, err := splitGuarded(addr)
+	if err != nil {
+		return nil, err
+	}
+	c, err := t.net.Dial(ctx, d, rest)
+	if err != nil {
+		return nil, err
+	}
+	g.live.Add(1)
+	return newGuardConn(c, g), nil
+}
+
+func (t guardTransport) Listen(ctx context.Context, addr string) (net.Listener, error) {
+	g, rest, err := splitGuarded(addr)
+	if err != nil {
+		return nil, err
+	}
+	l, err := t.net.Listen(ctx, rest)
+	if err != nil {
+		return nil, err
+	}
+	return &guardListener{Listener: l, g: g}, nil
+}
+
+// Addr normalises the address part as zmq4's own transport does ("*" hosts and ports),
+// keeping the guard id in front.
+func (t guardTransport) Addr(ep string) (string, error) {
+	id, rest, ok := strings.Cut(ep, "@")
+	if !ok {
+		return "", fmt.Errorf("subscriber: %q is not a guarded address", ep)
+	}
+	a, err := t.net.Addr(rest)
+	if err != nil {
+		return "", err
+	}
+	return id + "@" + a, nil
+}
+
+// guardListener wraps the accepted connections and bounds how many are open at once.
+type guardListener struct {
+	net.Listener
+	g *guard
+}
+
+func (l *guardListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.g.live.Add(1) > l.g.maxConns {
+			l.g.live.Add(-1)
+			_ = c.Close()
+			l.g.refused(fmt.Errorf("%w: %s: %d connections already open on this bound socket",
+				ErrPeerRefused, c.RemoteAddr(), l.g.maxConns))
+			continue
+		}
+		return newGuardConn(c, l.g), nil
+	}
+}
+
+// guardConn is one guarded connection. Read is called by one zmq4 goroutine at a time
+// (the handshake, then the connection's reader), so the parser state needs no lock.
+type guardConn struct {
+	net.Conn
+	g *guard
+
+	greeted  bool   // the peer's greeting was checked and delivered
+	ready    bool   // the peer's READY was checked: the handshake is over
+	pending  []byte // checked bytes not yet handed to zmq4 (a header, a command frame)
+	buf      []byte // backing store of pending
+	bodyLeft uint64 // bytes of the current message frame's body still to pass through
+	msgBytes uint64 // body bytes of the current multi-part message so far
+	frames   int    // frames of the current multi-part message so far
+	err      error  // sticky: once failed, every Read fails
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+func newGuardConn(c net.Conn, g *guard) *guardConn {
+	gc := &guardConn{Conn: c, g: g, buf: make([]byte, zmtpGreetingLen)}
+	if g.handshake > 0 {
+		_ = c.SetDeadline(time.Now().Add(g.handshake))
+	}
+	return gc
+}
+
+// Close closes the connection once; every guarded connection is closed through it
+// (zmq4 does not close a connection whose handshake failed, so the guard does).
+func (c *guardConn) Close() error {
+	c.closeOnce.Do(func() {
+		c.closeErr = c.Conn.Close()
+		c.g.live.Add(-1)
+	})
+	return c.closeErr
+}
+
+func (c *guardConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err != nil && !c.ready {
+		_ = c.Close()
+	}
+	return n, err
+}
+
+func (c *guardConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if len(c.pending) == 0 && c.bodyLeft == 0 && c.err == nil {
+		if err := c.advance(); err != nil {
+			c.fail(err)
+		}
+	}
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
+		return n, nil
+	}
+	if c.err != nil {
+		return 0, c.err
+	}
+	if uint64(len(p)) > c.bodyLeft {
+		p = p[:c.bodyLeft]
+	}
+	n, err := c.Conn.Read(p)
+	c.bodyLeft -= uint64(n)
+	if err != nil {
+		c.fail(err)
+	}
+	return n, err
+}
+
+// fail records the connection's first error. Before the handshake is over it closes
+// the connection: zmq4 leaves a connection whose handshake failed open.
+func (c *guardConn) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+	c.pending = nil
+	if !c.ready || errors.Is(err, ErrPeerRefused) {
+		_ = c.Close()
+	}
+}
+
+// refuse reports a refusal (once per connection: the connection fails for good).
+func (c *guardConn) refuse(format string, args ...any) error {
+	err := fmt.Errorf("%w: %s: %s", ErrPeerRefused, c.RemoteAddr(), fmt.Sprintf(format, args...))
+	c.g.refused(err)
+	return err
+}
+
+// advance reads and checks the next unit of the stream: the greeting, or a frame
+// header (with the whole body for a command frame). It leaves it in pending, and for a
+// message frame the body length in bodyLeft.
+func (c *guardConn) advance() error {
+	if !c.greeted {
+		return c.readGreeting()
+	}
+	hdr := c.buf[:2]
+	if _, err := io.ReadFull(c.Conn, hdr); err != nil {
+		return err
+	}
+	flags, n, size := hdr[0], 2, uint64(hdr[1])
+	if flags&^(flagMore|flagLong|flagCommand) != 0 {
+		return c.refuse("reserved frame flag bits set (%#02x)", flags)
+	}
+	if flags&flagLong != 0 {
+		n = 9
+		if _, err := io.ReadFull(c.Conn, c.buf[2:n]); err != nil {
+			return err
+		}
+		size = binary.BigEndian.Uint64(c.buf[1:n])
+	}
+	if flags&flagCommand != 0 {
+		return c.readCommand(flags, n, size)
+	}
+	if !c.ready {
+		return c.refuse("message frame before the handshake")
+	}
+	c.frames++
+	switch {
+	case c.frames > maxMessageFrames:
+		return c.refuse("message of more than %d frames", maxMessageFrames)
+	case size > c.g.maxMsg-c.msgBytes:
+		return c.refuse("frame of %d bytes takes the message past the %d-byte cap", size, c.g.maxMsg)
+	}
+	c.msgBytes += size
+	if flags&flagMore == 0 {
+		c.frames, c.msgBytes = 0, 0
+	}
+	c.bodyLeft = size
+	c.pending = c.buf[:n]
+	return nil
+}
+
+// readGreeting checks the 64-byte ZMTP 3.x greeting: signature, version 3 or later,
+// the NULL mechanism (the only one these sockets speak).
+func (c *guardConn) readGreeting() error {
+	g := c.buf[:zmtpGreetingLen]
+	if _, err := io.ReadFull(c.Conn, g); err != nil {
+		return err
+	}
+	switch {
+	case g[0] != 0xff || g[9] != 0x7f:
+		return c.refuse("not a ZMTP greeting")
+	case g[10] < 3:
+		return c.refuse("ZMTP version %d.%d (want 3.x)", g[10], g[11])
+	case string(trimNUL(g[12:32])) != "NULL":
+		return c.refuse("security mechanism %q (want NULL)", trimNUL(g[12:32]))
+	}
+	c.greeted = true
+	c.pending = g
+	return nil
+}
+
+func trimNUL(b []byte) []byte {
+	for i, x := range b {
+		if x == 0 {
+			return b[:i]
+		}
+	}
+	return b
+}
+
+// readCommand reads a command frame whole (bounded), checks the first one is the
+// peer's READY, and leaves header and body in pending.
+func (c *guardConn) readCommand(flags byte, n int, size uint64) error {
+	switch {
+	case flags&flagMore != 0:
+		return c.refuse("command frame with the MORE flag")
+	case c.frames > 0:
+		return c.refuse("command frame inside a multi-part message")
+	case size > maxCommandBytes:
+		return c.refuse("command frame of %d bytes (at most %d)", size, maxCommandBytes)
+	}
+	total := n + int(size)
+	if cap(c.buf) < total {
+		nb := make([]byte, total)
+		copy(nb, c.buf[:n])
+		c.buf = nb
+	}
+	frame := c.buf[:total]
+	if _, err := io.ReadFull(c.Conn, frame[n:]); err != nil {
+		return err
+	}
+	if !c.ready {
+		if err := c.checkReady(frame[n:]); err != nil {
+			return err
+		}
+		c.ready = true
+		_ = c.Conn.SetDeadline(time.Time{})
+	}
+	c.pending = frame
+	return nil
+}
+
+// checkReady parses a READY command as zmq4 will, with every length checked: name
+// length, name, then properties (key length, key, 4-byte value length, value). The
+// Socket-Type property must name a type compatible with ours.
+func (c *guardConn) checkReady(body []byte) error {
+	if len(body) == 0 || int(body[0]) > len(body)-1 {
+		return c.refuse("malformed command")
+	}
+	if name := string(body[1 : 1+body[0]]); name != "READY" {
+		return c.refuse("first command is %q, not READY", name)
+	}
+	var peer string
+	for p := body[1+body[0]:]; len(p) > 0; {
+		klen := int(p[0])
+		if len(p) < 1+klen+4 {
+			return c.refuse("truncated READY property")
+		}
+		key := string(p[1 : 1+klen])
+		vlen := binary.BigEndian.Uint32(p[1+klen:])
+		p = p[1+klen+4:]
+		if uint64(vlen) > uint64(len(p)) {
+			return c.refuse("READY property %q overruns the command", key)
+		}
+		if strings.EqualFold(key, "Socket-Type") {
+			peer = string(p[:vlen])
+		}
+		p = p[vlen:]
+	}
+	if !c.g.self.IsCompatible(zmq4.SocketType(peer)) {
+		return c.refuse("peer socket type %q cannot talk to %s", peer, c.g.self)
+	}
+	return nil
+}
