@@ -159,7 +159,7 @@ func ParseConfig(r io.Reader) (Config, error) {
 func ReadConfig(path string) (Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return Config{}, fmt.Errorf("%w: %v", ErrConfig, err)
+		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	c, err := DecodeConfig(bytes.NewReader(b))
 	if err != nil {

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -14,20 +12,8 @@ import (
 	"github.com/kvindex/kvindex/engine"
 )
 
-func init() {
-	commands["bench"] = command{
-		summary: "measure the engine against the locked and radix-tree baselines on one op stream",
-		run:     runBench,
-	}
-}
-
 func runBench(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("kvindex bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: kvindex bench [--ops FILE] [flags]\n\nMeasures, in one process and on the same op stream, the sharded engine at each shard\ncount, the engine's LockedIndex baseline and a mutex-guarded radix tree: event\nthroughput (1..P producers), find-matches latency under event load and at rest,\nallocations per op and bytes per membership. Every implementation is first checked\nagainst the stream's expected answers.\n\nWith --peers DIR it prints one table instead: the implementations and the peer replay\ndrivers in DIR (SMG's ChainIndex and PositionalIndexer, built by make bench-peers),\nin alternating rounds, one producer: block ops/s, find-matches p50/p99 at rest and under\nevents, bytes per membership and answers passed.\n\nflags:")
-		fs.PrintDefaults()
-	}
+	fs := newFlags("bench", stderr)
 	file := fs.String("ops", "", "op log to replay (JSON Lines, e.g. ../shared/conformance/trace_conversation.jsonl); default: a built-in refmodel.RandomOps workload")
 	gen := fs.Int("gen", 60000, "built-in workload: number of ops")
 	seed := fs.Uint64("seed", 1, "built-in workload: seed")
@@ -40,18 +26,12 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	noVerify := fs.Bool("no-verify", false, "skip the correctness replay")
 	peersDir := fs.String("peers", "", "folder of peer replay drivers (smg-chain, smg-positional: `make bench-peers`); prints one table of every implementation and peer, in alternating rounds, one producer; needs --ops")
 	rounds := fs.Int("rounds", 3, "with --peers: alternating rounds")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, stdout); !ok {
+		return code
 	}
 	bad := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "kvindex bench: "+format+"\n", a...)
 		return 2
-	}
-	if fs.NArg() > 0 {
-		return bad("unexpected argument %q", fs.Arg(0))
 	}
 	shards, err := benchInts(*shardList, 1, engine.MaxShards)
 	if err != nil {

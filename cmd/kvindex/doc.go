@@ -1,12 +1,15 @@
-// Command kvindex runs the kvindex index outside a program.
+// Command kvindex runs the kvindex index outside a program: it simulates a fleet, replays
+// and benchmarks op logs, and serves the index to routers over HTTP.
 //
-//	kvindex sim       simulate a fleet of vLLM engines under four routing policies
-//	kvindex gen-ops   write the simulated event stream as an op log
-//	kvindex replay    apply an op log and check every expected answer
-//	kvindex bench     benchmark the engine against its baselines (and, with --peers, SMG's indexes) on an op log
-//	kvindex serve     follow engines' KV events (ZeroMQ or NATS) and answer over HTTP
-//	kvindex relay     follow engines once and publish their events to NATS JetStream
+//	kvindex sim       simulate a routed vLLM fleet: hit rate per routing policy and index throughput
+//	kvindex gen-ops   write the simulated fleet's event stream as an op log (input of replay and bench)
+//	kvindex replay    apply an op log and check every query's expected answer
+//	kvindex bench     measure the engine against its baselines (and, with --peers, SMG's indexes) on an op log
+//	kvindex serve     follow engines' KV events (ZeroMQ or NATS) and answer routing queries over HTTP
+//	kvindex relay     follow engines' KV events (or an op log) and publish them to NATS JetStream
 //
-// Each subcommand lives in its own file and registers itself in the commands table;
-// `kvindex COMMAND -h` prints its flags. Exit status: 0 success, 1 failure, 2 bad usage.
+// `kvindex COMMAND -h` prints a command's synopsis, description and flags to stdout and
+// exits 0. Exit status otherwise: 0 success, 1 runtime failure, 2 bad usage. A flag that
+// several commands share means the same in each. The lines above are the commands table
+// of cli.go (a test keeps them equal).
 package main

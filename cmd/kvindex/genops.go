@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,34 +9,19 @@ import (
 	"github.com/kvindex/kvindex/sim"
 )
 
-func init() {
-	commands["gen-ops"] = command{
-		summary: "write the simulated cluster's event stream as a SPEC op log (for replay --ops)",
-		run:     runGenOps,
-	}
-}
-
 // genOpsRequests is gen-ops' default request count: the built-in workload is prefix-
 // stable, so its log is the stream of the first requests of the default `kvindex sim`.
 const genOpsRequests = 5000
 
 func runGenOps(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("kvindex gen-ops", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: kvindex gen-ops --out FILE [flags]\n\nWrites the stream `kvindex sim` produces under one policy as a SPEC op log: a query\nbefore each request, then the stored/removed events of the engine that served it.\n\nflags:")
-		fs.PrintDefaults()
-	}
+	fs := newFlags("gen-ops", stderr)
 	var f simFlags
 	f.register(fs, fmt.Sprintf("requests to simulate (0 = %d for the built-in workload, every line of a trace)", genOpsRequests))
 	out := fs.String("out", "", "op log to write ('-' for stdout); required")
 	every := fs.Int("expect-every", 0, "give every Nth query its exact answer (expect/sizes from the reference model); 0 = none")
 	policy := fs.String("policy", "kv-aware", "routing policy: kv-aware, random, round-robin or least-loaded")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, stdout); !ok {
+		return code
 	}
 	err := func() error {
 		if err := f.validate(fs); err != nil {

@@ -13,12 +13,13 @@ import (
 // command is one subcommand. run gets the arguments after the subcommand's name and
 // returns the process exit status.
 type command struct {
-	summary string
-	run     func(args []string, stdout, stderr io.Writer) int
+	summary  string // one line: `kvindex -h` and doc.go
+	synopsis string // the arguments, after "usage: kvindex NAME"
+	about    string // a paragraph: what the command does, for `kvindex NAME -h`
+	run      func(args []string, stdout, stderr io.Writer) int
 }
 
-// commands is the subcommand table; each file of this package adds its own entry in an
-// init function.
+// commands is the subcommand table, filled by register (cli.go holds every entry).
 var commands = map[string]command{}
 
 func main() {
@@ -26,11 +27,12 @@ func main() {
 }
 
 func runMain(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		usage(stderr)
-		if len(args) == 0 {
-			return 2
-		}
+		return 2
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
 		return 0
 	}
 	c, ok := commands[args[0]]

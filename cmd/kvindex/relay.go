@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,46 +17,29 @@ import (
 	"github.com/kvindex/kvindex/subscriber"
 )
 
-func init() {
-	commands["relay"] = command{
-		summary: "follow engines' KV events (or an op log) and publish them to a NATS JetStream stream",
-		run:     untilSignal(relayMain),
-	}
-}
-
 func relayMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("kvindex relay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	url := fs.String("nats", "", "NATS server URL(s), comma-separated (required)")
-	stream := fs.String("stream", fabric.DefaultStream, "JetStream stream name (created if missing)")
+	fs := newFlags("relay", stderr)
+	url := fs.String("nats", "", natsHelp+" (required)")
+	stream := fs.String("stream", fabric.DefaultStream, streamHelp+" (created if missing)")
 	prefix := fs.String("subject-prefix", fabric.DefaultSubjectPrefix, "subject prefix of the stream")
 	memory := fs.Bool("memory", false, "create the stream in memory instead of files")
 	dups := fs.Duration("duplicates", fabric.DefaultDuplicates, "the stream's deduplication window")
 	maxAge := fs.Duration("max-age", 0, "the stream's retention by age (0: unbounded)")
 	opsPath := fs.String("ops", "", "publish the events of this op log (queries skipped) and exit, instead of following engines")
 	model := fs.String("model", "", "model name the --ops events are published under")
-	grace := fs.Duration("grace", 0, "remove an engine unreachable this long (default 60s; negative: never)")
-	maxMsg := fs.Int("max-message-bytes", 0, "largest ZeroMQ message accepted from an engine; a peer declaring more is refused (default 16 MiB)")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	grace := fs.Duration("grace", 0, graceHelp)
+	maxMsg := fs.Int("max-message-bytes", 0, maxMessageHelp)
+	logLevel := fs.String("log-level", "info", logLevelHelp)
 	var engines engineFlags
-	fs.Var(&engines, "engine", "an engine to follow (repeatable), as for kvindex serve: endpoint=tcp://HOST:PORT[,replay=...][,worker=ID][,model=NAME][,block_size=N][,dp_ranks=N][,dp_rank_start=N][,topic=T][,bind=true][,media=GPU|CPU]")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: kvindex relay --nats URL (--ops FILE [--model NAME] | --engine SPEC...) [flags]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	fs.Var(&engines, "engine", engineHelp)
+	if code, ok := parseFlags(fs, args, stdout); !ok {
+		return code
 	}
 	fail := func(code int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "kvindex relay: "+format+"\n", a...)
 		return code
 	}
 	switch {
-	case fs.NArg() > 0:
-		return fail(2, "unexpected arguments %q", fs.Args())
 	case *url == "":
 		return fail(2, "--nats is required")
 	case (*opsPath == "") == (len(engines) == 0):

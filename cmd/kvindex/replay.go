@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,13 +14,6 @@ import (
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/replay"
 )
-
-func init() {
-	commands["replay"] = command{
-		summary: "apply a JSONL op log and check every query's expected answer",
-		run:     runReplay,
-	}
-}
 
 type replayJSON struct {
 	File               string  `json:"file"`
@@ -43,26 +35,28 @@ type replayJSON struct {
 }
 
 func runReplay(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("kvindex replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("replay", stderr)
 	file := fs.String("ops", "", "op log to replay (JSON Lines, see README); required")
-	shards := fs.Int("shards", 0, "shard goroutines (0 = default: GOMAXPROCS, at most 8)")
-	jump := fs.Int("jump", 0, "jump-search stride in blocks (0 = default 64)")
+	shards := fs.Int("shards", 0, shardsHelp)
+	jump := fs.Int("jump", 0, jumpHelp)
 	asJSON := fs.Bool("json", false, "end with one JSON object instead of the text summary")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the replay (parsing excluded) to this file")
 	repeat := fs.Int("repeat", 1, "replay the log this many times on fresh engines and report the median run")
 	locked := fs.Bool("locked", false, "replay on the LockedIndex baseline (one RWMutex-guarded index, no shard goroutines) instead")
 	batch := fs.Bool("batch", true, "apply the events between two queries with one ApplyBatch call, as an ingester does with an engine's event batch (false: one call per event)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout); !ok {
+		return code
 	}
-	if *file == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "kvindex replay: --ops FILE is required and takes no other arguments")
-		fs.Usage()
+	cfg := engine.Config{Shards: *shards, JumpSize: *jump, LockedIndex: *locked}
+	switch err := cfg.Validate(); {
+	case *file == "":
+		fmt.Fprintln(stderr, "kvindex replay: --ops FILE is required")
 		return 2
-	}
-	if *shards < 0 || *jump < 0 {
-		fmt.Fprintln(stderr, "kvindex replay: --shards and --jump must be >= 0")
+	case err != nil:
+		fmt.Fprintf(stderr, "kvindex replay: --shards %d --jump %d: %v\n", *shards, *jump, err)
+		return 2
+	case *repeat < 1:
+		fmt.Fprintln(stderr, "kvindex replay: --repeat must be >= 1")
 		return 2
 	}
 	f, err := os.Open(*file)
@@ -83,10 +77,6 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "0 passed, 1 failed")
 		return 1
 	}
-	if *repeat < 1 {
-		fmt.Fprintln(stderr, "kvindex replay: --repeat must be >= 1")
-		return 2
-	}
 	if *cpuprofile != "" {
 		pf, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -100,7 +90,6 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	cfg := engine.Config{Shards: *shards, JumpSize: *jump, LockedIndex: *locked}
 	var runs []replay.Result
 	for i := 0; i < *repeat; i++ {
 		r, err := replay.Run(context.Background(), ops, replay.Options{Config: cfg, MeasureMemory: true, Batch: *batch})

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -18,13 +19,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-func init() {
-	commands["serve"] = command{
-		summary: "follow engines' KV events (ZeroMQ) and serve routing queries over HTTP",
-		run:     untilSignal(serveMain),
-	}
-}
 
 // engineFlags collects repeated --engine specs.
 type engineFlags []server.EngineConfig
@@ -79,37 +73,28 @@ func (e *engineFlags) Set(spec string) error {
 // drains and returns 0; it returns 2 for a bad command line or configuration and 1 for
 // a runtime failure.
 func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("kvindex serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("serve", stderr)
 	cfgPath := fs.String("config", "", "JSON configuration file (see package server's documentation); flags override it")
 	listen := fs.String("listen", "", "HTTP API address (default "+server.DefaultListen+")")
 	policy := fs.String("policy", "", "default routing policy: "+strings.Join(server.Policies(), ", "))
 	blockSize := fs.Int("block-size", 0, "block size of engines that set none (default 16)")
-	shards := fs.Int("shards", 0, "index shards (0 = GOMAXPROCS, at most 8)")
-	jump := fs.Int("jump", 0, "jump-search stride in blocks (0 = 64)")
-	grace := fs.Duration("grace", 0, "remove an engine unreachable this long (default 60s; negative: never)")
+	shards := fs.Int("shards", 0, shardsHelp)
+	jump := fs.Int("jump", 0, jumpHelp)
+	grace := fs.Duration("grace", 0, graceHelp)
 	drain := fs.Duration("drain-timeout", 0, "wait this long for in-flight requests at shutdown (default 10s)")
 	maxBody := fs.Int64("max-body", 0, "largest request body in bytes (default 1 MiB)")
-	maxMsg := fs.Int("max-message-bytes", 0, "largest ZeroMQ message accepted from an engine; a peer declaring more is refused before any allocation (default 16 MiB)")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	maxMsg := fs.Int("max-message-bytes", 0, maxMessageHelp)
+	logLevel := fs.String("log-level", "info", logLevelHelp)
 	check := fs.Bool("check", false, "validate the configuration, print it and exit")
-	natsURL := fs.String("nats", "", "follow a kvindex relay's JetStream stream at this NATS URL instead of (or besides) ZeroMQ engines")
-	stream := fs.String("stream", "", "with --nats: the stream name (default "+fabric.DefaultStream+")")
+	natsURL := fs.String("nats", "", natsHelp+": follow a kvindex relay's stream there instead of (or besides) ZeroMQ engines")
+	stream := fs.String("stream", fabric.DefaultStream, "with --nats: "+streamHelp)
 	modelsFlag := fs.String("models", "", "with --nats: models served from the stream and their block sizes, as NAME=BLOCKSIZE,...")
 	snapshot := fs.String("snapshot", "", "with --nats: snapshot file, or jetstream-object://BUCKET/NAME to share it through NATS: restored at start (a bad one falls back to a full replay), written every --snapshot-interval and at shutdown")
 	snapEvery := fs.Duration("snapshot-interval", 5*time.Minute, "with --nats and --snapshot: how often to write the snapshot")
 	var engines engineFlags
-	fs.Var(&engines, "engine", "an engine to follow (repeatable): endpoint=tcp://HOST:PORT[,replay=tcp://HOST:PORT][,worker=ID][,model=NAME][,block_size=N][,dp_ranks=N][,dp_rank_start=N][,topic=T][,bind=true][,media=GPU|CPU]")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: kvindex serve [--config FILE] [--engine SPEC]... [flags]\n\nFollows vLLM/SGLang KV-cache events over ZeroMQ and serves POST /v1/match, GET /v1/workers,\n/healthz, /readyz and /metrics. SIGTERM drains and exits.\n\nflags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "kvindex serve: unexpected arguments %q\n", fs.Args())
-		return 2
+	fs.Var(&engines, "engine", engineHelp)
+	if code, ok := parseFlags(fs, args, stdout); !ok {
+		return code
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -121,6 +106,10 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		c, err := server.ReadConfig(*cfgPath) // validated below, once flags are merged
 		if err != nil {
 			fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
+			var pe *iofs.PathError
+			if errors.As(err, &pe) {
+				return 1 // a file that cannot be read is a runtime failure, a bad one a usage error
+			}
 			return 2
 		}
 		cfg = c
@@ -162,7 +151,9 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			cfg.Models[name] = n
 		}
 	}
-	if *natsURL == "" && (*modelsFlag != "" || *stream != "" || *snapshot != "") {
+	streamSet := false
+	fs.Visit(func(f *flag.Flag) { streamSet = streamSet || f.Name == "stream" })
+	if *natsURL == "" && (*modelsFlag != "" || streamSet || *snapshot != "") {
 		fmt.Fprintln(stderr, "kvindex serve: --models, --stream and --snapshot need --nats")
 		return 2
 	}

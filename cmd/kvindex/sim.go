@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"github.com/kvindex/kvindex/bench"
@@ -25,22 +24,8 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-func init() {
-	commands["sim"] = command{
-		summary: "simulate a routed vLLM fleet: hit rate per policy and index throughput",
-		run:     runSim,
-	}
-}
-
 // progressDelay is how long a run goes before it shows a progress bar.
 var progressDelay = 2 * time.Second
-
-// errUsage marks a flag problem: the command prints it and exits 2.
-var errUsage = errors.New("usage")
-
-func usageErr(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
-}
 
 // simFlags are the workload and cluster flags that sim and gen-ops share.
 type simFlags struct {
@@ -57,8 +42,8 @@ func (f *simFlags) register(fs *flag.FlagSet, requestsHelp string) {
 	fs.IntVar(&f.blockSize, "block-size", sim.DefaultBlockSize, "tokens per KV block")
 	fs.IntVar(&f.requests, "requests", 0, requestsHelp)
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the built-in workload, the random policy and the engine hashes")
-	fs.IntVar(&f.shards, "shards", 0, "index shard goroutines (0 = default: GOMAXPROCS, at most 8)")
-	fs.IntVar(&f.jump, "jump", 0, "index jump-search stride in blocks (0 = default 64)")
+	fs.IntVar(&f.shards, "shards", 0, shardsHelp)
+	fs.IntVar(&f.jump, "jump", 0, jumpHelp)
 	fs.IntVar(&f.chunk, "chunk", sim.DefaultChunkTokens, "prefill chunk in tokens (one stored event per chunk)")
 	fs.IntVar(&f.sessions, "sessions", sim.DefaultSessions, "built-in workload: live conversations")
 	fs.StringVar(&f.trace, "trace", "", "Mooncake FAST'25 trace (JSONL) instead of the built-in workload")
@@ -69,8 +54,6 @@ func (f *simFlags) validate(fs *flag.FlagSet) error {
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	engineErr := engine.Config{Shards: f.shards, JumpSize: f.jump}.Validate()
 	switch {
-	case fs.NArg() > 0:
-		return usageErr("unexpected argument %q", fs.Arg(0))
 	case f.workers < 1 || f.workers > sim.MaxWorkers:
 		return usageErr("--workers %d: want 1..%d", f.workers, sim.MaxWorkers)
 	case f.capacity < 1 || f.capacity > sim.MaxCapacity:
@@ -266,12 +249,7 @@ func parseSweep(s string) ([]int, error) {
 var chartFormats = map[string]bool{".svg": true, ".png": true, ".pdf": true}
 
 func runSim(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("kvindex sim", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: kvindex sim [flags]\n\nReplays a workload against a simulated fleet once per routing policy and reports\nhit rates, load balance and the index's throughput, latency and memory.\n\nflags:")
-		fs.PrintDefaults()
-	}
+	fs := newFlags("sim", stderr)
 	var f simFlags
 	f.register(fs, fmt.Sprintf("requests to simulate (0 = %d for the built-in workload, every line of a trace)", sim.DefaultRequests))
 	policies := fs.String("policies", "kv-aware,random,round-robin,least-loaded", "comma-separated routing policies to compare")
@@ -279,11 +257,8 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	forceProgress := fs.Bool("progress", false, "show a progress bar on stderr even when it is not a terminal")
 	sweep := fs.String("sweep", "", "capacity=A,B,C: rerun every policy at each per-worker capacity and chart the hit rates")
 	chart := fs.String("chart", "sweep.svg", "with --sweep: chart file (.svg, .png or .pdf)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, stdout); !ok {
+		return code
 	}
 	err := func() error {
 		if err := f.validate(fs); err != nil {
@@ -325,21 +300,6 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		return simulate(stdout, stderr, w, wi, cfg, pols, caps, *chart, *asJSON, *forceProgress)
 	}()
 	return exitCode(stderr, "sim", err)
-}
-
-// exitCode reports err on stderr for command name and returns the exit status: 0 for
-// none, 2 for a usage error (see usageErr), 1 for any other.
-func exitCode(stderr io.Writer, name string, err error) int {
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "kvindex %s: %s\n", name, strings.TrimPrefix(err.Error(), "usage: "))
-		return 2
-	default:
-		fmt.Fprintf(stderr, "kvindex %s: %v\n", name, err)
-		return 1
-	}
 }
 
 func simulate(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg sim.Config, pols []sim.Policy,
