@@ -1,27 +1,40 @@
 // Package engine is kvindex's public API: the index that tells a router, for a request's
 // per-block content hashes, how many leading blocks each inference worker holds.
 //
+// # First use
+//
+// New(Config{}) (every zero field is a default), then, for each worker, its cache events
+// in the order it emitted them: Store or StoreUnder for blocks it cached, Remove for
+// blocks it evicted, Clear when it dropped everything; an ingester applies a decoded
+// batch with ApplyBatch. A router cuts a request's tokens into content hashes with
+// hash.Blocks and asks FindMatches (or FindMatchesIn, for a model, adapter or salt
+// namespace) who holds the longest prefix. Close releases the shard goroutines.
+// Package subscriber feeds an Engine from vLLM/SGLang publishers; WriteSnapshot and
+// Restore carry it across restarts. The Examples show each step.
+//
 // # What it owns
 //
 // An Engine owns the workers' state (which engine hashes each worker holds, at which
 // position and prefix) and the positional index, partitioned over shard goroutines:
 //
-//		caller goroutines                         shard goroutines (one per Config.Shards)
-//		Store/Remove/Clear/Apply/ApplyBatch       own one shard.Index each, no locks
-//		  worker mutex -> per-worker tables  ---> MPSC ring (bounded, backpressure) ---+
-//		                                                                              v
-//		FindMatches: prefix hashes, landings ---> query channel (probe batches) ---> answer
-//		  <------------------------------------ member lists, gathered in position order
+//	caller goroutines                         shard goroutines (one per Config.Shards)
+//	Store/Remove/Clear/Apply/ApplyBatch       own one shard.Index each, no locks
+//	  worker mutex -> per-worker tables  ---> MPSC ring (bounded, backpressure) ---+
+//	                                                                              v
+//	FindMatches: prefix hashes, landings ---> query channel (probe batches) ---> answer
+//	  <------------------------------------ member lists, gathered in position order
 //
-//	  - Per-worker state (engine hash -> key, key -> engine hash count, held children,
-//	    parent prefix, the worker's hole count) is owned by the goroutine holding that
-//	    worker's mutex: always the caller applying one of its events. Rejections
-//	    (ErrParentNotFound, ErrInvalidEvent) are therefore returned synchronously.
-//	  - Each key (namespace, position, prefix hash) belongs to one shard, chosen by a hash
-//	    of the key; only that shard's goroutine touches its table. Membership changes reach
-//	    it through its ring, in each worker's event order, queries through its channel.
-//	  - A worker's size and gap flag are atomics written under its mutex and read by
-//	    queries without it.
+// Ownership rules:
+//
+//   - Per-worker state (engine hash -> key, key -> engine hash count, held children,
+//     parent prefix, the worker's hole count) is owned by the goroutine holding that
+//     worker's mutex: always the caller applying one of its events. Rejections
+//     (ErrParentNotFound, ErrInvalidEvent) are therefore returned synchronously.
+//   - Each key (namespace, position, prefix hash) belongs to one shard, chosen by a hash
+//     of the key; only that shard's goroutine touches its table. Membership changes reach
+//     it through its ring, in each worker's event order, queries through its channel.
+//   - A worker's size and gap flag are atomics written under its mutex and read by
+//     queries without it.
 //
 // # Who may call what
 //

@@ -382,33 +382,6 @@ func TestEventZeroAllocsSteadyState(t *testing.T) {
 	require.Zero(t, allocs)
 }
 
-func Example() {
-	e, err := engine.New(engine.Config{Shards: 2})
-	if err != nil {
-		panic(err)
-	}
-	defer e.Close()
-
-	// Worker A caches a 3-block chain; worker B the first block, under another seq.
-	_ = e.Store("A", []engine.Block{{Content: 11, Seq: 0xa1}, {Content: 12, Seq: 0xa2}, {Content: 13, Seq: 0xa3}})
-	_ = e.Store("B", []engine.Block{{Content: 11, Seq: 0xb1}})
-	// B continues its chain under the block it holds.
-	_ = e.StoreUnder("B", 0xb1, []engine.Block{{Content: 99, Seq: 0xb2}})
-	// A parent B does not hold is rejected, and changes nothing.
-	err = e.StoreUnder("B", 0xdead, []engine.Block{{Content: 12, Seq: 0xb3}})
-	fmt.Println(errors.Is(err, engine.ErrParentNotFound))
-
-	_ = e.Barrier(context.Background())
-	matches, _ := e.FindMatches(context.Background(), []uint64{11, 12, 13, 14}, nil)
-	for _, m := range matches {
-		fmt.Printf("%s holds %d leading blocks (%d cached)\n", m.Worker, m.Score, m.Size)
-	}
-	// Output:
-	// true
-	// A holds 3 leading blocks (3 cached)
-	// B holds 1 leading blocks (2 cached)
-}
-
 // TestBarrierThenStatsAndQuery checks, after every event, that a Barrier makes the
 // event visible to a query and to the counters the shards publish (Memberships), at
 // several shard counts: the barrier's fast path (every shard already caught up) must
