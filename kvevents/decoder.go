@@ -360,7 +360,7 @@ func fieldByName(k []byte) field {
 	return fNone
 }
 
-// Positional layouts (EVENTS.md §3.4): element i of an array event holds layout[i].
+// Positional layouts (package documentation, "Wire format"): element i of an array event holds layout[i].
 // Fields appended in later versions come last; elements past a layout are ignored, and
 // elements a shorter (older) array lacks are absent. kv_cache_spec_sliding_window ([11])
 // is not decoded.

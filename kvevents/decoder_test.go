@@ -128,12 +128,12 @@ func TestTokenWidths(t *testing.T) {
 // A batch mixing positional and map events of every kind, with unknown event types in
 // both encodings, decodes in wire order.
 func TestMixedArrayAndMapEvents(t *testing.T) {
-	a1 := unhex(goldenVectors[0].hex)[11:85]
-	b1 := unhex(goldenVectors[7].hex)[11:226]
-	a2 := unhex(goldenVectors[1].hex)[11:39]
-	b2 := unhex(goldenVectors[8].hex)[11:75]
-	a3 := unhex(goldenVectors[2].hex)[11:29]
-	b3 := unhex(goldenVectors[9].hex)[11:34]
+	a1 := goldenPayload(t, "A1")[11:85]
+	b1 := goldenPayload(t, "B1")[11:226]
+	a2 := goldenPayload(t, "A2")[11:39]
+	b2 := goldenPayload(t, "B2")[11:75]
+	a3 := goldenPayload(t, "A3")[11:29]
+	b3 := goldenPayload(t, "B3")[11:34]
 	unknownArr := mp{}.Arr(3).Str("BlockPinned").Uints(1, 2).Map(1).Str("x").Arr(1).Arr(0)
 	unknownMap := mp{}.Map(2).Str("blocks").Uints(9).Str("type").Str("SnapshotMarker")
 	p := batch(7, mp(a1), mp(b2), unknownArr, mp(b1), mp(a3), unknownMap, mp(a2), mp(b3))
@@ -416,7 +416,7 @@ func TestRejectedRecordedUpToCap(t *testing.T) {
 }
 
 func TestBatchShapes(t *testing.T) {
-	ev := mp(unhex(goldenVectors[2].hex)[11:29]) // A3's event
+	ev := mp(goldenPayload(t, "A3")[11:29]) // A3's event
 	cases := []struct {
 		name    string
 		payload []byte
@@ -453,7 +453,7 @@ func TestBatchShapes(t *testing.T) {
 }
 
 func TestBadPayloads(t *testing.T) {
-	ev := mp(unhex(goldenVectors[2].hex)[11:29])
+	ev := mp(goldenPayload(t, "A3")[11:29])
 	deep := func(n int) mp {
 		m := mp{}
 		for i := 0; i < n; i++ {
@@ -547,9 +547,9 @@ func TestConfigValidation(t *testing.T) {
 	// The zero Decoder works with the zero Config.
 	var zero Decoder
 	var b Batch
-	require.NoError(t, zero.Decode(unhex(goldenVectors[0].hex), &b))
+	require.NoError(t, zero.Decode(goldenPayload(t, "A1"), &b))
 	require.Len(t, b.Events, 1)
-	require.Error(t, zero.Decode(unhex(goldenVectors[0].hex), nil))
+	require.Error(t, zero.Decode(goldenPayload(t, "A1"), nil))
 }
 
 // Events decoded into one Batch stay intact while another Batch is decoded; the slices
@@ -557,7 +557,7 @@ func TestConfigValidation(t *testing.T) {
 func TestBatchOwnership(t *testing.T) {
 	d := mustNew(t, Config{})
 	var b1, b2 Batch
-	require.NoError(t, d.Decode(unhex(goldenVectors[0].hex), &b1))
+	require.NoError(t, d.Decode(goldenPayload(t, "A1"), &b1))
 	require.NoError(t, d.Decode(batch(0, removedWith("01", "02", "03")), &b2))
 	require.Equal(t, []uint64{h0, h1}, b1.Events[0].Seqs)
 	require.Equal(t, []uint64{1, 2, 3}, b2.Events[0].Seqs)

@@ -1,12 +1,21 @@
 // Package kvevents decodes the KV-cache events that vLLM and SGLang publish over ZeroMQ
 // into neutral Go values for the index.
 //
+// # First use
+//
+// New(Config{BlockSize: n}) once per publisher, a Batch reused for every payload, then
+// Decode(payload, &batch) for each message and batch.Events to the index (the Example).
+// Package subscriber does all of this for a router; use kvevents directly to decode
+// events from another transport.
+//
 // # What it owns
 //
 // The bytes of one payload frame (the third frame of a [topic, seq, payload] message, a
 // msgpack EventBatch) and the sequence frame (ParseSeq). Sockets, topics, replay requests,
-// gap tracking and applying events to the index belong to the caller. The wire format and
-// its history are described in shared/EVENTS.md; section numbers below refer to it.
+// gap tracking and applying events to the index belong to the caller (package
+// subscriber, whose documentation describes the sockets and the replay exchange). The
+// wire format is described below, under "Wire format"; testdata/golden.txt holds its
+// golden payloads, which the tests decode.
 //
 // # Who may call it
 //
@@ -23,13 +32,13 @@
 //
 // # What it accepts
 //
-//   - The batch: always a msgpack array (EventBatch is array_like in every version, §3.3):
+//   - The batch: always a msgpack array (EventBatch is array_like in every version):
 //     [ts, events] (vLLM <= v0.9) or [ts, events, rank] where rank is vLLM's
 //     data_parallel_rank or SGLang's attn_dp_rank, an int32 or nil. Elements past the third
 //     are ignored. ts may be float64, float32 or an integer. No version encodes the batch
 //     as a map, so a map batch is ErrMalformed rather than a guess.
 //   - Each event either positional (an array, type tag at [0], fields in declaration
-//     order, §3.4) or a map with a "type" key anywhere in it (vLLM after PR #42892, SGLang
+//     order) or a map with a "type" key anywhere in it (vLLM after PR #42892, SGLang
 //     after #37482), mixed freely within a batch. Known tags: BlockStored,
 //     BlockStoredWithMetadata (SGLang #30827), BlockRemoved, AllBlocksCleared. Other tags
 //     are counted (Batch.UnknownTypes, Stats.UnknownTypes) and skipped.
@@ -40,7 +49,7 @@
 //     omitted from a map (omit_defaults) are taken as nil.
 //   - Positional slot 7 is vLLM's lora_name (str or nil) and, in SGLang's
 //     BlockStoredWithMetadata, a metadata map {"cache_salt": ...}. The two are told apart
-//     by msgpack type, whatever the tag (EVENTS.md §4.1 notes the collision).
+//     by msgpack type, whatever the tag.
 //   - Block hashes: an integer of any width; a negative one (old vLLM's builtin hash())
 //     is taken as its two's-complement uint64. A bin value
 //     (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0) is folded exactly as vLLM's
@@ -49,7 +58,7 @@
 //     producer sends one, and folding the bytes of, say, a hex string would silently give
 //     a wrong value.
 //   - token_ids: every stored event must satisfy len(token_ids) == len(block_hashes) *
-//     block_size (the engines emit full blocks only, §3.4); otherwise the event is rejected
+//     block_size (the engines emit full blocks only); otherwise the event is rejected
 //     with ReasonTokenCountMismatch. Contents[i] is hash.Content of the i-th block of ids.
 //
 // # Valid payloads, rejected events
@@ -113,4 +122,75 @@
 // only says whether some block had any). Hybrid models emit events per KV-cache group:
 // GroupIdx, SpecKind and BlockSize are exposed and the caller chooses which groups to
 // index (Config.BlockSize already rejects groups with another block size).
+//
+// # Wire format
+//
+// What vLLM and SGLang publish, in the terms of the code above. A publisher (one per
+// engine and data-parallel rank) sends ZeroMQ PUB messages of three frames:
+//
+//	topic    bytes, vLLM's KVEventsConfig.topic ("" by default: an empty frame); SUB filters
+//	         on it as a prefix
+//	seq      8 bytes, unsigned big-endian: 0 for the publisher's first batch, +1 per batch;
+//	         each data-parallel rank counts on its own. 2^64-1 only ends a replay. Any
+//	         other length (unmerged snapshot work makes it 24) is ErrSeqLength.
+//	payload  one msgpack EventBatch, one per engine step that had events
+//
+// The EventBatch is a msgpack array: [ts, events] in vLLM up to v0.9, [ts, events, rank]
+// since. ts is the publish time in Unix seconds (float64, tag cb); events is an array of
+// events; rank is the data-parallel rank (int, or nil: the publisher fills it in). The
+// encoder (msgspec) writes integers at their smallest width (fixint, cc, cd, ce, cf; d0-d3
+// when negative), strings as fixstr/str8/16/32, byte strings as bin8/16/32.
+//
+// An event is either positional, an array whose element 0 is the type name and whose
+// next elements are the fields in declaration order (every field present, nil when
+// unset, so the array length is fixed per producer version), or a map from field name to
+// value holding "type" plus the fields (fields equal to their default nil are left out,
+// required ones present even when nil). vLLM wrote positional events until PR #42892
+// (2026) and maps after it; SGLang switched with PR #37482; one batch may mix both. New
+// fields are only ever appended, never reordered:
+//
+//	BlockStored     [1] block_hashes  [2] parent_block_hash  [3] token_ids  [4] block_size
+//	                [5] lora_id  [6] medium (v0.11+)  [7] lora_name (v0.14+)
+//	                [8] extra_keys (v0.17+)  [9] group_idx  [10] kv_cache_spec_kind
+//	                [11] kv_cache_spec_sliding_window; maps may add locality, cache_salt,
+//	                session_id
+//	BlockRemoved    [1] block_hashes  [2] medium  [3] group_idx; maps may add locality
+//	AllBlocksCleared  the type alone
+//
+// block_hashes are the engine's own hashes of the full blocks, in sequence order;
+// parent_block_hash is the hash of the block before block_hashes[0], nil when the first
+// block starts the sequence; token_ids are all the event's tokens, len(block_hashes) *
+// block_size of them; medium is "GPU" for the GPU pool ("CPU", "STORAGE", ... for
+// offload tiers); lora_name (or the older integer lora_id) names the adapter; extra_keys
+// is, per block, nil or the other inputs to its hash (multimodal items, salts); group_idx
+// and kv_cache_spec_kind name the KV-cache group of hybrid models. SGLang's positional
+// BlockStored stops at [6]; its BlockStoredWithMetadata adds [7] = {"cache_salt": SALT}.
+// A block hash is an unsigned integer by default, a negative one from very old vLLM, or,
+// with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0, the 32-byte digest as bin (its last 8 bytes
+// big-endian are the integer the default mode sends).
+//
+// Golden payload A1 of testdata/golden.txt, a positional BlockStored, byte by byte:
+//
+//	93                          batch: array of 3
+//	cb 41da13b860100000           ts float64 1750000000.25
+//	91                            events: array of 1
+//	98                              event: array of 8 (type + 7 fields)
+//	ab 426c6f636b53746f726564         "BlockStored"
+//	92 cf 8899aabbccddeeff            block_hashes [0x8899aabbccddeeff,
+//	   cf 0102030405060708                          0x0102030405060708]
+//	cf 1122334455667788               parent_block_hash 0x1122334455667788
+//	98 ce 0002505c cd 0368 cc c6      token_ids [151644, 872, 198,
+//	   cd 2368 cd 0176 cd 0117           9064, 374, 279,
+//	   cd 1a42 cd 013b                   6722, 315]
+//	04                                block_size 4
+//	c0                                lora_id nil
+//	a3 475055                         medium "GPU"
+//	c0                                lora_name nil
+//	00                            rank 0
+//
+// Decoded: one Stored event, Seqs [0x8899aabbccddeeff 0x0102030405060708], Parent
+// 0x1122334455667788, Contents the hash.Content of [151644 872 198 9064] and of
+// [374 279 6722 315]. The other payloads there: A2 and A3 (positional BlockRemoved and
+// AllBlocksCleared), the v0.9 and v0.11 layouts of A1, C1 (the 12-field layout), B1-B3
+// (the same events as maps), a nil rank, and a bin block hash.
 package kvevents

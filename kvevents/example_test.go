@@ -8,7 +8,8 @@ import (
 )
 
 func Example() {
-	// EVENTS.md §6.1 A1: a vLLM BlockStored of two 4-token blocks, positional encoding.
+	// Golden payload A1 (testdata/golden.txt, walked byte by byte in the package
+	// documentation): a vLLM BlockStored of two 4-token blocks, positional encoding.
 	payload, _ := hex.DecodeString("93cb41da13b8601000009198ab426c6f636b53746f72656492cf8899aabbccddeeffcf0102030405060708" +
 		"cf112233445566778898ce0002505ccd0368ccc6cd2368cd0176cd0117cd1a42cd013b04c0a3475055c000")
 

@@ -10,8 +10,8 @@ import (
 // panics, produces output bounded by the payload and the limits, and decodes the same way
 // twice (including into a reused Batch).
 func FuzzDecode(f *testing.F) {
-	for _, g := range goldenVectors {
-		f.Add(unhex(g.hex))
+	for _, p := range goldenPayloads(f) {
+		f.Add(p)
 	}
 	f.Add(batch(0, removedWith("ff", "d3 8000000000000000", "c4 01 ab")))
 	f.Add(batch(3, mp{}.Arr(8).Str("BlockStoredWithMetadata").Uints(12).Uint(11).Tokens([]uint32{43}).Uint(1).Nil().

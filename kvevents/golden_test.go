@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"strings"
@@ -15,7 +16,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// Common values of EVENTS.md §6.0.
+// The vectors' common values (testdata/golden.txt's header).
 const (
 	tsGolden = 1750000000.25
 	h0       = uint64(0x8899aabbccddeeff) // 9843086184167632639
@@ -27,16 +28,16 @@ var (
 	goldenTokens = []uint32{151644, 872, 198, 9064, 374, 279, 6722, 315}
 	c0           = hash.Content(goldenTokens[:4])
 	c1           = hash.Content(goldenTokens[4:])
-	// sha256(b"example"), the illustrative digest of §6.3; its last 8 bytes are the fold.
+	// sha256(b"example"), the illustrative digest of the bin-hash vector; its last 8
+	// bytes are the fold.
 	digestExample = unhex("50d858e0985ecc7f60418aaf0cc5ab587f42c2570a884095a9e8ccacd0f6545c")
 )
 
+// goldenVector is the decoded form of one payload of testdata/golden.txt.
 type goldenVector struct {
+	id      string // the payload's ID in testdata/golden.txt
 	name    string
-	section string
-	hex     string // pasted from EVENTS.md
-	inDoc   bool   // the hex appears verbatim in EVENTS.md
-	size    int    // the byte length EVENTS.md states, 0 if none
+	size    int // the payload's length in bytes where the source notes state it, else 0
 	ts      float64
 	rank    int
 	hasRank bool
@@ -57,83 +58,103 @@ func storedA1(extra func(*Event)) Event {
 
 var goldenVectors = []goldenVector{
 	{
-		name: "A1 BlockStored positional (v0.14-v0.16)", section: "6.1", inDoc: true, size: 86,
-		hex: "93cb41da13b8601000009198ab426c6f636b53746f72656492cf8899aabbccddeeffcf0102030405060708cf112233445566778898ce0002505ccd0368ccc6cd2368cd0176cd0117cd1a42cd013b04c0a3475055c000",
-		ts:  tsGolden, hasRank: true,
+		id: "A1", name: "A1 BlockStored positional (v0.14-v0.16)", size: 86,
+		ts: tsGolden, hasRank: true,
 		events: []Event{storedA1(nil)},
 	},
 	{
-		name: "A2 BlockRemoved positional", section: "6.1", inDoc: true, size: 40,
-		hex: "93cb41da13b8601000009193ac426c6f636b52656d6f76656491cf8899aabbccddeeffa347505500",
-		ts:  tsGolden, hasRank: true,
+		id: "A2", name: "A2 BlockRemoved positional", size: 40,
+		ts: tsGolden, hasRank: true,
 		events: []Event{{Kind: Removed, Seqs: []uint64{h0}, Medium: "GPU", HasDPRank: true}},
 	},
 	{
-		name: "A3 AllBlocksCleared positional", section: "6.1", inDoc: true, size: 30,
-		hex: "93cb41da13b8601000009191b0416c6c426c6f636b73436c656172656400",
-		ts:  tsGolden, hasRank: true,
+		id: "A3", name: "A3 AllBlocksCleared positional", size: 30,
+		ts: tsGolden, hasRank: true,
 		events: []Event{{Kind: Cleared, HasDPRank: true}},
 	},
 	{
-		name: "A1 variant: medium, no lora_name (v0.11.2)", section: "6.1", inDoc: true,
-		hex: "93cb41da13b8601000009197ab426c6f636b53746f72656492cf8899aabbccddeeffcf0102030405060708cf112233445566778898ce0002505ccd0368ccc6cd2368cd0176cd0117cd1a42cd013b04c0a347505500",
-		ts:  tsGolden, hasRank: true,
+		id: "A1-v0.11", name: "A1 variant: medium, no lora_name (v0.11.2)",
+		ts: tsGolden, hasRank: true,
 		events: []Event{storedA1(nil)},
 	},
 	{
-		name: "A1 variant: v0.9.0 (2-element batch, no medium)", section: "6.1", inDoc: true,
-		hex:    "92cb41da13b8601000009196ab426c6f636b53746f72656492cf8899aabbccddeeffcf0102030405060708cf112233445566778898ce0002505ccd0368ccc6cd2368cd0176cd0117cd1a42cd013b04c0",
+		id: "A1-v0.9", name: "A1 variant: v0.9.0 (2-element batch, no medium)",
 		ts:     tsGolden,
 		events: []Event{storedA1(func(e *Event) { e.Medium, e.HasDPRank = "", false })},
 	},
 	{
-		name: "nil data_parallel_rank, no events", section: "6.1", inDoc: false,
-		hex: "93 cb 3ff0000000000000 90 c0", // written with spaces in EVENTS.md
-		ts:  1.0,
+		id: "nil-rank", name: "nil data_parallel_rank, no events",
+		ts: 1.0,
 	},
 	{
-		name: "C1 BlockStored late positional (post-#40984)", section: "6.1", inDoc: true, size: 106,
-		hex: "93cb41da13b860100000919cab426c6f636b53746f72656492cf8899aabbccddeeffcf0102030405060708cf112233445566778898ce0002505ccd0368ccc6cd2368cd0176cd0117cd1a42cd013b04c0a3475055c092c0c000ae66756c6c5f617474656e74696f6ec000",
-		ts:  tsGolden, hasRank: true,
+		id: "C1", name: "C1 BlockStored late positional (post-#40984)", size: 106,
+		ts: tsGolden, hasRank: true,
 		events: []Event{storedA1(func(e *Event) { e.GroupIdx, e.HasGroupIdx, e.SpecKind = 0, true, "full_attention" })},
 	},
 	{
-		name: "B1 BlockStored map (post-#42892)", section: "6.2", inDoc: true, size: 227,
-		hex: "93cb41da13b860100000918ba474797065ab426c6f636b53746f726564ac626c6f636b5f68617368657392cf8899aabbccddeeffcf0102030405060708b1706172656e745f626c6f636b5f68617368cf1122334455667788a9746f6b656e5f69647398ce0002505ccd0368ccc6cd2368cd0176cd0117cd1a42cd013baa626c6f636b5f73697a6504a76c6f72615f6964c0a66d656469756da3475055a96c6f72615f6e616d65c0aa65787472615f6b65797392c0c0a967726f75705f69647800b26b765f63616368655f737065635f6b696e64ae66756c6c5f617474656e74696f6e00",
-		ts:  tsGolden, hasRank: true,
+		id: "B1", name: "B1 BlockStored map (post-#42892)", size: 227,
+		ts: tsGolden, hasRank: true,
 		events: []Event{storedA1(func(e *Event) { e.GroupIdx, e.HasGroupIdx, e.SpecKind = 0, true, "full_attention" })},
 	},
 	{
-		name: "B2 BlockRemoved map", section: "6.2", inDoc: true, size: 76,
-		hex: "93cb41da13b8601000009184a474797065ac426c6f636b52656d6f766564ac626c6f636b5f68617368657391cf8899aabbccddeeffa66d656469756da3475055a967726f75705f6964780000",
-		ts:  tsGolden, hasRank: true,
+		id: "B2", name: "B2 BlockRemoved map", size: 76,
+		ts: tsGolden, hasRank: true,
 		events: []Event{{Kind: Removed, Seqs: []uint64{h0}, Medium: "GPU", HasGroupIdx: true, HasDPRank: true}},
 	},
 	{
-		name: "B3 AllBlocksCleared map", section: "6.2", inDoc: true, size: 35,
-		hex: "93cb41da13b8601000009181a474797065b0416c6c426c6f636b73436c656172656400",
-		ts:  tsGolden, hasRank: true,
+		id: "B3", name: "B3 AllBlocksCleared map", size: 35,
+		ts: tsGolden, hasRank: true,
 		events: []Event{{Kind: Cleared, HasDPRank: true}},
 	},
 	{
-		// §6.3 gives the block_hashes fragment "91 c4 20 <digest>"; here it sits in a
-		// positional BlockRemoved [tag, block_hashes] inside the §6.0 batch.
-		name: "6.3 bin block hash folded to its last 8 bytes", section: "6.3",
-		hex: "93 cb41da13b860100000 91 92 ac426c6f636b52656d6f766564" +
-			" 91 c4 20 50d858e0985ecc7f60418aaf0cc5ab587f42c2570a884095a9e8ccacd0f6545c 00",
+		// The block_hashes fragment "91 c4 20 <digest>" of the source notes, in a
+		// positional BlockRemoved [tag, block_hashes] inside the common batch.
+		id: "bin-hash", name: "bin block hash folded to its last 8 bytes",
 		ts: tsGolden, hasRank: true,
 		events: []Event{{Kind: Removed, Seqs: []uint64{0xa9e8ccacd0f6545c}, HasDPRank: true}},
 	},
 }
 
+// goldenPayloads reads testdata/golden.txt: ID -> payload.
+func goldenPayloads(t testing.TB) map[string][]byte {
+	t.Helper()
+	text, err := os.ReadFile("testdata/golden.txt")
+	require.NoError(t, err)
+	out := map[string][]byte{}
+	for _, line := range strings.Split(string(text), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		id, hexText, ok := strings.Cut(line, " ")
+		require.True(t, ok, "line %q", line)
+		require.NotContains(t, out, id)
+		out[id] = unhex(hexText)
+	}
+	return out
+}
+
+// goldenPayload returns the payload of vector id of testdata/golden.txt.
+func goldenPayload(t testing.TB, id string) []byte {
+	t.Helper()
+	p, ok := goldenPayloads(t)[id]
+	require.True(t, ok, "%s not in testdata/golden.txt", id)
+	return p
+}
+
+// payload returns the payload of vector g.
+func (g goldenVector) payload(t testing.TB) []byte {
+	return goldenPayload(t, g.id)
+}
+
 func TestGoldenVectors(t *testing.T) {
 	d := mustNew(t, Config{BlockSize: 4})
 	var b Batch
+	require.Len(t, goldenPayloads(t), len(goldenVectors), "every payload of testdata/golden.txt has its decoded form here")
 	for _, g := range goldenVectors {
 		t.Run(g.name, func(t *testing.T) {
-			payload := unhex(g.hex)
+			payload := g.payload(t)
 			if g.size != 0 {
-				require.Len(t, payload, g.size, "length stated in EVENTS.md §%s", g.section)
+				require.Len(t, payload, g.size, "length stated by the source notes")
 			}
 			require.NoError(t, d.Decode(payload, &b))
 			require.Equal(t, g.ts, b.Timestamp)
@@ -146,7 +167,7 @@ func TestGoldenVectors(t *testing.T) {
 	}
 }
 
-// The values the vectors are checked against, restated from EVENTS.md §6.0.
+// The values the vectors are checked against, as testdata/golden.txt states them.
 func TestGoldenCommonValues(t *testing.T) {
 	require.Equal(t, uint64(9843086184167632639), h0)
 	require.Equal(t, uint64(72623859790382856), h1)
@@ -165,22 +186,25 @@ func must[T any](v T, err error) T {
 	return v
 }
 
-// The pasted hex must be EVENTS.md's, byte for byte (skipped where shared/ is absent).
+// testdata/golden.txt's payloads were taken from the wire-format notes kept beside the
+// repository (../shared/EVENTS.md in the project's workspace): where those are present,
+// each payload must appear in them byte for byte. Skipped, visibly, elsewhere.
 func TestGoldenVectorsMatchEventsMD(t *testing.T) {
 	doc, err := os.ReadFile("../../shared/EVENTS.md")
 	if errors.Is(err, os.ErrNotExist) {
-		t.Skip("../../shared/EVENTS.md not present")
+		t.Skip("../../shared/EVENTS.md not present: provenance of testdata/golden.txt not checked")
 	}
 	require.NoError(t, err)
-	text := string(doc)
-	for _, g := range goldenVectors {
-		if g.inDoc {
-			require.True(t, strings.Contains(text, g.hex), "%s: hex not found verbatim in EVENTS.md", g.name)
+	text := strings.Join(strings.Fields(string(doc)), "")
+	for id, p := range goldenPayloads(t) {
+		if id == "bin-hash" {
+			continue // assembled from the fragment checked below
 		}
+		require.True(t, strings.Contains(text, hex.EncodeToString(p)), "%s: not found verbatim in EVENTS.md", id)
 	}
-	require.Contains(t, text, "`93 cb 3ff0000000000000 90 c0`")
-	require.Contains(t, text, "91 c4 20 50d858e0985ecc7f60418aaf0cc5ab587f42c2570a884095a9e8ccacd0f6545c")
-	require.Contains(t, text, "0xa9e8ccacd0f6545c")
+	require.Contains(t, string(doc), "`93 cb 3ff0000000000000 90 c0`")
+	require.Contains(t, string(doc), "91 c4 20 50d858e0985ecc7f60418aaf0cc5ab587f42c2570a884095a9e8ccacd0f6545c")
+	require.Contains(t, string(doc), "0xa9e8ccacd0f6545c")
 }
 
 // Every strict prefix of every golden vector is a truncated payload: an error, never a
@@ -189,7 +213,7 @@ func TestGoldenTruncatedAtEveryOffset(t *testing.T) {
 	d := mustNew(t, Config{})
 	var b Batch
 	for _, g := range goldenVectors {
-		payload := unhex(g.hex)
+		payload := g.payload(t)
 		for i := 0; i < len(payload); i++ {
 			err := d.Decode(payload[:i:i], &b)
 			require.ErrorIs(t, err, ErrTruncated, "%s cut at %d", g.name, i)
@@ -204,7 +228,7 @@ func TestGoldenCorruptedAtEveryOffset(t *testing.T) {
 	d := mustNew(t, Config{})
 	var b Batch
 	for _, g := range goldenVectors {
-		orig := unhex(g.hex)
+		orig := g.payload(t)
 		for i := range orig {
 			for _, c := range []byte{0x00, 0x7f, 0x9f, 0x8f, 0xc0, 0xc1, 0xc4, 0xc6, 0xd9, 0xdb, 0xdc, 0xdd, 0xdf, 0xff} {
 				p := append([]byte(nil), orig...)
@@ -218,7 +242,7 @@ func TestGoldenCorruptedAtEveryOffset(t *testing.T) {
 	}
 }
 
-// §6.4: the sequence frames of the replay exchange.
+// The sequence frames of a replay exchange (package documentation, "Wire format").
 func TestParseSeq(t *testing.T) {
 	seq, end, err := ParseSeq(unhex("0000000000000001"))
 	require.NoError(t, err)
@@ -237,14 +261,15 @@ func TestParseSeq(t *testing.T) {
 }
 
 func TestAllocs(t *testing.T) {
+	golden := goldenPayloads(t)
 	mixed := batch(1,
-		mp(unhex(goldenVectors[0].hex)[11:85]), // A1's event
-		mp(unhex(goldenVectors[8].hex)[11:75]), // B2's event
+		mp(golden["A1"][11:85]), // A1's event
+		mp(golden["B2"][11:75]), // B2's event
 		mp{}.Map(6).Str("type").Str("BlockStored").Str("block_hashes").Uints(5).
 			Str("token_ids").Tokens(goldenTokens[:4]).Str("block_size").Uint(4).
 			Str("lora_name").Str("sql-adapter").Str("cache_salt").Str("tenant;1"),
 	)
-	payloads := map[string][]byte{"A1": unhex(goldenVectors[0].hex), "B1": unhex(goldenVectors[7].hex), "mixed": mixed}
+	payloads := map[string][]byte{"A1": golden["A1"], "B1": golden["B1"], "mixed": mixed}
 	for name, p := range payloads {
 		t.Run(name, func(t *testing.T) {
 			d := mustNew(t, Config{})
@@ -263,8 +288,8 @@ func TestAllocs(t *testing.T) {
 
 func BenchmarkDecode(b *testing.B) {
 	for _, g := range []goldenVector{goldenVectors[0], goldenVectors[7]} {
-		payload := unhex(g.hex)
-		b.Run("vector="+g.name[:2], func(b *testing.B) {
+		payload := g.payload(b)
+		b.Run("vector="+g.id, func(b *testing.B) {
 			d := mustNew(b, Config{})
 			var batch Batch
 			b.ReportAllocs()
@@ -276,4 +301,24 @@ func BenchmarkDecode(b *testing.B) {
 			}
 		})
 	}
+}
+
+// The byte walk of A1 in the package documentation is golden payload A1: the first 28
+// columns of each line of the walk are its bytes.
+func TestDocWalksGoldenA1(t *testing.T) {
+	src, err := os.ReadFile("doc.go")
+	require.NoError(t, err)
+	text := string(src)
+	start := strings.Index(text, "// Golden payload A1 of testdata/golden.txt")
+	end := strings.Index(text, "// Decoded: one Stored event")
+	require.True(t, start >= 0 && end > start, "walk not found in doc.go")
+	var walked strings.Builder
+	for _, line := range strings.Split(text[start:end], "\n") {
+		line, ok := strings.CutPrefix(line, "//\t")
+		if !ok {
+			continue
+		}
+		walked.WriteString(strings.Join(strings.Fields(line[:min(28, len(line))]), ""))
+	}
+	require.Equal(t, hex.EncodeToString(goldenPayload(t, "A1")), walked.String())
 }

@@ -7,8 +7,8 @@ import (
 )
 
 // ErrSeqLength reports a sequence frame that is not 8 bytes long. Unmerged vLLM/SGLang
-// snapshot work extends it to 24 bytes (EVENTS.md §2.5): treat it as an unsupported
-// extension, not as garbage.
+// snapshot work extends it to 24 bytes (an 8-byte seq and a 16-byte publisher id):
+// treat it as an unsupported extension, not as garbage.
 var ErrSeqLength = errors.New("kvevents: sequence frame is not 8 bytes")
 
 // ParseSeq decodes the sequence frame of a message (frame 1 of a live PUB message
