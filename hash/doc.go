@@ -1,4 +1,13 @@
-// Package hash owns the two hash functions every kvindex component must agree on:
+// Package hash owns the two hash functions every kvindex component must agree on.
+//
+// # First use
+//
+// A router calls Blocks(buf[:0], tokens, blockSize) on each request, with the block size
+// its inference engines use, and queries the index (package engine) with the content
+// hashes it returns; it never needs the rest. Subscribers compute the same hashes from
+// the engines' events, which is why both sides must use this package (see ExampleBlocks).
+//
+// # The two functions
 //
 //   - the content hash of one block of token ids: XXH3-64 with seed 1337 over the ids,
 //     each written as 4 bytes little-endian (the value NVIDIA Dynamo calls LocalBlockHash

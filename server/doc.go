@@ -2,6 +2,14 @@
 // (one subscriber per engine and data-parallel rank, package subscriber) into one index
 // (package engine) and answers routing queries over HTTP.
 //
+// # First use
+//
+// From the command line, `kvindex serve --engine endpoint=tcp://HOST:5557,model=NAME`
+// (or --config FILE, the JSON below). In a program, New(cfg, Options{}), Start, and
+// Shutdown at the end; Options.Index serves an engine the program fills itself. A
+// router then POSTs {"model": NAME, "tokens": [...]} to /v1/match and routes to
+// "pick" (the Example).
+//
 // # What it owns
 //
 // The engine, the subscribers, the HTTP server and a Prometheus registry. Nothing else

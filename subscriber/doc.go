@@ -2,13 +2,22 @@
 // (one engine endpoint, one data-parallel rank) over ZeroMQ and applies it to the index
 // under one worker id, so that the index never holds state it cannot vouch for.
 //
+// # First use
+//
+// One engine.Engine for the fleet; per inference engine (and data-parallel rank) a
+// Config naming its endpoints, worker id, model and block size, New, and Run in a
+// goroutine until the context ends. Queries name the namespace the events are applied
+// in: engine.FindMatchesIn(ctx, Namespace(model, ""), content, dst). With a model
+// configured, a plain FindMatches (the "" namespace) finds nothing. The Example runs
+// all of it against a stand-in vLLM publisher.
+//
 // # What it owns
 //
 // For each publisher: a SUB socket (pure Go, github.com/go-zeromq/zmq4), a DEALER socket
 // per replay request, a kvevents.Decoder, the sequence state (last applied sequence and
 // a digest of its payload) and the worker's entries in the index. Nothing else writes
-// that worker. The wire protocol is described in shared/EVENTS.md (§2 transport and
-// replay, §3 payloads); package kvevents decodes payloads.
+// that worker. The sockets' wire protocol is under "Wire protocol" below; package
+// kvevents documents and decodes the payloads.
 //
 // # Who may call it
 //
@@ -80,6 +89,32 @@
 // data-parallel rank differs from DPRank is skipped; stored events with extra_keys are
 // indexed unless SkipExtraKeys. Each skip is counted by Reason in Status.Rejected;
 // decoder rejections by kvevents.Reason in Status.DecoderRejected.
+//
+// # Wire protocol
+//
+// vLLM (and SGLang) run, per data-parallel rank, a PUB socket and optionally a ROUTER
+// replay socket, configured by vLLM's --kv-events-config {"endpoint", "replay_endpoint",
+// "topic", "buffer_steps"}. Rank r uses the endpoints' port + r (OffsetEndpoint). The
+// publisher binds when its endpoint has '*' (tcp://*:5557, the default) and connects
+// otherwise, so a subscriber dials the former and binds for the latter (Bind).
+//
+//	live (PUB -> SUB)       [topic, seq, payload]
+//	                        topic: the configured topic ("" by default); seq: 8 bytes,
+//	                        unsigned big-endian, 0 for the first batch, +1 per batch;
+//	                        payload: one msgpack EventBatch (package kvevents)
+//	replay request          [b"", start_seq]          (DEALER -> ROUTER; 8 bytes BE)
+//	replay reply, per batch [b"", seq, payload]       vLLM before v0.26.0, SGLang
+//	                        [b"", topic, seq, payload] vLLM v0.26.0 and later
+//	end of replay           the same shape with seq = ff ff ff ff ff ff ff ff and an
+//	                        empty payload (and an empty topic)
+//
+// The ROUTER answers with every batch it still buffers (vLLM keeps the last
+// buffer_steps batches, 10000 by default) from start_seq on, then the end marker; a
+// request of any other shape is ignored by vLLM. For example, after batches 0..2 a
+// request from 1 gets [b"", 00..01, payload1], [b"", 00..02, payload2], then
+// [b"", ff..ff, b""] (each with the topic frame in vLLM v0.26.0+). PUB drops messages
+// for a subscriber that is not connected yet, which is why every connection starts
+// with a catch-up.
 //
 // # Alternatives rejected
 //

@@ -142,7 +142,7 @@ type Status struct {
 	Disconnects       uint64
 	Removals          uint64 // grace expiries: the worker was removed from the index
 
-	UnsupportedSeq uint64 // messages whose sequence frame is not 8 bytes (§2.5 extensions)
+	UnsupportedSeq uint64 // messages whose sequence frame is not 8 bytes (unmerged 24-byte extensions)
 	BadFrames      uint64 // messages with another frame count, an END marker, another topic
 	// PeersRefused counts connections the ZMTP guard closed: a frame past
 	// Config.MaxMessageBytes, a malformed greeting or handshake, too many connections on

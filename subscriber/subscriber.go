@@ -447,7 +447,7 @@ func (s *Subscriber) handle(ctx context.Context, frames [][]byte) error {
 	}
 	seq, end, err := kvevents.ParseSeq(frames[1])
 	if err != nil {
-		// Unmerged snapshot work makes this frame 24 bytes (EVENTS.md §2.5): an
+		// Unmerged snapshot work makes this frame 24 bytes (see kvevents.ErrSeqLength): an
 		// extension this package does not speak; counted, never guessed at. A message
 		// skipped this way shows up as a gap once 8-byte frames resume.
 		s.local.UnsupportedSeq++

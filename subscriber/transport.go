@@ -71,7 +71,8 @@ func closeDrain(s zmq4.Socket) {
 }
 
 // parseReply splits one replay reply as a DEALER receives it into its sequence and
-// payload frames. The two shapes (EVENTS.md §2.2), after the empty delimiter:
+// payload frames. The two shapes (package documentation, "Wire protocol"), after the
+// empty delimiter:
 //
 //	[seq, payload]          vLLM before PR #45177, SGLang
 //	[topic, seq, payload]   vLLM v0.26.0 and later
