@@ -15,58 +15,80 @@ import (
 	"github.com/kvindex/kvindex/subscriber"
 )
 
-// Embedding the index in a Go router: one engine for the fleet, one Subscriber per
-// inference engine (per data-parallel rank), each Run in its own goroutine. Queries
-// name the namespace the subscribers apply events in, subscriber.Namespace(model, ns):
-// with a model configured, a plain FindMatches (the "" namespace) finds nothing.
+// Embedding the index in a Go router: followAndMatch (the README's "Embedding in a Go
+// router" shows the same function) follows a stand-in vLLM engine and answers a
+// request's prefix query.
 func Example() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	vllm := startFakeVLLM(ctx) // stands in for a vLLM engine started with --kv-events-config
+	vllm := startFakeVLLM(ctx) // has stored two 4-token blocks under the model's namespace
 	defer vllm.close()
 
-	index, err := engine.New(engine.Config{})
+	prompt := []uint32{151644, 872, 198, 9064, 374, 279, 6722, 315, 13, 1}
+	matches, err := followAndMatch(ctx, vllm.pubEndpoint, vllm.replayEndpoint, prompt)
+	fmt.Println(matches, err)
+	// Output:
+	// [{pod-7 2 2}] <nil>
+}
+
+// README:begin followAndMatch
+// followAndMatch follows one vLLM engine's KV events and asks which worker holds the
+// longest cached prefix of one request. A router keeps index and subscribers for its
+// lifetime and queries on every request.
+func followAndMatch(ctx context.Context, endpoint, replayEndpoint string, tokenIDs []uint32) ([]engine.Match, error) {
+	// One index for the whole fleet.
+	index, err := engine.New(engine.Config{}) // zero values: defaults
 	if err != nil {
-		panic(err)
+		return nil, err
 	}
 	defer index.Close()
+
+	// One subscriber per engine and data-parallel rank, each Run in its own goroutine.
+	const model, blockSize = "llama-3-8b", 4 // blockSize: the engine's --block-size
 	sub, err := subscriber.New(subscriber.Config{
-		Endpoint:       vllm.pubEndpoint,    // vLLM's "endpoint" (PUB), e.g. tcp://10.0.0.7:5557
-		ReplayEndpoint: vllm.replayEndpoint, // its "replay_endpoint" (ROUTER), e.g. tcp://10.0.0.7:5558
-		Worker:         "pod-7",
-		Model:          "llama-3-8b",
-		BlockSize:      4, // the engine's block size: only blocks cut like the router's queries match
+		Endpoint:       endpoint,       // vLLM's --kv-events-config "endpoint" (PUB), tcp://HOST:5557
+		ReplayEndpoint: replayEndpoint, // its "replay_endpoint" (ROUTER): gaps and restarts recover
+		Worker:         "pod-7",        // the id matches name; route requests by it
+		Model:          model,
+		BlockSize:      blockSize,
 		Index:          index,
 	})
 	if err != nil {
-		panic(err)
+		return nil, err
 	}
+	ctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = sub.Run(ctx) }() // reconnects and resyncs until ctx ends
 	defer wg.Wait()
-	defer cancel()
+	defer stop()
 
-	// The subscriber syncs through the replay endpoint first, so it has the engine's
-	// buffered batch even though it connected after the engine published it.
-	for sub.Status().Batches == 0 {
-		time.Sleep(10 * time.Millisecond)
+	// Route on a worker once its subscriber has synced (kvindex serve's /readyz waits
+	// the same way); until then its matches may be short.
+	for !sub.Status().Synced {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	// Events reach the index's shards asynchronously: a barrier makes every event applied
+	// so far visible to the next query. A router that may answer from a moment ago skips it.
+	if err := index.Barrier(ctx); err != nil {
+		return nil, err
 	}
 
-	prompt := []uint32{151644, 872, 198, 9064, 374, 279, 6722, 315, 13, 1}
-	content, _ := hash.Blocks(nil, prompt, 4)
-	_ = index.Barrier(ctx) // make the applied events visible to the next query
-	plain, _ := index.FindMatches(ctx, content, nil)
-	matches, _ := index.FindMatchesIn(ctx, subscriber.Namespace("llama-3-8b", ""), content, nil)
-	fmt.Println("default namespace:", plain)
-	fmt.Println(subscriber.Namespace("llama-3-8b", "")+":", matches)
-	st := sub.Status()
-	fmt.Println(st.State, st.Synced, st.LastSeq)
-	// Output:
-	// default namespace: []
-	// model=llama-3-8b;: [{pod-7 2 2}]
-	// live true 0
+	// Per request: content hashes at the engines' block size, then the query, in the
+	// namespace the subscriber applies this model's events in ("model=llama-3-8b;").
+	// A plain FindMatches asks the "" namespace, which holds nothing when a model is set.
+	content, err := hash.Blocks(nil, tokenIDs, blockSize) // reuse the buffers on a hot path
+	if err != nil {
+		return nil, err
+	}
+	return index.FindMatchesIn(ctx, subscriber.Namespace(model, ""), content, nil)
 }
+
+// README:end followAndMatch
 
 // fakeVLLM speaks the two sockets of vLLM's KV-event publisher (the package
 // documentation has the format): PUB frames [topic, seq, payload], and a ROUTER that
