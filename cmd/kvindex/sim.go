@@ -22,6 +22,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // progressDelay is how long a run goes before it shows a progress bar.
@@ -158,11 +160,13 @@ type (
 		BlockOps           int64   `json:"block_ops"`
 		EngineSeconds      float64 `json:"engine_seconds"`
 		BlockOpsPerS       float64 `json:"block_ops_per_s"`
-		P50                int64   `json:"find_matches_p50_ns"`
-		P99                int64   `json:"find_matches_p99_ns"`
-		P999               int64   `json:"find_matches_p999_ns"`
-		Memberships        int64   `json:"memberships"`
-		BytesPerMembership float64 `json:"bytes_per_membership"`
+		// The latencies are left out for a run without queries, the heap per membership
+		// for one that did not measure it (sweep points): absent, not 0.
+		P50                *int64   `json:"find_matches_p50_ns,omitempty"`
+		P99                *int64   `json:"find_matches_p99_ns,omitempty"`
+		P999               *int64   `json:"find_matches_p999_ns,omitempty"`
+		Memberships        int64    `json:"memberships"`
+		BytesPerMembership *float64 `json:"bytes_per_membership,omitempty"`
 	}
 	policyJSON struct {
 		Name         string    `json:"name"`
@@ -191,21 +195,30 @@ type (
 	}
 )
 
-func toIndexJSON(r sim.Result) indexJSON {
+// toIndexJSON: measured says whether the run measured its heap (sim.Config.MeasureMemory).
+func toIndexJSON(r sim.Result, measured bool) indexJSON {
 	s := r.Index
-	return indexJSON{
+	ix := indexJSON{
 		Policy: r.Policy.String(), EventsApplied: s.Events, Rejected: s.Rejected, Queries: s.Queries,
 		BlockOps: s.BlockOps(), EngineSeconds: s.EngineSeconds, BlockOpsPerS: s.BlockOpsPerS(),
-		P50: s.FindMatchesP50, P99: s.FindMatchesP99, P999: s.FindMatchesP999,
-		Memberships: s.Memberships, BytesPerMembership: s.BytesPerMembership(),
+		Memberships: s.Memberships,
 	}
+	if s.Queries > 0 {
+		ix.P50, ix.P99, ix.P999 = ptr(s.FindMatchesP50), ptr(s.FindMatchesP99), ptr(s.FindMatchesP999)
+	}
+	if measured {
+		ix.BytesPerMembership = ptr(s.BytesPerMembership())
+	}
+	return ix
 }
 
-func toPolicyJSON(r sim.Result) policyJSON {
+func ptr[T any](v T) *T { return &v }
+
+func toPolicyJSON(r sim.Result, measured bool) policyJSON {
 	return policyJSON{
 		Name: r.Policy.String(), BlockHitRate: r.BlockHitRate(), TokenHitRate: r.TokenHitRate(),
 		MaxMeanLoad: r.MaxMeanLoad(), MaxMeanToken: r.MaxMeanTokens(), HitBlocks: r.HitBlocks, Blocks: r.Blocks, Seconds: r.Seconds,
-		Index: toIndexJSON(r),
+		Index: toIndexJSON(r, measured),
 	}
 }
 
@@ -329,12 +342,12 @@ func simulate(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg si
 				return err
 			}
 			results = append(results, r)
-			out.Policies = append(out.Policies, toPolicyJSON(r))
+			out.Policies = append(out.Policies, toPolicyJSON(r, true))
 		}
-		ix := toIndexJSON(results[0])
+		ix := toIndexJSON(results[0], true)
 		for _, r := range results {
 			if r.Policy == sim.KVAware {
-				ix = toIndexJSON(r)
+				ix = toIndexJSON(r, true)
 			}
 		}
 		out.Index = &ix
@@ -355,7 +368,7 @@ func simulate(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg si
 			if err != nil {
 				return err
 			}
-			pt.Policies = append(pt.Policies, toPolicyJSON(r))
+			pt.Policies = append(pt.Policies, toPolicyJSON(r, false))
 		}
 		out.Sweep = append(out.Sweep, pt)
 	}
@@ -401,14 +414,16 @@ func printHeader(w io.Writer, out simJSON, capacity string) {
 
 func printReport(w io.Writer, out simJSON, results []sim.Result, ceil sim.Ceiling) {
 	printHeader(w, out, bench.Thousands(int64(out.Cluster.Capacity))+fmt.Sprintf(" blocks (%s tokens each)", bench.Thousands(int64(out.Cluster.Capacity*out.Workload.BlockSize))))
-	fmt.Fprintf(w, "%-15s %10s %10s %11s %14s %12s %8s\n", "policy", "block hit", "token hit", "of ceiling", "max/mean load", "(in tokens)", "seconds")
-	fmt.Fprintf(w, "%-15s %10s %10s %11s %14s %12s %8s\n", "infinite cache", pct(ceil.BlockHitRate()), pct(ceil.TokenHitRate()), "100.0%", "-", "-", "-")
+	// The two load columns: the busiest engine's requests, then its prompt tokens, each
+	// over the mean engine's (1.000 is perfect balance).
+	fmt.Fprintf(w, "%-15s %10s %10s %11s %14s %16s %8s\n", "policy", "block hit", "token hit", "of ceiling", "max/mean reqs", "max/mean tokens", "seconds")
+	fmt.Fprintf(w, "%-15s %10s %10s %11s %14s %16s %8s\n", "infinite cache", pct(ceil.BlockHitRate()), pct(ceil.TokenHitRate()), "100.0%", "-", "-", "-")
 	for _, r := range results {
 		of := "-"
 		if c := ceil.BlockHitRate(); c > 0 {
 			of = fmt.Sprintf("%.1f%%", 100*r.BlockHitRate()/c)
 		}
-		fmt.Fprintf(w, "%-15s %10s %10s %11s %14.3f %12.3f %8.2f\n", r.Policy, pct(r.BlockHitRate()), pct(r.TokenHitRate()), of, r.MaxMeanLoad(), r.MaxMeanTokens(), r.Seconds)
+		fmt.Fprintf(w, "%-15s %10s %10s %11s %14.3f %16.3f %8.2f\n", r.Policy, pct(r.BlockHitRate()), pct(r.TokenHitRate()), of, r.MaxMeanLoad(), r.MaxMeanTokens(), r.Seconds)
 	}
 	ix := *out.Index
 	var r sim.Result
@@ -492,10 +507,34 @@ func writeChart(path string, out simJSON) error {
 	if err := plotutil.AddLinePoints(p, lines...); err != nil {
 		return err
 	}
-	if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
+	if err := saveChart(p, path); err != nil {
 		return fmt.Errorf("writing chart: %w", err)
 	}
 	return nil
+}
+
+// saveChart writes p to path in the format its extension names. An SVG carries its
+// fonts (gonum lays text out with the metrics of its own Liberation fonts; a viewer
+// that substitutes another font clips the labels), as a PDF does by default; a PNG is
+// rasterised here.
+func saveChart(p *plot.Plot, path string) (err error) {
+	const w, h = 8 * vg.Inch, 5 * vg.Inch
+	if strings.ToLower(filepath.Ext(path)) != ".svg" {
+		return p.Save(w, h, path)
+	}
+	c := vgsvg.NewWith(vgsvg.UseWH(w, h), vgsvg.EmbedFonts(true))
+	p.Draw(draw.New(c))
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	_, err = c.WriteTo(f)
+	return err
 }
 
 // simProgress shows a bar on stderr once a run has gone on for progressDelay, when stderr

@@ -153,6 +153,22 @@ func TestSimJSON(t *testing.T) {
 		*ix.P50 <= 0 || ix.Memberships == nil || *ix.Memberships <= 0 || ix.BytesPerMembership == nil || *ix.BytesPerMembership <= 0 {
 		t.Fatalf("index: %s", out)
 	}
+	// What a run did not measure is absent, not 0: only kv-aware queries the index.
+	var raw struct {
+		Policies []struct {
+			Name  string         `json:"name"`
+			Index map[string]any `json:"index"`
+		} `json:"policies"`
+	}
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range raw.Policies {
+		_, has := p.Index["find_matches_p50_ns"]
+		if queried := p.Index["queries"].(float64) > 0; has != queried || p.Name == "kv-aware" && !has {
+			t.Errorf("%s: %v queries, find_matches_p50_ns present %v", p.Name, p.Index["queries"], has)
+		}
+	}
 }
 
 func TestSimTable(t *testing.T) {
@@ -161,7 +177,7 @@ func TestSimTable(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, want := range []string{"workload  built-in conversations", "infinite cache", "kv-aware", "random",
-		"block ops/s", "find-matches     p50", "bytes per membership", "max/mean load"} {
+		"block ops/s", "find-matches     p50", "bytes per membership", "max/mean reqs", "max/mean tokens"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -196,7 +212,9 @@ func TestSimSweep(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ext == ".svg" && !bytes.Contains(b[:min(len(b), 512)], []byte("<svg")) ||
+		// An SVG carries its fonts: a viewer without them would lay the text out with
+		// other metrics and clip the labels.
+		if ext == ".svg" && (!bytes.Contains(b[:min(len(b), 512)], []byte("<svg")) || !bytes.Contains(b, []byte("@font-face"))) ||
 			ext == ".png" && !bytes.HasPrefix(b, []byte("\x89PNG")) {
 			t.Fatalf("%s is not a chart: %q", chart, b[:min(len(b), 64)])
 		}
@@ -215,6 +233,9 @@ func TestSimSweep(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Sweep) != 2 || got.Sweep[1].Capacity != 900 || len(got.Sweep[0].Policies) != 4 {
 		t.Fatalf("sweep JSON %v: %s", err, out)
+	}
+	if strings.Contains(out, "bytes_per_membership") {
+		t.Errorf("sweep points do not measure the heap, yet the JSON has bytes_per_membership: %s", out)
 	}
 }
 
