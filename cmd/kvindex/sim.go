@@ -153,13 +153,13 @@ type (
 		Blocks       int64   `json:"blocks"`
 	}
 	indexJSON struct {
-		Policy             string  `json:"policy"`
-		EventsApplied      uint64  `json:"events_applied"`
-		Rejected           int64   `json:"rejected_events"`
-		Queries            int64   `json:"queries"`
-		BlockOps           int64   `json:"block_ops"`
-		EngineSeconds      float64 `json:"engine_seconds"`
-		BlockOpsPerS       float64 `json:"block_ops_per_s"`
+		Policy        string  `json:"policy"`
+		EventsApplied uint64  `json:"events_applied"`
+		Rejected      int64   `json:"rejected_events"`
+		Queries       int64   `json:"queries"`
+		BlockOps      int64   `json:"block_ops"`
+		EngineSeconds float64 `json:"engine_seconds"`
+		BlockOpsPerS  float64 `json:"block_ops_per_s"`
 		// The latencies are left out for a run without queries, the heap per membership
 		// for one that did not measure it (sweep points): absent, not 0.
 		P50                *int64   `json:"find_matches_p50_ns,omitempty"`
