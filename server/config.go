@@ -88,6 +88,8 @@ type Config struct {
 	// Models names models served without ZeroMQ engines, with their block sizes: their
 	// events reach the index another way (kvindex serve --nats: a JetStream stream).
 	Models map[string]int `json:"models,omitempty"`
+	// GRPC configures the gRPC API (grpc.go); off unless GRPC.Listen is set.
+	GRPC GRPCConfig `json:"grpc,omitzero"`
 }
 
 // IndexConfig is the engine's configuration (see engine.Config).
@@ -263,6 +265,9 @@ func (c Config) plan() ([]publisher, error) {
 	}
 	if err := c.Index.Engine().Validate(); err != nil {
 		return nil, bad("index: %v", err)
+	}
+	if err := c.GRPC.validate(); err != nil {
+		return nil, err
 	}
 	if len(c.Engines) == 0 && len(c.Models) == 0 {
 		return nil, bad("engines: at least one engine (or a models entry) is required")

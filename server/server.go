@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/subscriber"
@@ -34,6 +35,9 @@ type Options struct {
 	// Ready, when set, must also report true before /readyz does (a replica that has
 	// caught up with its stream).
 	Ready func() bool
+	// GRPCListener, when set, serves the gRPC API (grpc.go) instead of listening on
+	// Config.GRPC.Listen.
+	GRPCListener net.Listener
 }
 
 // WorkerSizer reports how many blocks a worker holds. The index implements it when it
@@ -72,6 +76,8 @@ type Server struct {
 
 	ln      net.Listener
 	httpSrv *http.Server
+	grpcLn  net.Listener // nil unless the gRPC API is served
+	grpcSrv *grpc.Server
 
 	stopSubs context.CancelFunc
 	wg       sync.WaitGroup
@@ -118,6 +124,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		byWorker: map[string]*subscriber.Subscriber{},
 		models:   map[string]*model{},
 		ln:       opts.Listener,
+		grpcLn:   opts.GRPCListener,
 		errc:     make(chan error, len(pubs)+1),
 	}
 	for _, p := range pubs {
@@ -235,6 +242,9 @@ func (s *Server) Start() error {
 			s.report(fmt.Errorf("server: serve: %w", err))
 		}
 	}()
+	if err := s.startGRPC(s.grpcLn); err != nil {
+		return err
+	}
 	s.log.Info("serving", "addr", s.ln.Addr().String(), "engines", len(s.cfg.Engines), "workers", len(s.subs))
 	return nil
 }
@@ -261,6 +271,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutOnce.Do(func() {
 		s.draining.Store(true)
 		var errs []error
+		if err := s.stopGRPC(ctx); err != nil {
+			errs = append(errs, err)
+		}
 		if s.httpSrv != nil {
 			if err := s.httpSrv.Shutdown(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("server: drain: %w", err))

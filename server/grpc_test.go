@@ -1,0 +1,353 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/kvindex/kvindex/api/kvindexv1"
+	kvclient "github.com/kvindex/kvindex/client"
+	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/server"
+	"github.com/kvindex/kvindex/subscriber"
+)
+
+// grpcFixture is a server over an index the test fills, serving HTTP on loopback and
+// gRPC on an in-memory listener, and a gRPC client of it.
+type grpcFixture struct {
+	srv   *server.Server
+	index *engine.Engine
+	http  *client
+	grpc  *kvclient.Client
+}
+
+func startGRPC(t *testing.T, cfg server.Config) *grpcFixture {
+	t.Helper()
+	index, err := engine.New(engine.Config{Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { index.Close() })
+	bl := bufconn.Listen(1 << 20)
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	if cfg.Models == nil && len(cfg.Engines) == 0 {
+		cfg.Models = map[string]int{"m": 4, "other": 8}
+	}
+	s, err := server.New(cfg, server.Options{Index: index, GRPCListener: bl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	c, err := kvclient.Dial("passthrough:///bufconn",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return bl.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &grpcFixture{srv: s, index: index, http: newClient(t, s.Addr()), grpc: c}
+}
+
+// fill stores random chains of 4-token blocks for a few workers in model m's default
+// namespace and returns token prompts that share prefixes with them.
+func (f *grpcFixture) fill(t *testing.T, r *rand.Rand) [][]uint32 {
+	t.Helper()
+	ns := subscriber.Namespace("m", "")
+	var prompts [][]uint32
+	base := make([]uint32, 4*40)
+	for i := range base {
+		base[i] = uint32(r.IntN(50000))
+	}
+	seq := uint64(1)
+	for w := 0; w < 5; w++ {
+		n := 1 + r.IntN(30)
+		content := must(hash.Blocks(nil, base[:4*n], 4))
+		blocks := make([]engine.Block, n)
+		for i := range blocks {
+			blocks[i] = engine.Block{Content: content[i], Seq: seq}
+			seq++
+		}
+		if err := f.index.Apply(&engine.Event{Kind: engine.EventStored, Worker: fmt.Sprintf("w%d", w), Namespace: ns, Blocks: blocks}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.index.Barrier(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 30; i++ {
+		p := append([]uint32(nil), base[:4*r.IntN(41)]...)
+		if r.IntN(3) == 0 && len(p) > 8 {
+			p[r.IntN(len(p))] = 1 << 30 // a divergence somewhere
+		}
+		prompts = append(prompts, append(p, 7, 7)) // and a partial block
+	}
+	return prompts
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// TestGRPCMatchEqualsHTTP: for random prompts, sent as tokens and as content hashes,
+// the gRPC answer is the HTTP answer field for field (the pick included: the
+// longest-prefix policy is deterministic).
+func TestGRPCMatchEqualsHTTP(t *testing.T) {
+	f := startGRPC(t, server.Config{})
+	r := rand.New(rand.NewPCG(13, 1))
+	ctx := context.Background()
+	for i, p := range f.fill(t, r) {
+		var want server.MatchResponse
+		body, _ := json.Marshal(map[string]any{"model": "m", "tokens": p})
+		if code := f.http.do("POST", "/v1/match", string(body), &want); code != 200 {
+			t.Fatalf("HTTP %d", code)
+		}
+		answers := []*kvindexv1.MatchResponse{must(f.grpc.MatchTokens(ctx, "m", p))}
+		// An empty repeated field is no field in protobuf: a query of no full block can
+		// only be sent as tokens.
+		if content := must(hash.Blocks(nil, p, 4)); len(content) > 0 {
+			answers = append(answers, must(f.grpc.MatchHashes(ctx, "m", content)))
+		}
+		for _, got := range answers {
+			if got.Model != want.Model || got.Namespace != want.Namespace || int(got.Blocks) != want.Blocks ||
+				len(got.Matches) != len(want.Matches) || (got.Pick == nil) != (want.Pick == nil) {
+				t.Fatalf("prompt %d: gRPC %v, HTTP %+v", i, got, want)
+			}
+			for j, m := range got.Matches {
+				w := want.Matches[j]
+				if m.Worker != w.Worker || int(m.Score) != w.Score || int(m.Size) != w.Size || m.State != w.State {
+					t.Fatalf("prompt %d match %d: gRPC %v, HTTP %+v", i, j, m, w)
+				}
+			}
+			if got.Pick != nil && (got.Pick.Worker != want.Pick.Worker || int(got.Pick.Score) != want.Pick.Score ||
+				got.Pick.Policy != want.Pick.Policy || got.Pick.Reason != want.Pick.Reason) {
+				t.Fatalf("prompt %d: pick %v, HTTP %+v", i, got.Pick, want.Pick)
+			}
+		}
+	}
+	// Another model's namespace holds nothing.
+	resp := must(f.grpc.MatchTokens(ctx, "other", []uint32{1, 2, 3, 4, 5, 6, 7, 8}))
+	if len(resp.Matches) != 0 || resp.Namespace != "model=other;" || resp.Blocks != 1 {
+		t.Fatalf("other model: %v", resp)
+	}
+}
+
+func TestGRPCRejectsBadQueries(t *testing.T) {
+	f := startGRPC(t, server.Config{MaxQueryBlocks: 8})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		req  *kvindexv1.MatchRequest
+		want string
+	}{
+		{&kvindexv1.MatchRequest{Tokens: []uint32{1, 2, 3, 4}}, "model is required"},
+		{&kvindexv1.MatchRequest{Model: "nope", Tokens: []uint32{1}}, `unknown model "nope"`},
+		{&kvindexv1.MatchRequest{Model: "m"}, "tokens or content_hashes is required"},
+		{&kvindexv1.MatchRequest{Model: "m", Tokens: []uint32{1}, ContentHashes: []uint64{1}}, "not both"},
+		{&kvindexv1.MatchRequest{Model: "m", Tokens: []uint32{1}, Policy: "best"}, `unknown policy "best"`},
+		{&kvindexv1.MatchRequest{Model: "m", Tokens: []uint32{1}, Namespace: "lora=a", LoraName: "a"}, "not both"},
+		{&kvindexv1.MatchRequest{Model: "m", Tokens: make([]uint32, 4*9)}, "more than 8 blocks"},
+		{&kvindexv1.MatchRequest{Model: "m", ContentHashes: make([]uint64, 9)}, "more than 8 blocks"},
+	} {
+		_, err := f.grpc.Match(ctx, tc.req)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want InvalidArgument %q", tc.req, err, tc.want)
+		}
+	}
+	// A query of exactly the limit is fine.
+	if _, err := f.grpc.Match(ctx, &kvindexv1.MatchRequest{Model: "m", ContentHashes: make([]uint64, 8)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A peer of ours sends a message over the server's limit: it is refused before the
+// server decodes it (RESOURCE_EXHAUSTED), and the connection and server keep working.
+func TestGRPCBoundsMessageSize(t *testing.T) {
+	f := startGRPC(t, server.Config{GRPC: server.GRPCConfig{MaxMessageBytes: 4096}})
+	ctx := context.Background()
+	_, err := f.grpc.MatchHashes(ctx, "m", make([]uint64, 1000)) // packed 1-byte varints: about 1 KB
+	if err != nil {
+		t.Fatalf("1000 zero hashes (about 1 KB) refused: %v", err)
+	}
+	big := make([]uint64, 1000)
+	for i := range big {
+		big[i] = ^uint64(i) // 10-byte varints: about 10 KB
+	}
+	_, err = f.grpc.MatchHashes(ctx, "m", big)
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("10 KB message: %v, want ResourceExhausted", err)
+	}
+	if _, err := f.grpc.MatchHashes(ctx, "m", big[:10]); err != nil {
+		t.Fatalf("after the refusal: %v", err)
+	}
+}
+
+// A hostile peer of ours writes garbage to the gRPC port, and one opens an HTTP/2
+// connection without ever sending its preface: neither stops the server answering.
+func TestGRPCSurvivesGarbage(t *testing.T) {
+	index, err := engine.New(engine.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer index.Close()
+	s, err := server.New(server.Config{Listen: "127.0.0.1:0", Models: map[string]int{"m": 4},
+		GRPC: server.GRPCConfig{Listen: "127.0.0.1:0"}}, server.Options{Index: index})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	garbage, err := net.Dial("tcp", s.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	junk := make([]byte, 1<<16)
+	for i := range junk {
+		junk[i] = byte(r.Uint32())
+	}
+	_, _ = garbage.Write(junk) // the server may close before all of it is written
+	garbage.Close()
+	silent, err := net.Dial("tcp", s.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+
+	c, err := kvclient.Dial(s.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	resp, err := c.MatchTokens(context.Background(), "", []uint32{1, 2, 3, 4})
+	if err != nil || resp.Blocks != 1 || resp.Model != "m" {
+		t.Fatalf("%v, %v", resp, err)
+	}
+}
+
+// Health: "" is liveness, kvindex.v1.Index readiness (false while an engine has not
+// synced), any other service NOT_FOUND; Workers lists the followed ranks.
+func TestGRPCHealthAndWorkers(t *testing.T) {
+	f := startGRPC(t, server.Config{
+		Engines: []server.EngineConfig{{Endpoint: "tcp://" + deadPort(t), Worker: "pod", Model: "m", BlockSize: 4, DPRanks: 2}},
+	})
+	ctx := context.Background()
+	if live, err := f.grpc.Live(ctx); err != nil || !live {
+		t.Fatalf("live %v, %v", live, err)
+	}
+	if ready, err := f.grpc.Ready(ctx); err != nil || ready {
+		t.Fatalf("ready %v, %v with engines never reached", ready, err)
+	}
+	ws, err := f.grpc.Workers(ctx)
+	if err != nil || len(ws) != 2 || ws[0].Worker != "pod#dp0" || ws[1].DpRank != 1 || ws[0].Synced || ws[0].HasSeq {
+		t.Fatalf("workers %v, %v", ws, err)
+	}
+	var httpWorkers struct {
+		Workers []server.WorkerInfo `json:"workers"`
+	}
+	f.http.do("GET", "/v1/workers", "", &httpWorkers)
+	if len(httpWorkers.Workers) != 2 || httpWorkers.Workers[1].State != ws[1].State {
+		t.Fatalf("HTTP workers %+v, gRPC %v", httpWorkers, ws)
+	}
+}
+
+func TestGRPCConfigBounds(t *testing.T) {
+	base := func(g server.GRPCConfig) server.Config {
+		return server.Config{Models: map[string]int{"m": 4}, GRPC: g}
+	}
+	for _, tc := range []struct {
+		g    server.GRPCConfig
+		want string
+	}{
+		{server.GRPCConfig{Listen: "nope"}, "grpc.listen"},
+		{server.GRPCConfig{MaxMessageBytes: 10}, "grpc.max_message_bytes"},
+		{server.GRPCConfig{MaxMessageBytes: 1 << 30}, "grpc.max_message_bytes"},
+		{server.GRPCConfig{MaxConcurrentStreams: 1 << 20}, "grpc.max_concurrent_streams"},
+	} {
+		if err := base(tc.g).Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.g, err, tc.want)
+		}
+	}
+	if err := base(server.GRPCConfig{Listen: "127.0.0.1:9090", MaxMessageBytes: 1 << 20, MaxConcurrentStreams: 16}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := server.ParseConfig(strings.NewReader(`{"models":{"m":4},"grpc":{"listen":"127.0.0.1:9090","max_concurrent_streams":8}}`))
+	if err != nil || cfg.GRPC.Listen != "127.0.0.1:9090" || cfg.GRPC.MaxConcurrentStreams != 8 {
+		t.Fatalf("%+v, %v", cfg.GRPC, err)
+	}
+}
+
+// The limits a peer sees on the wire: the server's HTTP/2 SETTINGS announce the
+// concurrent-stream and header-list bounds (grpc-go refuses streams beyond them).
+func TestGRPCAnnouncesStreamBounds(t *testing.T) {
+	index, err := engine.New(engine.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer index.Close()
+	s, err := server.New(server.Config{Listen: "127.0.0.1:0", Models: map[string]int{"m": 4},
+		GRPC: server.GRPCConfig{Listen: "127.0.0.1:0", MaxConcurrentStreams: 3}}, server.Options{Index: index})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	conn, err := net.Dial("tcp", s.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sf, ok := f.(*http2.SettingsFrame)
+		if !ok || sf.IsAck() {
+			continue
+		}
+		streams, ok1 := sf.Value(http2.SettingMaxConcurrentStreams)
+		headers, ok2 := sf.Value(http2.SettingMaxHeaderListSize)
+		if !ok1 || streams != 3 || !ok2 || headers != 16<<10 {
+			t.Fatalf("SETTINGS: max streams %d (%v), max header list %d (%v)", streams, ok1, headers, ok2)
+		}
+		return
+	}
+}
