@@ -3,6 +3,13 @@ GO          ?= go
 GOBIN       := $(shell $(GO) env GOPATH)/bin
 STATICCHECK := $(GOBIN)/staticcheck
 STATICCHECK_VERSION := v0.8.2
+# The gRPC code generators, pinned: protoc-gen-go is google.golang.org/protobuf's (the
+# version go.mod requires), protoc-gen-go-grpc grpc-go's. protoc is Debian's.
+PROTOC_GEN_GO_VERSION      := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+PROTOC_GEN_GO      := $(GOBIN)/protoc-gen-go
+PROTOC_GEN_GO_GRPC := $(GOBIN)/protoc-gen-go-grpc
+PROTO       := api/kvindexv1/kvindex.proto
 SHARED      ?= ../shared
 # FUZZTIME, when set (30s, 100000x), is every fuzz target's budget; unset, each target
 # runs a fixed number of executions (about 5 s each on a 2-core machine). Counts, not
@@ -12,7 +19,7 @@ SHARED      ?= ../shared
 FUZZTIME    ?=
 fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 
-.PHONY: test unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest
+.PHONY: test unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest proto proto-deps proto-check
 
 ## test: everything CI runs: lint, race-enabled unit tests, conformance replays, short fuzzing.
 test: lint build386 race conformance fuzz
@@ -29,7 +36,38 @@ race: publisher-deps
 	$(GO) test -race -count=1 ./...
 	$(GO) test -count=1 -run '^TestFloodRSSBounded$$' ./subscriber/
 
-lint: fmt-check vet staticcheck tidy-check
+lint: fmt-check vet staticcheck tidy-check proto-check
+
+## proto-deps: protoc (Debian's protobuf-compiler, when missing) and the pinned Go plugins.
+proto-deps: $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
+	@bash api/kvindexv1/install-protoc.sh
+
+$(PROTOC_GEN_GO):
+	GOFLAGS=-mod=mod $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+
+$(PROTOC_GEN_GO_GRPC):
+	GOFLAGS=-mod=mod $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+
+# protogen DIR: generates $(PROTO)'s Go code under DIR (a module-root-like tree).
+protogen = PATH="$(GOBIN):$$PATH" protoc --go_out=$(1) --go_opt=module=github.com/kvindex/kvindex \
+	--go-grpc_out=$(1) --go-grpc_opt=module=github.com/kvindex/kvindex $(PROTO)
+
+## proto: regenerate the gRPC code from api/kvindexv1/kvindex.proto.
+proto: proto-deps
+	$(call protogen,.)
+
+## proto-check: the committed generated code is what kvindex.proto generates (the
+## "protoc vX" header line aside, which names the local protoc). Skipped, visibly,
+## where protoc cannot be installed.
+proto-check: proto-deps
+	@if ! command -v protoc >/dev/null 2>&1; then echo "SKIP proto-check: protoc not installed"; exit 0; fi; \
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && $(call protogen,$$tmp) && \
+	for f in kvindex.pb.go kvindex_grpc.pb.go; do \
+		grep -v '^//.*protoc[[:space:]][[:space:]]*v[0-9]' api/kvindexv1/$$f >$$tmp/committed; \
+		grep -v '^//.*protoc[[:space:]][[:space:]]*v[0-9]' $$tmp/api/kvindexv1/$$f >$$tmp/generated; \
+		if ! cmp -s $$tmp/committed $$tmp/generated; then \
+			echo "api/kvindexv1/$$f is stale: run make proto"; exit 1; fi; \
+	done
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
@@ -74,6 +112,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(call fuzzbudget,50000x) ./kvevents/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMatch$$' -fuzztime $(call fuzzbudget,25000x) ./server/
 	$(GO) test -run '^$$' -fuzz '^FuzzGuard$$' -fuzztime $(call fuzzbudget,50000x) ./subscriber/
+	$(GO) test -run '^$$' -fuzz '^FuzzGRPCMatch$$' -fuzztime $(call fuzzbudget,20000x) ./server/
 
 ## stress: the long concurrency stress (many producers and readers, all shard counts).
 stress:
