@@ -64,11 +64,12 @@ func init() {
 		run: runBench,
 	})
 	register("serve", command{
-		summary:  "follow engines' KV events (ZeroMQ or NATS) and answer routing queries over HTTP",
+		summary:  "follow engines' KV events (ZeroMQ or NATS) and answer routing queries over HTTP and gRPC",
 		synopsis: "[--config FILE] [--engine SPEC]... [flags]",
 		about: "Follows vLLM/SGLang KV-cache events over ZeroMQ (or a kvindex relay's NATS stream)\n" +
-			"and serves POST /v1/match, GET /v1/workers, /healthz, /readyz and /metrics over HTTP.\n" +
-			"SIGTERM or SIGINT drains in-flight requests and exits 0.",
+			"and serves POST /v1/match, GET /v1/workers, /healthz, /readyz and /metrics over HTTP;\n" +
+			"with --grpc, the same over gRPC (api/kvindexv1/kvindex.proto). SIGTERM or SIGINT\n" +
+			"drains in-flight requests and exits 0.",
 		run: untilSignal(serveMain),
 	})
 	register("relay", command{

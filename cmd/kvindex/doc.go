@@ -1,11 +1,11 @@
 // Command kvindex runs the kvindex index outside a program: it simulates a fleet, replays
-// and benchmarks op logs, and serves the index to routers over HTTP.
+// and benchmarks op logs, and serves the index to routers over HTTP and gRPC.
 //
 //	kvindex sim       simulate a routed vLLM fleet: hit rate per routing policy and index throughput
 //	kvindex gen-ops   write the simulated fleet's event stream as an op log (input of replay and bench)
 //	kvindex replay    apply an op log and check every query's expected answer
 //	kvindex bench     measure the engine against its baselines (and, with --peers, SMG's indexes) on an op log
-//	kvindex serve     follow engines' KV events (ZeroMQ or NATS) and answer routing queries over HTTP
+//	kvindex serve     follow engines' KV events (ZeroMQ or NATS) and answer routing queries over HTTP and gRPC
 //	kvindex relay     follow engines' KV events (or an op log) and publish them to NATS JetStream
 //
 // `kvindex COMMAND -h` prints a command's synopsis, description and flags to stdout and

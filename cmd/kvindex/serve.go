@@ -76,6 +76,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs := newFlags("serve", stderr)
 	cfgPath := fs.String("config", "", "JSON configuration file (see package server's documentation); flags override it")
 	listen := fs.String("listen", "", "HTTP API address (default "+server.DefaultListen+")")
+	grpcListen := fs.String("grpc", "", "also serve the gRPC API (api/kvindexv1/kvindex.proto) at this address, e.g. 127.0.0.1:9090")
 	policy := fs.String("policy", "", "default routing policy: "+strings.Join(server.Policies(), ", "))
 	blockSize := fs.Int("block-size", 0, "block size of engines that set none (default 16)")
 	shards := fs.Int("shards", 0, shardsHelp)
@@ -134,6 +135,8 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			cfg.MaxBodyBytes = *maxBody
 		case "max-message-bytes":
 			cfg.MaxMessageBytes = *maxMsg
+		case "grpc":
+			cfg.GRPC.Listen = *grpcListen
 		}
 	})
 	cfg.Engines = append(cfg.Engines, engines...)
@@ -203,6 +206,9 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 1
 	}
 	fmt.Fprintf(stdout, "kvindex serve: listening on %s (%d engines, %d workers)\n", s.Addr(), len(cfg.Engines), len(s.Subscribers()))
+	if a := s.GRPCAddr(); a != "" {
+		fmt.Fprintf(stdout, "kvindex serve: gRPC on %s\n", a)
+	}
 	code := 0
 	select {
 	case <-ctx.Done():
