@@ -1,7 +1,8 @@
 // Command loadgen measures kvindex serve under load on the loopback interface: the test
 // publisher (testdata/publisher/publisher.py, vLLM's protocol over libzmq) streams
 // trace-driven KV events into an in-process server while loadgen drives POST /v1/match
-// at several concurrencies, and reports requests/s and latency percentiles.
+// and the gRPC Index.Match (--apis http,grpc: both, alternating at each level, in the
+// same run) at several concurrencies, and reports requests/s and latency percentiles.
 //
 // Everything is bounded: each concurrency level runs for --duration or --max-requests,
 // whichever ends first; the publisher stops after its own --publisher-seconds; only

@@ -28,13 +28,13 @@ func TestSmoke(t *testing.T) {
 	}
 	rep, err := Run(context.Background(), Options{
 		Trace: trace, Ranks: 2, BlockSize: 16, Capacity: 20000, Burst: 40, EventRate: 50, Queries: 20,
-		Concurrency: []int{1, 4}, Modes: []string{"hashes", "tokens"}, Duration: 300 * time.Millisecond,
+		Concurrency: []int{1, 4}, Modes: []string{"hashes", "tokens"}, APIs: []string{"http", "grpc"}, Duration: 300 * time.Millisecond,
 		MaxRequests: 2000, PublisherSeconds: 30,
 	}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Results) != 4 || rep.Workers != 2 || rep.Blocks == 0 {
+	if len(rep.Results) != 8 || rep.Workers != 2 || rep.Blocks == 0 {
 		t.Fatalf("report %+v", rep)
 	}
 	for _, r := range rep.Results {
@@ -43,7 +43,7 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	md := rep.Markdown("go run ./bench/loadgen")
-	if !strings.Contains(md, "| hashes | 4 |") || !strings.Contains(md, "p99") {
+	if !strings.Contains(md, "| http | hashes | 4 |") || !strings.Contains(md, "| grpc | tokens | 1 |") || !strings.Contains(md, "p99") {
 		t.Fatalf("markdown:\n%s", md)
 	}
 }

@@ -19,6 +19,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kvindex/kvindex/api/kvindexv1"
+	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/internal/replay"
 	"github.com/kvindex/kvindex/server"
 	"github.com/kvindex/kvindex/sim"
@@ -36,6 +41,7 @@ type Options struct {
 	Queries          int           // distinct prompts (the last records of the burst) the load cycles over
 	Concurrency      []int         // levels
 	Modes            []string      // "hashes", "tokens"
+	APIs             []string      // "http", "grpc": measured level by level, alternating
 	Duration         time.Duration // per level
 	MaxRequests      int           // per level
 	PublisherSeconds float64       // the publisher's own bound
@@ -43,6 +49,7 @@ type Options struct {
 
 // Result is one level's figures.
 type Result struct {
+	API           string // "http" or "grpc"
 	Mode          string
 	Concurrency   int
 	Requests      int
@@ -68,7 +75,7 @@ type Report struct {
 
 func main() {
 	var o Options
-	var conc, modes string
+	var conc, modes, apis string
 	fs := flag.NewFlagSet("loadgen", flag.ExitOnError)
 	fs.StringVar(&o.Trace, "trace", "", "Mooncake trace (default: shared/traces/conversation_trace.jsonl found above the working directory)")
 	fs.IntVar(&o.Ranks, "ranks", 4, "publisher data-parallel ranks (one worker each)")
@@ -79,6 +86,7 @@ func main() {
 	fs.IntVar(&o.Queries, "queries", 1000, "distinct prompts the load cycles over (the last records of the burst)")
 	fs.StringVar(&conc, "concurrency", "1,4,16,64", "concurrency levels")
 	fs.StringVar(&modes, "modes", "hashes,tokens", "request forms: hashes (content_hashes), tokens")
+	fs.StringVar(&apis, "apis", "http,grpc", "APIs to measure, alternating at each level: http (POST /v1/match), grpc (Index.Match)")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "time per level")
 	fs.IntVar(&o.MaxRequests, "max-requests", 500000, "requests per level at most")
 	fs.Float64Var(&o.PublisherSeconds, "publisher-seconds", 0, "publisher's own time bound (0: derived from the levels)")
@@ -93,6 +101,7 @@ func main() {
 		o.Concurrency = append(o.Concurrency, n)
 	}
 	o.Modes = strings.Split(modes, ",")
+	o.APIs = strings.Split(apis, ",")
 	rep, err := Run(context.Background(), o, os.Stderr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "loadgen: %v\n", err)
@@ -152,7 +161,15 @@ func Run(ctx context.Context, o Options, logw io.Writer) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	levels := len(o.Concurrency) * len(o.Modes)
+	if len(o.APIs) == 0 {
+		o.APIs = []string{"http"}
+	}
+	for _, a := range o.APIs {
+		if a != "http" && a != "grpc" {
+			return nil, fmt.Errorf("unknown API %q (want http, grpc)", a)
+		}
+	}
+	levels := len(o.Concurrency) * len(o.Modes) * len(o.APIs)
 	if o.PublisherSeconds == 0 {
 		o.PublisherSeconds = float64(levels)*o.Duration.Seconds()*1.5 + 120
 	}
@@ -170,6 +187,7 @@ func Run(ctx context.Context, o Options, logw io.Writer) (*Report, error) {
 	cfg := server.Config{
 		Listen:       "127.0.0.1:0",
 		MaxBodyBytes: 8 << 20,
+		GRPC:         server.GRPCConfig{Listen: "127.0.0.1:0", MaxMessageBytes: 8 << 20},
 		Engines: []server.EngineConfig{{
 			Endpoint: pub.Ranks[0].Endpoint, ReplayEndpoint: pub.Ranks[0].ReplayEndpoint,
 			Worker: "engine", Model: "trace", BlockSize: o.BlockSize, DPRanks: o.Ranks,
@@ -191,6 +209,14 @@ func Run(ctx context.Context, o Options, logw io.Writer) (*Report, error) {
 	tr := &http.Transport{MaxIdleConns: 2048, MaxIdleConnsPerHost: 2048, IdleConnTimeout: 30 * time.Second}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	// One gRPC connection: HTTP/2 multiplexes the level's callers over it, as a router's
+	// shared client would.
+	gc, err := client.Dial(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)))
+	if err != nil {
+		return nil, err
+	}
+	defer gc.Close()
 
 	if err := waitUntil(ctx, 30*time.Second, func() bool {
 		resp, err := hc.Get(base + "/readyz")
@@ -229,33 +255,45 @@ func Run(ctx context.Context, o Options, logw io.Writer) (*Report, error) {
 	}
 	fmt.Fprintf(logw, "loadgen: burst of %d trace records applied; %d memberships\n", o.Burst, srv.Engine().Stats().Memberships)
 
-	// Request bodies, built once.
+	// Requests, built once: JSON bodies for HTTP, messages for gRPC, the same queries.
 	bodies := map[string][][]byte{}
+	msgs := map[string][]*kvindexv1.MatchRequest{}
 	for _, mode := range o.Modes {
 		for i, req := range wl.Requests {
 			var v any
+			m := &kvindexv1.MatchRequest{Model: "trace"}
 			switch mode {
 			case "hashes":
 				v = map[string]any{"model": "trace", "content_hashes": req.Blocks}
+				m.ContentHashes = req.Blocks
 			case "tokens":
-				v = map[string]any{"model": "trace", "tokens": wholeBlocks(sim.TraceTokens(nil, recs[i]), o.BlockSize)}
+				toks := wholeBlocks(sim.TraceTokens(nil, recs[i]), o.BlockSize)
+				v = map[string]any{"model": "trace", "tokens": toks}
+				m.Tokens = toks
 			default:
 				return nil, fmt.Errorf("unknown mode %q", mode)
 			}
 			b, _ := json.Marshal(v)
 			bodies[mode] = append(bodies[mode], b)
+			msgs[mode] = append(msgs[mode], m)
 		}
 	}
 	rep := &Report{Opts: o}
 	for _, mode := range o.Modes {
 		for _, c := range o.Concurrency {
-			r, err := level(ctx, hc, base, srv, bodies[mode], c, o)
-			if err != nil {
-				return nil, err
+			for _, api := range o.APIs {
+				call := httpCall(hc, base, bodies[mode])
+				if api == "grpc" {
+					call = grpcCall(gc, msgs[mode])
+				}
+				r, err := level(ctx, srv, call, c, o)
+				if err != nil {
+					return nil, fmt.Errorf("%s %s c=%d: %w", api, mode, c, err)
+				}
+				r.API, r.Mode = api, mode
+				fmt.Fprintf(logw, "loadgen: %-4s %-6s c=%-3d %8.0f req/s p50 %v p99 %v errors %d\n", api, mode, c, r.RPS, r.P50, r.P99, r.Errors)
+				rep.Results = append(rep.Results, r)
 			}
-			r.Mode = mode
-			fmt.Fprintf(logw, "loadgen: %-6s c=%-3d %8.0f req/s p50 %v p99 %v errors %d\n", mode, c, r.RPS, r.P50, r.P99, r.Errors)
-			rep.Results = append(rep.Results, r)
 		}
 	}
 	es := srv.Engine().Stats()
@@ -287,7 +325,50 @@ func waitUntil(ctx context.Context, timeout time.Duration, cond func() bool) err
 	return nil
 }
 
-func level(ctx context.Context, hc *http.Client, base string, srv *server.Server, bodies [][]byte, c int, o Options) (Result, error) {
+// call sends request i (modulo the request set) and returns the best score over the
+// query's blocks, or an error. Calls run concurrently.
+type call func(ctx context.Context, i int) (score float64, err error)
+
+// httpCall posts the JSON bodies to /v1/match.
+func httpCall(hc *http.Client, base string, bodies [][]byte) call {
+	return func(ctx context.Context, i int) (float64, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/match", bytes.NewReader(bodies[i%len(bodies)]))
+		if err != nil {
+			return 0, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		r, err := hc.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		var resp server.MatchResponse
+		derr := json.NewDecoder(r.Body).Decode(&resp)
+		r.Body.Close()
+		if r.StatusCode != 200 || derr != nil {
+			return 0, fmt.Errorf("status %d, %v", r.StatusCode, derr)
+		}
+		if len(resp.Matches) > 0 && resp.Blocks > 0 {
+			return float64(resp.Matches[0].Score) / float64(resp.Blocks), nil
+		}
+		return 0, nil
+	}
+}
+
+// grpcCall sends the messages to Index.Match.
+func grpcCall(gc *client.Client, msgs []*kvindexv1.MatchRequest) call {
+	return func(ctx context.Context, i int) (float64, error) {
+		resp, err := gc.Match(ctx, msgs[i%len(msgs)])
+		if err != nil {
+			return 0, err
+		}
+		if len(resp.Matches) > 0 && resp.Blocks > 0 {
+			return float64(resp.Matches[0].Score) / float64(resp.Blocks), nil
+		}
+		return 0, nil
+	}
+}
+
+func level(ctx context.Context, srv *server.Server, send call, c int, o Options) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Duration)
 	defer cancel()
 	var next atomic.Int64
@@ -301,33 +382,24 @@ func level(ctx context.Context, hc *http.Client, base string, srv *server.Server
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var resp server.MatchResponse
+			// Each call gets a context of its own: the level's deadline ends the loop,
+			// never a call in flight (whose latency would then be cut short).
 			for ctx.Err() == nil {
 				i := next.Add(1) - 1
 				if i >= int64(o.MaxRequests) {
 					return
 				}
-				body := bodies[int(i)%len(bodies)]
 				t0 := time.Now()
-				r, err := hc.Post(base+"/v1/match", "application/json", bytes.NewReader(body))
-				if err != nil {
-					if ctx.Err() == nil {
-						errs.Add(1)
-					}
-					continue
-				}
-				resp = server.MatchResponse{}
-				derr := json.NewDecoder(r.Body).Decode(&resp)
-				r.Body.Close()
+				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				score, err := send(cctx, int(i))
+				cancel()
 				d := time.Since(t0)
-				if r.StatusCode != 200 || derr != nil {
+				if err != nil {
 					errs.Add(1)
 					continue
 				}
 				lat[g] = append(lat[g], d)
-				if len(resp.Matches) > 0 && resp.Blocks > 0 {
-					scores[g] += float64(resp.Matches[0].Score) / float64(resp.Blocks)
-				}
+				scores[g] += score
 			}
 		}()
 	}
@@ -363,17 +435,19 @@ func (r *Report) Markdown(command string) string {
 	fmt.Fprintf(&b, "Setup: the Python test publisher (real libzmq, vLLM's wire protocol, mixed array/map events) streams the Mooncake trace "+
 		"`%s` over %d data-parallel ranks (LRU capacity %d blocks each, block size %d): %d records unpaced first, then %.0f records/s "+
 		"during the measurement. The load generator cycles over the last %d prompts of the burst; each level runs %v (at most %d requests). "+
-		"\"hashes\" sends `content_hashes` (client-side hashing), \"tokens\" sends the token ids (server-side hashing; bodies of up to ~60 KB).\n\n",
+		"\"hashes\" sends `content_hashes` (client-side hashing), \"tokens\" sends the token ids (server-side hashing; bodies of up to ~60 KB). "+
+		"API \"http\" is POST /v1/match with JSON over pooled HTTP/1.1 connections, \"grpc\" is Index.Match with protobuf over one HTTP/2 connection "+
+		"(package client); at each level the APIs run one after the other, on the same server, index and event stream.\n\n",
 		filepath.Base(o.Trace), o.Ranks, o.Capacity, o.BlockSize, o.Burst, o.EventRate, o.Queries, o.Duration, o.MaxRequests)
-	fmt.Fprintf(&b, "| request form | concurrency | requests | req/s | p50 | p99 | max | errors | mean best score | index events/s during level |\n")
-	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| API | request form | concurrency | requests | req/s | p50 | p99 | max | errors | mean best score | index events/s during level |\n")
+	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Results {
-		fmt.Fprintf(&b, "| %s | %d | %d | %.0f | %s | %s | %s | %d | %.2f | %.0f |\n", x.Mode, x.Concurrency, x.Requests, x.RPS,
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %.0f | %s | %s | %s | %d | %.2f | %.0f |\n", x.API, x.Mode, x.Concurrency, x.Requests, x.RPS,
 			fmtDur(x.P50), fmtDur(x.P99), fmtDur(x.Max), x.Errors, x.MeanScore, x.EventsPerSec)
 	}
 	fmt.Fprintf(&b, "\nIndex at the end: %d workers, %d blocks, %d memberships; %d batches applied, %d gaps detected, %d recovered by replay.\n",
 		r.Workers, r.Blocks, r.Memberships, r.Batches, r.Gaps, r.Recovered)
-	fmt.Fprintf(&b, "\nReading: latency is measured by the client per request (HTTP round trip over loopback, JSON encoding and decoding "+
+	fmt.Fprintf(&b, "\nReading: latency is measured by the client per request (the round trip over loopback, JSON or protobuf encoding and decoding "+
 		"included) while the publisher (Python, one process for all ranks) and the load generator compete with the server for the same cores, "+
 		"so the throughputs are a lower bound for the server alone (and the latencies an upper bound). \"mean best score\" is the best worker's score divided by the query's blocks, "+
 		"averaged: evidence that the queries hit a populated index; it falls over the run because the stream keeps evicting the queried "+
