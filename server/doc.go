@@ -8,11 +8,12 @@
 // (or --config FILE, the JSON below). In a program, New(cfg, Options{}), Start, and
 // Shutdown at the end; Options.Index serves an engine the program fills itself. A
 // router then POSTs {"model": NAME, "tokens": [...]} to /v1/match and routes to
-// "pick" (the Example).
+// "pick" (the Example), or calls the gRPC API (--grpc ADDR; package client).
 //
 // # What it owns
 //
-// The engine, the subscribers, the HTTP server and a Prometheus registry. Nothing else
+// The engine, the subscribers, the HTTP server (and, when configured, the gRPC server)
+// and a Prometheus registry. Nothing else
 // writes the engine: each worker's events come from its own subscriber goroutine, in
 // order.
 //
@@ -25,9 +26,9 @@
 //	engines (vLLM/SGLang PUB + ROUTER) --zmq--> subscriber goroutines --Apply--> engine
 //	HTTP clients --> net/http goroutines --FindMatchesIn / Status / Stats--> (read only)
 //
-// Shutdown order: /readyz turns 503, the HTTP server stops accepting and waits for
-// in-flight requests (DrainTimeout, then they are cut), the subscribers stop, the engine
-// closes.
+// Shutdown order: /readyz turns 503, the gRPC server and then the HTTP server stop
+// accepting and wait for in-flight calls (DrainTimeout, then they are cut), the
+// subscribers stop, the engine closes.
 //
 // # Configuration (JSON; unknown fields are errors; zero values take defaults)
 //
@@ -41,6 +42,8 @@
 //	  "replay_timeout": "5s",           "reconnect_min": "100ms", "reconnect_max": "5s",
 //	  "resync_interval": "30s",
 //	  "index": {"shards": 0, "jump_size": 0, "queue_size": 0},
+//	  "grpc": {"listen": "127.0.0.1:9090",    gRPC API address ("" or absent: no gRPC)
+//	           "max_message_bytes": 4194304, "max_concurrent_streams": 128},
 //	  "engines": [{
 //	    "endpoint": "tcp://10.0.0.7:5557",          PUB endpoint of rank 0 (required)
 //	    "replay_endpoint": "tcp://10.0.0.7:5558",   ROUTER endpoint of rank 0 ("" = no replay)
@@ -81,6 +84,25 @@
 // bad_query, bad_policy, bad_namespace, query_too_long), 404, 405, 413 (body_too_large)
 // or 503. Queries name their namespace as the subscribers apply events:
 // subscriber.Namespace(model, ns), so models never match each other.
+//
+// # gRPC API
+//
+// api/kvindexv1/kvindex.proto, served beside HTTP when "grpc"."listen" is set (kvindex
+// serve --grpc ADDR), from the same engine and subscribers:
+//
+//	kvindex.v1.Index/Match     MatchRequest{model, tokens | content_hashes, namespace,
+//	                           lora_name, cache_salt, policy} -> MatchResponse, as /v1/match;
+//	                           errors INVALID_ARGUMENT, UNAVAILABLE, RESOURCE_EXHAUSTED
+//	kvindex.v1.Index/Workers   -> WorkersResponse, as /v1/workers
+//	grpc.health.v1.Health/Check  service "": liveness (/healthz);
+//	                           service "kvindex.v1.Index": readiness (/readyz)
+//
+// The port is as exposed as the HTTP one, so a peer's resources are bounded: messages
+// both ways (max_message_bytes, refused before they are decoded), streams per
+// connection (max_concurrent_streams, announced in HTTP/2 SETTINGS), the header list
+// (16 KiB), pings (more often than every 10 s closes the connection), and, as over
+// HTTP, query blocks and query time. There is no TLS of its own. Not in this version: a
+// "routed" call for the index's predictions (the engine makes none yet).
 //
 // A worker is eligible for a pick while its subscriber is live or stale (connected and
 // synced). "size" in /v1/workers is filled when the index implements WorkerSizer, else
