@@ -82,7 +82,7 @@ func main() {
 	fs.IntVar(&o.BlockSize, "block-size", 16, "tokens per block")
 	fs.IntVar(&o.Capacity, "capacity", 100000, "blocks per rank (LRU cache of the simulated engine)")
 	fs.IntVar(&o.Burst, "burst", 2000, "trace records streamed unpaced before measuring")
-	fs.Float64Var(&o.EventRate, "event-rate", 200, "trace records/s streamed while measuring")
+	fs.Float64Var(&o.EventRate, "event-rate", 0, "trace records/s streamed while measuring (0: the rest of the trace spread over the levels, at most 200/s)")
 	fs.IntVar(&o.Queries, "queries", 1000, "distinct prompts the load cycles over (the last records of the burst)")
 	fs.StringVar(&conc, "concurrency", "1,4,16,64", "concurrency levels")
 	fs.StringVar(&modes, "modes", "hashes,tokens", "request forms: hashes (content_hashes), tokens")
@@ -170,6 +170,16 @@ func Run(ctx context.Context, o Options, logw io.Writer) (*Report, error) {
 		}
 	}
 	levels := len(o.Concurrency) * len(o.Modes) * len(o.APIs)
+	if o.EventRate == 0 {
+		// The stream must last the whole measurement, or the later levels run against an
+		// index that no longer changes: spread what the burst leaves of the trace over
+		// the levels, with a margin for the time between them.
+		n, err := countLines(o.Trace)
+		if err != nil {
+			return nil, err
+		}
+		o.EventRate = min(200, float64(max(n-o.Burst, 1))/(float64(levels)*o.Duration.Seconds()*1.25))
+	}
 	if o.PublisherSeconds == 0 {
 		o.PublisherSeconds = float64(levels)*o.Duration.Seconds()*1.5 + 120
 	}
@@ -307,6 +317,15 @@ func Run(ctx context.Context, o Options, logw io.Writer) (*Report, error) {
 	return rep, nil
 }
 
+// countLines counts the records of a JSON Lines file.
+func countLines(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return bytes.Count(b, []byte{'\n'}), nil
+}
+
 // wholeBlocks drops a trailing partial block, as the server would.
 func wholeBlocks(toks []uint32, bs int) []uint32 { return toks[:len(toks)/bs*bs] }
 
@@ -433,7 +452,7 @@ func (r *Report) Markdown(command string) string {
 	fmt.Fprintf(&b, "Machine: %d CPUs (GOMAXPROCS %d), %s/%s, %s. Client, server and publisher share the machine over 127.0.0.1.\n\n",
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version())
 	fmt.Fprintf(&b, "Setup: the Python test publisher (real libzmq, vLLM's wire protocol, mixed array/map events) streams the Mooncake trace "+
-		"`%s` over %d data-parallel ranks (LRU capacity %d blocks each, block size %d): %d records unpaced first, then %.0f records/s "+
+		"`%s` over %d data-parallel ranks (LRU capacity %d blocks each, block size %d): %d records unpaced first, then %.1f records/s "+
 		"during the measurement. The load generator cycles over the last %d prompts of the burst; each level runs %v (at most %d requests). "+
 		"\"hashes\" sends `content_hashes` (client-side hashing), \"tokens\" sends the token ids (server-side hashing; bodies of up to ~60 KB). "+
 		"API \"http\" is POST /v1/match with JSON over pooled HTTP/1.1 connections, \"grpc\" is Index.Match with protobuf over one HTTP/2 connection "+
