@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health/grpc_health_v1"
@@ -107,13 +108,10 @@ func (s *Server) newGRPCServer() *grpc.Server {
 	return srv
 }
 
-// grpcMetrics counts calls in kvindex_http_requests_total's sibling series
-// (handler "grpc:METHOD", code the gRPC code) and in the in-flight gauge.
+// grpcMetrics counts calls by method and gRPC code (kvindex_grpc_requests_total).
 func (s *Server) grpcMetrics(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	s.inFlight.Inc()
-	defer s.inFlight.Dec()
 	resp, err := h(ctx, req)
-	s.requests.WithLabelValues("grpc:"+info.FullMethod, status.Code(err).String()).Inc()
+	s.grpcReq.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
 	return resp, err
 }
 
@@ -130,6 +128,11 @@ func (s *Server) startGRPC(ln net.Listener) error {
 		}
 	}
 	s.grpcLn = ln
+	s.grpcReq = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvindex_grpc_requests_total",
+		Help: "gRPC calls by method and status code.",
+	}, []string{"method", "code"})
+	s.reg.MustRegister(s.grpcReq)
 	s.grpcSrv = s.newGRPCServer()
 	s.wg.Add(1)
 	go func() {

@@ -351,3 +351,20 @@ func TestGRPCAnnouncesStreamBounds(t *testing.T) {
 		return
 	}
 }
+
+// gRPC calls are counted by method and code on /metrics.
+func TestGRPCMetrics(t *testing.T) {
+	f := startGRPC(t, server.Config{})
+	ctx := context.Background()
+	_, _ = f.grpc.MatchTokens(ctx, "m", []uint32{1, 2, 3, 4})
+	_, _ = f.grpc.MatchTokens(ctx, "nope", []uint32{1})
+	m := f.http.text("/metrics")
+	for _, want := range []string{
+		`kvindex_grpc_requests_total{code="OK",method="/kvindex.v1.Index/Match"} 1`,
+		`kvindex_grpc_requests_total{code="InvalidArgument",method="/kvindex.v1.Index/Match"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}

@@ -78,6 +78,7 @@ type Server struct {
 	httpSrv *http.Server
 	grpcLn  net.Listener // nil unless the gRPC API is served
 	grpcSrv *grpc.Server
+	grpcReq *prometheus.CounterVec // kvindex_grpc_requests_total, registered when gRPC starts
 
 	stopSubs context.CancelFunc
 	wg       sync.WaitGroup
