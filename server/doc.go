@@ -101,7 +101,8 @@
 // both ways (max_message_bytes, refused before they are decoded), streams per
 // connection (max_concurrent_streams, announced in HTTP/2 SETTINGS), the header list
 // (16 KiB), pings (more often than every 10 s closes the connection), and, as over
-// HTTP, query blocks and query time. There is no TLS of its own. Not in this version: a
+// HTTP, query blocks and query time. Calls are counted in /metrics as
+// kvindex_grpc_requests_total{method, code}. There is no TLS of its own. Not in this version: a
 // "routed" call for the index's predictions (the engine makes none yet).
 //
 // A worker is eligible for a pick while its subscriber is live or stale (connected and
