@@ -87,8 +87,8 @@ type Event struct {
 
 	// BlockExtras (Stored, when extra_keys held a non-nil entry) has one element per
 	// block: the block's extra_keys entry as canonical CBOR (the form vLLM hashes it in,
-	// see package vllmhash), nil for a None entry or one holding values CBOR is not
-	// reproduced for (floats, maps). Blocks with extra keys other than the LoRA name have
+	// see package vllmhash), nil for a None entry, empty (not nil) for one holding values
+	// whose CBOR is not reproduced (floats, maps). Blocks with extra keys other than the LoRA name have
 	// a content hash that includes them (see extra.go).
 	BlockExtras [][]byte
 

@@ -24,7 +24,7 @@ import (
 // Elements CBOR cannot reproduce canonically here (floats, maps, ext) make the entry
 // opaque: its content key is 0xff followed by the entry's msgpack bytes (0xff never
 // starts a CBOR item, so an opaque key never equals a CBOR one) and BlockExtras holds
-// nil for it.
+// an empty (non-nil) slice for it.
 
 // opaqueTag starts an opaque content key.
 const opaqueTag = 0xff
@@ -137,7 +137,7 @@ func (d *Decoder) blockExtras(ev *Event, b *Batch, payload []byte, off, nb int, 
 				b.extras = b.extras[:start]
 				return malformed(fExtraKeys, &r, "a complete value")
 			}
-			b.extras = append(b.extras, nil)
+			b.extras = append(b.extras, b.extraBytes[wholeStart:wholeStart:wholeStart]) // empty, not nil
 			d.keys = append(append(d.keys, opaqueTag), payload[entryStart:r.off]...)
 			d.keyEnds = append(d.keyEnds, len(d.keys))
 			continue

@@ -110,6 +110,13 @@ type Config struct {
 	Limits kvevents.Limits
 	// Logger receives connection, gap and restart events. Default: discard.
 	Logger *slog.Logger
+	// Groups selects the KV-cache groups indexed (hybrid models); default full
+	// attention. See GroupFilter.
+	Groups GroupFilter
+	// HashCheck recomputes the engine's block hashes (vLLM sha256_cbor). Default off.
+	HashCheck HashCheck
+	// Diagnose sets the thresholds of the silent-miss diagnostics (Problems).
+	Diagnose DiagnoseConfig
 }
 
 func (c Config) withDefaults() Config {
@@ -137,6 +144,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.Groups = c.Groups.withDefaults()
+	c.HashCheck = c.HashCheck.withDefaults()
+	c.Diagnose = c.Diagnose.withDefaults()
 	return c
 }
 
@@ -177,6 +187,11 @@ func (c Config) validate() error {
 		return bad("MaxReplayBatches %d is negative", c.MaxReplayBatches)
 	case c.MaxMessageBytes < MinMaxMessageBytes || c.MaxMessageBytes > MaxMaxMessageBytes:
 		return bad("MaxMessageBytes %d is not between %d and %d", c.MaxMessageBytes, MinMaxMessageBytes, MaxMaxMessageBytes)
+	}
+	for _, err := range []error{c.Groups.validate(), c.HashCheck.validate(), c.Diagnose.validate()} {
+		if err != nil {
+			return bad("%v", err)
+		}
 	}
 	if _, err := kvevents.New(kvevents.Config{BlockSize: c.BlockSize, Limits: c.Limits}); err != nil {
 		return bad("%v", err)
