@@ -18,7 +18,7 @@ import (
 
 type fakeClock struct{ t time.Time }
 
-func (c *fakeClock) now() time.Time           { return c.t }
+func (c *fakeClock) now() time.Time          { return c.t }
 func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
 // diagSub is a test subscriber (see newTestSub) on a fake clock, live from t0.
