@@ -256,13 +256,19 @@ type Diagnostics struct {
 	Window window
 }
 
+// learned is what a group's stored events said about it.
+type learned struct {
+	kind    string
+	indexed bool
+}
+
 // diagState is the owner's side of the diagnostics.
 type diagState struct {
 	cfg    DiagnoseConfig
 	groups GroupFilter
 	kinds  map[string]bool
 	gidx   map[int]bool
-	learn  map[int]bool // group_idx -> indexed, learned from stored events' kinds
+	learn  map[int]learned // group_idx -> kind, learned from stored events
 
 	d     Diagnostics
 	dirty bool // SkippedGroups changed since the last publish
@@ -277,7 +283,7 @@ type diagState struct {
 }
 
 func newDiagState(cfg *Config) *diagState {
-	ds := &diagState{cfg: cfg.Diagnose, groups: cfg.Groups, kinds: map[string]bool{}, learn: map[int]bool{}}
+	ds := &diagState{cfg: cfg.Diagnose, groups: cfg.Groups, kinds: map[string]bool{}, learn: map[int]learned{}}
 	for _, k := range cfg.Groups.Kinds {
 		ds.kinds[k] = true
 	}
@@ -308,16 +314,16 @@ func (ds *diagState) indexed(e *kvevents.Event) (bool, string) {
 	}
 	if e.SpecKind != "" {
 		ok := ds.kinds[e.SpecKind]
-		if e.HasGroupIdx && len(ds.learn) < maxLearnedGroups {
-			ds.learn[e.GroupIdx] = ok
+		if _, seen := ds.learn[e.GroupIdx]; e.HasGroupIdx && (seen || len(ds.learn) < maxLearnedGroups) {
+			ds.learn[e.GroupIdx] = learned{kind: e.SpecKind, indexed: ok}
 		}
 		return ok, e.SpecKind
 	}
 	if !e.HasGroupIdx {
 		return true, ""
 	}
-	if ok, known := ds.learn[e.GroupIdx]; known {
-		return ok, groupLabel(e)
+	if l, known := ds.learn[e.GroupIdx]; known {
+		return l.indexed, l.kind
 	}
 	// A group never seen with a kind: group 0 is the only group of a non-hybrid model.
 	return e.GroupIdx == 0, groupLabel(e)
