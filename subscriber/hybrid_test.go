@@ -8,8 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kvindex/kvindex/engine"
