@@ -20,6 +20,8 @@ type matchReq struct {
 
 	Tokens, Hashes       []uint64
 	HasTokens, HasHashes bool
+	// ExtraKeys is the raw JSON of extra_keys (extrakeys.go), nil when absent.
+	ExtraKeys []byte
 }
 
 var errSyntax = errors.New("invalid JSON")
@@ -79,6 +81,12 @@ func decodeMatch(b []byte, rp *matchReq) (err error) {
 			if err != nil {
 				return fmt.Errorf("content_hashes: %w", err)
 			}
+		case "extra_keys":
+			end, err := scanValue(b, i)
+			if err != nil {
+				return fmt.Errorf("extra_keys: %w", err)
+			}
+			r.ExtraKeys, i = b[i:end], end
 		default:
 			return fmt.Errorf("json: unknown field %q", key)
 		}

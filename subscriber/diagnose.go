@@ -543,7 +543,7 @@ func Problems(st *Status, now time.Time, cfg DiagnoseConfig, blockSize int) []Pr
 	stores := recent[wStores]
 	if miss := recent[wParentMiss]; stores >= uint64(cfg.MinSamples) && float64(miss) >= cfg.ParentMissRate*float64(stores) && miss > 0 {
 		out = append(out, Problem{ProblemParentMiss,
-			fmt.Sprintf("%d of %d stores in the last %s (%.1f%%, %.2f/s) name a parent the worker does not hold", miss, stores, roundDur(span), 100*float64(miss)/float64(stores), float64(miss)/max(span.Seconds(), 1e-9)),
+			fmt.Sprintf("%d of %d stores in the last %s (%.1f%%, %.2f/s) name a parent the worker does not hold", miss, stores, roundDur(span), 100*float64(miss)/float64(stores), float64(miss)/max(span.Seconds(), 1)),
 			"the index missed part of the stream: check for gaps and replay failures (gaps, replay_failures), a second publisher on the same endpoint, or a data-parallel rank sent to the wrong port"})
 	}
 	if mm := recent[wHashMismatch]; mm > 0 {
