@@ -239,7 +239,8 @@ type Diagnostics struct {
 	LiveSince time.Time
 	// LastEvent is when an event of the worker was last applied (our clock); zero before.
 	LastEvent time.Time
-	// EventsSinceLive counts the events applied since LiveSince.
+	// EventsSinceLive counts the events applied since the current connection began
+	// (those of its catch-up replay included).
 	EventsSinceLive uint64
 	// LastServed is when the router last picked the worker (NoteServed); zero if never.
 	LastServed time.Time
@@ -470,13 +471,18 @@ func (ds *diagState) checkHashes(e *kvevents.Event, now time.Time) {
 // publishInto refreshes the liveness fields for the state st is in and copies the
 // diagnostics into st.Diag; the skipped-group list is cloned only when it changed.
 func (ds *diagState) publishInto(st *Status, now time.Time) {
-	synced := st.State == StateLive || st.State == StateStale
-	switch {
-	case synced && ds.d.LiveSince.IsZero():
-		ds.d.LiveSince = now
-		ds.d.EventsSinceLive = 0
-	case !synced:
+	// EventsSinceLive counts from the connection on, the catch-up replay included (the
+	// history it brings proves the publisher works).
+	switch st.State {
+	case StateLive, StateStale:
+		if ds.d.LiveSince.IsZero() {
+			ds.d.LiveSince = now
+		}
+	case StateSyncing:
 		ds.d.LiveSince = time.Time{}
+	default:
+		ds.d.LiveSince = time.Time{}
+		ds.d.EventsSinceLive = 0
 	}
 	groups := st.Diag.SkippedGroups
 	if ds.dirty {
@@ -537,18 +543,18 @@ func Problems(st *Status, now time.Time, cfg DiagnoseConfig, blockSize int) []Pr
 	recent, span := d.Window.Recent(now, cfg.Window)
 	if recent[wBlockSize] > 0 {
 		out = append(out, Problem{ProblemBlockSize,
-			fmt.Sprintf("%d stores in the last %s had block_size %d, configured %d; they are not indexed", recent[wBlockSize], roundDur(span), d.ForeignBlockSize, blockSize),
+			fmt.Sprintf("%d store(s) in the last %s had block_size %d, configured %d; they are not indexed", recent[wBlockSize], roundDur(span), d.ForeignBlockSize, blockSize),
 			"set the engine's block_size in kvindex to the engine's --block-size (hybrid models: the full-attention group's block size)"})
 	}
 	stores := recent[wStores]
 	if miss := recent[wParentMiss]; stores >= uint64(cfg.MinSamples) && float64(miss) >= cfg.ParentMissRate*float64(stores) && miss > 0 {
 		out = append(out, Problem{ProblemParentMiss,
-			fmt.Sprintf("%d of %d stores in the last %s (%.1f%%, %.2f/s) name a parent the worker does not hold", miss, stores, roundDur(span), 100*float64(miss)/float64(stores), float64(miss)/max(span.Seconds(), 1)),
+			fmt.Sprintf("%d of %d store(s) in the last %s (%.1f%%, %.2f/s) name a parent the worker does not hold", miss, stores, roundDur(span), 100*float64(miss)/float64(stores), float64(miss)/max(span.Seconds(), 1)),
 			"the index missed part of the stream: check for gaps and replay failures (gaps, replay_failures), a second publisher on the same endpoint, or a data-parallel rank sent to the wrong port"})
 	}
 	if mm := recent[wHashMismatch]; mm > 0 {
 		out = append(out, Problem{ProblemHashMismatch,
-			fmt.Sprintf("%d of %d checked blocks in the last %s have a block hash that does not follow from their tokens and extra keys", mm, mm+recent[wHashMatch], roundDur(span)),
+			fmt.Sprintf("%d of %d checked block(s) in the last %s have a block hash that does not follow from their tokens and extra keys", mm, mm+recent[wHashMatch], roundDur(span)),
 			"the engine hashes inputs kvindex cannot see, or the check is misconfigured: the engine must run prefix_caching_hash_algo=sha256_cbor with PYTHONHASHSEED equal to the configured seed; otherwise the events' tokens do not describe the cached blocks (tokenizer or template differences between router and engine show as queries that match nothing)"})
 	}
 	return out

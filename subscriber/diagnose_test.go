@@ -155,7 +155,7 @@ func TestDiagParentNotFound(t *testing.T) {
 		f.send(t, batch(e))
 	}
 	ps := requireProblems(t, s, clk.t, ProblemParentMiss)
-	if !strings.Contains(ps[0].Message, "10 of 10 stores") {
+	if !strings.Contains(ps[0].Message, "10 of 10 store(s)") {
 		t.Fatalf("message %q", ps[0].Message)
 	}
 	// Fewer misses than MinSamples stores say nothing yet.
