@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,7 +87,11 @@ func decodeMatch(b []byte, rp *matchReq) (err error) {
 			if err != nil {
 				return fmt.Errorf("extra_keys: %w", err)
 			}
-			r.ExtraKeys, i = b[i:end], end
+			raw := b[i:end]
+			if !bytes.Equal(raw, []byte("null")) && (len(raw) == 0 || raw[0] != '[' || !json.Valid(raw)) {
+				return errors.New("extra_keys: want null or an array")
+			}
+			r.ExtraKeys, i = raw, end
 		default:
 			return fmt.Errorf("json: unknown field %q", key)
 		}
