@@ -92,7 +92,7 @@ var toksA = `[1,2,3,4,5,6,7,8]`
 
 func TestUnmatchedQueries(t *testing.T) {
 	// Healthy: the router's tokens are the engine's.
-	s, clk := newDiagServer(t, nil)
+	s, _ := newDiagServer(t, nil)
 	store(t, s, hash.Content([]uint32{1, 2, 3, 4}), hash.Content([]uint32{5, 6, 7, 8}))
 	for range DefaultMinQueries {
 		if code, resp := post(t, s, `{"tokens":`+toksA+`}`); code != 200 || len(resp.Matches) != 1 {
@@ -104,7 +104,7 @@ func TestUnmatchedQueries(t *testing.T) {
 	}
 
 	// Other tokens (another tokenizer or chat template) while the worker holds blocks.
-	s, clk = newDiagServer(t, nil)
+	s, clk := newDiagServer(t, nil)
 	store(t, s, hash.Content([]uint32{1, 2, 3, 4}))
 	for i := range DefaultMinQueries {
 		if i == DefaultMinQueries-1 {

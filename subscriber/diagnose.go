@@ -152,7 +152,7 @@ func (g GroupFilter) withDefaults() GroupFilter {
 
 func (g GroupFilter) validate() error {
 	if len(g.Kinds) > 64 || len(g.Groups) > 1024 {
-		return fmt.Errorf("Groups: at most 64 kinds and 1024 group indices")
+		return fmt.Errorf("Groups.Kinds, Groups.Groups: at most 64 kinds and 1024 group indices")
 	}
 	for _, x := range g.Groups {
 		if x < 0 {
