@@ -295,3 +295,30 @@ func TestDiagConfig(t *testing.T) {
 type nopIdx struct{}
 
 func (nopIdx) Apply(*engine.Event) error { return nil }
+
+// With bin hashes (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0) the parent's whole digest is
+// on the wire: a child is checked even when its root was never seen, and compared whole.
+func TestDiagHashBinParent(t *testing.T) {
+	toks := []uint32{5, 6, 7, 8, 9, 10, 11, 12}
+	d := vllmhash.Chain("7", nil, toks, 4, nil)
+	child := func(digest []byte) []byte {
+		m := mp{}.Arr(3).F64(1750000000.25).Arr(1).Arr(7).Str("BlockStored").Arr(1).Bin(digest).Bin(d[0][:]).
+			Tokens(toks[4:]).Uint(4).Nil().Str("GPU")
+		return m.Uint(0)
+	}
+	s, clk, _ := diagSub(t, func(c *Config) { c.HashCheck = HashCheck{Enabled: true, Seed: "7"} })
+	f := &feeder{s: s}
+	f.send(t, child(d[1][:]))
+	if h := s.Status().Diag.Hash; h.Matched != 1 || h.Unverifiable != 0 {
+		t.Fatalf("hash counts %+v", h)
+	}
+	requireProblems(t, s, clk.t)
+	// Same low 64 bits, another digest: only the whole comparison tells.
+	wrong := d[1]
+	wrong[0] ^= 1
+	f.send(t, child(wrong[:]))
+	if h := s.Status().Diag.Hash; h.Mismatched != 1 {
+		t.Fatalf("hash counts %+v", h)
+	}
+	requireProblems(t, s, clk.t, ProblemHashMismatch)
+}
