@@ -118,8 +118,13 @@ func TestUnmatchedQueries(t *testing.T) {
 	if m[0].Unmatched != DefaultMinQueries || len(m[0].Problems) != 1 || m[0].Problems[0].Code != ProblemUnmatchedQueries {
 		t.Fatalf("models %+v", m)
 	}
-	if !strings.Contains(scrape(t, s), `kvindex_model_problem{model="m",problem="unmatched_queries"} 1`) {
-		t.Fatal("metrics lack the model problem")
+	metrics := scrape(t, s)
+	for _, want := range []string{`kvindex_model_problem{model="m",problem="unmatched_queries"} 1`,
+		`kvindex_model_queries_unmatched_total{model="m"} 20`,
+		`kvindex_worker_problem{model="m",problem="no_events",worker="pod-0"} 0`} {
+		if !strings.Contains(metrics, want) {
+			t.Fatalf("metrics lack %s", want)
+		}
 	}
 	clk.t = clk.t.Add(2 * subscriber.DefaultDiagWindow) // over once the misses stop
 	if m := models(t, s); len(m[0].Problems) != 0 {
