@@ -46,7 +46,12 @@ func newDiagServer(t *testing.T, logTo *bytes.Buffer) (*Server, *clock) {
 
 func store(t *testing.T, s *Server, contents ...uint64) {
 	t.Helper()
-	ev := engine.Event{Kind: engine.EventStored, Worker: "pod-0", Namespace: subscriber.Namespace("m", "")}
+	storeIn(t, s, "", contents...)
+}
+
+func storeIn(t *testing.T, s *Server, ns string, contents ...uint64) {
+	t.Helper()
+	ev := engine.Event{Kind: engine.EventStored, Worker: "pod-0", Namespace: subscriber.Namespace("m", ns)}
 	for i, c := range contents {
 		ev.Blocks = append(ev.Blocks, engine.Block{Content: c, Seq: uint64(1000 + i)})
 	}
@@ -330,6 +335,60 @@ func TestDiagnoseConfig(t *testing.T) {
 	} {
 		if _, err := ParseConfig(strings.NewReader(bad)); err == nil {
 			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+// LoRA names keep their namespace with extra keys: vLLM puts the adapter name first in
+// every block's extra keys; the decoder leaves it out of the content and in the
+// namespace, and a request names it with lora_name.
+func TestMultimodalLoRANamespace(t *testing.T) {
+	var c *struct {
+		Name       string   `json:"name"`
+		Tokens     []uint32 `json:"tokens"`
+		LoraName   *string  `json:"lora_name"`
+		ExtraKeys  []any    `json:"extra_keys"`
+		Contents   []string `json:"contents"`
+		PayloadInt string   `json:"payload_int"`
+	}
+	v := loadVectors(t)
+	for i := range v.Chains {
+		if v.Chains[i].Name == "lora-image-salt" {
+			c = &v.Chains[i]
+		}
+	}
+	payload, err := hex.DecodeString(c.PayloadInt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b kvevents.Batch
+	d, _ := kvevents.New(kvevents.Config{BlockSize: 4})
+	if err := d.Decode(payload, &b); err != nil || len(b.Events) != 1 {
+		t.Fatalf("decode: %v %v", err, b.Rejected)
+	}
+	ev := b.Events[0]
+	if ev.Namespace != "lora=sql-lora" {
+		t.Fatalf("namespace %q", ev.Namespace)
+	}
+	s, _ := newDiagServer(t, nil)
+	storeIn(t, s, ev.Namespace, ev.Contents...)
+	tokens, _ := json.Marshal(c.Tokens)
+	keys := requestKeys(t, c.ExtraKeys, c.LoraName)
+	for _, tc := range []struct {
+		name, extra string
+		score       int
+	}{
+		{`"lora_name":"sql-lora"`, keys, 3},
+		{`"lora_name":"other"`, keys, 0},
+		{`"namespace":""`, keys, 0},
+	} {
+		_, resp := post(t, s, `{"tokens":`+string(tokens)+`,`+tc.name+`,"extra_keys":`+tc.extra+`}`)
+		score := 0
+		if len(resp.Matches) > 0 {
+			score = resp.Matches[0].Score
+		}
+		if score != tc.score {
+			t.Errorf("%s: score %d, want %d", tc.name, score, tc.score)
 		}
 	}
 }
