@@ -124,10 +124,13 @@ func (d DiagnoseConfig) subscriber() subscriber.DiagnoseConfig {
 }
 
 // HashCheckConfig turns on the check of an engine's own block hashes: vLLM with
-// prefix_caching_hash_algo sha256_cbor and PYTHONHASHSEED set (see package vllmhash).
+// PYTHONHASHSEED set and prefix_caching_hash_algo "sha256" or "sha256_cbor" (see package
+// vllmhash).
 type HashCheckConfig struct {
 	// Seed is the engine's PYTHONHASHSEED.
 	Seed string `json:"seed"`
+	// Algo is the engine's prefix_caching_hash_algo: "sha256" (default) or "sha256_cbor".
+	Algo string `json:"algo,omitempty"`
 	// SampleEvery checks one chain in N (default 1: all).
 	SampleEvery int `json:"sample_every,omitempty"`
 }
@@ -397,7 +400,7 @@ func (c Config) plan() ([]publisher, error) {
 				Index:           nopIndex{},
 			}
 			if hc := e.HashCheck; hc != nil {
-				sc.HashCheck = subscriber.HashCheck{Enabled: true, Seed: hc.Seed, SampleEvery: hc.SampleEvery}
+				sc.HashCheck = subscriber.HashCheck{Enabled: true, Seed: hc.Seed, Algo: hc.Algo, SampleEvery: hc.SampleEvery}
 			}
 			if _, err := subscriber.New(sc); err != nil {
 				return nil, fmt.Errorf("%w: %s (rank %d): %w", ErrConfig, where, r, err)

@@ -191,6 +191,7 @@ func TestProblemLogRateLimited(t *testing.T) {
 type vectors struct {
 	Chains []struct {
 		Name       string   `json:"name"`
+		BlockSize  int      `json:"block_size"`
 		Tokens     []uint32 `json:"tokens"`
 		LoraName   *string  `json:"lora_name"`
 		ExtraKeys  []any    `json:"extra_keys"`
@@ -248,7 +249,7 @@ func TestExtraKeysVectors(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
 		}
-		got := contentsWithKeys(nil, c.Tokens, 4, keys)
+		got := contentsWithKeys(nil, c.Tokens, c.BlockSize, keys)
 		for i, want := range c.Contents {
 			if s := strconvU(got[i]); s != want {
 				t.Errorf("%s: block %d content %s, want %s", c.Name, i, s, want)
@@ -345,6 +346,7 @@ func TestDiagnoseConfig(t *testing.T) {
 func TestMultimodalLoRANamespace(t *testing.T) {
 	var c *struct {
 		Name       string   `json:"name"`
+		BlockSize  int      `json:"block_size"`
 		Tokens     []uint32 `json:"tokens"`
 		LoraName   *string  `json:"lora_name"`
 		ExtraKeys  []any    `json:"extra_keys"`

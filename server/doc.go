@@ -44,7 +44,10 @@
 //	    "media": ["", "GPU"], "skip_extra_keys": false,
 //	    "kv_group_kinds": ["full_attention", "mla_attention"],   hybrid models: groups indexed
 //	    "kv_groups": [0],                           or by group_idx (overrides the kinds)
-//	    "hash_check": {"seed": "0", "sample_every": 1}   check vLLM sha256_cbor block hashes
+//	    "hash_check": {"seed": "0", "algo": "sha256", "sample_every": 1}
+//	                                                check vLLM's block hashes (algo: the
+//	                                                engine's prefix_caching_hash_algo,
+//	                                                "sha256" or "sha256_cbor")
 //	  }],
 //	  "diagnose": {"no_events_after": "2m", "idle_after": "5m", "window": "1m",
 //	    "parent_miss_rate": 0.05, "unmatched_rate": 0.95, "min_samples": 8,

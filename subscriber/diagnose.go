@@ -84,14 +84,18 @@ func (c DiagnoseConfig) validate() error {
 }
 
 // HashCheck configures the check of the engine's own block hashes (package vllmhash):
-// vLLM with prefix_caching_hash_algo sha256_cbor and PYTHONHASHSEED set. Each stored
-// chain is recomputed from its root and compared with the published hashes (their low 64
-// bits, or the whole digest when the engine publishes bins).
+// vLLM with PYTHONHASHSEED set and prefix_caching_hash_algo "sha256" (its default) or
+// "sha256_cbor". Each stored chain is recomputed from its root and compared with the
+// published hashes (their low 64 bits, or the whole digest when the engine publishes
+// bins).
 type HashCheck struct {
 	// Enabled turns the check on. Default off.
 	Enabled bool
 	// Seed is the engine's PYTHONHASHSEED.
 	Seed string
+	// Algo is the engine's prefix_caching_hash_algo: vllmhash.SHA256Pickle ("sha256",
+	// the default) or vllmhash.SHA256CBOR ("sha256_cbor").
+	Algo string
 	// SampleEvery checks one chain root in SampleEvery, with the blocks stored under it.
 	// Default 1 (all); 1..1e6.
 	SampleEvery int
@@ -103,6 +107,9 @@ type HashCheck struct {
 }
 
 func (c HashCheck) withDefaults() HashCheck {
+	if c.Algo == "" {
+		c.Algo = vllmhash.SHA256Pickle
+	}
 	if c.SampleEvery == 0 {
 		c.SampleEvery = DefaultHashSample
 	}
@@ -114,6 +121,8 @@ func (c HashCheck) withDefaults() HashCheck {
 
 func (c HashCheck) validate() error {
 	switch {
+	case c.Algo != vllmhash.SHA256Pickle && c.Algo != vllmhash.SHA256CBOR:
+		return fmt.Errorf("HashCheck.Algo %q: want %q or %q (xxhash algorithms are not reproduced)", c.Algo, vllmhash.SHA256Pickle, vllmhash.SHA256CBOR)
 	case c.SampleEvery < 1 || c.SampleEvery > 1_000_000:
 		return fmt.Errorf("HashCheck.SampleEvery %d outside [1, 1000000]", c.SampleEvery)
 	case c.MaxTracked < 1 || c.MaxTracked > maxHashTracked:
@@ -277,6 +286,7 @@ type diagState struct {
 	bsSeen uint64 // the decoder's cumulative block-size rejections already counted
 
 	check    HashCheck
+	pickle   bool // Algo is "sha256"
 	hasher   vllmhash.Hasher
 	root     vllmhash.Digest
 	known    map[uint64]vllmhash.Digest // published hash -> digest of checked blocks
@@ -296,7 +306,11 @@ func newDiagState(cfg *Config) *diagState {
 	}
 	if cfg.HashCheck.Enabled {
 		ds.check = cfg.HashCheck
+		ds.pickle = cfg.HashCheck.Algo == vllmhash.SHA256Pickle
 		ds.root = vllmhash.Root(cfg.HashCheck.Seed)
+		if ds.pickle {
+			ds.root = vllmhash.RootPickle(cfg.HashCheck.Seed)
+		}
 		ds.known = map[uint64]vllmhash.Digest{}
 		ds.d.HashCheck = true
 	}
@@ -444,7 +458,16 @@ func (ds *diagState) checkHashes(e *kvevents.Event, now time.Time) {
 				return
 			}
 		}
-		d := ds.hasher.Block(&parent, e.Tokens[i*bs:(i+1)*bs], extra)
+		var d vllmhash.Digest
+		if ds.pickle {
+			var err error
+			if d, err = ds.hasher.BlockPickle(&parent, e.Tokens[i*bs:(i+1)*bs], extra); err != nil {
+				c.Unverifiable += uint64(n - i)
+				return
+			}
+		} else {
+			d = ds.hasher.Block(&parent, e.Tokens[i*bs:(i+1)*bs], extra)
+		}
 		var ok bool
 		if whole {
 			ok = bytes.Equal(d[:], e.Digests[i*vllmhash.Size:(i+1)*vllmhash.Size])
@@ -555,7 +578,7 @@ func Problems(st *Status, now time.Time, cfg DiagnoseConfig, blockSize int) []Pr
 	if mm := recent[wHashMismatch]; mm > 0 {
 		out = append(out, Problem{ProblemHashMismatch,
 			fmt.Sprintf("%d of %d checked block(s) in the last %s have a block hash that does not follow from their tokens and extra keys", mm, mm+recent[wHashMatch], roundDur(span)),
-			"the engine hashes inputs kvindex cannot see, or the check is misconfigured: the engine must run prefix_caching_hash_algo=sha256_cbor with PYTHONHASHSEED equal to the configured seed; otherwise the events' tokens do not describe the cached blocks (tokenizer or template differences between router and engine show as queries that match nothing)"})
+			"the engine hashes inputs kvindex cannot see, or the check is misconfigured: the engine's prefix_caching_hash_algo and PYTHONHASHSEED must be the configured algo and seed; otherwise the events' tokens do not describe the cached blocks (tokenizer or template differences between router and engine show as queries that match nothing)"})
 	}
 	return out
 }

@@ -89,8 +89,8 @@
 // event since the connection began), events_stopped (NoteServed reported a pick more
 // than IdleAfter after the last event), block_size_mismatch (stores rejected for their
 // block size in the last one to two Windows), parent_not_found (a fraction of recent
-// stores over ParentMissRate) and hash_mismatch (HashCheck: vLLM sha256_cbor hashes
-// recomputed from each chain's root with package vllmhash and compared with the
+// stores over ParentMissRate) and hash_mismatch (HashCheck: vLLM's sha256 or
+// sha256_cbor hashes recomputed from each chain's root with package vllmhash and compared with the
 // published ones; the decoder then keeps tokens and digests, Config.Verbatim). The
 // check remembers up to MaxTracked digests of checked blocks so that children stored in
 // later events can be checked; removals and clears forget them.

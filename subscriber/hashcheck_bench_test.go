@@ -29,8 +29,8 @@ func BenchmarkHashCheck(b *testing.B) {
 		check HashCheck
 	}{
 		{"off", HashCheck{}},
-		{"on", HashCheck{Enabled: true, Seed: "0"}},
-		{"sample16", HashCheck{Enabled: true, Seed: "0", SampleEvery: 16}},
+		{"on", HashCheck{Enabled: true, Seed: "0", Algo: vllmhash.SHA256CBOR}},
+		{"sample16", HashCheck{Enabled: true, Seed: "0", SampleEvery: 16, Algo: vllmhash.SHA256CBOR}},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			s, err := New(Config{Endpoint: "tcp://127.0.0.1:1", Worker: "w", Index: nopIdx{}, BlockSize: bs, HashCheck: mode.check})

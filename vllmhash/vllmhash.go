@@ -1,5 +1,5 @@
 // Package vllmhash reproduces vLLM's prefix-caching block hashes for the sha256_cbor
-// algorithm, so that a router can check that the block hashes an engine publishes follow
+// algorithm and for "sha256", vLLM's default (pickle.go), so that a router can check that the block hashes an engine publishes follow
 // from the token ids (and extra keys) it publishes with them.
 //
 // # The definition
@@ -18,9 +18,9 @@
 // salt on block 0, prompt-embedding digests), in that order. The tuple is a CBOR array
 // of 3 items: a byte string, an array of unsigned integers, and null or an array.
 //
-// Without PYTHONHASHSEED, NONE_HASH is 32 random bytes per engine process and nothing
-// can be reproduced. The other algorithms (the default "sha256" over pickle, "xxhash",
-// "xxhash_cbor") are not reproduced here.
+// "sha256" is the same over pickle.dumps(x, protocol=5) (pickle.go says which pickles are
+// reproduced). Without PYTHONHASHSEED, NONE_HASH is 32 random bytes per engine process
+// and nothing can be reproduced. "xxhash" and "xxhash_cbor" are not reproduced here.
 //
 // # What an event carries
 //
@@ -58,7 +58,8 @@ func Root(seed string) Digest {
 // Hasher computes block hashes with a reusable buffer; the zero Hasher is ready. Not safe
 // for concurrent use.
 type Hasher struct {
-	buf []byte
+	buf  []byte
+	body []byte // BlockPickle's frame body
 }
 
 // Block returns the hash of a block of tokens under parent. extra is the canonical CBOR

@@ -21,8 +21,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // from this repository's Go code.
 type Vectors struct {
 	Roots []struct {
-		Seed   string `json:"seed"`
-		Digest string `json:"digest"`
+		Seed         string `json:"seed"`
+		Digest       string `json:"digest"`
+		DigestSHA256 string `json:"digest_sha256"`
 	} `json:"roots"`
 	Chains []struct {
 		Name       string   `json:"name"`
@@ -32,6 +33,7 @@ type Vectors struct {
 		LoraName   *string  `json:"lora_name"`
 		ExtraKeys  []any    `json:"extra_keys"`
 		Digests    []string `json:"digests"`
+		DigestsPkl []string `json:"digests_sha256"`
 		Low64      []string `json:"low64"`
 		Contents   []string `json:"contents"`
 		PayloadInt string   `json:"payload_int"`
@@ -79,6 +81,9 @@ func TestRoot(t *testing.T) {
 		if hex.EncodeToString(got[:]) != r.Digest {
 			t.Errorf("Root(%q) = %x, want %s", r.Seed, got, r.Digest)
 		}
+		if p := vllmhash.RootPickle(r.Seed); hex.EncodeToString(p[:]) != r.DigestSHA256 {
+			t.Errorf("RootPickle(%q) = %x, want %s", r.Seed, p, r.DigestSHA256)
+		}
 	}
 }
 
@@ -121,6 +126,23 @@ func TestChains(t *testing.T) {
 						t.Errorf("%s: block %d content %d, want %d", form, i, ev.Contents[i], want)
 					}
 				}
+				// The default algorithm, "sha256" (pickle), on the same decoded inputs.
+				var h vllmhash.Hasher
+				p := vllmhash.RootPickle(c.Seed)
+				for i := range n {
+					var x []byte
+					if ev.BlockExtras != nil {
+						x = ev.BlockExtras[i]
+					}
+					d, err := h.BlockPickle(&p, ev.Tokens[i*c.BlockSize:(i+1)*c.BlockSize], x)
+					if err != nil {
+						t.Fatalf("%s: block %d: %v", form, i, err)
+					}
+					if hex.EncodeToString(d[:]) != c.DigestsPkl[i] {
+						t.Errorf("%s: block %d sha256 (pickle) digest %x, want %s", form, i, d, c.DigestsPkl[i])
+					}
+					p = d
+				}
 				if form == "bin" {
 					if ev.DigestSize != vllmhash.Size || !bytes.Equal(ev.Digests, unhex(t, joined(c.Digests))) {
 						t.Errorf("bin: Digests %x (size %d)", ev.Digests, ev.DigestSize)
@@ -160,6 +182,38 @@ func TestBlockZeroAllocs(t *testing.T) {
 	h.Block(&p, toks, nil)
 	if n := testing.AllocsPerRun(100, func() { p = h.Block(&p, toks, nil) }); n != 0 {
 		t.Fatalf("%v allocs per Block", n)
+	}
+	_, _ = h.BlockPickle(&p, toks, nil)
+	if n := testing.AllocsPerRun(100, func() { p, _ = h.BlockPickle(&p, toks, nil) }); n != 0 {
+		t.Fatalf("%v allocs per BlockPickle", n)
+	}
+}
+
+// Inputs the pickle reproduction does not cover are reported, not guessed.
+func TestPickleNotReproducible(t *testing.T) {
+	var h vllmhash.Hasher
+	p := vllmhash.RootPickle("0")
+	for _, extra := range [][]byte{{0xf9, 0x3c, 0x00}, {0xa1, 0x01, 0x02}, {0x81}, {0x3b, 0x80, 0, 0, 0, 0, 0, 0, 0}, {0x82, 0x01}} {
+		if _, err := h.BlockPickle(&p, []uint32{1}, extra); err == nil {
+			t.Errorf("extra %x accepted", extra)
+		}
+	}
+	if _, err := h.BlockPickle(&p, make([]uint32, 40000), nil); err == nil {
+		t.Error("a pickle past one 64 KiB frame accepted")
+	}
+}
+
+// BenchmarkBlockPickle is BenchmarkBlock for the "sha256" (pickle) algorithm.
+func BenchmarkBlockPickle(b *testing.B) {
+	var h vllmhash.Hasher
+	p := vllmhash.RootPickle("0")
+	toks := make([]uint32, 16)
+	for i := range toks {
+		toks[i] = uint32(100000 + i)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		p, _ = h.BlockPickle(&p, toks, nil)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/server"
 	"github.com/kvindex/kvindex/subscriber"
+	"github.com/kvindex/kvindex/vllmhash"
 )
 
 func init() {
@@ -34,7 +35,8 @@ func doctorMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	cfgPath := fs.String("config", "", "JSON configuration file, as for kvindex serve")
 	blockSize := fs.Int("block-size", 0, "block size of engines that set none (default 16)")
 	dur := fs.Duration("for", 5*time.Second, "how long to follow the engines (an idle engine publishes nothing: send it a request meanwhile)")
-	hashSeed := fs.String("hash-seed", "", "check every engine's block hashes as vLLM sha256_cbor with this PYTHONHASHSEED (engines' hash_seed= overrides)")
+	hashSeed := fs.String("hash-seed", "", "check every engine's block hashes as vLLM computes them with this PYTHONHASHSEED (engines' hash_seed= overrides)")
+	hashAlgo := fs.String("hash-algo", "", "with --hash-seed: the engines' prefix_caching_hash_algo, sha256 (default) or sha256_cbor")
 	asJSON := fs.Bool("json", false, "print one JSON object per engine instead of text")
 	var engines engineFlags
 	fs.Var(&engines, "engine", "an engine to check (repeatable), as for kvindex serve --engine")
@@ -72,7 +74,7 @@ func doctorMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if *hashSeed != "" {
 		for i := range cfg.Engines {
 			if cfg.Engines[i].HashCheck == nil {
-				cfg.Engines[i].HashCheck = &server.HashCheckConfig{Seed: *hashSeed}
+				cfg.Engines[i].HashCheck = &server.HashCheckConfig{Seed: *hashSeed, Algo: *hashAlgo}
 			}
 		}
 	}
@@ -247,10 +249,13 @@ func diagnoseOne(s *subscriber.Subscriber, c subscriber.Config, now time.Time) f
 	}
 	if st.Diag.HashCheck {
 		h := st.Diag.Hash
-		f.Saw = append(f.Saw, fmt.Sprintf("block-hash check (sha256_cbor, seed %q): %d matched, %d mismatched, %d unverifiable, %d sampled out",
-			c.HashCheck.Seed, h.Matched, h.Mismatched, h.Unverifiable, h.SampledOut))
+		if c.HashCheck.Algo == "" {
+			c.HashCheck.Algo = vllmhash.SHA256Pickle
+		}
+		f.Saw = append(f.Saw, fmt.Sprintf("block-hash check (%s, seed %q): %d matched, %d mismatched, %d unverifiable, %d sampled out",
+			c.HashCheck.Algo, c.HashCheck.Seed, h.Matched, h.Mismatched, h.Unverifiable, h.SampledOut))
 	} else {
-		f.Saw = append(f.Saw, "block-hash check off (--hash-seed or hash_seed= to check vLLM sha256_cbor hashes)")
+		f.Saw = append(f.Saw, "block-hash check off (--hash-seed or hash_seed= to check vLLM's own block hashes)")
 	}
 	if st.GapsDetected > 0 || st.Restarts > 0 {
 		f.Saw = append(f.Saw, fmt.Sprintf("gaps %d detected, %d recovered, %d unrecoverable; %d publisher restarts",

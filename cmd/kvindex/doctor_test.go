@@ -57,7 +57,7 @@ func TestDoctorHealthy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	code, out := doctor(t, "--engine", engineSpec(p, "pod-a", ",hash_seed=0"), "--for", "3s")
+	code, out := doctor(t, "--engine", engineSpec(p, "pod-a", ",hash_seed=0,hash_algo=sha256_cbor"), "--for", "3s")
 	for _, want := range []string{"problems  none", "2 stored", "3 matched, 0 mismatched", "0 with problems"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
@@ -85,7 +85,7 @@ func TestDoctorMisconfigured(t *testing.T) {
 	}
 	// A second engine that publishes nothing (KV events never enabled on it).
 	quiet := startPub(t)
-	code, out := doctor(t, "--engine", engineSpec(p, "pod-b", ",hash_seed=0"), "--engine", engineSpec(quiet, "pod-c", ""), "--for", "3s")
+	code, out := doctor(t, "--engine", engineSpec(p, "pod-b", ",hash_seed=0,hash_algo=sha256_cbor"), "--engine", engineSpec(quiet, "pod-c", ""), "--for", "3s")
 	for _, want := range []string{ProblemLine("block_size_mismatch"), "block_size 32, configured 16", ProblemLine("hash_mismatch"),
 		ProblemLine("parent_not_found"), ProblemLine("no_events"), "fix: ", "2 with problems"} {
 		if !strings.Contains(out, want) {

@@ -66,6 +66,11 @@ func (e *engineFlags) Set(spec string) error {
 				c.HashCheck = &server.HashCheckConfig{}
 			}
 			c.HashCheck.Seed = v
+		case "hash_algo":
+			if c.HashCheck == nil {
+				c.HashCheck = &server.HashCheckConfig{}
+			}
+			c.HashCheck.Algo = v
 		case "hash_sample":
 			if c.HashCheck == nil {
 				c.HashCheck = &server.HashCheckConfig{}
@@ -83,7 +88,7 @@ func (e *engineFlags) Set(spec string) error {
 		case "kv_group_kinds":
 			c.KVGroupKinds = strings.Split(v, "|")
 		default:
-			return fmt.Errorf("unknown key %q (want endpoint, replay, worker, model, block_size, dp_ranks, dp_rank_start, topic, bind, media, hash_seed, hash_sample, kv_groups, kv_group_kinds)", k)
+			return fmt.Errorf("unknown key %q (want endpoint, replay, worker, model, block_size, dp_ranks, dp_rank_start, topic, bind, media, hash_seed, hash_algo, hash_sample, kv_groups, kv_group_kinds)", k)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %v", k, err)
@@ -120,7 +125,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	snapshot := fs.String("snapshot", "", "with --nats: snapshot file, or jetstream-object://BUCKET/NAME to share it through NATS: restored at start (a bad one falls back to a full replay), written every --snapshot-interval and at shutdown")
 	snapEvery := fs.Duration("snapshot-interval", 5*time.Minute, "with --nats and --snapshot: how often to write the snapshot")
 	var engines engineFlags
-	fs.Var(&engines, "engine", "an engine to follow (repeatable): endpoint=tcp://HOST:PORT[,replay=tcp://HOST:PORT][,worker=ID][,model=NAME][,block_size=N][,dp_ranks=N][,dp_rank_start=N][,topic=T][,bind=true][,media=GPU|CPU][,hash_seed=PYTHONHASHSEED][,hash_sample=N][,kv_groups=0|2][,kv_group_kinds=full_attention]")
+	fs.Var(&engines, "engine", "an engine to follow (repeatable): endpoint=tcp://HOST:PORT[,replay=tcp://HOST:PORT][,worker=ID][,model=NAME][,block_size=N][,dp_ranks=N][,dp_rank_start=N][,topic=T][,bind=true][,media=GPU|CPU][,hash_seed=PYTHONHASHSEED][,hash_algo=sha256|sha256_cbor][,hash_sample=N][,kv_groups=0|2][,kv_group_kinds=full_attention]")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: kvindex serve [--config FILE] [--engine SPEC]... [flags]\n\nFollows vLLM/SGLang KV-cache events over ZeroMQ and serves POST /v1/match, GET /v1/workers,\n/healthz, /readyz and /metrics. SIGTERM drains and exits.\n\nflags:")
 		fs.PrintDefaults()

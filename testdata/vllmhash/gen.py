@@ -5,6 +5,7 @@ kvindex's content hashes of blocks with extra keys, computed independently of th
 vLLM's definition (read in vllm/v1/core/kv_cache_utils.py and vllm/utils/hashing.py,
 restated here, not imported):
     sha256_cbor(x) = sha256(cbor2.dumps(x, canonical=True))
+    sha256(x)      = sha256(pickle.dumps(x, protocol=pickle.HIGHEST_PROTOCOL))   (vLLM's default)
     NONE_HASH      = sha256_cbor(os.environ["PYTHONHASHSEED"])
     block hash     = sha256_cbor((parent or NONE_HASH, tuple(token_ids), extra_keys))
     published hash = int.from_bytes(digest, "big") & (2**64 - 1)   (the default), or the digest
@@ -21,6 +22,7 @@ Needs python3-cbor2, python3-xxhash and python3-msgpack (Debian). Run from the r
 
 import hashlib
 import json
+import pickle
 import struct
 
 import cbor2
@@ -30,6 +32,11 @@ import xxhash
 
 def sha256_cbor(x):
     return hashlib.sha256(cbor2.dumps(x, canonical=True)).digest()
+
+
+def sha256_pickle(x):
+    """vLLM's default algorithm, "sha256"."""
+    return hashlib.sha256(pickle.dumps(x, protocol=pickle.HIGHEST_PROTOCOL)).digest()
 
 
 def py(v):
@@ -62,6 +69,8 @@ def event_payload(hashes, tokens, block_size, lora_name, extras):
 def chain(name, seed, block_size, tokens, extras=None, lora_name=None):
     none_hash = sha256_cbor(seed)
     parent = none_hash
+    pparent = sha256_pickle(seed)
+    pdigests = []
     digests, keys = [], []
     n = len(tokens) // block_size
     for i in range(n):
@@ -70,6 +79,9 @@ def chain(name, seed, block_size, tokens, extras=None, lora_name=None):
         d = sha256_cbor((parent, blk, x))
         digests.append(d)
         parent = d
+        pd = sha256_pickle((pparent, blk, x))
+        pdigests.append(pd)
+        pparent = pd
         k = list(x) if x is not None else []
         if k and lora_name and k[0] == lora_name:
             k = k[1:]
@@ -84,6 +96,7 @@ def chain(name, seed, block_size, tokens, extras=None, lora_name=None):
         "lora_name": lora_name,
         "extra_keys": extras,
         "digests": [d.hex() for d in digests],
+        "digests_sha256": [d.hex() for d in pdigests],
         "low64": [str(v) for v in low],
         "contents": [str(content_extra(tokens[i * block_size:(i + 1) * block_size], keys[i]))
                      for i in range(n)],
@@ -100,7 +113,8 @@ toks = [151644, 872, 198, 9064, 374, 279, 6722, 315, 9625, 30, 151645, 198]
 vision = [151644, 872, 198, PH, PH, PH, PH, PH, PH, PH, 151645, 198]
 
 out = {
-    "roots": [{"seed": s, "digest": sha256_cbor(s).hex()} for s in ["0", "42", "kvindex"]],
+    "roots": [{"seed": s, "digest": sha256_cbor(s).hex(), "digest_sha256": sha256_pickle(s).hex()}
+              for s in ["0", "42", "kvindex"]],
     "chains": [
         chain("plain", "0", 4, toks),
         chain("plain-seed42", "42", 4, toks),
@@ -115,6 +129,9 @@ out = {
         chain("prompt-embeds", "0", 4, toks,
               extras=[[{"bytes": "00" * 31 + "01"}], [{"bytes": "ff" * 32}], None]),
         chain("large-tokens", "0", 2, [0, 23, 24, 255, 256, 65535, 65536, 4294967295]),
+        chain("int-keys", "0", 2, [1, 2, 3, 4, 5, 6],
+              extras=[[-1, -300, 2147483647], [-2147483648, -2147483649, 4294967296], [True, False, []]]),
+        chain("long-block", "0", 64, list(range(100000, 100128))),
     ],
 }
 print(json.dumps(out, indent=1))
