@@ -6,7 +6,7 @@
 //	kvindex bench     benchmark the engine against its baselines (and, with --peers, SMG's indexes) on an op log
 //	kvindex serve     follow engines' KV events (ZeroMQ or NATS) and answer over HTTP
 //	kvindex relay     follow engines once and publish their events to NATS JetStream
-//	kvindex doctor    connect to engines for a few seconds and report what they publish and what is wrong
+//	kvindex doctor    check engines for a few seconds: what they publish, what is wrong
 //
 // Each subcommand lives in its own file and registers itself in the commands table;
 // `kvindex COMMAND -h` prints its flags. Exit status: 0 success, 1 failure, 2 bad usage.

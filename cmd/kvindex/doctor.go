@@ -20,7 +20,7 @@ import (
 
 func init() {
 	commands["doctor"] = command{
-		summary: "connect to the configured engines for a few seconds and report what they publish and what is wrong",
+		summary: "check the configured engines for a few seconds: what they publish, what is wrong",
 		run:     untilSignal(doctorMain),
 	}
 }
