@@ -82,8 +82,9 @@ type Config struct {
 	// {"*"} accepts every medium.
 	Media []string
 	// SkipExtraKeys drops stored events whose extra_keys carry a non-nil entry
-	// (multimodal inputs, ...): their content hashes under-describe the blocks. Default
-	// false: such events are indexed like any other.
+	// (multimodal inputs, ...), for routers that never send extra keys. Default false:
+	// such blocks are indexed with their extra keys in their content hashes (package
+	// kvevents), so only queries giving the same keys match them.
 	SkipExtraKeys bool
 	// Index receives the events. Required.
 	Index Index

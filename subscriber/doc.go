@@ -78,7 +78,8 @@
 //
 // Media (default "" and "GPU") selects the cache tiers indexed; a batch whose
 // data-parallel rank differs from DPRank is skipped; stored events with extra_keys are
-// indexed unless SkipExtraKeys. Each skip is counted by Reason in Status.Rejected;
+// indexed (their keys in the content hash) unless SkipExtraKeys; events of KV-cache
+// groups the GroupFilter leaves out are skipped. Each skip is counted by Reason in Status.Rejected;
 // decoder rejections by kvevents.Reason in Status.DecoderRejected.
 //
 // # Diagnostics
