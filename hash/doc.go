@@ -16,7 +16,14 @@
 //     the root is the content hash itself, and each deeper block chains
 //     Next(prev, c) = XXH3-64(LE64(prev) ++ LE64(c), seed 1337).
 //
-// Both are pure functions: any goroutine may call them concurrently. The functions that
+// A block whose engine hash also covers inputs other than its tokens (vLLM's extra keys:
+// multimodal identifiers, a cache salt, prompt-embedding digests) has the content hash
+// ContentExtra(tokens, key) = XXH3-64(LE64(Content(tokens)) ++ key, seed 1337), key being
+// the canonical CBOR of those inputs (package kvevents for events, package server for
+// requests; vectors in testdata/vllmhash/vectors.json). So two prompts with the same
+// image placeholder tokens but other images never share a content hash.
+//
+// All are pure functions: any goroutine may call them concurrently. The functions that
 // fill a caller's buffer (Blocks, Prefixes) never allocate when the buffer is large
 // enough, so a router can hash every request on its hot path.
 //

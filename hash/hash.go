@@ -57,6 +57,29 @@ func contentPortable(tokens []uint32) uint64 {
 	return xxh3.HashSeed(b, Seed)
 }
 
+// ContentExtra returns the content hash of a block whose engine hash also covers inputs
+// other than its tokens (multimodal identifiers, a cache salt: vLLM's extra keys): XXH3-64
+// with seed 1337 over LE64(Content(tokens)) followed by key, the canonical CBOR encoding
+// of those inputs as an array (package kvevents builds it from events, package server from
+// a request). Blocks with equal tokens and other keys so get other content hashes. With
+// an empty key it is Content(tokens).
+func ContentExtra(tokens []uint32, key []byte) uint64 {
+	c := Content(tokens)
+	if len(key) == 0 {
+		return c
+	}
+	var stack [512]byte
+	var b []byte
+	if 8+len(key) <= len(stack) {
+		b = stack[:8+len(key)]
+	} else {
+		b = make([]byte, 8+len(key)) // keys this long are rare: a few identifiers make ~100 bytes
+	}
+	binary.LittleEndian.PutUint64(b, c)
+	copy(b[8:], key)
+	return xxh3.HashSeed(b, Seed)
+}
+
 // XXH3's 9-to-16-byte path with seed 1337 reduces to two constants derived from the
 // default secret (bytes 24..55); the prefix chain always hashes exactly 16 bytes, so Next
 // computes that path inline instead of going through the general entry point.

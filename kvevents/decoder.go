@@ -66,6 +66,10 @@ type Config struct {
 	BlockSize int
 	// Limits bound each payload; zero fields take the defaults.
 	Limits Limits
+	// Verbatim keeps each stored event's token ids and published digests (Event.Tokens,
+	// Event.Digests) for checks that recompute the engine's own block hashes. It costs a
+	// copy of the token ids per event. Default false.
+	Verbatim bool
 }
 
 func (c Config) validate() error {
@@ -128,6 +132,11 @@ type Decoder struct {
 	scratch []byte            // namespace and number rendering
 	idText  []byte            // a LoRA id in decimal, for the namespace
 	intern  map[string]string // see maxInterned
+
+	lora    []byte // the lora_name of the event being decoded
+	keys    []byte // content keys of its blocks (extra.go)
+	keyEnds []int  // where each block's key ends in keys
+	rejBS   int    // block_size of a ReasonBlockSizeMismatch rejection, for its EventError
 }
 
 // New returns a Decoder for cfg. It never keeps a reference to cfg.
@@ -518,8 +527,12 @@ func (d *Decoder) reject(b *Batch, t *tally, idx int, tag []byte, reason Reason,
 	default:
 		b.RejectedDrops++
 	}
+	bs := 0
+	if reason == ReasonBlockSizeMismatch {
+		bs, d.rejBS = d.rejBS, 0
+	}
 	if len(b.Rejected) < MaxRecordedRejections {
-		b.Rejected = append(b.Rejected, EventError{Index: idx, Type: string(tag), Reason: reason, Detail: detail})
+		b.Rejected = append(b.Rejected, EventError{Index: idx, Type: string(tag), Reason: reason, Detail: detail, BlockSize: bs})
 	}
 }
 
@@ -555,6 +568,7 @@ func (d *Decoder) stored(ev *Event, payload []byte, at *[numFields]int, b *Batch
 	}
 	bs := int(bs64)
 	if d.cfg.BlockSize != 0 && bs != d.cfg.BlockSize {
+		d.rejBS = bs
 		return ReasonBlockSizeMismatch, "block_size " + strconv.Itoa(bs) + ", want " + strconv.Itoa(d.cfg.BlockSize), false
 	}
 	ev.BlockSize = bs
@@ -605,11 +619,17 @@ func (d *Decoder) stored(ev *Event, payload []byte, at *[numFields]int, b *Batch
 		}
 		d.tokens = append(d.tokens, uint32(v))
 	}
-	var err error
-	b.contents, err = hash.Blocks(b.contents, d.tokens, bs)
-	if err != nil { // unreachable: bs was checked above
-		b.seqs, b.contents = b.seqs[:seqStart], b.contents[:contentStart]
-		return ReasonBadBlockSize, err.Error(), false
+	keyed := false
+	if ev.ExtraKeys && at[fExtraKeys] >= 0 {
+		if reason, detail, ok := d.blockExtras(ev, b, payload, at[fExtraKeys], nb, d.lora); !ok {
+			b.seqs = b.seqs[:seqStart]
+			return reason, detail, false
+		}
+		keyed = true
+	}
+	d.contentsOf(b, bs, nb, keyed)
+	if d.cfg.Verbatim {
+		d.verbatim(ev, b, payload, at, nb)
 	}
 	ev.Seqs = b.seqs[seqStart:len(b.seqs):len(b.seqs)]
 	ev.Contents = b.contents[contentStart:len(b.contents):len(b.contents)]
@@ -804,6 +824,7 @@ func (d *Decoder) namespace(ev *Event, payload []byte, at *[numFields]int) (Reas
 		}
 	}
 
+	d.lora = append(d.lora[:0], name...)
 	var loraIDText []byte
 	if len(name) == 0 && hasLoraID {
 		loraIDText = appendInt(d.idText[:0], loraID, loraNeg)

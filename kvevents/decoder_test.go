@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/internal/cbor"
 )
 
 // removedWith is a positional BlockRemoved whose block_hashes array holds the raw
@@ -209,11 +210,16 @@ func TestOptionalFields(t *testing.T) {
 	var b Batch
 	require.NoError(t, d.Decode(batch(-1, ev, rm), &b))
 	require.Zero(t, b.RejectedCount, "%v", b.Rejected)
+	// The block's extra keys, [(mm_hash, 7)], are part of its content hash (extra.go).
+	key := cbor.AppendArray(nil, 1)
+	key = cbor.AppendArray(key, 2)
+	key = cbor.AppendUint(cbor.AppendText(key, strings.Repeat("f", 64)), 7)
 	require.Equal(t, Event{
-		Kind: Stored, Seqs: []uint64{1}, Contents: []uint64{c0}, BlockSize: 4, Medium: "CPU",
+		Kind: Stored, Seqs: []uint64{1}, Contents: []uint64{hash.ContentExtra(goldenTokens[:4], key)}, BlockSize: 4, Medium: "CPU",
 		GroupIdx: 2, HasGroupIdx: true, SpecKind: "mla_attention", Locality: "REMOTE", ExtraKeys: true,
-		DPRank: -1, HasDPRank: true,
+		DPRank: -1, HasDPRank: true, BlockExtras: [][]byte{key},
 	}, b.Events[0])
+	require.NotEqual(t, c0, b.Events[0].Contents[0])
 	require.Equal(t, Event{
 		Kind: Removed, Seqs: []uint64{1}, Medium: "2", GroupIdx: math.MinInt32, HasGroupIdx: true,
 		Locality: "LOCAL", DPRank: -1, HasDPRank: true,

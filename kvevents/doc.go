@@ -116,12 +116,24 @@
 // Re-decoding a payload shape the Batch has seen allocates nothing (TestAllocs asserts
 // 0). Rejections allocate their EventError strings.
 //
+// # Extra keys (multimodal prompts)
+//
+// extra_keys is vLLM's per-block list of the non-token inputs of each block's hash. A
+// block whose entry holds more than the event's LoRA name gets the content hash
+// hash.ContentExtra(tokens, CBOR(entry less the LoRA name)), so prompts whose image
+// placeholder tokens are equal but whose images differ do not match; the LoRA name stays
+// in the namespace. A router computes the same from the per-block extra keys it gives
+// /v1/match (package server). A list whose length differs from block_hashes is rejected
+// (ReasonMalformedField): its keys cannot be attributed to blocks. Event.BlockExtras keeps
+// each entry as canonical CBOR for package vllmhash; Config.Verbatim also keeps the token
+// ids and bin digests (Event.Tokens, Event.Digests) for the block-hash check.
+//
 // # Not decoded
 //
-// kv_cache_spec_sliding_window, session_id, and the content of extra_keys (Event.ExtraKeys
-// only says whether some block had any). Hybrid models emit events per KV-cache group:
-// GroupIdx, SpecKind and BlockSize are exposed and the caller chooses which groups to
-// index (Config.BlockSize already rejects groups with another block size).
+// kv_cache_spec_sliding_window and session_id. Hybrid models emit events per KV-cache
+// group: GroupIdx, SpecKind and BlockSize are exposed and the caller chooses which groups
+// to index (package subscriber's GroupFilter; Config.BlockSize rejects groups with another
+// block size, and EventError.BlockSize says which).
 //
 // # Wire format
 //

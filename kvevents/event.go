@@ -84,6 +84,23 @@ type Event struct {
 	// attn_dp_rank), copied into every event; HasDPRank is false when the batch had none.
 	DPRank    int
 	HasDPRank bool
+
+	// BlockExtras (Stored, when extra_keys held a non-nil entry) has one element per
+	// block: the block's extra_keys entry as canonical CBOR (the form vLLM hashes it in,
+	// see package vllmhash), nil for a None entry, empty (not nil) for one holding values
+	// whose CBOR is not reproduced (floats, maps). Blocks with extra keys other than the LoRA name have
+	// a content hash that includes them (see extra.go).
+	BlockExtras [][]byte
+
+	// With Config.Verbatim only (Stored): Tokens are the event's token ids; Digests are
+	// the block hashes as published, DigestSize bytes each, when every one is a bin
+	// longer than 8 bytes (vLLM with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0), with
+	// ParentDigest the parent's (nil when there is none or it is not a bin of that size).
+	// Digests is nil for int hashes.
+	Tokens       []uint32
+	Digests      []byte
+	DigestSize   int
+	ParentDigest []byte
 }
 
 // Batch is one decoded payload frame (an EventBatch). Decode overwrites it and reuses its
@@ -115,8 +132,12 @@ type Batch struct {
 	// never hear of. Rejected stores only leave blocks out, which is safe.
 	RejectedDrops int
 
-	seqs     []uint64 // arena behind Events[i].Seqs
-	contents []uint64 // arena behind Events[i].Contents
+	seqs       []uint64 // arena behind Events[i].Seqs
+	contents   []uint64 // arena behind Events[i].Contents
+	extras     [][]byte // arena behind Events[i].BlockExtras
+	extraBytes []byte   // the bytes behind extras
+	tokens     []uint32 // arena behind Events[i].Tokens
+	digests    []byte   // arena behind Events[i].Digests and ParentDigest
 }
 
 // MaxRecordedRejections bounds Batch.Rejected, so a hostile batch of rejected events
@@ -133,6 +154,11 @@ func (b *Batch) reset() {
 	b.Rejected = b.Rejected[:0]
 	b.seqs = b.seqs[:0]
 	b.contents = b.contents[:0]
+	clear(b.extras) // drop references into old extraBytes arrays
+	b.extras = b.extras[:0]
+	b.extraBytes = b.extraBytes[:0]
+	b.tokens = b.tokens[:0]
+	b.digests = b.digests[:0]
 }
 
 // Reason says why an event was rejected.
@@ -186,6 +212,8 @@ type EventError struct {
 	Type   string // the event's type tag, "" when none could be read
 	Reason Reason
 	Detail string // which field and what was wrong with it
+	// BlockSize is the event's block_size for ReasonBlockSizeMismatch, else 0.
+	BlockSize int
 }
 
 func (e EventError) Error() string {

@@ -17,12 +17,14 @@ func FuzzDecode(f *testing.F) {
 	f.Add(batch(3, mp{}.Arr(8).Str("BlockStoredWithMetadata").Uints(12).Uint(11).Tokens([]uint32{43}).Uint(1).Nil().
 		Str("GPU").Map(1).Str("cache_salt").Str("tenant;a")))
 	f.Add(batch(0, mp{}.Map(3).Str("type").Str("BlockStored").Str("lora_name").Str("x").Str("extra_keys").Arr(1).Arr(1).Arr(0)))
+	f.Add(batch(0, storedExtra("sql", mp{}.Arr(2).Arr(2).Str("sql").Str("img").Arr(1).F64(0.5))))
+	f.Add(batch(0, storedExtra("", mp{}.Arr(2).Arr(1).Arr(2).Str("img").Uint(3).Arr(1).Bin([]byte{1, 2}))))
 
 	small := Limits{MaxPayloadBytes: 4096, MaxEvents: 16, MaxBlocksPerEvent: 8, MaxTokensPerEvent: 32, MaxDepth: 6}
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		for _, lim := range []Limits{{}, small} {
 			l := lim.withDefaults()
-			d := mustNew(t, Config{Limits: lim})
+			d := mustNew(t, Config{Limits: lim, Verbatim: lim == Limits{}})
 			var b Batch
 			err := d.Decode(payload, &b)
 			if err != nil {

@@ -77,6 +77,9 @@ type MatchRequest struct {
 	ContentHashes []U64 `json:"content_hashes"`
 	// Policy overrides the configured policy for this request.
 	Policy string `json:"policy"`
+	// ExtraKeys are the per-block extra keys of a multimodal (or vLLM-salted) prompt,
+	// with Tokens: see extrakeys.go for the shape and the hash.
+	ExtraKeys []any `json:"extra_keys,omitempty"`
 }
 
 // Match is one worker's answer.
@@ -295,12 +298,24 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 			toks = append(toks, uint32(t))
 		}
 		sc.toks = toks
-		q, err = hash.Blocks(sc.q[:0], toks, m.blockSize)
+		if req.ExtraKeys != nil {
+			keys, err := parseExtraKeys(req.ExtraKeys, len(toks)/m.blockSize)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, "bad_extra_keys", "extra_keys: %v", err)
+				return
+			}
+			q = contentsWithKeys(sc.q[:0], toks, m.blockSize, keys)
+		} else {
+			q, err = hash.Blocks(sc.q[:0], toks, m.blockSize)
+		}
 		sc.q = q
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, "internal", "%v", err)
 			return
 		}
+	} else if req.ExtraKeys != nil {
+		writeError(w, http.StatusBadRequest, "bad_query", "extra_keys needs tokens (with content_hashes, hash them in: hash.ContentExtra)")
+		return
 	} else if len(q) > s.cfg.MaxQueryBlocks {
 		writeError(w, http.StatusBadRequest, "query_too_long", "query of %d blocks exceeds %d", len(q), s.cfg.MaxQueryBlocks)
 		return
@@ -334,6 +349,14 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 	}
 	// found is in the order the response promises: score descending, then worker id.
 	resp.Pick = s.pick(m, policy, resp.Matches)
+	if len(q) > 0 {
+		s.noteQuery(m, len(found) > 0)
+	}
+	if resp.Pick != nil {
+		if sub := s.byWorker[resp.Pick.Worker]; sub != nil {
+			sub.NoteServed(s.now())
+		}
+	}
 	writeJSON(w, http.StatusOK, resp)
 }
 
@@ -423,6 +446,9 @@ type WorkerInfo struct {
 	LagSeconds  float64  `json:"lag_seconds"`
 	IdleSeconds *float64 `json:"idle_seconds"`
 	LastError   string   `json:"last_error,omitempty"`
+	// Diagnostics lists the worker's problems (why routing may ignore its cache) and
+	// the counters behind them; see diagnose.go.
+	Diagnostics *WorkerDiag `json:"diagnostics"`
 }
 
 func (s *Server) workerInfo(sub *subscriber.Subscriber, sizer WorkerSizer, now time.Time) WorkerInfo {
@@ -461,15 +487,17 @@ func (s *Server) workerInfo(sub *subscriber.Subscriber, sizer WorkerSizer, now t
 		v := now.Sub(st.LastMessage).Seconds()
 		wi.IdleSeconds = &v
 	}
+	wi.Diagnostics = workerDiag(&st, sub.Problems(now))
 	return wi
 }
 
 func (s *Server) handleWorkers(w http.ResponseWriter, r *http.Request) {
 	sizer := s.sizer()
-	now := time.Now()
+	now := s.now()
 	out := struct {
 		Workers []WorkerInfo `json:"workers"`
-	}{Workers: make([]WorkerInfo, 0, len(s.subs))}
+		Models  []ModelInfo  `json:"models"`
+	}{Workers: make([]WorkerInfo, 0, len(s.subs)), Models: s.modelInfos(now)}
 	for _, sub := range s.subs {
 		out.Workers = append(out.Workers, s.workerInfo(sub, sizer, now))
 	}

@@ -90,6 +90,51 @@ type Config struct {
 	Models map[string]int `json:"models,omitempty"`
 	// GRPC configures the gRPC API (grpc.go); off unless GRPC.Listen is set.
 	GRPC GRPCConfig `json:"grpc,omitzero"`
+	// Diagnose sets the thresholds of the silent-miss diagnostics (diagnose.go).
+	Diagnose DiagnoseConfig `json:"diagnose,omitzero"`
+}
+
+// DiagnoseConfig sets the silent-miss diagnostics' thresholds; zero fields take the
+// defaults (subscriber.DiagnoseConfig for the per-worker ones).
+type DiagnoseConfig struct {
+	// NoEventsAfter: a worker synced this long without an event is reported. Default 2m;
+	// negative: never.
+	NoEventsAfter Duration `json:"no_events_after,omitempty"`
+	// IdleAfter: a worker picked by /v1/match more than this after its last event is
+	// reported. Default 5m; negative: never.
+	IdleAfter Duration `json:"idle_after,omitempty"`
+	// Window: rates are measured over the last one to two windows. Default 1m.
+	Window Duration `json:"window,omitempty"`
+	// ParentMissRate: the fraction of a worker's stores rejected for an unknown parent
+	// above which it is reported. Default 0.05.
+	ParentMissRate float64 `json:"parent_miss_rate,omitempty"`
+	// UnmatchedRate: the fraction of a model's queries that match nothing while its
+	// workers hold blocks above which the model is reported. Default 0.95.
+	UnmatchedRate float64 `json:"unmatched_rate,omitempty"`
+	// MinSamples: the fewest stores (or queries) a rate is judged on. Default 8 (20
+	// for queries).
+	MinSamples int `json:"min_samples,omitempty"`
+	// LogInterval: an ongoing problem is logged again at most this often. Default 5m.
+	LogInterval Duration `json:"log_interval,omitempty"`
+}
+
+func (d DiagnoseConfig) subscriber() subscriber.DiagnoseConfig {
+	return subscriber.DiagnoseConfig{
+		NoEventsAfter: time.Duration(d.NoEventsAfter), IdleAfter: time.Duration(d.IdleAfter),
+		Window: time.Duration(d.Window), ParentMissRate: d.ParentMissRate, MinSamples: d.MinSamples,
+	}
+}
+
+// HashCheckConfig turns on the check of an engine's own block hashes: vLLM with
+// PYTHONHASHSEED set and prefix_caching_hash_algo "sha256" or "sha256_cbor" (see package
+// vllmhash).
+type HashCheckConfig struct {
+	// Seed is the engine's PYTHONHASHSEED.
+	Seed string `json:"seed"`
+	// Algo is the engine's prefix_caching_hash_algo: "sha256" (default) or "sha256_cbor".
+	Algo string `json:"algo,omitempty"`
+	// SampleEvery checks one chain in N (default 1: all).
+	SampleEvery int `json:"sample_every,omitempty"`
 }
 
 // IndexConfig is the engine's configuration (see engine.Config).
@@ -131,6 +176,13 @@ type EngineConfig struct {
 	Media []string `json:"media,omitempty"`
 	// SkipExtraKeys drops stored events with extra_keys (multimodal inputs).
 	SkipExtraKeys bool `json:"skip_extra_keys,omitempty"`
+	// KVGroupKinds lists the KV-cache spec kinds indexed for hybrid models (default
+	// full_attention and mla_attention); KVGroups lists group indices instead. Set them
+	// alike on every engine of a model. See subscriber.GroupFilter.
+	KVGroupKinds []string `json:"kv_group_kinds,omitempty"`
+	KVGroups     []int    `json:"kv_groups,omitempty"`
+	// HashCheck, when set, recomputes the engine's block hashes.
+	HashCheck *HashCheckConfig `json:"hash_check,omitempty"`
 }
 
 // DecodeConfig reads a JSON configuration strictly (unknown fields and trailing data
@@ -263,6 +315,9 @@ func (c Config) plan() ([]publisher, error) {
 	case c.QueryTimeout < 0 || c.DrainTimeout < 0 || c.ReplayTimeout < 0 || c.ReconnectMin < 0 || c.ReconnectMax < 0:
 		return nil, bad("durations must not be negative (grace_period and resync_interval excepted)")
 	}
+	if d := c.Diagnose; d.UnmatchedRate < 0 || d.UnmatchedRate > 1 || d.LogInterval < 0 {
+		return nil, bad("diagnose: unmatched_rate outside [0, 1] or negative log_interval")
+	}
 	if err := c.Index.Engine().Validate(); err != nil {
 		return nil, bad("index: %v", err)
 	}
@@ -339,6 +394,8 @@ func (c Config) plan() ([]publisher, error) {
 				BlockSize:       e.BlockSize,
 				Media:           e.Media,
 				SkipExtraKeys:   e.SkipExtraKeys,
+				Groups:          subscriber.GroupFilter{Kinds: e.KVGroupKinds, Groups: e.KVGroups},
+				Diagnose:        c.Diagnose.subscriber(),
 				ReplayTimeout:   time.Duration(c.ReplayTimeout),
 				ReconnectMin:    time.Duration(c.ReconnectMin),
 				ReconnectMax:    time.Duration(c.ReconnectMax),
@@ -346,6 +403,9 @@ func (c Config) plan() ([]publisher, error) {
 				ResyncInterval:  time.Duration(c.ResyncInterval),
 				MaxMessageBytes: c.MaxMessageBytes,
 				Index:           nopIndex{},
+			}
+			if hc := e.HashCheck; hc != nil {
+				sc.HashCheck = subscriber.HashCheck{Enabled: true, Seed: hc.Seed, Algo: hc.Algo, SampleEvery: hc.SampleEvery}
 			}
 			if _, err := subscriber.New(sc); err != nil {
 				return nil, fmt.Errorf("%w: %s (rank %d): %w", ErrConfig, where, r, err)

@@ -52,8 +52,17 @@
 //	    "block_size": 16,
 //	    "dp_ranks": 2, "dp_rank_start": 0,          rank r: port + r, worker "pod-7#dp<r>"
 //	    "topic": "", "bind": false,                 bind: the engine connects to us
-//	    "media": ["", "GPU"], "skip_extra_keys": false
-//	  }]
+//	    "media": ["", "GPU"], "skip_extra_keys": false,
+//	    "kv_group_kinds": ["full_attention", "mla_attention"],   hybrid models: groups indexed
+//	    "kv_groups": [0],                           or by group_idx (overrides the kinds)
+//	    "hash_check": {"seed": "0", "algo": "sha256", "sample_every": 1}
+//	                                                check vLLM's block hashes (algo: the
+//	                                                engine's prefix_caching_hash_algo,
+//	                                                "sha256" or "sha256_cbor")
+//	  }],
+//	  "diagnose": {"no_events_after": "2m", "idle_after": "5m", "window": "1m",
+//	    "parent_miss_rate": 0.05, "unmatched_rate": 0.95, "min_samples": 8,
+//	    "log_interval": "5m"}
 //	}
 //
 // Worker ids: the configured worker (or the endpoint) when dp_ranks is 0; with dp_ranks
@@ -65,7 +74,8 @@
 //	POST /v1/match    {"model": "llama-3-8b", "tokens": [1, 2, ...]}
 //	                  or {"model": ..., "content_hashes": [123, "456", "0x1c8"]}
 //	                  optional: "namespace" ("lora=NAME", "salt=SALT", kvevents' format)
-//	                  or "lora_name" / "cache_salt"; "policy".
+//	                  or "lora_name" / "cache_salt"; "policy"; with tokens, "extra_keys":
+//	                  per-block lists of multimodal identifiers (extrakeys.go).
 //	   200 {"model": "llama-3-8b", "namespace": "model=llama-3-8b;", "blocks": 3,
 //	        "matches": [{"worker": "pod-7#dp0", "score": 3, "size": 1200, "state": "live"}],
 //	        "pick": {"worker": "pod-7#dp0", "policy": "longest-prefix", "score": 3,
@@ -74,7 +84,11 @@
 //	                  "synced", "connected", "size", "last_seq", "gaps": {"detected",
 //	                  "recovered", "unrecoverable"}, "restarts", "replays", "duplicates",
 //	                  "batches", "events": {...}, "rejected": {reason: n}, "lag_seconds",
-//	                  "idle_seconds", "last_error"}]}
+//	                  "idle_seconds", "last_error", "diagnostics": {"problems": [{"code",
+//	                  "message", "hint"}], "live_since", "last_event", "hash_check",
+//	                  "skipped_kv_groups", ...}}],
+//	                  "models": [{"model", "block_size", "queries", "unmatched",
+//	                  "problems"}]}
 //	GET /healthz      200 {"status": "ok"} while the index answers (a barrier), else 503
 //	GET /readyz       200 {"ready": true} once every engine rank has synced (latched),
 //	                  503 {"ready": false, "waiting": [...]} before, and while draining
@@ -104,6 +118,17 @@
 // HTTP, query blocks and query time. Calls are counted in /metrics as
 // kvindex_grpc_requests_total{method, code}. There is no TLS of its own. Not in this version: a
 // "routed" call for the index's predictions (the engine makes none yet).
+//
+// # Diagnostics
+//
+// Each worker's problems (subscriber.Problems: no_events, events_stopped,
+// block_size_mismatch, parent_not_found, hash_mismatch) and each model's
+// (unmatched_queries) appear in /v1/workers with a message and a hint, in /metrics as
+// kvindex_worker_problem{worker,model,problem} and kvindex_model_problem{model,problem}
+// (1 while active), and in the log: a warning when a problem appears, repeated at most
+// every log_interval while it lasts, and an info line when it is over (checked every 10
+// s). README.md, "When routing silently stops using the cache", says what to do about
+// each.
 //
 // A worker is eligible for a pick while its subscriber is live or stale (connected and
 // synced). "size" in /v1/workers is filled when the index implements WorkerSizer, else

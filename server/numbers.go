@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +21,8 @@ type matchReq struct {
 
 	Tokens, Hashes       []uint64
 	HasTokens, HasHashes bool
+	// ExtraKeys is the raw JSON of extra_keys (extrakeys.go), nil when absent.
+	ExtraKeys []byte
 }
 
 var errSyntax = errors.New("invalid JSON")
@@ -79,6 +82,16 @@ func decodeMatch(b []byte, rp *matchReq) (err error) {
 			if err != nil {
 				return fmt.Errorf("content_hashes: %w", err)
 			}
+		case "extra_keys":
+			end, err := scanValue(b, i)
+			if err != nil {
+				return fmt.Errorf("extra_keys: %w", err)
+			}
+			raw := b[i:end]
+			if !bytes.Equal(raw, []byte("null")) && (len(raw) == 0 || raw[0] != '[' || !json.Valid(raw)) {
+				return errors.New("extra_keys: want null or an array")
+			}
+			r.ExtraKeys, i = raw, end
 		default:
 			return fmt.Errorf("json: unknown field %q", key)
 		}

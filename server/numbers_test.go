@@ -50,6 +50,8 @@ func FuzzDecodeMatch(f *testing.F) {
 		`{"model":"m","namespace":"lora=a","content_hashes":[1,"2","0x3"],"policy":"random"}`,
 		`{"lora_name":"x\"y","cache_salt":"\\u00e9","tokens":[]}`,
 		`{"tokens":null}`,
+		`{"tokens":[1,2,3,4],"extra_keys":[["a",1,[2,"b"]],null,[{"bytes_hex":"00ff"}]]}`,
+		`{"tokens":[1],"extra_keys":null}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -81,6 +83,15 @@ func FuzzDecodeMatch(f *testing.F) {
 		}
 		if !slices.Equal(r.Tokens, toks) || !slices.Equal(r.Hashes, hs) {
 			t.Fatalf("%q: arrays %v %v vs %v %v", b, r.Tokens, r.Hashes, toks, hs)
+		}
+		if r.ExtraKeys != nil {
+			// Never a panic; every accepted block key is bounded.
+			keys, err := parseExtraKeys(r.ExtraKeys, 64)
+			for _, k := range keys {
+				if err == nil && len(k) > maxKeyBytes {
+					t.Fatalf("%q: key of %d bytes", b, len(k))
+				}
+			}
 		}
 	})
 }

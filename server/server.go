@@ -51,6 +51,7 @@ type model struct {
 	name      string
 	blockSize int
 	subs      []*subscriber.Subscriber
+	queries   queryWindow // diagnose.go
 }
 
 // Server is kvindex serve: one engine, one subscriber per engine rank, the HTTP API.
@@ -95,6 +96,13 @@ type Server struct {
 	rr       atomic.Uint64
 	shutOnce sync.Once
 	shutErr  error
+
+	// Diagnostics (diagnose.go): now is the clock (tests set it before use); logged
+	// holds when each ongoing problem was last logged.
+	now      func() time.Time
+	logMu    sync.Mutex
+	logged   map[string]time.Time
+	stopDiag chan struct{}
 }
 
 // New validates cfg and builds the server: the engine and the subscribers (not yet
@@ -127,6 +135,9 @@ func New(cfg Config, opts Options) (*Server, error) {
 		ln:       opts.Listener,
 		grpcLn:   opts.GRPCListener,
 		errc:     make(chan error, len(pubs)+1),
+		now:      time.Now,
+		logged:   map[string]time.Time{},
+		stopDiag: make(chan struct{}),
 	}
 	for _, p := range pubs {
 		sc := p.cfg
@@ -184,7 +195,7 @@ func (s *Server) initMetrics() {
 		Name: "kvindex_http_in_flight_requests",
 		Help: "HTTP requests being served (a scrape counts itself).",
 	})
-	s.reg.MustRegister(s.findLatency, s.requests, s.inFlight, newCollector(s),
+	s.reg.MustRegister(s.findLatency, s.requests, s.inFlight, newCollector(s), newDiagCollector(s),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 
@@ -227,6 +238,11 @@ func (s *Server) Start() error {
 			}
 		}()
 	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.diagnoseLoop(s.stopDiag)
+	}()
 	s.httpSrv = &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -285,6 +301,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		if s.stopSubs != nil {
 			s.stopSubs()
+			close(s.stopDiag)
 		}
 		s.wg.Wait()
 		if !s.external {

@@ -82,8 +82,9 @@ type Config struct {
 	// {"*"} accepts every medium.
 	Media []string
 	// SkipExtraKeys drops stored events whose extra_keys carry a non-nil entry
-	// (multimodal inputs, ...): their content hashes under-describe the blocks. Default
-	// false: such events are indexed like any other.
+	// (multimodal inputs, ...), for routers that never send extra keys. Default false:
+	// such blocks are indexed with their extra keys in their content hashes (package
+	// kvevents), so only queries giving the same keys match them.
 	SkipExtraKeys bool
 	// Index receives the events. Required.
 	Index Index
@@ -110,6 +111,13 @@ type Config struct {
 	Limits kvevents.Limits
 	// Logger receives connection, gap and restart events. Default: discard.
 	Logger *slog.Logger
+	// Groups selects the KV-cache groups indexed (hybrid models); default full
+	// attention. See GroupFilter.
+	Groups GroupFilter
+	// HashCheck recomputes the engine's block hashes (vLLM sha256_cbor). Default off.
+	HashCheck HashCheck
+	// Diagnose sets the thresholds of the silent-miss diagnostics (Problems).
+	Diagnose DiagnoseConfig
 }
 
 func (c Config) withDefaults() Config {
@@ -137,6 +145,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.Groups = c.Groups.withDefaults()
+	c.HashCheck = c.HashCheck.withDefaults()
+	c.Diagnose = c.Diagnose.withDefaults()
 	return c
 }
 
@@ -177,6 +188,11 @@ func (c Config) validate() error {
 		return bad("MaxReplayBatches %d is negative", c.MaxReplayBatches)
 	case c.MaxMessageBytes < MinMaxMessageBytes || c.MaxMessageBytes > MaxMaxMessageBytes:
 		return bad("MaxMessageBytes %d is not between %d and %d", c.MaxMessageBytes, MinMaxMessageBytes, MaxMaxMessageBytes)
+	}
+	for _, err := range []error{c.Groups.validate(), c.HashCheck.validate(), c.Diagnose.validate()} {
+		if err != nil {
+			return bad("%v", err)
+		}
 	}
 	if _, err := kvevents.New(kvevents.Config{BlockSize: c.BlockSize, Limits: c.Limits}); err != nil {
 		return bad("%v", err)

@@ -87,7 +87,8 @@
 //
 // Media (default "" and "GPU") selects the cache tiers indexed; a batch whose
 // data-parallel rank differs from DPRank is skipped; stored events with extra_keys are
-// indexed unless SkipExtraKeys. Each skip is counted by Reason in Status.Rejected;
+// indexed (their keys in the content hash) unless SkipExtraKeys; events of KV-cache
+// groups the GroupFilter leaves out are skipped. Each skip is counted by Reason in Status.Rejected;
 // decoder rejections by kvevents.Reason in Status.DecoderRejected.
 //
 // # Wire protocol
@@ -115,6 +116,31 @@
 // [b"", ff..ff, b""] (each with the topic frame in vLLM v0.26.0+). PUB drops messages
 // for a subscriber that is not connected yet, which is why every connection starts
 // with a catch-up.
+//
+// # Diagnostics
+//
+// The owner counts what the silent-miss diagnostics need (diagnose.go) and publishes it
+// in Status.Diag; Problems(status, now) turns it into problems, a pure function of
+// counters and the clock: no_events (synced for DiagnoseConfig.NoEventsAfter without an
+// event since the connection began), events_stopped (NoteServed reported a pick more
+// than IdleAfter after the last event), block_size_mismatch (stores rejected for their
+// block size in the last one to two Windows), parent_not_found (a fraction of recent
+// stores over ParentMissRate) and hash_mismatch (HashCheck: vLLM's sha256 or
+// sha256_cbor hashes recomputed from each chain's root with package vllmhash and compared with the
+// published ones; the decoder then keeps tokens and digests, Config.Verbatim). The
+// check remembers up to MaxTracked digests of checked blocks so that children stored in
+// later events can be checked; removals and clears forget them.
+//
+// # Hybrid models
+//
+// GroupFilter indexes only the KV-cache groups that can serve a prefix: by
+// kv_cache_spec_kind (full_attention, mla_attention by default) or by group_idx.
+// Removals carry group_idx but no kind; a group's kind is learnt from its stores (an
+// unknown group other than 0 is not indexed). Events of other groups are counted
+// (ReasonKVGroup, Status.Diag.SkippedGroups) and never applied, because vLLM gives
+// every group the same block hashes: a sliding-window group's removals would delete the
+// full-attention blocks. testdata/hybrid-stream.hex is a recorded stream of such a
+// model.
 //
 // # Alternatives rejected
 //

@@ -82,13 +82,17 @@ const (
 	// ReasonRankMismatch: a batch whose data-parallel rank is not Config.DPRank (every
 	// event of it).
 	ReasonRankMismatch
+	// ReasonKVGroup: an event of a KV-cache group Config.Groups does not index (a
+	// sliding-window or Mamba group of a hybrid model); Status.Diag.SkippedGroups says
+	// which.
+	ReasonKVGroup
 
 	NumReasons
 )
 
 var reasonNames = [NumReasons]string{
 	"malformed_batch", "parent_not_found", "invalid_event", "unknown_type", "medium",
-	"extra_keys", "rank_mismatch",
+	"extra_keys", "rank_mismatch", "kv_group",
 }
 
 func (r Reason) String() string {
@@ -164,6 +168,9 @@ type Status struct {
 	DownSince   time.Time
 	// LastError describes the last connection or replay failure.
 	LastError string
+
+	// Diag holds the silent-miss diagnostics' counters (see Problems).
+	Diag Diagnostics
 }
 
 // RejectedTotal sums Rejected and DecoderRejected.

@@ -59,6 +59,8 @@ type Subscriber struct {
 	subGuard, dealerGuard *guard
 	refused               atomic.Uint64
 
+	diag *diagState // diagnose.go
+
 	replay replayFunc // zmqReplay; tests substitute it
 	now    func() time.Time
 
@@ -77,7 +79,7 @@ func New(cfg Config) (*Subscriber, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	dec, err := kvevents.New(kvevents.Config{BlockSize: cfg.BlockSize, Limits: cfg.Limits})
+	dec, err := kvevents.New(kvevents.Config{BlockSize: cfg.BlockSize, Limits: cfg.Limits, Verbatim: cfg.HashCheck.Enabled})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
@@ -90,6 +92,7 @@ func New(cfg Config) (*Subscriber, error) {
 		connFloor: -1,
 		exact:     true,
 		now:       time.Now,
+		diag:      newDiagState(&cfg),
 	}
 	for _, m := range cfg.Media {
 		if m == "*" {
@@ -143,7 +146,9 @@ func (s *Subscriber) publish() {
 	st.HasSeq, st.LastSeq = s.has, s.last
 	st.Connected, st.Synced = s.connected, s.synced
 	st.DecoderRejected = s.dec.Stats().Rejected
+	s.diag.publishInto(st, s.now())
 	s.mu.Lock()
+	st.Diag.LastServed = s.pub.Diag.LastServed // NoteServed writes it there
 	s.pub = *st
 	s.state.Store(uint32(st.State))
 	s.mu.Unlock()
@@ -737,6 +742,7 @@ func (s *Subscriber) applyBatch(seq uint64, payload []byte) error {
 		return s.invalidate()
 	}
 	b := &s.batch
+	s.diag.batch(b, s.dec, s.now())
 	s.local.Rejected[ReasonUnknownType] += uint64(b.UnknownTypes)
 	if b.HasDPRank && b.DPRank != s.cfg.DPRank {
 		s.local.Rejected[ReasonRankMismatch] += uint64(len(b.Events))
@@ -777,6 +783,13 @@ func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64) error {
 		s.local.Rejected[ReasonMedium]++
 		return nil
 	}
+	if ok, label := s.diag.indexed(e); !ok {
+		s.local.Rejected[ReasonKVGroup]++
+		s.diag.skipGroup(label)
+		return nil
+	}
+	s.diag.checkHashes(e, s.now())
+	s.diag.forget(e)
 	ev := &s.ev
 	*ev = engine.Event{Worker: s.cfg.Worker, Cursor: cursor}
 	switch e.Kind {
@@ -807,6 +820,8 @@ func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64) error {
 	if err := s.apply(ev); err != nil {
 		return err
 	}
+	s.diag.applied(e, s.local.Rejected == before,
+		s.local.Rejected[ReasonParentNotFound] != before[ReasonParentNotFound], s.now())
 	if s.local.Rejected != before {
 		return nil
 	}

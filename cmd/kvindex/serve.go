@@ -55,8 +55,34 @@ func (e *engineFlags) Set(spec string) error {
 			c.Bind, err = strconv.ParseBool(v)
 		case "media":
 			c.Media = strings.Split(v, "|")
+		case "hash_seed":
+			if c.HashCheck == nil {
+				c.HashCheck = &server.HashCheckConfig{}
+			}
+			c.HashCheck.Seed = v
+		case "hash_algo":
+			if c.HashCheck == nil {
+				c.HashCheck = &server.HashCheckConfig{}
+			}
+			c.HashCheck.Algo = v
+		case "hash_sample":
+			if c.HashCheck == nil {
+				c.HashCheck = &server.HashCheckConfig{}
+			}
+			c.HashCheck.SampleEvery, err = strconv.Atoi(v)
+		case "kv_groups":
+			for _, g := range strings.Split(v, "|") {
+				n, e := strconv.Atoi(g)
+				if e != nil {
+					err = e
+					break
+				}
+				c.KVGroups = append(c.KVGroups, n)
+			}
+		case "kv_group_kinds":
+			c.KVGroupKinds = strings.Split(v, "|")
 		default:
-			return fmt.Errorf("unknown key %q (want endpoint, replay, worker, model, block_size, dp_ranks, dp_rank_start, topic, bind, media)", k)
+			return fmt.Errorf("unknown key %q (want endpoint, replay, worker, model, block_size, dp_ranks, dp_rank_start, topic, bind, media, hash_seed, hash_algo, hash_sample, kv_groups, kv_group_kinds)", k)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %v", k, err)
