@@ -16,6 +16,9 @@ var (
 	// one stored event, a seq equal to the parent, too many blocks, or a chain deeper than
 	// MaxDepth. Nothing of a rejected event is applied.
 	ErrInvalidEvent = errors.New("engine: invalid event")
+	// ErrQueryTooLong rejects a query of MaxDepth blocks or more: no chain can be that
+	// deep, and a query is not an event (it changes nothing).
+	ErrQueryTooLong = errors.New("engine: query too long")
 	// ErrInvalidConfig wraps every Config validation failure.
 	ErrInvalidConfig = errors.New("engine: invalid config")
 	// ErrShardFailed is returned once a shard goroutine has panicked; the engine is then
@@ -43,6 +46,9 @@ const (
 	// MaxQueuedDeltas bounds Shards x QueueSize: the rings are allocated up front at 40
 	// bytes a cell (a 32-byte delta and its sequence word), so this caps them at 1.25 GiB.
 	MaxQueuedDeltas = 1 << 25
+	// MaxQueryQueue bounds Config.QueryQueue: each shard's query channel is allocated up
+	// front at 8 bytes a cell, so this caps it at 512 KiB a shard.
+	MaxQueryQueue = 1 << 16
 )
 
 // Config configures an Engine. The zero value is valid: every zero field means its
@@ -60,7 +66,8 @@ type Config struct {
 	// MaxEventBlocks bounds the blocks of one stored event and the seqs of one removed
 	// event; larger events are rejected with ErrInvalidEvent. Default 1<<20.
 	MaxEventBlocks int
-	// QueryQueue is the capacity of each shard's query channel. Default 256.
+	// QueryQueue is the capacity of each shard's query channel. Default 256. Range
+	// 1..MaxQueryQueue.
 	QueryQueue int
 	// LockedIndex replaces the shard goroutines with a single index guarded by one
 	// sync.RWMutex: event callers apply their deltas under the write lock and queries
@@ -112,8 +119,8 @@ func (c Config) validate() error {
 		return bad("QueueSize = %d, want a power of two in 2..%d", c.QueueSize, MaxQueueSize)
 	case c.MaxEventBlocks < 1:
 		return bad("MaxEventBlocks = %d, want >= 1", c.MaxEventBlocks)
-	case c.QueryQueue < 1:
-		return bad("QueryQueue = %d, want >= 1", c.QueryQueue)
+	case c.QueryQueue < 1 || c.QueryQueue > MaxQueryQueue:
+		return bad("QueryQueue = %d, want 1..%d", c.QueryQueue, MaxQueryQueue)
 	case int64(c.Shards)*int64(c.QueueSize) > MaxQueuedDeltas:
 		return bad("Shards x QueueSize = %d, want at most %d", int64(c.Shards)*int64(c.QueueSize), MaxQueuedDeltas)
 	case c.LockedIndex && c.Shards != 1:

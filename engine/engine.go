@@ -313,8 +313,8 @@ func (e *Engine) Apply(ev *Event) error {
 		if ferr := w.flush(e); err == nil {
 			err = ferr
 		}
-		w.mu.Unlock()
 	}
+	w.mu.Unlock()
 	return err
 }
 
@@ -349,6 +349,7 @@ func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
 			gone, err = e.applyLocked(w, ev)
 			switch {
 			case gone:
+				w.mu.Unlock() // flushed already
 				w = nil
 			case err == nil && w.npend >= maxPending:
 				err = w.flush(e)
@@ -412,9 +413,9 @@ func (e *Engine) lockFor(ev *Event) (w *worker, err error) {
 	return nil, nil
 }
 
-// applyLocked applies a checked event to w, which the caller has locked; its deltas stay
-// in w.pend until the caller flushes. gone says the event forgot the worker, which is
-// then flushed and unlocked already.
+// applyLocked applies a checked event to w, which the caller has locked and unlocks; its
+// deltas stay in w.pend until the caller flushes. gone says the event forgot the worker,
+// which is then flushed already (its lock is still held).
 func (e *Engine) applyLocked(w *worker, ev *Event) (gone bool, err error) {
 	if ev.Cursor != 0 {
 		w.cursor = ev.Cursor
@@ -436,7 +437,6 @@ func (e *Engine) applyLocked(w *worker, ev *Event) (gone bool, err error) {
 		err = w.flush(e)
 		w.dead = true
 		e.unregister(w)
-		w.mu.Unlock()
 		return true, err
 	}
 	w.events++

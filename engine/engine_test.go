@@ -45,6 +45,8 @@ func TestConfigValidation(t *testing.T) {
 		{"rings too big in total", engine.Config{Shards: 256, QueueSize: engine.MaxQueueSize}, false},
 		{"negative max blocks", engine.Config{MaxEventBlocks: -1}, false},
 		{"negative query queue", engine.Config{QueryQueue: -1}, false},
+		{"huge query queue", engine.Config{QueryQueue: 1 << 40}, false},
+		{"largest query queue", engine.Config{QueryQueue: engine.MaxQueryQueue}, true},
 		{"locked index", engine.Config{LockedIndex: true}, true},
 		{"locked index with shards", engine.Config{LockedIndex: true, Shards: 2}, false},
 	} {

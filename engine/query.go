@@ -110,7 +110,7 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 		return dst, nil
 	}
 	if len(content) >= MaxDepth {
-		return dst, fmt.Errorf("%w: query of %d blocks", ErrInvalidEvent, len(content))
+		return dst, fmt.Errorf("%w: %d blocks (limit %d)", ErrQueryTooLong, len(content), MaxDepth-1)
 	}
 	e.queries.Add(1)
 	q := e.getQuery()
