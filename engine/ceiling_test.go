@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvindex/kvindex/hash"
 	"github.com/kvindex/kvindex/internal/oplog"
+	"github.com/kvindex/kvindex/internal/table"
 	"github.com/kvindex/kvindex/shard"
 )
 
@@ -151,7 +152,7 @@ func exactReplay(b *testing.B, ops []oplog.Op, events []Event, workerStateOnly b
 	bytes := st.IndexBytes
 	for _, w := range *e.slots.Load() {
 		if w != nil {
-			bytes += int64(len(w.seqs.slots))*int64(unsafe.Sizeof(seqEntry{})) + int64(len(w.keys.slots))*int64(unsafe.Sizeof(keyEntry{}))
+			bytes += int64(w.tableBytes())
 		}
 	}
 	return d, float64(bytes) / float64(max(st.Blocks, 1))
@@ -160,7 +161,7 @@ func exactReplay(b *testing.B, ops []oplog.Op, events []Event, workerStateOnly b
 // floorReplay is the floor variant's state, reused across iterations.
 type floorReplay struct {
 	ids    map[string]uint32
-	seqs   []seqTable
+	seqs   []floorSeqs
 	idx    *shard.Index
 	out    []uint32
 	deltas []floorDelta
@@ -195,8 +196,8 @@ func (f *floorReplay) run(ops []oplog.Op, record bool) time.Duration {
 			}
 		}
 	}
-	f.seqs = make([]seqTable, len(f.ids))
-	f.idx = shard.New(1024)
+	f.seqs = make([]floorSeqs, len(f.ids))
+	f.idx = shard.New(1024, table.SeedFrom(1))
 	f.deltas = f.deltas[:0]
 	emit := func(d floorDelta) {
 		if record {
@@ -253,7 +254,7 @@ func (f *floorReplay) run(ops []oplog.Op, record bool) time.Duration {
 func (f *floorReplay) tableBytes() float64 {
 	bytes := f.idx.Bytes()
 	for i := range f.seqs {
-		bytes += len(f.seqs[i].slots) * int(unsafe.Sizeof(seqEntry{}))
+		bytes += len(f.seqs[i].slots) * int(unsafe.Sizeof(floorSeq{}))
 	}
 	return float64(bytes) / float64(max(f.idx.Memberships(), 1))
 }
@@ -261,10 +262,84 @@ func (f *floorReplay) tableBytes() float64 {
 // replayDeltas applies the deltas and probes the last recording run produced to a fresh
 // index.
 func (f *floorReplay) replayDeltas() time.Duration {
-	f.idx = shard.New(1024)
+	f.idx = shard.New(1024, table.SeedFrom(1))
 	start := time.Now()
 	for _, d := range f.deltas {
 		f.apply(d)
 	}
 	return time.Since(start)
+}
+
+// floorSeqs is the floor's seq -> key table: flat, linear probing, unseeded, no
+// deletion but by backward shift; the least a removal by engine hash needs.
+type floorSeqs struct {
+	slots []floorSeq
+	n     int
+}
+
+type floorSeq struct {
+	seq uint64
+	k   key
+	ok  bool
+}
+
+func (t *floorSeqs) home(seq uint64) uint64 { return table.Home(seq*0x9e3779b97f4a7c15, len(t.slots)) }
+
+func (t *floorSeqs) get(seq uint64) (key, bool) {
+	if t.n == 0 {
+		return key{}, false
+	}
+	for i := t.home(seq); ; i = table.Next(i, len(t.slots)) {
+		if s := &t.slots[i]; !s.ok || s.seq == seq {
+			return s.k, s.ok
+		}
+	}
+}
+
+func (t *floorSeqs) put(seq uint64, k key) {
+	if table.Full(t.n, len(t.slots)) {
+		old := t.slots
+		t.slots = make([]floorSeq, table.Grown(len(old)))
+		for _, s := range old {
+			if s.ok {
+				i := t.home(s.seq)
+				for t.slots[i].ok {
+					i = table.Next(i, len(t.slots))
+				}
+				t.slots[i] = s
+			}
+		}
+	}
+	i := t.home(seq)
+	for t.slots[i].ok && t.slots[i].seq != seq {
+		i = table.Next(i, len(t.slots))
+	}
+	if !t.slots[i].ok {
+		t.n++
+	}
+	t.slots[i] = floorSeq{seq: seq, k: k, ok: true}
+}
+
+func (t *floorSeqs) del(seq uint64) {
+	i := t.home(seq)
+	for t.slots[i].seq != seq {
+		i = table.Next(i, len(t.slots))
+	}
+	for {
+		t.slots[i] = floorSeq{}
+		j := i
+		for {
+			j = table.Next(j, len(t.slots))
+			s := &t.slots[j]
+			if !s.ok {
+				t.n--
+				return
+			}
+			if !table.InRun(t.home(s.seq), i, j) {
+				t.slots[i] = *s
+				i = j
+				break
+			}
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/kvindex/kvindex/internal/table"
 	"github.com/kvindex/kvindex/ringbuf"
 )
 
@@ -70,15 +71,21 @@ type Engine struct {
 
 	// locked guards shards[0].idx when cfg.LockedIndex is set (the benchmark baseline).
 	locked sync.RWMutex
+
+	// seed keys every table hash of this engine (see table.Seed); drawn at New.
+	seed table.Seed
 }
 
 // New validates cfg, starts the shard goroutines and returns the engine.
-func New(cfg Config) (*Engine, error) {
+func New(cfg Config) (*Engine, error) { return newSeeded(cfg, table.NewSeed()) }
+
+// newSeeded is New with a given hash seed, for tests that need to know it.
+func newSeeded(cfg Config, seed table.Seed) (*Engine, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, done: make(chan struct{})}
+	e := &Engine{cfg: cfg, done: make(chan struct{}), seed: seed}
 	empty := []*worker{}
 	e.slots.Store(&empty)
 	e.shards = make([]*shardLoop, cfg.Shards)
@@ -402,7 +409,7 @@ func (e *Engine) lockFor(ev *Event) (w *worker, err error) {
 			return nil, fmt.Errorf("%w: worker %q is unknown", ErrParentNotFound, strings.Clone(ev.Worker))
 		}
 		var probe worker
-		if !probe.validateStore(0, false, ev.Blocks) {
+		if !probe.validateStore(&e.seed, 0, false, ev.Blocks) {
 			e.rejInvalid.Add(1)
 			return nil, fmt.Errorf("%w: a seq appears twice in one event", ErrInvalidEvent)
 		}
@@ -446,20 +453,20 @@ func (e *Engine) applyLocked(w *worker, ev *Event) (gone bool, err error) {
 // storeLocked applies a stored event to w (locked). The parent is resolved first, so an
 // event faulty in both ways reports ErrParentNotFound.
 func (e *Engine) storeLocked(w *worker, ns uint32, ev *Event) error {
-	var at key
+	var at uint32 // the parent's key record
 	if ev.HasParent {
-		k, ok := w.seqs.get(ev.Parent)
-		if !ok || k.ns != ns {
+		rid, ok := w.seqs.get(&e.seed, ev.Parent)
+		if !ok || w.keys.recs[rid].ns != ns {
 			e.rejParent.Add(1)
 			return fmt.Errorf("%w: worker %q does not hold %d in this namespace", ErrParentNotFound, w.name, ev.Parent)
 		}
-		at = k
-		if uint64(at.pos)+uint64(len(ev.Blocks)) >= MaxDepth {
+		at = rid
+		if uint64(w.keys.recs[rid].pos)+uint64(len(ev.Blocks)) >= MaxDepth {
 			e.rejInvalid.Add(1)
 			return fmt.Errorf("%w: chain deeper than %d blocks", ErrInvalidEvent, MaxDepth)
 		}
 	}
-	if !w.validateStore(ev.Parent, ev.HasParent, ev.Blocks) {
+	if !w.validateStore(&e.seed, ev.Parent, ev.HasParent, ev.Blocks) {
 		e.rejInvalid.Add(1)
 		return fmt.Errorf("%w: a seq appears twice in one event or equals the parent", ErrInvalidEvent)
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/internal/oplog"
-	"github.com/kvindex/kvindex/shard"
+	"github.com/kvindex/kvindex/internal/table"
 )
 
 // partitions are the candidate ways to give keys to shards.
@@ -19,11 +19,14 @@ var partitions = []struct {
 	of   func(k key, shards, jump int) int
 }{
 	{"hash(ns, pos, prefix) (chosen)", func(k key, s, _ int) int {
-		return int(((shard.KeyHash(shard.Key{Prefix: k.prefix, Pos: k.pos, NS: k.ns}) >> 32) * uint64(s)) >> 32)
+		e := Engine{shards: make([]*shardLoop, s), seed: partitionSeed}
+		return e.owner(k)
 	}},
 	{"pos mod shards", func(k key, s, _ int) int { return int(k.pos) % s }},
 	{"stride mod shards", func(k key, s, j int) int { return int(k.pos) / j % s }},
 }
+
+var partitionSeed = table.SeedFrom(5)
 
 // TestPartitionBalance replays the trace-driven conformance log, counts index deltas and
 // query probes per shard under each candidate partition, and prints the table DESIGN.md

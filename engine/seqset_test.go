@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/kvindex/kvindex/internal/table"
 )
 
 // TestValidateStoreLarge checks the duplicate check of events too long for the pairwise
@@ -13,6 +15,7 @@ import (
 func TestValidateStoreLarge(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	var w worker
+	seed := table.SeedFrom(1)
 	check := func(parent uint64, hasParent bool, blocks []Block) {
 		t.Helper()
 		want := true
@@ -23,7 +26,7 @@ func TestValidateStoreLarge(t *testing.T) {
 			}
 			seen[b.Seq] = true
 		}
-		if got := w.validateStore(parent, hasParent, blocks); got != want {
+		if got := w.validateStore(&seed, parent, hasParent, blocks); got != want {
 			t.Fatalf("validateStore(%d blocks, parent %d/%v) = %v, want %v", len(blocks), parent, hasParent, got, want)
 		}
 	}

@@ -61,7 +61,7 @@ func newShardLoop(e *Engine, id int, r *ringbuf.Ring[delta]) *shardLoop {
 	return &shardLoop{
 		e:       e,
 		id:      id,
-		idx:     shard.New(1024),
+		idx:     shard.New(1024, e.seed),
 		ring:    r,
 		queries: make(chan *probeBatch, e.cfg.QueryQueue),
 		buf:     make([]delta, eventBatch),

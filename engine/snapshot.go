@@ -105,7 +105,7 @@ func (e *Engine) captureWorkers() (names []string, count uint32, body []byte, ok
 	slices.SortFunc(workers, func(a, b *worker) int { return strings.Compare(a.name, b.name) })
 	// A worker removed meanwhile is skipped; count only what is written.
 	var buf bytes.Buffer
-	var entries []seqEntry
+	var entries []seqSlot
 	var scratch [snapshotEntry]byte
 	for _, wk := range workers {
 		wk.mu.Lock()
@@ -115,11 +115,11 @@ func (e *Engine) captureWorkers() (names []string, count uint32, body []byte, ok
 		}
 		entries = entries[:0]
 		for _, s := range wk.seqs.slots {
-			if s.pos1 != 0 {
+			if s.ref != 0 {
 				entries = append(entries, s)
 			}
 		}
-		slices.SortFunc(entries, func(a, b seqEntry) int { return cmp.Compare(a.seq, b.seq) })
+		slices.SortFunc(entries, func(a, b seqSlot) int { return cmp.Compare(a.seq(), b.seq()) })
 		var hdr [8]byte
 		binary.LittleEndian.PutUint32(hdr[:4], uint32(len(wk.name)))
 		buf.Write(hdr[:4])
@@ -129,21 +129,22 @@ func (e *Engine) captureWorkers() (names []string, count uint32, body []byte, ok
 		binary.LittleEndian.PutUint64(hdr[:], uint64(len(entries)))
 		buf.Write(hdr[:])
 		for _, s := range entries {
-			k := key{prefix: s.prefix, pos: s.pos1 - 1, ns: s.ns}
+			r := &wk.keys.recs[s.ref-1]
+			k := r.key()
 			var parent uint64
-			if i := wk.keys.find(k); i >= 0 {
-				parent = wk.keys.slots[i].parent
+			if r.parent != 0 {
+				parent = wk.keys.recs[r.parent-1].prefix()
 			}
 			var ns uint32
-			if s.ns != 0 {
+			if k.ns != 0 {
 				var known bool
-				if ns, known = nsIndex[s.ns]; !known {
+				if ns, known = nsIndex[k.ns]; !known {
 					wk.mu.Unlock()
 					return nil, 0, nil, false
 				}
 			}
-			binary.LittleEndian.PutUint64(scratch[0:], s.seq)
-			binary.LittleEndian.PutUint64(scratch[8:], s.prefix)
+			binary.LittleEndian.PutUint64(scratch[0:], s.seq())
+			binary.LittleEndian.PutUint64(scratch[8:], k.prefix)
 			binary.LittleEndian.PutUint64(scratch[16:], parent)
 			binary.LittleEndian.PutUint32(scratch[24:], k.pos)
 			binary.LittleEndian.PutUint32(scratch[28:], ns)
@@ -307,8 +308,8 @@ func (e *Engine) load(p *snapReader) error {
 				ns = nsIDs[ns-1]
 			}
 			k := key{prefix: prefix, pos: pos, ns: ns}
-			w.seqs.put(seq, k)
-			w.addKey(e, k, parent)
+			si, _ := w.seqs.locate(&e.seed, seq) // seqs ascend: never found
+			w.seqs.setAt(si, seq, w.addKey(e, k, parent, 0))
 		}
 		if err := w.flush(e); err != nil && p.err == nil {
 			p.err = err

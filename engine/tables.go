@@ -1,136 +1,120 @@
 package engine
 
-import "math/bits"
+import "github.com/kvindex/kvindex/internal/table"
 
-// The two per-worker tables below are flat, pointer-free, open-addressing tables with
-// linear probing and backward-shift deletion, like shard.Index. They are owned by whoever
-// holds the worker's mutex.
+// A worker's bookkeeping is two tables over one slab of key records:
+//
+//   - keyTable.recs, the slab: one 28-byte record per key (namespace, position, prefix)
+//     the worker holds or keeps as a ghost, at a stable index (its record id) until it
+//     is deleted; a deleted record goes on a free list and is reused.
+//   - keyTable.idx: key -> record id, 8-byte slots (a 32-bit hash tag and the id), so a
+//     probe compares tags and reads the slab only for the one record that matches.
+//   - seqTable: engine hash -> record id, 12-byte slots.
+//
+// A record names its parent key by record id, so a removal finds the parent's child
+// count without hashing, and a snapshot reads the parent's prefix from it. All of it is
+// owned by whoever holds the worker's mutex. The tables are built from package
+// internal/table (seeded hash, sizing, backward-shift deletion) like shard.Index.
 
-const tableMinCap = 8
+// tableFloor is the size below which a worker's tables do not shrink, so a worker that
+// stores and evicts a few blocks in a loop does not reallocate.
+const tableFloor = 64
 
-// Tables grow at load 3/4 and shrink to half at load 1/16, never below shrinkFloor
-// slots. The gap between the two thresholds keeps a worker that stores and evicts the
-// same number of blocks in a loop from reallocating its tables on every cycle, while a
-// worker that drains for good still gives its memory back.
-const shrinkFloor = 64
-
-func shouldShrink(n, slots int) bool { return slots > shrinkFloor && n*16 < slots }
-
-func mix64(x uint64) uint64 {
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb9fe1a85ec53
-	x ^= x >> 33
-	return x
+// seqSlot maps one engine hash to a key record. ref is the record id + 1; 0 marks an
+// empty slot. The hash is split in two words so that a slot is 12 bytes.
+type seqSlot struct {
+	lo, hi uint32
+	ref    uint32
 }
 
-func tableShift(c int) uint8 { return uint8(64 - bits.TrailingZeros(uint(c))) }
-
-// inRun reports whether home h lies cyclically in (i, j]: an entry at j whose home is
-// there must not move back to the hole at i.
-func inRun(h, i, j uint64) bool {
-	if i < j {
-		return h > i && h <= j
-	}
-	return h > i || h <= j
-}
-
-// seqEntry records where one engine hash of a worker sits. pos1 is position+1, so that
-// zero marks an empty slot.
-type seqEntry struct {
-	seq    uint64
-	prefix uint64
-	pos1   uint32
-	ns     uint32
-}
+func (s *seqSlot) seq() uint64 { return uint64(s.lo) | uint64(s.hi)<<32 }
 
 type seqTable struct {
-	slots []seqEntry
-	mask  uint64
-	shift uint8
+	slots []seqSlot
 	n     int
 }
 
-func (t *seqTable) init(c int) {
-	t.slots = make([]seqEntry, c)
-	t.mask = uint64(c - 1)
-	t.shift = tableShift(c)
-	t.n = 0
+func (t *seqTable) home(seed *table.Seed, seq uint64) uint64 {
+	return table.Home(seed.Hash64(seq), len(t.slots))
 }
 
-func (t *seqTable) home(seq uint64) uint64 { return (mix64(seq) * 0x9e3779b97f4a7c15) >> t.shift }
-
-// get returns the key of seq.
-func (t *seqTable) get(seq uint64) (k key, ok bool) {
+// get returns the record id of seq.
+func (t *seqTable) get(seed *table.Seed, seq uint64) (rid uint32, ok bool) {
 	if t.n == 0 {
-		return key{}, false
+		return 0, false
 	}
-	for i := t.home(seq); ; i = (i + 1) & t.mask {
-		e := &t.slots[i]
-		if e.pos1 == 0 {
-			return key{}, false
+	lo, hi := uint32(seq), uint32(seq>>32)
+	for i := t.home(seed, seq); ; i = table.Next(i, len(t.slots)) {
+		s := &t.slots[i]
+		if s.ref == 0 {
+			return 0, false
 		}
-		if e.seq == seq {
-			return key{prefix: e.prefix, pos: e.pos1 - 1, ns: e.ns}, true
-		}
-	}
-}
-
-// put inserts or overwrites seq and returns the key it had, if any.
-func (t *seqTable) put(seq uint64, k key) (old key, had bool) {
-	if len(t.slots) == 0 {
-		t.init(tableMinCap)
-	}
-	if (t.n+1)*4 > len(t.slots)*3 {
-		t.resize(len(t.slots) * 2)
-	}
-	for i := t.home(seq); ; i = (i + 1) & t.mask {
-		e := &t.slots[i]
-		if e.pos1 == 0 {
-			*e = seqEntry{seq: seq, prefix: k.prefix, pos1: k.pos + 1, ns: k.ns}
-			t.n++
-			return key{}, false
-		}
-		if e.seq == seq {
-			old = key{prefix: e.prefix, pos: e.pos1 - 1, ns: e.ns}
-			e.prefix, e.pos1, e.ns = k.prefix, k.pos+1, k.ns
-			return old, true
+		if s.lo == lo && s.hi == hi {
+			return s.ref - 1, true
 		}
 	}
 }
 
-// del removes seq and returns the key it had, if it was there.
-func (t *seqTable) del(seq uint64) (k key, ok bool) {
+// locate returns the slot of seq, or the empty slot where it belongs, after making room
+// for one more entry. The slot stays valid until the table is next modified.
+func (t *seqTable) locate(seed *table.Seed, seq uint64) (i uint64, found bool) {
+	if table.Full(t.n, len(t.slots)) {
+		t.resize(seed, table.Grown(len(t.slots)))
+	}
+	lo, hi := uint32(seq), uint32(seq>>32)
+	for i = t.home(seed, seq); ; i = table.Next(i, len(t.slots)) {
+		s := &t.slots[i]
+		if s.ref == 0 {
+			return i, false
+		}
+		if s.lo == lo && s.hi == hi {
+			return i, true
+		}
+	}
+}
+
+// setAt points slot i, found by locate, at record rid.
+func (t *seqTable) setAt(i uint64, seq uint64, rid uint32) {
+	s := &t.slots[i]
+	if s.ref == 0 {
+		t.n++
+	}
+	*s = seqSlot{lo: uint32(seq), hi: uint32(seq >> 32), ref: rid + 1}
+}
+
+// del removes seq and returns its record id, if it was there.
+func (t *seqTable) del(seed *table.Seed, seq uint64) (rid uint32, ok bool) {
 	if t.n == 0 {
-		return key{}, false
+		return 0, false
 	}
-	i := t.home(seq)
-	for ; ; i = (i + 1) & t.mask {
-		e := &t.slots[i]
-		if e.pos1 == 0 {
-			return key{}, false
+	lo, hi := uint32(seq), uint32(seq>>32)
+	n := len(t.slots)
+	i := t.home(seed, seq)
+	for ; ; i = table.Next(i, n) {
+		s := &t.slots[i]
+		if s.ref == 0 {
+			return 0, false
 		}
-		if e.seq == seq {
-			k = key{prefix: e.prefix, pos: e.pos1 - 1, ns: e.ns}
+		if s.lo == lo && s.hi == hi {
+			rid = s.ref - 1
 			break
 		}
 	}
 	for {
-		t.slots[i] = seqEntry{}
+		t.slots[i] = seqSlot{}
 		j := i
 		for {
-			j = (j + 1) & t.mask
-			e := &t.slots[j]
-			if e.pos1 == 0 {
+			j = table.Next(j, n)
+			s := &t.slots[j]
+			if s.ref == 0 {
 				t.n--
-				if shouldShrink(t.n, len(t.slots)) {
-					t.resize(len(t.slots) / 2)
+				if table.Sparse(t.n, n, tableFloor) {
+					t.resize(seed, table.Shrunk(n))
 				}
-				return k, true
+				return rid, true
 			}
-			if !inRun(t.home(e.seq), i, j) {
-				t.slots[i] = *e
+			if !table.InRun(t.home(seed, s.seq()), i, j) {
+				t.slots[i] = *s
 				i = j
 				break
 			}
@@ -138,45 +122,52 @@ func (t *seqTable) del(seq uint64) (k key, ok bool) {
 	}
 }
 
-func (t *seqTable) resize(c int) {
+func (t *seqTable) resize(seed *table.Seed, c int) {
 	old := t.slots
-	n := t.n
-	t.init(c)
-	t.n = n
+	t.slots = make([]seqSlot, c)
 	for k := range old {
 		e := &old[k]
-		if e.pos1 == 0 {
+		if e.ref == 0 {
 			continue
 		}
-		i := t.home(e.seq)
-		for t.slots[i].pos1 != 0 {
-			i = (i + 1) & t.mask
+		i := t.home(seed, e.seq())
+		for t.slots[i].ref != 0 {
+			i = table.Next(i, c)
 		}
 		t.slots[i] = *e
 	}
 }
 
-// keyEntry is one (position, prefix) a worker holds or used to hold.
+// keyRec is one key a worker holds or used to hold.
 //
 //   - seqs counts the worker's engine hashes with this key; the key is "held" while
 //     seqs > 0, and only the 0 <-> 1 transitions reach the positional index.
-//   - kids counts held keys one position deeper whose parent is this key. An entry with
+//   - kids counts held keys one position deeper whose parent is this key. A record with
 //     seqs == 0 and kids > 0 is a ghost: its children are holes (held, but unreachable
 //     through this key) and it is kept so that a refill of this key reconnects them.
-//   - parent is the prefix hash of the key's parent (meaningless at position 0). A prefix
-//     hash determines its parent's up to a 64-bit collision, so it is fixed per key.
+//   - parent is the record id + 1 of the parent key while this key is held at a
+//     position > 0, else 0. A held key's parent record exists: its kids count is > 0.
 //
-// An entry with seqs == 0 and kids == 0 is deleted, which is also the empty-slot marker.
-type keyEntry struct {
-	prefix uint64
-	parent uint64
-	pos    uint32
-	ns     uint32
-	seqs   uint32
-	kids   uint32
+// A record with seqs == 0 and kids == 0 is deleted; a free record has pos == freePos
+// and chains the free list through parent.
+type keyRec struct {
+	plo, phi uint32 // prefix
+	pos, ns  uint32
+	parent   uint32
+	seqs     uint32
+	kids     uint32
 }
 
-func (e *keyEntry) key() key { return key{prefix: e.prefix, pos: e.pos, ns: e.ns} }
+// freePos marks a free record; positions are below MaxDepth.
+const freePos = ^uint32(0)
+
+func (r *keyRec) prefix() uint64 { return uint64(r.plo) | uint64(r.phi)<<32 }
+
+func (r *keyRec) key() key { return key{prefix: r.prefix(), pos: r.pos, ns: r.ns} }
+
+func (r *keyRec) is(k key) bool {
+	return r.pos == k.pos && r.ns == k.ns && r.plo == uint32(k.prefix) && r.phi == uint32(k.prefix>>32)
+}
 
 // key is a (namespace, position, prefix) triple: one node of one namespace's prefix tree.
 type key struct {
@@ -185,78 +176,98 @@ type key struct {
 	ns     uint32
 }
 
-func (e *keyEntry) empty() bool { return e.seqs == 0 && e.kids == 0 }
+func (k key) loc() uint64 { return uint64(k.ns)<<32 | uint64(k.pos) }
+
+// keySlot is one slot of the key index: the top 32 bits of the key's hash (which also
+// give the home slot, so moving a slot needs no slab read) and the record id + 1
+// (0: empty).
+type keySlot struct {
+	tag uint32
+	ref uint32
+}
 
 type keyTable struct {
-	slots []keyEntry
-	mask  uint64
-	shift uint8
-	n     int
+	recs []keyRec
+	idx  []keySlot
+	free uint32 // record id + 1 of the first free record, 0 if none
+	n    int    // live records
 }
 
-func (t *keyTable) init(c int) {
-	t.slots = make([]keyEntry, c)
-	t.mask = uint64(c - 1)
-	t.shift = tableShift(c)
-	t.n = 0
-}
+func keyTag(seed *table.Seed, k key) uint32 { return uint32(seed.Hash128(k.prefix, k.loc()) >> 32) }
 
-func (t *keyTable) home(k key) uint64 {
-	return (mix64(k.prefix^(uint64(k.ns)<<32|uint64(k.pos))*0x9e3779b97f4a7c15) * 0x9e3779b97f4a7c15) >> t.shift
-}
+func tagHome(tag uint32, n int) uint64 { return table.Home(uint64(tag)<<32, n) }
 
-// find returns the slot of k, or -1.
-func (t *keyTable) find(k key) int {
+// find returns the record id of k.
+func (t *keyTable) find(seed *table.Seed, k key) (rid uint32, ok bool) {
 	if t.n == 0 {
-		return -1
+		return 0, false
 	}
-	for i := t.home(k); ; i = (i + 1) & t.mask {
-		e := &t.slots[i]
-		if e.empty() {
-			return -1
+	tag := keyTag(seed, k)
+	for i := tagHome(tag, len(t.idx)); ; i = table.Next(i, len(t.idx)) {
+		s := t.idx[i]
+		if s.ref == 0 {
+			return 0, false
 		}
-		if e.prefix == k.prefix && e.pos == k.pos && e.ns == k.ns {
-			return int(i)
-		}
-	}
-}
-
-// findOrAdd returns the slot of k, creating an entry with zero counts (which the caller
-// must make non-empty before any other table operation).
-func (t *keyTable) findOrAdd(k key, parent uint64) int {
-	if len(t.slots) == 0 {
-		t.init(tableMinCap)
-	}
-	if (t.n+1)*4 > len(t.slots)*3 {
-		t.resize(len(t.slots) * 2)
-	}
-	for i := t.home(k); ; i = (i + 1) & t.mask {
-		e := &t.slots[i]
-		if e.empty() {
-			*e = keyEntry{prefix: k.prefix, parent: parent, pos: k.pos, ns: k.ns}
-			t.n++
-			return int(i)
-		}
-		if e.prefix == k.prefix && e.pos == k.pos && e.ns == k.ns {
-			return int(i)
+		if s.tag == tag && t.recs[s.ref-1].is(k) {
+			return s.ref - 1, true
 		}
 	}
 }
 
-// delAt removes the entry at slot i, which the caller has just made empty.
-func (t *keyTable) delAt(i uint64) {
+// findOrAdd returns the record id of k, creating a record with zero counts (which the
+// caller must make non-empty before any other table operation). It may move the slab:
+// pointers into recs do not survive it.
+func (t *keyTable) findOrAdd(seed *table.Seed, k key) uint32 {
+	if table.Full(t.n, len(t.idx)) {
+		t.resizeIdx(seed, table.Grown(len(t.idx)))
+	}
+	tag := keyTag(seed, k)
+	i := tagHome(tag, len(t.idx))
+	for ; ; i = table.Next(i, len(t.idx)) {
+		s := t.idx[i]
+		if s.ref == 0 {
+			break
+		}
+		if s.tag == tag && t.recs[s.ref-1].is(k) {
+			return s.ref - 1
+		}
+	}
+	r := keyRec{plo: uint32(k.prefix), phi: uint32(k.prefix >> 32), pos: k.pos, ns: k.ns}
+	var rid uint32
+	if t.free != 0 {
+		rid = t.free - 1
+		t.free = t.recs[rid].parent
+		t.recs[rid] = r
+	} else {
+		rid = uint32(len(t.recs))
+		t.recs = append(t.recs, r)
+	}
+	t.idx[i] = keySlot{tag: tag, ref: rid + 1}
+	t.n++
+	return rid
+}
+
+// del deletes record rid, which the caller has just made empty. Records do not move.
+func (t *keyTable) del(seed *table.Seed, rid uint32) {
+	n := len(t.idx)
+	i := tagHome(keyTag(seed, t.recs[rid].key()), n)
+	for t.idx[i].ref != rid+1 {
+		i = table.Next(i, n)
+	}
 	for {
-		t.slots[i] = keyEntry{}
+		t.idx[i] = keySlot{}
 		j := i
 		for {
-			j = (j + 1) & t.mask
-			e := &t.slots[j]
-			if e.empty() {
+			j = table.Next(j, n)
+			s := t.idx[j]
+			if s.ref == 0 {
+				t.recs[rid] = keyRec{pos: freePos, parent: t.free}
+				t.free = rid + 1
 				t.n--
 				return
 			}
-			if !inRun(t.home(e.key()), i, j) {
-				t.slots[i] = *e
+			if !table.InRun(tagHome(s.tag, n), i, j) {
+				t.idx[i] = s
 				i = j
 				break
 			}
@@ -264,28 +275,23 @@ func (t *keyTable) delAt(i uint64) {
 	}
 }
 
-// maybeShrink halves the table when it is mostly empty; call it only between
-// operations, never while holding a slot index.
-func (t *keyTable) maybeShrink() {
-	if shouldShrink(t.n, len(t.slots)) {
-		t.resize(len(t.slots) / 2)
+func (t *keyTable) resizeIdx(seed *table.Seed, c int) {
+	old := t.idx
+	t.idx = make([]keySlot, c)
+	for _, s := range old {
+		if s.ref == 0 {
+			continue
+		}
+		i := tagHome(s.tag, c)
+		for t.idx[i].ref != 0 {
+			i = table.Next(i, c)
+		}
+		t.idx[i] = s
 	}
 }
 
-func (t *keyTable) resize(c int) {
-	old := t.slots
-	n := t.n
-	t.init(c)
-	t.n = n
-	for k := range old {
-		e := &old[k]
-		if e.empty() {
-			continue
-		}
-		i := t.home(e.key())
-		for !t.slots[i].empty() {
-			i = (i + 1) & t.mask
-		}
-		t.slots[i] = *e
-	}
+// sparse reports whether the slab or the index is mostly empty, so that compact would
+// give memory back.
+func (t *keyTable) sparse() bool {
+	return table.Sparse(t.n, len(t.idx), tableFloor) || len(t.recs) > tableFloor && t.n*4 < len(t.recs)
 }

@@ -3,8 +3,10 @@ package engine
 import (
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/internal/table"
 	"github.com/kvindex/kvindex/shard"
 )
 
@@ -50,7 +52,7 @@ type worker struct {
 
 // validateStore checks the parts of a stored event that do not depend on state: no seq
 // twice, no seq equal to the parent.
-func (w *worker) validateStore(parent uint64, hasParent bool, blocks []Block) bool {
+func (w *worker) validateStore(seed *table.Seed, parent uint64, hasParent bool, blocks []Block) bool {
 	if len(blocks) <= 16 {
 		for i := range blocks {
 			if hasParent && blocks[i].Seq == parent {
@@ -67,7 +69,7 @@ func (w *worker) validateStore(parent uint64, hasParent bool, blocks []Block) bo
 	w.seen.reset(len(blocks))
 	defer w.seen.release()
 	for _, b := range blocks {
-		if hasParent && b.Seq == parent || !w.seen.add(b.Seq) {
+		if hasParent && b.Seq == parent || !w.seen.add(seed, b.Seq) {
 			return false
 		}
 	}
@@ -80,7 +82,6 @@ func (w *worker) validateStore(parent uint64, hasParent bool, blocks []Block) bo
 type seqSet struct {
 	slots []seqSetSlot
 	gen   uint32
-	shift uint8
 }
 
 type seqSetSlot struct {
@@ -101,7 +102,6 @@ func (s *seqSet) reset(n int) {
 		s.slots = make([]seqSetSlot, c)
 		s.gen = 0
 	}
-	s.shift = tableShift(len(s.slots))
 	s.gen++
 	if s.gen == 0 { // the stamps wrapped: start over
 		clear(s.slots)
@@ -116,9 +116,8 @@ func (s *seqSet) release() {
 }
 
 // add inserts seq and reports whether it was absent.
-func (s *seqSet) add(seq uint64) bool {
-	mask := uint64(len(s.slots) - 1)
-	for i := (mix64(seq) * 0x9e3779b97f4a7c15) >> s.shift; ; i = (i + 1) & mask {
+func (s *seqSet) add(seed *table.Seed, seq uint64) bool {
+	for i := table.Home(seed.Hash64(seq), len(s.slots)); ; i = table.Next(i, len(s.slots)) {
 		e := &s.slots[i]
 		if e.gen != s.gen {
 			*e = seqSetSlot{seq: seq, gen: s.gen}
@@ -130,104 +129,172 @@ func (s *seqSet) add(seq uint64) bool {
 	}
 }
 
-// store applies an accepted stored event: the parent (if any) is held at key parent,
+// store applies an accepted stored event: the parent (if any) is held as record prid,
 // validateStore passed, and positions fit. Called with mu held.
-func (w *worker) store(e *Engine, ns uint32, parent key, hasParent bool, blocks []Block) {
-	k := parent
+func (w *worker) store(e *Engine, ns uint32, prid uint32, hasParent bool, blocks []Block) {
+	seed := &e.seed
+	var prefix uint64
+	var pos uint32
+	if hasParent {
+		r := &w.keys.recs[prid]
+		prefix, pos = r.prefix(), r.pos
+	}
 	for i, b := range blocks {
-		parentPrefix := k.prefix
+		parentPrefix := prefix
+		var k key
 		if i > 0 || hasParent {
-			k = key{prefix: hash.Next(k.prefix, b.Content), pos: k.pos + 1, ns: ns}
+			k = key{prefix: hash.Next(prefix, b.Content), pos: pos + 1, ns: ns}
 		} else {
 			k = key{prefix: b.Content, pos: 0, ns: ns}
 		}
-		old, had := w.seqs.put(b.Seq, k)
-		if had && old == k {
-			continue // a duplicate never inflates anything
-		}
-		if had {
+		prefix, pos = k.prefix, k.pos
+		// The seq's slot stays valid below: dropKey and addKey touch only the key table.
+		si, found := w.seqs.locate(seed, b.Seq)
+		if found {
+			old := w.seqs.slots[si].ref - 1
+			if w.keys.recs[old].is(k) {
+				prid = old
+				continue // a duplicate never inflates anything
+			}
 			w.dropKey(e, old) // last write wins: the seq moves
 		}
-		w.addKey(e, k, parentPrefix)
+		parent := prid + 1
+		if i == 0 && !hasParent {
+			parent = 0
+		}
+		prid = w.addKey(e, k, parentPrefix, parent)
+		w.seqs.setAt(si, b.Seq, prid)
 	}
 }
 
-// addKey counts one more engine hash under k, whose parent key has prefix parent.
-func (w *worker) addKey(e *Engine, k key, parent uint64) {
-	i := w.keys.findOrAdd(k, parent)
-	ke := &w.keys.slots[i]
-	ke.seqs++
-	if ke.seqs > 1 {
-		return
+// addKey counts one more engine hash under k and returns k's record id. The parent key
+// has prefix parentPrefix and, when the caller knows it, record id parent-1 (parent ==
+// 0: look it up, creating a ghost if the worker does not have it, as Restore needs when
+// it loads children before parents).
+func (w *worker) addKey(e *Engine, k key, parentPrefix uint64, parent uint32) uint32 {
+	seed := &e.seed
+	rid := w.keys.findOrAdd(seed, k)
+	r := &w.keys.recs[rid]
+	r.seqs++
+	if r.seqs > 1 {
+		return rid
 	}
 	// The key became held: its children that were holes are reconnected, it tells the
-	// index, and it becomes a child of its parent key. A ghost entry created as some
-	// child's parent (Restore loads children before parents) learns its own parent here.
-	ke.parent = parent
-	w.holes -= int(ke.kids)
+	// index, and it becomes a child of its parent key.
+	w.holes -= int(r.kids)
 	w.emit(e, opAdd, k)
 	if k.pos > 0 {
-		p := &w.keys.slots[w.keys.findOrAdd(key{prefix: parent, pos: k.pos - 1, ns: k.ns}, 0)]
+		if parent == 0 {
+			parent = w.keys.findOrAdd(seed, key{prefix: parentPrefix, pos: k.pos - 1, ns: k.ns}) + 1
+		}
+		w.keys.recs[rid].parent = parent // findOrAdd may have moved the slab
+		p := &w.keys.recs[parent-1]
 		p.kids++
 		if p.seqs == 0 {
 			w.holes++
 		}
 	}
+	return rid
 }
 
-// dropKey counts one engine hash less under k, which must be held.
-func (w *worker) dropKey(e *Engine, k key) {
-	i := w.keys.find(k)
-	if i < 0 {
+// dropKey counts one engine hash less under record rid, which must be held.
+func (w *worker) dropKey(e *Engine, rid uint32) {
+	r := &w.keys.recs[rid]
+	if r.seqs == 0 {
 		panic("engine: worker key table lost a held key")
 	}
-	ke := &w.keys.slots[i]
-	ke.seqs--
-	if ke.seqs > 0 {
+	r.seqs--
+	if r.seqs > 0 {
 		return
 	}
-	w.holes += int(ke.kids)
+	w.holes += int(r.kids)
+	k := r.key()
 	w.emit(e, opRemove, k)
-	parent := ke.parent
-	if ke.kids == 0 {
-		w.keys.delAt(uint64(i))
+	parent := r.parent
+	r.parent = 0
+	if r.kids == 0 {
+		w.keys.del(&e.seed, rid)
 	}
 	if k.pos > 0 {
-		j := w.keys.find(key{prefix: parent, pos: k.pos - 1, ns: k.ns})
-		if j < 0 {
+		if parent == 0 {
 			panic("engine: worker key table lost a parent key")
 		}
-		p := &w.keys.slots[j]
+		p := &w.keys.recs[parent-1]
 		p.kids--
 		if p.seqs == 0 {
 			w.holes-- // the dropped key was itself a hole
 			if p.kids == 0 {
-				w.keys.delAt(uint64(j))
+				w.keys.del(&e.seed, parent-1)
 			}
 		}
 	}
-	w.keys.maybeShrink()
 }
 
 // remove drops seqs the worker holds and returns how many it did not hold.
 func (w *worker) remove(e *Engine, seqs []uint64) (skipped int) {
 	for _, s := range seqs {
-		k, ok := w.seqs.del(s)
+		rid, ok := w.seqs.del(&e.seed, s)
 		if !ok {
 			skipped++
 			continue
 		}
-		w.dropKey(e, k)
+		w.dropKey(e, rid)
+	}
+	if w.keys.sparse() {
+		w.compact(&e.seed)
 	}
 	return skipped
 }
 
+// compact renumbers the live key records densely and rebuilds the key index at the size
+// they need, so a worker that shrank gives its memory back (records never move
+// otherwise). O(records); it runs only once the tables are mostly empty.
+func (w *worker) compact(seed *table.Seed) {
+	old := w.keys.recs
+	if w.keys.n == 0 {
+		w.keys = keyTable{}
+		return
+	}
+	ids := make([]uint32, len(old)) // per old record id: new id + 1
+	recs := make([]keyRec, 0, w.keys.n)
+	for i := range old {
+		if old[i].pos != freePos {
+			ids[i] = uint32(len(recs)) + 1
+			recs = append(recs, old[i])
+		}
+	}
+	for i := range recs {
+		if p := recs[i].parent; p != 0 {
+			recs[i].parent = ids[p-1]
+		}
+	}
+	w.keys = keyTable{recs: recs, idx: make([]keySlot, table.ForEntries(len(recs))), n: len(recs)}
+	for rid := range recs {
+		tag := keyTag(seed, recs[rid].key())
+		i := tagHome(tag, len(w.keys.idx))
+		for w.keys.idx[i].ref != 0 {
+			i = table.Next(i, len(w.keys.idx))
+		}
+		w.keys.idx[i] = keySlot{tag: tag, ref: uint32(rid) + 1}
+	}
+	for i := range w.seqs.slots {
+		if s := &w.seqs.slots[i]; s.ref != 0 {
+			s.ref = ids[s.ref-1]
+		}
+	}
+}
+
+// tableBytes is the heap of the worker's tables: slots and records, empty ones included.
+func (w *worker) tableBytes() int {
+	return cap(w.seqs.slots)*int(unsafe.Sizeof(seqSlot{})) + cap(w.keys.recs)*int(unsafe.Sizeof(keyRec{})) +
+		cap(w.keys.idx)*int(unsafe.Sizeof(keySlot{}))
+}
+
 // clear drops every block.
 func (w *worker) clear(e *Engine) {
-	for i := range w.keys.slots {
-		k := &w.keys.slots[i]
-		if k.seqs > 0 {
-			w.emit(e, opRemove, k.key())
+	for i := range w.keys.recs {
+		if r := &w.keys.recs[i]; r.pos != freePos && r.seqs > 0 {
+			w.emit(e, opRemove, r.key())
 		}
 	}
 	w.seqs = seqTable{}
@@ -302,8 +369,10 @@ func (w *worker) flush(e *Engine) error {
 }
 
 // owner returns the shard that owns key k. Keys are spread by a hash of all of k, so the
-// hot first positions that every request shares land on different shards.
+// hot first positions that every request shares land on different shards. The shard
+// takes the hash's low bits and the shard's table its high bits, so that the keys of
+// one shard still spread over the whole of its table.
 func (e *Engine) owner(k key) int {
-	h := shard.KeyHash(shard.Key{Prefix: k.prefix, Pos: k.pos, NS: k.ns})
-	return int(((h >> 32) * uint64(len(e.shards))) >> 32)
+	h := shard.Hash(e.seed, shard.Key{Prefix: k.prefix, Pos: k.pos, NS: k.ns})
+	return int((uint64(uint32(h)) * uint64(len(e.shards))) >> 32)
 }

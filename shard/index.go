@@ -1,19 +1,12 @@
 package shard
 
-import "math/bits"
+import "github.com/kvindex/kvindex/internal/table"
 
-// Inline is the number of members a slot stores without an overflow allocation.
-const Inline = 3
+// Inline is the number of members a slot stores without an overflow set.
+const Inline = 1
 
-const (
-	minCapacity = 16
-	// shrinkFloor and the 1/16 shrink threshold (growth is at 3/4) keep a steady churn
-	// of adds and removes from reallocating the table, yet return memory after a drain.
-	shrinkFloor = 1024
-	// maxLoadNum/maxLoadDen is the load factor that triggers growth.
-	maxLoadNum = 3
-	maxLoadDen = 4
-)
+// shrinkFloor is the size below which the table never shrinks.
+const shrinkFloor = 1024
 
 // Key names one position of one prefix chain in one namespace. Keys of different
 // namespaces never compare equal, whatever their prefix hashes.
@@ -23,23 +16,24 @@ type Key struct {
 	NS     uint32
 }
 
-// loc packs a key's namespace and position into the word a slot stores.
-func (k Key) loc() uint64 { return uint64(k.NS)<<32 | uint64(k.Pos) }
+// Loc packs a key's namespace and position into the word a slot stores and the hash
+// takes.
+func (k Key) Loc() uint64 { return uint64(k.NS)<<32 | uint64(k.Pos) }
 
-// slot is one table cell; n == 0 marks it empty.
+// slot is one table cell; n == 0 marks it empty. With one member, m is that member;
+// with more, m names the key's overflow set.
 type slot struct {
 	prefix uint64
 	loc    uint64 // namespace << 32 | position
 	n      uint32
-	m      [Inline]uint32
+	m      uint32
 }
 
 // Index is a positional index owned by one goroutine. The zero value is not usable;
 // call New.
 type Index struct {
 	slots   []slot
-	mask    uint64
-	shift   uint8
+	seed    table.Seed
 	used    int
 	members int
 	ovf     [][]uint32
@@ -48,49 +42,24 @@ type Index struct {
 	ovfCap int
 }
 
-// New returns an empty index sized for about hint keys.
-func New(hint int) *Index {
-	x := &Index{}
-	x.alloc(capacityFor(hint))
-	return x
+// New returns an empty index sized for about hint keys, its hash keyed by seed (see
+// table.Seed: keys come from prompts, so their hash must not be known outside).
+func New(hint int, seed table.Seed) *Index {
+	return &Index{slots: make([]slot, table.ForEntries(hint)), seed: seed}
 }
 
-func capacityFor(n int) int {
-	c := minCapacity
-	for c*maxLoadNum/maxLoadDen < n {
-		c <<= 1
-	}
-	return c
-}
-
-func (x *Index) alloc(c int) {
-	x.slots = make([]slot, c)
-	x.mask = uint64(c - 1)
-	x.shift = uint8(64 - bits.TrailingZeros(uint(c)))
-}
-
-// KeyHash mixes a key into 64 well-distributed bits. Prefix hashes of deeper blocks are
-// already XXH3 outputs, but roots carry raw content values (often small integers), so the
-// position and namespace are folded in and the result goes through a strong mixer.
-func KeyHash(k Key) uint64 { return keyHash(k.Prefix, k.loc()) }
-
-func keyHash(prefix, loc uint64) uint64 {
-	h := prefix ^ (loc+1)*0x9e3779b97f4a7c15
-	h ^= h >> 32
-	h *= 0xd6e8feb86659fd93
-	h ^= h >> 32
-	return h
-}
+// Hash is the index's hash of a key. The engine spreads keys over shards by its low
+// bits (the table's home slot takes the high ones).
+func Hash(seed table.Seed, k Key) uint64 { return seed.Hash128(k.Prefix, k.Loc()) }
 
 func (x *Index) home(prefix, loc uint64) uint64 {
-	return (keyHash(prefix, loc) * 0x9e3779b97f4a7c15) >> x.shift
+	return table.Home(x.seed.Hash128(prefix, loc), len(x.slots))
 }
 
 // find returns the slot index of k, or -1.
 func (x *Index) find(k Key) int {
-	prefix, loc := k.Prefix, k.loc()
-	i := x.home(prefix, loc)
-	for {
+	prefix, loc := k.Prefix, k.Loc()
+	for i := x.home(prefix, loc); ; i = table.Next(i, len(x.slots)) {
 		s := &x.slots[i]
 		if s.n == 0 {
 			return -1
@@ -98,7 +67,20 @@ func (x *Index) find(k Key) int {
 		if s.prefix == prefix && s.loc == loc {
 			return int(i)
 		}
-		i = (i + 1) & x.mask
+	}
+}
+
+// Probes returns the number of slots a lookup of k reads: 1 when k, or an empty slot,
+// sits at its home. It measures how well the hash spreads a set of keys.
+func (x *Index) Probes(k Key) int {
+	prefix, loc := k.Prefix, k.Loc()
+	n := 1
+	for i := x.home(prefix, loc); ; i = table.Next(i, len(x.slots)) {
+		s := &x.slots[i]
+		if s.n == 0 || s.prefix == prefix && s.loc == loc {
+			return n
+		}
+		n++
 	}
 }
 
@@ -113,53 +95,43 @@ func (x *Index) Capacity() int { return len(x.slots) }
 
 // Add makes wid a member of k and reports whether it was not one already.
 func (x *Index) Add(k Key, wid uint32) bool {
-	if (x.used+1)*maxLoadDen > len(x.slots)*maxLoadNum {
-		x.resize(len(x.slots) * 2)
+	if table.Full(x.used, len(x.slots)) {
+		x.resize(table.Grown(len(x.slots)))
 	}
-	loc := k.loc()
-	i := x.home(k.Prefix, loc)
-	for {
+	prefix, loc := k.Prefix, k.Loc()
+	for i := x.home(prefix, loc); ; i = table.Next(i, len(x.slots)) {
 		s := &x.slots[i]
 		if s.n == 0 {
-			*s = slot{prefix: k.Prefix, loc: loc, n: 1}
-			s.m[0] = wid
+			*s = slot{prefix: prefix, loc: loc, n: 1, m: wid}
 			x.used++
 			x.members++
 			return true
 		}
-		if s.prefix == k.Prefix && s.loc == loc {
+		if s.prefix == prefix && s.loc == loc {
 			if !x.addMember(s, wid) {
 				return false
 			}
 			x.members++
 			return true
 		}
-		i = (i + 1) & x.mask
 	}
 }
 
 func (x *Index) addMember(s *slot, wid uint32) bool {
-	if s.n <= Inline {
-		for _, m := range s.m[:s.n] {
-			if m == wid {
-				return false
-			}
+	if s.n == 1 {
+		if s.m == wid {
+			return false
 		}
-		if s.n < Inline {
-			s.m[s.n] = wid
-			s.n++
-			return true
-		}
-		// Spill the inline members and the newcomer into an overflow set.
+		// Spill the inline member and the newcomer into an overflow set.
 		o := x.newOverflow()
-		set := append(append(x.ovf[o], s.m[:]...), wid)
+		set := append(x.ovf[o], s.m, wid)
 		x.ovfCap += cap(set) - cap(x.ovf[o])
 		x.ovf[o] = set
-		s.m = [Inline]uint32{o}
-		s.n++
+		s.m = o
+		s.n = 2
 		return true
 	}
-	set := x.ovf[s.m[0]]
+	set := x.ovf[s.m]
 	for _, m := range set {
 		if m == wid {
 			return false
@@ -167,7 +139,7 @@ func (x *Index) addMember(s *slot, wid uint32) bool {
 	}
 	grown := append(set, wid)
 	x.ovfCap += cap(grown) - cap(set)
-	x.ovf[s.m[0]] = grown
+	x.ovf[s.m] = grown
 	s.n++
 	return true
 }
@@ -178,8 +150,8 @@ func (x *Index) newOverflow() uint32 {
 		x.ovfFree = x.ovfFree[:n-1]
 		return o
 	}
-	x.ovf = append(x.ovf, make([]uint32, 0, 2*Inline))
-	x.ovfCap += 2 * Inline
+	x.ovf = append(x.ovf, make([]uint32, 0, 4))
+	x.ovfCap += 4
 	return uint32(len(x.ovf) - 1)
 }
 
@@ -198,26 +170,22 @@ func (x *Index) Remove(k Key, wid uint32) bool {
 	if s.n == 0 {
 		x.deleteAt(uint64(i))
 		x.used--
-		if len(x.slots) > shrinkFloor && x.used*16 < len(x.slots) {
-			x.resize(len(x.slots) / 2)
+		if table.Sparse(x.used, len(x.slots), shrinkFloor) {
+			x.resize(table.Shrunk(len(x.slots)))
 		}
 	}
 	return true
 }
 
 func (x *Index) removeMember(s *slot, wid uint32) bool {
-	if s.n <= Inline {
-		for j := uint32(0); j < s.n; j++ {
-			if s.m[j] == wid {
-				s.n--
-				s.m[j] = s.m[s.n]
-				s.m[s.n] = 0
-				return true
-			}
+	if s.n == 1 {
+		if s.m != wid {
+			return false
 		}
-		return false
+		s.n = 0
+		return true
 	}
-	o := s.m[0]
+	o := s.m
 	set := x.ovf[o]
 	for j, m := range set {
 		if m != wid {
@@ -227,8 +195,8 @@ func (x *Index) removeMember(s *slot, wid uint32) bool {
 		set[j] = set[last]
 		set = set[:last]
 		s.n--
-		if s.n == Inline {
-			copy(s.m[:], set)
+		if s.n == 1 {
+			s.m = set[0]
 			x.ovf[o] = set[:0]
 			x.ovfFree = append(x.ovfFree, o)
 		} else {
@@ -242,18 +210,17 @@ func (x *Index) removeMember(s *slot, wid uint32) bool {
 // deleteAt empties slot i and shifts later members of its probe run back, so that every
 // key stays reachable from its home slot without tombstones.
 func (x *Index) deleteAt(i uint64) {
+	n := len(x.slots)
 	for {
 		x.slots[i] = slot{}
 		j := i
 		for {
-			j = (j + 1) & x.mask
+			j = table.Next(j, n)
 			s := &x.slots[j]
 			if s.n == 0 {
 				return
 			}
-			h := x.home(s.prefix, s.loc)
-			// Move s back to i unless its home lies cyclically in (i, j].
-			if (j > i && (h <= i || h > j)) || (j < i && (h <= i && h > j)) {
+			if !table.InRun(x.home(s.prefix, s.loc), i, j) {
 				x.slots[i] = *s
 				i = j
 				break
@@ -263,11 +230,8 @@ func (x *Index) deleteAt(i uint64) {
 }
 
 func (x *Index) resize(c int) {
-	if c < minCapacity {
-		c = minCapacity
-	}
 	old := x.slots
-	x.alloc(c)
+	x.slots = make([]slot, c)
 	for k := range old {
 		s := &old[k]
 		if s.n == 0 {
@@ -275,7 +239,7 @@ func (x *Index) resize(c int) {
 		}
 		i := x.home(s.prefix, s.loc)
 		for x.slots[i].n != 0 {
-			i = (i + 1) & x.mask
+			i = table.Next(i, c)
 		}
 		x.slots[i] = *s
 	}
@@ -288,10 +252,10 @@ func (x *Index) AppendMembers(dst []uint32, k Key) []uint32 {
 		return dst
 	}
 	s := &x.slots[i]
-	if s.n <= Inline {
-		return append(dst, s.m[:s.n]...)
+	if s.n == 1 {
+		return append(dst, s.m)
 	}
-	return append(dst, x.ovf[s.m[0]]...)
+	return append(dst, x.ovf[s.m]...)
 }
 
 // Has reports whether wid is a member of k.
@@ -301,11 +265,10 @@ func (x *Index) Has(k Key, wid uint32) bool {
 		return false
 	}
 	s := &x.slots[i]
-	set := s.m[:min(s.n, Inline)]
-	if s.n > Inline {
-		set = x.ovf[s.m[0]]
+	if s.n == 1 {
+		return s.m == wid
 	}
-	for _, m := range set {
+	for _, m := range x.ovf[s.m] {
 		if m == wid {
 			return true
 		}
@@ -315,5 +278,5 @@ func (x *Index) Has(k Key, wid uint32) bool {
 
 // Bytes estimates the heap the index holds: slots plus overflow sets.
 func (x *Index) Bytes() int {
-	return len(x.slots)*32 + len(x.ovf)*24 + x.ovfCap*4 + cap(x.ovfFree)*4
+	return len(x.slots)*24 + len(x.ovf)*24 + x.ovfCap*4 + cap(x.ovfFree)*4
 }

@@ -8,12 +8,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/kvindex/kvindex/internal/table"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestSlotSize(t *testing.T) {
-	require.Equal(t, uintptr(32), unsafe.Sizeof(slot{}), "a slot is half a cache line")
+	require.Equal(t, uintptr(24), unsafe.Sizeof(slot{}), "a slot is a key and one member")
 }
 
 // TestIndexAgainstMap drives the table with random adds and removes over a small key
@@ -35,7 +37,7 @@ func TestIndexAgainstMap(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(tc.seed, 7))
-			x := New(0)
+			x := New(0, table.SeedFrom(tc.seed))
 			model := map[Key]map[uint32]bool{}
 			members := 0
 			for step := 0; step < 60000; step++ {
@@ -95,7 +97,7 @@ func TestIndexAgainstMap(t *testing.T) {
 }
 
 func TestIndexZeroAllocsSteadyState(t *testing.T) {
-	x := New(1024)
+	x := New(1024, table.NewSeed())
 	keys := make([]Key, 512)
 	for i := range keys {
 		keys[i] = Key{Prefix: uint64(i) * 0x9e3779b97f4a7c15, Pos: uint32(i % 7)}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/dolthub/swiss"
+
+	"github.com/kvindex/kvindex/internal/table"
 )
 
 // The benchmarks below measure the three candidate tables on exactly the index's shape:
@@ -38,7 +40,7 @@ func BenchmarkTable(b *testing.B) {
 		b.Run(fmt.Sprintf("keys=%d/op=insert/impl=flat", size), func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; {
-				x := New(0)
+				x := New(0, table.NewSeed())
 				for _, k := range keys {
 					x.Add(Key{Prefix: k.prefix, Pos: k.pos}, 1)
 				}
@@ -75,7 +77,7 @@ func BenchmarkTable(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/key")
 		})
 
-		flat := New(size)
+		flat := New(size, table.NewSeed())
 		gomap := make(map[benchKey]benchVal, size)
 		sw := swiss.NewMap[benchKey, benchVal](uint32(size))
 		for _, k := range keys {

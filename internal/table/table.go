@@ -1,0 +1,130 @@
+// Package table is the toolkit that every open-addressing table of kvindex is built
+// from: the positional index (package shard), a worker's seq table and key index
+// (package engine) and the duplicate check's scratch set. Each table keeps its own
+// slot type and probe loop, because Go's generics would call through a dictionary in
+// those loops; what they share lives here: the seeded hash, the mapping of a hash to a
+// home slot in a table of any size, the sizing policy and the run test of backward-shift
+// deletion.
+//
+// Every table is linear-probing with backward-shift deletion (no tombstones), sized by
+// the policy below rather than in powers of two: a table grows by half at a load of
+// 13/16, so its load stays between 0.54 and 0.81 (0.375 to 0.75 with doubling at 3/4).
+package table
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"math/bits"
+)
+
+// Seed keys the hashes of the tables of one engine. Keys a client can steer (content
+// and prefix hashes come from prompts, engine block hashes from their contents) would
+// otherwise let a client choose keys that share a home slot: a table would then probe
+// one long run for every operation. With a secret seed per engine, which keys collide is
+// unknown outside the process. Nothing persistent depends on it.
+type Seed struct{ k0, k1, k2, k3 uint64 }
+
+// NewSeed returns a seed drawn from the operating system's random source.
+func NewSeed() Seed {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("table: no randomness: " + err.Error()) // crypto/rand.Read does not fail on supported platforms
+	}
+	return Seed{
+		binary.LittleEndian.Uint64(b[0:]), binary.LittleEndian.Uint64(b[8:]),
+		binary.LittleEndian.Uint64(b[16:]), binary.LittleEndian.Uint64(b[24:]),
+	}
+}
+
+// SeedFrom derives a seed from x, for tests that need a known one.
+func SeedFrom(x uint64) Seed {
+	s := Seed{}
+	for i, k := range []*uint64{&s.k0, &s.k1, &s.k2, &s.k3} {
+		x += 0x9e3779b97f4a7c15
+		*k = mum(x^uint64(i), m1) ^ x
+	}
+	return s
+}
+
+const (
+	m1 = 0xa0761d6478bd642f
+	m2 = 0xe7037ed1a0b428db
+)
+
+// mum folds the 128-bit product of a and b: the mixing step of wyhash. It is zero only
+// when a or b is, so the rounds below xor a secret into their input first and multiply
+// by a fixed odd constant: no input value but one can zero a round.
+func mum(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
+}
+
+// Hash64 hashes one word under the seed: two keyed multiply-fold rounds.
+func (s Seed) Hash64(x uint64) uint64 {
+	return mum(mum(x^s.k0, m1)^s.k1, m2)
+}
+
+// Hash128 hashes two words under the seed. The second word (a key's namespace and
+// position) enters between the rounds, so keys that differ only in it are spread by the
+// whole second round.
+func (s Seed) Hash128(a, b uint64) uint64 {
+	return mum(mum(a^s.k0, m1)^b^s.k2, m2^s.k3|1)
+}
+
+// Home maps a hash to a slot of a table of n slots (Lemire's multiply-shift: the top
+// bits of h decide, so a caller that also uses h for something else takes its low bits).
+func Home(h uint64, n int) uint64 {
+	hi, _ := bits.Mul64(h, uint64(n))
+	return hi
+}
+
+// Next is the slot after i in a table of n slots.
+func Next(i uint64, n int) uint64 {
+	if i++; i == uint64(n) {
+		return 0
+	}
+	return i
+}
+
+// MinSlots is the smallest table.
+const MinSlots = 8
+
+// Full reports whether a table of n slots holding used entries must grow before it
+// takes one more.
+func Full(used, n int) bool { return (used+1)*16 > n*13 }
+
+// Grown is the size a full table of n slots grows to: by half, but at least to
+// MinSlots (and doubled while small, where half a slot is nothing).
+func Grown(n int) int {
+	if n < 64 {
+		return max(2*n, MinSlots)
+	}
+	return n + n/2
+}
+
+// Sparse reports whether a table of n slots holding used entries should shrink (to
+// Shrunk(n)); floor is the size below which a table never shrinks. The gap between the
+// grow and shrink loads (13/16 and 1/8) keeps a table that fills and drains by the same
+// amount in a loop from reallocating every cycle.
+func Sparse(used, n, floor int) bool { return n > floor && used*8 < n }
+
+// Shrunk is the size a sparse table of n slots shrinks to.
+func Shrunk(n int) int { return max(n/2, MinSlots) }
+
+// ForEntries returns the size of a table that holds n entries without growing.
+func ForEntries(n int) int {
+	c := MinSlots
+	for Full(n-1, c) {
+		c = Grown(c)
+	}
+	return c
+}
+
+// InRun reports whether home h lies cyclically in (i, j]: an entry at slot j whose home
+// is there must stay when slot i is emptied (it is not reachable from i's side).
+func InRun(h, i, j uint64) bool {
+	if i < j {
+		return h > i && h <= j
+	}
+	return h > i || h <= j
+}
