@@ -150,8 +150,8 @@ func exactReplay(b *testing.B, ops []oplog.Op, events []Event, workerStateOnly b
 	check(errs)
 	st := e.Stats()
 	bytes := st.IndexBytes
-	for _, w := range *e.slots.Load() {
-		if w != nil {
+	for ws, i := e.workers(), 0; i < len(ws); i++ {
+		if w := ws[i].Load(); w != nil {
 			bytes += int64(w.tableBytes())
 		}
 	}

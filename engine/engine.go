@@ -38,11 +38,14 @@ type Engine struct {
 	wg     sync.WaitGroup
 
 	// registry of workers: byName maps a name to its *worker; slots maps a worker id to
-	// its *worker (nil for a free id) and is replaced copy-on-write under regMu, so
-	// queries read it without a lock.
+	// its *worker (nil for a free id). slots grows by doubling under regMu (the old
+	// array is copied once, then abandoned to readers that still hold it) and its cells
+	// are written in place, so creating or removing a worker is O(1) amortised and
+	// queries read it without a lock. nextID is the first id never given out.
 	byName sync.Map
 	regMu  sync.Mutex
-	slots  atomic.Pointer[[]*worker]
+	slots  atomic.Pointer[[]atomic.Pointer[worker]]
+	nextID uint32
 	free   []freeID
 	nlive  atomic.Int64
 
@@ -86,7 +89,7 @@ func newSeeded(cfg Config, seed table.Seed) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, done: make(chan struct{}), seed: seed}
-	empty := []*worker{}
+	empty := []atomic.Pointer[worker]{}
 	e.slots.Store(&empty)
 	e.shards = make([]*shardLoop, cfg.Shards)
 	for i := range e.shards {
@@ -158,6 +161,9 @@ func (e *Engine) lookup(name string) *worker {
 	return nil
 }
 
+// workers returns the registry's id -> worker cells; a nil cell is a free id.
+func (e *Engine) workers() []atomic.Pointer[worker] { return *e.slots.Load() }
+
 // lookupOrCreate returns the live worker named name, registering it if needed.
 func (e *Engine) lookupOrCreate(name string) *worker {
 	if w := e.lookup(name); w != nil {
@@ -168,21 +174,28 @@ func (e *Engine) lookupOrCreate(name string) *worker {
 	if w := e.lookup(name); w != nil {
 		return w
 	}
-	old := *e.slots.Load()
-	wid := uint32(len(old))
+	wid := e.nextID
 	if len(e.free) > 0 && e.retired(e.free[0]) {
 		wid = e.free[0].wid
 		e.free = e.free[1:]
+	} else {
+		e.nextID++
 	}
-	slots := make([]*worker, max(len(old), int(wid)+1))
-	copy(slots, old)
+	slots := *e.slots.Load()
+	if int(wid) >= len(slots) {
+		grown := make([]atomic.Pointer[worker], max(64, 2*len(slots)))
+		for i := range slots {
+			grown[i].Store(slots[i].Load())
+		}
+		e.slots.Store(&grown)
+		slots = grown
+	}
 	// The registry keeps its own copy of the name: a caller's string (often a field of
 	// an Event) must not outlive the call, or escape analysis makes every event's slices
 	// escape with it, and Remove(worker, seqs...) would allocate.
 	own := strings.Clone(name)
 	w := &worker{name: own, wid: wid, pend: make([][]delta, len(e.shards))}
-	slots[wid] = w
-	e.slots.Store(&slots)
+	slots[wid].Store(w)
 	e.byName.Store(own, w)
 	e.nlive.Add(1)
 	return w
@@ -213,11 +226,7 @@ func (e *Engine) unregister(w *worker) {
 	e.regMu.Lock()
 	defer e.regMu.Unlock()
 	e.byName.CompareAndDelete(w.name, w)
-	old := *e.slots.Load()
-	slots := make([]*worker, len(old))
-	copy(slots, old)
-	slots[w.wid] = nil
-	e.slots.Store(&slots)
+	(*e.slots.Load())[w.wid].Store(nil)
 	f := freeID{wid: w.wid, after: make([]uint64, len(e.shards))}
 	for i, s := range e.shards {
 		f.after[i] = s.ring.Stats().Pushes

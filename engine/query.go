@@ -42,6 +42,7 @@ type probeBatch struct {
 // candidate is a worker that holds position 0 of the query.
 type candidate struct {
 	wid   uint32
+	w     *worker // the worker wid named when the query found it
 	gappy bool
 	alive bool // held every landing so far
 	drop  int  // index of the first landing it missed
@@ -133,7 +134,7 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 	// early costs neither the hashing nor the probes of its tail.
 	J := e.cfg.JumpSize
 	q.landings = append(q.landings[:0], 0)
-	slots := *e.slots.Load()
+	slots := e.workers()
 	q.cands = q.cands[:0]
 	if len(q.mark) < len(slots) {
 		q.mark = make([]uint32, len(slots)+len(slots)/4)
@@ -163,10 +164,14 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 		if first {
 			first = false
 			for _, wid := range q.members(0) {
-				if int(wid) >= len(slots) || slots[wid] == nil {
+				var w *worker
+				if int(wid) < len(slots) {
+					w = slots[wid].Load()
+				}
+				if w == nil {
 					continue // an id registered after the query started
 				}
-				q.cands = append(q.cands, candidate{wid: wid, gappy: slots[wid].gappy.Load(), alive: true})
+				q.cands = append(q.cands, candidate{wid: wid, w: w, gappy: w.gappy.Load(), alive: true})
 			}
 		}
 		alive := 0
@@ -263,12 +268,12 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 	// whose memberships the shards then answered under the old worker's name: a
 	// candidate whose id no longer names the worker it named when the query started is
 	// left out (the answer is then the one of a moment after the removal).
-	now := *e.slots.Load()
+	now := e.workers()
 	start := len(dst)
 	for i := range q.cands {
 		c := &q.cands[i]
-		w := slots[c.wid]
-		if int(c.wid) >= len(now) || now[c.wid] != w {
+		w := c.w
+		if int(c.wid) >= len(now) || now[c.wid].Load() != w {
 			continue
 		}
 		dst = append(dst, Match{Worker: w.name, Score: c.score, Size: int(w.size.Load())})

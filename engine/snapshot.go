@@ -97,8 +97,8 @@ func (e *Engine) captureWorkers() (names []string, count uint32, body []byte, ok
 		nsIndex[v.(uint32)] = uint32(i + 1)
 	}
 	var workers []*worker
-	for _, wk := range *e.slots.Load() {
-		if wk != nil {
+	for ws, i := e.workers(), 0; i < len(ws); i++ {
+		if wk := ws[i].Load(); wk != nil {
 			workers = append(workers, wk)
 		}
 	}
@@ -202,7 +202,8 @@ func (e *Engine) WriteSnapshotFile(path string) (err error) {
 // that carried one.
 func (e *Engine) Cursors() map[string]uint64 {
 	out := map[string]uint64{}
-	for _, wk := range *e.slots.Load() {
+	for ws, i := e.workers(), 0; i < len(ws); i++ {
+		wk := ws[i].Load()
 		if wk == nil {
 			continue
 		}

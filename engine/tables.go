@@ -295,3 +295,26 @@ func (t *keyTable) resizeIdx(seed *table.Seed, c int) {
 func (t *keyTable) sparse() bool {
 	return table.Sparse(t.n, len(t.idx), tableFloor) || len(t.recs) > tableFloor && t.n*4 < len(t.recs)
 }
+
+// probes returns the number of slots a lookup of seq reads (a measure of how well the
+// hash spreads the table's keys; tests use it).
+func (t *seqTable) probes(seed *table.Seed, seq uint64) int {
+	n := 1
+	for i := t.home(seed, seq); t.slots[i].ref != 0 && t.slots[i].seq() != seq; i = table.Next(i, len(t.slots)) {
+		n++
+	}
+	return n
+}
+
+// probes returns the number of key-index slots a lookup of k reads.
+func (t *keyTable) probes(seed *table.Seed, k key) int {
+	tag := keyTag(seed, k)
+	n := 1
+	for i := tagHome(tag, len(t.idx)); ; i = table.Next(i, len(t.idx)) {
+		s := t.idx[i]
+		if s.ref == 0 || s.tag == tag && t.recs[s.ref-1].is(k) {
+			return n
+		}
+		n++
+	}
+}

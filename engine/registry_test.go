@@ -1,0 +1,76 @@
+package engine_test
+
+import (
+	"bytes"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/engine"
+)
+
+// BenchmarkWorkers creates 100,000 one-block workers, snapshots and restores 200,000,
+// and removes them, reporting the seconds each phase takes and the heap each one-block
+// worker costs (registry, worker state, tables and its one index entry).
+func BenchmarkWorkers(b *testing.B) {
+	const n = 100_000
+	names := make([]string, 2*n)
+	for i := range names {
+		names[i] = fmt.Sprintf("worker-%06d", i)
+	}
+	for _, cfg := range []engine.Config{{Shards: 2}, {LockedIndex: true}} {
+		b.Run(fmt.Sprintf("shards=%d/locked=%v", cfg.WithDefaults().Shards, cfg.LockedIndex), func(b *testing.B) {
+			for it := 0; it < b.N; it++ {
+				runtime.GC()
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				e := newEngine(b, cfg)
+				t0 := time.Now()
+				for i, name := range names[:n] {
+					if err := e.Store(name, []engine.Block{{Content: uint64(i), Seq: uint64(i)}}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				create := time.Since(t0)
+				if err := e.Barrier(ctx); err != nil {
+					b.Fatal(err)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				perWorker := float64(after.HeapAlloc-before.HeapAlloc) / n
+				t0 = time.Now()
+				for _, name := range names[:n] {
+					if err := e.RemoveWorker(name); err != nil {
+						b.Fatal(err)
+					}
+				}
+				remove := time.Since(t0)
+				for i, name := range names {
+					if err := e.Store(name, []engine.Block{{Content: uint64(i), Seq: uint64(i)}}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				var snap bytes.Buffer
+				if err := e.WriteSnapshot(&snap); err != nil {
+					b.Fatal(err)
+				}
+				t0 = time.Now()
+				r, err := engine.Restore(cfg, &snap, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				restore := time.Since(t0)
+				if got := r.Stats().Workers; got != 2*n {
+					b.Fatalf("restored %d workers", got)
+				}
+				r.Close()
+				b.ReportMetric(create.Seconds(), "create-100k-s")
+				b.ReportMetric(remove.Seconds(), "remove-100k-s")
+				b.ReportMetric(restore.Seconds(), "restore-200k-s")
+				b.ReportMetric(perWorker, "heap-B/one-block-worker")
+			}
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
