@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/kvindex/kvindex/hash"
 )
@@ -123,15 +124,32 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 			e.abandoned.Add(1) // shards may still write into q: let the GC have it
 		}
 	}()
-	L := len(content)
 	q.ns = ns
 	q.reset(content[0])
+	if err := e.landings(ctx, q, content); err != nil {
+		return dst, err
+	}
+	if err := e.deciders(ctx, q, len(content)); err != nil {
+		return dst, err
+	}
+	q.sweep()
+	dst = e.collect(q, dst)
+	ok = true
+	return dst, nil
+}
 
-	// Round 1: position 0 and the jump landings. The first denseLandings positions are
-	// all landings, then strides double up to JumpSize. The landings go out in waves (the
-	// first up to position firstWave, each next one four times as deep) and prefix hashes
-	// are computed only as deep as a wave needs: a long query whose workers all drop out
-	// early costs neither the hashing nor the probes of its tail.
+// landings is round 1: position 0 and the jump landings. The first denseLandings
+// positions are all landings, then strides double up to JumpSize. The landings go out in
+// waves (the first up to position firstWave, each next one four times as deep) and
+// prefix hashes are computed only as deep as a wave needs: a long query whose workers
+// all drop out early costs neither the hashing nor the probes of its tail. The locked
+// index pays no round trip per wave, so its first wave stops at denseLandings: most
+// queries are decided there (the median best score on the trace-driven log is 8), and
+// hashing and probing deeper would be wasted on them. The candidates are the members of
+// position 0; each leaves with the index of the first landing it missed (drop), or
+// alive.
+func (e *Engine) landings(ctx context.Context, q *query, content []uint64) error {
+	L := len(content)
 	J := e.cfg.JumpSize
 	q.landings = append(q.landings[:0], 0)
 	slots := e.workers()
@@ -140,9 +158,13 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 		q.mark = make([]uint32, len(slots)+len(slots)/4)
 		q.stamp = 0
 	}
+	hi := max(firstWave, 4*J)
+	if e.cfg.LockedIndex {
+		hi = denseLandings
+	}
 	x, step := 0, 1
-	first := true
-	for hi := min(L-1, max(firstWave, 4*J)); ; hi = min(L-1, 4*hi) {
+	for first := true; ; hi = 4 * hi {
+		hi = min(L-1, hi)
 		from := len(q.landings)
 		for x < hi {
 			x = min(x+step, hi)
@@ -159,47 +181,59 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 			q.add(e, lx)
 		}
 		if err := e.scatter(ctx, q); err != nil {
-			return dst, err
+			return err
 		}
 		if first {
 			first = false
-			for _, wid := range q.members(0) {
-				var w *worker
-				if int(wid) < len(slots) {
-					w = slots[wid].Load()
-				}
-				if w == nil {
-					continue // an id registered after the query started
-				}
-				q.cands = append(q.cands, candidate{wid: wid, w: w, gappy: w.gappy.Load(), alive: true})
-			}
+			q.admit(slots)
 		}
-		alive := 0
-		for k := max(from, 1); k < len(q.landings); k++ {
-			q.stampMembers(q.landings[k])
-			for i := range q.cands {
-				c := &q.cands[i]
-				if c.alive && q.mark[c.wid] != q.stamp {
-					c.alive, c.drop = false, k
-				}
-			}
-		}
-		for i := range q.cands {
-			if q.cands[i].alive {
-				alive++
-			}
-		}
-		if alive == 0 || hi == L-1 {
-			break
+		if q.dropAt(from) == 0 || hi == L-1 {
+			return nil
 		}
 	}
+}
 
-	// Round 2: what the landings cannot decide. A gap-free worker holds every ancestor of
-	// every key it holds, so holding a landing proves the whole stride before it, and a
-	// missed landing puts its score inside that one stride. A gappy worker proves nothing
-	// by a landing: every position up to its first missed landing is checked.
-	// Candidates with the same range (all gap-free workers that dropped in one stride)
-	// form one group, probed and scanned once.
+// admit makes every worker that holds position 0 a candidate.
+func (q *query) admit(slots []atomic.Pointer[worker]) {
+	for _, wid := range q.members(0) {
+		var w *worker
+		if int(wid) < len(slots) {
+			w = slots[wid].Load()
+		}
+		if w == nil {
+			continue // an id registered after the query started
+		}
+		q.cands = append(q.cands, candidate{wid: wid, w: w, gappy: w.gappy.Load(), alive: true})
+	}
+}
+
+// dropAt checks the candidates still alive against the landings from index from on,
+// records where each drops out, and returns how many are still alive.
+func (q *query) dropAt(from int) (alive int) {
+	for k := max(from, 1); k < len(q.landings); k++ {
+		q.stampMembers(q.landings[k])
+		for i := range q.cands {
+			c := &q.cands[i]
+			if c.alive && q.mark[c.wid] != q.stamp {
+				c.alive, c.drop = false, k
+			}
+		}
+	}
+	for i := range q.cands {
+		if q.cands[i].alive {
+			alive++
+		}
+	}
+	return alive
+}
+
+// deciders is round 2: it probes what the landings cannot decide. A gap-free worker
+// holds every ancestor of every key it holds, so holding a landing proves the whole
+// stride before it, and a missed landing puts its score inside that one stride. A gappy
+// worker proves nothing by a landing: every position up to its first missed landing is
+// checked. Candidates with the same range (all gap-free workers that dropped in one
+// stride) form one group, probed once. The candidates leave sorted by range.
+func (e *Engine) deciders(ctx context.Context, q *query, L int) error {
 	for i := range q.cands {
 		c := &q.cands[i]
 		c.lo, c.hi = q.scanRange(c, L)
@@ -223,16 +257,18 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 			}
 		}
 	}
-	if need {
-		if err := e.scatter(ctx, q); err != nil {
-			return dst, err
-		}
+	if !need {
+		return nil
 	}
-	// Sweep the ranges once, in position order (the candidates are sorted by lo): each
-	// position's members are stamped once, however many ranges cover it, and every
-	// unresolved candidate whose range holds the position is checked against them. The
-	// first position where a candidate is not a member is its score; the range's end is
-	// its score if it is a member everywhere.
+	return e.scatter(ctx, q)
+}
+
+// sweep scores every candidate: it scans the ranges once, in position order (the
+// candidates are sorted by lo), so each position's members are stamped once, however
+// many ranges cover it, and every unresolved candidate whose range holds the position
+// is checked against them. The first position where a candidate is not a member is its
+// score; the range's end is its score if it is a member everywhere.
+func (q *query) sweep() {
 	active := q.active[:0]
 	next := 0
 	for x := 0; next < len(q.cands) || len(active) > 0; x++ {
@@ -264,23 +300,25 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 		active = keep
 	}
 	q.active = active
-	// A worker removed while the query ran may have had its id taken by a new worker,
-	// whose memberships the shards then answered under the old worker's name: a
-	// candidate whose id no longer names the worker it named when the query started is
-	// left out (the answer is then the one of a moment after the removal).
+}
+
+// collect appends the scored candidates to dst as matches, in answer order. A worker
+// removed while the query ran may have had its id taken by a new worker, whose
+// memberships the shards then answered under the old worker's name: a candidate whose
+// id no longer names the worker it named when the query found it is left out (the
+// answer is then the one of a moment after the removal).
+func (e *Engine) collect(q *query, dst []Match) []Match {
 	now := e.workers()
 	start := len(dst)
 	for i := range q.cands {
 		c := &q.cands[i]
-		w := c.w
-		if int(c.wid) >= len(now) || now[c.wid].Load() != w {
+		if int(c.wid) >= len(now) || now[c.wid].Load() != c.w {
 			continue
 		}
-		dst = append(dst, Match{Worker: w.name, Score: c.score, Size: int(w.size.Load())})
+		dst = append(dst, Match{Worker: c.w.name, Score: c.score, Size: int(c.w.size.Load())})
 	}
 	sortMatches(dst[start:])
-	ok = true
-	return dst, nil
+	return dst
 }
 
 // sortMatches orders by score descending, then worker id.

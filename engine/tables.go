@@ -218,7 +218,7 @@ func (t *keyTable) find(seed *table.Seed, k key) (rid uint32, ok bool) {
 // caller must make non-empty before any other table operation). It may move the slab:
 // pointers into recs do not survive it.
 func (t *keyTable) findOrAdd(seed *table.Seed, k key) uint32 {
-	if table.Full(t.n, len(t.idx)) {
+	if table.FullDense(t.n, len(t.idx)) {
 		t.resizeIdx(seed, table.Grown(len(t.idx)))
 	}
 	tag := keyTag(seed, k)

@@ -1,0 +1,6 @@
+//go:build race
+
+package engine
+
+// underRace makes the slowest internal tests smaller under the race detector.
+const underRace = true
