@@ -18,15 +18,15 @@
 // # Layout
 //
 // A flat, pointer-free, open-addressing table with linear probing and backward-shift
-// deletion (no tombstones, so probe lengths do not rot under churn). Each slot is 32 bytes:
+// deletion (no tombstones, so probe lengths do not rot under churn), sized and hashed by
+// package internal/table: any size (it grows by half at load 3/4) and a hash keyed by
+// the engine's random seed, since keys come from prompts. Each slot is 24 bytes:
 //
-//	prefix uint64 | namespace uint32, pos uint32 | n uint32 | m [3]uint32
+//	prefix uint64 | namespace uint32, pos uint32 | n uint32 | m uint32
 //
-// Up to three members live inline in the slot (worker ids are small integers interned by
-// the engine); a fourth moves the set into an overflow slab, and m[0] then names the slab
-// entry. In the traces this project is tuned for, most keys are held by one to three
-// workers, so the common case allocates nothing per entry and the garbage collector has
-// nothing to scan. The table is the one seam where the hash table is chosen; see
-// table_bench_test.go for the built-in map and github.com/dolthub/swiss measured on the
-// same key and value shape, and DESIGN.md for the numbers that chose this table.
+// One member lives inline (m); a second moves the set into an overflow slab, and m then
+// names the slab entry. In the traces this project is tuned for, almost every key is
+// held by one worker, so the common case allocates nothing per entry and the garbage
+// collector has nothing to scan. See table_bench_test.go for the built-in map and
+// github.com/dolthub/swiss measured on the same key and value shape, and DESIGN.md.
 package shard
