@@ -158,6 +158,8 @@ func exactReplay(b *testing.B, ops []oplog.Op, events []Event, workerStateOnly b
 	return d, float64(bytes) / float64(max(st.Blocks, 1))
 }
 
+var floorSeed = table.SeedFrom(1)
+
 // floorReplay is the floor variant's state, reused across iterations.
 type floorReplay struct {
 	ids    map[string]uint32
@@ -168,7 +170,7 @@ type floorReplay struct {
 }
 
 type floorDelta struct {
-	k  shard.Key
+	k  uint64 // fingerprint
 	w  uint32
 	op uint8 // opAdd, opRemove, or 0 for a query probe
 }
@@ -197,7 +199,7 @@ func (f *floorReplay) run(ops []oplog.Op, record bool) time.Duration {
 		}
 	}
 	f.seqs = make([]floorSeqs, len(f.ids))
-	f.idx = shard.New(1024, table.SeedFrom(1))
+	f.idx = shard.New(1024)
 	f.deltas = f.deltas[:0]
 	emit := func(d floorDelta) {
 		if record {
@@ -224,13 +226,13 @@ func (f *floorReplay) run(ops []oplog.Op, record bool) time.Duration {
 					k = key{prefix: bl[0]}
 				}
 				w.put(bl[1], k)
-				emit(floorDelta{k: shard.Key{Prefix: k.prefix, Pos: k.pos}, w: wid, op: opAdd})
+				emit(floorDelta{k: shard.Hash(floorSeed, shard.Key{Prefix: k.prefix, Pos: k.pos}), w: wid, op: opAdd})
 			}
 		case oplog.Removed:
 			for _, s := range op.Seqs {
 				if k, ok := w.get(s); ok {
 					w.del(s)
-					emit(floorDelta{k: shard.Key{Prefix: k.prefix, Pos: k.pos}, w: wid, op: opRemove})
+					emit(floorDelta{k: shard.Hash(floorSeed, shard.Key{Prefix: k.prefix, Pos: k.pos}), w: wid, op: opRemove})
 				}
 			}
 		case oplog.Query:
@@ -242,7 +244,7 @@ func (f *floorReplay) run(ops []oplog.Op, record bool) time.Duration {
 					p = hash.Next(p, c)
 				}
 				if j%64 == 0 || j == len(op.Content)-1 {
-					emit(floorDelta{k: shard.Key{Prefix: p, Pos: uint32(j)}})
+					emit(floorDelta{k: shard.Hash(floorSeed, shard.Key{Prefix: p, Pos: uint32(j)})})
 				}
 			}
 		}
@@ -262,7 +264,7 @@ func (f *floorReplay) tableBytes() float64 {
 // replayDeltas applies the deltas and probes the last recording run produced to a fresh
 // index.
 func (f *floorReplay) replayDeltas() time.Duration {
-	f.idx = shard.New(1024, table.SeedFrom(1))
+	f.idx = shard.New(1024)
 	start := time.Now()
 	for _, d := range f.deltas {
 		f.apply(d)

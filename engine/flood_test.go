@@ -71,7 +71,7 @@ func floodProbes(t *testing.T, seed table.Seed, contents, seqs []uint64) float64
 	total := 0
 	for i := range contents {
 		k := key{prefix: contents[i]}
-		total += idx.Probes(shard.Key{Prefix: k.prefix})
+		total += idx.Probes(e.fingerprint(k))
 		total += w.keys.probes(&e.seed, k)
 		total += w.seqs.probes(&e.seed, seqs[i])
 	}

@@ -101,7 +101,7 @@ func TestShardPanicFailsCallersInsteadOfWedging(t *testing.T) {
 	require.NoError(t, err)
 	defer e.Close()
 	// Break the shard's invariant on purpose: remove a membership it never had.
-	require.NoError(t, e.shards[1].ring.Push(delta{op: opRemove, prefix: 42, pos: 7, wid: 3}))
+	require.NoError(t, e.shards[1].ring.Push(delta{op: opRemove, fp: 42, wid: 3}))
 	err = e.Barrier(context.Background())
 	require.ErrorIs(t, err, ErrShardFailed)
 	_, err = e.FindMatches(context.Background(), []uint64{1}, nil)

@@ -21,12 +21,10 @@ type Match struct {
 	Size int
 }
 
-// probe asks a shard for the members of one key; the shard fills off and n, which locate
-// the answer in the batch's out buffer.
+// probe asks a shard for the members of one key, named by its fingerprint; the shard
+// fills off and n, which locate the answer in the batch's out buffer.
 type probe struct {
-	prefix uint64
-	pos    uint32
-	ns     uint32
+	fp     uint64
 	off, n uint32
 }
 
@@ -387,11 +385,12 @@ func (q *query) add(e *Engine, x int) {
 	if e.onProbe != nil {
 		e.onProbe(k)
 	}
-	s := e.owner(k)
+	fp := e.fingerprint(k)
+	s := e.ownerOf(fp)
 	b := &q.sub[s]
 	q.locShard[x] = int32(s)
 	q.locIdx[x] = uint32(len(b.probes))
-	b.probes = append(b.probes, probe{prefix: k.prefix, pos: k.pos, ns: k.ns})
+	b.probes = append(b.probes, probe{fp: fp})
 }
 
 // members returns the answer for a probed position.

@@ -16,15 +16,13 @@ const (
 	opBarrier
 )
 
-// delta is one message on a shard ring: a membership change of one worker at one key,
-// or a barrier token.
+// delta is one message on a shard ring: a membership change of one worker at one key
+// (named by its fingerprint, see shard.Hash), or a barrier token.
 type delta struct {
-	prefix uint64
-	pos    uint32
-	ns     uint32
-	wid    uint32
-	op     uint8
-	bar    *barrier
+	fp  uint64
+	wid uint32
+	op  uint8
+	bar *barrier
 }
 
 // barrier is a token that every shard acknowledges once it has applied everything its
@@ -61,7 +59,7 @@ func newShardLoop(e *Engine, id int, r *ringbuf.Ring[delta]) *shardLoop {
 	return &shardLoop{
 		e:       e,
 		id:      id,
-		idx:     shard.New(1024, e.seed),
+		idx:     shard.New(1024),
 		ring:    r,
 		queries: make(chan *probeBatch, e.cfg.QueryQueue),
 		buf:     make([]delta, eventBatch),
@@ -107,11 +105,11 @@ func (s *shardLoop) apply(ds []delta) {
 		d := &ds[i]
 		switch d.op {
 		case opAdd:
-			if !s.idx.Add(shard.Key{Prefix: d.prefix, Pos: d.pos, NS: d.ns}, d.wid) {
+			if !s.idx.Add(d.fp, d.wid) {
 				panic("engine: duplicate membership add")
 			}
 		case opRemove:
-			if !s.idx.Remove(shard.Key{Prefix: d.prefix, Pos: d.pos, NS: d.ns}, d.wid) {
+			if !s.idx.Remove(d.fp, d.wid) {
 				panic("engine: removal of an absent membership")
 			}
 		case opBarrier:
@@ -184,7 +182,7 @@ func (s *shardLoop) fill(b *probeBatch) {
 	for i := b.start; i < len(b.probes); i++ {
 		p := &b.probes[i]
 		off := len(out)
-		out = s.idx.AppendMembers(out, shard.Key{Prefix: p.prefix, Pos: p.pos, NS: p.ns})
+		out = s.idx.AppendMembers(out, p.fp)
 		p.off, p.n = uint32(off), uint32(len(out)-off)
 	}
 	b.out = out

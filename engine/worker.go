@@ -306,8 +306,9 @@ func (w *worker) emit(e *Engine, op uint8, k key) {
 	if e.onDelta != nil {
 		e.onDelta(k)
 	}
-	s := e.owner(k)
-	w.pend[s] = append(w.pend[s], delta{prefix: k.prefix, pos: k.pos, ns: k.ns, wid: w.wid, op: op})
+	fp := e.fingerprint(k)
+	s := e.ownerOf(fp)
+	w.pend[s] = append(w.pend[s], delta{fp: fp, wid: w.wid, op: op})
 	w.npend++
 }
 
@@ -368,11 +369,18 @@ func (w *worker) flush(e *Engine) error {
 	return err
 }
 
-// owner returns the shard that owns key k. Keys are spread by a hash of all of k, so the
-// hot first positions that every request shares land on different shards. The shard
-// takes the hash's low bits and the shard's table its high bits, so that the keys of
-// one shard still spread over the whole of its table.
-func (e *Engine) owner(k key) int {
-	h := shard.Hash(e.seed, shard.Key{Prefix: k.prefix, Pos: k.pos, NS: k.ns})
-	return int((uint64(uint32(h)) * uint64(len(e.shards))) >> 32)
+// fingerprint is k's name in the positional index (shard.Hash).
+func (e *Engine) fingerprint(k key) uint64 {
+	return shard.Hash(e.seed, shard.Key{Prefix: k.prefix, Pos: k.pos, NS: k.ns})
 }
+
+// ownerOf returns the shard that owns the key with fingerprint fp. Keys are spread by a
+// hash of all of the key, so the hot first positions that every request shares land on
+// different shards. The shard takes the fingerprint's low bits and the shard's table
+// its high bits, so that the keys of one shard still spread over the whole table.
+func (e *Engine) ownerOf(fp uint64) int {
+	return int((uint64(uint32(fp)) * uint64(len(e.shards))) >> 32)
+}
+
+// owner returns the shard that owns key k.
+func (e *Engine) owner(k key) int { return e.ownerOf(e.fingerprint(k)) }

@@ -16,24 +16,21 @@ type Key struct {
 	NS     uint32
 }
 
-// Loc packs a key's namespace and position into the word a slot stores and the hash
-// takes.
+// Loc packs a key's namespace and position into one word for the hash.
 func (k Key) Loc() uint64 { return uint64(k.NS)<<32 | uint64(k.Pos) }
 
-// slot is one table cell; n == 0 marks it empty. With one member, m is that member;
-// with more, m names the key's overflow set.
+// slot is one table cell; n == 0 marks it empty. fp is the key's fingerprint (see
+// Hash). With one member, m is that member; with more, m names the key's overflow set.
 type slot struct {
-	prefix uint64
-	loc    uint64 // namespace << 32 | position
-	n      uint32
-	m      uint32
+	fp uint64
+	n  uint32
+	m  uint32
 }
 
 // Index is a positional index owned by one goroutine. The zero value is not usable;
 // call New.
 type Index struct {
 	slots   []slot
-	seed    table.Seed
 	used    int
 	members int
 	ovf     [][]uint32
@@ -42,42 +39,41 @@ type Index struct {
 	ovfCap int
 }
 
-// New returns an empty index sized for about hint keys, its hash keyed by seed (see
-// table.Seed: keys come from prompts, so their hash must not be known outside).
-func New(hint int, seed table.Seed) *Index {
-	return &Index{slots: make([]slot, table.ForEntries(hint)), seed: seed}
+// New returns an empty index sized for about hint keys.
+func New(hint int) *Index {
+	return &Index{slots: make([]slot, table.ForEntries(hint))}
 }
 
-// Hash is the index's hash of a key. The engine spreads keys over shards by its low
-// bits (the table's home slot takes the high ones).
+// Hash is a key's fingerprint, the 64 bits the index stores and is keyed by: the
+// engine's seeded hash of the whole key (keys come from prompts, so where they land
+// must not be known outside the process). Two keys share an index entry only if their
+// fingerprints collide, a 64-bit collision of a keyed hash (DESIGN.md, "Exactness of
+// fingerprints"). The engine spreads keys over shards by its low bits; the table's home
+// slot takes the high ones.
 func Hash(seed table.Seed, k Key) uint64 { return seed.Hash128(k.Prefix, k.Loc()) }
 
-func (x *Index) home(prefix, loc uint64) uint64 {
-	return table.Home(x.seed.Hash128(prefix, loc), len(x.slots))
-}
+func (x *Index) home(fp uint64) uint64 { return table.Home(fp, len(x.slots)) }
 
-// find returns the slot index of k, or -1.
-func (x *Index) find(k Key) int {
-	prefix, loc := k.Prefix, k.Loc()
-	for i := x.home(prefix, loc); ; i = table.Next(i, len(x.slots)) {
+// find returns the slot index of fp, or -1.
+func (x *Index) find(fp uint64) int {
+	for i := x.home(fp); ; i = table.Next(i, len(x.slots)) {
 		s := &x.slots[i]
 		if s.n == 0 {
 			return -1
 		}
-		if s.prefix == prefix && s.loc == loc {
+		if s.fp == fp {
 			return int(i)
 		}
 	}
 }
 
-// Probes returns the number of slots a lookup of k reads: 1 when k, or an empty slot,
+// Probes returns the number of slots a lookup of fp reads: 1 when fp, or an empty slot,
 // sits at its home. It measures how well the hash spreads a set of keys.
-func (x *Index) Probes(k Key) int {
-	prefix, loc := k.Prefix, k.Loc()
+func (x *Index) Probes(fp uint64) int {
 	n := 1
-	for i := x.home(prefix, loc); ; i = table.Next(i, len(x.slots)) {
+	for i := x.home(fp); ; i = table.Next(i, len(x.slots)) {
 		s := &x.slots[i]
-		if s.n == 0 || s.prefix == prefix && s.loc == loc {
+		if s.n == 0 || s.fp == fp {
 			return n
 		}
 		n++
@@ -93,21 +89,22 @@ func (x *Index) Memberships() int { return x.members }
 // Capacity returns the number of slots, for memory accounting.
 func (x *Index) Capacity() int { return len(x.slots) }
 
-// Add makes wid a member of k and reports whether it was not one already.
-func (x *Index) Add(k Key, wid uint32) bool {
-	if table.Full(x.used, len(x.slots)) {
+// Add makes wid a member of the key with fingerprint fp and reports whether it was not
+// one already. The table grows at 13/16: a slot carries its hash, so the long runs of a
+// dense table are cheap to shift.
+func (x *Index) Add(fp uint64, wid uint32) bool {
+	if table.FullDense(x.used, len(x.slots)) {
 		x.resize(table.Grown(len(x.slots)))
 	}
-	prefix, loc := k.Prefix, k.Loc()
-	for i := x.home(prefix, loc); ; i = table.Next(i, len(x.slots)) {
+	for i := x.home(fp); ; i = table.Next(i, len(x.slots)) {
 		s := &x.slots[i]
 		if s.n == 0 {
-			*s = slot{prefix: prefix, loc: loc, n: 1, m: wid}
+			*s = slot{fp: fp, n: 1, m: wid}
 			x.used++
 			x.members++
 			return true
 		}
-		if s.prefix == prefix && s.loc == loc {
+		if s.fp == fp {
 			if !x.addMember(s, wid) {
 				return false
 			}
@@ -155,10 +152,10 @@ func (x *Index) newOverflow() uint32 {
 	return uint32(len(x.ovf) - 1)
 }
 
-// Remove drops wid from k and reports whether it was a member. A key left with no
-// members is deleted.
-func (x *Index) Remove(k Key, wid uint32) bool {
-	i := x.find(k)
+// Remove drops wid from the key with fingerprint fp and reports whether it was a
+// member. A key left with no members is deleted.
+func (x *Index) Remove(fp uint64, wid uint32) bool {
+	i := x.find(fp)
 	if i < 0 {
 		return false
 	}
@@ -220,7 +217,7 @@ func (x *Index) deleteAt(i uint64) {
 			if s.n == 0 {
 				return
 			}
-			if !table.InRun(x.home(s.prefix, s.loc), i, j) {
+			if !table.InRun(x.home(s.fp), i, j) {
 				x.slots[i] = *s
 				i = j
 				break
@@ -237,7 +234,7 @@ func (x *Index) resize(c int) {
 		if s.n == 0 {
 			continue
 		}
-		i := x.home(s.prefix, s.loc)
+		i := x.home(s.fp)
 		for x.slots[i].n != 0 {
 			i = table.Next(i, c)
 		}
@@ -245,9 +242,10 @@ func (x *Index) resize(c int) {
 	}
 }
 
-// AppendMembers appends the members of k to dst, in no particular order.
-func (x *Index) AppendMembers(dst []uint32, k Key) []uint32 {
-	i := x.find(k)
+// AppendMembers appends the members of the key with fingerprint fp to dst, in no
+// particular order.
+func (x *Index) AppendMembers(dst []uint32, fp uint64) []uint32 {
+	i := x.find(fp)
 	if i < 0 {
 		return dst
 	}
@@ -258,9 +256,9 @@ func (x *Index) AppendMembers(dst []uint32, k Key) []uint32 {
 	return append(dst, x.ovf[s.m]...)
 }
 
-// Has reports whether wid is a member of k.
-func (x *Index) Has(k Key, wid uint32) bool {
-	i := x.find(k)
+// Has reports whether wid is a member of the key with fingerprint fp.
+func (x *Index) Has(fp uint64, wid uint32) bool {
+	i := x.find(fp)
 	if i < 0 {
 		return false
 	}
@@ -278,5 +276,5 @@ func (x *Index) Has(k Key, wid uint32) bool {
 
 // Bytes estimates the heap the index holds: slots plus overflow sets.
 func (x *Index) Bytes() int {
-	return len(x.slots)*24 + len(x.ovf)*24 + x.ovfCap*4 + cap(x.ovfFree)*4
+	return len(x.slots)*16 + len(x.ovf)*24 + x.ovfCap*4 + cap(x.ovfFree)*4
 }

@@ -15,7 +15,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestSlotSize(t *testing.T) {
-	require.Equal(t, uintptr(24), unsafe.Sizeof(slot{}), "a slot is a key and one member")
+	require.Equal(t, uintptr(16), unsafe.Sizeof(slot{}), "a slot is a fingerprint and one member")
 }
 
 // TestIndexAgainstMap drives the table with random adds and removes over a small key
@@ -37,7 +37,8 @@ func TestIndexAgainstMap(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(tc.seed, 7))
-			x := New(0, table.SeedFrom(tc.seed))
+			x := New(0)
+			seed := table.SeedFrom(tc.seed)
 			model := map[Key]map[uint32]bool{}
 			members := 0
 			for step := 0; step < 60000; step++ {
@@ -45,7 +46,7 @@ func TestIndexAgainstMap(t *testing.T) {
 				w := uint32(r.IntN(tc.workers))
 				if r.IntN(100) < 55 {
 					want := !model[k][w]
-					require.Equal(t, want, x.Add(k, w))
+					require.Equal(t, want, x.Add(Hash(seed, k), w))
 					if want {
 						if model[k] == nil {
 							model[k] = map[uint32]bool{}
@@ -55,7 +56,7 @@ func TestIndexAgainstMap(t *testing.T) {
 					}
 				} else {
 					want := model[k][w]
-					require.Equal(t, want, x.Remove(k, w))
+					require.Equal(t, want, x.Remove(Hash(seed, k), w))
 					if want {
 						delete(model[k], w)
 						if len(model[k]) == 0 {
@@ -71,7 +72,7 @@ func TestIndexAgainstMap(t *testing.T) {
 				}
 				if step%997 == 0 {
 					for mk, set := range model {
-						got := x.AppendMembers(nil, mk)
+						got := x.AppendMembers(nil, Hash(seed, mk))
 						slices.Sort(got)
 						var want []uint32
 						for w := range set {
@@ -79,14 +80,14 @@ func TestIndexAgainstMap(t *testing.T) {
 						}
 						slices.Sort(want)
 						require.Equal(t, want, got)
-						require.True(t, x.Has(mk, want[0]))
+						require.True(t, x.Has(Hash(seed, mk), want[0]))
 					}
 				}
 			}
 			// Drain everything: the table shrinks back and stays consistent.
 			for mk, set := range model {
 				for w := range set {
-					require.True(t, x.Remove(mk, w))
+					require.True(t, x.Remove(Hash(seed, mk), w))
 				}
 			}
 			require.Zero(t, x.Len())
@@ -97,14 +98,15 @@ func TestIndexAgainstMap(t *testing.T) {
 }
 
 func TestIndexZeroAllocsSteadyState(t *testing.T) {
-	x := New(1024, table.NewSeed())
-	keys := make([]Key, 512)
+	x := New(1024)
+	seed := table.NewSeed()
+	keys := make([]uint64, 512)
 	for i := range keys {
-		keys[i] = Key{Prefix: uint64(i) * 0x9e3779b97f4a7c15, Pos: uint32(i % 7)}
+		keys[i] = Hash(seed, Key{Prefix: uint64(i) * 0x9e3779b97f4a7c15, Pos: uint32(i % 7)})
 	}
 	// Resident keys keep the table at its size; the churn below is the steady state.
 	for i := range 4096 {
-		x.Add(Key{Prefix: uint64(i), Pos: 100}, 9)
+		x.Add(Hash(seed, Key{Prefix: uint64(i), Pos: 100}), 9)
 	}
 	buf := make([]uint32, 0, 16)
 	allocs := testing.AllocsPerRun(50, func() {
