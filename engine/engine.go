@@ -42,7 +42,7 @@ type Engine struct {
 	// array is copied once, then abandoned to readers that still hold it) and its cells
 	// are written in place, so creating or removing a worker is O(1) amortised and
 	// queries read it without a lock. nextID is the first id never given out.
-	byName sync.Map
+	byName nameTable
 	regMu  sync.Mutex
 	slots  atomic.Pointer[[]atomic.Pointer[worker]]
 	nextID uint32
@@ -64,6 +64,7 @@ type Engine struct {
 
 	qpool    sync.Pool
 	barriers sync.Pool
+	outboxes sync.Pool // of *outbox
 
 	// onDelta and onProbe, when set (by tests, before any call), observe every index
 	// delta and every query probe; the partition measurement uses them.
@@ -89,6 +90,7 @@ func newSeeded(cfg Config, seed table.Seed) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, done: make(chan struct{}), seed: seed}
+	e.byName.init()
 	empty := []atomic.Pointer[worker]{}
 	e.slots.Store(&empty)
 	e.shards = make([]*shardLoop, cfg.Shards)
@@ -155,10 +157,7 @@ func (e *Engine) WorkerSize(worker string) (int, bool) {
 
 // lookup returns the live worker named name, or nil.
 func (e *Engine) lookup(name string) *worker {
-	if v, ok := e.byName.Load(name); ok {
-		return v.(*worker)
-	}
-	return nil
+	return e.byName.load(name)
 }
 
 // workers returns the registry's id -> worker cells; a nil cell is a free id.
@@ -194,9 +193,9 @@ func (e *Engine) lookupOrCreate(name string) *worker {
 	// an Event) must not outlive the call, or escape analysis makes every event's slices
 	// escape with it, and Remove(worker, seqs...) would allocate.
 	own := strings.Clone(name)
-	w := &worker{name: own, wid: wid, pend: make([][]delta, len(e.shards))}
+	w := &worker{name: own, wid: wid}
 	slots[wid].Store(w)
-	e.byName.Store(own, w)
+	e.byName.store(own, w)
 	e.nlive.Add(1)
 	return w
 }
@@ -225,7 +224,7 @@ func (e *Engine) retired(f freeID) bool {
 func (e *Engine) unregister(w *worker) {
 	e.regMu.Lock()
 	defer e.regMu.Unlock()
-	e.byName.CompareAndDelete(w.name, w)
+	e.byName.deleteIf(w.name, w)
 	(*e.slots.Load())[w.wid].Store(nil)
 	f := freeID{wid: w.wid, after: make([]uint64, len(e.shards))}
 	for i, s := range e.shards {
@@ -233,6 +232,22 @@ func (e *Engine) unregister(w *worker) {
 	}
 	e.free = append(e.free, f)
 	e.nlive.Add(-1)
+}
+
+// getOutbox takes a locked worker's scratch from the pool.
+func (e *Engine) getOutbox() *outbox {
+	if o, _ := e.outboxes.Get().(*outbox); o != nil {
+		return o
+	}
+	return &outbox{pend: make([][]delta, len(e.shards))}
+}
+
+// unlock gives a worker locked by lockLive its outbox back (flushed: empty) and unlocks
+// it.
+func (e *Engine) unlock(w *worker) {
+	e.outboxes.Put(w.out)
+	w.out = nil
+	w.mu.Unlock()
 }
 
 // lockLive locks the live worker named name (creating it when create is set) and
@@ -247,6 +262,7 @@ func (e *Engine) lockLive(name string, create bool) *worker {
 		}
 		w.mu.Lock()
 		if !w.dead {
+			w.out = e.getOutbox()
 			return w
 		}
 		w.mu.Unlock()
@@ -330,7 +346,7 @@ func (e *Engine) Apply(ev *Event) error {
 			err = ferr
 		}
 	}
-	w.mu.Unlock()
+	e.unlock(w)
 	return err
 }
 
@@ -348,7 +364,7 @@ func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
 		if err := w.flush(e); err != nil && errs[len(errs)-1] == nil {
 			errs[len(errs)-1] = err
 		}
-		w.mu.Unlock()
+		e.unlock(w)
 		w = nil
 	}
 	for k := range evs {
@@ -365,9 +381,9 @@ func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
 			gone, err = e.applyLocked(w, ev)
 			switch {
 			case gone:
-				w.mu.Unlock() // flushed already
+				e.unlock(w) // flushed already
 				w = nil
-			case err == nil && w.npend >= maxPending:
+			case err == nil && w.out.npend >= maxPending:
 				err = w.flush(e)
 			}
 		}
@@ -417,8 +433,10 @@ func (e *Engine) lockFor(ev *Event) (w *worker, err error) {
 			e.rejParent.Add(1)
 			return nil, fmt.Errorf("%w: worker %q is unknown", ErrParentNotFound, strings.Clone(ev.Worker))
 		}
-		var probe worker
-		if !probe.validateStore(&e.seed, 0, false, ev.Blocks) {
+		probe := worker{out: e.getOutbox()}
+		valid := probe.validateStore(&e.seed, 0, false, ev.Blocks)
+		e.outboxes.Put(probe.out)
+		if !valid {
 			e.rejInvalid.Add(1)
 			return nil, fmt.Errorf("%w: a seq appears twice in one event", ErrInvalidEvent)
 		}
@@ -430,7 +448,7 @@ func (e *Engine) lockFor(ev *Event) (w *worker, err error) {
 }
 
 // applyLocked applies a checked event to w, which the caller has locked and unlocks; its
-// deltas stay in w.pend until the caller flushes. gone says the event forgot the worker,
+// deltas stay in w.out until the caller flushes. gone says the event forgot the worker,
 // which is then flushed already (its lock is still held).
 func (e *Engine) applyLocked(w *worker, ev *Event) (gone bool, err error) {
 	if ev.Cursor != 0 {
@@ -444,18 +462,18 @@ func (e *Engine) applyLocked(w *worker, ev *Event) (gone bool, err error) {
 		}
 		return false, e.storeLocked(w, ns, ev)
 	case EventRemoved:
-		w.skipped += uint64(w.remove(e, ev.Seqs))
+		w.out.skipped += uint64(w.remove(e, ev.Seqs))
 	case EventCleared:
 		w.clear(e)
 	case EventRemoveWorker:
 		w.clear(e)
-		w.events++
+		w.out.events++
 		err = w.flush(e)
 		w.dead = true
 		e.unregister(w)
 		return true, err
 	}
-	w.events++
+	w.out.events++
 	return false, nil
 }
 
@@ -480,7 +498,7 @@ func (e *Engine) storeLocked(w *worker, ns uint32, ev *Event) error {
 		return fmt.Errorf("%w: a seq appears twice in one event or equals the parent", ErrInvalidEvent)
 	}
 	w.store(e, ns, at, ev.HasParent, ev.Blocks)
-	w.events++
+	w.out.events++
 	return nil
 }
 

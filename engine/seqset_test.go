@@ -14,7 +14,7 @@ import (
 // whose set is dropped afterwards.
 func TestValidateStoreLarge(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	var w worker
+	w := worker{out: &outbox{}}
 	seed := table.SeedFrom(1)
 	check := func(parent uint64, hasParent bool, blocks []Block) {
 		t.Helper()
@@ -32,7 +32,7 @@ func TestValidateStoreLarge(t *testing.T) {
 	}
 	for round := 0; round < 2000; round++ {
 		if round == 1000 {
-			w.seen.gen = math.MaxUint32 - 1 // the next resets wrap the stamps
+			w.out.seen.gen = math.MaxUint32 - 1 // the next resets wrap the stamps
 		}
 		n := 17 + r.IntN(300)
 		if round%500 == 7 {
@@ -52,8 +52,8 @@ func TestValidateStoreLarge(t *testing.T) {
 			parent = blocks[r.IntN(n)].Seq
 		}
 		check(parent, hasParent, blocks)
-		if len(w.seen.slots) > seqSetKeep {
-			t.Fatalf("scratch set of %d slots kept after an event of %d blocks", len(w.seen.slots), n)
+		if len(w.out.seen.slots) > seqSetKeep {
+			t.Fatalf("scratch set of %d slots kept after an event of %d blocks", len(w.out.seen.slots), n)
 		}
 	}
 }

@@ -315,7 +315,7 @@ func (e *Engine) load(p *snapReader) error {
 		if err := w.flush(e); err != nil && p.err == nil {
 			p.err = err
 		}
-		w.mu.Unlock()
+		e.unlock(w)
 	}
 	if p.err == nil && len(p.b) != 0 {
 		p.fail("trailing bytes")

@@ -190,7 +190,7 @@ type keyTable struct {
 	recs []keyRec
 	idx  []keySlot
 	free uint32 // record id + 1 of the first free record, 0 if none
-	n    int    // live records
+	n    int32  // live records (int32 keeps the worker struct in a smaller size class)
 }
 
 func keyTag(seed *table.Seed, k key) uint32 { return uint32(seed.Hash128(k.prefix, k.loc()) >> 32) }
@@ -218,7 +218,7 @@ func (t *keyTable) find(seed *table.Seed, k key) (rid uint32, ok bool) {
 // caller must make non-empty before any other table operation). It may move the slab:
 // pointers into recs do not survive it.
 func (t *keyTable) findOrAdd(seed *table.Seed, k key) uint32 {
-	if table.FullDense(t.n, len(t.idx)) {
+	if table.FullDense(int(t.n), len(t.idx)) {
 		t.resizeIdx(seed, table.Grown(len(t.idx)))
 	}
 	tag := keyTag(seed, k)
@@ -293,7 +293,7 @@ func (t *keyTable) resizeIdx(seed *table.Seed, c int) {
 // sparse reports whether the slab or the index is mostly empty, so that compact would
 // give memory back.
 func (t *keyTable) sparse() bool {
-	return table.Sparse(t.n, len(t.idx), tableFloor) || len(t.recs) > tableFloor && t.n*4 < len(t.recs)
+	return table.Sparse(int(t.n), len(t.idx), tableFloor) || len(t.recs) > tableFloor && int(t.n)*4 < len(t.recs)
 }
 
 // probes returns the number of slots a lookup of seq reads (a measure of how well the

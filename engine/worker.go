@@ -29,22 +29,32 @@ type worker struct {
 	wid  uint32
 
 	mu sync.Mutex
+	// holes counts the held keys whose parent key is not held (see DESIGN.md).
+	holes int32
 	// dead is set by RemoveWorker; a caller that finds it set looks the name up again.
-	dead  bool
-	seqs  seqTable
-	keys  keyTable
-	holes int
-	// events and skipped are this worker's changes to the engine-wide event and
+	dead bool
+	seqs seqTable
+	keys keyTable
+	// cursor is the stream position of the last event applied that carried one.
+	cursor uint64
+	// out is the scratch of the events being applied, taken from the engine's pool when
+	// the worker is locked for events (lockLive) and given back at unlock, so an idle
+	// worker holds none: 100,000 workers do not keep 100,000 delta buffers.
+	out *outbox
+}
+
+// outbox is a locked worker's scratch: the deltas of the events being applied, per
+// shard, the duplicate check's set and the counters flush publishes.
+type outbox struct {
+	// events and skipped are the worker's changes to the engine-wide event and
 	// skipped-removal counters since its last flush, which publishes them (and the block
 	// count's change, seqs.n - size): one shared atomic update per flush rather than
 	// several per event keeps producers of different workers from bouncing the counters'
 	// cache line between cores.
 	events, skipped uint64
-	// cursor is the stream position of the last event applied that carried one.
-	cursor uint64
 	// npend counts the deltas in pend.
 	npend int
-	// pend collects this event's deltas per shard; reused across events.
+	// pend collects the deltas per shard until flush; reused across events.
 	pend [][]delta
 	// seen is the duplicate check's scratch set.
 	seen seqSet
@@ -66,10 +76,11 @@ func (w *worker) validateStore(seed *table.Seed, parent uint64, hasParent bool, 
 		}
 		return true
 	}
-	w.seen.reset(len(blocks))
-	defer w.seen.release()
+	seen := &w.out.seen
+	seen.reset(len(blocks))
+	defer seen.release()
 	for _, b := range blocks {
-		if hasParent && b.Seq == parent || !w.seen.add(seed, b.Seq) {
+		if hasParent && b.Seq == parent || !seen.add(seed, b.Seq) {
 			return false
 		}
 	}
@@ -181,7 +192,7 @@ func (w *worker) addKey(e *Engine, k key, parentPrefix uint64, parent uint32) ui
 	}
 	// The key became held: its children that were holes are reconnected, it tells the
 	// index, and it becomes a child of its parent key.
-	w.holes -= int(r.kids)
+	w.holes -= int32(r.kids)
 	w.emit(e, opAdd, k)
 	if k.pos > 0 {
 		if parent == 0 {
@@ -207,7 +218,7 @@ func (w *worker) dropKey(e *Engine, rid uint32) {
 	if r.seqs > 0 {
 		return
 	}
-	w.holes += int(r.kids)
+	w.holes += int32(r.kids)
 	k := r.key()
 	w.emit(e, opRemove, k)
 	parent := r.parent
@@ -256,7 +267,7 @@ func (w *worker) compact(seed *table.Seed) {
 		return
 	}
 	ids := make([]uint32, len(old)) // per old record id: new id + 1
-	recs := make([]keyRec, 0, w.keys.n)
+	recs := make([]keyRec, 0, int(w.keys.n))
 	for i := range old {
 		if old[i].pos != freePos {
 			ids[i] = uint32(len(recs)) + 1
@@ -268,7 +279,7 @@ func (w *worker) compact(seed *table.Seed) {
 			recs[i].parent = ids[p-1]
 		}
 	}
-	w.keys = keyTable{recs: recs, idx: make([]keySlot, table.ForEntries(len(recs))), n: len(recs)}
+	w.keys = keyTable{recs: recs, idx: make([]keySlot, table.ForEntries(len(recs))), n: int32(len(recs))}
 	for rid := range recs {
 		tag := keyTag(seed, recs[rid].key())
 		i := tagHome(tag, len(w.keys.idx))
@@ -308,8 +319,9 @@ func (w *worker) emit(e *Engine, op uint8, k key) {
 	}
 	fp := e.fingerprint(k)
 	s := e.ownerOf(fp)
-	w.pend[s] = append(w.pend[s], delta{fp: fp, wid: w.wid, op: op})
-	w.npend++
+	o := w.out
+	o.pend[s] = append(o.pend[s], delta{fp: fp, wid: w.wid, op: op})
+	o.npend++
 }
 
 // maxPending bounds the deltas a worker holds back during a run of events (ApplyBatch)
@@ -326,46 +338,47 @@ func (w *worker) flush(e *Engine) error {
 		e.blocks.Add(d)
 		w.size.Store(int64(w.seqs.n))
 	}
-	if w.events != 0 {
-		e.events.Add(w.events)
-		w.events = 0
+	o := w.out
+	if o.events != 0 {
+		e.events.Add(o.events)
+		o.events = 0
 	}
-	if w.skipped != 0 {
-		e.skippedRemovals.Add(w.skipped)
-		w.skipped = 0
+	if o.skipped != 0 {
+		e.skippedRemovals.Add(o.skipped)
+		o.skipped = 0
 	}
 	if e.dropDeltas {
-		for s := range w.pend {
-			w.pend[s] = w.pend[s][:0]
+		for s := range o.pend {
+			o.pend[s] = o.pend[s][:0]
 		}
-		w.npend = 0
+		o.npend = 0
 		return nil
 	}
 	if e.cfg.LockedIndex {
 		e.locked.Lock()
-		e.shards[0].apply(w.pend[0])
+		e.shards[0].apply(o.pend[0])
 		e.locked.Unlock()
-		w.pend[0] = w.pend[0][:0]
-		w.npend = 0
+		o.pend[0] = o.pend[0][:0]
+		o.npend = 0
 		return nil
 	}
 	var err error
-	for s := range w.pend {
-		if len(w.pend[s]) == 0 {
+	for s := range o.pend {
+		if len(o.pend[s]) == 0 {
 			continue
 		}
-		if _, perr := e.shards[s].ring.PushBatch(w.pend[s]); perr != nil && err == nil {
+		if _, perr := e.shards[s].ring.PushBatch(o.pend[s]); perr != nil && err == nil {
 			// A ring fails a push only once Close (or a failed shard) has closed it: the
 			// caller gets the engine's reason, as from every other call.
 			err = e.err()
 		}
-		clear(w.pend[s])
-		w.pend[s] = w.pend[s][:0]
-		if cap(w.pend[s]) > 4*maxPending {
-			w.pend[s] = nil // a huge event passed: do not keep its buffer
+		clear(o.pend[s])
+		o.pend[s] = o.pend[s][:0]
+		if cap(o.pend[s]) > 4*maxPending {
+			o.pend[s] = nil // a huge event passed: do not keep its buffer
 		}
 	}
-	w.npend = 0
+	o.npend = 0
 	return err
 }
 
