@@ -123,6 +123,13 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 		}
 	}()
 	q.ns = ns
+	if e.cfg.LockedIndex {
+		var done bool
+		if dst, done = e.walk(q, content, dst); done {
+			ok = true
+			return dst, nil
+		}
+	}
 	q.reset(content[0])
 	if err := e.landings(ctx, q, content); err != nil {
 		return dst, err
@@ -136,14 +143,71 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 	return dst, nil
 }
 
+// walkLimit is how deep the locked index's direct walk goes before it leaves a query to
+// jump search.
+const walkLimit = denseLandings
+
+// walk answers a query on the locked index by reading the index directly, position by
+// position, while some candidate has held every position so far: the score's
+// definition, with no probe batches, no landings and no second round. Most queries are
+// decided within walkLimit positions (the median best score on the trace-driven log is
+// 8); when a candidate is still alive there, walk gives up (done false, dst untouched)
+// and jump search, which is cheaper on long matches, answers the query instead.
+func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done bool) {
+	slots := e.workers()
+	if len(q.mark) < len(slots) {
+		q.mark = make([]uint32, len(slots)+len(slots)/4)
+		q.stamp = 0
+	}
+	e.locked.RLock()
+	idx := e.shards[0].idx
+	buf := idx.AppendMembers(q.sub[0].out[:0], e.fingerprint(key{prefix: content[0], ns: q.ns}))
+	q.cands = q.cands[:0]
+	for _, wid := range buf {
+		if int(wid) < len(slots) {
+			if w := slots[wid].Load(); w != nil {
+				q.cands = append(q.cands, candidate{wid: wid, w: w})
+			}
+		}
+	}
+	alive := len(q.cands)
+	h := content[0]
+	x := 1
+	for ; alive > 0 && x < len(content); x++ {
+		if x > walkLimit {
+			e.locked.RUnlock()
+			q.sub[0].out = buf
+			return dst, false
+		}
+		h = hash.Next(h, content[x])
+		buf = idx.AppendMembers(buf[:0], e.fingerprint(key{prefix: h, pos: uint32(x), ns: q.ns}))
+		q.stampSet(buf)
+		for i := range q.cands {
+			if c := &q.cands[i]; c.score == 0 && q.mark[c.wid] != q.stamp {
+				c.score = x
+				alive--
+			}
+		}
+	}
+	e.locked.RUnlock()
+	q.sub[0].out = buf
+	for i := range q.cands {
+		if c := &q.cands[i]; c.score == 0 {
+			c.score = x // held every position: x is the query's length
+		}
+	}
+	return e.collect(q, dst), true
+}
+
 // landings is round 1: position 0 and the jump landings. The first denseLandings
 // positions are all landings, then strides double up to JumpSize. The landings go out in
 // waves (the first up to position firstWave, each next one four times as deep) and
 // prefix hashes are computed only as deep as a wave needs: a long query whose workers
 // all drop out early costs neither the hashing nor the probes of its tail. The locked
-// index pays no round trip per wave, so its first wave stops at denseLandings: most
-// queries are decided there (the median best score on the trace-driven log is 8), and
-// hashing and probing deeper would be wasted on them. The candidates are the members of
+// index pays no round trip per wave, so its first wave is position 0 alone (a query
+// that matches nobody is answered by one probe) and its second stops at denseLandings:
+// most queries are decided there (the median best score on the trace-driven log is 8),
+// and hashing and probing deeper would be wasted on them. The candidates are the members of
 // position 0; each leaves with the index of the first landing it missed (drop), or
 // alive.
 func (e *Engine) landings(ctx context.Context, q *query, content []uint64) error {
@@ -158,10 +222,10 @@ func (e *Engine) landings(ctx context.Context, q *query, content []uint64) error
 	}
 	hi := max(firstWave, 4*J)
 	if e.cfg.LockedIndex {
-		hi = denseLandings
+		hi = 0 // position 0 alone first: a query nobody matches costs one probe
 	}
 	x, step := 0, 1
-	for first := true; ; hi = 4 * hi {
+	for first := true; ; hi = max(4*hi, denseLandings) {
 		hi = min(L-1, hi)
 		from := len(q.landings)
 		for x < hi {
@@ -400,13 +464,16 @@ func (q *query) members(x int) []uint32 {
 	return b.out[p.off : p.off+p.n]
 }
 
-func (q *query) stampMembers(x int) {
+func (q *query) stampMembers(x int) { q.stampSet(q.members(x)) }
+
+// stampSet marks the workers of a member list with a new stamp.
+func (q *query) stampSet(members []uint32) {
 	q.stamp++
 	if q.stamp == 0 {
 		clear(q.mark)
 		q.stamp = 1
 	}
-	for _, wid := range q.members(x) {
+	for _, wid := range members {
 		if int(wid) < len(q.mark) {
 			q.mark[wid] = q.stamp
 		}
