@@ -193,7 +193,11 @@ type keyTable struct {
 	n    int32  // live records (int32 keeps the worker struct in a smaller size class)
 }
 
-func keyTag(seed *table.Seed, k key) uint32 { return uint32(seed.Hash128(k.prefix, k.loc()) >> 32) }
+// keyTag is the key index's tag of k: the top half of its fingerprint (see
+// Engine.fingerprint), so that a caller that has the fingerprint hashes once.
+func keyTag(seed *table.Seed, k key) uint32 { return tagOf(seed.Hash128(k.prefix, k.loc())) }
+
+func tagOf(fp uint64) uint32 { return uint32(fp >> 32) }
 
 func tagHome(tag uint32, n int) uint64 { return table.Home(uint64(tag)<<32, n) }
 
@@ -218,10 +222,15 @@ func (t *keyTable) find(seed *table.Seed, k key) (rid uint32, ok bool) {
 // caller must make non-empty before any other table operation). It may move the slab:
 // pointers into recs do not survive it.
 func (t *keyTable) findOrAdd(seed *table.Seed, k key) uint32 {
+	return t.findOrAddFP(k, seed.Hash128(k.prefix, k.loc()))
+}
+
+// findOrAddFP is findOrAdd for a caller that has k's fingerprint fp.
+func (t *keyTable) findOrAddFP(k key, fp uint64) uint32 {
 	if table.FullDense(int(t.n), len(t.idx)) {
-		t.resizeIdx(seed, table.Grown(len(t.idx)))
+		t.resizeIdx(table.Grown(len(t.idx)))
 	}
-	tag := keyTag(seed, k)
+	tag := tagOf(fp)
 	i := tagHome(tag, len(t.idx))
 	for ; ; i = table.Next(i, len(t.idx)) {
 		s := t.idx[i]
@@ -249,8 +258,13 @@ func (t *keyTable) findOrAdd(seed *table.Seed, k key) uint32 {
 
 // del deletes record rid, which the caller has just made empty. Records do not move.
 func (t *keyTable) del(seed *table.Seed, rid uint32) {
+	t.delFP(rid, seed.Hash128(t.recs[rid].prefix(), t.recs[rid].key().loc()))
+}
+
+// delFP is del for a caller that has the record's fingerprint fp.
+func (t *keyTable) delFP(rid uint32, fp uint64) {
 	n := len(t.idx)
-	i := tagHome(keyTag(seed, t.recs[rid].key()), n)
+	i := tagHome(tagOf(fp), n)
 	for t.idx[i].ref != rid+1 {
 		i = table.Next(i, n)
 	}
@@ -275,7 +289,7 @@ func (t *keyTable) del(seed *table.Seed, rid uint32) {
 	}
 }
 
-func (t *keyTable) resizeIdx(seed *table.Seed, c int) {
+func (t *keyTable) resizeIdx(c int) {
 	old := t.idx
 	t.idx = make([]keySlot, c)
 	for _, s := range old {

@@ -184,7 +184,8 @@ func (w *worker) store(e *Engine, ns uint32, prid uint32, hasParent bool, blocks
 // it loads children before parents).
 func (w *worker) addKey(e *Engine, k key, parentPrefix uint64, parent uint32) uint32 {
 	seed := &e.seed
-	rid := w.keys.findOrAdd(seed, k)
+	fp := e.fingerprint(k)
+	rid := w.keys.findOrAddFP(k, fp)
 	r := &w.keys.recs[rid]
 	r.seqs++
 	if r.seqs > 1 {
@@ -193,7 +194,7 @@ func (w *worker) addKey(e *Engine, k key, parentPrefix uint64, parent uint32) ui
 	// The key became held: its children that were holes are reconnected, it tells the
 	// index, and it becomes a child of its parent key.
 	w.holes -= int32(r.kids)
-	w.emit(e, opAdd, k)
+	w.emitFP(e, opAdd, k, fp)
 	if k.pos > 0 {
 		if parent == 0 {
 			parent = w.keys.findOrAdd(seed, key{prefix: parentPrefix, pos: k.pos - 1, ns: k.ns}) + 1
@@ -220,11 +221,12 @@ func (w *worker) dropKey(e *Engine, rid uint32) {
 	}
 	w.holes += int32(r.kids)
 	k := r.key()
-	w.emit(e, opRemove, k)
+	fp := e.fingerprint(k)
+	w.emitFP(e, opRemove, k, fp)
 	parent := r.parent
 	r.parent = 0
 	if r.kids == 0 {
-		w.keys.del(&e.seed, rid)
+		w.keys.delFP(rid, fp)
 	}
 	if k.pos > 0 {
 		if parent == 0 {
@@ -313,11 +315,13 @@ func (w *worker) clear(e *Engine) {
 	w.holes = 0
 }
 
-func (w *worker) emit(e *Engine, op uint8, k key) {
+func (w *worker) emit(e *Engine, op uint8, k key) { w.emitFP(e, op, k, e.fingerprint(k)) }
+
+// emitFP queues a delta of k, whose fingerprint is fp, for k's shard.
+func (w *worker) emitFP(e *Engine, op uint8, k key, fp uint64) {
 	if e.onDelta != nil {
 		e.onDelta(k)
 	}
-	fp := e.fingerprint(k)
 	s := e.ownerOf(fp)
 	o := w.out
 	o.pend[s] = append(o.pend[s], delta{fp: fp, wid: w.wid, op: op})
