@@ -1,0 +1,65 @@
+package table
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestHashesDoNotCollideOnStructuredKeys feeds the keyed hashes the shapes keys take
+// in the engine and that a client can choose: small root contents at every position and
+// namespace, sequential engine hashes, prefixes that differ in one bit. The index stores
+// only Hash128 of a key, so a collision among such keys would merge two keys; none may
+// appear (for random 64-bit outputs, a collision among these 2^20 keys has probability
+// about 2^-25).
+func TestHashesDoNotCollideOnStructuredKeys(t *testing.T) {
+	for _, seed := range []Seed{SeedFrom(1), SeedFrom(2), NewSeed()} {
+		seen := make(map[uint64][2]uint64, 1<<20)
+		add := func(a, b uint64) {
+			h := seed.Hash128(a, b)
+			if prev, dup := seen[h]; dup && prev != [2]uint64{a, b} {
+				t.Fatalf("Hash128(%#x, %#x) = Hash128(%#x, %#x)", a, b, prev[0], prev[1])
+			}
+			seen[h] = [2]uint64{a, b}
+		}
+		for prefix := uint64(0); prefix < 512; prefix++ {
+			for pos := uint64(0); pos < 512; pos++ {
+				add(prefix, pos)                // default namespace
+				add(prefix, 1<<32|pos)          // namespace 1
+				add(1<<(prefix%64)^pos, pos<<1) // one-bit prefixes
+				add(prefix<<32|pos, pos)        // prefix equal to another key's loc word
+			}
+		}
+		seqs := make(map[uint64]uint64, 1<<20)
+		for x := uint64(0); x < 1<<20; x++ {
+			h := seed.Hash64(x)
+			if prev, dup := seqs[h]; dup {
+				t.Fatalf("Hash64(%d) = Hash64(%d)", x, prev)
+			}
+			seqs[h] = x
+		}
+	}
+}
+
+func TestSizing(t *testing.T) {
+	for n := 0; n < 5000; n++ {
+		c := ForEntries(n)
+		if FullDense(n-1, c) {
+			t.Fatalf("ForEntries(%d) = %d is full", n, c)
+		}
+	}
+	for n := MinSlots; n < 1<<20; n = Grown(n) {
+		if g := Grown(n); g <= n {
+			t.Fatalf("Grown(%d) = %d", n, g)
+		}
+	}
+	for _, n := range []int{1, 2, 3, 7, 100, 1 << 20} {
+		for h := uint64(0); h < 1000; h++ {
+			if i := Home(h*0x9e3779b97f4a7c15, n); i >= uint64(n) {
+				t.Fatalf("Home in a table of %d = %d", n, i)
+			}
+		}
+	}
+}
