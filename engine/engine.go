@@ -234,7 +234,7 @@ func (e *Engine) unregister(w *worker) {
 	e.nlive.Add(-1)
 }
 
-// getOutbox takes a locked worker's scratch from the pool.
+// getOutbox takes a scratch for locked workers from the pool.
 func (e *Engine) getOutbox() *outbox {
 	if o, _ := e.outboxes.Get().(*outbox); o != nil {
 		return o
@@ -242,27 +242,31 @@ func (e *Engine) getOutbox() *outbox {
 	return &outbox{pend: make([][]delta, len(e.shards))}
 }
 
-// unlock gives a worker locked by lockLive its outbox back (flushed: empty) and unlocks
-// it.
+// unlock takes back the outbox of a worker locked by lockLive (flushed, so empty) and
+// unlocks it.
 func (e *Engine) unlock(w *worker) {
-	e.outboxes.Put(w.out)
 	w.out = nil
 	w.mu.Unlock()
 }
 
-// lockLive locks the live worker named name (creating it when create is set) and
-// returns it, or nil when there is none. It retries when it races with RemoveWorker.
-func (e *Engine) lockLive(name string, create bool) *worker {
+// lockLive locks the live worker named name (creating it when create is set), lends it
+// out, and returns it, or nil when there is none. hint, when not nil, is the worker the
+// name named a moment ago (ApplyBatch keeps a few): it spares the name lookup. It
+// retries when it races with RemoveWorker.
+func (e *Engine) lockLive(name string, create bool, hint *worker, out *outbox) *worker {
 	for {
-		var w *worker
-		if create {
-			w = e.lookupOrCreate(name)
-		} else if w = e.lookup(name); w == nil {
-			return nil
+		w := hint
+		hint = nil
+		if w == nil {
+			if create {
+				w = e.lookupOrCreate(name)
+			} else if w = e.lookup(name); w == nil {
+				return nil
+			}
 		}
 		w.mu.Lock()
 		if !w.dead {
-			w.out = e.getOutbox()
+			w.out = out
 			return w
 		}
 		w.mu.Unlock()
@@ -336,7 +340,9 @@ func (e *Engine) Apply(ev *Event) error {
 	if !apply {
 		return err
 	}
-	w, err := e.lockFor(ev)
+	out := e.getOutbox()
+	defer e.outboxes.Put(out)
+	w, err := e.lockFor(ev, nil, out)
 	if w == nil {
 		return err
 	}
@@ -356,6 +362,12 @@ func (e *Engine) Apply(ev *Event) error {
 // at the latest): this is how an ingester should apply an engine's event batch. The
 // answers are those of applying each event with Apply.
 func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
+	out := e.getOutbox()
+	defer e.outboxes.Put(out)
+	// recent remembers the last workers the batch locked: an engine's batch interleaves
+	// few workers, and a name compare is cheaper than a lookup in the name table.
+	var recent [4]*worker
+	next := 0
 	var w *worker
 	release := func() {
 		if w == nil {
@@ -374,7 +386,17 @@ func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
 		}
 		apply, err := e.check(ev)
 		if apply && w == nil {
-			w, err = e.lockFor(ev)
+			var hint *worker
+			for _, r := range recent {
+				if r != nil && r.name == ev.Worker {
+					hint = r
+					break
+				}
+			}
+			if w, err = e.lockFor(ev, hint, out); w != nil && w != hint {
+				recent[next%len(recent)] = w
+				next++
+			}
 		}
 		if apply && w != nil {
 			var gone bool
@@ -383,7 +405,7 @@ func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
 			case gone:
 				e.unlock(w) // flushed already
 				w = nil
-			case err == nil && w.out.npend >= maxPending:
+			case err == nil && out.npend >= maxPending:
 				err = w.flush(e)
 			}
 		}
@@ -423,8 +445,8 @@ func (e *Engine) check(ev *Event) (apply bool, err error) {
 // the event's outcome). Only a valid root store makes an unknown worker known, so such a
 // store is checked here before the worker exists (and again, like every store, by
 // storeLocked: once per worker, not worth a flag).
-func (e *Engine) lockFor(ev *Event) (w *worker, err error) {
-	if w = e.lockLive(ev.Worker, false); w != nil {
+func (e *Engine) lockFor(ev *Event, hint *worker, out *outbox) (w *worker, err error) {
+	if w = e.lockLive(ev.Worker, false, hint, out); w != nil {
 		return w, nil
 	}
 	switch ev.Kind {
@@ -433,14 +455,12 @@ func (e *Engine) lockFor(ev *Event) (w *worker, err error) {
 			e.rejParent.Add(1)
 			return nil, fmt.Errorf("%w: worker %q is unknown", ErrParentNotFound, strings.Clone(ev.Worker))
 		}
-		probe := worker{out: e.getOutbox()}
-		valid := probe.validateStore(&e.seed, 0, false, ev.Blocks)
-		e.outboxes.Put(probe.out)
-		if !valid {
+		probe := worker{out: out}
+		if !probe.validateStore(&e.seed, 0, false, ev.Blocks) {
 			e.rejInvalid.Add(1)
 			return nil, fmt.Errorf("%w: a seq appears twice in one event", ErrInvalidEvent)
 		}
-		return e.lockLive(ev.Worker, true), nil
+		return e.lockLive(ev.Worker, true, nil, out), nil
 	case EventRemoved:
 		e.skippedRemovals.Add(uint64(len(ev.Seqs)))
 	}

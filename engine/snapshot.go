@@ -274,6 +274,8 @@ func (e *Engine) load(p *snapReader) error {
 	}
 	workers := p.u32()
 	prev := ""
+	out := e.getOutbox()
+	defer e.outboxes.Put(out)
 	for i := uint32(0); i < workers && p.err == nil; i++ {
 		name := p.str()
 		cursor, n := p.u64(), p.u64()
@@ -287,7 +289,7 @@ func (e *Engine) load(p *snapReader) error {
 		if n > uint64(len(p.b))/snapshotEntry {
 			return fmt.Errorf("%w: worker %q claims %d blocks", ErrSnapshot, name, n)
 		}
-		w := e.lockLive(name, true)
+		w := e.lockLive(name, true, nil, out)
 		w.cursor = cursor
 		var lastSeq uint64
 		for j := uint64(0); j < n; j++ {

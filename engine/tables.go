@@ -201,15 +201,20 @@ func tagOf(fp uint64) uint32 { return uint32(fp >> 32) }
 
 func tagHome(tag uint32, n int) uint64 { return table.Home(uint64(tag)<<32, n) }
 
+// The key index keeps Robin Hood order (see table.Dist): a probe stops at the first slot
+// nearer to its home than the probe is, and a deletion shifts back only up to the first
+// slot at its home, which keeps the dense index's long runs cheap.
+
 // find returns the record id of k.
 func (t *keyTable) find(seed *table.Seed, k key) (rid uint32, ok bool) {
 	if t.n == 0 {
 		return 0, false
 	}
 	tag := keyTag(seed, k)
-	for i := tagHome(tag, len(t.idx)); ; i = table.Next(i, len(t.idx)) {
+	n := len(t.idx)
+	for i, d := tagHome(tag, n), uint64(0); ; i, d = table.Next(i, n), d+1 {
 		s := t.idx[i]
-		if s.ref == 0 {
+		if s.ref == 0 || table.Dist(tagHome(s.tag, n), i, n) < d {
 			return 0, false
 		}
 		if s.tag == tag && t.recs[s.ref-1].is(k) {
@@ -231,10 +236,11 @@ func (t *keyTable) findOrAddFP(k key, fp uint64) uint32 {
 		t.resizeIdx(table.Grown(len(t.idx)))
 	}
 	tag := tagOf(fp)
-	i := tagHome(tag, len(t.idx))
-	for ; ; i = table.Next(i, len(t.idx)) {
+	n := len(t.idx)
+	i, d := tagHome(tag, n), uint64(0)
+	for ; ; i, d = table.Next(i, n), d+1 {
 		s := t.idx[i]
-		if s.ref == 0 {
+		if s.ref == 0 || table.Dist(tagHome(s.tag, n), i, n) < d {
 			break
 		}
 		if s.tag == tag && t.recs[s.ref-1].is(k) {
@@ -251,9 +257,27 @@ func (t *keyTable) findOrAddFP(k key, fp uint64) uint32 {
 		rid = uint32(len(t.recs))
 		t.recs = append(t.recs, r)
 	}
-	t.idx[i] = keySlot{tag: tag, ref: rid + 1}
+	t.insertAt(i, d, keySlot{tag: tag, ref: rid + 1})
 	t.n++
 	return rid
+}
+
+// insertAt puts e at slot i, d slots past its home, where the probe for it stopped,
+// pushing each slot it meets that is nearer to its home one step on.
+func (t *keyTable) insertAt(i, d uint64, e keySlot) {
+	n := len(t.idx)
+	for {
+		s := &t.idx[i]
+		if s.ref == 0 {
+			*s = e
+			return
+		}
+		if sd := table.Dist(tagHome(s.tag, n), i, n); sd < d {
+			*s, e = e, *s
+			d = sd
+		}
+		i, d = table.Next(i, n), d+1
+	}
 }
 
 // del deletes record rid, which the caller has just made empty. Records do not move.
@@ -269,38 +293,27 @@ func (t *keyTable) delFP(rid uint32, fp uint64) {
 		i = table.Next(i, n)
 	}
 	for {
-		t.idx[i] = keySlot{}
-		j := i
-		for {
-			j = table.Next(j, n)
-			s := t.idx[j]
-			if s.ref == 0 {
-				t.recs[rid] = keyRec{pos: freePos, parent: t.free}
-				t.free = rid + 1
-				t.n--
-				return
-			}
-			if !table.InRun(tagHome(s.tag, n), i, j) {
-				t.idx[i] = s
-				i = j
-				break
-			}
+		j := table.Next(i, n)
+		s := t.idx[j]
+		if s.ref == 0 || tagHome(s.tag, n) == j {
+			break
 		}
+		t.idx[i] = s
+		i = j
 	}
+	t.idx[i] = keySlot{}
+	t.recs[rid] = keyRec{pos: freePos, parent: t.free}
+	t.free = rid + 1
+	t.n--
 }
 
 func (t *keyTable) resizeIdx(c int) {
 	old := t.idx
 	t.idx = make([]keySlot, c)
 	for _, s := range old {
-		if s.ref == 0 {
-			continue
+		if s.ref != 0 {
+			t.insertAt(tagHome(s.tag, c), 0, s)
 		}
-		i := tagHome(s.tag, c)
-		for t.idx[i].ref != 0 {
-			i = table.Next(i, c)
-		}
-		t.idx[i] = s
 	}
 }
 
@@ -323,12 +336,11 @@ func (t *seqTable) probes(seed *table.Seed, seq uint64) int {
 // probes returns the number of key-index slots a lookup of k reads.
 func (t *keyTable) probes(seed *table.Seed, k key) int {
 	tag := keyTag(seed, k)
-	n := 1
-	for i := tagHome(tag, len(t.idx)); ; i = table.Next(i, len(t.idx)) {
+	n := len(t.idx)
+	for i, d := tagHome(tag, n), uint64(0); ; i, d = table.Next(i, n), d+1 {
 		s := t.idx[i]
-		if s.ref == 0 || s.tag == tag && t.recs[s.ref-1].is(k) {
-			return n
+		if s.ref == 0 || s.tag == tag && t.recs[s.ref-1].is(k) || table.Dist(tagHome(s.tag, n), i, n) < d {
+			return int(d) + 1
 		}
-		n++
 	}
 }

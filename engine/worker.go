@@ -37,9 +37,10 @@ type worker struct {
 	keys keyTable
 	// cursor is the stream position of the last event applied that carried one.
 	cursor uint64
-	// out is the scratch of the events being applied, taken from the engine's pool when
-	// the worker is locked for events (lockLive) and given back at unlock, so an idle
-	// worker holds none: 100,000 workers do not keep 100,000 delta buffers.
+	// out is the scratch of the events being applied, lent by the caller that locked the
+	// worker for events (lockLive; Apply and ApplyBatch take one from the engine's pool
+	// per call) and taken back at unlock, so an idle worker holds none: 100,000 workers
+	// do not keep 100,000 delta buffers.
 	out *outbox
 }
 
@@ -284,11 +285,7 @@ func (w *worker) compact(seed *table.Seed) {
 	w.keys = keyTable{recs: recs, idx: make([]keySlot, table.ForEntries(len(recs))), n: int32(len(recs))}
 	for rid := range recs {
 		tag := keyTag(seed, recs[rid].key())
-		i := tagHome(tag, len(w.keys.idx))
-		for w.keys.idx[i].ref != 0 {
-			i = table.Next(i, len(w.keys.idx))
-		}
-		w.keys.idx[i] = keySlot{tag: tag, ref: uint32(rid) + 1}
+		w.keys.insertAt(tagHome(tag, len(w.keys.idx)), 0, keySlot{tag: tag, ref: uint32(rid) + 1})
 	}
 	for i := range w.seqs.slots {
 		if s := &w.seqs.slots[i]; s.ref != 0 {

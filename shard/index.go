@@ -54,9 +54,12 @@ func Hash(seed table.Seed, k Key) uint64 { return seed.Hash128(k.Prefix, k.Loc()
 
 func (x *Index) home(fp uint64) uint64 { return table.Home(fp, len(x.slots)) }
 
-// find returns the slot index of fp, or -1.
+// find returns the slot index of fp, or -1. The table keeps Robin Hood order, so a probe
+// that meets an entry nearer to its home than the probe is has passed where fp would be.
 func (x *Index) find(fp uint64) int {
-	for i := x.home(fp); ; i = table.Next(i, len(x.slots)) {
+	n := len(x.slots)
+	h := x.home(fp)
+	for i, d := h, uint64(0); ; i, d = table.Next(i, n), d+1 {
 		s := &x.slots[i]
 		if s.n == 0 {
 			return -1
@@ -64,19 +67,21 @@ func (x *Index) find(fp uint64) int {
 		if s.fp == fp {
 			return int(i)
 		}
+		if table.Dist(x.home(s.fp), i, n) < d {
+			return -1
+		}
 	}
 }
 
 // Probes returns the number of slots a lookup of fp reads: 1 when fp, or an empty slot,
 // sits at its home. It measures how well the hash spreads a set of keys.
 func (x *Index) Probes(fp uint64) int {
-	n := 1
-	for i := x.home(fp); ; i = table.Next(i, len(x.slots)) {
+	n := len(x.slots)
+	for i, d := x.home(fp), uint64(0); ; i, d = table.Next(i, n), d+1 {
 		s := &x.slots[i]
-		if s.n == 0 || s.fp == fp {
-			return n
+		if s.n == 0 || s.fp == fp || table.Dist(x.home(s.fp), i, n) < d {
+			return int(d) + 1
 		}
-		n++
 	}
 }
 
@@ -96,21 +101,40 @@ func (x *Index) Add(fp uint64, wid uint32) bool {
 	if table.FullDense(x.used, len(x.slots)) {
 		x.resize(table.Grown(len(x.slots)))
 	}
-	for i := x.home(fp); ; i = table.Next(i, len(x.slots)) {
+	n := len(x.slots)
+	for i, d := x.home(fp), uint64(0); ; i, d = table.Next(i, n), d+1 {
 		s := &x.slots[i]
-		if s.n == 0 {
-			*s = slot{fp: fp, n: 1, m: wid}
-			x.used++
-			x.members++
-			return true
-		}
-		if s.fp == fp {
+		if s.n != 0 && s.fp == fp {
 			if !x.addMember(s, wid) {
 				return false
 			}
 			x.members++
 			return true
 		}
+		if s.n == 0 || table.Dist(x.home(s.fp), i, n) < d {
+			x.insertAt(i, d, slot{fp: fp, n: 1, m: wid})
+			x.used++
+			x.members++
+			return true
+		}
+	}
+}
+
+// insertAt puts e at slot i, d slots past its home, where the probe for it stopped:
+// Robin Hood order pushes each entry it meets that is nearer to its home one step on.
+func (x *Index) insertAt(i, d uint64, e slot) {
+	n := len(x.slots)
+	for {
+		s := &x.slots[i]
+		if s.n == 0 {
+			*s = e
+			return
+		}
+		if sd := table.Dist(x.home(s.fp), i, n); sd < d {
+			*s, e = e, *s
+			d = sd
+		}
+		i, d = table.Next(i, n), d+1
 	}
 }
 
@@ -204,25 +228,20 @@ func (x *Index) removeMember(s *slot, wid uint32) bool {
 	return false
 }
 
-// deleteAt empties slot i and shifts later members of its probe run back, so that every
-// key stays reachable from its home slot without tombstones.
+// deleteAt empties slot i and shifts the rest of its probe run back by one slot, up to
+// the first entry that sits at its home (Robin Hood order: nothing after it belongs
+// before it), so that every key stays reachable without tombstones.
 func (x *Index) deleteAt(i uint64) {
 	n := len(x.slots)
 	for {
-		x.slots[i] = slot{}
-		j := i
-		for {
-			j = table.Next(j, n)
-			s := &x.slots[j]
-			if s.n == 0 {
-				return
-			}
-			if !table.InRun(x.home(s.fp), i, j) {
-				x.slots[i] = *s
-				i = j
-				break
-			}
+		j := table.Next(i, n)
+		s := &x.slots[j]
+		if s.n == 0 || x.home(s.fp) == j {
+			x.slots[i] = slot{}
+			return
 		}
+		x.slots[i] = *s
+		i = j
 	}
 }
 
@@ -230,15 +249,9 @@ func (x *Index) resize(c int) {
 	old := x.slots
 	x.slots = make([]slot, c)
 	for k := range old {
-		s := &old[k]
-		if s.n == 0 {
-			continue
+		if s := &old[k]; s.n != 0 {
+			x.insertAt(x.home(s.fp), 0, *s)
 		}
-		i := x.home(s.fp)
-		for x.slots[i].n != 0 {
-			i = table.Next(i, c)
-		}
-		x.slots[i] = *s
 	}
 }
 

@@ -6,7 +6,9 @@
 // home slot in a table of any size, the sizing policy and the run test of backward-shift
 // deletion.
 //
-// Every table is linear-probing with backward-shift deletion (no tombstones), sized by
+// Every table is linear-probing with backward-shift deletion (no tombstones); the tables
+// whose slots carry their hash (the positional index, the key index) keep Robin Hood
+// order, so they run dense (13/16) without long deletion scans. They are sized by
 // the policy below rather than in powers of two: a table grows by half at a load of 3/4
 // (13/16 when its slots carry a hash tag), so its load stays between 0.5 and 0.75
 // (0.375 to 0.75 with doubling).
@@ -126,6 +128,18 @@ func ForEntries(n int) int {
 		c = Grown(c)
 	}
 	return c
+}
+
+// Dist is how far slot i lies past home slot h in a table of n slots (cyclically): a
+// Robin Hood table keeps each probe run ordered by home, so that an entry farther from
+// home than the one it meets takes that slot, a lookup stops at the first entry nearer
+// to its home than the probe is, and a deletion shifts back only the entries after it
+// that are not at their home.
+func Dist(h, i uint64, n int) uint64 {
+	if i >= h {
+		return i - h
+	}
+	return i + uint64(n) - h
 }
 
 // InRun reports whether home h lies cyclically in (i, j]: an entry at slot j whose home
