@@ -17,16 +17,20 @@
 //
 // # Layout
 //
-// A flat, pointer-free, open-addressing table with linear probing and backward-shift
-// deletion (no tombstones, so probe lengths do not rot under churn), sized and hashed by
-// package internal/table: any size (it grows by half at load 3/4) and a hash keyed by
-// the engine's random seed, since keys come from prompts. Each slot is 24 bytes:
+// A flat, pointer-free, open-addressing table with linear probing in Robin Hood order
+// and backward-shift deletion (no tombstones, so probe lengths do not rot under churn),
+// sized by package internal/table: any size, growing by half at load 13/16. It is keyed
+// by a key's fingerprint (Hash: the engine's seeded hash of the whole key; keys come
+// from prompts, so where they land must not be known outside), and a slot is 16 bytes:
 //
-//	prefix uint64 | namespace uint32, pos uint32 | n uint32 | m uint32
+//	fingerprint uint64 | n uint32 | m uint32
 //
 // One member lives inline (m); a second moves the set into an overflow slab, and m then
 // names the slab entry. In the traces this project is tuned for, almost every key is
 // held by one worker, so the common case allocates nothing per entry and the garbage
-// collector has nothing to scan. See table_bench_test.go for the built-in map and
-// github.com/dolthub/swiss measured on the same key and value shape, and DESIGN.md.
+// collector has nothing to scan. A slot carries its own hash, so moving it (growth,
+// deletion, Robin Hood swaps) needs no rehash. Two keys share a slot only if their
+// fingerprints collide; DESIGN.md ("Exactness of fingerprints") gives the argument. See
+// table_bench_test.go for the built-in map and github.com/dolthub/swiss measured on the
+// same key and value shape.
 package shard
