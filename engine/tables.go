@@ -205,24 +205,6 @@ func tagHome(tag uint32, n int) uint64 { return table.Home(uint64(tag)<<32, n) }
 // nearer to its home than the probe is, and a deletion shifts back only up to the first
 // slot at its home, which keeps the dense index's long runs cheap.
 
-// find returns the record id of k.
-func (t *keyTable) find(seed *table.Seed, k key) (rid uint32, ok bool) {
-	if t.n == 0 {
-		return 0, false
-	}
-	tag := keyTag(seed, k)
-	n := len(t.idx)
-	for i, d := tagHome(tag, n), uint64(0); ; i, d = table.Next(i, n), d+1 {
-		s := t.idx[i]
-		if s.ref == 0 || table.Dist(tagHome(s.tag, n), i, n) < d {
-			return 0, false
-		}
-		if s.tag == tag && t.recs[s.ref-1].is(k) {
-			return s.ref - 1, true
-		}
-	}
-}
-
 // findOrAdd returns the record id of k, creating a record with zero counts (which the
 // caller must make non-empty before any other table operation). It may move the slab:
 // pointers into recs do not survive it.
