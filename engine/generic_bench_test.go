@@ -22,9 +22,11 @@ type genSlot[S any] interface {
 	set(seq uint64, ref uint32)
 }
 
-func (s *seqSlot) used() bool                 { return s.ref != 0 }
-func (s *seqSlot) seqKey() uint64             { return s.seq() }
-func (s *seqSlot) set(seq uint64, ref uint32) { *s = seqSlot{lo: uint32(seq), hi: uint32(seq >> 32), ref: ref + 1} }
+func (s *seqSlot) used() bool     { return s.ref != 0 }
+func (s *seqSlot) seqKey() uint64 { return s.seq() }
+func (s *seqSlot) set(seq uint64, ref uint32) {
+	*s = seqSlot{lo: uint32(seq), hi: uint32(seq >> 32), ref: ref + 1}
+}
 
 type genTable[S any, P genSlot[S]] struct {
 	slots []S
