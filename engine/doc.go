@@ -26,13 +26,16 @@
 //
 // Ownership rules:
 //
-//   - Per-worker state (engine hash -> key, key -> engine hash count, held children,
-//     parent prefix, the worker's hole count) is owned by the goroutine holding that
-//     worker's mutex: always the caller applying one of its events. Rejections
-//     (ErrParentNotFound, ErrInvalidEvent) are therefore returned synchronously.
-//   - Each key (namespace, position, prefix hash) belongs to one shard, chosen by a hash
-//     of the key; only that shard's goroutine touches its table. Membership changes reach
-//     it through its ring, in each worker's event order, queries through its channel.
+//   - Per-worker state (engine hash -> key record; per record the key, its engine hash
+//     count, held children and parent record; the worker's hole count) is owned by the
+//     goroutine holding that worker's mutex: always the caller applying one of its
+//     events. Rejections (ErrParentNotFound, ErrInvalidEvent) are therefore returned
+//     synchronously.
+//   - Each key (namespace, position, prefix hash) belongs to one shard, chosen by its
+//     fingerprint (a hash of the key keyed by the engine's random seed, which is also
+//     the key's name in the shard's table); only that shard's goroutine touches its
+//     table. Membership changes reach it through its ring, in each worker's event
+//     order, queries through its channel.
 //   - A worker's size and gap flag are atomics written under its mutex and read by
 //     queries without it.
 //
@@ -48,8 +51,10 @@
 //
 // Answers equal the contract's reference model (a radix tree over content hashes
 // rebuilt after every event) at every shard count and jump size, up to 64-bit collisions
-// of the prefix hash. The jump search only skips a stride for a worker whose held keys
-// are prefix-closed (no holes), which the worker's state tracks exactly; DESIGN.md has
-// the argument. Config.LockedIndex runs the same index behind one RWMutex instead of
-// shard goroutines, as a benchmark baseline.
+// of the prefix hash or of the keyed fingerprint (DESIGN.md, "Exactness of
+// fingerprints"). Every table keyed by client-steerable values is seeded per engine, so
+// a client cannot aim keys at one probe run. The jump search only skips a stride for a
+// worker whose held keys are prefix-closed (no holes), which the worker's state tracks
+// exactly; DESIGN.md has the argument. Config.LockedIndex runs the same index behind one RWMutex instead of
+// shard goroutines, as a benchmark baseline; its queries read the index directly.
 package engine
