@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -45,7 +46,8 @@ func TestConfigValidation(t *testing.T) {
 		{"rings too big in total", engine.Config{Shards: 256, QueueSize: engine.MaxQueueSize}, false},
 		{"negative max blocks", engine.Config{MaxEventBlocks: -1}, false},
 		{"negative query queue", engine.Config{QueryQueue: -1}, false},
-		{"huge query queue", engine.Config{QueryQueue: 1 << 40}, false},
+		{"huge query queue", engine.Config{QueryQueue: math.MaxInt}, false}, // 1<<40 on 64-bit machines made New die out of memory
+		{"query queue past its bound", engine.Config{QueryQueue: engine.MaxQueryQueue + 1}, false},
 		{"largest query queue", engine.Config{QueryQueue: engine.MaxQueryQueue}, true},
 		{"locked index", engine.Config{LockedIndex: true}, true},
 		{"locked index with shards", engine.Config{LockedIndex: true, Shards: 2}, false},
