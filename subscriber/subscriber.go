@@ -51,8 +51,13 @@ type Subscriber struct {
 	connected bool
 	synced    bool
 	removed   bool
-	inGap     bool // a catch-up started by a live gap is running
-	local     Status
+	inGap     bool   // a catch-up started by a live gap is running
+	gapSeq    uint64 // ... for the live batch with this sequence
+	// badSeen holds the (sequence, digest) of undecodable batches already counted: an
+	// engine that still buffers one replays it at every resync (bounded, cleared when
+	// full).
+	badSeen map[badBatch]struct{}
+	local   Status
 
 	// The ZMTP guards of the SUB socket and the replay DEALER (zmtpguard.go), and the
 	// count of peers they refused (written from zmq4's goroutines).
@@ -65,6 +70,7 @@ type Subscriber struct {
 	now    func() time.Time
 
 	running atomic.Bool
+	warns   warnLimiter
 
 	mu  sync.Mutex
 	pub Status
@@ -136,7 +142,7 @@ func (s *Subscriber) Status() Status {
 // whichever goroutine read it.
 func (s *Subscriber) peerRefused(err error) {
 	s.refused.Add(1)
-	s.cfg.Logger.Warn("peer refused; connection closed", "worker", s.cfg.Worker, "err", err)
+	s.warn("peer refused; connection closed", "err", err)
 }
 
 // publish copies the owner's status into the shared one.
@@ -177,6 +183,10 @@ func (s *Subscriber) setState() {
 		st.State = StateStale
 	}
 }
+
+type badBatch struct{ seq, digest uint64 }
+
+const maxBadSeen = 256
 
 // errFatal marks an error that ends Run: the index is closed or failed.
 type errFatal struct{ err error }
@@ -302,7 +312,7 @@ func (s *Subscriber) checkGrace() error {
 	s.removed = true
 	s.local.Removals++
 	s.has, s.exact, s.synced = false, true, false
-	s.cfg.Logger.Warn("publisher gone past the grace period; worker removed", "worker", s.cfg.Worker)
+	s.warn("publisher gone past the grace period; worker removed")
 	return s.apply(&engine.Event{Kind: engine.EventRemoveWorker, Worker: s.cfg.Worker})
 }
 
@@ -509,7 +519,7 @@ func (s *Subscriber) live(ctx context.Context, seq uint64, payload []byte) error
 // is lost and the worker is invalidated.
 func (s *Subscriber) gap(ctx context.Context, seq uint64, payload []byte) error {
 	s.local.GapsDetected++
-	s.inGap = true
+	s.inGap, s.gapSeq = true, seq
 	res, err := s.catchUpResult(ctx)
 	s.inGap = false
 	if err != nil {
@@ -529,7 +539,7 @@ func (s *Subscriber) gap(ctx context.Context, seq uint64, payload []byte) error 
 		return s.applyBatch(seq, payload)
 	}
 	s.local.GapsUnrecoverable++
-	s.cfg.Logger.Warn("sequence gap not recoverable; worker invalidated", "worker", s.cfg.Worker, "seq", seq)
+	s.warn("sequence gap not recoverable; worker invalidated", "seq", seq)
 	if err := s.invalidate(); err != nil {
 		return err
 	}
@@ -580,7 +590,11 @@ func (s *Subscriber) catchUpResult(ctx context.Context) (catchResult, error) {
 		first, restart, hole := true, false, false
 		resumed, batches0 := s.has, s.local.Batches
 		var applyErr error
-		err := s.replay(ctx, from, func(seq uint64, payload []byte) bool {
+		stop := int64(-1)
+		if s.inGap {
+			stop = int64(s.gapSeq) // the live stream carries the rest
+		}
+		err := s.checkedReplay(ctx, from, stop, func(seq uint64, payload []byte) bool {
 			if first {
 				first = false
 				if s.has && seq <= s.last {
@@ -606,7 +620,7 @@ func (s *Subscriber) catchUpResult(ctx context.Context) (catchResult, error) {
 			if ctx.Err() == nil {
 				s.local.ReplayFailures++
 				s.local.LastError = err.Error()
-				s.cfg.Logger.Warn("replay failed", "worker", s.cfg.Worker, "from", from, "err", err)
+				s.warn("replay failed", "from", from, "err", err)
 			}
 			return catchFailed, nil
 		}
@@ -632,6 +646,37 @@ func (s *Subscriber) catchUpResult(ctx context.Context) (catchResult, error) {
 	}
 }
 
+// checkedReplay runs s.replay from sequence from, handing fn only replies a buffer of
+// the engine can send: the first at or after from, each next one the sequence after
+// the previous; anything else fails the replay (errBadReply), so a hostile replay
+// socket cannot push the worker's sequence around. With stop >= 0 (a catch-up for the
+// live batch stop) the replay ends at stop: the live stream carries what follows, and
+// a reply past it cannot fill the gap.
+func (s *Subscriber) checkedReplay(ctx context.Context, from uint64, stop int64, fn func(uint64, []byte) bool) error {
+	var bad error
+	n := 0
+	var prev uint64
+	err := s.replay(ctx, from, func(seq uint64, payload []byte) bool {
+		switch {
+		case n == 0 && seq < from:
+			bad = fmt.Errorf("%w: answered %d, asked from %d", errBadReply, seq, from)
+			return false
+		case n > 0 && seq != prev+1:
+			bad = fmt.Errorf("%w: answered %d after %d", errBadReply, seq, prev)
+			return false
+		case stop >= 0 && seq > uint64(stop):
+			return false
+		}
+		n++
+		prev = seq
+		return fn(seq, payload) && (stop < 0 || seq < uint64(stop))
+	})
+	if bad != nil {
+		return bad
+	}
+	return err
+}
+
 // replayed applies one replayed batch: skipped if already applied; a batch past the next
 // expected one means the range between is no longer buffered (hole).
 func (s *Subscriber) replayed(seq uint64, payload []byte) (hole bool, err error) {
@@ -649,8 +694,7 @@ func (s *Subscriber) replayed(seq uint64, payload []byte) (hole bool, err error)
 			s.local.GapsDetected++
 		}
 		s.local.GapsUnrecoverable++
-		s.cfg.Logger.Warn("replay misses a range; worker invalidated", "worker", s.cfg.Worker,
-			"want", next, "got", seq)
+		s.warn("replay misses a range; worker invalidated", "want", next, "got", seq)
 		if err := s.invalidate(); err != nil {
 			return hole, err
 		}
@@ -684,7 +728,7 @@ func (s *Subscriber) resync(ctx context.Context) error {
 	started := false
 	var applyErr error
 	s.local.Replays++
-	err := s.replay(ctx, 0, func(seq uint64, payload []byte) bool {
+	err := s.checkedReplay(ctx, 0, -1, func(seq uint64, payload []byte) bool {
 		if !started {
 			if seq != 0 {
 				return false
@@ -737,8 +781,16 @@ func (s *Subscriber) applyBatch(seq uint64, payload []byte) error {
 	s.local.Batches++
 	if err := s.dec.Decode(payload, &s.batch); err != nil {
 		// Its removals are lost with it: nothing the worker holds can be vouched for.
-		s.local.Rejected[ReasonMalformedBatch]++
-		s.cfg.Logger.Warn("undecodable batch; worker invalidated", "worker", s.cfg.Worker, "seq", seq, "err", err)
+		// Counted once: a resync replays it as long as the engine buffers it.
+		key := badBatch{seq, s.digest}
+		if _, seen := s.badSeen[key]; !seen {
+			if s.badSeen == nil || len(s.badSeen) >= maxBadSeen {
+				s.badSeen = map[badBatch]struct{}{}
+			}
+			s.badSeen[key] = struct{}{}
+			s.local.Rejected[ReasonMalformedBatch]++
+			s.warn("undecodable batch; worker invalidated", "seq", seq, "err", err)
+		}
 		return s.invalidate()
 	}
 	b := &s.batch
@@ -762,7 +814,7 @@ func (s *Subscriber) applyBatch(seq uint64, payload []byte) error {
 	if b.RejectedDrops > 0 {
 		// A removal or clear the decoder rejected: the index may now hold blocks the
 		// worker dropped.
-		s.cfg.Logger.Warn("rejected removal; worker invalidated", "worker", s.cfg.Worker, "seq", seq)
+		s.warn("rejected removal; worker invalidated", "seq", seq)
 		return s.invalidate()
 	}
 	return nil
