@@ -90,7 +90,8 @@
 //	                  "models": [{"model", "block_size", "queries", "unmatched",
 //	                  "problems"}]}
 //	GET /healthz      200 {"status": "ok"} while the index answers (a barrier), else 503
-//	GET /readyz       200 {"ready": true} once every engine rank has synced (latched),
+//	GET /readyz       200 {"ready": true} once every engine rank has synced or been
+//	                  removed after the grace period (latched),
 //	                  503 {"ready": false, "waiting": [...]} before, and while draining
 //	GET /metrics      Prometheus text format
 //

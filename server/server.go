@@ -337,7 +337,9 @@ func (s *Server) isReady() (bool, []string) {
 		waiting = append(waiting, "index feed")
 	}
 	for _, sub := range s.subs {
-		if !sub.Status().Synced {
+		// A worker removed after the grace period left the index: the server does not
+		// wait for an engine that is gone (it syncs again if the engine comes back).
+		if st := sub.Status(); !st.Synced && st.State != subscriber.StateRemoved {
 			waiting = append(waiting, sub.Worker())
 		}
 	}
