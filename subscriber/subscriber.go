@@ -72,6 +72,14 @@ type Subscriber struct {
 	running atomic.Bool
 	warns   warnLimiter
 
+	// Checkpoint seqlock (see Checkpoint): steps is odd while the owner changes the
+	// worker in the index, cp is the state as of the last even value.
+	steps     atomic.Uint64
+	stepDepth int // owner only: nesting of beginStep
+	cpMu      sync.Mutex
+	cp        Checkpoint
+	cpHas     bool
+
 	mu  sync.Mutex
 	pub Status
 	// state is pub.State, readable without mu: a router asks it for every match of
@@ -111,6 +119,13 @@ func New(cfg Config) (*Subscriber, error) {
 	s.dealerGuard = &guard{self: zmq4.Dealer, maxMsg: uint64(cfg.MaxMessageBytes), handshake: cfg.ReplayTimeout,
 		maxConns: 1, refused: s.peerRefused}
 	s.replay = s.zmqReplay
+	if r := cfg.Resume; r != nil {
+		// Resuming from a snapshot of the index: the worker's blocks are there as of
+		// batch r.Seq; the first catch-up checks the engine still has that batch (by
+		// its digest) and replays what followed.
+		s.has, s.last, s.digest, s.exact = true, r.Seq, r.Digest, r.Exact
+		s.cp, s.cpHas = *r, true
+	}
 	s.local = Status{
 		Worker:         cfg.Worker,
 		Endpoint:       cfg.Endpoint,
@@ -187,6 +202,49 @@ func (s *Subscriber) setState() {
 type badBatch struct{ seq, digest uint64 }
 
 const maxBadSeen = 256
+
+// Checkpoint is where a subscriber's worker stands in its publisher's stream: the last
+// batch applied (its sequence and the xxh3 of its payload) and whether the index holds
+// exactly the worker's blocks. A snapshot of the index taken while the checkpoint did
+// not change (Subscriber.Checkpoint reports it) resumes the worker through
+// Config.Resume: the first catch-up verifies the batch and replays what followed.
+type Checkpoint struct {
+	Seq    uint64 `json:"seq"`
+	Digest uint64 `json:"digest"`
+	Exact  bool   `json:"exact"`
+}
+
+// Checkpoint returns the worker's checkpoint (ok false when no batch is applied: there
+// is nothing to resume) and a version: take it before and after capturing the index; if
+// both versions are equal and even, no change to the worker ran in between, and the
+// capture holds exactly the worker's state at the checkpoint. Safe for concurrent use.
+func (s *Subscriber) Checkpoint() (cp Checkpoint, ok bool, version uint64) {
+	version = s.steps.Load()
+	s.cpMu.Lock()
+	cp, ok = s.cp, s.cpHas
+	s.cpMu.Unlock()
+	if s.steps.Load() != version {
+		version |= 1 // changed while read: report it as in progress
+	}
+	return cp, ok, version
+}
+
+// beginStep and endStep bracket every change of the worker in the index (owner only;
+// nested calls count once).
+func (s *Subscriber) beginStep() {
+	if s.stepDepth++; s.stepDepth == 1 {
+		s.steps.Add(1)
+	}
+}
+
+func (s *Subscriber) endStep() {
+	if s.stepDepth--; s.stepDepth == 0 {
+		s.cpMu.Lock()
+		s.cp, s.cpHas = Checkpoint{Seq: s.last, Digest: s.digest, Exact: s.exact}, s.has
+		s.cpMu.Unlock()
+		s.steps.Add(1)
+	}
+}
 
 // errFatal marks an error that ends Run: the index is closed or failed.
 type errFatal struct{ err error }
@@ -309,6 +367,8 @@ func (s *Subscriber) checkGrace() error {
 	if s.graceLeft() != 0 {
 		return nil
 	}
+	s.beginStep()
+	defer s.endStep()
 	s.removed = true
 	s.local.Removals++
 	s.has, s.exact, s.synced = false, true, false
@@ -705,6 +765,8 @@ func (s *Subscriber) replayed(seq uint64, payload []byte) (hole bool, err error)
 // restart handles a publisher that restarted: a new engine process starts with an
 // empty cache, so the worker is cleared and its sequence forgotten; the state is exact.
 func (s *Subscriber) restart(why string) error {
+	s.beginStep()
+	defer s.endStep()
 	s.local.Restarts++
 	s.cfg.Logger.Info("publisher restart detected", "worker", s.cfg.Worker, "why", why)
 	s.has, s.exact, s.connFloor = false, true, -1
@@ -714,6 +776,8 @@ func (s *Subscriber) restart(why string) error {
 // invalidate clears the worker and marks it stale: the index keeps only what it can
 // vouch for.
 func (s *Subscriber) invalidate() error {
+	s.beginStep()
+	defer s.endStep()
 	s.local.Invalidations++
 	s.exact = false
 	return s.apply(&engine.Event{Kind: engine.EventCleared, Worker: s.cfg.Worker})
@@ -734,10 +798,13 @@ func (s *Subscriber) resync(ctx context.Context) error {
 				return false
 			}
 			started = true
-			if applyErr = s.apply(&engine.Event{Kind: engine.EventCleared, Worker: s.cfg.Worker}); applyErr != nil {
+			s.beginStep()
+			applyErr = s.apply(&engine.Event{Kind: engine.EventCleared, Worker: s.cfg.Worker})
+			s.has, s.exact = false, true
+			s.endStep()
+			if applyErr != nil {
 				return false
 			}
-			s.has, s.exact = false, true
 		}
 		if _, applyErr = s.replayed(seq, payload); applyErr != nil {
 			return false
@@ -777,6 +844,8 @@ func (s *Subscriber) apply(ev *engine.Event) error {
 // applyBatch decodes one batch and applies its events; the batch's sequence becomes
 // the last applied one whatever its content.
 func (s *Subscriber) applyBatch(seq uint64, payload []byte) error {
+	s.beginStep()
+	defer s.endStep()
 	s.has, s.last, s.digest = true, seq, xxh3.Hash(payload)
 	s.local.Batches++
 	if err := s.dec.Decode(payload, &s.batch); err != nil {
