@@ -238,3 +238,25 @@ func TestMaxMessageBytesConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestHostileReplaySocket: the replay endpoint answers the DEALER with a frame header
+// declaring 2^50 bytes. The replay fails, the peer is refused and counted, and the live
+// stream still makes the worker live.
+func TestHostileReplaySocket(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	closed := make(chan struct{}, 64)
+	go zmtptest.ServeHostile(l, append(zmtptest.Ready("ROUTER"), zmtptest.LongHeader(0, 1<<50)...), closed)
+	ep := freeEndpoint(t)
+	pub := newGoodPub(t, ep, true)
+	s, eng := runSub(t, subscriber.Config{Endpoint: ep, ReplayEndpoint: "tcp://" + l.Addr().String()})
+	<-closed
+	waitFor(t, 10*time.Second, "replay refused", func() bool {
+		st := s.Status()
+		return st.PeersRefused >= 1 && st.ReplayFailures >= 1
+	})
+	waitLive(t, s, eng, pub)
+}
