@@ -33,8 +33,11 @@ func hostileCases(typ string) []hostileCase {
 			hostileCase{fmt.Sprintf("message 2^%d", exp), append(zmtptest.Ready(typ), zmtptest.LongHeader(0, 1<<exp)...)})
 	}
 	truncated := []byte{0x04, 8, 5, 'R', 'E', 'A', 'D', 'Y', 1, 'A'} // key, no value length
+	oddKey := append([]byte{0x04, 25, 5, 'R', 'E', 'A', 'D', 'Y', 11}, "SoCket-TYpe\x00\x00\x00\x03PUB"...)
 	return append(cs,
 		hostileCase{"truncated READY property", truncated},
+		hostileCase{"READY with Socket-Type spelled oddly", oddKey}, // zmq4 alone: "unknown socket-type" panic
+		hostileCase{"READY with an unknown socket type", zmtptest.Ready("FOO")},
 		hostileCase{"many empty frames", append(zmtptest.Ready(typ), bytes.Repeat([]byte{0x01, 0}, 64)...)},
 		hostileCase{"multi-part past the cap", append(zmtptest.Ready(typ), append(append(zmtptest.LongHeader(0x01, 12<<20), make([]byte, 12<<20)...), zmtptest.LongHeader(0, 8<<20)...)...)})
 }
