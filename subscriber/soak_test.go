@@ -45,9 +45,32 @@ func TestSoak(t *testing.T) {
 	m := refmodel.New()
 	r := rand.New(rand.NewPCG(99, 1))
 	var queries [][]uint64
+	// waitAll waits for every rank's last batch. A batch sent live in the moment after a
+	// reconnection, before libzmq's PUB has the new subscription, is lost without a
+	// trace until the next message reveals the gap (ZeroMQ's slow joiner): like a real
+	// engine, the soak keeps publishing (empty batches) while it waits.
 	waitAll := func(last []uint64) {
 		t.Helper()
-		for i := range h.subs {
+		for i, s := range h.subs {
+			deadline := time.Now().Add(30 * time.Second)
+			for n := 1; ; n++ {
+				st := s.Status()
+				if st.HasSeq && st.LastSeq >= last[i] {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("timed out waiting for %s at seq %d: %+v", s.Worker(), last[i], st)
+				}
+				time.Sleep(5 * time.Millisecond) // bounded poll of a condition
+				// A heartbeat batch every 250 ms of waiting.
+				if n%50 == 0 {
+					seq, err := h.pub.Publish(i, true)
+					if err != nil {
+						t.Fatal(err)
+					}
+					last[i] = seq
+				}
+			}
 			h.waitSeq(i, last[i])
 		}
 	}
