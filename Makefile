@@ -19,7 +19,7 @@ SHARED      ?= ../shared
 FUZZTIME    ?=
 fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 
-.PHONY: test unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest proto proto-deps proto-check
+.PHONY: soak test unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest proto proto-deps proto-check
 
 ## test: everything CI runs: lint, race-enabled unit tests, conformance replays, short fuzzing.
 test: lint build386 race conformance fuzz
@@ -113,6 +113,13 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMatch$$' -fuzztime $(call fuzzbudget,25000x) ./server/
 	$(GO) test -run '^$$' -fuzz '^FuzzGuard$$' -fuzztime $(call fuzzbudget,50000x) ./subscriber/
 	$(GO) test -run '^$$' -fuzz '^FuzzGRPCMatch$$' -fuzztime $(call fuzzbudget,20000x) ./server/
+
+## soak: a bounded soak (SOAK, default 3m) of publisher churn, restarts, gaps, hostile
+## peers and queries through real libzmq; resources stay flat, answers equal the model.
+## Not part of make test.
+SOAK ?= 3m
+soak: publisher-deps
+	KVINDEX_SOAK=$(SOAK) KVINDEX_REQUIRE_PUBLISHER=1 $(GO) test -count=1 -run '^TestSoak$$' -timeout 30m -v ./subscriber/
 
 ## stress: the long concurrency stress (many producers and readers, all shard counts).
 stress:

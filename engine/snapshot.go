@@ -262,14 +262,20 @@ func (e *Engine) load(p *snapReader) error {
 		return fmt.Errorf("%w: namespace count %d", ErrSnapshot, nsCount)
 	}
 	nsIDs := make([]uint32, nsCount)
+	prevNS := ""
 	for i := range nsIDs {
 		name := p.str()
-		if p.err == nil && name == "" {
+		switch {
+		case p.err != nil:
+		case name == "":
 			p.fail("empty namespace name")
+		case i > 0 && name <= prevNS:
+			p.fail(fmt.Sprintf("namespace %q duplicated or out of order", name))
 		}
 		if p.err != nil {
 			return p.err
 		}
+		prevNS = name
 		nsIDs[i] = e.namespaceID(name, true)
 	}
 	workers := p.u32()
@@ -292,6 +298,9 @@ func (e *Engine) load(p *snapReader) error {
 		w := e.lockLive(name, true, nil, out)
 		w.cursor = cursor
 		var lastSeq uint64
+		// A key held under several seqs has one parent: WriteSnapshot writes the same
+		// parent for each, and a snapshot that disagrees would not restore to itself.
+		parents := make(map[key]uint64)
 		for j := uint64(0); j < n; j++ {
 			seq, prefix, parent := p.u64(), p.u64(), p.u64()
 			pos, ns := p.u32(), p.u32()
@@ -307,10 +316,19 @@ func (e *Engine) load(p *snapReader) error {
 				p.fail("position or namespace out of range")
 				break
 			}
+			if pos == 0 && parent != 0 {
+				p.fail(fmt.Sprintf("worker %q: root block (seq %d) with a parent", name, seq))
+				break
+			}
 			if ns > 0 {
 				ns = nsIDs[ns-1]
 			}
 			k := key{prefix: prefix, pos: pos, ns: ns}
+			if old, seen := parents[k]; seen && old != parent {
+				p.fail(fmt.Sprintf("worker %q: block (seq %d) held with two parents", name, seq))
+				break
+			}
+			parents[k] = parent
 			si, _ := w.seqs.locate(&e.seed, seq) // seqs ascend: never found
 			w.seqs.setAt(si, seq, w.addKey(e, k, parent, 0))
 		}

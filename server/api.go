@@ -59,14 +59,16 @@ func (u *U64) UnmarshalJSON(b []byte) error {
 }
 
 // MatchRequest is the body of POST /v1/match, for clients (the server reads it with a
-// strict single-pass reader: unknown fields, wrong types and trailing data are 400s).
+// strict single-pass reader: unknown or duplicated fields, wrong types and trailing
+// data are 400s).
 // Exactly one of Tokens and ContentHashes is given (an empty list is a query that
 // matches nothing).
 type MatchRequest struct {
 	// Model names the model (optional when only one is configured).
 	Model string `json:"model"`
 	// Namespace is the prefix space within the model, in kvevents' format ("" default,
-	// "lora=NAME", "salt=SALT", "lora=NAME;salt=SALT"). Or give LoraName / CacheSalt.
+	// "lora=NAME", "salt=SALT", "lora=NAME;salt=SALT"; anything else is a 400
+	// bad_namespace). Or give LoraName / CacheSalt.
 	Namespace string `json:"namespace"`
 	LoraName  string `json:"lora_name"`
 	CacheSalt string `json:"cache_salt"`
@@ -188,9 +190,78 @@ func RequestNamespace(model, namespace, loraName, cacheSalt string) (string, err
 	ns := namespace
 	if loraName != "" || cacheSalt != "" {
 		ns = kvevents.Namespace(loraName, cacheSalt)
+	} else if err := checkNamespace(ns); err != nil {
+		return "", err
 	}
 	return subscriber.Namespace(model, ns), nil
 }
+
+// checkNamespace reports whether ns is a namespace kvevents can give an event: "",
+// "lora=NAME", "lora_id=ID", "salt=SALT", or a lora part and a salt part joined by ';',
+// each value non-empty and escaped as AppendEscaped does. Anything else could never
+// match and is a client's mistake, so it gets a 400 rather than an empty answer.
+func checkNamespace(ns string) error {
+	if ns == "" {
+		return nil
+	}
+	bad := func(why string) error {
+		return fmt.Errorf("namespace %q: %s (want lora=NAME, lora_id=ID, salt=SALT or lora=NAME;salt=SALT)", ns, why)
+	}
+	lora, salt, two := strings.Cut(ns, ";")
+	if two && lora == "" {
+		return bad("empty part")
+	}
+	if !two && strings.HasPrefix(ns, "salt=") {
+		lora, salt, two = "", ns, true
+	}
+	if lora != "" {
+		switch {
+		case strings.HasPrefix(lora, "lora="):
+			if err := checkEscaped(lora[len("lora="):]); err != nil {
+				return bad(err.Error())
+			}
+		case strings.HasPrefix(lora, "lora_id="):
+			id := lora[len("lora_id="):]
+			if _, err := strconv.ParseUint(id, 10, 64); err != nil || (len(id) > 1 && id[0] == '0') {
+				return bad("lora_id is not a decimal id")
+			}
+		default:
+			return bad("unknown part " + strconv.Quote(lora))
+		}
+	}
+	if two {
+		v, ok := strings.CutPrefix(salt, "salt=")
+		if !ok {
+			return bad("unknown part " + strconv.Quote(salt))
+		}
+		if err := checkEscaped(v); err != nil {
+			return bad(err.Error())
+		}
+	}
+	return nil
+}
+
+// checkEscaped checks a namespace value: non-empty, no raw ';' or control bytes, and
+// every '%' followed by two upper-case hex digits.
+func checkEscaped(v string) error {
+	if v == "" {
+		return errors.New("empty value")
+	}
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c == ';' || c < 0x20 || c == 0x7f:
+			return fmt.Errorf("unescaped byte %#02x", c)
+		case c == '%':
+			if i+2 >= len(v) || !isUpperHex(v[i+1]) || !isUpperHex(v[i+2]) {
+				return errors.New("bad %XX escape")
+			}
+			i += 2
+		}
+	}
+	return nil
+}
+
+func isUpperHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'A' && c <= 'F' }
 
 func (s *Server) resolveModel(name string) (*model, error) {
 	if name == "" {

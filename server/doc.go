@@ -41,6 +41,7 @@
 //	  "grace_period": "60s",            unreachable this long: worker removed ("-1s": never)
 //	  "replay_timeout": "5s",           "reconnect_min": "100ms", "reconnect_max": "5s",
 //	  "resync_interval": "30s",
+//	  "max_message_bytes": 16777216,    a larger ZeroMQ message from an engine is refused
 //	  "index": {"shards": 0, "jump_size": 0, "queue_size": 0},
 //	  "grpc": {"listen": "127.0.0.1:9090",    gRPC API address ("" or absent: no gRPC)
 //	           "max_message_bytes": 4194304, "max_concurrent_streams": 128},
@@ -90,7 +91,8 @@
 //	                  "models": [{"model", "block_size", "queries", "unmatched",
 //	                  "problems"}]}
 //	GET /healthz      200 {"status": "ok"} while the index answers (a barrier), else 503
-//	GET /readyz       200 {"ready": true} once every engine rank has synced (latched),
+//	GET /readyz       200 {"ready": true} once every engine rank has synced or been
+//	                  removed after the grace period (latched),
 //	                  503 {"ready": false, "waiting": [...]} before, and while draining
 //	GET /metrics      Prometheus text format
 //

@@ -94,3 +94,47 @@ func grep(s, sub string) string {
 	}
 	return fmt.Sprint(out)
 }
+
+// TestReadyzAfterGraceRemoval: an engine that never comes back is removed after the
+// grace period, and /readyz stops waiting for it (it stayed 503 for good before).
+func TestReadyzAfterGraceRemoval(t *testing.T) {
+	good, err := zmtptest.ListenPub("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	cfg := server.Config{
+		Listen: "127.0.0.1:0",
+		Engines: []server.EngineConfig{
+			{Endpoint: "tcp://" + deadPort(t), Worker: "gone", BlockSize: 4},
+			{Endpoint: "tcp://" + good.Addr(), Worker: "good", BlockSize: 4},
+		},
+		Grace:        server.Duration(100 * time.Millisecond),
+		ReconnectMin: server.Duration(time.Millisecond),
+		ReconnectMax: server.Duration(20 * time.Millisecond),
+	}
+	_, c := start(t, cfg)
+	var ready struct {
+		Ready   bool
+		Waiting []string
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		code := c.do("GET", "/readyz", "", &ready)
+		if code == 200 && ready.Ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readyz: %d %+v", code, ready)
+		}
+		good.Send()
+		time.Sleep(5 * time.Millisecond) // pacing of a bounded probe loop
+	}
+	var ws struct{ Workers []server.WorkerInfo }
+	c.do("GET", "/v1/workers", "", &ws)
+	for _, w := range ws.Workers {
+		if w.Worker == "gone" && w.State != "removed" {
+			t.Fatalf("ready while %s is %s", w.Worker, w.State)
+		}
+	}
+}

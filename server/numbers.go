@@ -31,6 +31,7 @@ var errSyntax = errors.New("invalid JSON")
 func decodeMatch(b []byte, rp *matchReq) (err error) {
 	*rp = matchReq{Tokens: rp.Tokens[:0], Hashes: rp.Hashes[:0]}
 	r := rp
+	var seen uint8 // a bit per field: a duplicated key is an error, not "last wins"
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return fmt.Errorf("%w: want an object", errSyntax)
@@ -61,6 +62,12 @@ func decodeMatch(b []byte, rp *matchReq) (err error) {
 		}
 		i = skipSpace(b, i+1)
 		var str *string
+		if bit := fieldBit(key); bit != 0 {
+			if seen&bit != 0 {
+				return fmt.Errorf("json: duplicated field %q", key)
+			}
+			seen |= bit
+		}
 		switch key {
 		case "model":
 			str = &r.Model
@@ -128,6 +135,27 @@ func decodeMatch(b []byte, rp *matchReq) (err error) {
 			return fmt.Errorf("%w at offset %d: want ',' or '}'", errSyntax, i)
 		}
 	}
+}
+
+// fieldBit is the bit of a match request field in decodeMatch's seen set (0: unknown).
+func fieldBit(key string) uint8 {
+	switch key {
+	case "model":
+		return 1 << 0
+	case "namespace":
+		return 1 << 1
+	case "lora_name":
+		return 1 << 2
+	case "cache_salt":
+		return 1 << 3
+	case "policy":
+		return 1 << 4
+	case "tokens":
+		return 1 << 5
+	case "content_hashes":
+		return 1 << 6
+	}
+	return 0
 }
 
 func hasPrefix(b []byte, s string) bool { return len(b) >= len(s) && string(b[:len(s)]) == s }

@@ -38,6 +38,9 @@ type Options struct {
 	// GRPCListener, when set, serves the gRPC API (grpc.go) instead of listening on
 	// Config.GRPC.Listen.
 	GRPCListener net.Listener
+	// Resume gives workers their subscriber.Config.Resume checkpoint (Index restored
+	// from a snapshot that holds them as of it).
+	Resume map[string]subscriber.Checkpoint
 }
 
 // WorkerSizer reports how many blocks a worker holds. The index implements it when it
@@ -143,6 +146,9 @@ func New(cfg Config, opts Options) (*Server, error) {
 		sc := p.cfg
 		sc.Index = eng
 		sc.Logger = log // every subscriber log line names its worker
+		if cp, ok := opts.Resume[sc.Worker]; ok {
+			sc.Resume = &cp
+		}
 		sub, err := subscriber.New(sc)
 		if err != nil {
 			if opts.Index == nil {
@@ -337,7 +343,9 @@ func (s *Server) isReady() (bool, []string) {
 		waiting = append(waiting, "index feed")
 	}
 	for _, sub := range s.subs {
-		if !sub.Status().Synced {
+		// A worker removed after the grace period left the index: the server does not
+		// wait for an engine that is gone (it syncs again if the engine comes back).
+		if st := sub.Status(); !st.Synced && st.State != subscriber.StateRemoved {
 			waiting = append(waiting, sub.Worker())
 		}
 	}

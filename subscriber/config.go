@@ -118,6 +118,10 @@ type Config struct {
 	HashCheck HashCheck
 	// Diagnose sets the thresholds of the silent-miss diagnostics (Problems).
 	Diagnose DiagnoseConfig
+	// Resume, when set, starts the subscriber at this checkpoint instead of from
+	// nothing: the index already holds the worker's blocks as of it (restored from a
+	// snapshot taken as Subscriber.Checkpoint describes).
+	Resume *Checkpoint
 }
 
 func (c Config) withDefaults() Config {

@@ -33,8 +33,11 @@ func hostileCases(typ string) []hostileCase {
 			hostileCase{fmt.Sprintf("message 2^%d", exp), append(zmtptest.Ready(typ), zmtptest.LongHeader(0, 1<<exp)...)})
 	}
 	truncated := []byte{0x04, 8, 5, 'R', 'E', 'A', 'D', 'Y', 1, 'A'} // key, no value length
+	oddKey := append([]byte{0x04, 25, 5, 'R', 'E', 'A', 'D', 'Y', 11}, "SoCket-TYpe\x00\x00\x00\x03PUB"...)
 	return append(cs,
 		hostileCase{"truncated READY property", truncated},
+		hostileCase{"READY with Socket-Type spelled oddly", oddKey}, // zmq4 alone: "unknown socket-type" panic
+		hostileCase{"READY with an unknown socket type", zmtptest.Ready("FOO")},
 		hostileCase{"many empty frames", append(zmtptest.Ready(typ), bytes.Repeat([]byte{0x01, 0}, 64)...)},
 		hostileCase{"multi-part past the cap", append(zmtptest.Ready(typ), append(append(zmtptest.LongHeader(0x01, 12<<20), make([]byte, 12<<20)...), zmtptest.LongHeader(0, 8<<20)...)...)})
 }
@@ -237,4 +240,26 @@ func TestMaxMessageBytesConfig(t *testing.T) {
 			t.Errorf("MaxMessageBytes %d: err %v, want ErrConfig", n, err)
 		}
 	}
+}
+
+// TestHostileReplaySocket: the replay endpoint answers the DEALER with a frame header
+// declaring 2^50 bytes. The replay fails, the peer is refused and counted, and the live
+// stream still makes the worker live.
+func TestHostileReplaySocket(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	closed := make(chan struct{}, 64)
+	go zmtptest.ServeHostile(l, append(zmtptest.Ready("ROUTER"), zmtptest.LongHeader(0, 1<<50)...), closed)
+	ep := freeEndpoint(t)
+	pub := newGoodPub(t, ep, true)
+	s, eng := runSub(t, subscriber.Config{Endpoint: ep, ReplayEndpoint: "tcp://" + l.Addr().String()})
+	<-closed
+	waitFor(t, 10*time.Second, "replay refused", func() bool {
+		st := s.Status()
+		return st.PeersRefused >= 1 && st.ReplayFailures >= 1
+	})
+	waitLive(t, s, eng, pub)
 }

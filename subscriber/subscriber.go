@@ -51,8 +51,13 @@ type Subscriber struct {
 	connected bool
 	synced    bool
 	removed   bool
-	inGap     bool // a catch-up started by a live gap is running
-	local     Status
+	inGap     bool   // a catch-up started by a live gap is running
+	gapSeq    uint64 // ... for the live batch with this sequence
+	// badSeen holds the (sequence, digest) of undecodable batches already counted: an
+	// engine that still buffers one replays it at every resync (bounded, cleared when
+	// full).
+	badSeen map[badBatch]struct{}
+	local   Status
 
 	// The ZMTP guards of the SUB socket and the replay DEALER (zmtpguard.go), and the
 	// count of peers they refused (written from zmq4's goroutines).
@@ -65,6 +70,15 @@ type Subscriber struct {
 	now    func() time.Time
 
 	running atomic.Bool
+	warns   warnLimiter
+
+	// Checkpoint seqlock (see Checkpoint): steps is odd while the owner changes the
+	// worker in the index, cp is the state as of the last even value.
+	steps     atomic.Uint64
+	stepDepth int // owner only: nesting of beginStep
+	cpMu      sync.Mutex
+	cp        Checkpoint
+	cpHas     bool
 
 	mu  sync.Mutex
 	pub Status
@@ -105,6 +119,13 @@ func New(cfg Config) (*Subscriber, error) {
 	s.dealerGuard = &guard{self: zmq4.Dealer, maxMsg: uint64(cfg.MaxMessageBytes), handshake: cfg.ReplayTimeout,
 		maxConns: 1, refused: s.peerRefused}
 	s.replay = s.zmqReplay
+	if r := cfg.Resume; r != nil {
+		// Resuming from a snapshot of the index: the worker's blocks are there as of
+		// batch r.Seq; the first catch-up checks the engine still has that batch (by
+		// its digest) and replays what followed.
+		s.has, s.last, s.digest, s.exact = true, r.Seq, r.Digest, r.Exact
+		s.cp, s.cpHas = *r, true
+	}
 	s.local = Status{
 		Worker:         cfg.Worker,
 		Endpoint:       cfg.Endpoint,
@@ -136,7 +157,7 @@ func (s *Subscriber) Status() Status {
 // whichever goroutine read it.
 func (s *Subscriber) peerRefused(err error) {
 	s.refused.Add(1)
-	s.cfg.Logger.Warn("peer refused; connection closed", "worker", s.cfg.Worker, "err", err)
+	s.warn("peer refused; connection closed", "err", err)
 }
 
 // publish copies the owner's status into the shared one.
@@ -175,6 +196,53 @@ func (s *Subscriber) setState() {
 		st.State = StateLive
 	default:
 		st.State = StateStale
+	}
+}
+
+type badBatch struct{ seq, digest uint64 }
+
+const maxBadSeen = 256
+
+// Checkpoint is where a subscriber's worker stands in its publisher's stream: the last
+// batch applied (its sequence and the xxh3 of its payload) and whether the index holds
+// exactly the worker's blocks. A snapshot of the index taken while the checkpoint did
+// not change (Subscriber.Checkpoint reports it) resumes the worker through
+// Config.Resume: the first catch-up verifies the batch and replays what followed.
+type Checkpoint struct {
+	Seq    uint64 `json:"seq"`
+	Digest uint64 `json:"digest"`
+	Exact  bool   `json:"exact"`
+}
+
+// Checkpoint returns the worker's checkpoint (ok false when no batch is applied: there
+// is nothing to resume) and a version: take it before and after capturing the index; if
+// both versions are equal and even, no change to the worker ran in between, and the
+// capture holds exactly the worker's state at the checkpoint. Safe for concurrent use.
+func (s *Subscriber) Checkpoint() (cp Checkpoint, ok bool, version uint64) {
+	version = s.steps.Load()
+	s.cpMu.Lock()
+	cp, ok = s.cp, s.cpHas
+	s.cpMu.Unlock()
+	if s.steps.Load() != version {
+		version |= 1 // changed while read: report it as in progress
+	}
+	return cp, ok, version
+}
+
+// beginStep and endStep bracket every change of the worker in the index (owner only;
+// nested calls count once).
+func (s *Subscriber) beginStep() {
+	if s.stepDepth++; s.stepDepth == 1 {
+		s.steps.Add(1)
+	}
+}
+
+func (s *Subscriber) endStep() {
+	if s.stepDepth--; s.stepDepth == 0 {
+		s.cpMu.Lock()
+		s.cp, s.cpHas = Checkpoint{Seq: s.last, Digest: s.digest, Exact: s.exact}, s.has
+		s.cpMu.Unlock()
+		s.steps.Add(1)
 	}
 }
 
@@ -299,10 +367,12 @@ func (s *Subscriber) checkGrace() error {
 	if s.graceLeft() != 0 {
 		return nil
 	}
+	s.beginStep()
+	defer s.endStep()
 	s.removed = true
 	s.local.Removals++
 	s.has, s.exact, s.synced = false, true, false
-	s.cfg.Logger.Warn("publisher gone past the grace period; worker removed", "worker", s.cfg.Worker)
+	s.warn("publisher gone past the grace period; worker removed")
 	return s.apply(&engine.Event{Kind: engine.EventRemoveWorker, Worker: s.cfg.Worker})
 }
 
@@ -509,7 +579,7 @@ func (s *Subscriber) live(ctx context.Context, seq uint64, payload []byte) error
 // is lost and the worker is invalidated.
 func (s *Subscriber) gap(ctx context.Context, seq uint64, payload []byte) error {
 	s.local.GapsDetected++
-	s.inGap = true
+	s.inGap, s.gapSeq = true, seq
 	res, err := s.catchUpResult(ctx)
 	s.inGap = false
 	if err != nil {
@@ -529,7 +599,7 @@ func (s *Subscriber) gap(ctx context.Context, seq uint64, payload []byte) error 
 		return s.applyBatch(seq, payload)
 	}
 	s.local.GapsUnrecoverable++
-	s.cfg.Logger.Warn("sequence gap not recoverable; worker invalidated", "worker", s.cfg.Worker, "seq", seq)
+	s.warn("sequence gap not recoverable; worker invalidated", "seq", seq)
 	if err := s.invalidate(); err != nil {
 		return err
 	}
@@ -580,7 +650,11 @@ func (s *Subscriber) catchUpResult(ctx context.Context) (catchResult, error) {
 		first, restart, hole := true, false, false
 		resumed, batches0 := s.has, s.local.Batches
 		var applyErr error
-		err := s.replay(ctx, from, func(seq uint64, payload []byte) bool {
+		stop := int64(-1)
+		if s.inGap {
+			stop = int64(s.gapSeq) // the live stream carries the rest
+		}
+		err := s.checkedReplay(ctx, from, stop, func(seq uint64, payload []byte) bool {
 			if first {
 				first = false
 				if s.has && seq <= s.last {
@@ -606,7 +680,7 @@ func (s *Subscriber) catchUpResult(ctx context.Context) (catchResult, error) {
 			if ctx.Err() == nil {
 				s.local.ReplayFailures++
 				s.local.LastError = err.Error()
-				s.cfg.Logger.Warn("replay failed", "worker", s.cfg.Worker, "from", from, "err", err)
+				s.warn("replay failed", "from", from, "err", err)
 			}
 			return catchFailed, nil
 		}
@@ -632,6 +706,37 @@ func (s *Subscriber) catchUpResult(ctx context.Context) (catchResult, error) {
 	}
 }
 
+// checkedReplay runs s.replay from sequence from, handing fn only replies a buffer of
+// the engine can send: the first at or after from, each next one the sequence after
+// the previous; anything else fails the replay (errBadReply), so a hostile replay
+// socket cannot push the worker's sequence around. With stop >= 0 (a catch-up for the
+// live batch stop) the replay ends at stop: the live stream carries what follows, and
+// a reply past it cannot fill the gap.
+func (s *Subscriber) checkedReplay(ctx context.Context, from uint64, stop int64, fn func(uint64, []byte) bool) error {
+	var bad error
+	n := 0
+	var prev uint64
+	err := s.replay(ctx, from, func(seq uint64, payload []byte) bool {
+		switch {
+		case n == 0 && seq < from:
+			bad = fmt.Errorf("%w: answered %d, asked from %d", errBadReply, seq, from)
+			return false
+		case n > 0 && seq != prev+1:
+			bad = fmt.Errorf("%w: answered %d after %d", errBadReply, seq, prev)
+			return false
+		case stop >= 0 && seq > uint64(stop):
+			return false
+		}
+		n++
+		prev = seq
+		return fn(seq, payload) && (stop < 0 || seq < uint64(stop))
+	})
+	if bad != nil {
+		return bad
+	}
+	return err
+}
+
 // replayed applies one replayed batch: skipped if already applied; a batch past the next
 // expected one means the range between is no longer buffered (hole).
 func (s *Subscriber) replayed(seq uint64, payload []byte) (hole bool, err error) {
@@ -649,8 +754,7 @@ func (s *Subscriber) replayed(seq uint64, payload []byte) (hole bool, err error)
 			s.local.GapsDetected++
 		}
 		s.local.GapsUnrecoverable++
-		s.cfg.Logger.Warn("replay misses a range; worker invalidated", "worker", s.cfg.Worker,
-			"want", next, "got", seq)
+		s.warn("replay misses a range; worker invalidated", "want", next, "got", seq)
 		if err := s.invalidate(); err != nil {
 			return hole, err
 		}
@@ -661,6 +765,8 @@ func (s *Subscriber) replayed(seq uint64, payload []byte) (hole bool, err error)
 // restart handles a publisher that restarted: a new engine process starts with an
 // empty cache, so the worker is cleared and its sequence forgotten; the state is exact.
 func (s *Subscriber) restart(why string) error {
+	s.beginStep()
+	defer s.endStep()
 	s.local.Restarts++
 	s.cfg.Logger.Info("publisher restart detected", "worker", s.cfg.Worker, "why", why)
 	s.has, s.exact, s.connFloor = false, true, -1
@@ -670,6 +776,8 @@ func (s *Subscriber) restart(why string) error {
 // invalidate clears the worker and marks it stale: the index keeps only what it can
 // vouch for.
 func (s *Subscriber) invalidate() error {
+	s.beginStep()
+	defer s.endStep()
 	s.local.Invalidations++
 	s.exact = false
 	return s.apply(&engine.Event{Kind: engine.EventCleared, Worker: s.cfg.Worker})
@@ -684,16 +792,19 @@ func (s *Subscriber) resync(ctx context.Context) error {
 	started := false
 	var applyErr error
 	s.local.Replays++
-	err := s.replay(ctx, 0, func(seq uint64, payload []byte) bool {
+	err := s.checkedReplay(ctx, 0, -1, func(seq uint64, payload []byte) bool {
 		if !started {
 			if seq != 0 {
 				return false
 			}
 			started = true
-			if applyErr = s.apply(&engine.Event{Kind: engine.EventCleared, Worker: s.cfg.Worker}); applyErr != nil {
+			s.beginStep()
+			applyErr = s.apply(&engine.Event{Kind: engine.EventCleared, Worker: s.cfg.Worker})
+			s.has, s.exact = false, true
+			s.endStep()
+			if applyErr != nil {
 				return false
 			}
-			s.has, s.exact = false, true
 		}
 		if _, applyErr = s.replayed(seq, payload); applyErr != nil {
 			return false
@@ -733,12 +844,22 @@ func (s *Subscriber) apply(ev *engine.Event) error {
 // applyBatch decodes one batch and applies its events; the batch's sequence becomes
 // the last applied one whatever its content.
 func (s *Subscriber) applyBatch(seq uint64, payload []byte) error {
+	s.beginStep()
+	defer s.endStep()
 	s.has, s.last, s.digest = true, seq, xxh3.Hash(payload)
 	s.local.Batches++
 	if err := s.dec.Decode(payload, &s.batch); err != nil {
 		// Its removals are lost with it: nothing the worker holds can be vouched for.
-		s.local.Rejected[ReasonMalformedBatch]++
-		s.cfg.Logger.Warn("undecodable batch; worker invalidated", "worker", s.cfg.Worker, "seq", seq, "err", err)
+		// Counted once: a resync replays it as long as the engine buffers it.
+		key := badBatch{seq, s.digest}
+		if _, seen := s.badSeen[key]; !seen {
+			if s.badSeen == nil || len(s.badSeen) >= maxBadSeen {
+				s.badSeen = map[badBatch]struct{}{}
+			}
+			s.badSeen[key] = struct{}{}
+			s.local.Rejected[ReasonMalformedBatch]++
+			s.warn("undecodable batch; worker invalidated", "seq", seq, "err", err)
+		}
 		return s.invalidate()
 	}
 	b := &s.batch
@@ -762,7 +883,7 @@ func (s *Subscriber) applyBatch(seq uint64, payload []byte) error {
 	if b.RejectedDrops > 0 {
 		// A removal or clear the decoder rejected: the index may now hold blocks the
 		// worker dropped.
-		s.cfg.Logger.Warn("rejected removal; worker invalidated", "worker", s.cfg.Worker, "seq", seq)
+		s.warn("rejected removal; worker invalidated", "seq", seq)
 		return s.invalidate()
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"strings"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -46,9 +47,26 @@ func openSub(ctx context.Context, endpoint, topic string, bind bool, dialTimeout
 	}
 	if err != nil {
 		closeDrain(s)
-		return nil, err
+		return nil, unguardErr(err, ep, endpoint)
 	}
 	return s, nil
+}
+
+// guardedErr is an error of zmq4's that names a guarded endpoint, shown with the
+// user's endpoint instead.
+type guardedErr struct {
+	err       error
+	ep, shown string
+}
+
+func (e guardedErr) Error() string { return strings.ReplaceAll(e.err.Error(), e.ep, e.shown) }
+func (e guardedErr) Unwrap() error { return e.err }
+
+func unguardErr(err error, ep, endpoint string) error {
+	if err == nil {
+		return nil
+	}
+	return guardedErr{err, ep, endpoint}
 }
 
 // closeDrain closes a zmq4 socket and empties its receive queue. zmq4 delivers received
@@ -114,7 +132,7 @@ func (s *Subscriber) zmqReplay(ctx context.Context, from uint64, fn func(seq uin
 	err = d.Dial(ep)
 	release()
 	if err != nil {
-		return err
+		return unguardErr(err, ep, s.cfg.ReplayEndpoint)
 	}
 	var start [8]byte
 	binary.BigEndian.PutUint64(start[:], from)

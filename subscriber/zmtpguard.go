@@ -422,6 +422,7 @@ func (c *guardConn) checkReady(body []byte) error {
 		return c.refuse("first command is %q, not READY", name)
 	}
 	var peer string
+	types := 0
 	for p := body[1+body[0]:]; len(p) > 0; {
 		klen := int(p[0])
 		if len(p) < 1+klen+4 {
@@ -434,9 +435,19 @@ func (c *guardConn) checkReady(body []byte) error {
 			return c.refuse("READY property %q overruns the command", key)
 		}
 		if strings.EqualFold(key, "Socket-Type") {
+			// zmq4 title-cases keys before looking the type up, and panics on a type it
+			// does not know: only the exact spelling (libzmq's and zmq4's) is sure to
+			// reach it as the value checked here.
+			if key != "Socket-Type" {
+				return c.refuse("READY property spelled %q", key)
+			}
 			peer = string(p[:vlen])
+			types++
 		}
 		p = p[vlen:]
+	}
+	if types != 1 {
+		return c.refuse("READY carries %d Socket-Type properties", types)
 	}
 	if !c.g.self.IsCompatible(zmq4.SocketType(peer)) {
 		return c.refuse("peer socket type %q cannot talk to %s", peer, c.g.self)

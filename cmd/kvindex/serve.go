@@ -116,8 +116,8 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	natsURL := fs.String("nats", "", natsHelp+": follow a kvindex relay's stream there instead of (or besides) ZeroMQ engines")
 	stream := fs.String("stream", fabric.DefaultStream, "with --nats: "+streamHelp)
 	modelsFlag := fs.String("models", "", "with --nats: models served from the stream and their block sizes, as NAME=BLOCKSIZE,...")
-	snapshot := fs.String("snapshot", "", "with --nats: snapshot file, or jetstream-object://BUCKET/NAME to share it through NATS: restored at start (a bad one falls back to a full replay), written every --snapshot-interval and at shutdown")
-	snapEvery := fs.Duration("snapshot-interval", 5*time.Minute, "with --nats and --snapshot: how often to write the snapshot")
+	snapshot := fs.String("snapshot", "", "snapshot file (with --nats also jetstream-object://BUCKET/NAME to share it through NATS): restored at start (a bad one falls back to a full sync), written every --snapshot-interval and at shutdown; in ZeroMQ mode FILE.cursors holds each worker's stream position, and workers resume by replay from it")
+	snapEvery := fs.Duration("snapshot-interval", 5*time.Minute, "with --snapshot: how often to write the snapshot")
 	var engines engineFlags
 	fs.Var(&engines, "engine", engineHelp)
 	if code, ok := parseFlags(fs, args, stdout); !ok {
@@ -182,8 +182,8 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	streamSet := false
 	fs.Visit(func(f *flag.Flag) { streamSet = streamSet || f.Name == "stream" })
-	if *natsURL == "" && (*modelsFlag != "" || streamSet || *snapshot != "") {
-		fmt.Fprintln(stderr, "kvindex serve: --models, --stream and --snapshot need --nats")
+	if *natsURL == "" && (*modelsFlag != "" || streamSet || strings.HasPrefix(*snapshot, "jetstream-object://")) {
+		fmt.Fprintln(stderr, "kvindex serve: --models, --stream and a jetstream-object:// snapshot need --nats")
 		return 2
 	}
 	if *natsURL != "" && len(cfg.Models) == 0 {
@@ -212,6 +212,17 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		opts.Index = rep.engine
 		opts.Ready = rep.caughtUp
 	}
+	var zmqEng *engine.Engine // ZeroMQ mode with --snapshot: the restored engine, closed here
+	if *natsURL == "" && *snapshot != "" {
+		eng, cps, err := restoreZMQSnapshot(*snapshot, cfg, log)
+		if err != nil {
+			fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
+			return 1
+		}
+		zmqEng = eng
+		defer eng.Close()
+		opts.Index, opts.Resume = eng, cps
+	}
 	s, err := server.New(cfg, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
@@ -221,15 +232,43 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if cfg.DrainTimeout > 0 {
 		drainTimeout = time.Duration(cfg.DrainTimeout)
 	}
+	stopSnaps := func() {}
 	shutdown := func() error {
 		sctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 		defer cancel()
-		return s.Shutdown(sctx)
+		err := s.Shutdown(sctx)
+		if zmqEng != nil {
+			stopSnaps()
+			// The subscribers have stopped: this snapshot is their exact position.
+			if serr := writeZMQSnapshot(*snapshot, zmqEng, s.Subscribers()); serr != nil {
+				log.Warn("final snapshot", "err", serr)
+			}
+		}
+		return err
 	}
 	if err := s.Start(); err != nil {
 		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
 		_ = shutdown()
 		return 1
+	}
+	if zmqEng != nil && *snapEvery > 0 {
+		stop, done := make(chan struct{}), make(chan struct{})
+		stopSnaps = func() { close(stop); <-done }
+		go func() {
+			defer close(done)
+			t := time.NewTicker(*snapEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+					if err := writeZMQSnapshot(*snapshot, zmqEng, s.Subscribers()); err != nil {
+						log.Warn("snapshot", "err", err)
+					}
+				case <-stop:
+					return
+				}
+			}
+		}()
 	}
 	fmt.Fprintf(stdout, "kvindex serve: listening on %s (%d engines, %d workers)\n", s.Addr(), len(cfg.Engines), len(s.Subscribers()))
 	if a := s.GRPCAddr(); a != "" {
