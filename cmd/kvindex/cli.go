@@ -5,7 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"strings"
+
+	"github.com/kvindex/kvindex/server"
 )
 
 // The command line convention every subcommand follows (cli_test.go walks them all):
@@ -169,4 +172,23 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		fmt.Fprintf(stderr, "kvindex %s: %v\n", name, err)
 		return 1
 	}
+}
+
+// readConfigFlag reads the --config file of command name ("" gives the zero Config).
+// When ok is false the command is over and must return code: 1 when the file cannot be
+// read (a runtime failure), 2 when it does not parse (a usage error).
+func readConfigFlag(name, path string, stderr io.Writer) (cfg server.Config, code int, ok bool) {
+	if path == "" {
+		return server.Config{}, 0, true
+	}
+	cfg, err := server.ReadConfig(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvindex %s: %v\n", name, err)
+		var pe *iofs.PathError
+		if errors.As(err, &pe) {
+			return cfg, 1, false
+		}
+		return cfg, 2, false
+	}
+	return cfg, 0, true
 }

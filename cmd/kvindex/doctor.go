@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	iofs "io/fs"
 	"sort"
 	"strings"
 	"sync"
@@ -51,18 +49,9 @@ func doctorMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "kvindex doctor: --for must be in (0, 10m]")
 		return 2
 	}
-	var cfg server.Config
-	if *cfgPath != "" {
-		c, err := server.ReadConfig(*cfgPath)
-		if err != nil {
-			fmt.Fprintf(stderr, "kvindex doctor: %v\n", err)
-			var pe *iofs.PathError
-			if errors.As(err, &pe) {
-				return 1 // a file that cannot be read is a runtime failure, a bad one a usage error
-			}
-			return 2
-		}
-		cfg = c
+	cfg, code, ok := readConfigFlag("doctor", *cfgPath, stderr)
+	if !ok {
+		return code
 	}
 	if *blockSize != 0 {
 		cfg.BlockSize = *blockSize

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	iofs "io/fs"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -128,18 +127,9 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "kvindex serve: --log-level: %v\n", err)
 		return 2
 	}
-	var cfg server.Config
-	if *cfgPath != "" {
-		c, err := server.ReadConfig(*cfgPath) // validated below, once flags are merged
-		if err != nil {
-			fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
-			var pe *iofs.PathError
-			if errors.As(err, &pe) {
-				return 1 // a file that cannot be read is a runtime failure, a bad one a usage error
-			}
-			return 2
-		}
-		cfg = c
+	cfg, code, ok := readConfigFlag("serve", *cfgPath, stderr) // validated below, once flags are merged
+	if !ok {
+		return code
 	}
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
@@ -274,7 +264,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if a := s.GRPCAddr(); a != "" {
 		fmt.Fprintf(stdout, "kvindex serve: gRPC on %s\n", a)
 	}
-	code := 0
+	code = 0
 	select {
 	case <-ctx.Done():
 		log.Info("signal received: draining")
