@@ -7,20 +7,12 @@ set -euo pipefail
 if command -v protoc >/dev/null 2>&1; then
 	exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
-	echo "install-protoc.sh: protoc missing and apt-get is not available" >&2
+. "$(dirname "$0")/../../scripts/apt-install.sh"
+rc=0
+apt_install install-protoc.sh protoc protobuf-compiler || rc=$?
+if [ "$rc" = 3 ]; then
 	exit 0
+elif [ "$rc" != 0 ]; then
+	exit "$rc"
 fi
-SUDO=""
-if [ "$(id -u)" != "0" ]; then
-	if command -v sudo >/dev/null 2>&1; then
-		SUDO="sudo -n"
-	else
-		echo "install-protoc.sh: protoc missing, not root and no sudo" >&2
-		exit 0
-	fi
-fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends protobuf-compiler >/dev/null
 echo "install-protoc.sh: installed $(protoc --version)"

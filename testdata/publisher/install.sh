@@ -21,22 +21,14 @@ have() {
 if have; then
 	exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
-	echo "install.sh: python3 zmq/msgpack missing and apt-get is not available; publisher tests will skip" >&2
+. "$(dirname "$0")/../../scripts/apt-install.sh"
+rc=0
+apt_install install.sh "python3 zmq/msgpack (publisher tests will skip)" python3 python3-zmq python3-msgpack || rc=$?
+if [ "$rc" = 3 ]; then
 	exit 0
+elif [ "$rc" != 0 ]; then
+	exit "$rc"
 fi
-SUDO=""
-if [ "$(id -u)" != "0" ]; then
-	if command -v sudo >/dev/null 2>&1; then
-		SUDO="sudo -n"
-	else
-		echo "install.sh: python3 zmq/msgpack missing, not root and no sudo; publisher tests will skip" >&2
-		exit 0
-	fi
-fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends python3 python3-zmq python3-msgpack >/dev/null
 if have; then
 	echo "install.sh: installed python3-zmq and python3-msgpack"
 else
