@@ -23,7 +23,7 @@ type genSlot[S any] interface {
 }
 
 func (s *seqSlot) used() bool     { return s.ref != 0 }
-func (s *seqSlot) seqKey() uint64 { return s.seq() }
+func (s *seqSlot) seqKey() uint64 { return s.mixed() } // the generic table stores seqs unmixed
 func (s *seqSlot) set(seq uint64, ref uint32) {
 	*s = seqSlot{lo: uint32(seq), hi: uint32(seq >> 32), ref: ref + 1}
 }
@@ -115,8 +115,8 @@ func BenchmarkSeqTableGeneric(b *testing.B) {
 		for it := 0; it < b.N; it++ {
 			var t seqTable
 			for i, k := range keys {
-				si, _ := t.locate(&seed, k)
-				t.setAt(si, k, uint32(i))
+				si, h, _ := t.locate(&seed, k)
+				t.setAt(si, h, uint32(i))
 			}
 			for _, k := range keys {
 				if _, ok := t.get(&seed, k); !ok {

@@ -119,7 +119,7 @@ func (e *Engine) captureWorkers() (names []string, count uint32, body []byte, ok
 				entries = append(entries, s)
 			}
 		}
-		slices.SortFunc(entries, func(a, b seqSlot) int { return cmp.Compare(a.seq(), b.seq()) })
+		slices.SortFunc(entries, func(a, b seqSlot) int { return cmp.Compare(a.seq(&e.seed), b.seq(&e.seed)) })
 		var hdr [8]byte
 		binary.LittleEndian.PutUint32(hdr[:4], uint32(len(wk.name)))
 		buf.Write(hdr[:4])
@@ -143,7 +143,7 @@ func (e *Engine) captureWorkers() (names []string, count uint32, body []byte, ok
 					return nil, 0, nil, false
 				}
 			}
-			binary.LittleEndian.PutUint64(scratch[0:], s.seq())
+			binary.LittleEndian.PutUint64(scratch[0:], s.seq(&e.seed))
 			binary.LittleEndian.PutUint64(scratch[8:], k.prefix)
 			binary.LittleEndian.PutUint64(scratch[16:], parent)
 			binary.LittleEndian.PutUint32(scratch[24:], k.pos)
@@ -329,8 +329,8 @@ func (e *Engine) load(p *snapReader) error {
 				break
 			}
 			parents[k] = parent
-			si, _ := w.seqs.locate(&e.seed, seq) // seqs ascend: never found
-			w.seqs.setAt(si, seq, w.addKey(e, k, parent, 0))
+			si, sh, _ := w.seqs.locate(&e.seed, seq) // seqs ascend: never found
+			w.seqs.setAt(si, sh, w.addKey(e, k, parent, 0))
 		}
 		if err := w.flush(e); err != nil && p.err == nil {
 			p.err = err

@@ -20,31 +20,38 @@ import "github.com/kvindex/kvindex/internal/table"
 // stores and evicts a few blocks in a loop does not reallocate.
 const tableFloor = 64
 
-// seqSlot maps one engine hash to a key record. ref is the record id + 1; 0 marks an
-// empty slot. The hash is split in two words so that a slot is 12 bytes.
+// seqSlot maps one engine hash to a key record. It holds the hash mixed by the engine's
+// seed (table.Seed.Mix64, a bijection: seq recovers the hash), whose top bits give its
+// home slot, so that growth and deletion's backward shift move slots without rehashing
+// (on the trace-driven replay, rehashing the shifted slots was most of a removal's
+// seq-table time). ref is the record id + 1; 0 marks an empty slot. The mixed hash is
+// split in two words so that a slot is 12 bytes.
 type seqSlot struct {
 	lo, hi uint32
 	ref    uint32
 }
 
-func (s *seqSlot) seq() uint64 { return uint64(s.lo) | uint64(s.hi)<<32 }
+// mixed is the slot's mixed hash.
+func (s *seqSlot) mixed() uint64 { return uint64(s.lo) | uint64(s.hi)<<32 }
+
+// seq is the slot's engine hash.
+func (s *seqSlot) seq(seed *table.Seed) uint64 { return seed.Unmix64(s.mixed()) }
 
 type seqTable struct {
 	slots []seqSlot
 	n     int
 }
 
-func (t *seqTable) home(seed *table.Seed, seq uint64) uint64 {
-	return table.Home(seed.Hash64(seq), len(t.slots))
-}
+func (t *seqTable) homeOf(h uint64) uint64 { return table.Home(h, len(t.slots)) }
 
 // get returns the record id of seq.
 func (t *seqTable) get(seed *table.Seed, seq uint64) (rid uint32, ok bool) {
 	if t.n == 0 {
 		return 0, false
 	}
-	lo, hi := uint32(seq), uint32(seq>>32)
-	for i := t.home(seed, seq); ; i = table.Next(i, len(t.slots)) {
+	h := seed.Mix64(seq)
+	lo, hi := uint32(h), uint32(h>>32)
+	for i := t.homeOf(h); ; i = table.Next(i, len(t.slots)) {
 		s := &t.slots[i]
 		if s.ref == 0 {
 			return 0, false
@@ -56,30 +63,32 @@ func (t *seqTable) get(seed *table.Seed, seq uint64) (rid uint32, ok bool) {
 }
 
 // locate returns the slot of seq, or the empty slot where it belongs, after making room
-// for one more entry. The slot stays valid until the table is next modified.
-func (t *seqTable) locate(seed *table.Seed, seq uint64) (i uint64, found bool) {
+// for one more entry, and seq's mixed hash for setAt. The slot stays valid until the
+// table is next modified.
+func (t *seqTable) locate(seed *table.Seed, seq uint64) (i, h uint64, found bool) {
 	if table.Full(t.n, len(t.slots)) {
-		t.resize(seed, table.Grown(len(t.slots)))
+		t.resize(table.Grown(len(t.slots)))
 	}
-	lo, hi := uint32(seq), uint32(seq>>32)
-	for i = t.home(seed, seq); ; i = table.Next(i, len(t.slots)) {
+	h = seed.Mix64(seq)
+	lo, hi := uint32(h), uint32(h>>32)
+	for i = t.homeOf(h); ; i = table.Next(i, len(t.slots)) {
 		s := &t.slots[i]
 		if s.ref == 0 {
-			return i, false
+			return i, h, false
 		}
 		if s.lo == lo && s.hi == hi {
-			return i, true
+			return i, h, true
 		}
 	}
 }
 
-// setAt points slot i, found by locate, at record rid.
-func (t *seqTable) setAt(i uint64, seq uint64, rid uint32) {
+// setAt points slot i, found by locate for the seq of mixed hash h, at record rid.
+func (t *seqTable) setAt(i uint64, h uint64, rid uint32) {
 	s := &t.slots[i]
 	if s.ref == 0 {
 		t.n++
 	}
-	*s = seqSlot{lo: uint32(seq), hi: uint32(seq >> 32), ref: rid + 1}
+	*s = seqSlot{lo: uint32(h), hi: uint32(h >> 32), ref: rid + 1}
 }
 
 // del removes seq and returns its record id, if it was there.
@@ -87,9 +96,10 @@ func (t *seqTable) del(seed *table.Seed, seq uint64) (rid uint32, ok bool) {
 	if t.n == 0 {
 		return 0, false
 	}
-	lo, hi := uint32(seq), uint32(seq>>32)
+	h := seed.Mix64(seq)
+	lo, hi := uint32(h), uint32(h>>32)
 	n := len(t.slots)
-	i := t.home(seed, seq)
+	i := t.homeOf(h)
 	for ; ; i = table.Next(i, n) {
 		s := &t.slots[i]
 		if s.ref == 0 {
@@ -109,11 +119,11 @@ func (t *seqTable) del(seed *table.Seed, seq uint64) (rid uint32, ok bool) {
 			if s.ref == 0 {
 				t.n--
 				if table.Sparse(t.n, n, tableFloor) {
-					t.resize(seed, table.Shrunk(n))
+					t.resize(table.Shrunk(n))
 				}
 				return rid, true
 			}
-			if !table.InRun(t.home(seed, s.seq()), i, j) {
+			if !table.InRun(t.homeOf(s.mixed()), i, j) {
 				t.slots[i] = *s
 				i = j
 				break
@@ -122,7 +132,7 @@ func (t *seqTable) del(seed *table.Seed, seq uint64) (rid uint32, ok bool) {
 	}
 }
 
-func (t *seqTable) resize(seed *table.Seed, c int) {
+func (t *seqTable) resize(c int) {
 	old := t.slots
 	t.slots = make([]seqSlot, c)
 	for k := range old {
@@ -130,7 +140,7 @@ func (t *seqTable) resize(seed *table.Seed, c int) {
 		if e.ref == 0 {
 			continue
 		}
-		i := t.home(seed, e.seq())
+		i := t.homeOf(e.mixed())
 		for t.slots[i].ref != 0 {
 			i = table.Next(i, c)
 		}
@@ -309,7 +319,8 @@ func (t *keyTable) sparse() bool {
 // hash spreads the table's keys; tests use it).
 func (t *seqTable) probes(seed *table.Seed, seq uint64) int {
 	n := 1
-	for i := t.home(seed, seq); t.slots[i].ref != 0 && t.slots[i].seq() != seq; i = table.Next(i, len(t.slots)) {
+	h := seed.Mix64(seq)
+	for i := t.homeOf(h); t.slots[i].ref != 0 && t.slots[i].mixed() != h; i = table.Next(i, len(t.slots)) {
 		n++
 	}
 	return n

@@ -161,7 +161,7 @@ func (w *worker) store(e *Engine, ns uint32, prid uint32, hasParent bool, blocks
 		}
 		prefix, pos = k.prefix, k.pos
 		// The seq's slot stays valid below: dropKey and addKey touch only the key table.
-		si, found := w.seqs.locate(seed, b.Seq)
+		si, sh, found := w.seqs.locate(seed, b.Seq)
 		if found {
 			old := w.seqs.slots[si].ref - 1
 			if w.keys.recs[old].is(k) {
@@ -175,7 +175,7 @@ func (w *worker) store(e *Engine, ns uint32, prid uint32, hasParent bool, blocks
 			parent = 0
 		}
 		prid = w.addKey(e, k, parentPrefix, parent)
-		w.seqs.setAt(si, b.Seq, prid)
+		w.seqs.setAt(si, sh, prid)
 	}
 }
 

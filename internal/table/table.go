@@ -153,3 +153,36 @@ func InRun(h, i, j uint64) bool {
 	}
 	return h > i || h <= j
 }
+
+// Mix64 is a keyed bijection of one word, for a table that stores the mixed value in
+// place of its key: the key is recovered with Unmix64, and an entry's home slot comes
+// from the stored value by one multiply (Home), so moving entries (growth, deletion's
+// backward shift) rehashes nothing. Two rounds of xor with a secret, multiply by an odd
+// constant and xor-shift: each step is invertible, and the secrets enter before each
+// multiply, so which keys share the top bits (the home slot) is unknown without them,
+// as with Hash64.
+func (s Seed) Mix64(x uint64) uint64 {
+	x = (x ^ s.k0) * m1
+	x ^= x >> 32
+	x = (x ^ s.k1) * m2
+	return x ^ x>>29
+}
+
+// Unmix64 inverts Mix64.
+func (s Seed) Unmix64(h uint64) uint64 {
+	h ^= h>>29 ^ h>>58
+	h = h*inverse(m2) ^ s.k1
+	h ^= h >> 32
+	return h*inverse(m1) ^ s.k0
+}
+
+// inverse returns the multiplicative inverse of odd a modulo 2^64 (Newton's iteration:
+// each step doubles the correct low bits, from 3 for x = a). The compiler folds it for a
+// constant.
+func inverse(a uint64) uint64 {
+	x := a
+	for i := 0; i < 5; i++ {
+		x *= 2 - a*x
+	}
+	return x
+}

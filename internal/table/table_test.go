@@ -1,6 +1,7 @@
 package table
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -59,6 +60,26 @@ func TestSizing(t *testing.T) {
 		for h := uint64(0); h < 1000; h++ {
 			if i := Home(h*0x9e3779b97f4a7c15, n); i >= uint64(n) {
 				t.Fatalf("Home in a table of %d = %d", n, i)
+			}
+		}
+	}
+}
+
+// TestMix64Inverts checks that Unmix64 undoes Mix64 under random seeds, on random words
+// and on the edges.
+func TestMix64Inverts(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for n := 0; n < 20; n++ {
+		s := SeedFrom(r.Uint64())
+		for _, x := range []uint64{0, 1, ^uint64(0), 1 << 63} {
+			if got := s.Unmix64(s.Mix64(x)); got != x {
+				t.Fatalf("Unmix64(Mix64(%#x)) = %#x", x, got)
+			}
+		}
+		for i := 0; i < 10000; i++ {
+			x := r.Uint64()
+			if got := s.Unmix64(s.Mix64(x)); got != x {
+				t.Fatalf("Unmix64(Mix64(%#x)) = %#x", x, got)
 			}
 		}
 	}
