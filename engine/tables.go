@@ -249,9 +249,21 @@ func (t *keyTable) findOrAddFP(k key, fp uint64) uint32 {
 		rid = uint32(len(t.recs))
 		t.recs = append(t.recs, r)
 	}
-	t.insertAt(i, d, keySlot{tag: tag, ref: rid + 1})
+	t.shiftIn(i, keySlot{tag: tag, ref: rid + 1})
 	t.n++
 	return rid
+}
+
+// shiftIn puts e at slot i, where the probe for it stopped: the index's runs are sorted
+// by home (Robin Hood order), so the slots from i up to the next empty one each move one
+// step on (see shard.Index.shiftIn).
+func (t *keyTable) shiftIn(i uint64, e keySlot) {
+	j := i
+	for n := len(t.idx); t.idx[j].ref != 0; {
+		j = table.Next(j, n)
+	}
+	table.ShiftRight(t.idx, i, j)
+	t.idx[i] = e
 }
 
 // insertAt puts e at slot i, d slots past its home, where the probe for it stopped,

@@ -186,3 +186,18 @@ func inverse(a uint64) uint64 {
 	}
 	return x
 }
+
+// ShiftRight moves the slots from i up to (not including) the empty slot j, cyclically,
+// one step on, so that slot i can take a new entry: the insertion of a Robin Hood table
+// whose runs are sorted by home.
+func ShiftRight[S any](slots []S, i, j uint64) {
+	if j >= i {
+		copy(slots[i+1:j+1], slots[i:j])
+		return
+	}
+	// The run wraps past the end of the table.
+	copy(slots[1:j+1], slots[:j])
+	n := uint64(len(slots))
+	slots[0] = slots[n-1]
+	copy(slots[i+1:], slots[i:n-1])
+}

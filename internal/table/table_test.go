@@ -84,3 +84,34 @@ func TestMix64Inverts(t *testing.T) {
 		}
 	}
 }
+
+// TestShiftRight checks the insertion shift against a slot-by-slot model, on runs that
+// do and do not wrap past the end of the table.
+func TestShiftRight(t *testing.T) {
+	const n = 7
+	for i := uint64(0); i < n; i++ {
+		for l := uint64(0); l < n; l++ { // run length: slots i .. i+l-1 are full, i+l is empty
+			slots := make([]int, n)
+			for k := uint64(0); k < n; k++ {
+				slots[k] = int(k) + 1
+			}
+			j := (i + l) % n
+			slots[j] = 0
+			want := append([]int(nil), slots...)
+			for k := l; k > 0; k-- { // move i+k-1 to i+k, from the end of the run back
+				want[(i+k)%n] = want[(i+k-1)%n]
+			}
+			ShiftRight(slots, i, j)
+			for k := uint64(0); k < l; k++ {
+				if got, w := slots[(i+k+1)%n], want[(i+k+1)%n]; got != w {
+					t.Fatalf("i=%d run %d: slot %d = %d, want %d", i, l, (i+k+1)%n, got, w)
+				}
+			}
+			for k := uint64(0); k < n; k++ {
+				if in := (k+n-i)%n <= l && k != i; !in && slots[k] != want[k] {
+					t.Fatalf("i=%d run %d: slot %d outside the run changed", i, l, k)
+				}
+			}
+		}
+	}
+}
