@@ -20,7 +20,8 @@ import "github.com/kvindex/kvindex/internal/table"
 // stores and evicts a few blocks in a loop does not reallocate.
 const tableFloor = 64
 
-// seqSlot maps one engine hash to a key record. It holds the hash mixed by the engine's
+// seqSlot maps one engine hash to a key record (the table keeps Robin Hood order, as
+// the key index does). It holds the hash mixed by the engine's
 // seed (table.Seed.Mix64, a bijection: seq recovers the hash), whose top bits give its
 // home slot, so that growth and deletion's backward shift move slots without rehashing
 // (on the trace-driven replay, rehashing the shifted slots was most of a removal's
@@ -51,9 +52,10 @@ func (t *seqTable) get(seed *table.Seed, seq uint64) (rid uint32, ok bool) {
 	}
 	h := seed.Mix64(seq)
 	lo, hi := uint32(h), uint32(h>>32)
-	for i := t.homeOf(h); ; i = table.Next(i, len(t.slots)) {
+	n := len(t.slots)
+	for i, d := t.homeOf(h), uint64(0); ; i, d = table.Next(i, n), d+1 {
 		s := &t.slots[i]
-		if s.ref == 0 {
+		if s.ref == 0 || table.Dist(t.homeOf(s.mixed()), i, n) < d {
 			return 0, false
 		}
 		if s.lo == lo && s.hi == hi {
@@ -62,18 +64,20 @@ func (t *seqTable) get(seed *table.Seed, seq uint64) (rid uint32, ok bool) {
 	}
 }
 
-// locate returns the slot of seq, or the empty slot where it belongs, after making room
-// for one more entry, and seq's mixed hash for setAt. The slot stays valid until the
-// table is next modified.
+// locate returns the slot of seq, or the slot where it belongs (empty, or the first one
+// nearer to its home than seq would be: the table keeps Robin Hood order, like the key
+// index), after making room for one more entry, and seq's mixed hash for setAt. The
+// slot stays valid until the table is next modified.
 func (t *seqTable) locate(seed *table.Seed, seq uint64) (i, h uint64, found bool) {
 	if table.Full(t.n, len(t.slots)) {
 		t.resize(table.Grown(len(t.slots)))
 	}
 	h = seed.Mix64(seq)
 	lo, hi := uint32(h), uint32(h>>32)
-	for i = t.homeOf(h); ; i = table.Next(i, len(t.slots)) {
+	n := len(t.slots)
+	for i, d := t.homeOf(h), uint64(0); ; i, d = table.Next(i, n), d+1 {
 		s := &t.slots[i]
-		if s.ref == 0 {
+		if s.ref == 0 || table.Dist(t.homeOf(s.mixed()), i, n) < d {
 			return i, h, false
 		}
 		if s.lo == lo && s.hi == hi {
@@ -84,14 +88,23 @@ func (t *seqTable) locate(seed *table.Seed, seq uint64) (i, h uint64, found bool
 
 // setAt points slot i, found by locate for the seq of mixed hash h, at record rid.
 func (t *seqTable) setAt(i uint64, h uint64, rid uint32) {
-	s := &t.slots[i]
-	if s.ref == 0 {
-		t.n++
+	e := seqSlot{lo: uint32(h), hi: uint32(h >> 32), ref: rid + 1}
+	if s := &t.slots[i]; s.ref != 0 && s.mixed() == h {
+		*s = e
+		return
 	}
-	*s = seqSlot{lo: uint32(h), hi: uint32(h >> 32), ref: rid + 1}
+	t.n++
+	j := i
+	for n := len(t.slots); t.slots[j].ref != 0; {
+		j = table.Next(j, n)
+	}
+	table.ShiftRight(t.slots, i, j)
+	t.slots[i] = e
 }
 
-// del removes seq and returns its record id, if it was there.
+// del removes seq and returns its record id, if it was there. The slots after it shift
+// back up to the first one at its home (Robin Hood order keeps each run sorted by home,
+// so none after that one can move).
 func (t *seqTable) del(seed *table.Seed, seq uint64) (rid uint32, ok bool) {
 	if t.n == 0 {
 		return 0, false
@@ -100,9 +113,9 @@ func (t *seqTable) del(seed *table.Seed, seq uint64) (rid uint32, ok bool) {
 	lo, hi := uint32(h), uint32(h>>32)
 	n := len(t.slots)
 	i := t.homeOf(h)
-	for ; ; i = table.Next(i, n) {
+	for d := uint64(0); ; i, d = table.Next(i, n), d+1 {
 		s := &t.slots[i]
-		if s.ref == 0 {
+		if s.ref == 0 || table.Dist(t.homeOf(s.mixed()), i, n) < d {
 			return 0, false
 		}
 		if s.lo == lo && s.hi == hi {
@@ -111,40 +124,47 @@ func (t *seqTable) del(seed *table.Seed, seq uint64) (rid uint32, ok bool) {
 		}
 	}
 	for {
-		t.slots[i] = seqSlot{}
-		j := i
-		for {
-			j = table.Next(j, n)
-			s := &t.slots[j]
-			if s.ref == 0 {
-				t.n--
-				if table.Sparse(t.n, n, tableFloor) {
-					t.resize(table.Shrunk(n))
-				}
-				return rid, true
-			}
-			if !table.InRun(t.homeOf(s.mixed()), i, j) {
-				t.slots[i] = *s
-				i = j
-				break
-			}
+		j := table.Next(i, n)
+		s := &t.slots[j]
+		if s.ref == 0 || t.homeOf(s.mixed()) == j {
+			break
 		}
+		t.slots[i] = *s
+		i = j
 	}
+	t.slots[i] = seqSlot{}
+	t.n--
+	if table.Sparse(t.n, n, tableFloor) {
+		t.resize(table.Shrunk(n))
+	}
+	return rid, true
 }
 
 func (t *seqTable) resize(c int) {
 	old := t.slots
 	t.slots = make([]seqSlot, c)
 	for k := range old {
-		e := &old[k]
-		if e.ref == 0 {
-			continue
+		if e := &old[k]; e.ref != 0 {
+			t.insertAt(t.homeOf(e.mixed()), 0, *e)
 		}
-		i := t.homeOf(e.mixed())
-		for t.slots[i].ref != 0 {
-			i = table.Next(i, c)
+	}
+}
+
+// insertAt puts e at slot i, d slots past its home, pushing each slot it meets that is
+// nearer to its home one step on (Robin Hood order); resize inserts from the home slot.
+func (t *seqTable) insertAt(i, d uint64, e seqSlot) {
+	n := len(t.slots)
+	for {
+		s := &t.slots[i]
+		if s.ref == 0 {
+			*s = e
+			return
 		}
-		t.slots[i] = *e
+		if sd := table.Dist(t.homeOf(s.mixed()), i, n); sd < d {
+			*s, e = e, *s
+			d = sd
+		}
+		i, d = table.Next(i, n), d+1
 	}
 }
 
@@ -330,12 +350,14 @@ func (t *keyTable) sparse() bool {
 // probes returns the number of slots a lookup of seq reads (a measure of how well the
 // hash spreads the table's keys; tests use it).
 func (t *seqTable) probes(seed *table.Seed, seq uint64) int {
-	n := 1
 	h := seed.Mix64(seq)
-	for i := t.homeOf(h); t.slots[i].ref != 0 && t.slots[i].mixed() != h; i = table.Next(i, len(t.slots)) {
-		n++
+	n := len(t.slots)
+	for i, d := t.homeOf(h), uint64(0); ; i, d = table.Next(i, n), d+1 {
+		s := &t.slots[i]
+		if s.ref == 0 || s.mixed() == h || table.Dist(t.homeOf(s.mixed()), i, n) < d {
+			return int(d) + 1
+		}
 	}
-	return n
 }
 
 // probes returns the number of key-index slots a lookup of k reads.
