@@ -20,13 +20,13 @@ import "github.com/kvindex/kvindex/internal/table"
 // stores and evicts a few blocks in a loop does not reallocate.
 const tableFloor = 64
 
-// seqSlot maps one engine hash to a key record (the table keeps Robin Hood order, as
-// the key index does). It holds the hash mixed by the engine's
+// seqSlot maps one engine hash to a key record. It holds the hash mixed by the engine's
 // seed (table.Seed.Mix64, a bijection: seq recovers the hash), whose top bits give its
 // home slot, so that growth and deletion's backward shift move slots without rehashing
 // (on the trace-driven replay, rehashing the shifted slots was most of a removal's
-// seq-table time). ref is the record id + 1; 0 marks an empty slot. The mixed hash is
-// split in two words so that a slot is 12 bytes.
+// seq-table time) and the table keeps Robin Hood order, as the key index does. ref is
+// the record id + 1; 0 marks an empty slot. The mixed hash is split in two words so
+// that a slot is 12 bytes.
 type seqSlot struct {
 	lo, hi uint32
 	ref    uint32

@@ -4,14 +4,16 @@
 // slot type and probe loop: a generic table calls its slot methods through a type
 // parameter, and on the seq table's shape it was slower (engine's
 // BenchmarkSeqTableGeneric, best of 6 rounds: 127 ns per key concrete, 140 generic);
-// the tables' policies differ too (Robin Hood order where a slot carries its hash). What
-// they share lives here: the seeded hash, the mapping of a hash to a
-// home slot in a table of any size, the sizing policy and the run test of backward-shift
-// deletion.
+// the tables' policies differ too (Robin Hood order where a slot gives its home). What
+// they share lives here: the seeded hashes (and Mix64, a keyed bijection for a table
+// that stores its keys mixed), the mapping of a hash to a home slot in a table of any
+// size, the sizing policy, the run test of backward-shift deletion and the shift of a
+// Robin Hood insertion.
 //
 // Every table is linear-probing with backward-shift deletion (no tombstones); the tables
-// whose slots carry their hash (the positional index, the key index) keep Robin Hood
-// order, so they run dense (13/16) without long deletion scans. They are sized by
+// whose slots give their home without a rehash (the positional index and the key index
+// carry their hash, the seq table stores Mix64 of its key) keep Robin Hood order, so a
+// miss and a deletion stop early; the first two run dense (13/16). They are sized by
 // the policy below rather than in powers of two: a table grows by half at a load of 3/4
 // (13/16 when its slots carry a hash tag), so its load stays between 0.5 and 0.75
 // (0.375 to 0.75 with doubling).
@@ -96,10 +98,10 @@ func Next(i uint64, n int) uint64 {
 const MinSlots = 2
 
 // Full reports whether a table of n slots holding used entries must grow before it
-// takes one more: at a load of 3/4. A deletion shifts back the rest of its probe run and
-// rehashes every entry it passes, and the runs of linear probing lengthen quickly above
-// this load (measured on the trace-driven replay: growing at 13/16 instead cost 15% of
-// its throughput for 12% less memory).
+// takes one more: at a load of 3/4. The runs of linear probing lengthen quickly above
+// this load (measured on the trace-driven replay: growing the seq table at 13/16 instead
+// cost 15% of its throughput for 12% less memory while its deletions rehashed every
+// entry they shifted; in Robin Hood order it is still slower there).
 func Full(used, n int) bool { return (used+1)*4 > n*3 }
 
 // FullDense is Full for tables whose slots carry their hash (a tag that gives the home
