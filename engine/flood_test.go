@@ -31,7 +31,7 @@ func TestHashFloodingNeedsTheSeed(t *testing.T) {
 		}
 	}
 	for s := uint64(1); len(seqs) < n; s++ {
-		if known.Hash64(s)>>(64-topBits) == 0 {
+		if known.Mix64(s)>>(64-topBits) == 0 { // the seq table homes a seq by its mixed hash
 			seqs = append(seqs, s)
 		}
 	}
