@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"time"
 )
 
 // Errors returned by the engine. Callers branch on them with errors.Is.
@@ -74,6 +75,20 @@ type Config struct {
 	// probe under the read lock. It exists as the baseline the benchmarks compare the
 	// sharded runtime with; Shards must be 0 or 1 with it.
 	LockedIndex bool
+
+	// PredictionsPerWorker bounds the live predictions of one worker (Predict); a new
+	// one beyond it ends the worker's oldest. Default 64. Range 1..MaxPredictionsPerWorker.
+	PredictionsPerWorker int
+	// PredictedBlocks bounds the blocks of all predictions together (16 bytes each); a
+	// new prediction beyond it ends the engine's oldest. Default 1<<20. Range
+	// 1..MaxPredictedBlocks.
+	PredictedBlocks int
+	// PredictionTTL is the lifetime of a prediction made with ttl 0. Default 2s. Range
+	// up to MaxPredictionTTL.
+	PredictionTTL time.Duration
+	// Clock is the time predictions expire by. nil (kept nil by WithDefaults, so that
+	// Configs compare) means time.Now; tests inject theirs.
+	Clock func() time.Time
 }
 
 // WithDefaults returns c with every zero field set to its default: the configuration
@@ -103,6 +118,15 @@ func (c Config) withDefaults() Config {
 	if c.QueryQueue == 0 {
 		c.QueryQueue = 256
 	}
+	if c.PredictionsPerWorker == 0 {
+		c.PredictionsPerWorker = 64
+	}
+	if c.PredictedBlocks == 0 {
+		c.PredictedBlocks = 1 << 20
+	}
+	if c.PredictionTTL == 0 {
+		c.PredictionTTL = 2 * time.Second
+	}
 	return c
 }
 
@@ -125,6 +149,12 @@ func (c Config) validate() error {
 		return bad("Shards x QueueSize = %d, want at most %d", int64(c.Shards)*int64(c.QueueSize), MaxQueuedDeltas)
 	case c.LockedIndex && c.Shards != 1:
 		return bad("LockedIndex needs Shards = 1, not %d", c.Shards)
+	case c.PredictionsPerWorker < 1 || c.PredictionsPerWorker > MaxPredictionsPerWorker:
+		return bad("PredictionsPerWorker = %d, want 1..%d", c.PredictionsPerWorker, MaxPredictionsPerWorker)
+	case c.PredictedBlocks < 1 || c.PredictedBlocks > MaxPredictedBlocks:
+		return bad("PredictedBlocks = %d, want 1..%d", c.PredictedBlocks, MaxPredictedBlocks)
+	case c.PredictionTTL < 0 || c.PredictionTTL > MaxPredictionTTL:
+		return bad("PredictionTTL = %v, want 0..%v", c.PredictionTTL, MaxPredictionTTL)
 	}
 	return nil
 }

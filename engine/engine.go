@@ -78,6 +78,9 @@ type Engine struct {
 
 	// seed keys every table hash of this engine (see table.Seed); drawn at New.
 	seed table.Seed
+
+	// preds holds the predictions (predict.go).
+	preds predTable
 }
 
 // New validates cfg, starts the shard goroutines and returns the engine.
@@ -464,13 +467,25 @@ func (e *Engine) lockFor(ev *Event, hint *worker, out *outbox) (w *worker, err e
 	case EventRemoved:
 		e.skippedRemovals.Add(uint64(len(ev.Seqs)))
 	}
+	if e.preds.live.Load() != 0 {
+		e.predictionsFor(ev) // a worker known only through predictions
+	}
 	return nil, nil
 }
 
 // applyLocked applies a checked event to w, which the caller has locked and unlocks; its
 // deltas stay in w.out until the caller flushes. gone says the event forgot the worker,
-// which is then flushed already (its lock is still held).
+// which is then flushed already (its lock is still held). While the engine holds
+// predictions, the event also ends those it covers or contradicts (predict.go).
 func (e *Engine) applyLocked(w *worker, ev *Event) (gone bool, err error) {
+	if e.preds.live.Load() != 0 {
+		return e.predictedEvent(w, ev)
+	}
+	return e.applyEvent(w, ev)
+}
+
+// applyEvent is applyLocked without the predictions.
+func (e *Engine) applyEvent(w *worker, ev *Event) (gone bool, err error) {
 	if ev.Cursor != 0 {
 		w.cursor = ev.Cursor
 	}

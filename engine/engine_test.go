@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/internal/oplog"
@@ -166,10 +167,23 @@ func differential(t *testing.T, cfg engine.Config, ops []oplog.Op) int {
 // through one ApplyBatch call.
 func differentialMode(t *testing.T, cfg engine.Config, ops []oplog.Op, batched bool) int {
 	t.Helper()
+	n, _ := differentialSteps(t, cfg, refmodel.Steps(ops), batched)
+	return n
+}
+
+// differentialSteps is differentialMode over a history with predictions and clock
+// advances: the engine runs on a fake clock that the steps advance, with the model's
+// prediction limits. It returns how many queries it compared and how many matches had a
+// predicted part.
+func differentialSteps(t *testing.T, cfg engine.Config, steps []refmodel.Step, batched bool) (queries, predicted int) {
+	t.Helper()
+	var clock time.Duration
+	base := time.Unix(1_000_000, 0)
+	cfg.Clock = func() time.Time { return base.Add(clock) }
 	e := newEngine(t, cfg)
 	m := refmodel.New()
+	m.PredictionsPerWorker, m.PredictedBlocks, m.PredictionTTL = cfg.PredictionsPerWorker, cfg.PredictedBlocks, cfg.PredictionTTL
 	var got []engine.Match
-	queries := 0
 	var pending []engine.Event
 	var pendingOps []int
 	var errs []error
@@ -177,20 +191,31 @@ func differentialMode(t *testing.T, cfg engine.Config, ops []oplog.Op, batched b
 		errs = e.ApplyBatch(pending, errs[:0])
 		require.Len(t, errs, len(pending))
 		for k, i := range pendingOps {
-			werr := m.Apply(&ops[i])
+			werr := m.ApplyStep(&steps[i])
 			checkRejection(t, i, werr, errs[k])
 		}
 		pending, pendingOps = pending[:0], pendingOps[:0]
 	}
-	for i := range ops {
-		op := &ops[i]
-		if batched && op.Kind != oplog.Query {
+	for i := range steps {
+		st := &steps[i]
+		op := &st.Op
+		event := st.Predict == nil && st.Advance == 0 && op.Kind != oplog.Query
+		if batched && event {
 			pending = append(pending, replay.Event(op))
 			pendingOps = append(pendingOps, i)
 			continue
 		}
 		if batched {
 			flushBatch()
+		}
+		switch {
+		case st.Predict != nil:
+			checkRejection(t, i, m.ApplyStep(st), e.Predict(ctx, st.Predict.Worker, "", st.Predict.Content, st.Predict.TTL))
+			continue
+		case st.Advance > 0:
+			m.ApplyStep(st)
+			clock += st.Advance
+			continue
 		}
 		if op.Kind == oplog.Query {
 			require.NoError(t, e.Barrier(ctx))
@@ -201,11 +226,14 @@ func differentialMode(t *testing.T, cfg engine.Config, ops []oplog.Op, batched b
 			require.Equal(t, len(want), len(got), "op %d: query %v\nwant %v\ngot  %v", i, op.Content, want, got)
 			for j := range want {
 				require.Equal(t, want[j], refmodel.Answer(got[j]), "op %d: query %v", i, op.Content)
+				if got[j].Predicted > 0 {
+					predicted++
+				}
 			}
 			queries++
 			continue
 		}
-		werr := m.Apply(op)
+		werr := m.ApplyStep(st)
 		checkRejection(t, i, werr, applyOp(e, op))
 	}
 	if batched {
@@ -215,7 +243,7 @@ func differentialMode(t *testing.T, cfg engine.Config, ops []oplog.Op, batched b
 	st := e.Stats()
 	require.Equal(t, int64(m.Blocks()), st.Blocks)
 	require.Equal(t, len(m.Workers()), st.Workers)
-	return queries
+	return queries, predicted
 }
 
 func checkRejection(t *testing.T, i int, werr, gerr error) {
@@ -263,7 +291,7 @@ func TestRandomByteHistories(t *testing.T) {
 		for j := range b {
 			b[j] = byte(r.Uint32())
 		}
-		differential(t, engine.Config{Shards: 2, JumpSize: 1 + i%8, QueueSize: 2}, opsFromBytes(b))
+		differentialSteps(t, engine.Config{Shards: 2, JumpSize: 1 + i%8, QueueSize: 2, PredictionsPerWorker: 2, PredictedBlocks: 8}, stepsFromBytes(b), false)
 	}
 }
 
@@ -271,15 +299,17 @@ func FuzzEngine(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, uint8(3))
 	f.Add([]byte{0, 0, 0, 1, 1, 1, 40, 41, 42, 200, 201, 9, 9, 9}, uint8(1))
 	f.Fuzz(func(t *testing.T, data []byte, jump uint8) {
-		ops := opsFromBytes(data)
-		differentialMode(t, engine.Config{Shards: 2, JumpSize: 1 + int(jump%8), QueueSize: 2}, ops, jump&0x80 != 0)
+		cfg := engine.Config{Shards: 2, JumpSize: 1 + int(jump%8), QueueSize: 2, PredictionsPerWorker: 2, PredictedBlocks: 8}
+		differentialSteps(t, cfg, stepsFromBytes(data), jump&0x80 != 0)
 	})
 }
 
-// opsFromBytes maps bytes to ops over a tiny space of workers, contents and seqs, so
-// that collisions of every kind are likely.
-func opsFromBytes(data []byte) []oplog.Op {
-	var ops []oplog.Op
+// stepsFromBytes maps bytes to steps over a tiny space of workers, contents and seqs, so
+// that collisions of every kind are likely: events, queries, predictions (of w0, w1 and
+// p, which sends no events; at most two per worker and eight blocks in all) and clock
+// advances.
+func stepsFromBytes(data []byte) []refmodel.Step {
+	var ops []refmodel.Step
 	next := func() byte {
 		if len(data) == 0 {
 			return 0
@@ -302,22 +332,36 @@ func opsFromBytes(data []byte) []oplog.Op {
 				x := next()
 				op.Blocks = append(op.Blocks, [2]uint64{uint64(x % 3), uint64(x>>2) % 12})
 			}
-			ops = append(ops, op)
+			ops = append(ops, refmodel.Step{Op: op})
 		case 3, 4:
-			ops = append(ops, oplog.Op{Kind: oplog.Removed, Worker: w, Seqs: []uint64{uint64(next() % 12)}})
+			ops = append(ops, refmodel.Step{Op: oplog.Op{Kind: oplog.Removed, Worker: w, Seqs: []uint64{uint64(next() % 12)}}})
 		case 5:
 			if b&2 == 0 {
-				ops = append(ops, oplog.Op{Kind: oplog.Cleared, Worker: w})
+				ops = append(ops, refmodel.Step{Op: oplog.Op{Kind: oplog.Cleared, Worker: w}})
 			} else {
-				ops = append(ops, oplog.Op{Kind: oplog.RemoveWorker, Worker: w})
+				ops = append(ops, refmodel.Step{Op: oplog.Op{Kind: oplog.RemoveWorker, Worker: w}})
 			}
+		case 7:
+			if b&2 == 0 {
+				ops = append(ops, refmodel.Step{Advance: time.Duration(1+next()%3) * time.Millisecond})
+				continue
+			}
+			if b&4 != 0 {
+				w = "p"
+			}
+			c := make([]uint64, int(next()%6))
+			for i := range c {
+				c[i] = uint64(next() % 3)
+			}
+			ttl := time.Duration(next()%4) * time.Millisecond // 0: the default TTL
+			ops = append(ops, refmodel.Step{Predict: &refmodel.Prediction{Worker: w, Content: c, TTL: ttl}})
 		default:
 			n := int(next() % 10)
 			q := make([]uint64, n)
 			for i := range q {
 				q[i] = uint64(next() % 3)
 			}
-			ops = append(ops, oplog.Op{Kind: oplog.Query, Content: q})
+			ops = append(ops, refmodel.Step{Op: oplog.Op{Kind: oplog.Query, Content: q}})
 		}
 	}
 	return ops
@@ -464,4 +508,34 @@ func TestStatsCounters(t *testing.T) {
 		require.Len(t, errs, len(evs))
 		check(t, e)
 	})
+}
+
+// TestDifferentialPredictions replays random histories with predictions (confirmed,
+// contradicted, expired, refreshed and evicted by both bounds, for event workers and for
+// one that sends no events) on the engine and on the reference model.
+func TestDifferentialPredictions(t *testing.T) {
+	n := 4000
+	if testing.Short() {
+		n = 1500
+	}
+	for _, shards := range []int{0, 1, 3} {
+		for _, batched := range []bool{false, true} {
+			for seed := uint64(1); seed <= 3; seed++ {
+				t.Run(fmt.Sprintf("shards=%d/batched=%v/seed=%d", shards, batched, seed), func(t *testing.T) {
+					t.Parallel()
+					r := rand.New(rand.NewPCG(seed, 77))
+					steps := refmodel.RandomSteps(r, n, refmodel.RandomOptions{Alphabet: int(2 + seed), MaxChain: 40})
+					cfg := engine.Config{Shards: shards, JumpSize: 4, QueueSize: 4,
+						PredictionsPerWorker: int(seed), PredictedBlocks: []int{30, 200, 1 << 20}[seed-1]}
+					if shards == 0 {
+						cfg.Shards, cfg.LockedIndex = 1, true
+					}
+					queries, predicted := differentialSteps(t, cfg, steps, batched)
+					require.Positive(t, queries)
+					require.Positive(t, predicted)
+					t.Logf("%d queries, %d matches with a predicted part", queries, predicted)
+				})
+			}
+		}
+	}
 }

@@ -19,6 +19,10 @@ type Match struct {
 	Score int
 	// Size is the number of distinct engine hashes the worker holds.
 	Size int
+	// Predicted is the part of Score that comes from predictions (Predict): Score minus
+	// the number of leading blocks the worker's events confirm. 0 when the engine holds
+	// no prediction for the worker that reaches beyond its confirmed blocks.
+	Predicted int
 }
 
 // probe asks a shard for the members of one key, named by its fingerprint; the shard
@@ -63,6 +67,7 @@ type query struct {
 	mark     []uint32 // per worker id: the stamp of the last position it was seen at
 	active   []int32  // the scan's unresolved candidates
 	stamp    uint32
+	phits    []predHit // addPredicted's scratch
 }
 
 func (e *Engine) getQuery() *query {
@@ -123,11 +128,12 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 		}
 	}()
 	q.ns = ns
+	start := len(dst)
 	if e.cfg.LockedIndex {
 		var done bool
 		if dst, done = e.walk(q, content, dst); done {
 			ok = true
-			return dst, nil
+			return e.withPredictions(q, content, dst, start), nil
 		}
 	}
 	q.reset(content[0])
@@ -140,7 +146,15 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 	q.sweep()
 	dst = e.collect(q, dst)
 	ok = true
-	return dst, nil
+	return e.withPredictions(q, content, dst, start), nil
+}
+
+// withPredictions adds the predictions to an answer while the engine holds any.
+func (e *Engine) withPredictions(q *query, content []uint64, dst []Match, start int) []Match {
+	if e.preds.live.Load() == 0 {
+		return dst
+	}
+	return e.addPredicted(q, q.ns, content, dst, start)
 }
 
 // walkLimit is how deep the locked index's direct walk goes before it leaves a query to

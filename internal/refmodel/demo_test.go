@@ -57,9 +57,9 @@ func TestModelBasics(t *testing.T) {
 	require.ErrorIs(t, m.Stored("a", 10, true, [][2]uint64{{4, 10}}), ErrInvalidEvent)
 	require.Equal(t, 1, m.Removed("a", []uint64{11, 77}))
 	// No cascade: 12 stays held but is unreachable through the gap at position 1.
-	require.Equal(t, []Answer{{"a", 1, 2}}, m.Query([]uint64{1, 2, 3}))
+	require.Equal(t, []Answer{{"a", 1, 2, 0}}, m.Query([]uint64{1, 2, 3}))
 	require.NoError(t, m.Stored("a", 10, true, [][2]uint64{{2, 14}}))
-	require.Equal(t, []Answer{{"a", 3, 3}}, m.Query([]uint64{1, 2, 3}))
+	require.Equal(t, []Answer{{"a", 3, 3, 0}}, m.Query([]uint64{1, 2, 3}))
 	m.Cleared("a")
 	sz, known := m.Size("a")
 	require.True(t, known)

@@ -27,6 +27,7 @@ type Model struct {
 	nodes   map[nodeKey]uint32
 	next    uint32
 	workers map[string]*worker
+	predictionState
 }
 
 // New returns an empty model.
@@ -74,10 +75,14 @@ func (m *Model) Stored(name string, parent uint64, hasParent bool, blocks [][2]u
 		w = &worker{blocks: map[uint64]uint32{}}
 		m.workers[name] = w
 	}
+	stored := map[uint32]bool{}
 	for _, b := range blocks {
 		at = m.intern(at, b[0])
 		w.blocks[b[1]] = at // a re-store with the same prefix is the same node: a no-op
+		stored[at] = true
 	}
+	// A prediction whose last block's node the event stored is confirmed.
+	m.endPredictions(name, func(p prediction) bool { return stored[m.node(p.content, len(p.content))] })
 	return nil
 }
 
@@ -87,6 +92,22 @@ func (m *Model) Removed(name string, seqs []uint64) (skipped int) {
 	if w == nil {
 		return len(seqs)
 	}
+	// A prediction one of whose blocks' nodes the worker holds under a removed seq is
+	// contradicted.
+	removed := map[uint32]bool{}
+	for _, s := range seqs {
+		if n, ok := w.blocks[s]; ok {
+			removed[n] = true
+		}
+	}
+	m.endPredictions(name, func(p prediction) bool {
+		for i := 1; i <= len(p.content); i++ {
+			if n := m.node(p.content, i); n != 0 && removed[n] {
+				return true
+			}
+		}
+		return false
+	})
 	for _, s := range seqs {
 		if _, ok := w.blocks[s]; ok {
 			delete(w.blocks, s)
@@ -99,19 +120,25 @@ func (m *Model) Removed(name string, seqs []uint64) (skipped int) {
 
 // Cleared drops every block of a known worker; it stays known with size 0.
 func (m *Model) Cleared(name string) {
+	m.endPredictions(name, func(prediction) bool { return true })
 	if w := m.workers[name]; w != nil {
 		w.blocks = map[uint64]uint32{}
 	}
 }
 
 // RemoveWorker forgets a worker.
-func (m *Model) RemoveWorker(name string) { delete(m.workers, name) }
+func (m *Model) RemoveWorker(name string) {
+	m.endPredictions(name, func(prediction) bool { return true })
+	delete(m.workers, name)
+}
 
 // Answer is one worker's result.
 type Answer struct {
 	Worker string
 	Score  int
 	Size   int
+	// Predicted is the part of Score that only predictions account for.
+	Predicted int
 }
 
 // Expect sets a query op's expected answer (Expect, Sizes, HasExpect) to the model's.
@@ -135,6 +162,7 @@ func (m *Model) Query(content []uint64) []Answer {
 		at = n
 	}
 	var out []Answer
+	pred := m.predicted(content)
 	for name, w := range m.workers {
 		held := map[uint32]bool{}
 		for _, n := range w.blocks {
@@ -144,8 +172,17 @@ func (m *Model) Query(content []uint64) []Answer {
 		for score < len(path) && held[path[score]] {
 			score++
 		}
-		if score > 0 {
-			out = append(out, Answer{Worker: name, Score: score, Size: len(w.blocks)})
+		a := Answer{Worker: name, Score: score, Size: len(w.blocks)}
+		if p := pred[name]; p > score {
+			a.Score, a.Predicted = p, p-score
+		}
+		if a.Score > 0 {
+			out = append(out, a)
+		}
+	}
+	for name, p := range pred {
+		if _, known := m.workers[name]; !known && p > 0 {
+			out = append(out, Answer{Worker: name, Score: p, Predicted: p})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {

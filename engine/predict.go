@@ -1,0 +1,523 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvindex/kvindex/hash"
+)
+
+// Predictions: a router that sends a request to a worker records that the worker is
+// about to hold the request's blocks (Predict). Until the worker's own events arrive
+// (tens to hundreds of milliseconds later) queries count the prediction, so sibling
+// requests follow the first one instead of scattering; for workers that publish no
+// events at all the predictions are the whole index ("approximate" routing).
+//
+// The semantics, which DESIGN.md ("Predictions") states as part of the contract and the
+// reference model (internal/refmodel) implements independently:
+//
+//   - A prediction is (worker, namespace, P = content hashes of n >= 1 blocks, expiry).
+//     It is live from Predict until its expiry (now + ttl by Config.Clock) or until it
+//     ends.
+//   - It ends when the worker's events cover or contradict it: a clear or a removal of
+//     the worker (known to the index or not); an accepted stored event of the worker in
+//     the prediction's namespace that stores P's last block under P's prefix (the
+//     prediction is confirmed: from then on the confirmed index answers for it); an
+//     accepted removed event that removes a seq the worker holds at a key of P (a
+//     confirmed block of P was evicted). A new prediction of the same worker, namespace
+//     and P replaces the old one (a refresh: new expiry, newest again).
+//   - Bounds: a worker keeps at most Config.PredictionsPerWorker live predictions and the
+//     engine at most Config.PredictedBlocks blocks in all of them; a Predict that would
+//     exceed either first ends the oldest (the worker's own oldest for the first bound,
+//     the engine's oldest for the second).
+//   - A query Q in namespace ns gives each worker a predicted length p = the longest
+//     common prefix of Q with any of its live predictions in ns, next to its confirmed
+//     score c (exact, untouched by predictions). The worker matches when max(c, p) >= 1,
+//     with Score = max(c, p) and Predicted = Score - c. A worker known only through
+//     predictions has Size 0.
+//
+// Structure: one table behind an RWMutex (queries read, Predict and the events of
+// workers with predictions write), entries in a slab linked into three intrusive lists
+// (the engine's insertion order, the worker's insertion order, and the entries that share
+// the query's first key, found through a map keyed by that key's seeded fingerprint).
+// No goroutine and no timer: an expired entry is skipped by queries and freed by the
+// next Predict (oldest first) or by the bounds. While the engine holds no predictions
+// (live == 0) queries and events pay one atomic load.
+
+// Limits on the prediction configuration.
+const (
+	// MaxPredictionsPerWorker bounds Config.PredictionsPerWorker.
+	MaxPredictionsPerWorker = 1 << 16
+	// MaxPredictedBlocks bounds Config.PredictedBlocks (16 bytes a block: 1 GiB).
+	MaxPredictedBlocks = 1 << 26
+	// MaxPredictionTTL bounds Config.PredictionTTL and Predict's ttl.
+	MaxPredictionTTL = 10 * time.Minute
+)
+
+// predTable is the engine's prediction table.
+type predTable struct {
+	// live counts the entries in the slab, expired or not: 0 lets queries and events
+	// skip the table.
+	live atomic.Int64
+
+	mu sync.RWMutex
+	// ents is the slab; entry 0 is unused so that 0 can mean "none" in the links.
+	ents []predEnt
+	free uint32 // first free entry, chained through gnext
+	// oldest and newest delimit the engine-wide list in insertion order.
+	oldest, newest uint32
+	blocks         int
+	minExp         int64 // see sweep
+	byName         map[string]*predWorker
+	roots          map[uint64]uint32 // fingerprint of (ns, 0, P[0]) -> first entry
+	// scratch of the event hooks, reused under mu.
+	ends []uint32
+}
+
+// predEnt is one prediction.
+type predEnt struct {
+	w       *predWorker
+	ns      uint32
+	content []uint64 // P; nil on a free entry
+	pre     []uint64 // P's prefix hashes, pre[i] = key prefix at position i
+	expires int64    // Unix nanoseconds
+	root    uint64   // the roots map's key
+	// links: engine-wide, per worker, per root (entry ids, 0 = none)
+	gprev, gnext, wprev, wnext, rprev, rnext uint32
+}
+
+// predWorker is a worker's share of the table: its entries, oldest first.
+type predWorker struct {
+	name           string
+	n              int
+	oldest, newest uint32
+}
+
+// PredictionStats describes the prediction table.
+type PredictionStats struct {
+	// Predictions is the number of predictions held (expired ones not yet freed
+	// included); Blocks their total length.
+	Predictions, Blocks int
+	// Workers is the number of workers with at least one prediction held.
+	Workers int
+}
+
+// PredictionStats returns a snapshot of the prediction table.
+func (e *Engine) PredictionStats() PredictionStats {
+	p := &e.preds
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return PredictionStats{Predictions: int(p.live.Load()), Blocks: p.blocks, Workers: len(p.byName)}
+}
+
+func (e *Engine) now() int64 {
+	if e.cfg.Clock == nil {
+		return time.Now().UnixNano()
+	}
+	return e.cfg.Clock().UnixNano()
+}
+
+// Predict records that worker is about to hold the blocks of content in namespace (the
+// content hashes of a request just routed to it), for ttl (0: Config.PredictionTTL).
+// Queries count the prediction until it expires or the worker's events cover or
+// contradict it (see DESIGN.md, "Predictions"). An empty content is a no-op. It returns
+// an error wrapping ErrInvalidEvent for an empty worker, a negative ttl or one above
+// MaxPredictionTTL, or more blocks than Config.MaxEventBlocks or Config.PredictedBlocks;
+// ErrQueryTooLong for MaxDepth blocks or more; ctx.Err() or ErrClosed.
+func (e *Engine) Predict(ctx context.Context, worker, namespace string, content []uint64, ttl time.Duration) error {
+	if e.closed.Load() {
+		return e.err()
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: prediction: %s", ErrInvalidEvent, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case worker == "":
+		return bad("empty worker id")
+	case ttl < 0 || ttl > MaxPredictionTTL:
+		return bad("ttl %v, want 0..%v", ttl, MaxPredictionTTL)
+	case len(content) >= MaxDepth:
+		return fmt.Errorf("%w: %d blocks (limit %d)", ErrQueryTooLong, len(content), MaxDepth-1)
+	case len(content) > e.cfg.MaxEventBlocks || len(content) > e.cfg.PredictedBlocks:
+		return bad("%d blocks (limit %d)", len(content), min(e.cfg.MaxEventBlocks, e.cfg.PredictedBlocks))
+	case len(content) == 0:
+		return nil
+	}
+	if ttl == 0 {
+		ttl = e.cfg.PredictionTTL
+	}
+	ns := uint32(0)
+	if namespace != "" {
+		ns = e.namespaceID(namespace, true) // a query in it must find it
+	}
+	// The prefix hashes are computed outside the lock.
+	pre := make([]uint64, len(content))
+	pre[0] = content[0]
+	for i := 1; i < len(content); i++ {
+		pre[i] = hash.Next(pre[i-1], content[i])
+	}
+	own := slices.Clone(content)
+	root := e.fingerprint(key{prefix: content[0], ns: ns})
+
+	p := &e.preds
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := e.now()
+	p.expire(now)
+	pw := p.byName[worker]
+	if pw == nil {
+		if p.byName == nil {
+			p.byName, p.roots = map[string]*predWorker{}, map[uint64]uint32{}
+		}
+		pw = &predWorker{name: strings.Clone(worker)}
+		p.byName[pw.name] = pw
+	}
+	// phase 1: a refresh replaces the same prediction
+	for id := pw.oldest; id != 0; id = p.ents[id].wnext {
+		if x := &p.ents[id]; x.ns == ns && slices.Equal(x.content, own) {
+			p.end(id)
+			break
+		}
+	}
+	// phase 2: make room (the worker's bound, then the engine's). The bounds count live
+	// predictions only, so expired ones are freed before a live one is evicted.
+	if pw.n >= e.cfg.PredictionsPerWorker {
+		for id := pw.oldest; id != 0; {
+			next := p.ents[id].wnext
+			if p.ents[id].expires <= now {
+				p.end(id)
+			}
+			id = next
+		}
+	}
+	for pw.n >= e.cfg.PredictionsPerWorker {
+		p.end(pw.oldest)
+	}
+	if p.blocks+len(own) > e.cfg.PredictedBlocks {
+		p.sweep(now)
+	}
+	for p.blocks+len(own) > e.cfg.PredictedBlocks {
+		p.end(p.oldest)
+	}
+	if p.byName[pw.name] != pw { // its last entry went in phase 2
+		p.byName[pw.name] = pw
+	}
+	// phase 3: insert as the newest of all three lists
+	id := p.alloc()
+	x := &p.ents[id]
+	*x = predEnt{w: pw, ns: ns, content: own, pre: pre, expires: now + int64(ttl), root: root}
+	x.gprev, p.newest = p.newest, id
+	if x.gprev != 0 {
+		p.ents[x.gprev].gnext = id
+	} else {
+		p.oldest = id
+	}
+	x.wprev, pw.newest = pw.newest, id
+	if x.wprev != 0 {
+		p.ents[x.wprev].wnext = id
+	} else {
+		pw.oldest = id
+	}
+	if head := p.roots[root]; head != 0 {
+		x.rnext = head
+		p.ents[head].rprev = id
+	}
+	p.roots[root] = id
+	pw.n++
+	p.blocks += len(own)
+	if p.live.Add(1) == 1 || x.expires < p.minExp {
+		p.minExp = x.expires
+	}
+	return nil
+}
+
+// sweep frees every expired entry. It walks the whole table only when some entry may
+// have expired: minExp is at most the earliest expiry held (entries that end only raise
+// the true minimum), recomputed by each walk.
+func (p *predTable) sweep(now int64) {
+	if p.live.Load() == 0 || now < p.minExp {
+		return
+	}
+	minExp := int64(1<<63 - 1)
+	for id := p.oldest; id != 0; {
+		x := &p.ents[id]
+		next := x.gnext
+		if x.expires <= now {
+			p.end(id)
+		} else {
+			minExp = min(minExp, x.expires)
+		}
+		id = next
+	}
+	p.minExp = minExp
+}
+
+// alloc returns a free entry id, growing the slab when none is free.
+func (p *predTable) alloc() uint32 {
+	if p.free != 0 {
+		id := p.free
+		p.free = p.ents[id].gnext
+		return id
+	}
+	if len(p.ents) == 0 {
+		p.ents = append(p.ents, predEnt{}) // id 0 means none
+	}
+	p.ents = append(p.ents, predEnt{})
+	return uint32(len(p.ents) - 1)
+}
+
+// end unlinks entry id from its lists and frees it. Called with mu held.
+func (p *predTable) end(id uint32) {
+	x := &p.ents[id]
+	pw := x.w
+	if x.gprev != 0 {
+		p.ents[x.gprev].gnext = x.gnext
+	} else {
+		p.oldest = x.gnext
+	}
+	if x.gnext != 0 {
+		p.ents[x.gnext].gprev = x.gprev
+	} else {
+		p.newest = x.gprev
+	}
+	if x.wprev != 0 {
+		p.ents[x.wprev].wnext = x.wnext
+	} else {
+		pw.oldest = x.wnext
+	}
+	if x.wnext != 0 {
+		p.ents[x.wnext].wprev = x.wprev
+	} else {
+		pw.newest = x.wprev
+	}
+	switch {
+	case x.rprev != 0:
+		p.ents[x.rprev].rnext = x.rnext
+	case x.rnext != 0:
+		p.roots[x.root] = x.rnext
+	default:
+		delete(p.roots, x.root)
+	}
+	if x.rnext != 0 {
+		p.ents[x.rnext].rprev = x.rprev
+	}
+	pw.n--
+	if pw.n == 0 {
+		delete(p.byName, pw.name)
+	}
+	p.blocks -= len(x.content)
+	p.live.Add(-1)
+	*x = predEnt{gnext: p.free}
+	p.free = id
+	if p.live.Load() == 0 && len(p.ents) > 1024 {
+		p.ents, p.free = nil, 0 // give a burst's slab back
+	}
+}
+
+// expire frees the expired entries at the old end of the engine-wide list. An expired
+// entry behind a longer-lived older one waits for a later call or for the bounds;
+// queries skip it meanwhile.
+func (p *predTable) expire(now int64) {
+	for p.oldest != 0 && p.ents[p.oldest].expires <= now {
+		p.end(p.oldest)
+	}
+}
+
+// endWorker ends every prediction of the worker named name. Called with mu held.
+func (p *predTable) endWorker(name string) {
+	if pw := p.byName[name]; pw != nil {
+		for pw.n > 0 {
+			p.end(pw.oldest)
+		}
+	}
+}
+
+// predictedEvent applies an event to w (locked) when the engine holds predictions: the
+// event itself (applyEvent), then the end of the worker's predictions it covers or
+// contradicts. The prediction lock is taken after the worker's, like everywhere.
+func (e *Engine) predictedEvent(w *worker, ev *Event) (gone bool, err error) {
+	p := &e.preds
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pw := p.byName[w.name]
+	if pw == nil {
+		return e.applyEvent(w, ev)
+	}
+	p.ends = p.ends[:0]
+	switch ev.Kind {
+	case EventCleared, EventRemoveWorker:
+		p.endWorker(w.name)
+	case EventRemoved:
+		// Before the removal: which of the removed seqs the worker holds at a key of a
+		// prediction.
+		for _, s := range ev.Seqs {
+			rid, ok := w.seqs.get(&e.seed, s)
+			if !ok {
+				continue
+			}
+			k := w.keys.recs[rid].key()
+			for id := pw.oldest; id != 0; id = p.ents[id].wnext {
+				if x := &p.ents[id]; x.ns == k.ns && int(k.pos) < len(x.pre) && x.pre[k.pos] == k.prefix {
+					p.ends = appendOnce(p.ends, id)
+				}
+			}
+		}
+	case EventStored:
+		return e.confirmingStore(w, ev, pw)
+	}
+	gone, err = e.applyEvent(w, ev)
+	for _, id := range p.ends {
+		p.end(id)
+	}
+	return gone, err
+}
+
+// confirmingStore applies a stored event and then ends the worker's predictions in its
+// namespace whose last key the event stored. The event's keys are computed from its
+// parent's key (read before the event, which may move the parent's seq) and its blocks.
+func (e *Engine) confirmingStore(w *worker, ev *Event, pw *predWorker) (bool, error) {
+	p := &e.preds
+	var prefix uint64
+	var pos uint32
+	if ev.HasParent {
+		rid, ok := w.seqs.get(&e.seed, ev.Parent)
+		if !ok {
+			return e.applyEvent(w, ev) // rejected: nothing to confirm
+		}
+		r := &w.keys.recs[rid]
+		prefix, pos = r.prefix(), r.pos+1
+	}
+	gone, err := e.applyEvent(w, ev)
+	if err != nil {
+		return gone, err
+	}
+	ns := uint32(0)
+	if ev.Namespace != "" {
+		ns = e.namespaceID(ev.Namespace, false)
+	}
+	p.ends = p.ends[:0]
+	for i, b := range ev.Blocks {
+		if i == 0 && !ev.HasParent {
+			prefix = b.Content
+		} else {
+			prefix = hash.Next(prefix, b.Content)
+		}
+		at := int(pos) + i
+		for id := pw.oldest; id != 0; id = p.ents[id].wnext {
+			if x := &p.ents[id]; x.ns == ns && len(x.pre) == at+1 && x.pre[at] == prefix {
+				p.ends = appendOnce(p.ends, id)
+			}
+		}
+	}
+	for _, id := range p.ends {
+		p.end(id)
+	}
+	return gone, nil
+}
+
+func appendOnce(s []uint32, id uint32) []uint32 {
+	if slices.Contains(s, id) {
+		return s
+	}
+	return append(s, id)
+}
+
+// predictionsFor ends the predictions of an event's worker that is not known to the
+// index (a clear or a removal of a worker known only through predictions).
+func (e *Engine) predictionsFor(ev *Event) {
+	if ev.Kind != EventCleared && ev.Kind != EventRemoveWorker {
+		return
+	}
+	p := &e.preds
+	p.mu.Lock()
+	p.endWorker(ev.Worker)
+	p.mu.Unlock()
+}
+
+// predHit is one worker's predicted length for a query.
+type predHit struct {
+	w *predWorker
+	n int
+}
+
+// addPredicted merges the live predictions into a query's answer dst[start:] (sorted
+// by sortMatches): a worker whose predicted length beats its confirmed score gets
+// Score = the predicted length and Predicted = the difference; a worker with a
+// predicted length and no confirmed match is added. Nothing is allocated beyond dst's
+// growth: the hits go into the pooled query's scratch.
+func (e *Engine) addPredicted(q *query, ns uint32, content []uint64, dst []Match, start int) []Match {
+	p := &e.preds
+	root := e.fingerprint(key{prefix: content[0], ns: ns})
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	head := p.roots[root]
+	if head == 0 {
+		return dst
+	}
+	now := e.now()
+	hits := q.phits[:0]
+	for id := head; id != 0; id = p.ents[id].rnext {
+		x := &p.ents[id]
+		if x.ns != ns || x.expires <= now {
+			continue
+		}
+		n := commonPrefix(x.content, content)
+		if n == 0 {
+			continue
+		}
+		found := false
+		for i := range hits {
+			if hits[i].w == x.w {
+				hits[i].n = max(hits[i].n, n)
+				found = true
+				break
+			}
+		}
+		if !found {
+			hits = append(hits, predHit{w: x.w, n: n})
+		}
+	}
+	q.phits = hits
+	changed := false
+	for _, h := range hits {
+		i := start
+		for ; i < len(dst) && dst[i].Worker != h.w.name; i++ {
+		}
+		if i < len(dst) {
+			if m := &dst[i]; h.n > m.Score {
+				m.Predicted, m.Score = h.n-m.Score, h.n
+				changed = true
+			}
+			continue
+		}
+		size := 0
+		if w := e.lookup(h.w.name); w != nil {
+			size = int(w.size.Load())
+		}
+		dst = append(dst, Match{Worker: h.w.name, Score: h.n, Size: size, Predicted: h.n})
+		changed = true
+	}
+	if changed {
+		sortMatches(dst[start:])
+	}
+	return dst
+}
+
+// commonPrefix returns the length of the longest common prefix of a and b.
+func commonPrefix(a, b []uint64) int {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}

@@ -1,0 +1,226 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/engine"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeClock is an injectable Config.Clock.
+type fakeClock struct{ ns atomic.Int64 }
+
+func (c *fakeClock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+func newPredEngine(t *testing.T, cfg engine.Config) (*engine.Engine, *fakeClock) {
+	c := &fakeClock{}
+	c.ns.Store(int64(time.Hour))
+	cfg.Clock = c.now
+	return newEngine(t, cfg), c
+}
+
+func match(t *testing.T, e *engine.Engine, ns string, q ...uint64) []engine.Match {
+	t.Helper()
+	require.NoError(t, e.Barrier(ctx))
+	got, err := e.FindMatchesIn(ctx, ns, q, nil)
+	require.NoError(t, err)
+	return got
+}
+
+func chain(seq0 uint64, content ...uint64) []engine.Block {
+	b := make([]engine.Block, len(content))
+	for i, c := range content {
+		b[i] = engine.Block{Content: c, Seq: seq0 + uint64(i)}
+	}
+	return b
+}
+
+func TestPredictThenConfirm(t *testing.T) {
+	e, _ := newPredEngine(t, engine.Config{Shards: 2})
+	require.NoError(t, e.Predict(ctx, "w1", "", []uint64{1, 2, 3}, time.Second))
+	// Known only through its prediction: size 0, all of the score predicted.
+	require.Equal(t, []engine.Match{{Worker: "w1", Score: 3, Predicted: 3}}, match(t, e, "", 1, 2, 3, 4))
+	require.Equal(t, []engine.Match{{Worker: "w1", Score: 2, Predicted: 2}}, match(t, e, "", 1, 2, 9))
+	require.Empty(t, match(t, e, "", 2, 3))
+	// Part of it arrives: the confirmed part is exact, the rest is predicted.
+	require.NoError(t, e.Store("w1", chain(10, 1, 2)))
+	require.Equal(t, []engine.Match{{Worker: "w1", Score: 3, Size: 2, Predicted: 1}}, match(t, e, "", 1, 2, 3))
+	require.Equal(t, 1, e.PredictionStats().Predictions)
+	// The rest arrives: confirmed, the prediction ends.
+	require.NoError(t, e.StoreUnder("w1", 11, chain(12, 3)))
+	require.Equal(t, []engine.Match{{Worker: "w1", Score: 3, Size: 3}}, match(t, e, "", 1, 2, 3))
+	require.Equal(t, engine.PredictionStats{}, e.PredictionStats())
+	// Ended, not merely covered: when a block of it moves away the prediction does not
+	// come back.
+	require.NoError(t, e.Store("w1", []engine.Block{{Content: 7, Seq: 11}}))
+	require.Equal(t, []engine.Match{{Worker: "w1", Score: 1, Size: 3}}, match(t, e, "", 1, 2, 3))
+}
+
+func TestPredictExpiresAndRefreshes(t *testing.T) {
+	e, clock := newPredEngine(t, engine.Config{Shards: 1, PredictionTTL: 50 * time.Millisecond})
+	require.NoError(t, e.Predict(ctx, "w", "", []uint64{1, 2}, 0)) // the default TTL
+	clock.advance(49 * time.Millisecond)
+	require.Len(t, match(t, e, "", 1, 2), 1)
+	require.NoError(t, e.Predict(ctx, "w", "", []uint64{1, 2}, 0)) // a refresh
+	require.Equal(t, 1, e.PredictionStats().Predictions)
+	clock.advance(49 * time.Millisecond)
+	require.Len(t, match(t, e, "", 1, 2), 1)
+	clock.advance(time.Millisecond)
+	require.Empty(t, match(t, e, "", 1, 2))
+	// The next Predict frees it.
+	require.NoError(t, e.Predict(ctx, "v", "", []uint64{5}, time.Second))
+	require.Equal(t, engine.PredictionStats{Predictions: 1, Blocks: 1, Workers: 1}, e.PredictionStats())
+}
+
+func TestPredictContradicted(t *testing.T) {
+	e, _ := newPredEngine(t, engine.Config{Shards: 2})
+	require.NoError(t, e.Store("w", chain(10, 1, 2)))
+	require.NoError(t, e.Predict(ctx, "w", "", []uint64{1, 2, 3, 4}, time.Second))
+	require.Equal(t, []engine.Match{{Worker: "w", Score: 4, Size: 2, Predicted: 2}}, match(t, e, "", 1, 2, 3, 4))
+	require.NoError(t, e.Remove("w", 99)) // not held: nothing contradicted
+	require.Equal(t, 4, match(t, e, "", 1, 2, 3, 4)[0].Score)
+	require.NoError(t, e.Remove("w", 11)) // a confirmed block of it evicted
+	require.Equal(t, []engine.Match{{Worker: "w", Score: 1, Size: 1}}, match(t, e, "", 1, 2, 3, 4))
+	require.Zero(t, e.PredictionStats().Predictions)
+}
+
+func TestPredictEndsWithClearAndRemoval(t *testing.T) {
+	e, _ := newPredEngine(t, engine.Config{Shards: 2})
+	for _, w := range []string{"a", "b", "c", "d"} {
+		require.NoError(t, e.Predict(ctx, w, "", []uint64{1, 2}, time.Second))
+	}
+	require.NoError(t, e.Store("c", chain(1, 5)))
+	require.NoError(t, e.Store("d", chain(1, 5)))
+	require.NoError(t, e.Clear("a"))        // known only through predictions
+	require.NoError(t, e.RemoveWorker("b")) // likewise
+	require.NoError(t, e.Clear("c"))
+	require.NoError(t, e.RemoveWorker("d"))
+	require.Empty(t, match(t, e, "", 1, 2))
+	require.Equal(t, engine.PredictionStats{}, e.PredictionStats())
+}
+
+func TestPredictBounds(t *testing.T) {
+	e, _ := newPredEngine(t, engine.Config{Shards: 1, PredictionsPerWorker: 2, PredictedBlocks: 5})
+	require.NoError(t, e.Predict(ctx, "w", "", []uint64{1}, time.Second))
+	require.NoError(t, e.Predict(ctx, "w", "", []uint64{2}, time.Second))
+	require.NoError(t, e.Predict(ctx, "w", "", []uint64{3}, time.Second)) // ends {1}
+	require.Empty(t, match(t, e, "", 1))
+	require.Len(t, match(t, e, "", 2), 1)
+	require.NoError(t, e.Predict(ctx, "v", "", []uint64{4, 4, 4}, time.Second)) // 5 blocks
+	require.NoError(t, e.Predict(ctx, "v", "", []uint64{5}, time.Second))       // ends {2}, the oldest
+	require.Empty(t, match(t, e, "", 2))
+	require.Len(t, match(t, e, "", 3), 1)
+	require.Equal(t, engine.PredictionStats{Predictions: 3, Blocks: 5, Workers: 2}, e.PredictionStats())
+	err := e.Predict(ctx, "v", "", []uint64{1, 2, 3, 4, 5, 6}, time.Second)
+	require.ErrorIs(t, err, engine.ErrInvalidEvent)
+}
+
+func TestPredictRejections(t *testing.T) {
+	e, _ := newPredEngine(t, engine.Config{Shards: 1, MaxEventBlocks: 4})
+	for _, tc := range []struct {
+		worker  string
+		content []uint64
+		ttl     time.Duration
+	}{
+		{"", []uint64{1}, time.Second},
+		{"w", []uint64{1}, -time.Second},
+		{"w", []uint64{1}, engine.MaxPredictionTTL + 1},
+		{"w", []uint64{1, 2, 3, 4, 5}, time.Second},
+	} {
+		err := e.Predict(ctx, tc.worker, "", tc.content, tc.ttl)
+		require.ErrorIs(t, err, engine.ErrInvalidEvent, "%+v", tc)
+		require.True(t, engine.IsRejection(err))
+	}
+	require.NoError(t, e.Predict(ctx, "w", "", nil, time.Second)) // a no-op
+	require.Equal(t, engine.PredictionStats{}, e.PredictionStats())
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorIs(t, e.Predict(cctx, "w", "", []uint64{1}, time.Second), cctx.Err())
+	require.NoError(t, e.Close())
+	require.ErrorIs(t, e.Predict(ctx, "w", "", []uint64{1}, time.Second), engine.ErrClosed)
+}
+
+func TestPredictNamespaces(t *testing.T) {
+	e, _ := newPredEngine(t, engine.Config{Shards: 2})
+	require.NoError(t, e.Predict(ctx, "w", "model-a", []uint64{1, 2}, time.Second))
+	require.Empty(t, match(t, e, "", 1, 2))
+	require.Empty(t, match(t, e, "model-b", 1, 2))
+	require.Equal(t, []engine.Match{{Worker: "w", Score: 2, Predicted: 2}}, match(t, e, "model-a", 1, 2))
+	// A store in another namespace confirms nothing.
+	require.NoError(t, e.Store("w", chain(1, 1, 2)))
+	require.Equal(t, 1, e.PredictionStats().Predictions)
+	require.NoError(t, e.Apply(&engine.Event{Kind: engine.EventStored, Worker: "w", Namespace: "model-a", Blocks: chain(5, 1, 2)}))
+	require.Zero(t, e.PredictionStats().Predictions)
+}
+
+func TestFindMatchesZeroAllocsWithPredictions(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under -race")
+	}
+	e, _ := newPredEngine(t, engine.Config{Shards: 2, JumpSize: 8})
+	q := make([]uint64, 100)
+	for i := range q {
+		q[i] = uint64(i)
+	}
+	for w := 0; w < 8; w++ {
+		require.NoError(t, e.Store(fmt.Sprintf("w%d", w), chain(1000, q[:10+5*w]...)))
+		require.NoError(t, e.Predict(ctx, fmt.Sprintf("w%d", w), "", q[:20+10*w], time.Minute))
+		require.NoError(t, e.Predict(ctx, fmt.Sprintf("p%d", w), "", q[:5+w], time.Minute))
+	}
+	require.NoError(t, e.Barrier(ctx))
+	dst := make([]engine.Match, 0, 32)
+	allocs := testing.AllocsPerRun(200, func() {
+		var err error
+		dst, err = e.FindMatches(ctx, q, dst[:0])
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	require.Len(t, dst, 16)
+	require.Equal(t, engine.Match{Worker: "w7", Score: 90, Size: 45, Predicted: 45}, dst[0])
+	require.Zero(t, allocs)
+}
+
+// TestPredictConcurrent runs predictions, events and queries of the same workers from
+// several goroutines (for -race) and checks the table drains once everything expires.
+func TestPredictConcurrent(t *testing.T) {
+	e, clock := newPredEngine(t, engine.Config{Shards: 3, PredictionsPerWorker: 4, PredictedBlocks: 200})
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			w := fmt.Sprintf("w%d", g%2)
+			var dst []engine.Match
+			for i := 0; i < 500; i++ {
+				c := []uint64{1, uint64(i % 7), uint64(i % 5), uint64(g)}
+				switch i % 4 {
+				case 0:
+					require.NoError(t, e.Predict(ctx, w, "", c, time.Duration(1+i%9)*time.Millisecond))
+				case 1:
+					require.NoError(t, e.Store(w, chain(uint64(g*1000+i), c...)))
+				case 2:
+					require.NoError(t, e.Remove(w, uint64(g*1000+i-1), uint64(g*1000+i-3)))
+				default:
+					var err error
+					dst, err = e.FindMatches(ctx, c, dst[:0])
+					require.NoError(t, err)
+					for _, m := range dst {
+						require.GreaterOrEqual(t, m.Score, m.Predicted)
+					}
+				}
+				clock.advance(time.Millisecond / 4)
+			}
+		}(g)
+	}
+	wg.Wait()
+	clock.advance(time.Second)
+	require.NoError(t, e.Predict(ctx, "x", "", []uint64{9}, time.Second)) // frees the expired
+	require.Equal(t, engine.PredictionStats{Predictions: 1, Blocks: 1, Workers: 1}, e.PredictionStats())
+}
