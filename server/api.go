@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,6 +84,39 @@ type MatchRequest struct {
 	// ExtraKeys are the per-block extra keys of a multimodal (or vLLM-salted) prompt,
 	// with Tokens: see extrakeys.go for the shape and the hash.
 	ExtraKeys []any `json:"extra_keys,omitempty"`
+	// Record records the pick as a prediction (as POST /v1/routed would, with the
+	// server's default TTL): the next requests sharing this prompt see it before the
+	// picked worker's events arrive.
+	Record bool `json:"record,omitempty"`
+}
+
+// RoutedRequest is the body of POST /v1/routed: the caller sent a request to Worker, so
+// the worker is about to hold its blocks (read strictly, like MatchRequest). Exactly one
+// of Tokens and ContentHashes is given.
+type RoutedRequest struct {
+	Model     string `json:"model"`
+	Namespace string `json:"namespace,omitempty"`
+	LoraName  string `json:"lora_name,omitempty"`
+	CacheSalt string `json:"cache_salt,omitempty"`
+	// Worker is the worker the request went to: one of the model's workers.
+	Worker        string   `json:"worker"`
+	Tokens        []uint32 `json:"tokens,omitempty"`
+	ContentHashes []U64    `json:"content_hashes,omitempty"`
+	ExtraKeys     []any    `json:"extra_keys,omitempty"`
+	// TTLms is the prediction's lifetime in milliseconds; 0 or absent: the server's
+	// default (index.prediction_ttl). At most 600000.
+	TTLms uint64 `json:"ttl_ms,omitempty"`
+}
+
+// RoutedResponse is the answer of POST /v1/routed.
+type RoutedResponse struct {
+	Model     string `json:"model"`
+	Namespace string `json:"namespace"`
+	Worker    string `json:"worker"`
+	// Blocks is the number of full blocks predicted.
+	Blocks int `json:"blocks"`
+	// TTLms is the prediction's lifetime as applied.
+	TTLms int64 `json:"ttl_ms"`
 }
 
 // Match is one worker's answer.
@@ -91,7 +126,11 @@ type Match struct {
 	Score int `json:"score"`
 	// Size is the number of blocks the worker holds.
 	Size int `json:"size"`
-	// State is the worker's subscriber state (live, stale, disconnected, ...).
+	// Predicted is the part of Score that comes from predictions (POST /v1/routed,
+	// "record"), not from the worker's events.
+	Predicted int `json:"predicted"`
+	// State is the worker's subscriber state (live, stale, disconnected, ...), or
+	// "approximate" for a worker without events.
 	State string `json:"state"`
 }
 
@@ -113,6 +152,8 @@ type MatchResponse struct {
 	Matches []Match `json:"matches"`
 	// Pick is null when the model has no eligible (live or stale) worker.
 	Pick *Pick `json:"pick"`
+	// Recorded says the pick was recorded as a prediction ("record": true).
+	Recorded bool `json:"recorded,omitempty"`
 }
 
 // errorBody is every error's JSON body.
@@ -170,6 +211,7 @@ func methods(h http.HandlerFunc, allowed ...string) http.HandlerFunc {
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/match", s.instrument("match", methods(s.handleMatch, http.MethodPost)))
+	mux.Handle("/v1/routed", s.instrument("routed", methods(s.handleRouted, http.MethodPost)))
 	mux.Handle("/v1/workers", s.instrument("workers", methods(s.handleWorkers, http.MethodGet)))
 	mux.Handle("/healthz", s.instrument("healthz", methods(s.handleHealth, http.MethodGet)))
 	mux.Handle("/readyz", s.instrument("readyz", methods(s.handleReady, http.MethodGet)))
@@ -308,24 +350,27 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buf
 	return false
 }
 
-func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
-	sc := scratchPool.Get().(*matchScratch)
-	defer func() {
-		if sc.body.Cap() <= 1<<20 && cap(sc.req.Tokens) <= 1<<18 {
-			scratchPool.Put(sc)
-		}
-	}()
+// release gives a request's scratch back to the pool unless it grew large.
+func (sc *matchScratch) release() {
+	if sc.body.Cap() <= 1<<20 && cap(sc.req.Tokens) <= 1<<18 {
+		scratchPool.Put(sc)
+	}
+}
+
+// readQuery reads a match or routed request's body, model, namespace and query content
+// hashes, answering every error itself (ok false).
+func (s *Server) readQuery(w http.ResponseWriter, r *http.Request, sc *matchScratch, kind int) (m *model, ns string, q []uint64, ok bool) {
 	sc.body.Reset()
 	if !s.readBody(w, r, &sc.body) {
-		return
+		return nil, "", nil, false
 	}
 	if sc.body.Len() == 0 {
 		writeError(w, http.StatusBadRequest, "bad_json", "empty request body")
-		return
+		return nil, "", nil, false
 	}
-	if err := decodeMatch(sc.body.Bytes(), &sc.req); err != nil {
+	if err := decodeRequest(sc.body.Bytes(), &sc.req, kind); err != nil {
 		writeError(w, http.StatusBadRequest, "bad_json", "invalid request: %v", err)
-		return
+		return nil, "", nil, false
 	}
 	req := &sc.req
 	hasTokens, hasHashes := req.HasTokens, req.HasHashes
@@ -333,36 +378,26 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 	m, err := s.resolveModel(req.Model)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "unknown_model", "%v", err)
-		return
+		return nil, "", nil, false
 	}
-	ns, err := RequestNamespace(m.name, req.Namespace, req.LoraName, req.CacheSalt)
+	ns, err = RequestNamespace(m.name, req.Namespace, req.LoraName, req.CacheSalt)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "bad_namespace", "%v", err)
-		return
-	}
-	policy := req.Policy
-	if policy == "" {
-		policy = s.cfg.Policy
-	}
-	switch policy {
-	case PolicyLongestPrefix, PolicyRoundRobin, PolicyRandom:
-	default:
-		writeError(w, http.StatusBadRequest, "bad_policy", "unknown policy %q (want one of %v)", policy, Policies())
-		return
+		return nil, "", nil, false
 	}
 	if hasTokens && hasHashes {
 		writeError(w, http.StatusBadRequest, "bad_query", "give tokens or content_hashes, not both")
-		return
+		return nil, "", nil, false
 	}
 	if !hasTokens && !hasHashes {
 		writeError(w, http.StatusBadRequest, "bad_query", "tokens or content_hashes is required")
-		return
+		return nil, "", nil, false
 	}
-	q := hashes
+	q = hashes
 	if hasTokens {
 		if len(tokens64)/m.blockSize > s.cfg.MaxQueryBlocks {
 			writeError(w, http.StatusBadRequest, "query_too_long", "query of %d blocks exceeds %d", len(tokens64)/m.blockSize, s.cfg.MaxQueryBlocks)
-			return
+			return nil, "", nil, false
 		}
 		toks := sc.toks[:0]
 		for _, t := range tokens64 {
@@ -373,7 +408,7 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 			keys, err := parseExtraKeys(req.ExtraKeys, len(toks)/m.blockSize)
 			if err != nil {
 				writeError(w, http.StatusBadRequest, "bad_extra_keys", "extra_keys: %v", err)
-				return
+				return nil, "", nil, false
 			}
 			q = contentsWithKeys(sc.q[:0], toks, m.blockSize, keys)
 		} else {
@@ -382,13 +417,33 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 		sc.q = q
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, "internal", "%v", err)
-			return
+			return nil, "", nil, false
 		}
 	} else if req.ExtraKeys != nil {
 		writeError(w, http.StatusBadRequest, "bad_query", "extra_keys needs tokens (with content_hashes, hash them in: hash.ContentExtra)")
-		return
+		return nil, "", nil, false
 	} else if len(q) > s.cfg.MaxQueryBlocks {
 		writeError(w, http.StatusBadRequest, "query_too_long", "query of %d blocks exceeds %d", len(q), s.cfg.MaxQueryBlocks)
+		return nil, "", nil, false
+	}
+	return m, ns, q, true
+}
+
+func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
+	sc := scratchPool.Get().(*matchScratch)
+	defer sc.release()
+	m, ns, q, ok := s.readQuery(w, r, sc, kindMatch)
+	if !ok {
+		return
+	}
+	policy := sc.req.Policy
+	if policy == "" {
+		policy = s.cfg.Policy
+	}
+	switch policy {
+	case PolicyLongestPrefix, PolicyRoundRobin, PolicyRandom:
+	default:
+		writeError(w, http.StatusBadRequest, "bad_policy", "unknown policy %q (want one of %v)", policy, Policies())
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(s.cfg.QueryTimeout))
@@ -413,10 +468,12 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 		state := "unknown"
 		if sub := s.byWorker[f.Worker]; sub != nil {
 			state = sub.State().String()
+		} else if s.approx[f.Worker] != nil {
+			state = stateApproximate
 		} else if s.external {
 			state = "replicated" // fed by another process (a relay), which vouches for it
 		}
-		resp.Matches = append(resp.Matches, Match{Worker: f.Worker, Score: f.Score, Size: f.Size, State: state})
+		resp.Matches = append(resp.Matches, Match{Worker: f.Worker, Score: f.Score, Size: f.Size, Predicted: f.Predicted, State: state})
 	}
 	// found is in the order the response promises: score descending, then worker id.
 	resp.Pick = s.pick(m, policy, resp.Matches)
@@ -427,8 +484,74 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 		if sub := s.byWorker[resp.Pick.Worker]; sub != nil {
 			sub.NoteServed(s.now())
 		}
+		if sc.req.Record && len(q) > 0 {
+			if err := s.eng.Predict(ctx, resp.Pick.Worker, ns, q, 0); err != nil {
+				s.predictError(w, err)
+				return
+			}
+			resp.Recorded = true
+		}
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// stateApproximate is the state of a worker without events.
+const stateApproximate = "approximate"
+
+// predictError answers a failed Predict.
+func (s *Server) predictError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		writeError(w, http.StatusServiceUnavailable, "timeout", "predict: %v", err)
+	case errors.Is(err, engine.ErrClosed) || errors.Is(err, engine.ErrShardFailed):
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "index unavailable: %v", err)
+	case engine.IsRejection(err) || errors.Is(err, engine.ErrQueryTooLong):
+		writeError(w, http.StatusBadRequest, "bad_prediction", "%v", err)
+	default:
+		writeError(w, http.StatusInternalServerError, "internal", "predict: %v", err)
+	}
+}
+
+// servesWorker reports whether worker is one of model m's workers (any worker when the
+// index is fed by another process, which knows them).
+func (s *Server) servesWorker(m *model, worker string) bool {
+	if sub := s.byWorker[worker]; sub != nil {
+		return sub.Model() == m.name
+	}
+	if am := s.approx[worker]; am != nil {
+		return am == m
+	}
+	return s.external
+}
+
+// handleRouted records a routing decision as a prediction.
+func (s *Server) handleRouted(w http.ResponseWriter, r *http.Request) {
+	sc := scratchPool.Get().(*matchScratch)
+	defer sc.release()
+	m, ns, q, ok := s.readQuery(w, r, sc, kindRouted)
+	if !ok {
+		return
+	}
+	worker := sc.req.Worker
+	if worker == "" {
+		writeError(w, http.StatusBadRequest, "bad_worker", "worker is required")
+		return
+	}
+	if !s.servesWorker(m, worker) {
+		writeError(w, http.StatusBadRequest, "unknown_worker", "worker %q is not a worker of model %q", worker, m.name)
+		return
+	}
+	ttl := time.Duration(sc.req.TTLms) * time.Millisecond
+	if ttl == 0 {
+		ttl = s.eng.Config().PredictionTTL
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(s.cfg.QueryTimeout))
+	defer cancel()
+	if err := s.eng.Predict(ctx, worker, ns, q, ttl); err != nil {
+		s.predictError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, RoutedResponse{Model: m.name, Namespace: ns, Worker: worker, Blocks: len(q), TTLms: ttl.Milliseconds()})
 }
 
 // eligible reports whether a worker may be picked: its subscriber is connected and
@@ -437,11 +560,20 @@ func eligible(st subscriber.State) bool {
 	return st == subscriber.StateLive || st == subscriber.StateStale
 }
 
+// pickable reports whether a worker may be picked: its subscriber is live or stale, it
+// has no events to wait for (approximate), or the index is fed by another process.
+func (s *Server) pickable(worker string) bool {
+	if sub := s.byWorker[worker]; sub != nil {
+		return eligible(sub.State())
+	}
+	return s.approx[worker] != nil || s.external
+}
+
 func (s *Server) pick(m *model, policy string, matches []Match) *Pick {
 	if policy == PolicyLongestPrefix {
 		best := -1
 		for i, mt := range matches {
-			if sub := s.byWorker[mt.Worker]; (sub == nil && !s.external) || (sub != nil && !eligible(sub.State())) {
+			if !s.pickable(mt.Worker) {
 				continue
 			}
 			if best < 0 || mt.Score > matches[best].Score ||
@@ -454,16 +586,22 @@ func (s *Server) pick(m *model, policy string, matches []Match) *Pick {
 			return &Pick{Worker: matches[best].Worker, Policy: policy, Score: matches[best].Score, Reason: "longest cached prefix"}
 		}
 	}
-	var cands []*subscriber.Subscriber
+	// The fallback candidates: the eligible subscribed workers and the approximate ones,
+	// in id order.
+	var cands []string
 	for _, sub := range m.subs {
 		if eligible(sub.State()) {
-			cands = append(cands, sub)
+			cands = append(cands, sub.Worker())
 		}
+	}
+	if len(m.approx) > 0 {
+		cands = append(cands, m.approx...)
+		slices.Sort(cands)
 	}
 	if len(cands) == 0 {
 		return nil
 	}
-	var c *subscriber.Subscriber
+	var c string
 	reason := "round-robin"
 	switch policy {
 	case PolicyRandom:
@@ -475,11 +613,11 @@ func (s *Server) pick(m *model, policy string, matches []Match) *Pick {
 	}
 	score := 0
 	for _, mt := range matches {
-		if mt.Worker == c.Worker() {
+		if mt.Worker == c {
 			score = mt.Score
 		}
 	}
-	return &Pick{Worker: c.Worker(), Policy: policy, Score: score, Reason: reason}
+	return &Pick{Worker: c, Policy: policy, Score: score, Reason: reason}
 }
 
 // WorkerInfo is one entry of GET /v1/workers.
@@ -571,6 +709,16 @@ func (s *Server) handleWorkers(w http.ResponseWriter, r *http.Request) {
 	}{Workers: make([]WorkerInfo, 0, len(s.subs)), Models: s.modelInfos(now)}
 	for _, sub := range s.subs {
 		out.Workers = append(out.Workers, s.workerInfo(sub, sizer, now))
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.approx)) {
+		// A worker without events: only its model, state and size (0 unless a relay
+		// feeds the index) mean anything.
+		wi := WorkerInfo{Worker: name, Model: s.approx[name].name, State: stateApproximate, Rejected: map[string]uint64{}}
+		if sizer != nil {
+			n, _ := sizer.WorkerSize(name)
+			wi.Size = &n
+		}
+		out.Workers = append(out.Workers, wi)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -142,16 +142,26 @@ type IndexConfig struct {
 	Shards    int `json:"shards,omitempty"`
 	JumpSize  int `json:"jump_size,omitempty"`
 	QueueSize int `json:"queue_size,omitempty"`
+	// PredictionTTL is the lifetime of a prediction that gives no ttl_ms (POST
+	// /v1/routed, "record" on /v1/match). Default 2s.
+	PredictionTTL Duration `json:"prediction_ttl,omitempty"`
+	// PredictionsPerWorker and PredictedBlocks bound the predictions (engine.Config).
+	PredictionsPerWorker int `json:"predictions_per_worker,omitempty"`
+	PredictedBlocks      int `json:"predicted_blocks,omitempty"`
 }
 
 // Engine returns the engine configuration.
 func (c IndexConfig) Engine() engine.Config {
-	return engine.Config{Shards: c.Shards, JumpSize: c.JumpSize, QueueSize: c.QueueSize}
+	return engine.Config{Shards: c.Shards, JumpSize: c.JumpSize, QueueSize: c.QueueSize,
+		PredictionTTL: time.Duration(c.PredictionTTL), PredictionsPerWorker: c.PredictionsPerWorker,
+		PredictedBlocks: c.PredictedBlocks}
 }
 
 // EngineConfig describes one engine: its endpoints, identity and model.
 type EngineConfig struct {
-	// Endpoint is the engine's PUB endpoint (rank 0), e.g. "tcp://10.0.0.7:5557".
+	// Endpoint is the engine's PUB endpoint (rank 0), e.g. "tcp://10.0.0.7:5557". ""
+	// (with Worker set) is an engine that publishes no events: it is served from
+	// predictions alone (POST /v1/routed, "record" on /v1/match), "approximate" routing.
 	Endpoint string `json:"endpoint"`
 	// ReplayEndpoint is its ROUTER replay endpoint (rank 0); "" for none.
 	ReplayEndpoint string `json:"replay_endpoint,omitempty"`
@@ -271,10 +281,12 @@ func (c Config) Validate() error {
 	return err
 }
 
-// publisher is one subscriber to run: an engine's rank.
+// publisher is one subscriber to run: an engine's rank. An approximate one (an engine
+// without an endpoint) runs no subscriber; only its Worker, Model and BlockSize are set.
 type publisher struct {
 	engine int // index in Config.Engines
 	cfg    subscriber.Config
+	approx bool
 }
 
 // SubscriberConfigs validates the configuration and returns one subscriber configuration
@@ -285,9 +297,11 @@ func (c Config) SubscriberConfigs() ([]subscriber.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]subscriber.Config, len(pubs))
-	for i, p := range pubs {
-		out[i] = p.cfg
+	out := make([]subscriber.Config, 0, len(pubs))
+	for _, p := range pubs {
+		if !p.approx {
+			out = append(out, p.cfg)
+		}
 	}
 	return out, nil
 }
@@ -338,11 +352,16 @@ func (c Config) plan() ([]publisher, error) {
 	modelBS := map[string]int{}
 	for i, e := range c.Engines {
 		where := fmt.Sprintf("engines[%d]", i)
-		if e.Endpoint == "" {
-			return nil, bad("%s.endpoint is required", where)
-		}
 		if err := hash.CheckBlockSize(e.BlockSize); err != nil {
 			return nil, bad("%s.block_size: %v", where, err)
+		}
+		if e.Endpoint == "" {
+			p, err := approxPublisher(e, where, i, workers, modelBS, c.Models)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, p)
+			continue
 		}
 		if bs, ok := c.Models[e.Model]; ok && bs != e.BlockSize {
 			return nil, bad("%s: model %q has block size %d in models", where, e.Model, bs)
@@ -414,6 +433,32 @@ func (c Config) plan() ([]publisher, error) {
 		}
 	}
 	return out, nil
+}
+
+// approxPublisher checks an engine without an endpoint: it needs a worker id, and
+// nothing that only a subscriber would use.
+func approxPublisher(e EngineConfig, where string, i int, workers, modelBS map[string]int, models map[string]int) (publisher, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case e.Worker == "":
+		return publisher{}, bad("%s: an engine without an endpoint (served from predictions alone) needs a worker; %s.endpoint is required to follow events", where, where)
+	case e.ReplayEndpoint != "" || e.DPRanks != 0 || e.DPRankStart != 0 || e.Bind || e.Topic != "" || e.HashCheck != nil:
+		return publisher{}, bad("%s: replay_endpoint, dp_ranks, bind, topic and hash_check need an endpoint", where)
+	}
+	if bs, ok := models[e.Model]; ok && bs != e.BlockSize {
+		return publisher{}, bad("%s: model %q has block size %d in models", where, e.Model, bs)
+	}
+	if bs, ok := modelBS[e.Model]; ok && bs != e.BlockSize {
+		return publisher{}, bad("%s: model %q has block size %d here and %d elsewhere", where, e.Model, e.BlockSize, bs)
+	}
+	modelBS[e.Model] = e.BlockSize
+	if j, dup := workers[e.Worker]; dup {
+		return publisher{}, bad("%s: worker id %q also used by engines[%d]", where, e.Worker, j)
+	}
+	workers[e.Worker] = i
+	return publisher{engine: i, approx: true, cfg: subscriber.Config{Worker: e.Worker, Model: e.Model, BlockSize: e.BlockSize}}, nil
 }
 
 // nopIndex stands in for the engine while a configuration is validated.

@@ -69,6 +69,7 @@ func Example() {
 	//       "worker": "pod-7",
 	//       "score": 2,
 	//       "size": 2,
+	//       "predicted": 0,
 	//       "state": "replicated"
 	//     }
 	//   ],

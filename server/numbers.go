@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 	"unicode/utf8"
+
+	"github.com/kvindex/kvindex/engine"
 )
 
 // A hand-written reader for the body of POST /v1/match. encoding/json scans a body twice
@@ -15,7 +18,7 @@ import (
 // fields and two integer arrays, so one pass reads it; the strict rules stay (unknown
 // fields, wrong types and trailing data are errors).
 
-// matchReq is a decoded match request.
+// matchReq is a decoded match (or routed) request.
 type matchReq struct {
 	Model, Namespace, LoraName, CacheSalt, Policy string
 
@@ -23,15 +26,39 @@ type matchReq struct {
 	HasTokens, HasHashes bool
 	// ExtraKeys is the raw JSON of extra_keys (extrakeys.go), nil when absent.
 	ExtraKeys []byte
+	// Record (match only) asks to record the pick as a prediction.
+	Record bool
+	// Worker and TTLms (routed only): the worker a request was sent to and the
+	// prediction's lifetime in milliseconds (0: the server's default).
+	Worker string
+	TTLms  uint64
 }
 
 var errSyntax = errors.New("invalid JSON")
 
+// The request kinds decodeRequest reads; each allows its own fields.
+const (
+	kindMatch = iota
+	kindRouted
+)
+
+// requestFields are the fields of each kind, each with its bit in the duplicate check.
+var requestFields = [2]map[string]uint32{
+	kindMatch: {"model": 1, "namespace": 2, "lora_name": 4, "cache_salt": 8, "policy": 16,
+		"tokens": 32, "content_hashes": 64, "extra_keys": 128, "record": 256},
+	kindRouted: {"model": 1, "namespace": 2, "lora_name": 4, "cache_salt": 8, "worker": 16,
+		"tokens": 32, "content_hashes": 64, "extra_keys": 128, "ttl_ms": 256},
+}
+
 // decodeMatch reads a match request from b into *rp, reusing its slices' memory.
-func decodeMatch(b []byte, rp *matchReq) (err error) {
+func decodeMatch(b []byte, rp *matchReq) error { return decodeRequest(b, rp, kindMatch) }
+
+// decodeRequest reads a request of the given kind from b into *rp, reusing its slices'
+// memory. A field outside the kind's set, or given twice, is an error.
+func decodeRequest(b []byte, rp *matchReq, kind int) (err error) {
 	*rp = matchReq{Tokens: rp.Tokens[:0], Hashes: rp.Hashes[:0]}
 	r := rp
-	var seen uint8 // a bit per field: a duplicated key is an error, not "last wins"
+	var seen uint32
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return fmt.Errorf("%w: want an object", errSyntax)
@@ -61,14 +88,46 @@ func decodeMatch(b []byte, rp *matchReq) (err error) {
 			return fmt.Errorf("%w at offset %d: want ':'", errSyntax, i)
 		}
 		i = skipSpace(b, i+1)
-		var str *string
-		if bit := fieldBit(key); bit != 0 {
-			if seen&bit != 0 {
-				return fmt.Errorf("json: duplicated field %q", key)
-			}
-			seen |= bit
+		bit, ok := requestFields[kind][key]
+		if !ok {
+			return fmt.Errorf("json: unknown field %q", key)
 		}
+		if seen&bit != 0 {
+			return fmt.Errorf("json: duplicated field %q", key) // not "last wins"
+		}
+		seen |= bit
+		var str *string
 		switch key {
+		case "worker":
+			str = &r.Worker
+		case "record":
+			switch {
+			case hasPrefix(b[i:], "true"):
+				r.Record, i = true, i+4
+			case hasPrefix(b[i:], "false"):
+				i += 5
+			case hasPrefix(b[i:], "null"):
+				i += 4
+			default:
+				return errors.New("record: want true or false")
+			}
+		case "ttl_ms":
+			if hasPrefix(b[i:], "null") {
+				i += 4
+				break
+			}
+			j := i
+			for j < len(b) && b[j] != ',' && b[j] != '}' && !isSpace(b[j]) {
+				j++
+			}
+			v, err := parseUint(b[i:j], false)
+			if err == nil && v > uint64(engine.MaxPredictionTTL/time.Millisecond) {
+				err = fmt.Errorf("%d exceeds %d", v, engine.MaxPredictionTTL/time.Millisecond)
+			}
+			if err != nil {
+				return fmt.Errorf("ttl_ms: %w", err)
+			}
+			r.TTLms, i = v, j
 		case "model":
 			str = &r.Model
 		case "namespace":
@@ -135,27 +194,6 @@ func decodeMatch(b []byte, rp *matchReq) (err error) {
 			return fmt.Errorf("%w at offset %d: want ',' or '}'", errSyntax, i)
 		}
 	}
-}
-
-// fieldBit is the bit of a match request field in decodeMatch's seen set (0: unknown).
-func fieldBit(key string) uint8 {
-	switch key {
-	case "model":
-		return 1 << 0
-	case "namespace":
-		return 1 << 1
-	case "lora_name":
-		return 1 << 2
-	case "cache_salt":
-		return 1 << 3
-	case "policy":
-		return 1 << 4
-	case "tokens":
-		return 1 << 5
-	case "content_hashes":
-		return 1 << 6
-	}
-	return 0
 }
 
 func hasPrefix(b []byte, s string) bool { return len(b) >= len(s) && string(b[:len(s)]) == s }

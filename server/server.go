@@ -54,7 +54,9 @@ type model struct {
 	name      string
 	blockSize int
 	subs      []*subscriber.Subscriber
-	queries   queryWindow // diagnose.go
+	// approx are the model's workers without events (served from predictions), sorted.
+	approx  []string
+	queries queryWindow // diagnose.go
 }
 
 // Server is kvindex serve: one engine, one subscriber per engine rank, the HTTP API.
@@ -71,6 +73,8 @@ type Server struct {
 	subs     []*subscriber.Subscriber
 	byWorker map[string]*subscriber.Subscriber
 	models   map[string]*model
+	// approx maps each worker without events to its model.
+	approx map[string]*model
 
 	reg         *prometheus.Registry
 	findLatency prometheus.Histogram
@@ -135,6 +139,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		eng:      eng,
 		byWorker: map[string]*subscriber.Subscriber{},
 		models:   map[string]*model{},
+		approx:   map[string]*model{},
 		ln:       opts.Listener,
 		grpcLn:   opts.GRPCListener,
 		errc:     make(chan error, len(pubs)+1),
@@ -143,6 +148,16 @@ func New(cfg Config, opts Options) (*Server, error) {
 		stopDiag: make(chan struct{}),
 	}
 	for _, p := range pubs {
+		if p.approx {
+			m := s.models[p.cfg.Model]
+			if m == nil {
+				m = &model{name: p.cfg.Model, blockSize: p.cfg.BlockSize}
+				s.models[p.cfg.Model] = m
+			}
+			m.approx = append(m.approx, p.cfg.Worker)
+			s.approx[p.cfg.Worker] = m
+			continue
+		}
 		sc := p.cfg
 		sc.Index = eng
 		sc.Logger = log // every subscriber log line names its worker
@@ -171,6 +186,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		}
 	}
 	for _, m := range s.models {
+		slices.Sort(m.approx)
 		slices.SortFunc(m.subs, func(a, b *subscriber.Subscriber) int {
 			switch {
 			case a.Worker() < b.Worker():
