@@ -17,6 +17,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -78,6 +79,13 @@ func (c *Client) MatchTokens(ctx context.Context, model string, tokens []uint32)
 // model's block size): smaller messages, and the hashing stays on the router.
 func (c *Client) MatchHashes(ctx context.Context, model string, content []uint64) (*kvindexv1.MatchResponse, error) {
 	return c.index.Match(ctx, &kvindexv1.MatchRequest{Model: model, ContentHashes: content})
+}
+
+// Routed records that a request was sent to worker (as POST /v1/routed): the index
+// counts the worker as holding the request's blocks until its events confirm or
+// contradict it or ttl (0: the server's default) ends.
+func (c *Client) Routed(ctx context.Context, model, worker string, content []uint64, ttl time.Duration) (*kvindexv1.RoutedResponse, error) {
+	return c.index.Routed(ctx, &kvindexv1.RoutedRequest{Model: model, Worker: worker, ContentHashes: content, TtlMs: uint32(ttl.Milliseconds())})
 }
 
 // Workers lists the workers the server follows.

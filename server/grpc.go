@@ -227,20 +227,88 @@ func (g *grpcService) Match(ctx context.Context, req *kvindexv1.MatchRequest) (*
 	resp := &kvindexv1.MatchResponse{Model: m.name, Namespace: ns, Blocks: int32(len(q)),
 		Matches: make([]*kvindexv1.Match, 0, len(found))}
 	for _, f := range found {
-		mt := Match{Worker: f.Worker, Score: f.Score, Size: f.Size, State: s.workerState(f.Worker)}
+		mt := Match{Worker: f.Worker, Score: f.Score, Size: f.Size, Predicted: f.Predicted, State: s.workerState(f.Worker)}
 		matches = append(matches, mt)
-		resp.Matches = append(resp.Matches, &kvindexv1.Match{Worker: mt.Worker, Score: int32(mt.Score), Size: int32(mt.Size), State: mt.State})
+		resp.Matches = append(resp.Matches, &kvindexv1.Match{Worker: mt.Worker, Score: int32(mt.Score), Size: int32(mt.Size),
+			State: mt.State, Predicted: int32(mt.Predicted)})
 	}
 	if p := s.pick(m, policy, matches); p != nil {
 		resp.Pick = &kvindexv1.Pick{Worker: p.Worker, Policy: p.Policy, Score: int32(p.Score), Reason: p.Reason}
+		if req.GetRecord() && len(q) > 0 {
+			if err := s.eng.Predict(qctx, p.Worker, ns, q, 0); err != nil {
+				return nil, predictStatus(err)
+			}
+			resp.Recorded = true
+		}
 	}
 	return resp, nil
+}
+
+// predictStatus maps a failed Predict to its gRPC status.
+func predictStatus(err error) error {
+	switch {
+	case engine.IsRejection(err) || errors.Is(err, engine.ErrQueryTooLong):
+		return status.Errorf(codes.InvalidArgument, "predict: %v", err)
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, engine.ErrClosed) || errors.Is(err, engine.ErrShardFailed):
+		return status.Errorf(codes.Unavailable, "predict: %v", err)
+	}
+	return status.Errorf(codes.Internal, "predict: %v", err)
+}
+
+// Routed is POST /v1/routed over gRPC.
+func (g *grpcService) Routed(ctx context.Context, req *kvindexv1.RoutedRequest) (*kvindexv1.RoutedResponse, error) {
+	s := g.s
+	m, err := s.resolveModel(req.GetModel())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	ns, err := RequestNamespace(m.name, req.GetNamespace(), req.GetLoraName(), req.GetCacheSalt())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	worker := req.GetWorker()
+	switch {
+	case worker == "":
+		return nil, status.Error(codes.InvalidArgument, "worker is required")
+	case !s.servesWorker(m, worker):
+		return nil, status.Errorf(codes.InvalidArgument, "worker %q is not a worker of model %q", worker, m.name)
+	case time.Duration(req.GetTtlMs())*time.Millisecond > engine.MaxPredictionTTL:
+		return nil, status.Errorf(codes.InvalidArgument, "ttl_ms %d exceeds %d", req.GetTtlMs(), engine.MaxPredictionTTL.Milliseconds())
+	}
+	tokens, q := req.GetTokens(), req.GetContentHashes()
+	switch {
+	case len(tokens) > 0 && len(q) > 0:
+		return nil, status.Error(codes.InvalidArgument, "give tokens or content_hashes, not both")
+	case len(tokens) == 0 && len(q) == 0:
+		return nil, status.Error(codes.InvalidArgument, "tokens or content_hashes is required")
+	case len(tokens)/m.blockSize > s.cfg.MaxQueryBlocks || len(q) > s.cfg.MaxQueryBlocks:
+		return nil, status.Errorf(codes.InvalidArgument, "query of more than %d blocks", s.cfg.MaxQueryBlocks)
+	}
+	if len(tokens) > 0 {
+		if q, err = hash.Blocks(nil, tokens, m.blockSize); err != nil {
+			return nil, status.Errorf(codes.Internal, "%v", err)
+		}
+	}
+	ttl := time.Duration(req.GetTtlMs()) * time.Millisecond
+	if ttl == 0 {
+		ttl = s.eng.Config().PredictionTTL
+	}
+	qctx, cancel := context.WithTimeout(ctx, time.Duration(s.cfg.QueryTimeout))
+	defer cancel()
+	if err := s.eng.Predict(qctx, worker, ns, q, ttl); err != nil {
+		return nil, predictStatus(err)
+	}
+	return &kvindexv1.RoutedResponse{Model: m.name, Namespace: ns, Worker: worker, Blocks: int32(len(q)), TtlMs: ttl.Milliseconds()}, nil
 }
 
 // workerState is the state a match reports for worker, as /v1/match does.
 func (s *Server) workerState(worker string) string {
 	if sub := s.byWorker[worker]; sub != nil {
 		return sub.State().String()
+	}
+	if s.approx[worker] != nil {
+		return stateApproximate
 	}
 	if s.external {
 		return "replicated" // fed by another process (a relay), which vouches for it

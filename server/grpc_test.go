@@ -368,3 +368,37 @@ func TestGRPCMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestGRPCRouted records predictions over gRPC (Routed and Match's record) and reads
+// them back over both APIs, for an index fed by another process (any worker name is
+// the feeder's).
+func TestGRPCRouted(t *testing.T) {
+	f := startGRPC(t, server.Config{})
+	ctx := context.Background()
+	h, _ := hash.Blocks(nil, []uint32{1, 2, 3, 4, 5, 6, 7, 8}, 4)
+	rr, err := f.grpc.Routed(ctx, "m", "pod-1", h, 30*time.Second)
+	if err != nil || rr.GetBlocks() != 2 || rr.GetTtlMs() != 30000 || rr.GetNamespace() != "model=m;" {
+		t.Fatalf("routed: %v %v", rr, err)
+	}
+	resp, err := f.grpc.Match(ctx, &kvindexv1.MatchRequest{Model: "m", ContentHashes: h[:1], Record: true})
+	if err != nil || len(resp.GetMatches()) != 1 || resp.GetMatches()[0].GetPredicted() != 1 || !resp.GetRecorded() ||
+		resp.GetPick().GetWorker() != "pod-1" {
+		t.Fatalf("match: %v %v", resp, err)
+	}
+	var hr server.MatchResponse
+	f.http.do("POST", "/v1/match", fmt.Sprintf(`{"model":"m","content_hashes":[%d,%d]}`, h[0], h[1]), &hr)
+	if len(hr.Matches) != 1 || hr.Matches[0].Predicted != 2 || hr.Matches[0].Score != 2 {
+		t.Fatalf("http match: %+v", hr)
+	}
+	for _, req := range []*kvindexv1.RoutedRequest{
+		{Model: "m", ContentHashes: h},                                      // no worker
+		{Model: "m", Worker: "w", ContentHashes: h, TtlMs: 600001},          // too long
+		{Model: "m", Worker: "w"},                                           // no content
+		{Model: "m", Worker: "w", ContentHashes: h, Tokens: []uint32{1, 2}}, // both
+		{Model: "nope", Worker: "w", ContentHashes: h},                      // unknown model
+	} {
+		if _, err := f.grpc.Routed(ctx, req.GetModel(), req.GetWorker(), req.GetContentHashes(), time.Duration(req.GetTtlMs())*time.Millisecond); req.Tokens == nil && status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%v: %v, want InvalidArgument", req, err)
+		}
+	}
+}

@@ -24,7 +24,9 @@ type engineFlags []server.EngineConfig
 
 func (e *engineFlags) String() string { return fmt.Sprint(len(*e)) }
 
-// Set parses "endpoint=tcp://h:5557,replay=tcp://h:5558,worker=pod-0,model=m,block_size=16,dp_ranks=2,topic=t,bind=true".
+// Set parses "endpoint=tcp://h:5557,replay=tcp://h:5558,worker=pod-0,model=m,block_size=16,dp_ranks=2,topic=t,bind=true";
+// "worker=pod-0,model=m" alone is an engine that publishes no events (serve answers for
+// it from predictions: POST /v1/routed, "record" on /v1/match).
 func (e *engineFlags) Set(spec string) error {
 	var c server.EngineConfig
 	for _, kv := range strings.Split(spec, ",") {
@@ -87,8 +89,8 @@ func (e *engineFlags) Set(spec string) error {
 			return fmt.Errorf("%s: %v", k, err)
 		}
 	}
-	if c.Endpoint == "" {
-		return errors.New("endpoint= is required")
+	if c.Endpoint == "" && c.Worker == "" {
+		return errors.New("endpoint= is required (or worker= and model= alone: an engine without events, served from predictions)")
 	}
 	*e = append(*e, c)
 	return nil
