@@ -22,12 +22,27 @@ const (
 	// LeastLoaded picks the worker with the fewest assigned prompt tokens, then the
 	// lowest index. (By request count it would be round-robin: every request counts 1.)
 	LeastLoaded
+	// KVAwarePredict is KVAware that also records each decision as a prediction
+	// (engine.Predict, Config.PredictionTTL): the requests that arrive before the chosen
+	// worker's events see where their prefix is going.
+	KVAwarePredict
+	// Approximate is KVAware on predictions alone: the index gets no events, only the
+	// router's own decisions (approximate routing, for engines that publish nothing).
+	Approximate
 )
 
-var policyNames = [...]string{"kv-aware", "random", "round-robin", "least-loaded"}
+var policyNames = [...]string{"kv-aware", "random", "round-robin", "least-loaded", "kv-aware-predict", "approximate"}
 
 // Policies returns every policy, in report order.
-func Policies() []Policy { return []Policy{KVAware, Random, RoundRobin, LeastLoaded} }
+func Policies() []Policy {
+	return []Policy{KVAware, Random, RoundRobin, LeastLoaded, KVAwarePredict, Approximate}
+}
+
+// queries reports whether the policy asks the index.
+func (p Policy) queries() bool { return p == KVAware || p == KVAwarePredict || p == Approximate }
+
+// predicts reports whether the policy records its decisions as predictions.
+func (p Policy) predicts() bool { return p == KVAwarePredict || p == Approximate }
 
 func (p Policy) String() string {
 	if p >= 0 && int(p) < len(policyNames) {
@@ -70,7 +85,7 @@ func newRouter(p Policy, workers int, seed uint64) *router {
 func (r *router) pick(scores []int, tokens int) int {
 	var w int
 	switch r.policy {
-	case KVAware:
+	case KVAware, KVAwarePredict, Approximate:
 		w = r.kvAware(scores)
 	case Random:
 		w = r.rng.IntN(len(r.loads))

@@ -14,7 +14,7 @@ func TestPolicyNames(t *testing.T) {
 			t.Errorf("ParsePolicy(%q) = %v, %v", p, q, err)
 		}
 	}
-	if want := []string{"kv-aware", "random", "round-robin", "least-loaded"}; !slices.Equal(names, want) {
+	if want := []string{"kv-aware", "random", "round-robin", "least-loaded", "kv-aware-predict", "approximate"}; !slices.Equal(names, want) {
 		t.Fatalf("policies %v, want %v", names, want)
 	}
 	if _, err := ParsePolicy("kv_aware"); err == nil {

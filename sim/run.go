@@ -23,6 +23,21 @@ const (
 	// mock block takes 24 bytes).
 	MaxCapacity    = 1 << 24
 	MaxFleetBlocks = 1 << 26
+	// DefaultEventDelay is how long after a request is served its events reach the
+	// index, in simulated time: the publisher's batching, the network and the
+	// subscriber's decode (tens of milliseconds in production).
+	DefaultEventDelay = 50 * time.Millisecond
+	// DefaultRate spaces the arrivals of a workload without timestamps (the built-in
+	// one), in requests per simulated second.
+	DefaultRate = 100
+	// DefaultPredictionTTL is the lifetime of kv-aware-predict's predictions, and
+	// DefaultApproximateTTL that of approximate's (Dynamo's approximate mode keeps
+	// its predictions two minutes).
+	DefaultPredictionTTL  = 2 * time.Second
+	DefaultApproximateTTL = 120 * time.Second
+	// DefaultApproximatePredictions is the per-worker bound on predictions (engine
+	// Config.PredictionsPerWorker) under approximate, where they are the whole index.
+	DefaultApproximatePredictions = 4096
 )
 
 // ErrConfig wraps every Config problem, including a capacity too small for the workload.
@@ -49,6 +64,16 @@ type Config struct {
 	// Progress, when set, is called now and then with the number of requests served
 	// since its previous call; the calls of one run add up to the workload's length.
 	Progress func(requests int)
+	// EventDelay is how long after a request is served (simulated time) its events
+	// reach the index. Default DefaultEventDelay; negative: at once (before the next
+	// request is routed).
+	EventDelay time.Duration
+	// Rate spaces the arrivals of a workload without timestamps, in requests per
+	// simulated second. Default DefaultRate.
+	Rate float64
+	// PredictionTTL is the lifetime of the predictions of kv-aware-predict and
+	// approximate. Default DefaultPredictionTTL and DefaultApproximateTTL.
+	PredictionTTL time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -60,6 +85,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ChunkTokens == 0 {
 		c.ChunkTokens = DefaultChunkTokens
+	}
+	if c.EventDelay == 0 {
+		c.EventDelay = DefaultEventDelay
+	}
+	if c.Rate == 0 {
+		c.Rate = DefaultRate
 	}
 	return c
 }
@@ -76,6 +107,10 @@ func (c Config) Check(w *Workload) error {
 		return fmt.Errorf("%w: %d workers x %d blocks is more than %d blocks in all", ErrConfig, c.Workers, c.Capacity, MaxFleetBlocks)
 	case c.ChunkTokens < 1:
 		return fmt.Errorf("%w: prefill chunk %d tokens, want >= 1", ErrConfig, c.ChunkTokens)
+	case c.EventDelay > time.Hour || !(c.Rate > 0 && c.Rate <= 1e9):
+		return fmt.Errorf("%w: event delay %v (at most 1h) or rate %g (want (0, 1e9])", ErrConfig, c.EventDelay, c.Rate)
+	case c.PredictionTTL < 0 || c.PredictionTTL > engine.MaxPredictionTTL:
+		return fmt.Errorf("%w: prediction TTL %v, want 0..%v", ErrConfig, c.PredictionTTL, engine.MaxPredictionTTL)
 	case w.BlockSize < 1:
 		return fmt.Errorf("%w: workload block size %d", ErrConfig, w.BlockSize)
 	case c.Capacity < w.MaxBlocks:
@@ -178,12 +213,82 @@ func (s IndexStats) BlockOpsPerS() float64 {
 func (s IndexStats) BytesPerMembership() float64 { return ratio(s.HeapBytes, s.Memberships) }
 
 // driver forwards the fleet's events to the observer and the engine, timing the engine.
+// With a delay, events wait in a queue (in emission order, so each worker's order holds)
+// until the simulated clock passes their emission time plus the delay; with drop set
+// (approximate) they never reach the index.
 type driver struct {
 	e     *engine.Engine
 	obs   Observer
 	st    *IndexStats
 	spent time.Duration
 	one   [1]uint64
+
+	delay time.Duration // <= 0: at once
+	now   time.Duration // the simulated clock
+	drop  bool
+	queue []queued
+	head  int
+}
+
+// queued is a delayed event: a stored event (blocks) or one removed seq.
+type queued struct {
+	at        time.Duration
+	worker    string
+	parent    uint64
+	hasParent bool
+	blocks    []engine.Block // nil: a removal of seq
+	seq       uint64
+}
+
+// emitter: the fleet's events enter here.
+type delayed struct{ d *driver }
+
+func (q delayed) stored(worker string, parent uint64, hasParent bool, blocks []engine.Block) error {
+	d := q.d
+	switch {
+	case d.drop:
+		return nil
+	case d.delay <= 0:
+		return d.stored(worker, parent, hasParent, blocks)
+	}
+	d.queue = append(d.queue, queued{at: d.now + d.delay, worker: worker, parent: parent, hasParent: hasParent, blocks: slices.Clone(blocks)})
+	return nil
+}
+
+func (q delayed) removed(worker string, seq uint64) error {
+	d := q.d
+	switch {
+	case d.drop:
+		return nil
+	case d.delay <= 0:
+		return d.removed(worker, seq)
+	}
+	d.queue = append(d.queue, queued{at: d.now + d.delay, worker: worker, seq: seq})
+	return nil
+}
+
+// deliver applies the queued events due by the simulated time t (all of them when all
+// is set).
+func (d *driver) deliver(t time.Duration, all bool) error {
+	for d.head < len(d.queue) && (all || d.queue[d.head].at <= t) {
+		ev := &d.queue[d.head]
+		var err error
+		if ev.blocks != nil {
+			err = d.stored(ev.worker, ev.parent, ev.hasParent, ev.blocks)
+		} else {
+			err = d.removed(ev.worker, ev.seq)
+		}
+		if err != nil {
+			return err
+		}
+		*ev = queued{}
+		d.head++
+	}
+	if d.head > 4096 && d.head*2 > len(d.queue) {
+		d.queue = append(d.queue[:0], d.queue[d.head:]...)
+		d.head = 0
+	}
+	return nil
 }
 
 func (d *driver) stored(worker string, parent uint64, hasParent bool, blocks []engine.Block) error {
@@ -231,11 +336,26 @@ func Run(ctx context.Context, w *Workload, p Policy, cfg Config) (Result, error)
 	if err := cfg.Check(w); err != nil {
 		return Result{}, err
 	}
-	if p < KVAware || p > LeastLoaded {
+	if p < KVAware || p > Approximate {
 		return Result{}, fmt.Errorf("%w: %v", ErrConfig, p)
 	}
 	start := time.Now()
-	e, err := engine.New(cfg.Engine)
+	// The index runs on the simulated clock, so predictions expire in simulated time.
+	d := &driver{delay: cfg.EventDelay, drop: p == Approximate}
+	ecfg := cfg.Engine
+	epoch := time.Unix(0, 0)
+	ecfg.Clock = func() time.Time { return epoch.Add(d.now) }
+	ttl := cfg.PredictionTTL
+	if ttl == 0 {
+		ttl = DefaultPredictionTTL
+		if p == Approximate {
+			ttl = DefaultApproximateTTL
+		}
+	}
+	if p == Approximate && ecfg.PredictionsPerWorker == 0 {
+		ecfg.PredictionsPerWorker = DefaultApproximatePredictions
+	}
+	e, err := engine.New(ecfg)
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
@@ -259,11 +379,11 @@ func Run(ctx context.Context, w *Workload, p Policy, cfg Config) (Result, error)
 	}
 	rt := newRouter(p, cfg.Workers, cfg.Seed)
 	res := Result{Policy: p}
-	d := &driver{e: e, obs: cfg.Observer, st: &res.Index}
+	d.e, d.obs, d.st = e, cfg.Observer, &res.Index
 	scores := make([]int, cfg.Workers)
 	var matches []engine.Match
 	var lat []int64
-	if p == KVAware {
+	if p.queries() {
 		lat = make([]int64, 0, len(w.Requests))
 	}
 	pending := 0
@@ -272,12 +392,21 @@ func Run(ctx context.Context, w *Workload, p Policy, cfg Config) (Result, error)
 			return res, err
 		}
 		r := &w.Requests[i]
+		// The clock moves to the request's arrival, and the events due by then arrive.
+		if w.Timed {
+			d.now = max(d.now, r.At)
+		} else {
+			d.now = time.Duration(float64(i) * float64(time.Second) / cfg.Rate)
+		}
+		if err := d.deliver(d.now, false); err != nil {
+			return res, err
+		}
 		if len(r.Blocks) > 0 && cfg.Observer != nil {
 			if err := cfg.Observer.Query(r.Blocks); err != nil {
 				return res, err
 			}
 		}
-		if p == KVAware && len(r.Blocks) > 0 {
+		if p.queries() && len(r.Blocks) > 0 {
 			clear(scores)
 			t0 := time.Now()
 			// The Barrier makes every earlier event visible, so routing is deterministic.
@@ -301,7 +430,14 @@ func Run(ctx context.Context, w *Workload, p Policy, cfg Config) (Result, error)
 			}
 		}
 		wi := rt.pick(scores, r.Tokens)
-		out, err := fleet[wi].serve(r, d)
+		if p.predicts() && len(r.Blocks) > 0 {
+			t := time.Now()
+			if err := e.Predict(ctx, fleet[wi].name, "", r.Blocks, ttl); err != nil {
+				return res, err
+			}
+			d.spent += time.Since(t)
+		}
+		out, err := fleet[wi].serve(r, delayed{d})
 		if err != nil {
 			return res, err
 		}
@@ -314,6 +450,9 @@ func Run(ctx context.Context, w *Workload, p Policy, cfg Config) (Result, error)
 			cfg.Progress(pending)
 			pending = 0
 		}
+	}
+	if err := d.deliver(0, true); err != nil {
+		return res, err
 	}
 	t := time.Now()
 	if err := e.Barrier(ctx); err != nil {

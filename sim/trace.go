@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"time"
 
 	"github.com/kvindex/kvindex/hash"
 )
@@ -82,7 +83,7 @@ func FromTrace(name string, recs []TraceRecord, blockSize int) (*Workload, error
 	if err := hash.CheckBlockSize(blockSize); err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
-	w := &Workload{Name: name, BlockSize: blockSize, Requests: make([]Request, 0, len(recs))}
+	w := &Workload{Name: name, BlockSize: blockSize, Timed: true, Requests: make([]Request, 0, len(recs))}
 	var tokens []uint32
 	var blocks []uint64
 	for _, rec := range recs {
@@ -96,7 +97,8 @@ func FromTrace(name string, recs []TraceRecord, blockSize int) (*Workload, error
 		if blocks, err = hash.Blocks(blocks, tokens, blockSize); err != nil {
 			return nil, err
 		}
-		w.add(Request{Tokens: len(tokens), Blocks: blocks[from:len(blocks):len(blocks)]})
+		at := time.Duration(rec.Timestamp * float64(time.Millisecond))
+		w.add(Request{Tokens: len(tokens), Blocks: blocks[from:len(blocks):len(blocks)], At: at})
 	}
 	return w, nil
 }

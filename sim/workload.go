@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"time"
 
 	"github.com/kvindex/kvindex/hash"
 )
@@ -17,12 +18,18 @@ type Request struct {
 	// Blocks holds the content hash of each full block: len(Blocks) == Tokens/BlockSize.
 	// Requests may share the backing array of a common prefix; never append to it.
 	Blocks []uint64
+	// At is the request's arrival in simulated time since the first request, when the
+	// workload has timestamps (Workload.Timed, a trace); otherwise Run spaces arrivals
+	// evenly at Config.Rate.
+	At time.Duration
 }
 
 // Workload is a request sequence with a fixed block size.
 type Workload struct {
 	// Name says where the requests came from, e.g. "built-in conversations (seed 1)".
 	Name string
+	// Timed says the requests carry arrival times (Request.At).
+	Timed bool
 	// BlockSize is the engine block size in tokens.
 	BlockSize int
 	Requests  []Request
@@ -45,7 +52,7 @@ func (w *Workload) Head(n int) *Workload {
 	if n <= 0 || n >= len(w.Requests) {
 		return w
 	}
-	h := &Workload{Name: w.Name, BlockSize: w.BlockSize}
+	h := &Workload{Name: w.Name, BlockSize: w.BlockSize, Timed: w.Timed}
 	for _, r := range w.Requests[:n] {
 		h.add(r)
 	}

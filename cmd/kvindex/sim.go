@@ -36,6 +36,18 @@ type simFlags struct {
 	seed                                   uint64
 	trace                                  string
 	set                                    map[string]bool
+	// timing flags (sim only; gen-ops delivers every event at once)
+	timed                     bool
+	eventDelay, predictionTTL time.Duration
+	rate                      float64
+}
+
+// registerTiming adds sim's simulated-time flags.
+func (f *simFlags) registerTiming(fs *flag.FlagSet) {
+	f.timed = true
+	fs.DurationVar(&f.eventDelay, "event-delay", sim.DefaultEventDelay, "simulated time from serving a request to its events reaching the index (0: at once)")
+	fs.Float64Var(&f.rate, "rate", sim.DefaultRate, "built-in workload: arrivals per simulated second (a trace has its own timestamps)")
+	fs.DurationVar(&f.predictionTTL, "prediction-ttl", 0, "lifetime of kv-aware-predict's and approximate's predictions (default 2s and 2m)")
 }
 
 func (f *simFlags) register(fs *flag.FlagSet, requestsHelp string) {
@@ -74,6 +86,12 @@ func (f *simFlags) validate(fs *flag.FlagSet) error {
 		return usageErr("--sessions %d: want >= 1", f.sessions)
 	case f.trace != "" && f.set["sessions"]:
 		return usageErr("--sessions applies to the built-in workload, not to --trace")
+	case f.eventDelay < 0 || f.eventDelay > time.Hour:
+		return usageErr("--event-delay %v: want 0..1h", f.eventDelay)
+	case f.timed && !(f.rate > 0 && f.rate <= 1e9):
+		return usageErr("--rate %g: want (0, 1e9] arrivals per second", f.rate)
+	case f.predictionTTL < 0 || f.predictionTTL > engine.MaxPredictionTTL:
+		return usageErr("--prediction-ttl %v: want 0..%v", f.predictionTTL, engine.MaxPredictionTTL)
 	}
 	return nil
 }
@@ -131,10 +149,15 @@ func describeWorkload(w *sim.Workload, source, trace string) workloadInfo {
 }
 
 func (f *simFlags) config() sim.Config {
-	return sim.Config{
+	c := sim.Config{
 		Workers: f.workers, Capacity: f.capacity, ChunkTokens: f.chunk, Seed: f.seed,
-		Engine: engine.Config{Shards: f.shards, JumpSize: f.jump},
+		Engine:     engine.Config{Shards: f.shards, JumpSize: f.jump},
+		EventDelay: -1, Rate: f.rate, PredictionTTL: f.predictionTTL,
 	}
+	if f.timed && f.eventDelay > 0 {
+		c.EventDelay = f.eventDelay
+	}
+	return c
 }
 
 // JSON shapes of `kvindex sim --json`.
@@ -145,6 +168,8 @@ type (
 		ChunkTokens int `json:"chunk_tokens"`
 		Shards      int `json:"shards"`
 		Jump        int `json:"jump"`
+		// EventDelayMs is the simulated delay of events (0: at once).
+		EventDelayMs float64 `json:"event_delay_ms"`
 	}
 	ceilingJSON struct {
 		BlockHitRate float64 `json:"block_hit_rate"`
@@ -229,7 +254,7 @@ func parsePolicies(s string) ([]sim.Policy, error) {
 	for _, name := range strings.Split(s, ",") {
 		p, err := sim.ParsePolicy(strings.TrimSpace(name))
 		if err != nil {
-			return nil, usageErr("--policies: unknown policy %q (want a comma-separated list of kv-aware, random, round-robin, least-loaded)", name)
+			return nil, usageErr("--policies: unknown policy %q (want a comma-separated list of kv-aware, random, round-robin, least-loaded, kv-aware-predict, approximate)", name)
 		}
 		if !seen[p] {
 			seen[p] = true
@@ -265,7 +290,8 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("sim", stderr)
 	var f simFlags
 	f.register(fs, fmt.Sprintf("requests to simulate (0 = %d for the built-in workload, every line of a trace)", sim.DefaultRequests))
-	policies := fs.String("policies", "kv-aware,random,round-robin,least-loaded", "comma-separated routing policies to compare")
+	f.registerTiming(fs)
+	policies := fs.String("policies", "kv-aware,kv-aware-predict,approximate,random,round-robin,least-loaded", "comma-separated routing policies to compare")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the tables")
 	forceProgress := fs.Bool("progress", false, "show a progress bar on stderr even when it is not a terminal")
 	sweep := fs.String("sweep", "", "capacity=A,B,C: rerun every policy at each per-worker capacity and chart the hit rates")
@@ -329,7 +355,7 @@ func simulate(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg si
 	out := simJSON{
 		Workload: wi,
 		Cluster: clusterJSON{Workers: cfg.Workers, Capacity: cfg.Capacity, ChunkTokens: cfg.ChunkTokens,
-			Shards: eff.Shards, Jump: eff.JumpSize},
+			Shards: eff.Shards, Jump: eff.JumpSize, EventDelayMs: float64(max(cfg.EventDelay, 0)) / 1e6},
 		Ceiling: ceilingJSON{BlockHitRate: ceil.BlockHitRate(), TokenHitRate: ceil.TokenHitRate(),
 			HitBlocks: ceil.HitBlocks, Blocks: ceil.Blocks},
 	}
@@ -408,8 +434,9 @@ func printHeader(w io.Writer, out simJSON, capacity string) {
 		fmt.Fprintf(w, "          trace's own ceiling at 512-token ids: %s of block references\n", pct(*wl.TraceIDHitRate))
 	}
 	c := out.Cluster
-	fmt.Fprintf(w, "cluster   %d mock vLLM engines x %s, prefill chunks of %d tokens; index: %d shards, jump %d\n\n",
+	fmt.Fprintf(w, "cluster   %d mock vLLM engines x %s, prefill chunks of %d tokens; index: %d shards, jump %d\n",
 		c.Workers, capacity, c.ChunkTokens, c.Shards, c.Jump)
+	fmt.Fprintf(w, "          events reach the index %v after the request (simulated time)\n\n", time.Duration(c.EventDelayMs*1e6))
 }
 
 func printReport(w io.Writer, out simJSON, results []sim.Result, ceil sim.Ceiling) {
