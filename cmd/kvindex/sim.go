@@ -205,8 +205,10 @@ type (
 		Index        indexJSON `json:"index"`
 	}
 	sweepPointJSON struct {
-		Capacity int          `json:"capacity"`
-		Policies []policyJSON `json:"policies"`
+		Capacity int `json:"capacity,omitempty"`
+		// EventDelayMs is set in an event-delay sweep (capacity in a capacity sweep).
+		EventDelayMs *float64     `json:"event_delay_ms,omitempty"`
+		Policies     []policyJSON `json:"policies"`
 	}
 	simJSON struct {
 		Workload workloadInfo     `json:"workload"`
@@ -264,24 +266,49 @@ func parsePolicies(s string) ([]sim.Policy, error) {
 	return out, nil
 }
 
-// parseSweep reads "capacity=A,B,C".
-func parseSweep(s string) ([]int, error) {
+// sweepSpec is a parsed --sweep: capacities, or event delays.
+type sweepSpec struct {
+	caps   []int
+	delays []time.Duration
+}
+
+func (sp sweepSpec) points() int { return len(sp.caps) + len(sp.delays) }
+
+// parseSweep reads "capacity=A,B,C" or "event-delay=D1,D2,D3" (0 is at once).
+func parseSweep(s string) (sweepSpec, error) {
 	key, list, ok := strings.Cut(s, "=")
-	if !ok || strings.TrimSpace(key) != "capacity" {
-		return nil, usageErr("--sweep %q: want capacity=A,B,C (only capacity can be swept)", s)
-	}
-	var caps []int
-	for _, v := range strings.Split(list, ",") {
-		c, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || c < 1 || c > sim.MaxCapacity {
-			return nil, usageErr("--sweep: capacity %q is not a number of blocks in 1..%d", v, sim.MaxCapacity)
+	var sp sweepSpec
+	switch strings.TrimSpace(key) {
+	case "capacity":
+		for _, v := range strings.Split(list, ",") {
+			c, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil || c < 1 || c > sim.MaxCapacity {
+				return sp, usageErr("--sweep: capacity %q is not a number of blocks in 1..%d", v, sim.MaxCapacity)
+			}
+			sp.caps = append(sp.caps, c)
 		}
-		caps = append(caps, c)
+	case "event-delay":
+		for _, v := range strings.Split(list, ",") {
+			v = strings.TrimSpace(v)
+			d, err := time.ParseDuration(v)
+			if v == "0" {
+				d, err = 0, nil
+			}
+			if err != nil || d < 0 || d > time.Hour {
+				return sp, usageErr("--sweep: event delay %q is not a duration in 0..1h", v)
+			}
+			sp.delays = append(sp.delays, d)
+		}
+	default:
+		ok = false
 	}
-	if len(caps) < 2 {
-		return nil, usageErr("--sweep %q: give at least two capacities", s)
+	if !ok {
+		return sp, usageErr("--sweep %q: want capacity=A,B,C or event-delay=D1,D2,D3", s)
 	}
-	return caps, nil
+	if sp.points() < 2 {
+		return sp, usageErr("--sweep %q: give at least two points", s)
+	}
+	return sp, nil
 }
 
 var chartFormats = map[string]bool{".svg": true, ".png": true, ".pdf": true}
@@ -307,9 +334,9 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return err
 		}
-		var caps []int
+		var sp sweepSpec
 		if *sweep != "" {
-			if caps, err = parseSweep(*sweep); err != nil {
+			if sp, err = parseSweep(*sweep); err != nil {
 				return err
 			}
 			if !chartFormats[strings.ToLower(filepath.Ext(*chart))] {
@@ -323,8 +350,8 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 			return err
 		}
 		cfg := f.config()
-		check := caps
-		if len(caps) == 0 {
+		check := sp.caps
+		if len(check) == 0 {
 			check = []int{f.capacity}
 		}
 		for _, c := range check {
@@ -336,15 +363,15 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 					c, w.MaxBlocks, w.BlockSize)
 			}
 		}
-		return simulate(stdout, stderr, w, wi, cfg, pols, caps, *chart, *asJSON, *forceProgress)
+		return simulate(stdout, stderr, w, wi, cfg, pols, sp, *chart, *asJSON, *forceProgress)
 	}()
 	return exitCode(stderr, "sim", err)
 }
 
 func simulate(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg sim.Config, pols []sim.Policy,
-	caps []int, chart string, asJSON, forceProgress bool) error {
+	sp sweepSpec, chart string, asJSON, forceProgress bool) error {
 	start := time.Now()
-	runs := len(pols) * max(1, len(caps))
+	runs := len(pols) * max(1, sp.points())
 	prog := newProgress(stderr, forceProgress, runs*len(w.Requests))
 	defer prog.finish()
 	cfg.Progress = prog.add
@@ -359,7 +386,7 @@ func simulate(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg si
 		Ceiling: ceilingJSON{BlockHitRate: ceil.BlockHitRate(), TokenHitRate: ceil.TokenHitRate(),
 			HitBlocks: ceil.HitBlocks, Blocks: ceil.Blocks},
 	}
-	if len(caps) == 0 {
+	if sp.points() == 0 {
 		cfg.MeasureMemory = true
 		var results []sim.Result
 		for _, p := range pols {
@@ -386,9 +413,19 @@ func simulate(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg si
 		return nil
 	}
 
-	for _, c := range caps {
-		cfg.Capacity = c
-		pt := sweepPointJSON{Capacity: c}
+	for k := range sp.points() {
+		var pt sweepPointJSON
+		if sp.caps != nil {
+			cfg.Capacity = sp.caps[k]
+			pt.Capacity = cfg.Capacity
+		} else {
+			cfg.EventDelay = sp.delays[k]
+			if cfg.EventDelay == 0 {
+				cfg.EventDelay = -1 // at once
+			}
+			ms := float64(sp.delays[k]) / 1e6
+			pt.EventDelayMs = &ms
+		}
 		for _, p := range pols {
 			r, err := sim.Run(ctx, w, p, cfg)
 			if err != nil {
@@ -398,7 +435,11 @@ func simulate(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg si
 		}
 		out.Sweep = append(out.Sweep, pt)
 	}
-	out.Cluster.Capacity = 0
+	if sp.caps != nil {
+		out.Cluster.Capacity = 0
+	} else {
+		out.Cluster.EventDelayMs = 0
+	}
 	if err := writeChart(chart, out); err != nil {
 		return err
 	}
@@ -478,10 +519,15 @@ func printReport(w io.Writer, out simJSON, results []sim.Result, ceil sim.Ceilin
 func printSweep(w io.Writer, out simJSON) {
 	caps := make([]string, len(out.Sweep))
 	for i, p := range out.Sweep {
-		caps[i] = bench.Thousands(int64(p.Capacity))
+		caps[i] = sweepLabel(p)
 	}
-	printHeader(w, out, "{"+strings.Join(caps, ", ")+"} blocks")
-	fmt.Fprintf(w, "block hit rate by capacity (blocks per worker); infinite cache %s\n", pct(out.Ceiling.BlockHitRate))
+	if out.Sweep[0].EventDelayMs != nil {
+		printHeader(w, out, bench.Thousands(int64(out.Cluster.Capacity))+" blocks")
+		fmt.Fprintf(w, "block hit rate by event delay (simulated time from a request to its events); infinite cache %s\n", pct(out.Ceiling.BlockHitRate))
+	} else {
+		printHeader(w, out, "{"+strings.Join(caps, ", ")+"} blocks")
+		fmt.Fprintf(w, "block hit rate by capacity (blocks per worker); infinite cache %s\n", pct(out.Ceiling.BlockHitRate))
+	}
 	fmt.Fprintf(w, "%-15s", "policy")
 	for _, c := range caps {
 		fmt.Fprintf(w, " %9s", c)
@@ -497,8 +543,20 @@ func printSweep(w io.Writer, out simJSON) {
 	fmt.Fprintf(w, "\nchart written to %s\ntotal %.1f s\n", out.Chart, out.Seconds)
 }
 
-// writeChart draws hit rate against capacity, one line per policy and the ceiling.
+// sweepLabel names a sweep point: its capacity or its event delay.
+func sweepLabel(pt sweepPointJSON) string {
+	if pt.EventDelayMs != nil {
+		return time.Duration(*pt.EventDelayMs * 1e6).String()
+	}
+	return bench.Thousands(int64(pt.Capacity))
+}
+
+// writeChart draws hit rate against the swept parameter, one line per policy and the
+// ceiling.
 func writeChart(path string, out simJSON) error {
+	if out.Sweep[0].EventDelayMs != nil {
+		return writeDelayChart(path, out)
+	}
 	p := plot.New()
 	p.Title.Text = "Prefix hit rate vs KV cache per worker"
 	p.X.Label.Text = fmt.Sprintf("capacity (blocks of %d tokens per worker)", out.Workload.BlockSize)
@@ -529,6 +587,40 @@ func writeChart(path string, out simJSON) error {
 	var ticks []plot.Tick
 	for _, pt := range out.Sweep {
 		ticks = append(ticks, plot.Tick{Value: float64(pt.Capacity), Label: strconv.Itoa(pt.Capacity)})
+	}
+	p.X.Tick.Marker = plot.ConstantTicks(ticks)
+	if err := plotutil.AddLinePoints(p, lines...); err != nil {
+		return err
+	}
+	if err := saveChart(p, path); err != nil {
+		return fmt.Errorf("writing chart: %w", err)
+	}
+	return nil
+}
+
+// writeDelayChart draws hit rate against event delay: the points evenly spaced (the
+// delays usually grow by factors), each named by its tick.
+func writeDelayChart(path string, out simJSON) error {
+	p := plot.New()
+	p.Title.Text = "Prefix hit rate vs event delay"
+	p.X.Label.Text = "event delay (simulated time from routing a request to its KV events reaching the index)"
+	p.Y.Label.Text = "block hit rate"
+	p.Y.Min, p.Y.Max = 0, 1
+	p.Legend.Top = false
+	p.Legend.Left = false
+	p.Add(plotter.NewGrid())
+	var lines []any
+	for i := range out.Sweep[0].Policies {
+		pts := make(plotter.XYs, len(out.Sweep))
+		for j, pt := range out.Sweep {
+			pts[j].X, pts[j].Y = float64(j), pt.Policies[i].BlockHitRate
+		}
+		lines = append(lines, out.Sweep[0].Policies[i].Name, pts)
+	}
+	lines = append(lines, "infinite cache", plotter.XYs{{X: 0, Y: out.Ceiling.BlockHitRate}, {X: float64(len(out.Sweep) - 1), Y: out.Ceiling.BlockHitRate}})
+	var ticks []plot.Tick
+	for j, pt := range out.Sweep {
+		ticks = append(ticks, plot.Tick{Value: float64(j), Label: sweepLabel(pt)})
 	}
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)
 	if err := plotutil.AddLinePoints(p, lines...); err != nil {

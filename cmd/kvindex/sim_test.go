@@ -46,8 +46,11 @@ func TestSimBadFlags(t *testing.T) {
 		{[]string{"--sessions", "0"}, "--sessions 0"},
 		{[]string{"--trace", "x.jsonl", "--sessions", "3"}, "--sessions applies to the built-in workload"},
 		{[]string{"--policies", "kv-aware,fastest"}, `unknown policy "fastest"`},
-		{[]string{"--sweep", "workers=1,2"}, "only capacity can be swept"},
-		{[]string{"--sweep", "capacity=600"}, "at least two capacities"},
+		{[]string{"--sweep", "workers=1,2"}, "want capacity=A,B,C or event-delay"},
+		{[]string{"--sweep", "event-delay=0,-5ms"}, `event delay "-5ms"`},
+		{[]string{"--event-delay", "-1s"}, "--event-delay"},
+		{[]string{"--rate", "0"}, "--rate"},
+		{[]string{"--sweep", "capacity=600"}, "at least two points"},
 		{[]string{"--sweep", "capacity=600,abc"}, `capacity "abc"`},
 		{[]string{"--sweep", "capacity=600,900", "--chart", "out.gif"}, "--chart"},
 		{[]string{"--chart", "x.svg"}, "--chart needs --sweep"},
@@ -136,7 +139,7 @@ func TestSimJSON(t *testing.T) {
 	if got.Workload.Source != "built-in" || got.Workload.Requests != 400 || got.Ceiling.BlockHitRate == nil {
 		t.Fatalf("workload/ceiling: %s", out)
 	}
-	names := []string{"kv-aware", "random", "round-robin", "least-loaded"}
+	names := []string{"kv-aware", "kv-aware-predict", "approximate", "random", "round-robin", "least-loaded"}
 	if len(got.Policies) != len(names) {
 		t.Fatalf("policies: %s", out)
 	}
@@ -231,7 +234,7 @@ func TestSimSweep(t *testing.T) {
 			} `json:"policies"`
 		} `json:"sweep"`
 	}
-	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Sweep) != 2 || got.Sweep[1].Capacity != 900 || len(got.Sweep[0].Policies) != 4 {
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Sweep) != 2 || got.Sweep[1].Capacity != 900 || len(got.Sweep[0].Policies) != 6 {
 		t.Fatalf("sweep JSON %v: %s", err, out)
 	}
 	if strings.Contains(out, "bytes_per_membership") {
@@ -303,5 +306,22 @@ func TestSimTrace(t *testing.T) {
 	}
 	if code, _, errs := runCLI(t, "sim", "--trace", filepath.Join(t.TempDir(), "missing.jsonl")); code != 1 || !strings.Contains(errs, "missing.jsonl") {
 		t.Fatalf("missing trace: exit %d, %q", code, errs)
+	}
+}
+
+func TestSimEventDelaySweep(t *testing.T) {
+	chart := filepath.Join(t.TempDir(), "delay.svg")
+	code, out, errs := runCLI(t, append([]string{"sim", "--sweep", "event-delay=0,50ms,2s", "--chart", chart,
+		"--policies", "kv-aware,kv-aware-predict,approximate"}, quickSim...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"block hit rate by event delay", "kv-aware-predict", "approximate", "50ms", "chart written to " + chart} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("no %q in:\n%s", want, out)
+		}
+	}
+	if b, err := os.ReadFile(chart); err != nil || !bytes.Contains(b, []byte("<svg")) {
+		t.Fatalf("chart: %v", err)
 	}
 }
