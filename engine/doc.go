@@ -10,7 +10,10 @@
 // hash.Blocks and asks FindMatches (or FindMatchesIn, for a model, adapter or salt
 // namespace) who holds the longest prefix. Close releases the shard goroutines.
 // Package subscriber feeds an Engine from vLLM/SGLang publishers; WriteSnapshot and
-// Restore carry it across restarts. The Examples show each step.
+// Restore carry it across restarts. The Examples show each step. A router that sends a
+// request to a worker may record it with Predict: until the worker's events arrive,
+// queries count the prediction (Match.Predicted says how much of a score it is), and
+// for workers that publish no events predictions are the whole index (predict.go).
 //
 // # What it owns
 //

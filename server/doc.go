@@ -76,11 +76,18 @@
 //	                  or {"model": ..., "content_hashes": [123, "456", "0x1c8"]}
 //	                  optional: "namespace" ("lora=NAME", "salt=SALT", kvevents' format)
 //	                  or "lora_name" / "cache_salt"; "policy"; with tokens, "extra_keys":
-//	                  per-block lists of multimodal identifiers (extrakeys.go).
+//	                  per-block lists of multimodal identifiers (extrakeys.go); "record":
+//	                  true records the pick as a prediction (as /v1/routed, default TTL).
 //	   200 {"model": "llama-3-8b", "namespace": "model=llama-3-8b;", "blocks": 3,
-//	        "matches": [{"worker": "pod-7#dp0", "score": 3, "size": 1200, "state": "live"}],
+//	        "matches": [{"worker": "pod-7#dp0", "score": 3, "size": 1200, "predicted": 0,
+//	                     "state": "live"}],
 //	        "pick": {"worker": "pod-7#dp0", "policy": "longest-prefix", "score": 3,
-//	                 "reason": "longest cached prefix"}}
+//	                 "reason": "longest cached prefix"}, "recorded": true}
+//	POST /v1/routed   {"model", "worker", "tokens" | "content_hashes", "ttl_ms"} (and the
+//	                  namespace fields): the caller sent this request to worker, one of
+//	                  the model's; the index counts it as a prediction (engine.Predict)
+//	                  for ttl_ms (0: index.prediction_ttl, at most 600000).
+//	   200 {"model", "namespace", "worker", "blocks", "ttl_ms"}
 //	GET /v1/workers   {"workers": [{"worker", "endpoint", "model", "dp_rank", "state",
 //	                  "synced", "connected", "size", "last_seq", "gaps": {"detected",
 //	                  "recovered", "unrecoverable"}, "restarts", "replays", "duplicates",
@@ -97,8 +104,14 @@
 //	GET /metrics      Prometheus text format
 //
 // Errors are {"error": "...", "code": "..."} with 400 (bad_json, unknown_model,
-// bad_query, bad_policy, bad_namespace, query_too_long), 404, 405, 413 (body_too_large)
-// or 503. Queries name their namespace as the subscribers apply events:
+// bad_query, bad_policy, bad_namespace, query_too_long, bad_worker, unknown_worker,
+// bad_prediction), 404, 405, 413 (body_too_large) or 503. Request bodies are read
+// strictly: an unknown field, a key given twice, a wrong type or trailing data is
+// bad_json.
+//
+// An engine without an endpoint ({"worker": W, "model": M}, or --engine
+// worker=W,model=M) publishes no events: it runs no subscriber, is always pickable, and
+// is known to the index only through predictions (state "approximate"). Queries name their namespace as the subscribers apply events:
 // subscriber.Namespace(model, ns), so models never match each other.
 //
 // # gRPC API
@@ -110,6 +123,9 @@
 //	                           lora_name, cache_salt, policy} -> MatchResponse, as /v1/match;
 //	                           errors INVALID_ARGUMENT, UNAVAILABLE, RESOURCE_EXHAUSTED
 //	kvindex.v1.Index/Workers   -> WorkersResponse, as /v1/workers
+//	kvindex.v1.Index/Routed    RoutedRequest{model, worker, tokens | content_hashes,
+//	                           namespace, lora_name, cache_salt, ttl_ms} -> RoutedResponse,
+//	                           as /v1/routed
 //	grpc.health.v1.Health/Check  service "": liveness (/healthz);
 //	                           service "kvindex.v1.Index": readiness (/readyz)
 //

@@ -16,9 +16,12 @@
 //     it hangs under, and tail-first freeing when the request finishes. A request
 //     finishes right after prefill; decode is not modelled, so there is exactly one
 //     running request in the fleet at a time and nothing else pins blocks.
-//   - Routing policies (kv-aware, random, round-robin, least-loaded) and the metrics:
-//     hit rates, the infinite-cache ceiling, load balance, and the index's throughput,
-//     latency and memory.
+//   - Routing policies (kv-aware, kv-aware-predict, approximate, random, round-robin,
+//     least-loaded) and the metrics: hit rates, the infinite-cache ceiling, load balance,
+//     and the index's throughput, latency and memory.
+//   - Simulated time: requests arrive at their trace timestamps (or evenly at
+//     Config.Rate), the events a request causes reach the index Config.EventDelay later,
+//     in emission order, and the index's predictions expire on the same clock.
 //
 // Events reach the index only through the engine's public API (Store, StoreUnder,
 // Remove, FindMatches, Barrier), exactly as an ingester would call it. An Observer sees
@@ -35,8 +38,9 @@
 // # Determinism
 //
 // For a given workload, Config and policy, a run makes the same routing decisions and
-// emits the same events in the same order every time: the kv-aware router takes a
-// Barrier before every FindMatches, so its answers do not depend on scheduling. Only the
+// emits the same events in the same order every time: the kv-aware routers take a
+// Barrier before every FindMatches, so their answers do not depend on scheduling, and
+// the clock is simulated. Only the
 // timings and memory figures vary. The built-in generator is prefix-stable: the first k
 // requests of a workload do not depend on how many requests were asked for.
 package sim
