@@ -30,9 +30,9 @@ const (
 	// DefaultRate spaces the arrivals of a workload without timestamps (the built-in
 	// one), in requests per simulated second.
 	DefaultRate = 100
-	// DefaultPredictionTTL is the lifetime of kv-aware-predict's predictions, and
-	// DefaultApproximateTTL that of approximate's (Dynamo's approximate mode keeps
-	// its predictions two minutes).
+	// DefaultPredictionTTL is how long kv-aware-predict's predictions outlive the event
+	// delay, and DefaultApproximateTTL the lifetime of approximate's (Dynamo's
+	// approximate mode keeps its predictions two minutes).
 	DefaultPredictionTTL  = 2 * time.Second
 	DefaultApproximateTTL = 120 * time.Second
 	// DefaultApproximatePredictions is the per-worker bound on predictions (engine
@@ -72,7 +72,8 @@ type Config struct {
 	// simulated second. Default DefaultRate.
 	Rate float64
 	// PredictionTTL is the lifetime of the predictions of kv-aware-predict and
-	// approximate. Default DefaultPredictionTTL and DefaultApproximateTTL.
+	// approximate. Default: the event delay plus DefaultPredictionTTL, and
+	// DefaultApproximateTTL.
 	PredictionTTL time.Duration
 }
 
@@ -347,7 +348,8 @@ func Run(ctx context.Context, w *Workload, p Policy, cfg Config) (Result, error)
 	ecfg.Clock = func() time.Time { return epoch.Add(d.now) }
 	ttl := cfg.PredictionTTL
 	if ttl == 0 {
-		ttl = DefaultPredictionTTL
+		// A prediction must outlive the delay it bridges.
+		ttl = min(DefaultPredictionTTL+max(cfg.EventDelay, 0), engine.MaxPredictionTTL)
 		if p == Approximate {
 			ttl = DefaultApproximateTTL
 		}

@@ -47,7 +47,7 @@ func (f *simFlags) registerTiming(fs *flag.FlagSet) {
 	f.timed = true
 	fs.DurationVar(&f.eventDelay, "event-delay", sim.DefaultEventDelay, "simulated time from serving a request to its events reaching the index (0: at once)")
 	fs.Float64Var(&f.rate, "rate", sim.DefaultRate, "built-in workload: arrivals per simulated second (a trace has its own timestamps)")
-	fs.DurationVar(&f.predictionTTL, "prediction-ttl", 0, "lifetime of kv-aware-predict's and approximate's predictions (default 2s and 2m)")
+	fs.DurationVar(&f.predictionTTL, "prediction-ttl", 0, "lifetime of kv-aware-predict's and approximate's predictions (default: the event delay + 2s, and 2m)")
 }
 
 func (f *simFlags) register(fs *flag.FlagSet, requestsHelp string) {
