@@ -477,7 +477,10 @@ func printHeader(w io.Writer, out simJSON, capacity string) {
 	c := out.Cluster
 	fmt.Fprintf(w, "cluster   %d mock vLLM engines x %s, prefill chunks of %d tokens; index: %d shards, jump %d\n",
 		c.Workers, capacity, c.ChunkTokens, c.Shards, c.Jump)
-	fmt.Fprintf(w, "          events reach the index %v after the request (simulated time)\n\n", time.Duration(c.EventDelayMs*1e6))
+	if len(out.Sweep) == 0 || out.Sweep[0].EventDelayMs == nil {
+		fmt.Fprintf(w, "          events reach the index %v after the request (simulated time)\n", time.Duration(c.EventDelayMs*1e6))
+	}
+	fmt.Fprintln(w)
 }
 
 func printReport(w io.Writer, out simJSON, results []sim.Result, ceil sim.Ceiling) {
