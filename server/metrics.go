@@ -25,6 +25,7 @@ type collector struct {
 	indexEvents, indexRejected, skippedRemovals       *prometheus.Desc
 	queries, abandoned                                *prometheus.Desc
 	queueLen, shardApplied, producerWaits, waitSecs   *prometheus.Desc
+	predictions, predictedBlocks                      *prometheus.Desc
 }
 
 func newCollector(s *Server) *collector {
@@ -70,6 +71,8 @@ func newCollector(s *Server) *collector {
 		shardApplied:      d("shard_applied_total", "Deltas applied by each shard.", "shard"),
 		producerWaits:     d("producer_waits_total", "Times an event producer waited for room in a full shard ring."),
 		waitSecs:          d("producer_wait_seconds_total", "Time event producers spent waiting for full shard rings."),
+		predictions:       d("predictions", "Predictions held (POST /v1/routed, record; expired ones not yet freed included)."),
+		predictedBlocks:   d("predicted_blocks", "Blocks in the predictions held."),
 	}
 }
 
@@ -149,4 +152,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(c.producerWaits, es.ProducerWaits)
 	ch <- prometheus.MustNewConstMetric(c.waitSecs, prometheus.CounterValue, float64(es.ProducerWaitNanos)/1e9)
+	ps := c.s.eng.PredictionStats()
+	gauge(c.predictions, float64(ps.Predictions))
+	gauge(c.predictedBlocks, float64(ps.Blocks))
 }

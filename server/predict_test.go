@@ -51,6 +51,9 @@ func TestApproximateEngines(t *testing.T) {
 	if resp.Pick == nil || resp.Pick.Worker != "b" || resp.Pick.Score != 2 {
 		t.Fatalf("after routed: %+v", resp)
 	}
+	if m := c.text("/metrics"); !strings.Contains(m, "kvindex_predictions 2") || !strings.Contains(m, "kvindex_predicted_blocks 5") {
+		t.Errorf("metrics: no prediction gauges of 2 predictions, 5 blocks")
+	}
 	var workers struct{ Workers []server.WorkerInfo }
 	c.do("GET", "/v1/workers", "", &workers)
 	if len(workers.Workers) != 2 || workers.Workers[0].State != "approximate" || workers.Workers[1].Worker != "b" {
