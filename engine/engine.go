@@ -79,8 +79,10 @@ type Engine struct {
 	// seed keys every table hash of this engine (see table.Seed); drawn at New.
 	seed table.Seed
 
-	// preds holds the predictions (predict.go).
-	preds predTable
+	// preds holds the predictions (predict.go); predNamespaces counts the namespaces
+	// Predict created.
+	preds          predTable
+	predNamespaces atomic.Int64
 }
 
 // New validates cfg, starts the shard goroutines and returns the engine.

@@ -57,6 +57,9 @@ const (
 	MaxPredictedBlocks = 1 << 26
 	// MaxPredictionTTL bounds Config.PredictionTTL and Predict's ttl.
 	MaxPredictionTTL = 10 * time.Minute
+	// MaxPredictedNamespaces bounds the namespaces Predict may create (namespace ids
+	// are never freed; events create theirs without this bound).
+	MaxPredictedNamespaces = 1 << 16
 )
 
 // predTable is the engine's prediction table.
@@ -156,7 +159,16 @@ func (e *Engine) Predict(ctx context.Context, worker, namespace string, content 
 	}
 	ns := uint32(0)
 	if namespace != "" {
-		ns = e.namespaceID(namespace, true) // a query in it must find it
+		// A query in it must find it, so a new namespace is interned, which is never
+		// undone: predictions (a client's word, unlike events) may create at most
+		// MaxPredictedNamespaces of them.
+		if ns = e.namespaceID(namespace, false); ns == 0 {
+			if e.predNamespaces.Add(1) > MaxPredictedNamespaces {
+				e.predNamespaces.Add(-1)
+				return bad("more than %d namespaces created by predictions", MaxPredictedNamespaces)
+			}
+			ns = e.namespaceID(namespace, true)
+		}
 	}
 	// The prefix hashes are computed outside the lock.
 	pre := make([]uint64, len(content))
@@ -345,6 +357,16 @@ func (p *predTable) endWorker(name string) {
 // contradicts. The prediction lock is taken after the worker's, like everywhere.
 func (e *Engine) predictedEvent(w *worker, ev *Event) (gone bool, err error) {
 	p := &e.preds
+	// Most events are of workers without predictions: a shared look first, so that they
+	// do not serialise on the table. A Predict for w that slips in before the event is
+	// applied is then as if it came right after the event (its confirmed part covers it
+	// in queries anyway).
+	p.mu.RLock()
+	has := p.byName[w.name] != nil
+	p.mu.RUnlock()
+	if !has {
+		return e.applyEvent(w, ev)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pw := p.byName[w.name]

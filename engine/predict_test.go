@@ -224,3 +224,19 @@ func TestPredictConcurrent(t *testing.T) {
 	require.NoError(t, e.Predict(ctx, "x", "", []uint64{9}, time.Second)) // frees the expired
 	require.Equal(t, engine.PredictionStats{Predictions: 1, Blocks: 1, Workers: 1}, e.PredictionStats())
 }
+
+// TestPredictNamespaceBound: a client naming a new namespace in every prediction cannot
+// make the engine intern namespaces without end.
+func TestPredictNamespaceBound(t *testing.T) {
+	e, _ := newPredEngine(t, engine.Config{Shards: 1})
+	require.NoError(t, e.Store("w", chain(1, 1)))
+	for i := 0; i < engine.MaxPredictedNamespaces; i++ {
+		require.NoError(t, e.Predict(ctx, "w", fmt.Sprintf("salt=%d", i), []uint64{1}, time.Second))
+	}
+	err := e.Predict(ctx, "w", "salt=one-too-many", []uint64{1}, time.Second)
+	require.ErrorIs(t, err, engine.ErrInvalidEvent)
+	// Known namespaces stay open to predictions, and events create theirs as before.
+	require.NoError(t, e.Predict(ctx, "w", "salt=7", []uint64{1, 2}, time.Second))
+	require.NoError(t, e.Apply(&engine.Event{Kind: engine.EventStored, Worker: "w", Namespace: "salt=one-too-many", Blocks: chain(5, 3)}))
+	require.NoError(t, e.Predict(ctx, "w", "salt=one-too-many", []uint64{3, 4}, time.Second))
+}
