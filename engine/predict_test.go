@@ -240,3 +240,37 @@ func TestPredictNamespaceBound(t *testing.T) {
 	require.NoError(t, e.Apply(&engine.Event{Kind: engine.EventStored, Worker: "w", Namespace: "salt=one-too-many", Blocks: chain(5, 3)}))
 	require.NoError(t, e.Predict(ctx, "w", "salt=one-too-many", []uint64{3, 4}, time.Second))
 }
+
+// BenchmarkFindMatchesPredictions measures a query's cost with n predictions sharing its
+// first block (8 workers, events for all of them), against none.
+func BenchmarkFindMatchesPredictions(b *testing.B) {
+	q := make([]uint64, 64)
+	for i := range q {
+		q[i] = uint64(i)
+	}
+	for _, n := range []int{0, 64, 512, 4096} {
+		b.Run(fmt.Sprintf("predictions=%d", n), func(b *testing.B) {
+			e, err := engine.New(engine.Config{Shards: 2, PredictionsPerWorker: engine.MaxPredictionsPerWorker})
+			require.NoError(b, err)
+			defer e.Close()
+			for w := 0; w < 8; w++ {
+				require.NoError(b, e.Store(fmt.Sprintf("w%d", w), chain(1000, q[:8+4*w]...)))
+			}
+			p := make([]uint64, 64)
+			copy(p, q)
+			for i := 0; i < n; i++ {
+				p[32+i%32] = uint64(1000 + i) // distinct predictions sharing 32 blocks
+				require.NoError(b, e.Predict(ctx, fmt.Sprintf("w%d", i%8), "", p, time.Minute))
+			}
+			require.NoError(b, e.Barrier(ctx))
+			dst := make([]engine.Match, 0, 16)
+			b.ResetTimer()
+			for b.Loop() {
+				dst, err = e.FindMatches(ctx, q, dst[:0])
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
