@@ -42,11 +42,14 @@
 //	  "replay_timeout": "5s",           "reconnect_min": "100ms", "reconnect_max": "5s",
 //	  "resync_interval": "30s",
 //	  "max_message_bytes": 16777216,    a larger ZeroMQ message from an engine is refused
-//	  "index": {"shards": 0, "jump_size": 0, "queue_size": 0},
+//	  "index": {"shards": 0, "jump_size": 0, "queue_size": 0,
+//	            "prediction_ttl": "2s",             predictions without ttl_ms
+//	            "predictions_per_worker": 64, "predicted_blocks": 1048576},
 //	  "grpc": {"listen": "127.0.0.1:9090",    gRPC API address ("" or absent: no gRPC)
 //	           "max_message_bytes": 4194304, "max_concurrent_streams": 128},
 //	  "engines": [{
-//	    "endpoint": "tcp://10.0.0.7:5557",          PUB endpoint of rank 0 (required)
+//	    "endpoint": "tcp://10.0.0.7:5557",          PUB endpoint of rank 0 ("": an engine
+//	                                                without events, worker required)
 //	    "replay_endpoint": "tcp://10.0.0.7:5558",   ROUTER endpoint of rank 0 ("" = no replay)
 //	    "worker": "pod-7",                          default: the endpoint
 //	    "model": "llama-3-8b",                      queries name it
