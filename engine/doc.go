@@ -41,6 +41,9 @@
 //     order, queries through its channel.
 //   - A worker's size and gap flag are atomics written under its mutex and read by
 //     queries without it.
+//   - The predictions (predict.go) are one table behind an RWMutex: Predict and the
+//     events of workers with predictions write it, queries read it. An event takes it
+//     after its worker's mutex, never before.
 //
 // # Who may call what
 //
