@@ -86,6 +86,9 @@ func FuzzDecodeMatch(f *testing.F) {
 		if !slices.Equal(r.Tokens, toks) || !slices.Equal(r.Hashes, hs) {
 			t.Fatalf("%q: arrays %v %v vs %v %v", b, r.Tokens, r.Hashes, toks, hs)
 		}
+		if r.Record != want.Record {
+			t.Fatalf("%q: record %v vs %v", b, r.Record, want.Record)
+		}
 		if r.ExtraKeys != nil {
 			// Never a panic; every accepted block key is bounded.
 			keys, err := parseExtraKeys(r.ExtraKeys, 64)
@@ -111,4 +114,39 @@ func TestCheckNamespace(t *testing.T) {
 			t.Errorf("%q accepted", ns)
 		}
 	}
+}
+
+// FuzzDecodeRouted checks the routed request's reader as FuzzDecodeMatch checks the
+// match request's: what it accepts, encoding/json reads alike.
+func FuzzDecodeRouted(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","worker":"w","tokens":[1,2,3],"ttl_ms":500}`,
+		`{"model":"m","worker":"w","content_hashes":[1,"2","0x3"],"ttl_ms":null,"namespace":"lora=a"}`,
+		`{"worker":"w\"x","tokens":[1],"ttl_ms":600000}`,
+		`{"worker":"w","tokens":[1],"ttl_ms":1,"ttl_ms":2}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var r matchReq
+		if decodeRequest(b, &r, kindRouted) != nil {
+			return
+		}
+		var want RoutedRequest
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&want); err != nil {
+			t.Fatalf("%q: accepted here, encoding/json says %v", b, err)
+		}
+		if r.Model != want.Model || r.Worker != want.Worker || r.Namespace != want.Namespace ||
+			r.LoraName != want.LoraName || r.CacheSalt != want.CacheSalt || r.TTLms != want.TTLms {
+			t.Fatalf("%q: fields %+v vs %+v", b, r, want)
+		}
+		if r.TTLms > 600000 {
+			t.Fatalf("%q: ttl_ms %d accepted", b, r.TTLms)
+		}
+		if len(r.Tokens) != len(want.Tokens) || len(r.Hashes) != len(want.ContentHashes) {
+			t.Fatalf("%q: arrays %d %d vs %d %d", b, len(r.Tokens), len(r.Hashes), len(want.Tokens), len(want.ContentHashes))
+		}
+	})
 }
