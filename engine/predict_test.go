@@ -274,3 +274,50 @@ func BenchmarkFindMatchesPredictions(b *testing.B) {
 		})
 	}
 }
+
+// TestEventZeroAllocsWithPredictions: events of a worker with predictions (checked for
+// confirmation and contradiction on every store and removal) and of a worker without
+// allocate nothing in steady state.
+func TestEventZeroAllocsWithPredictions(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under -race")
+	}
+	e, _ := newPredEngine(t, engine.Config{Shards: 2})
+	blocks := make([]engine.Block, 32)
+	seqs := make([]uint64, 32)
+	for i := range blocks {
+		blocks[i] = engine.Block{Content: uint64(i % 5), Seq: uint64(7 + i)}
+		seqs[i] = uint64(7 + i)
+	}
+	resident := make([]engine.Block, 64)
+	for i := range resident {
+		resident[i] = engine.Block{Content: uint64(100 + i), Seq: uint64(5000 + i)}
+	}
+	for _, w := range []string{"w", "v"} {
+		require.NoError(t, e.Store(w, resident))
+	}
+	// Predictions the events neither confirm nor contradict (they share 8 blocks).
+	p := make([]uint64, 12)
+	for i := range p {
+		p[i] = uint64(i % 5)
+	}
+	p[10] = 99
+	for i := 0; i < 4; i++ {
+		p[11] = uint64(i)
+		require.NoError(t, e.Predict(ctx, "w", "", p, time.Minute))
+	}
+	allocs := testing.AllocsPerRun(200, func() {
+		for _, w := range []string{"w", "v"} {
+			if err := e.Store(w, blocks); err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range seqs[20:] {
+				if err := e.Remove(w, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	})
+	require.Zero(t, allocs)
+	require.Equal(t, 4, e.PredictionStats().Predictions)
+}
