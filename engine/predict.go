@@ -77,7 +77,7 @@ type predTable struct {
 	blocks         int
 	minExp         int64 // see sweep
 	byName         map[string]*predWorker
-	roots          map[uint64]uint32 // fingerprint of (ns, 0, P[0]) -> first entry
+	roots          map[uint64]*predRoot // fingerprint of (ns, 0, P[0]) -> its entries
 	// scratch of the event hooks, reused under mu.
 	ends []uint32
 }
@@ -90,8 +90,22 @@ type predEnt struct {
 	pre     []uint64 // P's prefix hashes, pre[i] = key prefix at position i
 	expires int64    // Unix nanoseconds
 	root    uint64   // the roots map's key
-	// links: engine-wide, per worker, per root (entry ids, 0 = none)
-	gprev, gnext, wprev, wnext, rprev, rnext uint32
+	// links: engine-wide and per worker (entry ids, 0 = none)
+	gprev, gnext, wprev, wnext uint32
+}
+
+// predRoot holds the entries that share a first block, per worker, each worker's sorted
+// by content (slices.Compare): the longest common prefix of a query with any of them is
+// its longest common prefix with the live entry just before or just after the query's
+// place in that order, so a query costs a binary search per worker instead of a compare
+// per entry.
+type predRoot struct {
+	ws []predRootWorker
+}
+
+type predRootWorker struct {
+	w   *predWorker
+	ids []uint32
 }
 
 // predWorker is a worker's share of the table: its entries, oldest first.
@@ -187,7 +201,7 @@ func (e *Engine) Predict(ctx context.Context, worker, namespace string, content 
 	pw := p.byName[worker]
 	if pw == nil {
 		if p.byName == nil {
-			p.byName, p.roots = map[string]*predWorker{}, map[uint64]uint32{}
+			p.byName, p.roots = map[string]*predWorker{}, map[uint64]*predRoot{}
 		}
 		pw = &predWorker{name: strings.Clone(worker)}
 		p.byName[pw.name] = pw
@@ -238,11 +252,7 @@ func (e *Engine) Predict(ctx context.Context, worker, namespace string, content 
 	} else {
 		pw.oldest = id
 	}
-	if head := p.roots[root]; head != 0 {
-		x.rnext = head
-		p.ents[head].rprev = id
-	}
-	p.roots[root] = id
+	p.link(id)
 	pw.n++
 	p.blocks += len(own)
 	if p.live.Add(1) == 1 || x.expires < p.minExp {
@@ -270,6 +280,45 @@ func (p *predTable) sweep(now int64) {
 		id = next
 	}
 	p.minExp = minExp
+}
+
+// link files entry id under its root, in its worker's content order.
+func (p *predTable) link(id uint32) {
+	x := &p.ents[id]
+	r := p.roots[x.root]
+	if r == nil {
+		r = &predRoot{}
+		p.roots[x.root] = r
+	}
+	k := slices.IndexFunc(r.ws, func(rw predRootWorker) bool { return rw.w == x.w })
+	if k < 0 {
+		r.ws = append(r.ws, predRootWorker{w: x.w})
+		k = len(r.ws) - 1
+	}
+	rw := &r.ws[k]
+	at, _ := slices.BinarySearchFunc(rw.ids, x.content, p.compare)
+	rw.ids = slices.Insert(rw.ids, at, id)
+}
+
+// unlink takes entry id out of its root.
+func (p *predTable) unlink(id uint32) {
+	x := &p.ents[id]
+	r := p.roots[x.root]
+	k := slices.IndexFunc(r.ws, func(rw predRootWorker) bool { return rw.w == x.w })
+	rw := &r.ws[k]
+	rw.ids = slices.Delete(rw.ids, slices.Index(rw.ids, id), slices.Index(rw.ids, id)+1)
+	if len(rw.ids) > 0 {
+		return
+	}
+	r.ws = slices.Delete(r.ws, k, k+1)
+	if len(r.ws) == 0 {
+		delete(p.roots, x.root)
+	}
+}
+
+// compare orders entry id against content (the roots' per-worker order).
+func (p *predTable) compare(id uint32, content []uint64) int {
+	return slices.Compare(p.ents[id].content, content)
 }
 
 // alloc returns a free entry id, growing the slab when none is free.
@@ -310,17 +359,7 @@ func (p *predTable) end(id uint32) {
 	} else {
 		pw.newest = x.wprev
 	}
-	switch {
-	case x.rprev != 0:
-		p.ents[x.rprev].rnext = x.rnext
-	case x.rnext != 0:
-		p.roots[x.root] = x.rnext
-	default:
-		delete(p.roots, x.root)
-	}
-	if x.rnext != 0 {
-		p.ents[x.rnext].rprev = x.rprev
-	}
+	p.unlink(id)
 	pw.n--
 	if pw.n == 0 {
 		delete(p.byName, pw.name)
@@ -480,31 +519,15 @@ func (e *Engine) addPredicted(q *query, ns uint32, content []uint64, dst []Match
 	root := e.fingerprint(key{prefix: content[0], ns: ns})
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	head := p.roots[root]
-	if head == 0 {
+	r := p.roots[root]
+	if r == nil {
 		return dst
 	}
 	now := e.now()
 	hits := q.phits[:0]
-	for id := head; id != 0; id = p.ents[id].rnext {
-		x := &p.ents[id]
-		if x.ns != ns || x.expires <= now {
-			continue
-		}
-		n := commonPrefix(x.content, content)
-		if n == 0 {
-			continue
-		}
-		found := false
-		for i := range hits {
-			if hits[i].w == x.w {
-				hits[i].n = max(hits[i].n, n)
-				found = true
-				break
-			}
-		}
-		if !found {
-			hits = append(hits, predHit{w: x.w, n: n})
+	for k := range r.ws {
+		if n := p.bestPrefix(r.ws[k].ids, ns, content, now); n > 0 {
+			hits = append(hits, predHit{w: r.ws[k].w, n: n})
 		}
 	}
 	q.phits = hits
@@ -531,6 +554,28 @@ func (e *Engine) addPredicted(q *query, ns uint32, content []uint64, dst []Match
 		sortMatches(dst[start:])
 	}
 	return dst
+}
+
+// bestPrefix returns the longest common prefix of content with the live entries of ids
+// (sorted by content) in namespace ns: the nearest live entry on each side of content's
+// place decides it.
+func (p *predTable) bestPrefix(ids []uint32, ns uint32, content []uint64, now int64) int {
+	at, _ := slices.BinarySearchFunc(ids, content, p.compare)
+	live := func(id uint32) bool { x := &p.ents[id]; return x.ns == ns && x.expires > now }
+	best := 0
+	for i := at; i < len(ids); i++ {
+		if live(ids[i]) {
+			best = commonPrefix(p.ents[ids[i]].content, content)
+			break
+		}
+	}
+	for i := at - 1; i >= 0; i-- {
+		if live(ids[i]) {
+			best = max(best, commonPrefix(p.ents[ids[i]].content, content))
+			break
+		}
+	}
+	return best
 }
 
 // commonPrefix returns the length of the longest common prefix of a and b.
