@@ -487,14 +487,14 @@ func printReport(w io.Writer, out simJSON, results []sim.Result, ceil sim.Ceilin
 	printHeader(w, out, bench.Thousands(int64(out.Cluster.Capacity))+fmt.Sprintf(" blocks (%s tokens each)", bench.Thousands(int64(out.Cluster.Capacity*out.Workload.BlockSize))))
 	// The two load columns: the busiest engine's requests, then its prompt tokens, each
 	// over the mean engine's (1.000 is perfect balance).
-	fmt.Fprintf(w, "%-15s %10s %10s %11s %14s %16s %8s\n", "policy", "block hit", "token hit", "of ceiling", "max/mean reqs", "max/mean tokens", "seconds")
-	fmt.Fprintf(w, "%-15s %10s %10s %11s %14s %16s %8s\n", "infinite cache", pct(ceil.BlockHitRate()), pct(ceil.TokenHitRate()), "100.0%", "-", "-", "-")
+	fmt.Fprintf(w, "%-16s %10s %10s %11s %14s %16s %8s\n", "policy", "block hit", "token hit", "of ceiling", "max/mean reqs", "max/mean tokens", "seconds")
+	fmt.Fprintf(w, "%-16s %10s %10s %11s %14s %16s %8s\n", "infinite cache", pct(ceil.BlockHitRate()), pct(ceil.TokenHitRate()), "100.0%", "-", "-", "-")
 	for _, r := range results {
 		of := "-"
 		if c := ceil.BlockHitRate(); c > 0 {
 			of = fmt.Sprintf("%.1f%%", 100*r.BlockHitRate()/c)
 		}
-		fmt.Fprintf(w, "%-15s %10s %10s %11s %14.3f %16.3f %8.2f\n", r.Policy, pct(r.BlockHitRate()), pct(r.TokenHitRate()), of, r.MaxMeanLoad(), r.MaxMeanTokens(), r.Seconds)
+		fmt.Fprintf(w, "%-16s %10s %10s %11s %14.3f %16.3f %8.2f\n", r.Policy, pct(r.BlockHitRate()), pct(r.TokenHitRate()), of, r.MaxMeanLoad(), r.MaxMeanTokens(), r.Seconds)
 	}
 	ix := *out.Index
 	var r sim.Result
@@ -531,13 +531,13 @@ func printSweep(w io.Writer, out simJSON) {
 		printHeader(w, out, "{"+strings.Join(caps, ", ")+"} blocks")
 		fmt.Fprintf(w, "block hit rate by capacity (blocks per worker); infinite cache %s\n", pct(out.Ceiling.BlockHitRate))
 	}
-	fmt.Fprintf(w, "%-15s", "policy")
+	fmt.Fprintf(w, "%-16s", "policy")
 	for _, c := range caps {
 		fmt.Fprintf(w, " %9s", c)
 	}
 	fmt.Fprintln(w)
 	for i := range out.Sweep[0].Policies {
-		fmt.Fprintf(w, "%-15s", out.Sweep[0].Policies[i].Name)
+		fmt.Fprintf(w, "%-16s", out.Sweep[0].Policies[i].Name)
 		for _, p := range out.Sweep {
 			fmt.Fprintf(w, " %9s", pct(p.Policies[i].BlockHitRate))
 		}
