@@ -84,6 +84,21 @@ features=""
 driver_deps=""
 bins=""
 feature_lines=""
+# add_peer FEATURE CRATE_DIR: the driver's feature, binary and optional dependency for the
+# generated crate smg-FEATURE at CRATE_DIR (the binary is driver/src/bin/smg-FEATURE.rs).
+add_peer() {
+	features="$features \"$1\","
+	feature_lines="$feature_lines
+$1 = [\"dep:smg_$1\"]"
+	bins="$bins
+[[bin]]
+name = \"smg-$1\"
+path = \"$here/driver/src/bin/smg-$1.rs\"
+required-features = [\"$1\"]
+"
+	driver_deps="$driver_deps
+smg_$1 = { package = \"smg-$1\", path = \"$2\", optional = true }"
+}
 if [ -n "$positional" ]; then
 	c=$build/smg-positional
 	rm -rf "$c" && mkdir -p "$c/src"
@@ -108,17 +123,7 @@ TOML
 mod event_tree;
 pub use event_tree::*;
 RS
-	features="$features \"positional\","
-	feature_lines="$feature_lines
-positional = [\"dep:smg_positional\"]"
-	bins="$bins
-[[bin]]
-name = \"smg-positional\"
-path = \"$here/driver/src/bin/smg-positional.rs\"
-required-features = [\"positional\"]
-"
-	driver_deps="$driver_deps
-smg_positional = { package = \"smg-positional\", path = \"$c\", optional = true }"
+	add_peer positional "$c"
 fi
 if [ -n "$chain" ]; then
 	c=$build/smg-chain
@@ -154,17 +159,7 @@ pub mod sharded;
 pub use block::*;
 pub use chain_index::*;
 RS
-	features="$features \"chain\","
-	feature_lines="$feature_lines
-chain = [\"dep:smg_chain\"]"
-	bins="$bins
-[[bin]]
-name = \"smg-chain\"
-path = \"$here/driver/src/bin/smg-chain.rs\"
-required-features = [\"chain\"]
-"
-	driver_deps="$driver_deps
-smg_chain = { package = \"smg-chain\", path = \"$c\", optional = true }"
+	add_peer chain "$c"
 fi
 
 d=$build/driver

@@ -32,3 +32,59 @@ pub mod oplog;
 pub mod run;
 
 pub use run::{main_with, Peer};
+
+/// The [`Peer`] methods SMG's two indexes share word for word: both crates export
+/// `StoredBlock`, `SequenceHash` and `ContentHash` and the same `intern_worker` /
+/// `apply_*` / `remove_worker` calls on the index in field `.0`. Invoked inside an
+/// `impl Peer for X` block with the path of the peer crate and its block map type;
+/// the binary writes the rest (`NAME`, `new`, `query`), where the two differ.
+#[macro_export]
+macro_rules! smg_peer_common {
+    ($krate:ident, $map:ident) => {
+        type Map = $krate::$map;
+        type Block = $krate::StoredBlock;
+        type Seq = $krate::SequenceHash;
+        type Hash = $krate::ContentHash;
+
+        fn block(content: u64, seq: u64) -> Self::Block {
+            $krate::StoredBlock {
+                seq_hash: $krate::SequenceHash(seq),
+                content_hash: $krate::ContentHash(content),
+            }
+        }
+        fn seq(seq: u64) -> Self::Seq {
+            $krate::SequenceHash(seq)
+        }
+        fn hash(content: u64) -> Self::Hash {
+            $krate::ContentHash(content)
+        }
+        fn new_map(&self) -> Self::Map {
+            <$krate::$map>::default()
+        }
+        fn map_len(map: &Self::Map) -> usize {
+            map.len()
+        }
+        /// None once every worker slot is taken.
+        fn intern(&self, name: &str) -> Option<u32> {
+            self.0.intern_worker(name).ok()
+        }
+        fn stored(
+            &self,
+            wid: u32,
+            parent: Option<Self::Seq>,
+            blocks: &[Self::Block],
+            map: &mut Self::Map,
+        ) -> bool {
+            self.0.apply_stored(wid, blocks, parent, map).is_ok()
+        }
+        fn removed(&self, wid: u32, seqs: &[Self::Seq], map: &mut Self::Map) {
+            self.0.apply_removed(wid, seqs, map)
+        }
+        fn cleared(&self, wid: u32, map: &mut Self::Map) {
+            self.0.apply_cleared(wid, map)
+        }
+        fn remove_worker(&self, wid: u32, map: Self::Map) {
+            self.0.remove_worker(wid, map)
+        }
+    };
+}
