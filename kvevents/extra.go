@@ -117,7 +117,6 @@ func (d *Decoder) blockExtras(ev *Event, b *Batch, payload []byte, off, nb int, 
 		// key: the entry less a leading LoRA name.
 		wholeStart := len(b.extraBytes)
 		b.extraBytes = cbor.AppendArray(b.extraBytes, m)
-		afterHead := r.off
 		skipFirst := false
 		if m > 0 && len(lora) > 0 {
 			probe := r
@@ -125,9 +124,15 @@ func (d *Decoder) blockExtras(ev *Event, b *Batch, payload []byte, off, nb int, 
 				skipFirst = true
 			}
 		}
+		// keyFrom: where in extraBytes the content key's elements start (after the
+		// entry's head, or after its leading LoRA name).
+		keyFrom := len(b.extraBytes)
 		ok := true
 		for j := 0; j < m && ok; j++ {
 			b.extraBytes, ok = cborOf(b.extraBytes, &r, fieldDepth+2)
+			if j == 0 && skipFirst {
+				keyFrom = len(b.extraBytes)
+			}
 		}
 		if !ok {
 			// Opaque: skip the entry and key the block by its msgpack bytes.
@@ -144,20 +149,15 @@ func (d *Decoder) blockExtras(ev *Event, b *Batch, payload []byte, off, nb int, 
 		}
 		// A later append may move extraBytes; this slice keeps the bytes it has.
 		b.extras = append(b.extras, b.extraBytes[wholeStart:len(b.extraBytes):len(b.extraBytes)])
-		// Content key: re-encode the elements after the LoRA name, if any remain.
+		// Content key: the elements after the LoRA name, if any remain, as an array
+		// (their CBOR is already in extraBytes).
 		keep := m
 		if skipFirst {
 			keep--
 		}
 		if keep > 0 {
-			kr := reader{b: payload, off: afterHead, maxDepth: r.maxDepth}
-			if skipFirst {
-				kr.skip(fieldDepth + 2)
-			}
 			d.keys = cbor.AppendArray(d.keys, keep)
-			for j := 0; j < keep; j++ {
-				d.keys, _ = cborOf(d.keys, &kr, fieldDepth+2)
-			}
+			d.keys = append(d.keys, b.extraBytes[keyFrom:]...)
 		}
 		d.keyEnds = append(d.keyEnds, len(d.keys))
 	}

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,8 +69,14 @@ func TestFloodRSSBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
 	closed := make(chan struct{}, conns+8)
+	// Registered before runSub, so it runs after the subscriber closed its connections:
+	// no goroutine of the hostile server outlives the test.
+	var serving sync.WaitGroup
+	t.Cleanup(func() {
+		l.Close()
+		serving.Wait()
+	})
 	s, _ := runSub(t, subscriber.Config{Endpoint: "tcp://" + l.Addr().String(), MaxMessageBytes: capBytes})
 
 	debug.FreeOSMemory()
@@ -77,7 +84,11 @@ func TestFloodRSSBounded(t *testing.T) {
 		t.Skipf("SKIP (cannot reset the peak RSS): %v", err)
 	}
 	base := procKB(t, "VmRSS")
-	go zmtptest.ServeHostile(l, stream, closed)
+	serving.Add(1)
+	go func() {
+		defer serving.Done()
+		zmtptest.ServeHostile(l, stream, closed)
+	}()
 	for range conns {
 		<-closed
 	}

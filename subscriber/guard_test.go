@@ -112,6 +112,24 @@ func waitLive(t *testing.T, s *subscriber.Subscriber, eng *engine.Engine, p *zmt
 	}
 }
 
+// serveHostile runs zmtptest.ServeHostile on l and returns its closed channel. Called
+// before runSub, its cleanup (close l, wait for ServeHostile) runs after the
+// subscriber's has closed the connections, so no goroutine of it outlives the test.
+func serveHostile(t *testing.T, l net.Listener, payload []byte) <-chan struct{} {
+	t.Helper()
+	closed := make(chan struct{}, 64)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		zmtptest.ServeHostile(l, payload, closed)
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-done
+	})
+	return closed
+}
+
 func freeEndpoint(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -134,8 +152,7 @@ func TestHostilePublisherDialMode(t *testing.T) {
 				t.Fatal(err)
 			}
 			ep := "tcp://" + l.Addr().String()
-			closed := make(chan struct{}, 64)
-			go zmtptest.ServeHostile(l, hc.bytes, closed)
+			closed := serveHostile(t, l, hc.bytes)
 			s, eng := runSub(t, subscriber.Config{Endpoint: ep})
 			for i := 0; i < 2; i++ { // refused, redialled, refused again
 				<-closed
@@ -250,9 +267,7 @@ func TestHostileReplaySocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	closed := make(chan struct{}, 64)
-	go zmtptest.ServeHostile(l, append(zmtptest.Ready("ROUTER"), zmtptest.LongHeader(0, 1<<50)...), closed)
+	closed := serveHostile(t, l, append(zmtptest.Ready("ROUTER"), zmtptest.LongHeader(0, 1<<50)...))
 	ep := freeEndpoint(t)
 	pub := newGoodPub(t, ep, true)
 	s, eng := runSub(t, subscriber.Config{Endpoint: ep, ReplayEndpoint: "tcp://" + l.Addr().String()})

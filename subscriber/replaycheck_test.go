@@ -38,6 +38,33 @@ func TestHostileReplayRejected(t *testing.T) {
 	}
 }
 
+// A replay socket whose first reply comes before the sequence asked for fails the
+// replay (fakePub honours from, so this one answers from-1 regardless).
+func TestHostileReplayBeforeStart(t *testing.T) {
+	e := newEngine(t)
+	fp := &fakePub{}
+	s := newTestSub(t, e, fp, true)
+	payload := batch(ev{kind: "cleared"})
+	for q := range uint64(3) {
+		fp.add(q, payload)
+		sendLive(t, s, q, payload)
+	}
+	var asked []uint64
+	s.replay = func(_ context.Context, from uint64, fn func(uint64, []byte) bool) error {
+		asked = append(asked, from)
+		if from > 0 {
+			fn(from-1, payload)
+		}
+		return nil
+	}
+	sendLive(t, s, 5, payload) // a gap: the catch-up meets the early reply
+	st := s.Status()
+	if len(asked) == 0 || asked[0] == 0 || st.ReplayFailures != 1 || st.LastSeq != 5 ||
+		!strings.Contains(st.LastError, "malformed replay reply") {
+		t.Fatalf("asked %v, status %+v", asked, st)
+	}
+}
+
 // A catch-up for a live gap stops at the live batch: a buffer that runs far past it
 // (hostile or not) cannot move the worker's sequence beyond the live stream.
 func TestGapCatchUpStopsAtLiveSeq(t *testing.T) {

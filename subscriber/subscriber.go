@@ -863,14 +863,15 @@ func (s *Subscriber) applyBatch(seq uint64, payload []byte) error {
 		return s.invalidate()
 	}
 	b := &s.batch
-	s.diag.batch(b, s.dec, s.now())
+	now := s.now() // one clock read per batch: the diagnosis's times and windows need no finer
+	s.diag.batch(b, s.dec, now)
 	s.local.Rejected[ReasonUnknownType] += uint64(b.UnknownTypes)
 	if b.HasDPRank && b.DPRank != s.cfg.DPRank {
 		s.local.Rejected[ReasonRankMismatch] += uint64(len(b.Events))
 		return nil
 	}
 	for i := range b.Events {
-		if err := s.applyEvent(&b.Events[i], SourceCursor(seq, i)); err != nil {
+		if err := s.applyEvent(&b.Events[i], SourceCursor(seq, i), now); err != nil {
 			return err
 		}
 	}
@@ -899,7 +900,8 @@ func SourceCursor(seq uint64, idx int) uint64 {
 	return (seq+1)<<24 | uint64(min(idx, 1<<24-1))
 }
 
-func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64) error {
+// applyEvent hands one decoded event to the index; now is its batch's time.
+func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64, now time.Time) error {
 	if !s.anyMed && !s.media[e.Medium] {
 		s.local.Rejected[ReasonMedium]++
 		return nil
@@ -909,7 +911,7 @@ func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64) error {
 		s.diag.skipGroup(label)
 		return nil
 	}
-	s.diag.checkHashes(e, s.now())
+	s.diag.checkHashes(e, now)
 	s.diag.forget(e)
 	ev := &s.ev
 	*ev = engine.Event{Worker: s.cfg.Worker, Cursor: cursor}
@@ -942,7 +944,7 @@ func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64) error {
 		return err
 	}
 	s.diag.applied(e, s.local.Rejected == before,
-		s.local.Rejected[ReasonParentNotFound] != before[ReasonParentNotFound], s.now())
+		s.local.Rejected[ReasonParentNotFound] != before[ReasonParentNotFound], now)
 	if s.local.Rejected != before {
 		return nil
 	}

@@ -67,14 +67,19 @@ func Hostile(c net.Conn, payload []byte) {
 
 // ServeHostile accepts connections on l until it is closed and plays Hostile on each;
 // every connection the other side closed is reported on closed (which must have room
-// or a reader).
+// or a reader). It returns once l is closed and every connection's goroutine is done,
+// so a test that waits for it leaves none behind.
 func ServeHostile(l net.Listener, payload []byte, closed chan<- struct{}) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			return
 		}
+		wg.Add(1)
 		go func() {
+			defer wg.Done()
 			defer c.Close()
 			Hostile(c, payload)
 			closed <- struct{}{}
