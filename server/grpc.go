@@ -195,19 +195,9 @@ func (g *grpcService) Match(ctx context.Context, req *kvindexv1.MatchRequest) (*
 	if !slices.Contains(Policies(), policy) {
 		return nil, status.Errorf(codes.InvalidArgument, "unknown policy %q (want one of %v)", policy, Policies())
 	}
-	tokens, q := req.GetTokens(), req.GetContentHashes()
-	switch {
-	case len(tokens) > 0 && len(q) > 0:
-		return nil, status.Error(codes.InvalidArgument, "give tokens or content_hashes, not both")
-	case len(tokens) == 0 && len(q) == 0:
-		return nil, status.Error(codes.InvalidArgument, "tokens or content_hashes is required")
-	case len(tokens)/m.blockSize > s.cfg.MaxQueryBlocks || len(q) > s.cfg.MaxQueryBlocks:
-		return nil, status.Errorf(codes.InvalidArgument, "query of more than %d blocks", s.cfg.MaxQueryBlocks)
-	}
-	if len(tokens) > 0 {
-		if q, err = hash.Blocks(nil, tokens, m.blockSize); err != nil {
-			return nil, status.Errorf(codes.Internal, "%v", err)
-		}
+	q, err := s.grpcQuery(m, req.GetTokens(), req.GetContentHashes())
+	if err != nil {
+		return nil, err
 	}
 	qctx, cancel := context.WithTimeout(ctx, time.Duration(s.cfg.QueryTimeout))
 	defer cancel()
@@ -244,6 +234,27 @@ func (g *grpcService) Match(ctx context.Context, req *kvindexv1.MatchRequest) (*
 	return resp, nil
 }
 
+// grpcQuery checks a Match or Routed request's query (exactly one of tokens and
+// content hashes, within MaxQueryBlocks) and returns its block content hashes, or the
+// request's gRPC status.
+func (s *Server) grpcQuery(m *model, tokens []uint32, hashes []uint64) ([]uint64, error) {
+	switch {
+	case len(tokens) > 0 && len(hashes) > 0:
+		return nil, status.Error(codes.InvalidArgument, "give tokens or content_hashes, not both")
+	case len(tokens) == 0 && len(hashes) == 0:
+		return nil, status.Error(codes.InvalidArgument, "tokens or content_hashes is required")
+	case len(tokens)/m.blockSize > s.cfg.MaxQueryBlocks || len(hashes) > s.cfg.MaxQueryBlocks:
+		return nil, status.Errorf(codes.InvalidArgument, "query of more than %d blocks", s.cfg.MaxQueryBlocks)
+	case len(tokens) == 0:
+		return hashes, nil
+	}
+	q, err := hash.Blocks(nil, tokens, m.blockSize)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "%v", err)
+	}
+	return q, nil
+}
+
 // predictStatus maps a failed Predict to its gRPC status.
 func predictStatus(err error) error {
 	switch {
@@ -276,19 +287,9 @@ func (g *grpcService) Routed(ctx context.Context, req *kvindexv1.RoutedRequest) 
 	case time.Duration(req.GetTtlMs())*time.Millisecond > engine.MaxPredictionTTL:
 		return nil, status.Errorf(codes.InvalidArgument, "ttl_ms %d exceeds %d", req.GetTtlMs(), engine.MaxPredictionTTL.Milliseconds())
 	}
-	tokens, q := req.GetTokens(), req.GetContentHashes()
-	switch {
-	case len(tokens) > 0 && len(q) > 0:
-		return nil, status.Error(codes.InvalidArgument, "give tokens or content_hashes, not both")
-	case len(tokens) == 0 && len(q) == 0:
-		return nil, status.Error(codes.InvalidArgument, "tokens or content_hashes is required")
-	case len(tokens)/m.blockSize > s.cfg.MaxQueryBlocks || len(q) > s.cfg.MaxQueryBlocks:
-		return nil, status.Errorf(codes.InvalidArgument, "query of more than %d blocks", s.cfg.MaxQueryBlocks)
-	}
-	if len(tokens) > 0 {
-		if q, err = hash.Blocks(nil, tokens, m.blockSize); err != nil {
-			return nil, status.Errorf(codes.Internal, "%v", err)
-		}
+	q, err := s.grpcQuery(m, req.GetTokens(), req.GetContentHashes())
+	if err != nil {
+		return nil, err
 	}
 	ttl := time.Duration(req.GetTtlMs()) * time.Millisecond
 	if ttl == 0 {
