@@ -436,14 +436,9 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	policy := sc.req.Policy
-	if policy == "" {
-		policy = s.cfg.Policy
-	}
-	switch policy {
-	case PolicyLongestPrefix, PolicyRoundRobin, PolicyRandom:
-	default:
-		writeError(w, http.StatusBadRequest, "bad_policy", "unknown policy %q (want one of %v)", policy, Policies())
+	policy, err := s.resolvePolicy(sc.req.Policy)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_policy", "%v", err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(s.cfg.QueryTimeout))
@@ -465,15 +460,7 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := MatchResponse{Model: m.name, Namespace: ns, Blocks: len(q), Matches: make([]Match, 0, len(found))}
 	for _, f := range found {
-		state := "unknown"
-		if sub := s.byWorker[f.Worker]; sub != nil {
-			state = sub.State().String()
-		} else if s.approx[f.Worker] != nil {
-			state = stateApproximate
-		} else if s.external {
-			state = "replicated" // fed by another process (a relay), which vouches for it
-		}
-		resp.Matches = append(resp.Matches, Match{Worker: f.Worker, Score: f.Score, Size: f.Size, Predicted: f.Predicted, State: state})
+		resp.Matches = append(resp.Matches, Match{Worker: f.Worker, Score: f.Score, Size: f.Size, Predicted: f.Predicted, State: s.workerState(f.Worker)})
 	}
 	// found is in the order the response promises: score descending, then worker id.
 	resp.Pick = s.pick(m, policy, resp.Matches)
@@ -493,6 +480,19 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// resolvePolicy returns a match request's policy (the configured one when empty), or an
+// error naming the known ones: the one check of HTTP and gRPC Match.
+func (s *Server) resolvePolicy(policy string) (string, error) {
+	if policy == "" {
+		policy = s.cfg.Policy
+	}
+	switch policy {
+	case PolicyLongestPrefix, PolicyRoundRobin, PolicyRandom:
+		return policy, nil
+	}
+	return "", fmt.Errorf("unknown policy %q (want one of %v)", policy, Policies())
 }
 
 // stateApproximate is the state of a worker without events.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -188,12 +187,9 @@ func (g *grpcService) Match(ctx context.Context, req *kvindexv1.MatchRequest) (*
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
-	policy := req.GetPolicy()
-	if policy == "" {
-		policy = s.cfg.Policy
-	}
-	if !slices.Contains(Policies(), policy) {
-		return nil, status.Errorf(codes.InvalidArgument, "unknown policy %q (want one of %v)", policy, Policies())
+	policy, err := s.resolvePolicy(req.GetPolicy())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
 	q, err := s.grpcQuery(m, req.GetTokens(), req.GetContentHashes())
 	if err != nil {
