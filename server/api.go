@@ -464,13 +464,8 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 	}
 	// found is in the order the response promises: score descending, then worker id.
 	resp.Pick = s.pick(m, policy, resp.Matches)
-	if len(q) > 0 {
-		s.noteQuery(m, len(found) > 0)
-	}
+	s.noteMatch(m, len(q), len(found), resp.Pick)
 	if resp.Pick != nil {
-		if sub := s.byWorker[resp.Pick.Worker]; sub != nil {
-			sub.NoteServed(s.now())
-		}
 		if sc.req.Record && len(q) > 0 {
 			if err := s.eng.Predict(ctx, resp.Pick.Worker, ns, q, 0); err != nil {
 				s.predictError(w, err)
@@ -480,6 +475,21 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// noteMatch feeds a served match to the diagnostics (HTTP and gRPC alike): a non-empty
+// query counts toward the model's unmatched rate, and the picked worker is marked served
+// (for events_stopped).
+func (s *Server) noteMatch(m *model, blocks, found int, pick *Pick) {
+	if blocks > 0 {
+		s.noteQuery(m, found > 0)
+	}
+	if pick == nil {
+		return
+	}
+	if sub := s.byWorker[pick.Worker]; sub != nil {
+		sub.NoteServed(s.now())
+	}
 }
 
 // resolvePolicy returns a match request's policy (the configured one when empty), or an

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	kvindexv1 "github.com/kvindex/kvindex/api/kvindexv1"
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/hash"
 	"github.com/kvindex/kvindex/kvevents"
@@ -94,6 +95,22 @@ func models(t *testing.T, s *Server) []ModelInfo {
 }
 
 var toksA = `[1,2,3,4,5,6,7,8]`
+
+// TestGRPCMatchFeedsDiagnostics: a gRPC Match counts toward the model's queries and
+// unmatched rate exactly as POST /v1/match does.
+func TestGRPCMatchFeedsDiagnostics(t *testing.T) {
+	s, _ := newDiagServer(t, nil)
+	store(t, s, hash.Content([]uint32{1, 2, 3, 4}))
+	g := &grpcService{s: s}
+	for _, toks := range [][]uint32{{1, 2, 3, 4}, {9, 9, 9, 9}, {9, 9, 9, 9}} {
+		if _, err := g.Match(context.Background(), &kvindexv1.MatchRequest{Tokens: toks}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := models(t, s); len(m) != 1 || m[0].Queries != 3 || m[0].Unmatched != 2 {
+		t.Fatalf("models %+v", m)
+	}
+}
 
 func TestUnmatchedQueries(t *testing.T) {
 	// Healthy: the router's tokens are the engine's.

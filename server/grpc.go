@@ -218,7 +218,9 @@ func (g *grpcService) Match(ctx context.Context, req *kvindexv1.MatchRequest) (*
 		resp.Matches = append(resp.Matches, &kvindexv1.Match{Worker: mt.Worker, Score: int32(mt.Score), Size: int32(mt.Size),
 			State: mt.State, Predicted: int32(mt.Predicted)})
 	}
-	if p := s.pick(m, policy, matches); p != nil {
+	p := s.pick(m, policy, matches)
+	s.noteMatch(m, len(q), len(found), p)
+	if p != nil {
 		resp.Pick = &kvindexv1.Pick{Worker: p.Worker, Policy: p.Policy, Score: int32(p.Score), Reason: p.Reason}
 		if req.GetRecord() && len(q) > 0 {
 			if err := s.eng.Predict(qctx, p.Worker, ns, q, 0); err != nil {
