@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/kvindex/kvindex/hash"
@@ -87,9 +88,11 @@ func parseExtraKeys(raw []byte, nb int) ([][]byte, error) {
 	if bytes.Equal(raw, []byte("null")) {
 		return nil, nil
 	}
+	// One decode of the whole (body-bounded, already validated) value: numbers stay
+	// json.Number so integers of 64 bits are exact.
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	var blocks []json.RawMessage
+	var blocks []any
 	if err := dec.Decode(&blocks); err != nil {
 		return nil, fmt.Errorf("want an array with one entry per block: %v", err)
 	}
@@ -97,13 +100,7 @@ func parseExtraKeys(raw []byte, nb int) ([][]byte, error) {
 		return nil, fmt.Errorf("%d entries for %d blocks", len(blocks), nb)
 	}
 	out := make([][]byte, len(blocks))
-	for i, rb := range blocks {
-		d := json.NewDecoder(bytes.NewReader(rb))
-		d.UseNumber()
-		var v any
-		if err := d.Decode(&v); err != nil {
-			return nil, fmt.Errorf("entry %d: %v", i, err)
-		}
+	for i, v := range blocks {
 		if v == nil {
 			continue
 		}
@@ -141,8 +138,7 @@ func appendKey(dst []byte, v any, depth int) ([]byte, error) {
 		if n, err := x.Int64(); err == nil {
 			return cbor.AppendInt(dst, n), nil
 		}
-		var u uint64
-		if _, err := fmt.Sscan(string(x), &u); err == nil && string(x) == fmt.Sprint(u) {
+		if u, err := strconv.ParseUint(string(x), 10, 64); err == nil {
 			return cbor.AppendUint(dst, u), nil
 		}
 		return nil, fmt.Errorf("key %s is not an integer of 64 bits (floats are not reproduced)", x)
