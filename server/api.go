@@ -385,20 +385,12 @@ func (s *Server) readQuery(w http.ResponseWriter, r *http.Request, sc *matchScra
 		writeError(w, http.StatusBadRequest, "bad_namespace", "%v", err)
 		return nil, "", nil, false
 	}
-	if hasTokens && hasHashes {
-		writeError(w, http.StatusBadRequest, "bad_query", "give tokens or content_hashes, not both")
-		return nil, "", nil, false
-	}
-	if !hasTokens && !hasHashes {
-		writeError(w, http.StatusBadRequest, "bad_query", "tokens or content_hashes is required")
+	if code, err := s.checkQuery(m, hasTokens, hasHashes, len(tokens64), len(hashes)); err != nil {
+		writeError(w, http.StatusBadRequest, code, "%v", err)
 		return nil, "", nil, false
 	}
 	q = hashes
 	if hasTokens {
-		if len(tokens64)/m.blockSize > s.cfg.MaxQueryBlocks {
-			writeError(w, http.StatusBadRequest, "query_too_long", "query of %d blocks exceeds %d", len(tokens64)/m.blockSize, s.cfg.MaxQueryBlocks)
-			return nil, "", nil, false
-		}
 		toks := sc.toks[:0]
 		for _, t := range tokens64 {
 			toks = append(toks, uint32(t))
@@ -422,11 +414,28 @@ func (s *Server) readQuery(w http.ResponseWriter, r *http.Request, sc *matchScra
 	} else if req.ExtraKeys != nil {
 		writeError(w, http.StatusBadRequest, "bad_query", "extra_keys needs tokens (with content_hashes, hash them in: hash.ContentExtra)")
 		return nil, "", nil, false
-	} else if len(q) > s.cfg.MaxQueryBlocks {
-		writeError(w, http.StatusBadRequest, "query_too_long", "query of %d blocks exceeds %d", len(q), s.cfg.MaxQueryBlocks)
-		return nil, "", nil, false
 	}
 	return m, ns, q, true
+}
+
+// checkQuery checks a query's shape before any of it is hashed, for HTTP and gRPC alike:
+// exactly one of tokens and content hashes (has: the field was given, an empty list
+// included), of at most MaxQueryBlocks blocks. code is the HTTP error code.
+func (s *Server) checkQuery(m *model, hasTokens, hasHashes bool, nTokens, nHashes int) (code string, err error) {
+	switch {
+	case hasTokens && hasHashes:
+		return "bad_query", errors.New("give tokens or content_hashes, not both")
+	case !hasTokens && !hasHashes:
+		return "bad_query", errors.New("tokens or content_hashes is required")
+	}
+	blocks := nHashes
+	if hasTokens {
+		blocks = nTokens / m.blockSize
+	}
+	if blocks > s.cfg.MaxQueryBlocks {
+		return "query_too_long", fmt.Errorf("query of %d blocks exceeds %d", blocks, s.cfg.MaxQueryBlocks)
+	}
+	return "", nil
 }
 
 func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {

@@ -232,18 +232,14 @@ func (g *grpcService) Match(ctx context.Context, req *kvindexv1.MatchRequest) (*
 	return resp, nil
 }
 
-// grpcQuery checks a Match or Routed request's query (exactly one of tokens and
-// content hashes, within MaxQueryBlocks) and returns its block content hashes, or the
-// request's gRPC status.
+// grpcQuery checks a Match or Routed request's query (checkQuery: proto3 cannot tell an
+// empty list from none, so an empty one counts as not given) and returns its block
+// content hashes, or the request's gRPC status.
 func (s *Server) grpcQuery(m *model, tokens []uint32, hashes []uint64) ([]uint64, error) {
-	switch {
-	case len(tokens) > 0 && len(hashes) > 0:
-		return nil, status.Error(codes.InvalidArgument, "give tokens or content_hashes, not both")
-	case len(tokens) == 0 && len(hashes) == 0:
-		return nil, status.Error(codes.InvalidArgument, "tokens or content_hashes is required")
-	case len(tokens)/m.blockSize > s.cfg.MaxQueryBlocks || len(hashes) > s.cfg.MaxQueryBlocks:
-		return nil, status.Errorf(codes.InvalidArgument, "query of more than %d blocks", s.cfg.MaxQueryBlocks)
-	case len(tokens) == 0:
+	if _, err := s.checkQuery(m, len(tokens) > 0, len(hashes) > 0, len(tokens), len(hashes)); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if len(tokens) == 0 {
 		return hashes, nil
 	}
 	q, err := hash.Blocks(nil, tokens, m.blockSize)

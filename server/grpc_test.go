@@ -171,8 +171,8 @@ func TestGRPCRejectsBadQueries(t *testing.T) {
 		{&kvindexv1.MatchRequest{Model: "m", Tokens: []uint32{1}, ContentHashes: []uint64{1}}, "not both"},
 		{&kvindexv1.MatchRequest{Model: "m", Tokens: []uint32{1}, Policy: "best"}, `unknown policy "best"`},
 		{&kvindexv1.MatchRequest{Model: "m", Tokens: []uint32{1}, Namespace: "lora=a", LoraName: "a"}, "not both"},
-		{&kvindexv1.MatchRequest{Model: "m", Tokens: make([]uint32, 4*9)}, "more than 8 blocks"},
-		{&kvindexv1.MatchRequest{Model: "m", ContentHashes: make([]uint64, 9)}, "more than 8 blocks"},
+		{&kvindexv1.MatchRequest{Model: "m", Tokens: make([]uint32, 4*9)}, "exceeds 8"},
+		{&kvindexv1.MatchRequest{Model: "m", ContentHashes: make([]uint64, 9)}, "exceeds 8"},
 	} {
 		_, err := f.grpc.Match(ctx, tc.req)
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
