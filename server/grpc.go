@@ -191,14 +191,17 @@ func (g *grpcService) Match(ctx context.Context, req *kvindexv1.MatchRequest) (*
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
-	q, err := s.grpcQuery(m, req.GetTokens(), req.GetContentHashes())
+	sc := scratchPool.Get().(*matchScratch) // the HTTP handlers' pool: q and found are reused
+	defer sc.release()
+	q, err := s.grpcQuery(m, req.GetTokens(), req.GetContentHashes(), sc)
 	if err != nil {
 		return nil, err
 	}
 	qctx, cancel := context.WithTimeout(ctx, time.Duration(s.cfg.QueryTimeout))
 	defer cancel()
 	start := time.Now()
-	found, err := s.eng.FindMatchesIn(qctx, ns, q, nil)
+	found, err := s.eng.FindMatchesIn(qctx, ns, q, sc.found[:0])
+	sc.found = found
 	s.findLatency.Observe(time.Since(start).Seconds())
 	if err != nil {
 		switch {
@@ -234,18 +237,20 @@ func (g *grpcService) Match(ctx context.Context, req *kvindexv1.MatchRequest) (*
 
 // grpcQuery checks a Match or Routed request's query (checkQuery: proto3 cannot tell an
 // empty list from none, so an empty one counts as not given) and returns its block
-// content hashes, or the request's gRPC status.
-func (s *Server) grpcQuery(m *model, tokens []uint32, hashes []uint64) ([]uint64, error) {
+// content hashes (tokens hashed into sc.q; given hashes as they are, never kept in sc),
+// or the request's gRPC status.
+func (s *Server) grpcQuery(m *model, tokens []uint32, hashes []uint64, sc *matchScratch) ([]uint64, error) {
 	if _, err := s.checkQuery(m, len(tokens) > 0, len(hashes) > 0, len(tokens), len(hashes)); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
 	if len(tokens) == 0 {
 		return hashes, nil
 	}
-	q, err := hash.Blocks(nil, tokens, m.blockSize)
+	q, err := hash.Blocks(sc.q[:0], tokens, m.blockSize)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "%v", err)
 	}
+	sc.q = q
 	return q, nil
 }
 
@@ -281,7 +286,9 @@ func (g *grpcService) Routed(ctx context.Context, req *kvindexv1.RoutedRequest) 
 	case time.Duration(req.GetTtlMs())*time.Millisecond > engine.MaxPredictionTTL:
 		return nil, status.Errorf(codes.InvalidArgument, "ttl_ms %d exceeds %d", req.GetTtlMs(), engine.MaxPredictionTTL.Milliseconds())
 	}
-	q, err := s.grpcQuery(m, req.GetTokens(), req.GetContentHashes())
+	sc := scratchPool.Get().(*matchScratch)
+	defer sc.release()
+	q, err := s.grpcQuery(m, req.GetTokens(), req.GetContentHashes(), sc)
 	if err != nil {
 		return nil, err
 	}
