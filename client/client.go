@@ -17,6 +17,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"google.golang.org/grpc"
@@ -85,7 +86,11 @@ func (c *Client) MatchHashes(ctx context.Context, model string, content []uint64
 // counts the worker as holding the request's blocks until its events confirm or
 // contradict it or ttl (0: the server's default) ends.
 func (c *Client) Routed(ctx context.Context, model, worker string, content []uint64, ttl time.Duration) (*kvindexv1.RoutedResponse, error) {
-	return c.index.Routed(ctx, &kvindexv1.RoutedRequest{Model: model, Worker: worker, ContentHashes: content, TtlMs: uint32(ttl.Milliseconds())})
+	ms := ttl.Milliseconds()
+	if ms < 0 || ms > math.MaxUint32 {
+		ms = math.MaxUint32 // out of range: sent so the server rejects it, not wrapped into a valid ttl
+	}
+	return c.index.Routed(ctx, &kvindexv1.RoutedRequest{Model: model, Worker: worker, ContentHashes: content, TtlMs: uint32(ms)})
 }
 
 // Workers lists the workers the server follows.

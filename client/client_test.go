@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
@@ -83,6 +84,14 @@ func TestClientErrors(t *testing.T) {
 	resp, err := c.MatchHashes(ctx, "", must(hash.Blocks(nil, []uint32{1, 2, 3, 4}, 4)))
 	if err != nil || len(resp.GetMatches()) != 1 || resp.GetModel() != "llama-3-8b" {
 		t.Fatalf("%v, %v", resp, err)
+	}
+	// A ttl past uint32 milliseconds is refused, not wrapped to 0 (the server's default).
+	content := must(hash.Blocks(nil, []uint32{1, 2, 3, 4}, 4))
+	if _, err := c.Routed(ctx, "", "pod-7", content, time.Duration(1<<32)*time.Millisecond); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("ttl of 2^32 ms: %v", err)
+	}
+	if _, err := c.Routed(ctx, "", "pod-7", content, 0); err != nil {
+		t.Fatalf("default ttl: %v", err)
 	}
 	ws, err := c.Workers(ctx) // fed through Options.Index: no subscribers to list
 	if err != nil || len(ws) != 0 {
