@@ -350,9 +350,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buf
 	return false
 }
 
-// release gives a request's scratch back to the pool unless it grew large.
+// release gives a request's scratch back to the pool unless it grew large: a body, or
+// the tokens or content hashes parsed from it (a hostile list of short numbers is up to
+// four times the body), past what a common query needs.
 func (sc *matchScratch) release() {
-	if sc.body.Cap() <= 1<<20 && cap(sc.req.Tokens) <= 1<<18 {
+	if sc.body.Cap() <= 1<<20 && cap(sc.req.Tokens) <= 1<<18 && cap(sc.req.Hashes) <= 1<<18 {
 		scratchPool.Put(sc)
 	}
 }
