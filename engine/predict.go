@@ -184,13 +184,16 @@ func (e *Engine) Predict(ctx context.Context, worker, namespace string, content 
 			ns = e.namespaceID(namespace, true)
 		}
 	}
-	// The prefix hashes are computed outside the lock.
-	pre := make([]uint64, len(content))
+	// The entry's own copy of content and its prefix hashes share one allocation (they
+	// live and die together), computed outside the lock.
+	n := len(content)
+	buf := make([]uint64, 2*n)
+	own, pre := buf[:n:n], buf[n:]
+	copy(own, content)
 	pre[0] = content[0]
-	for i := 1; i < len(content); i++ {
+	for i := 1; i < n; i++ {
 		pre[i] = hash.Next(pre[i-1], content[i])
 	}
-	own := slices.Clone(content)
 	root := e.fingerprint(key{prefix: content[0], ns: ns})
 
 	p := &e.preds
