@@ -50,6 +50,8 @@ type Engine struct {
 	nlive  atomic.Int64
 
 	blocks atomic.Int64
+	// tierBlocks splits blocks by tier.
+	tierBlocks [NumTiers]atomic.Int64
 
 	// namespaces interns prefix-namespace names to ids; "" is id 0 and never stored.
 	namespaces sync.Map // string -> uint32
@@ -157,7 +159,7 @@ func (e *Engine) WorkerSize(worker string) (int, bool) {
 	if w == nil {
 		return 0, false
 	}
-	return int(w.size.Load()), true
+	return w.totalSize(), true
 }
 
 // lookup returns the live worker named name, or nil.
@@ -178,6 +180,20 @@ func (e *Engine) lookupOrCreate(name string) *worker {
 	if w := e.lookup(name); w != nil {
 		return w
 	}
+	// The registry keeps its own copy of the name: a caller's string (often a field of
+	// an Event) must not outlive the call, or escape analysis makes every event's slices
+	// escape with it, and Remove(worker, seqs...) would allocate.
+	own := strings.Clone(name)
+	w := &worker{name: own, wid: e.allocIDLocked()}
+	(*e.slots.Load())[w.wid].Store(w)
+	e.byName.store(own, w)
+	e.nlive.Add(1)
+	return w
+}
+
+// allocIDLocked returns a free worker id (a retired one, oldest first, or the next never
+// given out), growing the id array to cover it. Called with regMu held.
+func (e *Engine) allocIDLocked() uint32 {
 	wid := e.nextID
 	if len(e.free) > 0 && e.retired(e.free[0]) {
 		wid = e.free[0].wid
@@ -192,17 +208,8 @@ func (e *Engine) lookupOrCreate(name string) *worker {
 			grown[i].Store(slots[i].Load())
 		}
 		e.slots.Store(&grown)
-		slots = grown
 	}
-	// The registry keeps its own copy of the name: a caller's string (often a field of
-	// an Event) must not outlive the call, or escape analysis makes every event's slices
-	// escape with it, and Remove(worker, seqs...) would allocate.
-	own := strings.Clone(name)
-	w := &worker{name: own, wid: wid}
-	slots[wid].Store(w)
-	e.byName.store(own, w)
-	e.nlive.Add(1)
-	return w
+	return wid
 }
 
 // freeID is a worker id given up by RemoveWorker, and how many items each shard's ring
@@ -226,17 +233,24 @@ func (e *Engine) retired(f freeID) bool {
 
 // unregister forgets w. Its id is reused (oldest first) once its removal deltas, already
 // in the rings, have been applied.
+// A primary's tier components go with it.
 func (e *Engine) unregister(w *worker) {
 	e.regMu.Lock()
 	defer e.regMu.Unlock()
 	e.byName.deleteIf(w.name, w)
+	e.freeIDLocked(w)
+	w.components(func(_ Tier, c *worker) { e.freeIDLocked(c) })
+	e.nlive.Add(-1)
+}
+
+// freeIDLocked gives up w's id (see unregister). Called with regMu held.
+func (e *Engine) freeIDLocked(w *worker) {
 	(*e.slots.Load())[w.wid].Store(nil)
 	f := freeID{wid: w.wid, after: make([]uint64, len(e.shards))}
 	for i, s := range e.shards {
 		f.after[i] = s.ring.Stats().Pushes
 	}
 	e.free = append(e.free, f)
-	e.nlive.Add(-1)
 }
 
 // getOutbox takes a scratch for locked workers from the pool.
@@ -251,6 +265,7 @@ func (e *Engine) getOutbox() *outbox {
 // unlocks it.
 func (e *Engine) unlock(w *worker) {
 	w.out = nil
+	w.components(func(_ Tier, c *worker) { c.out = nil })
 	w.mu.Unlock()
 }
 
@@ -272,6 +287,7 @@ func (e *Engine) lockLive(name string, create bool, hint *worker, out *outbox) *
 		w.mu.Lock()
 		if !w.dead {
 			w.out = out
+			w.components(func(_ Tier, c *worker) { c.out = out })
 			return w
 		}
 		w.mu.Unlock()
@@ -332,6 +348,11 @@ type Event struct {
 	HasParent bool
 	Blocks    []Block  // EventStored
 	Seqs      []uint64 // EventRemoved
+	// Tier is the tier a stored or removed event is about (the zero value is the device
+	// tier). A worker's tiers hold independent copies: a removal drops the copies on its
+	// tier only, and a store's parent is looked up on its tier first, then on the others,
+	// fastest first. Cleared and RemoveWorker cover every tier and take no Tier.
+	Tier Tier
 	// Cursor, when not zero, is the event's position in its worker's event stream (for
 	// example the publisher's sequence number). The engine records the last one applied
 	// per worker, under the same lock as the worker's state, so a snapshot knows where
@@ -440,6 +461,10 @@ func (e *Engine) check(ev *Event) (apply bool, err error) {
 		return bad("%d blocks in one event (limit %d)", len(ev.Blocks), e.cfg.MaxEventBlocks)
 	case len(ev.Seqs) > e.cfg.MaxEventBlocks:
 		return bad("%d seqs in one event (limit %d)", len(ev.Seqs), e.cfg.MaxEventBlocks)
+	case ev.Tier >= NumTiers:
+		return bad("unknown tier %d", ev.Tier)
+	case ev.Tier != TierDevice && (ev.Kind == EventCleared || ev.Kind == EventRemoveWorker):
+		return bad("a cleared or remove_worker event covers every tier and takes none (got %s)", ev.Tier)
 	case ev.Kind == EventStored && len(ev.Blocks) == 0:
 		return false, nil // whatever the parent, and an unknown worker stays unknown
 	}
@@ -499,11 +524,15 @@ func (e *Engine) applyEvent(w *worker, ev *Event) (gone bool, err error) {
 		}
 		return false, e.storeLocked(w, ns, ev)
 	case EventRemoved:
-		w.out.skipped += uint64(w.remove(e, ev.Seqs))
+		if c := e.tierOf(w, ev.Tier, false); c != nil {
+			w.out.skipped += uint64(c.remove(e, ev.Seqs))
+		} else {
+			w.out.skipped += uint64(len(ev.Seqs))
+		}
 	case EventCleared:
-		w.clear(e)
+		w.clearTiers(e)
 	case EventRemoveWorker:
-		w.clear(e)
+		w.clearTiers(e)
 		w.out.events++
 		err = w.flush(e)
 		w.dead = true
@@ -516,16 +545,19 @@ func (e *Engine) applyEvent(w *worker, ev *Event) (gone bool, err error) {
 
 // storeLocked applies a stored event to w (locked). The parent is resolved first, so an
 // event faulty in both ways reports ErrParentNotFound.
+// The parent may live on another tier than the event's (Event.Tier).
 func (e *Engine) storeLocked(w *worker, ns uint32, ev *Event) error {
-	var at uint32 // the parent's key record
+	var p parentRef
+	var holder *worker
 	if ev.HasParent {
-		rid, ok := w.seqs.get(&e.seed, ev.Parent)
-		if !ok || w.keys.recs[rid].ns != ns {
+		h, rid, ok := e.parentOf(w, ev.Tier, ev.Parent)
+		if !ok || h.keys.recs[rid].ns != ns {
 			e.rejParent.Add(1)
 			return fmt.Errorf("%w: worker %q does not hold %d in this namespace", ErrParentNotFound, w.name, ev.Parent)
 		}
-		at = rid
-		if uint64(w.keys.recs[rid].pos)+uint64(len(ev.Blocks)) >= MaxDepth {
+		r := &h.keys.recs[rid]
+		holder, p = h, parentRef{has: true, prefix: r.prefix(), pos: r.pos, ref: rid + 1}
+		if uint64(r.pos)+uint64(len(ev.Blocks)) >= MaxDepth {
 			e.rejInvalid.Add(1)
 			return fmt.Errorf("%w: chain deeper than %d blocks", ErrInvalidEvent, MaxDepth)
 		}
@@ -534,7 +566,11 @@ func (e *Engine) storeLocked(w *worker, ns uint32, ev *Event) error {
 		e.rejInvalid.Add(1)
 		return fmt.Errorf("%w: a seq appears twice in one event or equals the parent", ErrInvalidEvent)
 	}
-	w.store(e, ns, at, ev.HasParent, ev.Blocks)
+	t := e.tierOf(w, ev.Tier, true)
+	if holder != t {
+		p.ref = 0 // the parent's record is in another tier's table: addKey finds or makes it
+	}
+	t.store(e, ns, p, ev.Blocks)
 	w.out.events++
 	return nil
 }

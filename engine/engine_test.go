@@ -121,7 +121,7 @@ func TestRejections(t *testing.T) {
 	require.NoError(t, e.Barrier(ctx))
 	got, err := e.FindMatches(ctx, []uint64{1, 2}, nil)
 	require.NoError(t, err)
-	require.Equal(t, []engine.Match{{Worker: "w", Score: 2, Size: 2}}, got)
+	require.Equal(t, []engine.Match{{Worker: "w", Score: 2, Size: 2, Tiers: [3]int{2, 2, 2}}}, got)
 	st := e.Stats()
 	require.Equal(t, 1, st.Workers)
 	require.Equal(t, uint64(3), st.RejectedParentNotFound)
@@ -145,6 +145,33 @@ func TestDifferential(t *testing.T) {
 					t.Parallel()
 					r := rand.New(rand.NewPCG(seed, uint64(jump)))
 					opt := refmodel.RandomOptions{Alphabet: int(2 + seed), MaxChain: []int{20, 150, 300}[seed-1]}
+					ops := refmodel.RandomOps(r, n, opt)
+					cfg := engine.Config{Shards: shards, JumpSize: jump, QueueSize: 4}
+					if shards == 0 {
+						cfg = engine.Config{LockedIndex: true, JumpSize: jump}
+					}
+					require.Positive(t, differential(t, cfg, ops))
+				})
+			}
+		}
+	}
+}
+
+// TestDifferentialTiers is TestDifferential over histories with host and disk events:
+// stores and removals per tier, copies of held blocks to other tiers under parents held
+// elsewhere. Every answer's per-tier lengths are compared.
+func TestDifferentialTiers(t *testing.T) {
+	n := 6000
+	if testing.Short() {
+		n = 2000
+	}
+	for _, shards := range []int{0, 1, 2, 3} {
+		for _, jump := range []int{1, 3, 64} {
+			for seed := uint64(1); seed <= 3; seed++ {
+				t.Run(fmt.Sprintf("shards=%d/jump=%d/seed=%d", shards, jump, seed), func(t *testing.T) {
+					t.Parallel()
+					r := rand.New(rand.NewPCG(seed, uint64(jump)+100))
+					opt := refmodel.RandomOptions{Alphabet: int(2 + seed), MaxChain: []int{20, 150, 300}[seed-1], Tiers: true}
 					ops := refmodel.RandomOps(r, n, opt)
 					cfg := engine.Config{Shards: shards, JumpSize: jump, QueueSize: 4}
 					if shards == 0 {
@@ -321,10 +348,14 @@ func stepsFromBytes(data []byte) []refmodel.Step {
 	for len(data) > 0 {
 		b := next()
 		w := fmt.Sprintf("w%d", b&1)
+		tier := (b >> 1) & 3 // bits 1-2: the tier of a store or removal (3: device)
+		if tier == 3 {
+			tier = 0
+		}
 		switch b >> 5 {
 		case 0, 1, 2:
 			n := int(next()%6) + 1
-			op := oplog.Op{Kind: oplog.Stored, Worker: w}
+			op := oplog.Op{Kind: oplog.Stored, Worker: w, Tier: tier}
 			if p := next(); p%3 != 0 {
 				op.Parent, op.HasParent = uint64(p%12), true
 			}
@@ -334,7 +365,7 @@ func stepsFromBytes(data []byte) []refmodel.Step {
 			}
 			ops = append(ops, refmodel.Step{Op: op})
 		case 3, 4:
-			ops = append(ops, refmodel.Step{Op: oplog.Op{Kind: oplog.Removed, Worker: w, Seqs: []uint64{uint64(next() % 12)}}})
+			ops = append(ops, refmodel.Step{Op: oplog.Op{Kind: oplog.Removed, Worker: w, Tier: tier, Seqs: []uint64{uint64(next() % 12)}}})
 		case 5:
 			if b&2 == 0 {
 				ops = append(ops, refmodel.Step{Op: oplog.Op{Kind: oplog.Cleared, Worker: w}})

@@ -100,8 +100,8 @@ func ExampleEngine_ApplyBatch() {
 	// event 1: accepted=true parent-not-found=false
 	// event 2: accepted=false parent-not-found=true
 	// event 3: accepted=true parent-not-found=false
-	// namespace "model=llama-3-8b;": [{pod-a 2 2 0}]
-	// namespace "model=mistral-7b;": [{pod-b 1 1 0}]
+	// namespace "model=llama-3-8b;": [{pod-a 2 2 0 [2 2 2]}]
+	// namespace "model=mistral-7b;": [{pod-b 1 1 0 [1 1 1]}]
 	// namespace "": []
 }
 
@@ -138,6 +138,6 @@ func ExampleEngine_WriteSnapshot() {
 	_, err = engine.RestoreBytes(engine.Config{}, []byte("not a snapshot"))
 	fmt.Println(errors.Is(err, engine.ErrSnapshot))
 	// Output:
-	// [{pod-a 2 2 0}] map[pod-a:41]
+	// [{pod-a 2 2 0 [2 2 2]}] map[pod-a:41]
 	// true
 }

@@ -30,10 +30,10 @@ func TestNamespaces(t *testing.T) {
 	q := []uint64{1, 2, 3, 4}
 	got, err := e.FindMatches(ctx, q, nil)
 	require.NoError(t, err)
-	require.Equal(t, []engine.Match{{Worker: "base", Score: 4, Size: 4}, {Worker: "both", Score: 3, Size: 6}}, got)
+	require.Equal(t, []engine.Match{{Worker: "base", Score: 4, Size: 4, Tiers: [3]int{4, 4, 4}}, {Worker: "both", Score: 3, Size: 6, Tiers: [3]int{3, 3, 3}}}, got)
 	got, err = e.FindMatchesIn(ctx, "lora=a", q, nil)
 	require.NoError(t, err)
-	require.Equal(t, []engine.Match{{Worker: "lora", Score: 4, Size: 4}, {Worker: "both", Score: 3, Size: 6}}, got)
+	require.Equal(t, []engine.Match{{Worker: "lora", Score: 4, Size: 4, Tiers: [3]int{4, 4, 4}}, {Worker: "both", Score: 3, Size: 6, Tiers: [3]int{3, 3, 3}}}, got)
 	got, err = e.FindMatchesIn(ctx, "never-stored", q, nil)
 	require.NoError(t, err)
 	require.Empty(t, got)
@@ -46,10 +46,10 @@ func TestNamespaces(t *testing.T) {
 	require.NoError(t, e.Barrier(ctx))
 	got, err = e.FindMatchesIn(ctx, "lora=a", q, nil)
 	require.NoError(t, err)
-	require.Equal(t, []engine.Match{{Worker: "both", Score: 3, Size: 6}}, got, "lora lost its namespaced root")
+	require.Equal(t, []engine.Match{{Worker: "both", Score: 3, Size: 6, Tiers: [3]int{3, 3, 3}}}, got, "lora lost its namespaced root")
 	got, err = e.FindMatches(ctx, q, nil)
 	require.NoError(t, err)
-	require.Contains(t, got, engine.Match{Worker: "lora", Score: 1, Size: 4})
+	require.Contains(t, got, engine.Match{Worker: "lora", Score: 1, Size: 4, Tiers: [3]int{1, 1, 1}})
 
 	require.ErrorIs(t, e.Apply(&engine.Event{Kind: 99, Worker: "x"}), engine.ErrInvalidEvent)
 }

@@ -399,6 +399,9 @@ func (p *predTable) endWorker(name string) {
 // contradicts. The prediction lock is taken after the worker's, like everywhere.
 func (e *Engine) predictedEvent(w *worker, ev *Event) (gone bool, err error) {
 	p := &e.preds
+	if ev.Tier != TierDevice {
+		return e.applyEvent(w, ev) // predictions are of device blocks: other tiers' events leave them
+	}
 	// Most events are of workers without predictions: a shared look first, so that they
 	// do not serialise on the table. A Predict for w that slips in before the event is
 	// applied is then as if it came right after the event (its confirmed part covers it
@@ -452,11 +455,11 @@ func (e *Engine) confirmingStore(w *worker, ev *Event, pw *predWorker) (bool, er
 	var prefix uint64
 	var pos uint32
 	if ev.HasParent {
-		rid, ok := w.seqs.get(&e.seed, ev.Parent)
+		h, rid, ok := e.parentOf(w, ev.Tier, ev.Parent)
 		if !ok {
 			return e.applyEvent(w, ev) // rejected: nothing to confirm
 		}
-		r := &w.keys.recs[rid]
+		r := &h.keys.recs[rid]
 		prefix, pos = r.prefix(), r.pos+1
 	}
 	gone, err := e.applyEvent(w, ev)
@@ -544,13 +547,16 @@ func (e *Engine) addPredicted(q *query, ns uint32, content []uint64, dst []Match
 				m.Predicted, m.Score = h.n-m.Score, h.n
 				changed = true
 			}
+			for t := range dst[i].Tiers {
+				dst[i].Tiers[t] = max(dst[i].Tiers[t], h.n) // predicted blocks are device blocks
+			}
 			continue
 		}
 		size := 0
 		if w := e.lookup(h.w.name); w != nil {
-			size = int(w.size.Load())
+			size = w.totalSize()
 		}
-		dst = append(dst, Match{Worker: h.w.name, Score: h.n, Size: size, Predicted: h.n})
+		dst = append(dst, Match{Worker: h.w.name, Score: h.n, Size: size, Predicted: h.n, Tiers: [NumTiers]int{h.n, h.n, h.n}})
 		changed = true
 	}
 	if changed {

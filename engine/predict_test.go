@@ -45,21 +45,21 @@ func TestPredictThenConfirm(t *testing.T) {
 	e, _ := newPredEngine(t, engine.Config{Shards: 2})
 	require.NoError(t, e.Predict(ctx, "w1", "", []uint64{1, 2, 3}, time.Second))
 	// Known only through its prediction: size 0, all of the score predicted.
-	require.Equal(t, []engine.Match{{Worker: "w1", Score: 3, Predicted: 3}}, match(t, e, "", 1, 2, 3, 4))
-	require.Equal(t, []engine.Match{{Worker: "w1", Score: 2, Predicted: 2}}, match(t, e, "", 1, 2, 9))
+	require.Equal(t, []engine.Match{{Worker: "w1", Score: 3, Predicted: 3, Tiers: [3]int{3, 3, 3}}}, match(t, e, "", 1, 2, 3, 4))
+	require.Equal(t, []engine.Match{{Worker: "w1", Score: 2, Predicted: 2, Tiers: [3]int{2, 2, 2}}}, match(t, e, "", 1, 2, 9))
 	require.Empty(t, match(t, e, "", 2, 3))
 	// Part of it arrives: the confirmed part is exact, the rest is predicted.
 	require.NoError(t, e.Store("w1", chain(10, 1, 2)))
-	require.Equal(t, []engine.Match{{Worker: "w1", Score: 3, Size: 2, Predicted: 1}}, match(t, e, "", 1, 2, 3))
+	require.Equal(t, []engine.Match{{Worker: "w1", Score: 3, Size: 2, Predicted: 1, Tiers: [3]int{3, 3, 3}}}, match(t, e, "", 1, 2, 3))
 	require.Equal(t, 1, e.PredictionStats().Predictions)
 	// The rest arrives: confirmed, the prediction ends.
 	require.NoError(t, e.StoreUnder("w1", 11, chain(12, 3)))
-	require.Equal(t, []engine.Match{{Worker: "w1", Score: 3, Size: 3}}, match(t, e, "", 1, 2, 3))
+	require.Equal(t, []engine.Match{{Worker: "w1", Score: 3, Size: 3, Tiers: [3]int{3, 3, 3}}}, match(t, e, "", 1, 2, 3))
 	require.Equal(t, engine.PredictionStats{}, e.PredictionStats())
 	// Ended, not merely covered: when a block of it moves away the prediction does not
 	// come back.
 	require.NoError(t, e.Store("w1", []engine.Block{{Content: 7, Seq: 11}}))
-	require.Equal(t, []engine.Match{{Worker: "w1", Score: 1, Size: 3}}, match(t, e, "", 1, 2, 3))
+	require.Equal(t, []engine.Match{{Worker: "w1", Score: 1, Size: 3, Tiers: [3]int{1, 1, 1}}}, match(t, e, "", 1, 2, 3))
 }
 
 func TestPredictExpiresAndRefreshes(t *testing.T) {
@@ -82,11 +82,11 @@ func TestPredictContradicted(t *testing.T) {
 	e, _ := newPredEngine(t, engine.Config{Shards: 2})
 	require.NoError(t, e.Store("w", chain(10, 1, 2)))
 	require.NoError(t, e.Predict(ctx, "w", "", []uint64{1, 2, 3, 4}, time.Second))
-	require.Equal(t, []engine.Match{{Worker: "w", Score: 4, Size: 2, Predicted: 2}}, match(t, e, "", 1, 2, 3, 4))
+	require.Equal(t, []engine.Match{{Worker: "w", Score: 4, Size: 2, Predicted: 2, Tiers: [3]int{4, 4, 4}}}, match(t, e, "", 1, 2, 3, 4))
 	require.NoError(t, e.Remove("w", 99)) // not held: nothing contradicted
 	require.Equal(t, 4, match(t, e, "", 1, 2, 3, 4)[0].Score)
 	require.NoError(t, e.Remove("w", 11)) // a confirmed block of it evicted
-	require.Equal(t, []engine.Match{{Worker: "w", Score: 1, Size: 1}}, match(t, e, "", 1, 2, 3, 4))
+	require.Equal(t, []engine.Match{{Worker: "w", Score: 1, Size: 1, Tiers: [3]int{1, 1, 1}}}, match(t, e, "", 1, 2, 3, 4))
 	require.Zero(t, e.PredictionStats().Predictions)
 }
 
@@ -151,7 +151,7 @@ func TestPredictNamespaces(t *testing.T) {
 	require.NoError(t, e.Predict(ctx, "w", "model-a", []uint64{1, 2}, time.Second))
 	require.Empty(t, match(t, e, "", 1, 2))
 	require.Empty(t, match(t, e, "model-b", 1, 2))
-	require.Equal(t, []engine.Match{{Worker: "w", Score: 2, Predicted: 2}}, match(t, e, "model-a", 1, 2))
+	require.Equal(t, []engine.Match{{Worker: "w", Score: 2, Predicted: 2, Tiers: [3]int{2, 2, 2}}}, match(t, e, "model-a", 1, 2))
 	// A store in another namespace confirms nothing.
 	require.NoError(t, e.Store("w", chain(1, 1, 2)))
 	require.Equal(t, 1, e.PredictionStats().Predictions)
@@ -183,7 +183,7 @@ func TestFindMatchesZeroAllocsWithPredictions(t *testing.T) {
 		}
 	})
 	require.Len(t, dst, 16)
-	require.Equal(t, engine.Match{Worker: "w7", Score: 90, Size: 45, Predicted: 45}, dst[0])
+	require.Equal(t, engine.Match{Worker: "w7", Score: 90, Size: 45, Predicted: 45, Tiers: [3]int{90, 90, 90}}, dst[0])
 	require.Zero(t, allocs)
 }
 

@@ -23,6 +23,12 @@ type Match struct {
 	// the number of leading blocks the worker's events confirm. 0 when the engine holds
 	// no prediction for the worker that reaches beyond its confirmed blocks.
 	Predicted int
+	// Tiers gives, per tier t, the number of leading query blocks the worker holds on
+	// tier t or a faster one (Tiers[0]: device; Tiers[1]: device or host; Tiers[2]: any
+	// tier), predictions counted as device blocks. Score == Tiers[NumTiers-1]; a worker
+	// that publishes device events only has all three equal to Score. Weighted combines
+	// them.
+	Tiers [NumTiers]int
 }
 
 // probe asks a shard for the members of one key, named by its fingerprint; the shard
@@ -67,6 +73,9 @@ type query struct {
 	mark     []uint32 // per worker id: the stamp of the last position it was seen at
 	active   []int32  // the scan's unresolved candidates
 	stamp    uint32
+	tgrp     []tierGroup // collectTiers' scratch: per primary id, its components' scores
+	tlist    []*worker   // collectTiers' scratch: the multi-tier workers met, in order
+	tstamp   uint32
 	phits    []predHit // addPredicted's scratch
 }
 
@@ -144,7 +153,7 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 		return dst, err
 	}
 	q.sweep()
-	dst = e.collect(q, dst)
+	dst = e.collect(q, content, dst)
 	ok = true
 	return e.withPredictions(q, content, dst, start), nil
 }
@@ -210,7 +219,7 @@ func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done 
 			c.score = x // held every position: x is the query's length
 		}
 	}
-	return e.collect(q, dst), true
+	return e.collect(q, content, dst), true
 }
 
 // landings is round 1: position 0 and the jump landings. The first denseLandings
@@ -383,15 +392,26 @@ func (q *query) sweep() {
 // memberships the shards then answered under the old worker's name: a candidate whose
 // id no longer names the worker it named when the query found it is left out (the
 // answer is then the one of a moment after the removal).
-func (e *Engine) collect(q *query, dst []Match) []Match {
+//
+// Candidates that are tiers of one worker (tiers.go) become one match.
+func (e *Engine) collect(q *query, content []uint64, dst []Match) []Match {
 	now := e.workers()
 	start := len(dst)
+	tiered := false
 	for i := range q.cands {
 		c := &q.cands[i]
 		if int(c.wid) >= len(now) || now[c.wid].Load() != c.w {
 			continue
 		}
-		dst = append(dst, Match{Worker: c.w.name, Score: c.score, Size: int(c.w.size.Load())})
+		if c.w.tl.Load() != nil {
+			tiered = true
+			continue
+		}
+		s := c.score
+		dst = append(dst, Match{Worker: c.w.name, Score: s, Size: int(c.w.size.Load()), Tiers: [NumTiers]int{s, s, s}})
+	}
+	if tiered {
+		dst = e.collectTiers(q, content, dst)
 	}
 	sortMatches(dst[start:])
 	return dst

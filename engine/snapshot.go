@@ -17,22 +17,25 @@ import (
 	"github.com/kvindex/kvindex/internal/readlimit"
 )
 
-// Snapshot format, version 1. All integers are little-endian.
+// Snapshot format, version 2. All integers are little-endian.
 //
 //	magic    "KVIXSNAP"
-//	version  u32 = 1
+//	version  u32 = 2
 //	nsCount  u32, then nsCount names (u32 length + bytes), sorted; a block's namespace is
 //	         0 for the default namespace or 1 + its index in this list
 //	workers  u32, then per worker, sorted by name:
-//	           name (u32 length + bytes), cursor u64, count u64,
-//	           count entries sorted by seq: seq u64, prefix u64, parent u64, pos u32, ns u32
+//	           name (u32 length + bytes), cursor u64,
+//	           per tier (device, host, disk): count u64,
+//	             count entries sorted by seq: seq u64, prefix u64, parent u64, pos u32, ns u32
 //	crc      u32: CRC-32C (Castagnoli) of every byte before it
 //
-// A block entry carries its parent's prefix hash so that Restore rebuilds each worker's
-// key bookkeeping (ghost keys, holes) exactly; 32 bytes per (worker, block).
+// Version 1 is the same with one count and its entries per worker (the device tier);
+// Restore reads both. A block entry carries its parent's prefix hash so that Restore
+// rebuilds each tier's key bookkeeping (ghost keys, holes) exactly; 32 bytes per
+// (worker, tier, block).
 const (
 	snapshotMagic   = "KVIXSNAP"
-	snapshotVersion = 1
+	snapshotVersion = 2
 	snapshotEntry   = 32
 )
 
@@ -98,7 +101,7 @@ func (e *Engine) captureWorkers() (names []string, count uint32, body []byte, ok
 	}
 	var workers []*worker
 	for ws, i := e.workers(), 0; i < len(ws); i++ {
-		if wk := ws[i].Load(); wk != nil {
+		if wk := ws[i].Load(); wk != nil && !wk.isComponent() {
 			workers = append(workers, wk)
 		}
 	}
@@ -106,54 +109,68 @@ func (e *Engine) captureWorkers() (names []string, count uint32, body []byte, ok
 	// A worker removed meanwhile is skipped; count only what is written.
 	var buf bytes.Buffer
 	var entries []seqSlot
-	var scratch [snapshotEntry]byte
 	for _, wk := range workers {
 		wk.mu.Lock()
 		if wk.dead {
 			wk.mu.Unlock()
 			continue
 		}
-		entries = entries[:0]
-		for _, s := range wk.seqs.slots {
-			if s.ref != 0 {
-				entries = append(entries, s)
-			}
-		}
-		slices.SortFunc(entries, func(a, b seqSlot) int { return cmp.Compare(a.seq(&e.seed), b.seq(&e.seed)) })
 		var hdr [8]byte
 		binary.LittleEndian.PutUint32(hdr[:4], uint32(len(wk.name)))
 		buf.Write(hdr[:4])
 		buf.WriteString(wk.name)
 		binary.LittleEndian.PutUint64(hdr[:], wk.cursor)
 		buf.Write(hdr[:])
-		binary.LittleEndian.PutUint64(hdr[:], uint64(len(entries)))
-		buf.Write(hdr[:])
-		for _, s := range entries {
-			r := &wk.keys.recs[s.ref-1]
-			k := r.key()
-			var parent uint64
-			if r.parent != 0 {
-				parent = wk.keys.recs[r.parent-1].prefix()
+		for t := range Tier(NumTiers) {
+			var ok bool
+			if entries, ok = e.captureTier(&buf, e.tierOf(wk, t, false), nsIndex, entries); !ok {
+				wk.mu.Unlock()
+				return nil, 0, nil, false
 			}
-			var ns uint32
-			if k.ns != 0 {
-				var known bool
-				if ns, known = nsIndex[k.ns]; !known {
-					wk.mu.Unlock()
-					return nil, 0, nil, false
-				}
-			}
-			binary.LittleEndian.PutUint64(scratch[0:], s.seq(&e.seed))
-			binary.LittleEndian.PutUint64(scratch[8:], k.prefix)
-			binary.LittleEndian.PutUint64(scratch[16:], parent)
-			binary.LittleEndian.PutUint32(scratch[24:], k.pos)
-			binary.LittleEndian.PutUint32(scratch[28:], ns)
-			buf.Write(scratch[:])
 		}
 		wk.mu.Unlock()
 		count++
 	}
 	return names, count, buf.Bytes(), true
+}
+
+// captureTier appends one tier's count and entries (c nil: none) to buf; ok is false when
+// a block's namespace is not in nsIndex (see captureWorkers). entries is scratch.
+func (e *Engine) captureTier(buf *bytes.Buffer, c *worker, nsIndex map[uint32]uint32, entries []seqSlot) (_ []seqSlot, ok bool) {
+	entries = entries[:0]
+	if c != nil {
+		for _, s := range c.seqs.slots {
+			if s.ref != 0 {
+				entries = append(entries, s)
+			}
+		}
+	}
+	slices.SortFunc(entries, func(a, b seqSlot) int { return cmp.Compare(a.seq(&e.seed), b.seq(&e.seed)) })
+	var scratch [snapshotEntry]byte
+	binary.LittleEndian.PutUint64(scratch[:8], uint64(len(entries)))
+	buf.Write(scratch[:8])
+	for _, s := range entries {
+		r := &c.keys.recs[s.ref-1]
+		k := r.key()
+		var parent uint64
+		if r.parent != 0 {
+			parent = c.keys.recs[r.parent-1].prefix()
+		}
+		var ns uint32
+		if k.ns != 0 {
+			var known bool
+			if ns, known = nsIndex[k.ns]; !known {
+				return entries, false
+			}
+		}
+		binary.LittleEndian.PutUint64(scratch[0:], s.seq(&e.seed))
+		binary.LittleEndian.PutUint64(scratch[8:], k.prefix)
+		binary.LittleEndian.PutUint64(scratch[16:], parent)
+		binary.LittleEndian.PutUint32(scratch[24:], k.pos)
+		binary.LittleEndian.PutUint32(scratch[28:], ns)
+		buf.Write(scratch[:])
+	}
+	return entries, true
 }
 
 func (e *Engine) namespaceNames() []string {
@@ -204,7 +221,7 @@ func (e *Engine) Cursors() map[string]uint64 {
 	out := map[string]uint64{}
 	for ws, i := e.workers(), 0; i < len(ws); i++ {
 		wk := ws[i].Load()
-		if wk == nil {
+		if wk == nil || wk.isComponent() {
 			continue
 		}
 		wk.mu.Lock()
@@ -242,21 +259,28 @@ func RestoreBytes(cfg Config, data []byte) (*Engine, error) {
 		return nil, fmt.Errorf("%w: checksum mismatch (truncated or corrupted)", ErrSnapshot)
 	}
 	p := &snapReader{b: body[len(snapshotMagic):]}
-	if v := p.u32(); v != snapshotVersion {
-		return nil, fmt.Errorf("%w: version %d, this build reads version %d", ErrSnapshot, v, snapshotVersion)
+	v := p.u32()
+	if v != 1 && v != snapshotVersion {
+		return nil, fmt.Errorf("%w: version %d, this build reads versions 1 and %d", ErrSnapshot, v, snapshotVersion)
+	}
+	tiers := Tier(NumTiers)
+	if v == 1 {
+		tiers = 1 // the device tier only
 	}
 	e, err := New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	if err := e.load(p); err != nil {
+	if err := e.load(p, tiers); err != nil {
 		e.Close()
 		return nil, err
 	}
 	return e, nil
 }
 
-func (e *Engine) load(p *snapReader) error {
+// load reads the namespaces and workers of a snapshot whose workers each list tiers
+// tiers.
+func (e *Engine) load(p *snapReader, tiers Tier) error {
 	nsCount := p.u32()
 	if uint64(nsCount)*4 > uint64(len(p.b)) {
 		return fmt.Errorf("%w: namespace count %d", ErrSnapshot, nsCount)
@@ -284,7 +308,7 @@ func (e *Engine) load(p *snapReader) error {
 	defer e.outboxes.Put(out)
 	for i := uint32(0); i < workers && p.err == nil; i++ {
 		name := p.str()
-		cursor, n := p.u64(), p.u64()
+		cursor := p.u64()
 		if p.err != nil {
 			break
 		}
@@ -292,11 +316,39 @@ func (e *Engine) load(p *snapReader) error {
 			return fmt.Errorf("%w: worker names empty or out of order", ErrSnapshot)
 		}
 		prev = name
-		if n > uint64(len(p.b))/snapshotEntry {
-			return fmt.Errorf("%w: worker %q claims %d blocks", ErrSnapshot, name, n)
-		}
 		w := e.lockLive(name, true, nil, out)
 		w.cursor = cursor
+		for t := Tier(0); t < tiers && p.err == nil; t++ {
+			e.loadTier(p, w, t, nsCount, nsIDs)
+		}
+		if err := w.flush(e); err != nil && p.err == nil {
+			p.err = err
+		}
+		e.unlock(w)
+	}
+	if p.err == nil && len(p.b) != 0 {
+		p.fail("trailing bytes")
+	}
+	return p.err
+}
+
+// loadTier reads one tier's count and blocks of worker w (locked) into its component for
+// tier t; a failure is left in p.err.
+func (e *Engine) loadTier(p *snapReader, w *worker, t Tier, nsCount uint32, nsIDs []uint32) {
+	n := p.u64()
+	if p.err != nil {
+		return
+	}
+	if n > uint64(len(p.b))/snapshotEntry {
+		p.fail(fmt.Sprintf("worker %q claims %d blocks", w.name, n))
+		return
+	}
+	if n == 0 {
+		return
+	}
+	name := w.name
+	w = e.tierOf(w, t, true)
+	{
 		var lastSeq uint64
 		// A key held under several seqs has one parent: WriteSnapshot writes the same
 		// parent for each, and a snapshot that disagrees would not restore to itself.
@@ -332,15 +384,7 @@ func (e *Engine) load(p *snapReader) error {
 			si, sh, _ := w.seqs.locate(&e.seed, seq) // seqs ascend: never found
 			w.seqs.setAt(si, sh, w.addKey(e, k, parent, 0))
 		}
-		if err := w.flush(e); err != nil && p.err == nil {
-			p.err = err
-		}
-		e.unlock(w)
 	}
-	if p.err == nil && len(p.b) != 0 {
-		p.fail("trailing bytes")
-	}
-	return p.err
 }
 
 type snapReader struct {

@@ -90,7 +90,7 @@ func TestSnapshotRefusesDamage(t *testing.T) {
 	require.Equal(t, map[string]uint64{"a": 0, "b": 7}, r.Cursors())
 	got, err := r.FindMatchesIn(ctx, "lora=x", []uint64{1}, nil)
 	require.NoError(t, err)
-	require.Equal(t, []engine.Match{{Worker: "b", Score: 1, Size: 1}}, got)
+	require.Equal(t, []engine.Match{{Worker: "b", Score: 1, Size: 1, Tiers: [3]int{1, 1, 1}}}, got)
 	require.NoError(t, r.Close())
 }
 

@@ -5,8 +5,10 @@ package engine
 type Stats struct {
 	// Workers is the number of known workers.
 	Workers int
-	// Blocks is the number of (worker, engine hash) pairs held: the sum of sizes.
+	// Blocks is the number of (worker, tier, engine hash) triples held: the sum of sizes.
 	Blocks int64
+	// TierBlocks splits Blocks by tier (device, host, disk).
+	TierBlocks [NumTiers]int64
 	// Memberships is the number of (key, worker) pairs in the positional index.
 	Memberships int64
 	// IndexEntries is the number of distinct (position, prefix) keys in the index.
@@ -51,6 +53,9 @@ func (e *Engine) Stats() Stats {
 		Queries:                e.queries.Load(),
 		Abandoned:              e.abandoned.Load(),
 		Shards:                 make([]ShardStats, len(e.shards)),
+	}
+	for t := range st.TierBlocks {
+		st.TierBlocks[t] = e.tierBlocks[t].Load()
 	}
 	for i, s := range e.shards {
 		rs := s.ring.Stats()

@@ -33,6 +33,11 @@ type worker struct {
 	holes int32
 	// dead is set by RemoveWorker; a caller that finds it set looks the name up again.
 	dead bool
+	// tier is the tier a component holds (TierDevice for a named worker).
+	tier Tier
+	// tl links a worker with its tier components (tiers.go); nil for a worker that has
+	// only held device blocks. Set once, under the primary's mu.
+	tl   atomic.Pointer[tierLink]
 	seqs seqTable
 	keys keyTable
 	// cursor is the stream position of the last event applied that carried one.
@@ -141,20 +146,25 @@ func (s *seqSet) add(seed *table.Seed, seq uint64) bool {
 	}
 }
 
-// store applies an accepted stored event: the parent (if any) is held as record prid,
-// validateStore passed, and positions fit. Called with mu held.
-func (w *worker) store(e *Engine, ns uint32, prid uint32, hasParent bool, blocks []Block) {
+// parentRef is a stored event's parent: its key and, when the storing table holds its
+// record, the record id + 1 (0: the parent is held on another tier, so addKey finds its
+// key in this table or makes a ghost of it).
+type parentRef struct {
+	has    bool
+	prefix uint64
+	pos    uint32
+	ref    uint32
+}
+
+// store applies an accepted stored event: the parent (if any) is p, validateStore
+// passed, and positions fit. Called with mu held.
+func (w *worker) store(e *Engine, ns uint32, p parentRef, blocks []Block) {
 	seed := &e.seed
-	var prefix uint64
-	var pos uint32
-	if hasParent {
-		r := &w.keys.recs[prid]
-		prefix, pos = r.prefix(), r.pos
-	}
+	prefix, pos, ref := p.prefix, p.pos, p.ref
 	for i, b := range blocks {
 		parentPrefix := prefix
 		var k key
-		if i > 0 || hasParent {
+		if i > 0 || p.has {
 			k = key{prefix: hash.Next(prefix, b.Content), pos: pos + 1, ns: ns}
 		} else {
 			k = key{prefix: b.Content, pos: 0, ns: ns}
@@ -165,17 +175,14 @@ func (w *worker) store(e *Engine, ns uint32, prid uint32, hasParent bool, blocks
 		if found {
 			old := w.seqs.slots[si].ref - 1
 			if w.keys.recs[old].is(k) {
-				prid = old
+				ref = old + 1
 				continue // a duplicate never inflates anything
 			}
 			w.dropKey(e, old) // last write wins: the seq moves
 		}
-		parent := prid + 1
-		if i == 0 && !hasParent {
-			parent = 0
-		}
-		prid = w.addKey(e, k, parentPrefix, parent)
-		w.seqs.setAt(si, sh, prid)
+		rid := w.addKey(e, k, parentPrefix, ref) // a root ignores its parent
+		ref = rid + 1
+		w.seqs.setAt(si, sh, rid)
 	}
 }
 
@@ -300,7 +307,26 @@ func (w *worker) tableBytes() int {
 		cap(w.keys.idx)*int(unsafe.Sizeof(keySlot{}))
 }
 
-// clear drops every block.
+// publish makes w's gap flag and size (and the engine's block counts) visible to
+// queries. Called with the primary's mu held.
+func (w *worker) publish(e *Engine) {
+	if g := w.holes > 0; g != w.gappy.Load() {
+		w.gappy.Store(g)
+	}
+	if d := int64(w.seqs.n) - w.size.Load(); d != 0 {
+		e.blocks.Add(d)
+		e.tierBlocks[w.tier].Add(d)
+		w.size.Store(int64(w.seqs.n))
+	}
+}
+
+// clearTiers drops every block of primary w on every tier.
+func (w *worker) clearTiers(e *Engine) {
+	w.clear(e)
+	w.components(func(_ Tier, c *worker) { c.clear(e) })
+}
+
+// clear drops every block of one tier.
 func (w *worker) clear(e *Engine) {
 	for i := range w.keys.recs {
 		if r := &w.keys.recs[i]; r.pos != freePos && r.seqs > 0 {
@@ -332,13 +358,8 @@ const maxPending = 1024
 // flush publishes this event's deltas to the shard rings and the worker's gap flag and
 // counters. Called with mu held, so one worker's deltas enter each ring in event order.
 func (w *worker) flush(e *Engine) error {
-	if g := w.holes > 0; g != w.gappy.Load() {
-		w.gappy.Store(g)
-	}
-	if d := int64(w.seqs.n) - w.size.Load(); d != 0 {
-		e.blocks.Add(d)
-		w.size.Store(int64(w.seqs.n))
-	}
+	w.publish(e)
+	w.components(func(_ Tier, c *worker) { c.publish(e) })
 	o := w.out
 	if o.events != 0 {
 		e.events.Add(o.events)

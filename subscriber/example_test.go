@@ -28,7 +28,7 @@ func Example() {
 	matches, err := followAndMatch(ctx, vllm.pubEndpoint, vllm.replayEndpoint, prompt)
 	fmt.Println(matches, err)
 	// Output:
-	// [{pod-7 2 2 0}] <nil>
+	// [{pod-7 2 2 0 [2 2 2]}] <nil>
 }
 
 // README:begin followAndMatch

@@ -16,6 +16,6 @@ func Example() {
 	_ = x.StoreUnder("a", 10, []engine.Block{{Content: 2, Seq: 13}}) // the refill reconnects 12
 	fmt.Println(x.FindMatches([]uint64{1, 2, 3}, nil))
 	// Output:
-	// [{a 1 2 0} {b 1 1 0}]
-	// [{a 3 3 0} {b 1 1 0}]
+	// [{a 1 2 0 [1 1 1]} {b 1 1 0 [1 1 1]}]
+	// [{a 3 3 0 [3 3 3]} {b 1 1 0 [1 1 1]}]
 }

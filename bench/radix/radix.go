@@ -386,7 +386,7 @@ func (x *Index) FindMatches(content []uint64, dst []engine.Match) []engine.Match
 
 func (x *Index) appendMatch(dst []engine.Match, wid uint32, score int) []engine.Match {
 	w := x.byID[wid]
-	return append(dst, engine.Match{Worker: w.name, Score: score, Size: len(w.seqs)})
+	return append(dst, engine.Match{Worker: w.name, Score: score, Size: len(w.seqs), Tiers: [engine.NumTiers]int{score, score, score}})
 }
 
 // Size returns how many distinct engine hashes a worker holds, and whether it is known.

@@ -265,18 +265,18 @@ func TestSpecRules(t *testing.T) {
 	must(x.Store("a", blocks(1, 10, 2, 11, 3, 12, 4, 13)))
 	// No cascade: removing position 1 leaves 2 and 3 held but unreachable.
 	must(x.Remove("a", 11))
-	if got := q(1, 2, 3, 4); got != "[{a 1 3 0}]" {
+	if got := q(1, 2, 3, 4); got != "[{a 1 3 0 [1 1 1]}]" {
 		t.Fatalf("after a middle removal: %s", got)
 	}
 	// A refill with a new seq reconnects the tail.
 	must(x.StoreUnder("a", 10, blocks(2, 21)))
-	if got := q(1, 2, 3, 4); got != "[{a 4 4 0}]" {
+	if got := q(1, 2, 3, 4); got != "[{a 4 4 0 [4 4 4]}]" {
 		t.Fatalf("after the refill: %s", got)
 	}
 	// Duplicates are no-ops; last write wins for a seq stored elsewhere.
 	must(x.Store("a", blocks(1, 10)))
 	must(x.Store("a", blocks(7, 13)))
-	if got := q(1, 2, 3, 4); got != "[{a 3 4 0}]" {
+	if got := q(1, 2, 3, 4); got != "[{a 3 4 0 [3 3 3]}]" {
 		t.Fatalf("after moving seq 13: %s", got)
 	}
 	// Rejections, with ErrParentNotFound first when both apply.

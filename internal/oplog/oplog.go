@@ -50,6 +50,9 @@ type Op struct {
 	Blocks [][2]uint64
 	// Seqs holds the engine hashes of a removed op.
 	Seqs []uint64
+	// Tier is a stored or removed op's storage tier, from its optional "medium" field:
+	// 0 device (the default), 1 host, 2 disk (TierNames).
+	Tier uint8
 	// Content holds a query's per-block content hashes.
 	Content []uint64
 	// Expect and Sizes are a query's exact answer; HasExpect says whether the line
@@ -57,6 +60,10 @@ type Op struct {
 	Expect    map[string]int
 	Sizes     map[string]int
 	HasExpect bool
+	// Tiers, when not nil, is a query's expected per-tier lengths: for each worker of
+	// Expect, the leading blocks it holds on the device, on the device or host, and on
+	// any tier. Logs with media carry it; the answer's score is the last one.
+	Tiers map[string][3]int
 	// Line is the 1-based line number the op was read from (0 for ops built in memory).
 	Line int
 }
@@ -76,14 +83,28 @@ func (e *LineError) Error() string { return fmt.Sprintf("line %d: %s", e.Line, e
 func (e *LineError) Unwrap() error { return ErrMalformed }
 
 type wire struct {
-	Op      string          `json:"op"`
-	Worker  *string         `json:"worker"`
-	Parent  *uint64         `json:"parent"`
-	Blocks  *[][]uint64     `json:"blocks"`
-	Seqs    *[]uint64       `json:"seqs"`
-	Content *[]uint64       `json:"content"`
-	Expect  *map[string]int `json:"expect"`
-	Sizes   *map[string]int `json:"sizes"`
+	Op      string             `json:"op"`
+	Worker  *string            `json:"worker"`
+	Parent  *uint64            `json:"parent"`
+	Blocks  *[][]uint64        `json:"blocks"`
+	Seqs    *[]uint64          `json:"seqs"`
+	Content *[]uint64          `json:"content"`
+	Expect  *map[string]int    `json:"expect"`
+	Sizes   *map[string]int    `json:"sizes"`
+	Medium  *string            `json:"medium"`
+	Tiers   *map[string][3]int `json:"tiers"`
+}
+
+// TierNames are the values of a stored or removed op's "medium", by tier.
+var TierNames = [3]string{"device", "host", "disk"}
+
+func parseTier(name string) (uint8, bool) {
+	for t, n := range TierNames {
+		if n == name {
+			return uint8(t), true
+		}
+	}
+	return 0, false
 }
 
 // Parse decodes one line. line is only used in error messages.
@@ -100,6 +121,19 @@ func Parse(b []byte, line int) (Op, error) {
 		return bad("unknown op %q", w.Op)
 	}
 	op := Op{Kind: k, Line: line}
+	if w.Medium != nil {
+		if k != Stored && k != Removed {
+			return bad("%s takes no medium", w.Op)
+		}
+		t, ok := parseTier(*w.Medium)
+		if !ok {
+			return bad("unknown medium %q (want device, host or disk)", *w.Medium)
+		}
+		op.Tier = t
+	}
+	if w.Tiers != nil && (k != Query || w.Expect == nil || *w.Tiers == nil) {
+		return bad("tiers must be an object, on a query with expect")
+	}
 	if k != Query {
 		if w.Worker == nil || *w.Worker == "" {
 			return bad("%s needs a non-empty worker", w.Op)
@@ -138,6 +172,14 @@ func Parse(b []byte, line int) (Op, error) {
 			op.Expect, op.Sizes, op.HasExpect = *w.Expect, *w.Sizes, true
 			if op.Expect == nil || op.Sizes == nil {
 				return bad("expect and sizes must be objects")
+			}
+		}
+		if w.Tiers != nil {
+			op.Tiers = *w.Tiers
+			for name := range op.Tiers {
+				if _, ok := op.Expect[name]; !ok {
+					return bad("tiers names %q, which expect does not", name)
+				}
 			}
 		}
 	}
@@ -201,6 +243,7 @@ func Append(dst []byte, op Op) []byte {
 	}
 	switch op.Kind {
 	case Stored:
+		dst = appendMedium(dst, op.Tier)
 		if op.HasParent {
 			dst = append(dst, `,"parent":`...)
 			dst = strconv.AppendUint(dst, op.Parent, 10)
@@ -218,6 +261,7 @@ func Append(dst []byte, op Op) []byte {
 		}
 		dst = append(dst, ']')
 	case Removed:
+		dst = appendMedium(dst, op.Tier)
 		dst = append(dst, `,"seqs":`...)
 		dst = appendUints(dst, op.Seqs)
 	case Query:
@@ -228,6 +272,10 @@ func Append(dst []byte, op Op) []byte {
 			dst = appendCounts(dst, op.Expect)
 			dst = append(dst, `,"sizes":`...)
 			dst = appendCounts(dst, op.Sizes)
+			if op.Tiers != nil {
+				dst = append(dst, `,"tiers":`...)
+				dst = appendTiers(dst, op.Tiers)
+			}
 		}
 	}
 	return append(dst, "}\n"...)
@@ -258,6 +306,40 @@ func appendCounts(dst []byte, m map[string]int) []byte {
 		dst = appendString(dst, k)
 		dst = append(dst, ':')
 		dst = strconv.AppendInt(dst, int64(m[k]), 10)
+	}
+	return append(dst, '}')
+}
+
+// appendMedium writes a stored or removed op's medium; the device tier is the default
+// and is not written, so logs without media read and write as before.
+func appendMedium(dst []byte, tier uint8) []byte {
+	if tier == 0 || int(tier) >= len(TierNames) {
+		return dst
+	}
+	dst = append(dst, `,"medium":`...)
+	return appendString(dst, TierNames[tier])
+}
+
+func appendTiers(dst []byte, m map[string][3]int) []byte {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	dst = append(dst, '{')
+	for i, k := range keys {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendString(dst, k)
+		dst = append(dst, ":["...)
+		for j, v := range m[k] {
+			if j > 0 {
+				dst = append(dst, ',')
+			}
+			dst = strconv.AppendInt(dst, int64(v), 10)
+		}
+		dst = append(dst, ']')
 	}
 	return append(dst, '}')
 }

@@ -57,9 +57,17 @@ func TestModelBasics(t *testing.T) {
 	require.ErrorIs(t, m.Stored("a", 10, true, [][2]uint64{{4, 10}}), ErrInvalidEvent)
 	require.Equal(t, 1, m.Removed("a", []uint64{11, 77}))
 	// No cascade: 12 stays held but is unreachable through the gap at position 1.
-	require.Equal(t, []Answer{{"a", 1, 2, 0}}, m.Query([]uint64{1, 2, 3}))
+	require.Equal(t, []Answer{{"a", 1, 2, 0, [NumTiers]int{1, 1, 1}}}, m.Query([]uint64{1, 2, 3}))
 	require.NoError(t, m.Stored("a", 10, true, [][2]uint64{{2, 14}}))
-	require.Equal(t, []Answer{{"a", 3, 3, 0}}, m.Query([]uint64{1, 2, 3}))
+	require.Equal(t, []Answer{{"a", 3, 3, 0, [NumTiers]int{3, 3, 3}}}, m.Query([]uint64{1, 2, 3}))
+	// Tiers: a host copy of 11 under 10 extends the device prefix; the host tier counts
+	// from the device or host length on, and a removal names one tier.
+	require.Equal(t, 0, m.RemovedOn("a", 0, []uint64{14}))
+	require.NoError(t, m.StoredOn("a", 1, 10, true, [][2]uint64{{2, 14}}))
+	require.Equal(t, []Answer{{"a", 3, 3, 0, [NumTiers]int{1, 3, 3}}}, m.Query([]uint64{1, 2, 3}))
+	require.Equal(t, 1, m.RemovedOn("a", 2, []uint64{14}))
+	require.NoError(t, m.StoredOn("a", 2, 0, false, [][2]uint64{{9, 20}}))
+	require.Equal(t, []Answer{{"a", 1, 4, 0, [NumTiers]int{0, 0, 1}}}, m.Query([]uint64{9}))
 	m.Cleared("a")
 	sz, known := m.Size("a")
 	require.True(t, known)

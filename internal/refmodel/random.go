@@ -12,6 +12,9 @@ type RandomOptions struct {
 	Workers  int // default 5
 	Alphabet int // content values are drawn from 1..Alphabet; default 3 (equal content under other prefixes is common)
 	MaxChain int // longest chain a store event builds; default 150
+	// Tiers mixes in events of the host and disk tiers: stores and removals on them,
+	// and copies of held blocks to another tier (an offload) under their parent.
+	Tiers bool
 }
 
 // RandomOps returns a random event history with queries, meant for differential tests:
@@ -30,8 +33,24 @@ func RandomOps(r *rand.Rand, n int, opt RandomOptions) []oplog.Op {
 		opt.MaxChain = 150
 	}
 	type held struct {
-		seq   uint64
-		chain []uint64 // content from position 0
+		seq       uint64
+		chain     []uint64 // content from position 0
+		tier      uint8
+		parent    uint64
+		hasParent bool
+	}
+	tier := func() uint8 {
+		if !opt.Tiers {
+			return 0
+		}
+		switch x := r.IntN(20); {
+		case x < 12:
+			return 0
+		case x < 17:
+			return 1
+		default:
+			return 2
+		}
 	}
 	// Each worker's view of what it stored; it may be stale (the point is to produce
 	// interesting events, the Model decides what they mean).
@@ -45,6 +64,13 @@ func RandomOps(r *rand.Rand, n int, opt RandomOptions) []oplog.Op {
 		w := r.IntN(opt.Workers)
 		v := views[w]
 		switch k := r.IntN(100); {
+		case opt.Tiers && k < 8 && len(v) > 0: // copy a held block to another tier, under its parent
+			h := v[r.IntN(len(v))]
+			t := uint8((int(h.tier) + 1 + r.IntN(2)) % 3)
+			op := oplog.Op{Kind: oplog.Stored, Worker: name(w), Tier: t, Parent: h.parent, HasParent: h.hasParent,
+				Blocks: [][2]uint64{{h.chain[len(h.chain)-1], h.seq}}}
+			ops = append(ops, op)
+			v = append(v, held{seq: h.seq, chain: h.chain, tier: t, parent: h.parent, hasParent: h.hasParent})
 		case k < 30: // store a chain: fresh root, continuation, or a document's prefix
 			var parent *held
 			var base []uint64
@@ -58,6 +84,11 @@ func RandomOps(r *rand.Rand, n int, opt RandomOptions) []oplog.Op {
 			var doc []uint64
 			if len(docs) > 0 && r.IntN(2) == 0 {
 				doc = docs[r.IntN(len(docs))]
+			}
+			t := tier()
+			prev, hasPrev := uint64(0), parent != nil
+			if parent != nil {
+				prev = parent.seq
 			}
 			for i := range blocks {
 				c := content()
@@ -76,9 +107,10 @@ func RandomOps(r *rand.Rand, n int, opt RandomOptions) []oplog.Op {
 				}
 				blocks[i] = [2]uint64{c, seq}
 				chain = append(chain, c)
-				v = append(v, held{seq: seq, chain: append([]uint64(nil), chain...)})
+				v = append(v, held{seq: seq, chain: append([]uint64(nil), chain...), tier: t, parent: prev, hasParent: hasPrev})
+				prev, hasPrev = seq, true
 			}
-			op := oplog.Op{Kind: oplog.Stored, Worker: name(w), Blocks: blocks}
+			op := oplog.Op{Kind: oplog.Stored, Worker: name(w), Blocks: blocks, Tier: t}
 			if parent != nil {
 				op.Parent, op.HasParent = parent.seq, true
 				if r.IntN(25) == 0 {
@@ -98,6 +130,10 @@ func RandomOps(r *rand.Rand, n int, opt RandomOptions) []oplog.Op {
 			}
 			var seqs []uint64
 			cnt := 1 + r.IntN(4)
+			t := v[len(v)-1].tier
+			if opt.Tiers && r.IntN(4) == 0 {
+				t = tier()
+			}
 			for i := 0; i < cnt; i++ {
 				j := len(v) - 1
 				if r.IntN(3) == 0 {
@@ -114,7 +150,7 @@ func RandomOps(r *rand.Rand, n int, opt RandomOptions) []oplog.Op {
 			if r.IntN(10) == 0 {
 				seqs = append(seqs, nextSeq+5000)
 			}
-			ops = append(ops, oplog.Op{Kind: oplog.Removed, Worker: name(w), Seqs: seqs})
+			ops = append(ops, oplog.Op{Kind: oplog.Removed, Worker: name(w), Seqs: seqs, Tier: t})
 		case k < 52:
 			ops = append(ops, oplog.Op{Kind: oplog.Cleared, Worker: name(w)})
 			v = nil
@@ -153,9 +189,9 @@ func RandomOps(r *rand.Rand, n int, opt RandomOptions) []oplog.Op {
 func (m *Model) Apply(op *oplog.Op) error {
 	switch op.Kind {
 	case oplog.Stored:
-		return m.Stored(op.Worker, op.Parent, op.HasParent, op.Blocks)
+		return m.StoredOn(op.Worker, int(op.Tier), op.Parent, op.HasParent, op.Blocks)
 	case oplog.Removed:
-		m.Removed(op.Worker, op.Seqs)
+		m.RemovedOn(op.Worker, int(op.Tier), op.Seqs)
 	case oplog.Cleared:
 		m.Cleared(op.Worker)
 	case oplog.RemoveWorker:

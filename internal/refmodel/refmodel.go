@@ -18,8 +18,28 @@ type nodeKey struct {
 	content uint64
 }
 
+// NumTiers is the number of storage tiers (device, host, disk, fastest first); events
+// without a tier are device events.
+const NumTiers = 3
+
 type worker struct {
-	blocks map[uint64]uint32 // seq -> node
+	blocks [NumTiers]map[uint64]uint32 // per tier: seq -> node
+}
+
+func newWorker() *worker {
+	w := &worker{}
+	for t := range w.blocks {
+		w.blocks[t] = map[uint64]uint32{}
+	}
+	return w
+}
+
+func (w *worker) size() int {
+	n := 0
+	for _, b := range w.blocks {
+		n += len(b)
+	}
+	return n
 }
 
 // Model is the reference index.
@@ -27,6 +47,9 @@ type Model struct {
 	nodes   map[nodeKey]uint32
 	next    uint32
 	workers map[string]*worker
+	// tiered is set once an event of another tier than the device's was applied: the
+	// answers then carry per-tier lengths (Expect).
+	tiered bool
 	predictionState
 }
 
@@ -46,11 +69,20 @@ func (m *Model) intern(parent uint32, c uint64) uint32 {
 	return n
 }
 
-// Stored applies a stored event: blocks are (content, seq) pairs chained under parent
-// (a root chain when hasParent is false).
+// Stored applies a device-tier stored event: blocks are (content, seq) pairs chained
+// under parent (a root chain when hasParent is false).
 func (m *Model) Stored(name string, parent uint64, hasParent bool, blocks [][2]uint64) error {
+	return m.StoredOn(name, 0, parent, hasParent, blocks)
+}
+
+// StoredOn applies a stored event on tier (0 device, 1 host, 2 disk). The parent is
+// looked up on the event's tier first, then on the others, fastest first.
+func (m *Model) StoredOn(name string, tier int, parent uint64, hasParent bool, blocks [][2]uint64) error {
 	if len(blocks) == 0 {
 		return nil
+	}
+	if tier < 0 || tier >= NumTiers {
+		return ErrInvalidEvent
 	}
 	w := m.workers[name]
 	var at uint32
@@ -58,7 +90,10 @@ func (m *Model) Stored(name string, parent uint64, hasParent bool, blocks [][2]u
 		if w == nil {
 			return ErrParentNotFound
 		}
-		n, ok := w.blocks[parent]
+		n, ok := w.blocks[tier][parent]
+		for t := 0; !ok && t < NumTiers; t++ {
+			n, ok = w.blocks[t][parent]
+		}
 		if !ok {
 			return ErrParentNotFound
 		}
@@ -72,31 +107,54 @@ func (m *Model) Stored(name string, parent uint64, hasParent bool, blocks [][2]u
 		seen[b[1]] = true
 	}
 	if w == nil {
-		w = &worker{blocks: map[uint64]uint32{}}
+		w = newWorker()
 		m.workers[name] = w
+	}
+	if tier != 0 {
+		m.tiered = true
 	}
 	stored := map[uint32]bool{}
 	for _, b := range blocks {
 		at = m.intern(at, b[0])
-		w.blocks[b[1]] = at // a re-store with the same prefix is the same node: a no-op
+		w.blocks[tier][b[1]] = at // a re-store with the same prefix is the same node: a no-op
 		stored[at] = true
 	}
-	// A prediction whose last block's node the event stored is confirmed.
-	m.endPredictions(name, func(p prediction) bool { return stored[m.node(p.content, len(p.content))] })
+	// A prediction whose last block's node the event stored on the device is confirmed.
+	if tier == 0 {
+		m.endPredictions(name, func(p prediction) bool { return stored[m.node(p.content, len(p.content))] })
+	}
 	return nil
 }
 
-// Removed drops the given seqs from a worker and returns how many it did not hold.
+// Removed drops the given seqs from a worker's device tier and returns how many it did
+// not hold.
 func (m *Model) Removed(name string, seqs []uint64) (skipped int) {
+	return m.RemovedOn(name, 0, seqs)
+}
+
+// RemovedOn drops the given seqs from one tier of a worker (its copies on other tiers
+// stay) and returns how many that tier did not hold. An unknown tier skips them all.
+func (m *Model) RemovedOn(name string, tier int, seqs []uint64) (skipped int) {
 	w := m.workers[name]
-	if w == nil {
+	if w == nil || tier < 0 || tier >= NumTiers {
 		return len(seqs)
+	}
+	if tier != 0 {
+		m.tiered = true
+		for _, s := range seqs {
+			if _, ok := w.blocks[tier][s]; ok {
+				delete(w.blocks[tier], s)
+			} else {
+				skipped++
+			}
+		}
+		return skipped
 	}
 	// A prediction one of whose blocks' nodes the worker holds under a removed seq is
 	// contradicted.
 	removed := map[uint32]bool{}
 	for _, s := range seqs {
-		if n, ok := w.blocks[s]; ok {
+		if n, ok := w.blocks[0][s]; ok {
 			removed[n] = true
 		}
 	}
@@ -109,8 +167,8 @@ func (m *Model) Removed(name string, seqs []uint64) (skipped int) {
 		return false
 	})
 	for _, s := range seqs {
-		if _, ok := w.blocks[s]; ok {
-			delete(w.blocks, s)
+		if _, ok := w.blocks[0][s]; ok {
+			delete(w.blocks[0], s)
 		} else {
 			skipped++
 		}
@@ -118,11 +176,12 @@ func (m *Model) Removed(name string, seqs []uint64) (skipped int) {
 	return skipped
 }
 
-// Cleared drops every block of a known worker; it stays known with size 0.
+// Cleared drops every block of a known worker, on every tier; it stays known with size
+// 0.
 func (m *Model) Cleared(name string) {
 	m.endPredictions(name, func(prediction) bool { return true })
 	if w := m.workers[name]; w != nil {
-		w.blocks = map[uint64]uint32{}
+		*w = *newWorker()
 	}
 }
 
@@ -139,13 +198,25 @@ type Answer struct {
 	Size   int
 	// Predicted is the part of Score that only predictions account for.
 	Predicted int
+	// Tiers gives per tier t the number of leading blocks held on tier t or a faster
+	// one; Score is Tiers[NumTiers-1]. Predicted blocks count as device blocks.
+	Tiers [NumTiers]int
 }
 
-// Expect sets a query op's expected answer (Expect, Sizes, HasExpect) to the model's.
+// Expect sets a query op's expected answer (Expect, Sizes, HasExpect) to the model's,
+// and its per-tier lengths (Tiers) once the model has seen an event of a tier other
+// than the device's.
 func (m *Model) Expect(op *oplog.Op) {
 	op.Expect, op.Sizes, op.HasExpect = map[string]int{}, map[string]int{}, true
+	op.Tiers = nil
+	if m.tiered {
+		op.Tiers = map[string][3]int{}
+	}
 	for _, a := range m.Query(op.Content) {
 		op.Expect[a.Worker], op.Sizes[a.Worker] = a.Score, a.Size
+		if m.tiered {
+			op.Tiers[a.Worker] = a.Tiers
+		}
 	}
 }
 
@@ -164,17 +235,26 @@ func (m *Model) Query(content []uint64) []Answer {
 	var out []Answer
 	pred := m.predicted(content)
 	for name, w := range m.workers {
+		// held[t]: the nodes the worker holds on tier t or a faster one.
+		var tiers [NumTiers]int
 		held := map[uint32]bool{}
-		for _, n := range w.blocks {
-			held[n] = true
+		for t := range NumTiers {
+			for _, n := range w.blocks[t] {
+				held[n] = true
+			}
+			score := 0
+			for score < len(path) && held[path[score]] {
+				score++
+			}
+			tiers[t] = score
 		}
-		score := 0
-		for score < len(path) && held[path[score]] {
-			score++
-		}
-		a := Answer{Worker: name, Score: score, Size: len(w.blocks)}
+		score := tiers[NumTiers-1]
+		a := Answer{Worker: name, Score: score, Size: w.size(), Tiers: tiers}
 		if p := pred[name]; p > score {
 			a.Score, a.Predicted = p, p-score
+		}
+		for t := range a.Tiers {
+			a.Tiers[t] = max(a.Tiers[t], pred[name])
 		}
 		if a.Score > 0 {
 			out = append(out, a)
@@ -182,7 +262,7 @@ func (m *Model) Query(content []uint64) []Answer {
 	}
 	for name, p := range pred {
 		if _, known := m.workers[name]; !known && p > 0 {
-			out = append(out, Answer{Worker: name, Score: p, Predicted: p})
+			out = append(out, Answer{Worker: name, Score: p, Predicted: p, Tiers: [NumTiers]int{p, p, p}})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -200,7 +280,7 @@ func (m *Model) Size(name string) (int, bool) {
 	if w == nil {
 		return 0, false
 	}
-	return len(w.blocks), true
+	return w.size(), true
 }
 
 // Workers returns the known workers' names, sorted.
@@ -217,7 +297,7 @@ func (m *Model) Workers() []string {
 func (m *Model) Blocks() int {
 	n := 0
 	for _, w := range m.workers {
-		n += len(w.blocks)
+		n += w.size()
 	}
 	return n
 }

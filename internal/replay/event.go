@@ -8,7 +8,7 @@ import (
 // Event returns the engine event of a non-query op (the blocks are copied), or the zero
 // Event for a query.
 func Event(op *oplog.Op) engine.Event {
-	ev := engine.Event{Worker: op.Worker, Parent: op.Parent, HasParent: op.HasParent}
+	ev := engine.Event{Worker: op.Worker, Parent: op.Parent, HasParent: op.HasParent, Tier: engine.Tier(op.Tier)}
 	switch op.Kind {
 	case oplog.Stored:
 		ev.Kind = engine.EventStored

@@ -191,6 +191,12 @@ func Compare(op *oplog.Op, got []engine.Match) string {
 		z, in2 := op.Sizes[m.Worker]
 		ok = in && in2 && s == m.Score && z == m.Size &&
 			(i == 0 || got[i-1].Score > m.Score || got[i-1].Score == m.Score && got[i-1].Worker < m.Worker)
+		if tiers, has := op.Tiers[m.Worker]; ok && op.Tiers != nil {
+			ok = has && tiers == m.Tiers
+		}
+	}
+	if ok && op.Tiers != nil && len(op.Tiers) != len(got) {
+		ok = false
 	}
 	if ok {
 		return ""
@@ -202,6 +208,12 @@ func Compare(op *oplog.Op, got []engine.Match) string {
 		gotE[m.Worker], gotS[m.Worker] = m.Score, m.Size
 	}
 	b.WriteString(formatExpect(gotE, gotS))
+	if op.Tiers != nil {
+		fmt.Fprintf(&b, "\n  want tiers: %v\n  got tiers: ", op.Tiers)
+		for _, m := range got {
+			fmt.Fprintf(&b, " %s:%v", m.Worker, m.Tiers)
+		}
+	}
 	return b.String()
 }
 

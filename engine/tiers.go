@@ -1,0 +1,327 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"sync/atomic"
+
+	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/internal/table"
+)
+
+// Tier is the storage tier of a worker's block copy: the engine's device (GPU) memory,
+// host memory, or disk and remote storage. An engine that offloads (vLLM's offloading
+// connector, LMCache, SGLang's hierarchical cache) publishes stored and removed events
+// per medium; an ingester maps each medium to a tier (package server has the defaults).
+//
+// Tiers are independent copies: a worker may hold one engine hash on several tiers at
+// once, a removal names one tier, and a query reports how far each worker's prefix
+// reaches when the slower tiers are counted too (Match.Tiers).
+type Tier uint8
+
+// The tiers, fastest first. TierDevice is the zero value: events without a tier are
+// device events, as before tiers existed.
+const (
+	TierDevice Tier = iota
+	TierHost
+	TierDisk
+	// NumTiers is the number of tiers.
+	NumTiers = 3
+)
+
+var tierNames = [NumTiers]string{"device", "host", "disk"}
+
+// String returns the tier's name: "device", "host" or "disk".
+func (t Tier) String() string {
+	if t < NumTiers {
+		return tierNames[t]
+	}
+	return fmt.Sprintf("tier(%d)", uint8(t))
+}
+
+// ParseTier returns the tier named name ("device", "host" or "disk"), or an error
+// wrapping ErrInvalidEvent.
+func ParseTier(name string) (Tier, error) {
+	for t, n := range tierNames {
+		if n == name {
+			return Tier(t), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown tier %q (want device, host or disk)", ErrInvalidEvent, name)
+}
+
+// Weights gives each tier's value per block for Match.Weighted: a block that only a
+// slower tier holds saves less than one in device memory (it must be loaded first).
+type Weights [NumTiers]float64
+
+// DefaultWeights are NVIDIA Dynamo's: device 1, a host extension 0.75, a disk extension
+// 0.25.
+var DefaultWeights = Weights{1, 0.75, 0.25}
+
+// Validate reports whether every weight is finite and in [0, 1] (an error wrapping
+// ErrInvalidConfig otherwise).
+func (w Weights) Validate() error {
+	for t, x := range w {
+		if math.IsNaN(x) || x < 0 || x > 1 {
+			return fmt.Errorf("%w: weight of tier %s is %v (want 0..1)", ErrInvalidConfig, Tier(t), x)
+		}
+	}
+	return nil
+}
+
+// Weighted returns the match's weighted score: each leading block counted at the weight
+// of the fastest tier that holds it, i.e. w[0]*Tiers[0] + w[1]*(Tiers[1]-Tiers[0]) +
+// w[2]*(Tiers[2]-Tiers[1]). Predicted blocks count as device blocks.
+func (m *Match) Weighted(w Weights) float64 {
+	s, prev := 0.0, 0
+	for t := range NumTiers {
+		s += w[t] * float64(m.Tiers[t]-prev)
+		prev = m.Tiers[t]
+	}
+	return s
+}
+
+// tierLink ties a worker's tier components together. A worker that has only ever held
+// device blocks has none (tl == nil): single-tier fleets pay nothing. The first event of
+// another tier creates the link and that tier's component, a worker of its own (its own
+// seq and key tables, holes and worker id in the shards) that is not in the name table.
+// Every component is guarded by the primary's mutex; their atomics are published by the
+// primary's flush.
+//
+// Queries read the link without the lock, so it is published atomically: a component is
+// complete (its id registered) before it is stored in comps.
+type tierLink struct {
+	primary *worker
+	comps   [NumTiers - 1]atomic.Pointer[worker] // host, disk; nil until used
+}
+
+// isComponent reports whether w is a non-device tier component (not a named worker).
+func (w *worker) isComponent() bool { return w.tier != TierDevice }
+
+// tierOf returns the component of primary w (locked) for tier t, creating it when create
+// is set; nil when there is none. The component shares the caller's outbox.
+func (e *Engine) tierOf(w *worker, t Tier, create bool) *worker {
+	if t == TierDevice {
+		return w
+	}
+	tl := w.tl.Load()
+	if tl == nil {
+		if !create {
+			return nil
+		}
+		tl = &tierLink{primary: w}
+		w.tl.Store(tl)
+	}
+	c := tl.comps[t-1].Load()
+	if c == nil {
+		if !create {
+			return nil
+		}
+		c = e.registerComponent(w, tl, t)
+		tl.comps[t-1].Store(c)
+	}
+	c.out = w.out
+	return c
+}
+
+// components calls f for each existing component of primary w, fastest tier first.
+func (w *worker) components(f func(t Tier, c *worker)) {
+	tl := w.tl.Load()
+	if tl == nil {
+		return
+	}
+	for i := range tl.comps {
+		if c := tl.comps[i].Load(); c != nil {
+			f(Tier(i+1), c)
+		}
+	}
+}
+
+// parentOf finds the parent of a store on tier t of primary w (locked): on that tier
+// first, then on the others, fastest first (an offloaded block may hang under a block
+// the worker holds only in device memory). It returns the component holding it and the
+// parent's record id there.
+func (e *Engine) parentOf(w *worker, t Tier, parent uint64) (holder *worker, rid uint32, ok bool) {
+	if c := e.tierOf(w, t, false); c != nil {
+		if rid, ok = c.seqs.get(&e.seed, parent); ok {
+			return c, rid, true
+		}
+	}
+	for u := range Tier(NumTiers) {
+		if u == t {
+			continue
+		}
+		if c := e.tierOf(w, u, false); c != nil {
+			if rid, ok = c.seqs.get(&e.seed, parent); ok {
+				return c, rid, true
+			}
+		}
+	}
+	return nil, 0, false
+}
+
+// registerComponent gives a new tier component of primary p a worker id.
+func (e *Engine) registerComponent(p *worker, tl *tierLink, t Tier) *worker {
+	e.regMu.Lock()
+	defer e.regMu.Unlock()
+	c := &worker{name: p.name, tier: t}
+	c.tl.Store(tl)
+	c.wid = e.allocIDLocked()
+	(*e.slots.Load())[c.wid].Store(c)
+	return c
+}
+
+// find returns the record id of k if the table has a record for it (held or a ghost).
+func (t *keyTable) find(seed *table.Seed, k key) (uint32, bool) {
+	if len(t.idx) == 0 {
+		return 0, false
+	}
+	tag := keyTag(seed, k)
+	n := len(t.idx)
+	for i, d := tagHome(tag, n), uint64(0); ; i, d = table.Next(i, n), d+1 {
+		s := t.idx[i]
+		if s.ref == 0 || table.Dist(tagHome(s.tag, n), i, n) < d {
+			return 0, false
+		}
+		if s.tag == tag && t.recs[s.ref-1].is(k) {
+			return s.ref - 1, true
+		}
+	}
+}
+
+// holds reports whether w (whose lock the caller holds) holds key k.
+func (w *worker) holds(seed *table.Seed, k key) bool {
+	rid, ok := w.keys.find(seed, k)
+	return ok && w.keys.recs[rid].seqs > 0
+}
+
+// tierLengths computes a multi-tier worker's cumulative tier lengths for a query from
+// its own tables, under its lock: the fallback for a worker with a gappy component, whose
+// union over tiers the index's per-component scores cannot decide (see DESIGN.md,
+// "Tiers"). It costs one key lookup per component per position up to the longest
+// cumulative prefix. size is the worker's size at the same moment.
+func (e *Engine) tierLengths(p *worker, ns uint32, content []uint64) (tiers [NumTiers]int, size int, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dead {
+		return tiers, 0, false
+	}
+	var comps [NumTiers]*worker
+	comps[0] = p
+	size = int(p.seqs.n)
+	p.components(func(t Tier, c *worker) { comps[t], size = c, size+int(c.seqs.n) })
+	seed := &e.seed
+	h := content[0]
+	// decided[t] is set once tier t's cumulative prefix has ended.
+	var decided [NumTiers]bool
+	for x := 0; x < len(content); x++ {
+		if x > 0 {
+			h = hash.Next(h, content[x])
+		}
+		k := key{prefix: h, pos: uint32(x), ns: ns}
+		held := false
+		for t := range NumTiers {
+			if !held && comps[t] != nil {
+				held = comps[t].holds(seed, k)
+			}
+			if decided[t] {
+				continue
+			}
+			if held {
+				tiers[t] = x + 1
+			} else {
+				decided[t] = true
+			}
+		}
+		if decided[NumTiers-1] {
+			break
+		}
+	}
+	return tiers, size, true
+}
+
+// totalSize is the worker's size over every tier (the query's size(w)), read without its
+// lock.
+func (w *worker) totalSize() int {
+	n := int(w.size.Load())
+	w.components(func(_ Tier, c *worker) { n += int(c.size.Load()) })
+	return n
+}
+
+// tierGroup is collectTiers' scratch for one multi-tier worker: its components' scores
+// (0 for a component that is not a candidate) and whether any candidate was gappy when
+// admitted.
+type tierGroup struct {
+	stamp  uint32
+	gappy  bool
+	scores [NumTiers]int
+}
+
+// collectTiers appends one match per multi-tier worker among the query's candidates
+// (every candidate whose worker has a tier link; collect has checked that each still
+// names its worker).
+//
+// A component that is not gappy holds an initial segment of the query's positions (the
+// prefix-closure lemma, DESIGN.md), so its score is its whole contribution, and the
+// union of initial segments is the longest of them: tier t's cumulative length is the
+// maximum score over the components of tiers 0..t. That needs every component of the
+// worker to be gap-free, candidates or not (a gappy host copy that misses position 0 may
+// still extend the device prefix); otherwise the worker's lengths come from its own
+// tables (tierLengths).
+func (e *Engine) collectTiers(q *query, content []uint64, dst []Match) []Match {
+	now := e.workers()
+	if len(q.tgrp) < len(now) {
+		q.tgrp = make([]tierGroup, len(now)+len(now)/4)
+		q.tstamp = 0
+	}
+	q.tstamp++
+	if q.tstamp == 0 {
+		clear(q.tgrp)
+		q.tstamp = 1
+	}
+	q.tlist = q.tlist[:0]
+	for i := range q.cands {
+		c := &q.cands[i]
+		tl := c.w.tl.Load()
+		if tl == nil || int(c.wid) >= len(now) || now[c.wid].Load() != c.w {
+			continue
+		}
+		p := tl.primary
+		if int(p.wid) >= len(q.tgrp) || now[p.wid].Load() != p {
+			continue // the worker was removed meanwhile
+		}
+		g := &q.tgrp[p.wid]
+		if g.stamp != q.tstamp {
+			*g = tierGroup{stamp: q.tstamp}
+			q.tlist = append(q.tlist, p)
+		}
+		g.scores[c.w.tier] = c.score
+		g.gappy = g.gappy || c.gappy
+	}
+	for _, p := range q.tlist {
+		g := &q.tgrp[p.wid]
+		gappy := g.gappy || p.gappy.Load()
+		p.components(func(_ Tier, c *worker) { gappy = gappy || c.gappy.Load() })
+		var tiers [NumTiers]int
+		var size int
+		if gappy {
+			var ok bool
+			if tiers, size, ok = e.tierLengths(p, q.ns, content); !ok {
+				continue
+			}
+		} else {
+			best := 0
+			for t := range NumTiers {
+				best = max(best, g.scores[t])
+				tiers[t] = best
+			}
+			size = p.totalSize()
+		}
+		if s := tiers[NumTiers-1]; s > 0 {
+			dst = append(dst, Match{Worker: p.name, Score: s, Size: size, Tiers: tiers})
+		}
+	}
+	clear(q.tlist) // the pooled query must not keep workers alive
+	q.tlist = q.tlist[:0]
+	return dst
+}
