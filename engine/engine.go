@@ -61,6 +61,7 @@ type Engine struct {
 	rejParent       atomic.Uint64
 	rejInvalid      atomic.Uint64
 	skippedRemovals atomic.Uint64
+	skippedCopies   atomic.Uint64
 	queries         atomic.Uint64
 	abandoned       atomic.Uint64
 
@@ -333,6 +334,14 @@ const (
 	EventRemoved
 	EventCleared
 	EventRemoveWorker
+	// EventCopied says that the worker now holds, on the event's tier (host or disk),
+	// copies of the blocks it holds on another tier under the event's Seqs: what an
+	// engine that offloads publishes when it names blocks by engine hash only (vLLM's
+	// offloading connector sends no token ids and no parent). Each copy takes the
+	// position and prefix of the block it copies, from the fastest other tier that
+	// holds the seq; a seq no other tier holds is skipped (Stats.SkippedCopies) unless
+	// the event's tier already holds it.
+	EventCopied
 )
 
 // Event is any engine event, for ingesters that decode events generically.
@@ -347,7 +356,7 @@ type Event struct {
 	Parent    uint64
 	HasParent bool
 	Blocks    []Block  // EventStored
-	Seqs      []uint64 // EventRemoved
+	Seqs      []uint64 // EventRemoved, EventCopied
 	// Tier is the tier a stored or removed event is about (the zero value is the device
 	// tier). A worker's tiers hold independent copies: a removal drops the copies on its
 	// tier only, and a store's parent is looked up on its tier first, then on the others,
@@ -455,7 +464,7 @@ func (e *Engine) check(ev *Event) (apply bool, err error) {
 	switch {
 	case ev.Worker == "":
 		return bad("empty worker id")
-	case ev.Kind < EventStored || ev.Kind > EventRemoveWorker:
+	case ev.Kind < EventStored || ev.Kind > EventCopied:
 		return bad("unknown event kind %d", ev.Kind)
 	case len(ev.Blocks) > e.cfg.MaxEventBlocks:
 		return bad("%d blocks in one event (limit %d)", len(ev.Blocks), e.cfg.MaxEventBlocks)
@@ -465,6 +474,8 @@ func (e *Engine) check(ev *Event) (apply bool, err error) {
 		return bad("unknown tier %d", ev.Tier)
 	case ev.Tier != TierDevice && (ev.Kind == EventCleared || ev.Kind == EventRemoveWorker):
 		return bad("a cleared or remove_worker event covers every tier and takes none (got %s)", ev.Tier)
+	case ev.Kind == EventCopied && ev.Tier == TierDevice:
+		return bad("a copied event names the tier its copies land on, host or disk")
 	case ev.Kind == EventStored && len(ev.Blocks) == 0:
 		return false, nil // whatever the parent, and an unknown worker stays unknown
 	}
@@ -493,6 +504,8 @@ func (e *Engine) lockFor(ev *Event, hint *worker, out *outbox) (w *worker, err e
 		return e.lockLive(ev.Worker, true, nil, out), nil
 	case EventRemoved:
 		e.skippedRemovals.Add(uint64(len(ev.Seqs)))
+	case EventCopied:
+		e.skippedCopies.Add(uint64(len(ev.Seqs)))
 	}
 	if e.preds.live.Load() != 0 {
 		e.predictionsFor(ev) // a worker known only through predictions
@@ -529,6 +542,8 @@ func (e *Engine) applyEvent(w *worker, ev *Event) (gone bool, err error) {
 		} else {
 			w.out.skipped += uint64(len(ev.Seqs))
 		}
+	case EventCopied:
+		e.skippedCopies.Add(uint64(e.copyLocked(w, ev.Tier, ev.Seqs)))
 	case EventCleared:
 		w.clearTiers(e)
 	case EventRemoveWorker:

@@ -367,9 +367,12 @@ func stepsFromBytes(data []byte) []refmodel.Step {
 		case 3, 4:
 			ops = append(ops, refmodel.Step{Op: oplog.Op{Kind: oplog.Removed, Worker: w, Tier: tier, Seqs: []uint64{uint64(next() % 12)}}})
 		case 5:
-			if b&2 == 0 {
+			switch {
+			case b&8 != 0:
+				ops = append(ops, refmodel.Step{Op: oplog.Op{Kind: oplog.Copied, Worker: w, Tier: 1 + (b>>4)&1, Seqs: []uint64{uint64(next() % 12)}}})
+			case b&2 == 0:
 				ops = append(ops, refmodel.Step{Op: oplog.Op{Kind: oplog.Cleared, Worker: w}})
-			} else {
+			default:
 				ops = append(ops, refmodel.Step{Op: oplog.Op{Kind: oplog.RemoveWorker, Worker: w}})
 			}
 		case 7:

@@ -19,8 +19,9 @@ type Stats struct {
 	Events                 uint64
 	RejectedParentNotFound uint64
 	RejectedInvalid        uint64
-	// SkippedRemovals counts removed hashes the worker did not hold.
-	SkippedRemovals uint64
+	// SkippedRemovals counts removed hashes the worker did not hold; SkippedCopies the
+	// hashes of copied events that no other tier of the worker held.
+	SkippedRemovals, SkippedCopies uint64
 	// Queries counts FindMatches calls with a non-empty query; Abandoned counts those
 	// that ended early through their context or Close.
 	Queries, Abandoned uint64
@@ -50,6 +51,7 @@ func (e *Engine) Stats() Stats {
 		RejectedParentNotFound: e.rejParent.Load(),
 		RejectedInvalid:        e.rejInvalid.Load(),
 		SkippedRemovals:        e.skippedRemovals.Load(),
+		SkippedCopies:          e.skippedCopies.Load(),
 		Queries:                e.queries.Load(),
 		Abandoned:              e.abandoned.Load(),
 		Shards:                 make([]ShardStats, len(e.shards)),

@@ -325,3 +325,64 @@ func (e *Engine) collectTiers(q *query, content []uint64, dst []Match) []Match {
 	q.tlist = q.tlist[:0]
 	return dst
 }
+
+// copyLocked applies a copied event (see EventCopied) to primary w (locked): each seq
+// that another tier holds is stored on tier t with the key and parent key of the
+// fastest copy. It returns how many seqs it skipped.
+func (e *Engine) copyLocked(w *worker, t Tier, seqs []uint64) (skipped int) {
+	for _, s := range seqs {
+		src, rid := w.copySource(e, t, s)
+		if src == nil {
+			if c := e.tierOf(w, t, false); c == nil || !c.seqs.has(&e.seed, s) {
+				skipped++
+			}
+			continue
+		}
+		r := &src.keys.recs[rid]
+		k := r.key()
+		var parentPrefix uint64
+		if k.pos > 0 {
+			parentPrefix = src.keys.recs[r.parent-1].prefix()
+		}
+		e.tierOf(w, t, true).storeKey(e, s, k, parentPrefix)
+	}
+	return skipped
+}
+
+// copySource returns the fastest tier component of primary w other than tier t that
+// holds seq, and the seq's record there, or nil.
+func (w *worker) copySource(e *Engine, t Tier, seq uint64) (*worker, uint32) {
+	for u := range Tier(NumTiers) {
+		if u == t {
+			continue
+		}
+		if c := e.tierOf(w, u, false); c != nil {
+			if rid, ok := c.seqs.get(&e.seed, seq); ok {
+				return c, rid
+			}
+		}
+	}
+	return nil, 0
+}
+
+// storeKey makes w (locked) hold seq at key k, whose parent key has prefix parentPrefix:
+// a no-op if it holds seq there already, a move (last write wins) if it holds it
+// elsewhere.
+func (w *worker) storeKey(e *Engine, seq uint64, k key, parentPrefix uint64) {
+	// The seq's slot stays valid below: dropKey and addKey touch only the key table.
+	si, sh, found := w.seqs.locate(&e.seed, seq)
+	if found {
+		old := w.seqs.slots[si].ref - 1
+		if w.keys.recs[old].is(k) {
+			return
+		}
+		w.dropKey(e, old)
+	}
+	w.seqs.setAt(si, sh, w.addKey(e, k, parentPrefix, 0))
+}
+
+// has reports whether the table holds seq.
+func (t *seqTable) has(seed *table.Seed, seq uint64) bool {
+	_, ok := t.get(seed, seq)
+	return ok
+}

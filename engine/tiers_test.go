@@ -173,3 +173,31 @@ func TestFindMatchesZeroAllocsTiers(t *testing.T) {
 	require.Equal(t, [3]int{5, 50, 50}, dst[len(dst)-3].Tiers) // w2
 	require.Zero(t, allocs)
 }
+
+// TestCopied: an offload by engine hash (no content, no parent) copies the keys of the
+// fastest other tier; a seq held nowhere is skipped and counted.
+func TestCopied(t *testing.T) {
+	e := newEngine(t, engine.Config{Shards: 2, JumpSize: 2})
+	chain := []engine.Block{{Content: 1, Seq: 10}, {Content: 2, Seq: 11}, {Content: 3, Seq: 12}}
+	require.NoError(t, e.StoreUnder("w", 10, nil)) // nothing, and w stays unknown
+	require.NoError(t, e.Store("w", chain))
+	cp := tierEvent(engine.EventCopied, "w", engine.TierHost)
+	cp.Seqs = []uint64{11, 12, 77}
+	require.NoError(t, e.Apply(cp))
+	require.NoError(t, e.Remove("w", 11, 12))
+	// The disk gets a copy of the host's 12 (no other tier has it any more).
+	cp = tierEvent(engine.EventCopied, "w", engine.TierDisk)
+	cp.Seqs = []uint64{12}
+	require.NoError(t, e.Apply(cp))
+	require.NoError(t, e.Barrier(ctx))
+	require.Equal(t, []engine.Match{{Worker: "w", Score: 3, Size: 4, Tiers: [3]int{1, 3, 3}}}, match(t, e, "", 1, 2, 3))
+	require.Equal(t, uint64(1), e.Stats().SkippedCopies)
+	bad := tierEvent(engine.EventCopied, "w", engine.TierDevice)
+	require.ErrorIs(t, e.Apply(bad), engine.ErrInvalidEvent)
+	// An unknown worker skips every seq and stays unknown.
+	cp = tierEvent(engine.EventCopied, "nobody", engine.TierHost)
+	cp.Seqs = []uint64{1, 2}
+	require.NoError(t, e.Apply(cp))
+	require.Equal(t, uint64(3), e.Stats().SkippedCopies)
+	require.Equal(t, 1, e.Stats().Workers)
+}

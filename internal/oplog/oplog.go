@@ -21,11 +21,14 @@ const (
 	Cleared
 	RemoveWorker
 	Query
+	// Copied: the worker holds, on the op's medium (host or disk), copies of the blocks
+	// it holds on another tier under the op's seqs.
+	Copied
 )
 
 var kindNames = map[string]Kind{
 	"stored": Stored, "removed": Removed, "cleared": Cleared,
-	"remove_worker": RemoveWorker, "query": Query,
+	"remove_worker": RemoveWorker, "query": Query, "copied": Copied,
 }
 
 func (k Kind) String() string {
@@ -122,7 +125,7 @@ func Parse(b []byte, line int) (Op, error) {
 	}
 	op := Op{Kind: k, Line: line}
 	if w.Medium != nil {
-		if k != Stored && k != Removed {
+		if k != Stored && k != Removed && k != Copied {
 			return bad("%s takes no medium", w.Op)
 		}
 		t, ok := parseTier(*w.Medium)
@@ -155,11 +158,14 @@ func Parse(b []byte, line int) (Op, error) {
 		if w.Parent != nil {
 			op.Parent, op.HasParent = *w.Parent, true
 		}
-	case Removed:
+	case Removed, Copied:
 		if w.Seqs == nil {
-			return bad("removed needs seqs")
+			return bad("%s needs seqs", w.Op)
 		}
 		op.Seqs = *w.Seqs
+		if k == Copied && op.Tier == 0 {
+			return bad("copied needs a medium other than device")
+		}
 	case Query:
 		if w.Content == nil {
 			return bad("query needs content")
@@ -260,7 +266,7 @@ func Append(dst []byte, op Op) []byte {
 			dst = append(dst, ']')
 		}
 		dst = append(dst, ']')
-	case Removed:
+	case Removed, Copied:
 		dst = appendMedium(dst, op.Tier)
 		dst = append(dst, `,"seqs":`...)
 		dst = appendUints(dst, op.Seqs)

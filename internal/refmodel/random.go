@@ -64,6 +64,18 @@ func RandomOps(r *rand.Rand, n int, opt RandomOptions) []oplog.Op {
 		w := r.IntN(opt.Workers)
 		v := views[w]
 		switch k := r.IntN(100); {
+		case opt.Tiers && k < 4 && len(v) > 0: // copy held blocks to host or disk by seq (an offload)
+			t := uint8(1 + r.IntN(2))
+			var seqs []uint64
+			for i := r.IntN(4); i >= 0; i-- {
+				h := v[r.IntN(len(v))]
+				seqs = append(seqs, h.seq)
+				v = append(v, held{seq: h.seq, chain: h.chain, tier: t, parent: h.parent, hasParent: h.hasParent})
+			}
+			if r.IntN(10) == 0 {
+				seqs = append(seqs, nextSeq+7000) // held nowhere: skipped
+			}
+			ops = append(ops, oplog.Op{Kind: oplog.Copied, Worker: name(w), Tier: t, Seqs: seqs})
 		case opt.Tiers && k < 8 && len(v) > 0: // copy a held block to another tier, under its parent
 			h := v[r.IntN(len(v))]
 			t := uint8((int(h.tier) + 1 + r.IntN(2)) % 3)
@@ -192,6 +204,9 @@ func (m *Model) Apply(op *oplog.Op) error {
 		return m.StoredOn(op.Worker, int(op.Tier), op.Parent, op.HasParent, op.Blocks)
 	case oplog.Removed:
 		m.RemovedOn(op.Worker, int(op.Tier), op.Seqs)
+	case oplog.Copied:
+		_, err := m.Copied(op.Worker, int(op.Tier), op.Seqs)
+		return err
 	case oplog.Cleared:
 		m.Cleared(op.Worker)
 	case oplog.RemoveWorker:

@@ -176,6 +176,33 @@ func (m *Model) RemovedOn(name string, tier int, seqs []uint64) (skipped int) {
 	return skipped
 }
 
+// Copied makes a worker hold, on tier (host or disk), copies of the blocks it holds on
+// another tier under seqs: each at the node of the fastest other tier's block. A seq no
+// other tier holds is skipped (counted in the result) unless tier holds it already. A
+// device tier is ErrInvalidEvent; an unknown worker skips every seq.
+func (m *Model) Copied(name string, tier int, seqs []uint64) (skipped int, err error) {
+	if tier <= 0 || tier >= NumTiers {
+		return 0, ErrInvalidEvent
+	}
+	w := m.workers[name]
+	if w == nil {
+		return len(seqs), nil
+	}
+	m.tiered = true
+	for _, s := range seqs {
+		found := false
+		for t := 0; t < NumTiers && !found; t++ {
+			if n, ok := w.blocks[t][s]; ok && t != tier {
+				w.blocks[tier][s], found = n, true
+			}
+		}
+		if _, held := w.blocks[tier][s]; !found && !held {
+			skipped++
+		}
+	}
+	return skipped, nil
+}
+
 // Cleared drops every block of a known worker, on every tier; it stays known with size
 // 0.
 func (m *Model) Cleared(name string) {

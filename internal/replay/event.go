@@ -18,6 +18,8 @@ func Event(op *oplog.Op) engine.Event {
 		}
 	case oplog.Removed:
 		ev.Kind, ev.Seqs = engine.EventRemoved, op.Seqs
+	case oplog.Copied:
+		ev.Kind, ev.Seqs = engine.EventCopied, op.Seqs
 	case oplog.Cleared:
 		ev.Kind = engine.EventCleared
 	case oplog.RemoveWorker:
