@@ -14,6 +14,9 @@
 // request to a worker may record it with Predict: until the worker's events arrive,
 // queries count the prediction (Match.Predicted says how much of a score it is), and
 // for workers that publish no events predictions are the whole index (predict.go).
+// Engines that offload to host memory or disk publish events per tier (Event.Tier,
+// EventCopied); a match then gives its length per tier (Match.Tiers) and a weighted
+// score (Match.Weighted; tiers.go).
 //
 // # What it owns
 //

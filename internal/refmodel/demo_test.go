@@ -14,7 +14,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var update = flag.Bool("update", false, "rewrite testdata/demo.jsonl")
+var update = flag.Bool("update", false, "rewrite testdata/demo.jsonl and testdata/tiers.jsonl")
 
 // DemoLog returns the op log the README's first command replays: a seeded random history
 // whose every query carries the reference model's answer.
@@ -35,6 +35,39 @@ func demoLog() []byte {
 		out = oplog.Append(out, *op)
 	}
 	return out
+}
+
+// tiersLog is testdata/tiers.jsonl: a seeded random history with host and disk events
+// (stores, removals, copies) whose every query carries the model's answer with its
+// per-tier lengths.
+func tiersLog() []byte {
+	ops := RandomOps(rand.New(rand.NewPCG(2026, 12)), 3000, RandomOptions{Workers: 4, Alphabet: 4, MaxChain: 120, Tiers: true})
+	m := New()
+	var out []byte
+	for i := range ops {
+		op := &ops[i]
+		if op.Kind == oplog.Query {
+			m.Expect(op)
+		} else {
+			_ = m.Apply(op)
+		}
+		out = oplog.Append(out, *op)
+	}
+	return out
+}
+
+func TestTiersLogUpToDate(t *testing.T) {
+	const path = "../../testdata/tiers.jsonl"
+	want := tiersLog()
+	if *update {
+		require.NoError(t, os.WriteFile(path, want, 0o644))
+	}
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(want, got), "testdata/tiers.jsonl is stale: go test ./internal/refmodel -run TiersLog -update")
+	require.Contains(t, string(got), `"medium":"host"`)
+	require.Contains(t, string(got), `"op":"copied"`)
+	require.Contains(t, string(got), `"tiers":{`)
 }
 
 // TestDemoLogUpToDate keeps the shipped demo log equal to what the generator and the
