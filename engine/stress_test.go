@@ -34,7 +34,7 @@ func TestStress(t *testing.T) {
 			for _, jump := range []int{1, 4, 64} {
 				procs := 1 + r.IntN(4)
 				hist := refmodel.RandomOps(rand.New(rand.NewPCG(seed, uint64(round*100+shards*10+jump))), ops,
-					refmodel.RandomOptions{Workers: 12, Alphabet: 3, MaxChain: 100})
+					refmodel.RandomOptions{Workers: 12, Alphabet: 3, MaxChain: 100, Tiers: jump == 4}) // tiers: a third of the runs
 				name := fmt.Sprintf("round=%d/shards=%d/jump=%d/procs=%d", round, shards, jump, procs)
 				t.Run(name, func(t *testing.T) {
 					defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))

@@ -21,9 +21,6 @@ type worker struct {
 	// size is the number of distinct engine hashes held (seqs.n), the query's size(w), as
 	// of the last flush.
 	size atomic.Int64
-	// gappy is true while holes > 0, i.e. while some held key's parent key is not held.
-	// Queries may only jump over a stride for workers whose gappy is false.
-	gappy atomic.Bool
 
 	name string
 	wid  uint32
@@ -31,6 +28,10 @@ type worker struct {
 	mu sync.Mutex
 	// holes counts the held keys whose parent key is not held (see DESIGN.md).
 	holes int32
+	// gappy is true while holes > 0, i.e. while some held key's parent key is not held.
+	// Queries may only jump over a stride for workers whose gappy is false. (It sits
+	// with the other one-byte fields: the struct stays in the 160-byte size class.)
+	gappy atomic.Bool
 	// dead is set by RemoveWorker; a caller that finds it set looks the name up again.
 	dead bool
 	// tier is the tier a component holds (TierDevice for a named worker).
