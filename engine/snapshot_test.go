@@ -120,6 +120,8 @@ func FuzzRestore(f *testing.F) {
 	e, _ := engine.New(engine.Config{Shards: 1})
 	_ = e.Store("a", []engine.Block{{Content: 1, Seq: 1}, {Content: 2, Seq: 2}})
 	_ = e.Apply(&engine.Event{Kind: engine.EventStored, Worker: "b", Namespace: "n", Blocks: []engine.Block{{Content: 1, Seq: 3}}})
+	_ = e.Apply(&engine.Event{Kind: engine.EventCopied, Worker: "a", Tier: engine.TierHost, Seqs: []uint64{2}})
+	_ = e.Apply(&engine.Event{Kind: engine.EventStored, Worker: "a", Tier: engine.TierDisk, Parent: 2, HasParent: true, Blocks: []engine.Block{{Content: 3, Seq: 4}}})
 	var snap bytes.Buffer
 	_ = e.WriteSnapshot(&snap)
 	e.Close()

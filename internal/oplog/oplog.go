@@ -95,7 +95,7 @@ type wire struct {
 	Expect  *map[string]int    `json:"expect"`
 	Sizes   *map[string]int    `json:"sizes"`
 	Medium  *string            `json:"medium"`
-	Tiers   *map[string][3]int `json:"tiers"`
+	Tiers   *map[string][]int  `json:"tiers"`
 }
 
 // TierNames are the values of a stored or removed op's "medium", by tier.
@@ -181,11 +181,15 @@ func Parse(b []byte, line int) (Op, error) {
 			}
 		}
 		if w.Tiers != nil {
-			op.Tiers = *w.Tiers
-			for name := range op.Tiers {
+			op.Tiers = make(map[string][3]int, len(*w.Tiers))
+			for name, v := range *w.Tiers {
 				if _, ok := op.Expect[name]; !ok {
 					return bad("tiers names %q, which expect does not", name)
 				}
+				if len(v) != 3 {
+					return bad("tiers of %q: %d lengths (want 3: device, host, disk)", name, len(v))
+				}
+				op.Tiers[name] = [3]int{v[0], v[1], v[2]}
 			}
 		}
 	}

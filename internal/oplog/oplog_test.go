@@ -21,6 +21,10 @@ func TestParseRoundTrip(t *testing.T) {
 		`{"op":"query","content":[1,2,3],"expect":{"w1":3,"w2":1},"sizes":{"w1":7,"w2":2}}`,
 		`{"op":"query","content":[],"expect":{},"sizes":{}}`,
 		`{"op":"query","content":[5]}`,
+		`{"op":"stored","worker":"w1","medium":"host","parent":1,"blocks":[[1,2]]}`,
+		`{"op":"removed","worker":"w1","medium":"disk","seqs":[2]}`,
+		`{"op":"copied","worker":"w1","medium":"host","seqs":[2,3]}`,
+		`{"op":"query","content":[1],"expect":{"w1":1},"sizes":{"w1":2},"tiers":{"w1":[0,1,1]}}`,
 	}
 	ops, err := ReadAll(strings.NewReader(strings.Join(lines, "\n") + "\n\n"))
 	require.NoError(t, err)
@@ -32,6 +36,10 @@ func TestParseRoundTrip(t *testing.T) {
 	require.True(t, ops[6].HasExpect)
 	require.Empty(t, ops[6].Expect)
 	require.False(t, ops[7].HasExpect)
+	require.Equal(t, uint8(1), ops[8].Tier)
+	require.Equal(t, uint8(2), ops[9].Tier)
+	require.Equal(t, Copied, ops[10].Kind)
+	require.Equal(t, [3]int{0, 1, 1}, ops[11].Tiers["w1"])
 	for i, op := range ops {
 		require.Equal(t, lines[i]+"\n", string(Append(nil, op)), "line %d", i+1)
 	}
@@ -53,6 +61,13 @@ func TestParseMalformed(t *testing.T) {
 		`{"op":"query","content":[1],"expect":{"w":1}}`,
 		`{"op":"query","content":[1],"expect":null,"sizes":{}}`,
 		`[]`,
+		`{"op":"stored","worker":"w","medium":"GPU","blocks":[[1,2]]}`,
+		`{"op":"cleared","worker":"w","medium":"host"}`,
+		`{"op":"copied","worker":"w","seqs":[1]}`,
+		`{"op":"copied","worker":"w","medium":"device","seqs":[1]}`,
+		`{"op":"query","content":[1],"tiers":{"w":[1,1,1]}}`,
+		`{"op":"query","content":[1],"expect":{"w":1},"sizes":{"w":1},"tiers":{"v":[1,1,1]}}`,
+		`{"op":"query","content":[1],"expect":{"w":1},"sizes":{"w":1},"tiers":{"w":[1,1]}}`,
 	} {
 		_, err := Parse([]byte(line), 7)
 		require.Error(t, err, line)
@@ -64,6 +79,9 @@ func TestParseMalformed(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"op":"stored","worker":"w1","parent":1,"blocks":[[1,2]]}`))
 	f.Add([]byte(`{"op":"query","content":[1],"expect":{"w":1},"sizes":{"w":1}}`))
+	f.Add([]byte(`{"op":"removed","worker":"w1","medium":"host","seqs":[2]}`))
+	f.Add([]byte(`{"op":"copied","worker":"w1","medium":"disk","seqs":[2,3]}`))
+	f.Add([]byte(`{"op":"query","content":[1],"expect":{"w":1},"sizes":{"w":1},"tiers":{"w":[0,1,1]}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		op, err := Parse(b, 1)
 		if err != nil {
