@@ -86,16 +86,16 @@ func (e *LineError) Error() string { return fmt.Sprintf("line %d: %s", e.Line, e
 func (e *LineError) Unwrap() error { return ErrMalformed }
 
 type wire struct {
-	Op      string             `json:"op"`
-	Worker  *string            `json:"worker"`
-	Parent  *uint64            `json:"parent"`
-	Blocks  *[][]uint64        `json:"blocks"`
-	Seqs    *[]uint64          `json:"seqs"`
-	Content *[]uint64          `json:"content"`
-	Expect  *map[string]int    `json:"expect"`
-	Sizes   *map[string]int    `json:"sizes"`
-	Medium  *string            `json:"medium"`
-	Tiers   *map[string][]int  `json:"tiers"`
+	Op      string            `json:"op"`
+	Worker  *string           `json:"worker"`
+	Parent  *uint64           `json:"parent"`
+	Blocks  *[][]uint64       `json:"blocks"`
+	Seqs    *[]uint64         `json:"seqs"`
+	Content *[]uint64         `json:"content"`
+	Expect  *map[string]int   `json:"expect"`
+	Sizes   *map[string]int   `json:"sizes"`
+	Medium  *string           `json:"medium"`
+	Tiers   *map[string][]int `json:"tiers"`
 }
 
 // TierNames are the values of a stored or removed op's "medium", by tier.
