@@ -357,3 +357,54 @@ func BenchmarkFindMatchesLongQuery(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFindMatchesTiers is BenchmarkFindMatches's fleet with a host tier: each of 64
+// workers holds the shared 500 blocks on the device and a host copy of them plus its
+// 300-block tail (an offload), so every match folds two components. With gap=true every
+// worker's device tier misses block 100, which sends the worker down the fallback that
+// reads its own tables.
+func BenchmarkFindMatchesTiers(b *testing.B) {
+	for _, gap := range []bool{false, true} {
+		for _, tc := range benchConfigs(1, 2) {
+			b.Run(fmt.Sprintf("gap=%v/%s", gap, tc.name), func(b *testing.B) {
+				e := newEngine(b, tc.cfg)
+				shared := make([]engine.Block, 500)
+				q := make([]uint64, 1000)
+				for i := range shared {
+					shared[i] = engine.Block{Content: uint64(i + 1), Seq: uint64(i + 1)}
+					q[i] = uint64(i + 1)
+				}
+				for i := 500; i < 1000; i++ {
+					q[i] = uint64(1_000_000 + i)
+				}
+				for w := 0; w < 64; w++ {
+					name := fmt.Sprintf("w%02d", w)
+					chain := append([]engine.Block(nil), shared...)
+					for i := range 300 {
+						chain = append(chain, engine.Block{Content: uint64(w*10_000 + i), Seq: uint64(1000 + i)})
+					}
+					host := engine.Event{Kind: engine.EventStored, Worker: name, Tier: engine.TierHost, Blocks: chain}
+					if err := e.Store(name, shared); err != nil {
+						b.Fatal(err)
+					}
+					if err := e.Apply(&host); err != nil {
+						b.Fatal(err)
+					}
+					if gap {
+						if err := e.Remove(name, 101); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				dst := timeQueries(b, e, q, 64)
+				want := [3]int{500, 500, 500}
+				if gap {
+					want[0] = 100
+				}
+				if len(dst) != 64 || dst[0].Tiers != want {
+					b.Fatalf("unexpected answer %v", dst[:1])
+				}
+			})
+		}
+	}
+}

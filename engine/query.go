@@ -75,6 +75,7 @@ type query struct {
 	stamp    uint32
 	tgrp     []tierGroup // collectTiers' scratch: per primary id, its components' scores
 	tlist    []*worker   // collectTiers' scratch: the multi-tier workers met, in order
+	tpre     []uint64    // tierLengths' scratch: prefix hashes, as deep as it looked
 	tstamp   uint32
 	phits    []predHit // addPredicted's scratch
 }

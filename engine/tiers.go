@@ -195,57 +195,74 @@ func (w *worker) holds(seed *table.Seed, k key) bool {
 	return ok && w.keys.recs[rid].seqs > 0
 }
 
-// tierLengths computes a multi-tier worker's cumulative tier lengths for a query from
-// its own tables, under its lock: the fallback for a worker with a gappy component, whose
-// union over tiers the index's per-component scores cannot decide (see DESIGN.md,
-// "Tiers"). It costs one key lookup per component per position up to the longest
-// cumulative prefix. size is the worker's size at the same moment.
-func (e *Engine) tierLengths(p *worker, ns uint32, content []uint64) (tiers [NumTiers]int, size int, ok bool) {
+// tierLengths computes a multi-tier worker's cumulative tier lengths for a query when
+// one of its components is gappy, from the components' scores (g) and its own tables,
+// under its lock (see DESIGN.md, "Tiers"). Every component holds the positions before
+// its score (its first miss), so tier t's length is at least the best score of the
+// components of tiers 0..t; a gap-free component holds nothing past its first miss (the
+// prefix-closure lemma), so past that only the gappy components are looked up, position
+// by position, while one of them holds the position. size is the worker's size at the
+// same moment.
+func (e *Engine) tierLengths(q *query, p *worker, content []uint64, g *tierGroup) (tiers [NumTiers]int, size int, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.dead {
 		return tiers, 0, false
 	}
-	var comps [NumTiers]*worker
-	comps[0] = p
+	var gappy [NumTiers]*worker // the gappy components, by tier
 	size = int(p.seqs.n)
-	p.components(func(t Tier, c *worker) { comps[t], size = c, size+int(c.seqs.n) })
-	seed := &e.seed
-	h := content[0]
-	// decided[t] is set once tier t's cumulative prefix has ended.
-	var decided [NumTiers]bool
-	for x := 0; x < len(content); x++ {
-		if x > 0 {
-			h = hash.Next(h, content[x])
+	if p.holes > 0 || g.gappy {
+		gappy[TierDevice] = p
+	}
+	p.components(func(t Tier, c *worker) {
+		size += int(c.seqs.n)
+		if c.holes > 0 || g.gappy {
+			gappy[t] = c
 		}
-		k := key{prefix: h, pos: uint32(x), ns: ns}
-		held := false
-		for t := range NumTiers {
-			if !held && comps[t] != nil {
-				held = comps[t].holds(seed, k)
-			}
-			if decided[t] {
-				continue
-			}
-			if held {
-				tiers[t] = x + 1
-			} else {
-				decided[t] = true
-			}
+	})
+	best := 0
+	for t := range NumTiers {
+		best = max(best, g.scores[t])
+		x := best
+		for x < len(content) && q.heldByAny(e, gappy[:t+1], content, x) {
+			x++
 		}
-		if decided[NumTiers-1] {
-			break
-		}
+		best = x
+		tiers[t] = best
 	}
 	return tiers, size, true
 }
 
-// totalSize is the worker's size over every tier (the query's size(w)), read without its
-// lock.
-func (w *worker) totalSize() int {
-	n := int(w.size.Load())
-	w.components(func(_ Tier, c *worker) { n += int(c.size.Load()) })
-	return n
+// heldByAny reports whether one of comps (nil entries skipped; their worker locked)
+// holds the query's key at position x.
+func (q *query) heldByAny(e *Engine, comps []*worker, content []uint64, x int) bool {
+	var k key
+	computed := false
+	for _, c := range comps {
+		if c == nil {
+			continue
+		}
+		if !computed {
+			k, computed = key{prefix: q.tierPrefix(content, x), pos: uint32(x), ns: q.ns}, true
+		}
+		if c.holds(&e.seed, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// tierPrefix returns the prefix hash of the query's position x, computing the chain as
+// deep as it is asked for once per query (q.tpre; collectTiers empties it).
+func (q *query) tierPrefix(content []uint64, x int) uint64 {
+	if len(q.tpre) == 0 {
+		q.tpre = append(q.tpre, content[0])
+	}
+	for h := q.tpre[len(q.tpre)-1]; len(q.tpre) <= x; {
+		h = hash.Next(h, content[len(q.tpre)])
+		q.tpre = append(q.tpre, h)
+	}
+	return q.tpre[x]
 }
 
 // tierGroup is collectTiers' scratch for one multi-tier worker: its components' scores
@@ -279,7 +296,7 @@ func (e *Engine) collectTiers(q *query, content []uint64, dst []Match) []Match {
 		clear(q.tgrp)
 		q.tstamp = 1
 	}
-	q.tlist = q.tlist[:0]
+	q.tlist, q.tpre = q.tlist[:0], q.tpre[:0]
 	for i := range q.cands {
 		c := &q.cands[i]
 		tl := c.w.tl.Load()
@@ -306,7 +323,7 @@ func (e *Engine) collectTiers(q *query, content []uint64, dst []Match) []Match {
 		var size int
 		if gappy {
 			var ok bool
-			if tiers, size, ok = e.tierLengths(p, q.ns, content); !ok {
+			if tiers, size, ok = e.tierLengths(q, p, content, g); !ok {
 				continue
 			}
 		} else {
@@ -385,4 +402,12 @@ func (w *worker) storeKey(e *Engine, seq uint64, k key, parentPrefix uint64) {
 func (t *seqTable) has(seed *table.Seed, seq uint64) bool {
 	_, ok := t.get(seed, seq)
 	return ok
+}
+
+// totalSize is the worker's size over every tier (the query's size(w)), read without its
+// lock.
+func (w *worker) totalSize() int {
+	n := int(w.size.Load())
+	w.components(func(_ Tier, c *worker) { n += int(c.size.Load()) })
+	return n
 }
