@@ -70,6 +70,14 @@ type Config struct {
 	// Event.Digests) for checks that recompute the engine's own block hashes. It costs a
 	// copy of the token ids per event. Default false.
 	Verbatim bool
+	// HashOnly accepts stored events that name their blocks by engine hash only: empty
+	// token_ids with one or more block_hashes, as vLLM's offloading connector publishes
+	// for blocks it copied to CPU or storage (no tokens, no parent). They decode with
+	// Event.HashOnly set and no Contents, and Config.BlockSize is not enforced on them
+	// (the offloaded block size may be a multiple of the device's). Without HashOnly
+	// such an event is rejected (ReasonTokenCountMismatch), as before. Default false:
+	// a consumer must know that Contents may then be empty.
+	HashOnly bool
 }
 
 func (c Config) validate() error {
@@ -567,11 +575,6 @@ func (d *Decoder) stored(ev *Event, payload []byte, at *[numFields]int, b *Batch
 		return ReasonBadBlockSize, "block_size out of [1, " + strconv.Itoa(hash.MaxBlockSize) + "]", false
 	}
 	bs := int(bs64)
-	if d.cfg.BlockSize != 0 && bs != d.cfg.BlockSize {
-		d.rejBS = bs
-		return ReasonBlockSizeMismatch, "block_size " + strconv.Itoa(bs) + ", want " + strconv.Itoa(d.cfg.BlockSize), false
-	}
-	ev.BlockSize = bs
 
 	// token_ids: header only for now, so a mismatch costs no hashing.
 	tr := d.at(payload, at[fTokenIDs])
@@ -582,6 +585,14 @@ func (d *Decoder) stored(ev *Event, payload []byte, at *[numFields]int, b *Batch
 	if nt > lim.MaxTokensPerEvent {
 		return ReasonLimit, "token_ids has " + strconv.Itoa(nt) + " ids, limit " + strconv.Itoa(lim.MaxTokensPerEvent), false
 	}
+	// An empty token_ids is a hash-only store (Config.HashOnly) once block_hashes turns
+	// out not to be empty; its block size names no content, so it is not checked.
+	hashOnly := nt == 0 && d.cfg.HashOnly
+	if d.cfg.BlockSize != 0 && bs != d.cfg.BlockSize && !hashOnly {
+		d.rejBS = bs
+		return ReasonBlockSizeMismatch, "block_size " + strconv.Itoa(bs) + ", want " + strconv.Itoa(d.cfg.BlockSize), false
+	}
+	ev.BlockSize = bs
 
 	if reason, detail, ok := d.optional(ev, payload, at, true); !ok {
 		return reason, detail, false
@@ -602,6 +613,17 @@ func (d *Decoder) stored(ev *Event, payload []byte, at *[numFields]int, b *Batch
 	nb, reason, detail, ok := d.hashes(b, payload, at[fBlockHashes])
 	if !ok {
 		return reason, detail, false
+	}
+	if hashOnly && nb > 0 {
+		ev.HashOnly = true
+		ev.Seqs = b.seqs[seqStart:len(b.seqs):len(b.seqs)]
+		ev.Contents = b.contents[contentStart:contentStart:contentStart]
+		return 0, "", true
+	}
+	if d.cfg.BlockSize != 0 && bs != d.cfg.BlockSize { // an empty store of another size
+		b.seqs = b.seqs[:seqStart]
+		d.rejBS = bs
+		return ReasonBlockSizeMismatch, "block_size " + strconv.Itoa(bs) + ", want " + strconv.Itoa(d.cfg.BlockSize), false
 	}
 	if uint64(nt) != uint64(nb)*uint64(bs) {
 		b.seqs = b.seqs[:seqStart]

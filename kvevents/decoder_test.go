@@ -610,3 +610,41 @@ func TestRejectedDropsPastTheRecordedRejections(t *testing.T) {
 	require.NoError(t, d.Decode(batch(0, append(evs, removedWith("c0"))...), &b))
 	require.Equal(t, 1, b.RejectedDrops)
 }
+
+// vLLM's offloading connector names the blocks it copied to CPU or storage by engine hash
+// only: BlockStored(block_hashes, parent_block_hash=None, token_ids=[], block_size, medium).
+// With HashOnly they decode as hash-only stores, whatever their block size; without it
+// they stay rejected as before.
+func TestHashOnlyStores(t *testing.T) {
+	offload := mp{}.Arr(8).Str("BlockStored").Uints(7, 8).Nil().Arr(0).Uint(64).Nil().Str("CPU").Nil()
+	withParent := mp{}.Arr(8).Str("BlockStored").Uints(9).Uint(8).Arr(0).Uint(16).Nil().Str("CPU").Nil()
+	empty := mp{}.Arr(8).Str("BlockStored").Arr(0).Nil().Arr(0).Uint(32).Nil().Str("CPU").Nil()
+	full := mp{}.Arr(8).Str("BlockStored").Uints(1).Nil().Tokens(make([]uint32, 16)).Uint(16).Nil().Str("GPU").Nil()
+
+	var b Batch
+	old := mustNew(t, Config{BlockSize: 16})
+	require.NoError(t, old.Decode(batch(0, offload, withParent, full), &b))
+	require.Len(t, b.Events, 1)
+	require.Equal(t, 2, b.RejectedCount)
+	require.Equal(t, ReasonBlockSizeMismatch, b.Rejected[0].Reason)
+	require.Equal(t, ReasonTokenCountMismatch, b.Rejected[1].Reason)
+
+	d := mustNew(t, Config{BlockSize: 16, HashOnly: true, Verbatim: true})
+	require.NoError(t, d.Decode(batch(0, offload, withParent, empty, full), &b))
+	// The empty store of block size 32 is still a block-size mismatch: it names no block.
+	require.Equal(t, 1, b.RejectedCount, "%v", b.Rejected)
+	require.Equal(t, ReasonBlockSizeMismatch, b.Rejected[0].Reason)
+	require.Len(t, b.Events, 3)
+	e := b.Events[0]
+	require.True(t, e.HashOnly)
+	require.Equal(t, []uint64{7, 8}, e.Seqs)
+	require.Empty(t, e.Contents)
+	require.Empty(t, e.Tokens)
+	require.False(t, e.HasParent)
+	require.Equal(t, 64, e.BlockSize)
+	require.Equal(t, "CPU", e.Medium)
+	require.True(t, b.Events[1].HashOnly)
+	require.True(t, b.Events[1].HasParent) // the decoder reports it; the consumer decides
+	require.False(t, b.Events[2].HashOnly)
+	require.Len(t, b.Events[2].Contents, 1)
+}

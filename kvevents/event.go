@@ -42,8 +42,14 @@ type Event struct {
 
 	// Contents (Stored only) holds the content hash of each block:
 	// Contents[i] = hash.Content(token_ids[i*BlockSize : (i+1)*BlockSize]), so
-	// len(Contents) == len(Seqs).
+	// len(Contents) == len(Seqs) (except for a HashOnly store, which has none).
 	Contents []uint64
+
+	// HashOnly (Stored, with Config.HashOnly only) marks a store that names its blocks
+	// by engine hash alone: token_ids was empty, so Contents is empty too (not
+	// len(Seqs)) and BlockExtras, Tokens and Digests are nil. vLLM's offloading
+	// connector publishes such stores for blocks copied to another medium.
+	HashOnly bool
 
 	// Parent is the engine hash of the block preceding Seqs[0] (Stored only); HasParent
 	// is false when the first block starts a sequence (parent_block_hash nil or absent).

@@ -19,12 +19,14 @@ func FuzzDecode(f *testing.F) {
 	f.Add(batch(0, mp{}.Map(3).Str("type").Str("BlockStored").Str("lora_name").Str("x").Str("extra_keys").Arr(1).Arr(1).Arr(0)))
 	f.Add(batch(0, storedExtra("sql", mp{}.Arr(2).Arr(2).Str("sql").Str("img").Arr(1).F64(0.5))))
 	f.Add(batch(0, storedExtra("", mp{}.Arr(2).Arr(1).Arr(2).Str("img").Uint(3).Arr(1).Bin([]byte{1, 2}))))
+	f.Add(batch(0, mp{}.Arr(8).Str("BlockStored").Uints(7, 8).Nil().Arr(0).Uint(64).Nil().Str("CPU").Nil()))
 
 	small := Limits{MaxPayloadBytes: 4096, MaxEvents: 16, MaxBlocksPerEvent: 8, MaxTokensPerEvent: 32, MaxDepth: 6}
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		for _, lim := range []Limits{{}, small} {
 			l := lim.withDefaults()
-			d := mustNew(t, Config{Limits: lim, Verbatim: lim == Limits{}})
+			// The small limits also take hash-only stores (vLLM's offloading connector).
+			d := mustNew(t, Config{Limits: lim, Verbatim: lim == Limits{}, HashOnly: lim != Limits{}})
 			var b Batch
 			err := d.Decode(payload, &b)
 			if err != nil {
@@ -76,6 +78,12 @@ func checkBounds(t *testing.T, payload []byte, l Limits, b *Batch) {
 		}
 		switch e.Kind {
 		case Stored:
+			if e.HashOnly {
+				if len(e.Contents) != 0 || len(e.Seqs) == 0 || e.Tokens != nil || e.BlockExtras != nil || e.BlockSize < 1 {
+					t.Fatalf("hash-only store with %d contents, %d seqs, block size %d", len(e.Contents), len(e.Seqs), e.BlockSize)
+				}
+				break
+			}
 			if len(e.Contents) != len(e.Seqs) {
 				t.Fatalf("%d contents for %d seqs", len(e.Contents), len(e.Seqs))
 			}
