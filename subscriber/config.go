@@ -46,7 +46,74 @@ const (
 	MaxMaxMessageBytes = 1 << 30
 	// MinMaxMessageBytes is the smallest Config.MaxMessageBytes accepted.
 	MinMaxMessageBytes = 4 << 10
+	// MaxTierEntries bounds Config.Tiers and Config.Media; MaxMediumLen the length of
+	// a medium named in either.
+	MaxTierEntries = 64
+	MaxMediumLen   = 64
 )
+
+// DefaultTiers returns the tier of each medium name vLLM and SGLang publish (a new map
+// each call):
+//
+//	device: "" (no medium: engines before tiers), "GPU"
+//	host:   "CPU" (vLLM's offloading connector), "CPU_TIER1", "CPU_PINNED" (SGLang)
+//	disk:   "STORAGE" (vLLM 0.27+), "FS", "OBJ" (vLLM 0.26), "DISK" (vLLM, SGLang),
+//	        "CPU_TIER2", "EXTERNAL" (SGLang's storage tiers)
+//
+// Every one of them is indexed by default: a worker's match then counts its host and
+// disk copies in Score (Match.Tiers says which tier each block is on) and routers weigh
+// them (Match.Weighted). A fleet whose engines do not offload publishes device media
+// only and sees no change; Config.Media {"", "GPU"} keeps the device-only index.
+func DefaultTiers() map[string]engine.Tier {
+	return map[string]engine.Tier{
+		"": engine.TierDevice, "GPU": engine.TierDevice,
+		"CPU": engine.TierHost, "CPU_TIER1": engine.TierHost, "CPU_PINNED": engine.TierHost,
+		"STORAGE": engine.TierDisk, "FS": engine.TierDisk, "OBJ": engine.TierDisk, "DISK": engine.TierDisk,
+		"CPU_TIER2": engine.TierDisk, "EXTERNAL": engine.TierDisk,
+	}
+}
+
+// mediaTiers resolves Tiers and Media into the tier of each accepted medium, and
+// whether a medium without a tier is accepted (on the device tier: Media "*").
+func (c *Config) mediaTiers() (map[string]engine.Tier, bool, error) {
+	if len(c.Tiers) > MaxTierEntries || len(c.Media) > MaxTierEntries {
+		return nil, false, fmt.Errorf("Tiers (%d) or Media (%d) has more than %d entries", len(c.Tiers), len(c.Media), MaxTierEntries)
+	}
+	all := DefaultTiers()
+	for m, t := range c.Tiers {
+		switch {
+		case len(m) > MaxMediumLen:
+			return nil, false, fmt.Errorf("Tiers: medium %.16q... is longer than %d bytes", m, MaxMediumLen)
+		case m == "*":
+			return nil, false, errors.New(`Tiers: "*" is not a medium (Media "*" accepts every medium)`)
+		case t >= engine.NumTiers:
+			return nil, false, fmt.Errorf("Tiers[%q]: unknown tier %d", m, t)
+		}
+		all[m] = t
+	}
+	if len(c.Media) == 0 {
+		return all, false, nil
+	}
+	out, any := map[string]engine.Tier{}, false
+	for _, m := range c.Media {
+		if m == "*" {
+			any = true
+			continue
+		}
+		t, ok := all[m]
+		if !ok {
+			if len(m) > MaxMediumLen {
+				m = m[:MaxMediumLen] + "..."
+			}
+			return nil, false, fmt.Errorf("Media: medium %q has no tier (give it one in Tiers)", m)
+		}
+		out[m] = t
+	}
+	if any {
+		return all, true, nil
+	}
+	return out, false, nil
+}
 
 // Config configures one Subscriber: one engine publisher (one endpoint, one
 // data-parallel rank). Zero fields take their defaults; New never modifies the caller's
@@ -77,9 +144,17 @@ type Config struct {
 	// BlockSize, when not 0, is the only block size accepted in stored events (the
 	// router's content hashes only match blocks cut at its own size). Default 0 (any).
 	BlockSize int
-	// Media lists the accepted values of an event's medium ("" is an absent medium).
-	// Default {"", "GPU"}: blocks offloaded to CPU or storage tiers are not indexed.
-	// {"*"} accepts every medium.
+	// Tiers maps media (an event's medium, "" when absent) to the tier their blocks are
+	// indexed on, over DefaultTiers: an entry here adds a medium or changes its tier,
+	// the other defaults stay. At most MaxTierEntries entries, names of at most
+	// MaxMediumLen bytes.
+	Tiers map[string]engine.Tier
+	// Media, when set, lists the only media accepted ("*" accepts every medium); each
+	// listed medium must have a tier (Tiers or DefaultTiers). With "*", a medium that
+	// has no tier is indexed on the device tier, as every accepted medium was before
+	// tiers existed. Default: every medium that has a tier. {"", "GPU"} indexes
+	// device blocks only (the default before tiers). Events of other media are
+	// dropped (ReasonMedium).
 	Media []string
 	// SkipExtraKeys drops stored events whose extra_keys carry a non-nil entry
 	// (multimodal inputs, ...), for routers that never send extra keys. Default false:
@@ -141,11 +216,7 @@ func (c Config) withDefaults() Config {
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
-	if len(c.Media) == 0 {
-		c.Media = []string{"", "GPU"}
-	} else {
-		c.Media = append([]string(nil), c.Media...)
-	}
+	c.Media = append([]string(nil), c.Media...)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -192,6 +263,9 @@ func (c Config) validate() error {
 		return bad("MaxReplayBatches %d is negative", c.MaxReplayBatches)
 	case c.MaxMessageBytes < MinMaxMessageBytes || c.MaxMessageBytes > MaxMaxMessageBytes:
 		return bad("MaxMessageBytes %d is not between %d and %d", c.MaxMessageBytes, MinMaxMessageBytes, MaxMaxMessageBytes)
+	}
+	if _, _, err := c.mediaTiers(); err != nil {
+		return bad("%v", err)
 	}
 	for _, err := range []error{c.Groups.validate(), c.HashCheck.validate(), c.Diagnose.validate()} {
 		if err != nil {

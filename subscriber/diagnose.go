@@ -395,7 +395,7 @@ func (ds *diagState) applied(e *kvevents.Event, ok, parentMiss bool, now time.Ti
 		ds.d.LastEvent = now
 		ds.d.EventsSinceLive++
 	}
-	if e.Kind != kvevents.Stored {
+	if e.Kind != kvevents.Stored || e.HashOnly { // a copy has no parent to miss
 		return
 	}
 	ds.d.Window.roll(now, ds.cfg.Window)
@@ -423,7 +423,7 @@ func (ds *diagState) forget(e *kvevents.Event) {
 // checkHashes recomputes a stored event's block hashes (see HashCheck). The event's
 // Tokens and Digests are there: the decoder runs Verbatim when the check is on.
 func (ds *diagState) checkHashes(e *kvevents.Event, now time.Time) {
-	if ds.known == nil || e.Kind != kvevents.Stored {
+	if ds.known == nil || e.Kind != kvevents.Stored || e.HashOnly { // no tokens to hash
 		return
 	}
 	n := len(e.Seqs)

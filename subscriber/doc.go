@@ -101,8 +101,26 @@
 //
 // # Filters
 //
-// Media (default "" and "GPU") selects the cache tiers indexed; a batch whose
-// data-parallel rank differs from DPRank is skipped; stored events with extra_keys are
+// Each event's medium maps to a storage tier of the index (engine.Tier): DefaultTiers
+// covers vLLM's and SGLang's names ("" and "GPU" device; "CPU", "CPU_TIER1",
+// "CPU_PINNED" host; "STORAGE", "FS", "OBJ", "DISK", "CPU_TIER2", "EXTERNAL" disk),
+// Config.Tiers adds or changes entries, Config.Media narrows what is accepted, and
+// events of a medium without a tier are dropped (ReasonMedium). Every medium with a
+// tier is indexed by default: the engine's Score then counts a worker's host and disk
+// copies too (Match.Tiers tells them apart, Match.Weighted weighs them), which changes
+// nothing for engines that do not offload; Media {"", "GPU"} keeps a device-only
+// index. A stored event without token ids on a host or disk tier (vLLM's offloading
+// connector: BlockStored(block_hashes, parent_block_hash=None, token_ids=[],
+// medium="CPU")) is applied as engine.EventCopied: the worker now holds copies of the
+// blocks it holds on another tier under those hashes (Status.Copied); one on the
+// device tier names nothing the index can place and is dropped (ReasonHashOnly).
+// Removals carry their medium's tier: vLLM removes a block per medium, and its copies
+// on the other tiers stay. When the offloaded block size (the event's block_size) is a
+// multiple of the device's, vLLM names each offloaded block by the hash of one of the
+// device blocks it spans, so the index holds only that one on the slower tier: host
+// and disk prefixes are then under-counted, never over-counted.
+//
+// A batch whose data-parallel rank differs from DPRank is skipped; stored events with extra_keys are
 // indexed (their keys in the content hash) unless SkipExtraKeys; events of KV-cache
 // groups the GroupFilter leaves out are skipped. Each skip is counted by Reason in Status.Rejected;
 // decoder rejections by kvevents.Reason in Status.DecoderRejected.

@@ -84,6 +84,9 @@ func (e ev) encode(m mp) mp {
 		for _, s := range e.seqs {
 			m = m.Uint(s)
 		}
+		if e.medium != "" {
+			return m.Str(e.medium)
+		}
 		return m.Str("GPU")
 	case "cleared":
 		return m.Arr(1).Str("AllBlocksCleared")

@@ -75,7 +75,8 @@ const (
 	ReasonInvalidEvent
 	// ReasonUnknownType: an event with a type tag the decoder does not know.
 	ReasonUnknownType
-	// ReasonMedium: an event for a medium not in Config.Media.
+	// ReasonMedium: an event for a medium that maps to no tier (Config.Tiers,
+	// DefaultTiers) or that Config.Media leaves out.
 	ReasonMedium
 	// ReasonExtraKeys: a stored event with extra_keys, with Config.SkipExtraKeys set.
 	ReasonExtraKeys
@@ -86,13 +87,17 @@ const (
 	// sliding-window or Mamba group of a hybrid model); Status.Diag.SkippedGroups says
 	// which.
 	ReasonKVGroup
+	// ReasonHashOnly: a stored event without token ids (engine hashes only) on the device
+	// tier: its blocks' content is unknown and no other tier holds them to copy from, so
+	// it is not indexed (a hash-only store on a host or disk tier is a copy; see Tiers).
+	ReasonHashOnly
 
 	NumReasons
 )
 
 var reasonNames = [NumReasons]string{
 	"malformed_batch", "parent_not_found", "invalid_event", "unknown_type", "medium",
-	"extra_keys", "rank_mismatch", "kv_group",
+	"extra_keys", "rank_mismatch", "kv_group", "hash_only",
 }
 
 func (r Reason) String() string {
@@ -133,6 +138,9 @@ type Status struct {
 	Stored     uint64 // events applied, by kind
 	Removed    uint64
 	Cleared    uint64
+	// Copied counts hash-only stores on a host or disk tier applied as copies
+	// (engine.EventCopied): vLLM's offloading connector names offloaded blocks so.
+	Copied uint64
 
 	GapsDetected      uint64 // missing ranges: live gaps, holes in replays, batches missed while away
 	GapsRecovered     uint64 // ... filled by replay

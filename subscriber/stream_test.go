@@ -291,7 +291,7 @@ func TestFilters(t *testing.T) {
 	e := newEngine(t)
 	s := newTestSub(t, e, &fakePub{}, false)
 	e0, _ := stored(nil, [2]uint64{1, 100})
-	e0.medium = "CPU"
+	e0.medium = "TAPE" // no tier: dropped
 	bad, _ := stored(nil, [2]uint64{2, 101})
 	bad.bs = 2 // block size mismatch: rejected by the decoder, which is safe
 	e1, _ := stored(nil, [2]uint64{3, 102})

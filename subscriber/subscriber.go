@@ -26,8 +26,10 @@ import (
 // from any goroutine: it copies pub under mu, which the owner refreshes after each
 // message.
 type Subscriber struct {
-	cfg    Config
-	media  map[string]bool
+	cfg Config
+	// tiers is the tier of each accepted medium (Config.mediaTiers); anyMed accepts
+	// the others too, on the device tier (Media "*").
+	tiers  map[string]engine.Tier
 	anyMed bool
 	topic  []byte
 
@@ -93,13 +95,18 @@ func New(cfg Config) (*Subscriber, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	dec, err := kvevents.New(kvevents.Config{BlockSize: cfg.BlockSize, Limits: cfg.Limits, Verbatim: cfg.HashCheck.Enabled})
+	dec, err := kvevents.New(kvevents.Config{BlockSize: cfg.BlockSize, Limits: cfg.Limits, Verbatim: cfg.HashCheck.Enabled, HashOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	tiers, anyMed, err := cfg.mediaTiers()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	s := &Subscriber{
 		cfg:       cfg,
-		media:     map[string]bool{},
+		tiers:     tiers,
+		anyMed:    anyMed,
 		topic:     []byte(cfg.Topic),
 		dec:       dec,
 		nsMemo:    map[string]string{},
@@ -107,12 +114,6 @@ func New(cfg Config) (*Subscriber, error) {
 		exact:     true,
 		now:       time.Now,
 		diag:      newDiagState(&cfg),
-	}
-	for _, m := range cfg.Media {
-		if m == "*" {
-			s.anyMed = true
-		}
-		s.media[m] = true
 	}
 	s.subGuard = &guard{self: zmq4.Sub, maxMsg: uint64(cfg.MaxMessageBytes), handshake: cfg.ReplayTimeout,
 		maxConns: maxBoundConns, refused: s.peerRefused}
@@ -900,9 +901,20 @@ func SourceCursor(seq uint64, idx int) uint64 {
 	return (seq+1)<<24 | uint64(min(idx, 1<<24-1))
 }
 
+// tierOf returns the tier of an event's medium, or false when the medium is not
+// accepted. The lookup costs nothing per event but a hash of the medium, whose length
+// the payload bounds (kvevents.Limits.MaxPayloadBytes).
+func (s *Subscriber) tierOf(medium string) (engine.Tier, bool) {
+	if t, ok := s.tiers[medium]; ok {
+		return t, true
+	}
+	return engine.TierDevice, s.anyMed
+}
+
 // applyEvent hands one decoded event to the index; now is its batch's time.
 func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64, now time.Time) error {
-	if !s.anyMed && !s.media[e.Medium] {
+	tier, ok := s.tierOf(e.Medium)
+	if !ok {
 		s.local.Rejected[ReasonMedium]++
 		return nil
 	}
@@ -911,17 +923,34 @@ func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64, now time.Time)
 		s.diag.skipGroup(label)
 		return nil
 	}
+	if e.HashOnly && tier == engine.TierDevice {
+		// No content and no faster tier to copy from: indexing it would need positions
+		// and prefixes it does not carry.
+		s.local.Rejected[ReasonHashOnly]++
+		return nil
+	}
 	s.diag.checkHashes(e, now)
-	s.diag.forget(e)
+	if tier == engine.TierDevice {
+		s.diag.forget(e) // a copy's removal leaves the hash valid on the other tiers
+	}
 	ev := &s.ev
 	*ev = engine.Event{Worker: s.cfg.Worker, Cursor: cursor}
+	copied := false
 	switch e.Kind {
 	case kvevents.Stored:
+		if e.HashOnly {
+			// vLLM's offloading connector: the worker copied blocks it holds (on the
+			// device) to this tier, named by engine hash. The copies take the keys of
+			// the worker's own blocks; a parent, if given, adds nothing.
+			ev.Kind, ev.Tier, ev.Seqs, copied = engine.EventCopied, tier, e.Seqs, true
+			break
+		}
 		if e.ExtraKeys && s.cfg.SkipExtraKeys {
 			s.local.Rejected[ReasonExtraKeys]++
 			return nil
 		}
 		ev.Kind = engine.EventStored
+		ev.Tier = tier
 		ev.Namespace = s.namespace(e.Namespace)
 		ev.Parent, ev.HasParent = e.Parent, e.HasParent
 		bl := s.blocks[:0]
@@ -932,8 +961,11 @@ func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64, now time.Time)
 		ev.Blocks = bl
 	case kvevents.Removed:
 		ev.Kind = engine.EventRemoved
+		ev.Tier = tier
 		ev.Seqs = e.Seqs
 	case kvevents.Cleared:
+		// A clear covers every tier (the engine takes none): whatever medium it names,
+		// dropping more than the engine did only leaves blocks out.
 		ev.Kind = engine.EventCleared
 	default:
 		s.local.Rejected[ReasonUnknownType]++
@@ -948,12 +980,14 @@ func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64, now time.Time)
 	if s.local.Rejected != before {
 		return nil
 	}
-	switch e.Kind {
-	case kvevents.Stored:
+	switch {
+	case copied:
+		s.local.Copied++
+	case e.Kind == kvevents.Stored:
 		s.local.Stored++
-	case kvevents.Removed:
+	case e.Kind == kvevents.Removed:
 		s.local.Removed++
-	case kvevents.Cleared:
+	case e.Kind == kvevents.Cleared:
 		s.local.Cleared++
 		if !s.exact {
 			// The engine dropped everything: from here on the index is exact again.
