@@ -33,11 +33,19 @@ const (
 // ErrMalformed wraps every decoding error.
 var ErrMalformed = errors.New("fabric: malformed message")
 
-const flagHasParent = 1
+// The flags byte: bit 0 HasParent, bits 1-2 the event's tier (engine.Tier; 0, the
+// device, for every message written before tiers, so those decode as before). A
+// decoder from before tiers refuses a message with tier bits (unknown flags) rather
+// than take a host or disk event for a device one.
+const (
+	flagHasParent = 1
+	flagTierShift = 1
+	flagTierMask  = 3 << flagTierShift
+)
 
 // AppendMessage appends the binary form of m to dst:
 //
-//	version u8 | kind u8 | flags u8 | workerSeq uvarint | worker (uvarint len, bytes)
+//	version u8 | kind u8 | flags u8 (HasParent, tier) | workerSeq uvarint | worker (uvarint len, bytes)
 //	| namespace (uvarint len, bytes) | parent u64le | nblocks uvarint | (content u64le,
 //	seq u64le)* | nseqs uvarint | seq u64le*
 //
@@ -48,6 +56,7 @@ func AppendMessage(dst []byte, m *Message) []byte {
 	if ev.HasParent {
 		flags |= flagHasParent
 	}
+	flags |= byte(ev.Tier) << flagTierShift & flagTierMask
 	dst = append(dst, codecVersion, byte(ev.Kind), flags)
 	dst = binary.AppendUvarint(dst, m.WorkerSeq)
 	dst = binary.AppendUvarint(dst, uint64(len(ev.Worker)))
@@ -151,11 +160,14 @@ func DecodeMessage(b []byte, m *Message) error {
 	kind := engine.EventKind(d.byte())
 	flags := d.byte()
 	if d.err == nil {
-		if kind < engine.EventStored || kind > engine.EventRemoveWorker {
+		if kind < engine.EventStored || kind > engine.EventCopied {
 			d.fail("unknown kind %d", kind)
 		}
-		if flags&^flagHasParent != 0 {
+		if flags&^(flagHasParent|flagTierMask) != 0 {
 			d.fail("unknown flags %#x", flags)
+		}
+		if t := flags & flagTierMask >> flagTierShift; t >= engine.NumTiers {
+			d.fail("unknown tier %d", t)
 		}
 	}
 	seq := d.uvarint()
@@ -197,7 +209,7 @@ func DecodeMessage(b []byte, m *Message) error {
 	m.Event = engine.Event{
 		Kind: kind, Worker: worker, Namespace: ns,
 		Parent: parent, HasParent: flags&flagHasParent != 0,
-		Blocks: blocks, Seqs: seqs,
+		Blocks: blocks, Seqs: seqs, Tier: engine.Tier(flags & flagTierMask >> flagTierShift),
 	}
 	return nil
 }

@@ -15,6 +15,10 @@ func sampleMessages() []Message {
 		{WorkerSeq: 1 << 40, Event: engine.Event{Kind: engine.EventRemoved, Worker: "x", Seqs: []uint64{3, 4, 5}}},
 		{WorkerSeq: 0, Event: engine.Event{Kind: engine.EventCleared, Worker: "y"}},
 		{WorkerSeq: 9, Event: engine.Event{Kind: engine.EventRemoveWorker, Worker: "z"}},
+		{WorkerSeq: 10, Event: engine.Event{Kind: engine.EventStored, Worker: "t", Tier: engine.TierHost,
+			Parent: 5, HasParent: true, Blocks: []engine.Block{{Content: 3, Seq: 6}}}},
+		{WorkerSeq: 11, Event: engine.Event{Kind: engine.EventRemoved, Worker: "t", Tier: engine.TierDisk, Seqs: []uint64{6}}},
+		{WorkerSeq: 12, Event: engine.Event{Kind: engine.EventCopied, Worker: "t", Tier: engine.TierHost, Seqs: []uint64{1, 2}}},
 	}
 }
 
@@ -36,6 +40,16 @@ func TestCodecRoundTrip(t *testing.T) {
 		if err := DecodeMessage(append(b, 0), &got); !errors.Is(err, ErrMalformed) {
 			t.Fatalf("trailing byte accepted: %v", err)
 		}
+	}
+}
+
+// A message with tier bits 3 (no such tier) is refused.
+func TestCodecRefusesUnknownTier(t *testing.T) {
+	b := AppendMessage(nil, &Message{Event: engine.Event{Kind: engine.EventRemoved, Worker: "w", Seqs: []uint64{1}}})
+	b[2] |= flagTierMask
+	var m Message
+	if err := DecodeMessage(b, &m); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("tier 3 accepted: %v %+v", err, m)
 	}
 }
 
