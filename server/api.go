@@ -25,9 +25,11 @@ import (
 
 // The routing policies /v1/match can apply.
 const (
-	// PolicyLongestPrefix picks the worker with the highest score; ties go to the
-	// smaller size (fewer cached blocks), then the lower worker id. With no match it
-	// falls back to round-robin over the model's eligible workers.
+	// PolicyLongestPrefix picks the worker with the highest weighted score (its
+	// leading blocks, each at the weight of the fastest tier holding it); ties go to the
+	// higher score, then the smaller size (fewer cached blocks), then the lower worker
+	// id. With no match it falls back to round-robin over the model's eligible
+	// workers.
 	PolicyLongestPrefix = "longest-prefix"
 	// PolicyRoundRobin cycles over the model's eligible workers, ignoring the cache.
 	PolicyRoundRobin = "round-robin"
@@ -88,6 +90,10 @@ type MatchRequest struct {
 	// server's default TTL): the next requests sharing this prompt see it before the
 	// picked worker's events arrive.
 	Record bool `json:"record,omitempty"`
+	// TierWeights overrides the server's tier weights (tier_weights in its config) for
+	// this request: a device, a host and a disk block's value in the weighted score,
+	// three numbers in [0, 1]. Absent or null: the server's.
+	TierWeights []float64 `json:"tier_weights,omitempty"`
 }
 
 // RoutedRequest is the body of POST /v1/routed: the caller sent a request to Worker, so
@@ -122,8 +128,16 @@ type RoutedResponse struct {
 // Match is one worker's answer.
 type Match struct {
 	Worker string `json:"worker"`
-	// Score is the number of leading query blocks the worker holds.
+	// Score is the number of leading query blocks the worker holds, on any tier.
 	Score int `json:"score"`
+	// Tiers are the leading query blocks the worker holds in device memory, in device
+	// or host memory, and on any tier (device, host, disk): cumulative, so Tiers[2] ==
+	// Score; all three equal for an engine that publishes device events only.
+	Tiers [engine.NumTiers]int `json:"tiers"`
+	// Weighted is the weighted score: each leading block at the weight of the fastest
+	// tier that holds it (w[0]*Tiers[0] + w[1]*(Tiers[1]-Tiers[0]) +
+	// w[2]*(Tiers[2]-Tiers[1])), with the request's or the server's weights.
+	Weighted float64 `json:"weighted"`
 	// Size is the number of blocks the worker holds.
 	Size int `json:"size"`
 	// Predicted is the part of Score that comes from predictions (POST /v1/routed,
@@ -139,7 +153,9 @@ type Pick struct {
 	Worker string `json:"worker"`
 	Policy string `json:"policy"`
 	Score  int    `json:"score"`
-	Reason string `json:"reason"`
+	// Weighted is the picked worker's weighted score (0 when it matched nothing).
+	Weighted float64 `json:"weighted"`
+	Reason   string  `json:"reason"`
 }
 
 // MatchResponse is the answer of POST /v1/match.
@@ -148,8 +164,11 @@ type MatchResponse struct {
 	Namespace string `json:"namespace"`
 	// Blocks is the number of full blocks in the query.
 	Blocks int `json:"blocks"`
-	// Matches lists every worker with score >= 1, highest score first.
+	// Matches lists every worker with score >= 1, best first: weighted descending,
+	// then score descending, then worker id.
 	Matches []Match `json:"matches"`
+	// TierWeights are the weights the weighted scores were computed with.
+	TierWeights engine.Weights `json:"tier_weights"`
 	// Pick is null when the model has no eligible (live or stale) worker.
 	Pick *Pick `json:"pick"`
 	// Recorded says the pick was recorded as a prediction ("record": true).
@@ -452,6 +471,13 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_policy", "%v", err)
 		return
 	}
+	weights := s.weights
+	if sc.req.HasWeights {
+		if weights, err = parseWeights(sc.req.Weights[:], "tier_weights"); err != nil {
+			writeError(w, http.StatusBadRequest, "bad_tier_weights", "%v", err)
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(s.cfg.QueryTimeout))
 	defer cancel()
 	start := time.Now()
@@ -469,11 +495,8 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	resp := MatchResponse{Model: m.name, Namespace: ns, Blocks: len(q), Matches: make([]Match, 0, len(found))}
-	for _, f := range found {
-		resp.Matches = append(resp.Matches, Match{Worker: f.Worker, Score: f.Score, Size: f.Size, Predicted: f.Predicted, State: s.workerState(f.Worker)})
-	}
-	// found is in the order the response promises: score descending, then worker id.
+	resp := MatchResponse{Model: m.name, Namespace: ns, Blocks: len(q), TierWeights: weights,
+		Matches: s.matches(found, weights, make([]Match, 0, len(found)))}
 	resp.Pick = s.pick(m, policy, resp.Matches)
 	s.noteMatch(m, len(q), len(found), resp.Pick)
 	if resp.Pick != nil {
@@ -486,6 +509,44 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// matches appends the API's matches for the engine's answer to dst, in the order the
+// response promises (HTTP and gRPC alike): weighted descending (the best worker for a
+// router first), then score descending, then worker id.
+func (s *Server) matches(found []engine.Match, w engine.Weights, dst []Match) []Match {
+	for i := range found {
+		f := &found[i]
+		dst = append(dst, Match{Worker: f.Worker, Score: f.Score, Tiers: f.Tiers, Weighted: f.Weighted(w),
+			Size: f.Size, Predicted: f.Predicted, State: s.workerState(f.Worker)})
+	}
+	slices.SortFunc(dst, func(a, b Match) int {
+		switch {
+		case a.Weighted != b.Weighted:
+			if a.Weighted > b.Weighted {
+				return -1
+			}
+			return 1
+		case a.Score != b.Score:
+			return b.Score - a.Score
+		}
+		return strings.Compare(a.Worker, b.Worker)
+	})
+	return dst
+}
+
+// better reports whether match a beats match b for the longest-prefix pick: a higher
+// weighted score, then a higher score, a smaller size, a lower worker id.
+func better(a, b *Match) bool {
+	switch {
+	case a.Weighted != b.Weighted:
+		return a.Weighted > b.Weighted
+	case a.Score != b.Score:
+		return a.Score > b.Score
+	case a.Size != b.Size:
+		return a.Size < b.Size
+	}
+	return a.Worker < b.Worker
 }
 
 // noteMatch feeds a served match to the diagnostics (HTTP and gRPC alike): a non-empty
@@ -597,14 +658,13 @@ func (s *Server) pick(m *model, policy string, matches []Match) *Pick {
 			if !s.pickable(mt.Worker) {
 				continue
 			}
-			if best < 0 || mt.Score > matches[best].Score ||
-				(mt.Score == matches[best].Score && (mt.Size < matches[best].Size ||
-					(mt.Size == matches[best].Size && mt.Worker < matches[best].Worker))) {
+			if best < 0 || better(&matches[i], &matches[best]) {
 				best = i
 			}
 		}
 		if best >= 0 {
-			return &Pick{Worker: matches[best].Worker, Policy: policy, Score: matches[best].Score, Reason: "longest cached prefix"}
+			b := &matches[best]
+			return &Pick{Worker: b.Worker, Policy: policy, Score: b.Score, Weighted: b.Weighted, Reason: "longest cached prefix"}
 		}
 	}
 	// The fallback candidates: the eligible subscribed workers and the approximate ones,
@@ -632,13 +692,13 @@ func (s *Server) pick(m *model, policy string, matches []Match) *Pick {
 	default:
 		c = cands[int(s.rr.Add(1)-1)%len(cands)]
 	}
-	score := 0
+	p := &Pick{Worker: c, Policy: policy, Reason: reason}
 	for _, mt := range matches {
 		if mt.Worker == c {
-			score = mt.Score
+			p.Score, p.Weighted = mt.Score, mt.Weighted
 		}
 	}
-	return &Pick{Worker: c, Policy: policy, Score: score, Reason: reason}
+	return p
 }
 
 // WorkerInfo is one entry of GET /v1/workers.

@@ -92,6 +92,63 @@ type Config struct {
 	GRPC GRPCConfig `json:"grpc,omitzero"`
 	// Diagnose sets the thresholds of the silent-miss diagnostics (diagnose.go).
 	Diagnose DiagnoseConfig `json:"diagnose,omitzero"`
+	// Tiers maps media (an event's medium) to the index's storage tiers, "device",
+	// "host" or "disk", over the defaults (subscriber.DefaultTiers: "" and "GPU"
+	// device; "CPU", "CPU_TIER1", "CPU_PINNED" host; "STORAGE", "FS", "OBJ", "DISK",
+	// "CPU_TIER2", "EXTERNAL" disk), for every engine. An engine's media narrows what
+	// it accepts. At most 64 entries, names of at most 64 bytes.
+	Tiers map[string]string `json:"tiers,omitempty"`
+	// TierWeights are the default per-block values of a device, host and disk block in
+	// a match's weighted score (engine.Match.Weighted), which orders /v1/match's
+	// matches and its longest-prefix pick; a request's tier_weights overrides them.
+	// Exactly three numbers in [0, 1]; default [1, 0.75, 0.25] (engine.DefaultWeights).
+	TierWeights []float64 `json:"tier_weights,omitempty"`
+}
+
+// tierMap parses Tiers (the subscribers bound its size and names).
+func (c Config) tierMap() (map[string]engine.Tier, error) {
+	if len(c.Tiers) > subscriber.MaxTierEntries {
+		return nil, fmt.Errorf("%w: tiers has %d entries (at most %d)", ErrConfig, len(c.Tiers), subscriber.MaxTierEntries)
+	}
+	if len(c.Tiers) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]engine.Tier, len(c.Tiers))
+	for m, name := range c.Tiers {
+		if len(m) > subscriber.MaxMediumLen {
+			return nil, fmt.Errorf("%w: tiers: medium %.16q... is longer than %d bytes", ErrConfig, m, subscriber.MaxMediumLen)
+		}
+		t, err := engine.ParseTier(name)
+		if err != nil {
+			return nil, fmt.Errorf("%w: tiers[%q]: unknown tier %q (want device, host or disk)", ErrConfig, m, name)
+		}
+		out[m] = t
+	}
+	return out, nil
+}
+
+// weights returns TierWeights as engine.Weights (the default when unset), or an error
+// naming the field.
+func (c Config) weights() (engine.Weights, error) {
+	return parseWeights(c.TierWeights, "tier_weights")
+}
+
+// parseWeights checks a list of tier weights (config or request): none is the default,
+// else exactly one number in [0, 1] per tier.
+func parseWeights(w []float64, field string) (engine.Weights, error) {
+	if w == nil {
+		return engine.DefaultWeights, nil
+	}
+	if len(w) != engine.NumTiers {
+		return engine.Weights{}, fmt.Errorf("%s has %d numbers, want %d (device, host, disk)", field, len(w), engine.NumTiers)
+	}
+	out := engine.Weights(w)
+	for t, x := range out {
+		if !(x >= 0 && x <= 1) { // NaN fails both
+			return engine.Weights{}, fmt.Errorf("%s[%d] (%s) is %v, want a number in [0, 1]", field, t, engine.Tier(t), x)
+		}
+	}
+	return out, out.Validate() // agrees; kept so the engine's rule stays the one rule
 }
 
 // DiagnoseConfig sets the silent-miss diagnostics' thresholds; zero fields take the
@@ -182,7 +239,10 @@ type EngineConfig struct {
 	// Bind listens on Endpoint for an engine that connects (vLLM connects when its
 	// endpoint names a host rather than '*').
 	Bind bool `json:"bind,omitempty"`
-	// Media lists the accepted media (default "" and "GPU"; "*" for all).
+	// Media, when set, lists the only media accepted, each of which must have a tier
+	// (Config.Tiers or its defaults); "*" accepts every medium, those without a tier on
+	// the device tier. Default: every medium with a tier. ["", "GPU"] indexes device
+	// blocks only.
 	Media []string `json:"media,omitempty"`
 	// SkipExtraKeys drops stored events with extra_keys (multimodal inputs).
 	SkipExtraKeys bool `json:"skip_extra_keys,omitempty"`
@@ -338,6 +398,13 @@ func (c Config) plan() ([]publisher, error) {
 	if err := c.GRPC.validate(); err != nil {
 		return nil, err
 	}
+	tiers, err := c.tierMap()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.weights(); err != nil {
+		return nil, bad("%v", err)
+	}
 	if len(c.Engines) == 0 && len(c.Models) == 0 {
 		return nil, bad("engines: at least one engine (or a models entry) is required")
 	}
@@ -412,6 +479,7 @@ func (c Config) plan() ([]publisher, error) {
 				DPRank:          r,
 				BlockSize:       e.BlockSize,
 				Media:           e.Media,
+				Tiers:           tiers,
 				SkipExtraKeys:   e.SkipExtraKeys,
 				Groups:          subscriber.GroupFilter{Kinds: e.KVGroupKinds, Groups: e.KVGroups},
 				Diagnose:        c.Diagnose.subscriber(),

@@ -27,9 +27,16 @@ func Example() {
 	}
 	defer index.Close() // the caller's: Shutdown leaves an Options.Index open
 	ns := subscriber.Namespace("llama-3-8b", "")
-	content, _ := hash.Blocks(nil, []uint32{1, 2, 3, 4, 5, 6, 7, 8}, 4)
+	content, _ := hash.Blocks(nil, []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 4)
 	_ = index.Apply(&engine.Event{Kind: engine.EventStored, Worker: "pod-7", Namespace: ns,
 		Blocks: []engine.Block{{Content: content[0], Seq: 1}, {Content: content[1], Seq: 2}}})
+	// pod-9 holds the first block in device memory and the next two in host memory
+	// (offloaded, as vLLM's medium "CPU" events say): its weighted score, 1 + 2 × 0.75,
+	// beats pod-7's 2 device blocks.
+	_ = index.Apply(&engine.Event{Kind: engine.EventStored, Worker: "pod-9", Namespace: ns,
+		Blocks: []engine.Block{{Content: content[0], Seq: 11}}})
+	_ = index.Apply(&engine.Event{Kind: engine.EventStored, Worker: "pod-9", Namespace: ns, Tier: engine.TierHost,
+		Parent: 11, HasParent: true, Blocks: []engine.Block{{Content: content[1], Seq: 12}, {Content: content[2], Seq: 13}}})
 	_ = index.Barrier(context.Background())
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -66,17 +73,42 @@ func Example() {
 	//   "blocks": 3,
 	//   "matches": [
 	//     {
+	//       "worker": "pod-9",
+	//       "score": 3,
+	//       "tiers": [
+	//         1,
+	//         3,
+	//         3
+	//       ],
+	//       "weighted": 2.5,
+	//       "size": 3,
+	//       "predicted": 0,
+	//       "state": "replicated"
+	//     },
+	//     {
 	//       "worker": "pod-7",
 	//       "score": 2,
+	//       "tiers": [
+	//         2,
+	//         2,
+	//         2
+	//       ],
+	//       "weighted": 2,
 	//       "size": 2,
 	//       "predicted": 0,
 	//       "state": "replicated"
 	//     }
 	//   ],
+	//   "tier_weights": [
+	//     1,
+	//     0.75,
+	//     0.25
+	//   ],
 	//   "pick": {
-	//     "worker": "pod-7",
+	//     "worker": "pod-9",
 	//     "policy": "longest-prefix",
-	//     "score": 2,
+	//     "score": 3,
+	//     "weighted": 2.5,
 	//     "reason": "longest cached prefix"
 	//   }
 	// }

@@ -191,6 +191,12 @@ func (g *grpcService) Match(ctx context.Context, req *kvindexv1.MatchRequest) (*
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
+	weights := s.weights
+	if w := req.GetTierWeights(); len(w) > 0 { // proto3: empty is unset
+		if weights, err = parseWeights(w, "tier_weights"); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "%v", err)
+		}
+	}
 	sc := scratchPool.Get().(*matchScratch) // the HTTP handlers' pool: q and found are reused
 	defer sc.release()
 	q, err := s.grpcQuery(m, req.GetTokens(), req.GetContentHashes(), sc)
@@ -212,19 +218,22 @@ func (g *grpcService) Match(ctx context.Context, req *kvindexv1.MatchRequest) (*
 			return nil, status.Errorf(codes.Internal, "find matches: %v", err)
 		}
 	}
-	matches := make([]Match, 0, len(found))
+	matches := s.matches(found, weights, make([]Match, 0, len(found)))
 	resp := &kvindexv1.MatchResponse{Model: m.name, Namespace: ns, Blocks: int32(len(q)),
-		Matches: make([]*kvindexv1.Match, 0, len(found))}
-	for _, f := range found {
-		mt := Match{Worker: f.Worker, Score: f.Score, Size: f.Size, Predicted: f.Predicted, State: s.workerState(f.Worker)}
-		matches = append(matches, mt)
+		Matches: make([]*kvindexv1.Match, 0, len(found)), TierWeights: weights[:]}
+	for i := range matches {
+		mt := &matches[i]
+		tiers := make([]int32, len(mt.Tiers))
+		for t, n := range mt.Tiers {
+			tiers[t] = int32(n)
+		}
 		resp.Matches = append(resp.Matches, &kvindexv1.Match{Worker: mt.Worker, Score: int32(mt.Score), Size: int32(mt.Size),
-			State: mt.State, Predicted: int32(mt.Predicted)})
+			State: mt.State, Predicted: int32(mt.Predicted), Tiers: tiers, Weighted: mt.Weighted})
 	}
 	p := s.pick(m, policy, matches)
 	s.noteMatch(m, len(q), len(found), p)
 	if p != nil {
-		resp.Pick = &kvindexv1.Pick{Worker: p.Worker, Policy: p.Policy, Score: int32(p.Score), Reason: p.Reason}
+		resp.Pick = &kvindexv1.Pick{Worker: p.Worker, Policy: p.Policy, Score: int32(p.Score), Reason: p.Reason, Weighted: p.Weighted}
 		if req.GetRecord() && len(q) > 0 {
 			if err := s.eng.Predict(qctx, p.Worker, ns, q, 0); err != nil {
 				return nil, predictStatus(err)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/subscriber"
 )
@@ -23,6 +24,7 @@ type collector struct {
 
 	workers, blocks, memberships, entries, indexBytes *prometheus.Desc
 	indexEvents, indexRejected, skippedRemovals       *prometheus.Desc
+	tierBlocks, skippedCopies                         *prometheus.Desc
 	queries, abandoned                                *prometheus.Desc
 	queueLen, shardApplied, producerWaits, waitSecs   *prometheus.Desc
 	predictions, predictedBlocks                      *prometheus.Desc
@@ -35,7 +37,7 @@ func newCollector(s *Server) *collector {
 	}
 	return &collector{
 		s:                 s,
-		applied:           d("events_applied_total", "KV events applied to the index, by worker and kind (stored, removed, cleared).", "worker", "kind"),
+		applied:           d("events_applied_total", "KV events applied to the index, by worker and kind (stored, removed, cleared, copied: an offload named by engine hash only).", "worker", "kind"),
 		rejected:          d("events_rejected_total", "KV events not applied, by worker and reason (decoder reasons, index rejections, filters).", "worker", "reason"),
 		batches:           d("batches_applied_total", "Event batches applied (live and replayed).", w...),
 		duplicates:        d("duplicate_batches_total", "Batches skipped as already applied.", w...),
@@ -65,6 +67,8 @@ func newCollector(s *Server) *collector {
 		indexEvents:       d("index_events_total", "Events the index accepted."),
 		indexRejected:     d("index_rejected_total", "Events the index rejected, by reason.", "reason"),
 		skippedRemovals:   d("index_skipped_removals_total", "Removed hashes the worker did not hold."),
+		tierBlocks:        d("tier_blocks", "(worker, block) pairs held, by storage tier (device, host, disk); they sum to kvindex_blocks.", "tier"),
+		skippedCopies:     d("index_skipped_copies_total", "Hashes of copied (offloaded) blocks that no other tier of the worker held."),
 		queries:           d("index_queries_total", "Find-matches calls with a non-empty query."),
 		abandoned:         d("index_queries_abandoned_total", "Find-matches calls ended early by their context."),
 		queueLen:          d("shard_queue_len", "Occupancy of each shard's event ring.", "shard"),
@@ -92,6 +96,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.applied, st.Stored, w, "stored")
 		counter(c.applied, st.Removed, w, "removed")
 		counter(c.applied, st.Cleared, w, "cleared")
+		counter(c.applied, st.Copied, w, "copied")
 		for r := subscriber.Reason(0); r < subscriber.NumReasons; r++ {
 			counter(c.rejected, st.Rejected[r], w, r.String())
 		}
@@ -143,6 +148,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.indexRejected, es.RejectedParentNotFound, "parent_not_found")
 	counter(c.indexRejected, es.RejectedInvalid, "invalid_event")
 	counter(c.skippedRemovals, es.SkippedRemovals)
+	for t, n := range es.TierBlocks {
+		gauge(c.tierBlocks, float64(n), engine.Tier(t).String())
+	}
+	counter(c.skippedCopies, es.SkippedCopies)
 	counter(c.queries, es.Queries)
 	counter(c.abandoned, es.Abandoned)
 	for i, sh := range es.Shards {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -28,6 +29,10 @@ type matchReq struct {
 	ExtraKeys []byte
 	// Record (match only) asks to record the pick as a prediction.
 	Record bool
+	// Weights (match only) are tier_weights when HasWeights: exactly three numbers,
+	// checked against [0, 1] by the handler (parseWeights).
+	Weights    [engine.NumTiers]float64
+	HasWeights bool
 	// Worker and TTLms (routed only): the worker a request was sent to and the
 	// prediction's lifetime in milliseconds (0: the server's default).
 	Worker string
@@ -45,7 +50,7 @@ const (
 // requestFields are the fields of each kind, each with its bit in the duplicate check.
 var requestFields = [2]map[string]uint32{
 	kindMatch: {"model": 1, "namespace": 2, "lora_name": 4, "cache_salt": 8, "policy": 16,
-		"tokens": 32, "content_hashes": 64, "extra_keys": 128, "record": 256},
+		"tokens": 32, "content_hashes": 64, "extra_keys": 128, "record": 256, "tier_weights": 512},
 	kindRouted: {"model": 1, "namespace": 2, "lora_name": 4, "cache_salt": 8, "worker": 16,
 		"tokens": 32, "content_hashes": 64, "extra_keys": 128, "ttl_ms": 256},
 }
@@ -110,6 +115,11 @@ func decodeRequest(b []byte, rp *matchReq, kind int) (err error) {
 				i += 4
 			default:
 				return errors.New("record: want true or false")
+			}
+		case "tier_weights":
+			r.HasWeights, i, err = parseWeightList(b, i, &r.Weights)
+			if err != nil {
+				return fmt.Errorf("tier_weights: %w", err)
 			}
 		case "ttl_ms":
 			if hasPrefix(b[i:], "null") {
@@ -298,6 +308,87 @@ func parseNumbers(b []byte, i int, max uint64, allowStrings bool, dst []uint64) 
 			return dst, false, i, fmt.Errorf("%w in array at offset %d", errSyntax, i)
 		}
 	}
+}
+
+// parseWeightList reads the JSON array of exactly len(*w) numbers at b[i] into *w and
+// returns the offset past it; null is an absent list (has false). The numbers are JSON
+// numbers (no strings, no NaN or Infinity); their range is the caller's to check.
+func parseWeightList(b []byte, i int, w *[engine.NumTiers]float64) (has bool, end int, err error) {
+	if hasPrefix(b[i:], "null") {
+		return false, i + 4, nil
+	}
+	if i >= len(b) || b[i] != '[' {
+		return false, i, fmt.Errorf("want an array of %d numbers", len(w))
+	}
+	i = skipSpace(b, i+1)
+	for n := 0; ; n++ {
+		if n == len(w) {
+			return false, i, fmt.Errorf("more than %d numbers (device, host, disk)", len(w))
+		}
+		j := i
+		for j < len(b) && b[j] != ',' && b[j] != ']' && !isSpace(b[j]) {
+			j++
+		}
+		num := b[i:j]
+		if !jsonNumber(num) {
+			return false, i, fmt.Errorf("element %d: %q is not a number", n, num)
+		}
+		v, perr := strconv.ParseFloat(string(num), 64)
+		if perr != nil {
+			return false, i, fmt.Errorf("element %d: %q is out of range", n, num)
+		}
+		w[n] = v
+		i = skipSpace(b, j)
+		if i >= len(b) {
+			return false, i, fmt.Errorf("%w: unterminated array", errSyntax)
+		}
+		switch b[i] {
+		case ',':
+			i = skipSpace(b, i+1)
+		case ']':
+			if n+1 != len(w) {
+				return false, i, fmt.Errorf("%d numbers, want %d (device, host, disk)", n+1, len(w))
+			}
+			return true, i + 1, nil
+		default:
+			return false, i, fmt.Errorf("%w in array at offset %d", errSyntax, i)
+		}
+	}
+}
+
+// jsonNumber reports whether b is a JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func jsonNumber(b []byte) bool {
+	i := 0
+	digits := func() int {
+		j := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i - j
+	}
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch n := digits(); {
+	case n == 0, n > 1 && b[i-n] == '0':
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == len(b)
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }

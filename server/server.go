@@ -68,6 +68,7 @@ type model struct {
 // locks) and the server's atomics.
 type Server struct {
 	cfg      Config
+	weights  engine.Weights // Config.TierWeights, the default of /v1/match
 	log      *slog.Logger
 	eng      *engine.Engine
 	subs     []*subscriber.Subscriber
@@ -131,7 +132,12 @@ func New(cfg Config, opts Options) (*Server, error) {
 			return nil, fmt.Errorf("%w: index: %v", ErrConfig, err)
 		}
 	}
+	weights, err := cfg.weights()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err) // plan checked it: unreachable
+	}
 	s := &Server{
+		weights:  weights,
 		external: opts.Index != nil,
 		extReady: opts.Ready,
 		cfg:      cfg,

@@ -46,7 +46,11 @@ type MatchRequest struct {
 	// policy: "longest-prefix", "round-robin" or "random"; empty: the server's default.
 	Policy string `protobuf:"bytes,7,opt,name=policy,proto3" json:"policy,omitempty"`
 	// record records the pick as a prediction (as Routed would, default TTL).
-	Record        bool `protobuf:"varint,8,opt,name=record,proto3" json:"record,omitempty"`
+	Record bool `protobuf:"varint,8,opt,name=record,proto3" json:"record,omitempty"`
+	// tier_weights overrides the server's tier weights for this request: the value of a
+	// device, a host and a disk block in the weighted score, exactly three numbers in
+	// [0, 1]. Empty: the server's (its config's tier_weights, default 1, 0.75, 0.25).
+	TierWeights   []float64 `protobuf:"fixed64,9,rep,packed,name=tier_weights,json=tierWeights,proto3" json:"tier_weights,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -137,6 +141,13 @@ func (x *MatchRequest) GetRecord() bool {
 	return false
 }
 
+func (x *MatchRequest) GetTierWeights() []float64 {
+	if x != nil {
+		return x.TierWeights
+	}
+	return nil
+}
+
 type Match struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Worker string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
@@ -148,7 +159,13 @@ type Match struct {
 	// "approximate" (a worker without events).
 	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
 	// predicted: the part of score that comes from predictions (Routed, record).
-	Predicted     int32 `protobuf:"varint,5,opt,name=predicted,proto3" json:"predicted,omitempty"`
+	Predicted int32 `protobuf:"varint,5,opt,name=predicted,proto3" json:"predicted,omitempty"`
+	// tiers: the leading query blocks the worker holds in device memory, in device or
+	// host memory, and on any tier; cumulative, so tiers[2] == score. Three elements.
+	Tiers []int32 `protobuf:"varint,6,rep,packed,name=tiers,proto3" json:"tiers,omitempty"`
+	// weighted: the weighted score, each leading block at the weight of the fastest
+	// tier holding it.
+	Weighted      float64 `protobuf:"fixed64,7,opt,name=weighted,proto3" json:"weighted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -218,12 +235,28 @@ func (x *Match) GetPredicted() int32 {
 	return 0
 }
 
+func (x *Match) GetTiers() []int32 {
+	if x != nil {
+		return x.Tiers
+	}
+	return nil
+}
+
+func (x *Match) GetWeighted() float64 {
+	if x != nil {
+		return x.Weighted
+	}
+	return 0
+}
+
 type Pick struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	Policy        string                 `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
-	Score         int32                  `protobuf:"varint,3,opt,name=score,proto3" json:"score,omitempty"`
-	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Worker string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Policy string                 `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	Score  int32                  `protobuf:"varint,3,opt,name=score,proto3" json:"score,omitempty"`
+	Reason string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// weighted: the picked worker's weighted score (0 when it matched nothing).
+	Weighted      float64 `protobuf:"fixed64,5,opt,name=weighted,proto3" json:"weighted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -286,6 +319,13 @@ func (x *Pick) GetReason() string {
 	return ""
 }
 
+func (x *Pick) GetWeighted() float64 {
+	if x != nil {
+		return x.Weighted
+	}
+	return 0
+}
+
 type MatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Model string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
@@ -293,12 +333,14 @@ type MatchResponse struct {
 	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// blocks: full blocks in the query.
 	Blocks int32 `protobuf:"varint,3,opt,name=blocks,proto3" json:"blocks,omitempty"`
-	// matches: score descending, then worker id.
+	// matches: best first: weighted descending, then score descending, then worker id.
 	Matches []*Match `protobuf:"bytes,4,rep,name=matches,proto3" json:"matches,omitempty"`
 	// pick is absent when no worker is eligible.
 	Pick *Pick `protobuf:"bytes,5,opt,name=pick,proto3" json:"pick,omitempty"`
 	// recorded: the pick was recorded as a prediction (record set).
-	Recorded      bool `protobuf:"varint,6,opt,name=recorded,proto3" json:"recorded,omitempty"`
+	Recorded bool `protobuf:"varint,6,opt,name=recorded,proto3" json:"recorded,omitempty"`
+	// tier_weights: the weights the weighted scores were computed with.
+	TierWeights   []float64 `protobuf:"fixed64,7,rep,packed,name=tier_weights,json=tierWeights,proto3" json:"tier_weights,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -373,6 +415,13 @@ func (x *MatchResponse) GetRecorded() bool {
 		return x.Recorded
 	}
 	return false
+}
+
+func (x *MatchResponse) GetTierWeights() []float64 {
+	if x != nil {
+		return x.TierWeights
+	}
+	return nil
 }
 
 type RoutedRequest struct {
@@ -831,7 +880,7 @@ var File_api_kvindexv1_kvindex_proto protoreflect.FileDescriptor
 const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	"\n" +
 	"\x1bapi/kvindexv1/kvindex.proto\x12\n" +
-	"kvindex.v1\"\xed\x01\n" +
+	"kvindex.v1\"\x90\x02\n" +
 	"\fMatchRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06tokens\x18\x02 \x03(\rR\x06tokens\x12%\n" +
@@ -841,25 +890,30 @@ const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	"\n" +
 	"cache_salt\x18\x06 \x01(\tR\tcacheSalt\x12\x16\n" +
 	"\x06policy\x18\a \x01(\tR\x06policy\x12\x16\n" +
-	"\x06record\x18\b \x01(\bR\x06record\"}\n" +
+	"\x06record\x18\b \x01(\bR\x06record\x12!\n" +
+	"\ftier_weights\x18\t \x03(\x01R\vtierWeights\"\xaf\x01\n" +
 	"\x05Match\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x14\n" +
 	"\x05score\x18\x02 \x01(\x05R\x05score\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x05R\x04size\x12\x14\n" +
 	"\x05state\x18\x04 \x01(\tR\x05state\x12\x1c\n" +
-	"\tpredicted\x18\x05 \x01(\x05R\tpredicted\"d\n" +
+	"\tpredicted\x18\x05 \x01(\x05R\tpredicted\x12\x14\n" +
+	"\x05tiers\x18\x06 \x03(\x05R\x05tiers\x12\x1a\n" +
+	"\bweighted\x18\a \x01(\x01R\bweighted\"\x80\x01\n" +
 	"\x04Pick\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x14\n" +
 	"\x05score\x18\x03 \x01(\x05R\x05score\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xca\x01\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1a\n" +
+	"\bweighted\x18\x05 \x01(\x01R\bweighted\"\xed\x01\n" +
 	"\rMatchResponse\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06blocks\x18\x03 \x01(\x05R\x06blocks\x12+\n" +
 	"\amatches\x18\x04 \x03(\v2\x11.kvindex.v1.MatchR\amatches\x12$\n" +
 	"\x04pick\x18\x05 \x01(\v2\x10.kvindex.v1.PickR\x04pick\x12\x1a\n" +
-	"\brecorded\x18\x06 \x01(\bR\brecorded\"\xed\x01\n" +
+	"\brecorded\x18\x06 \x01(\bR\brecorded\x12!\n" +
+	"\ftier_weights\x18\a \x03(\x01R\vtierWeights\"\xed\x01\n" +
 	"\rRoutedRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x16\n" +

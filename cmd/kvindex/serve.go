@@ -119,6 +119,8 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	modelsFlag := fs.String("models", "", "with --nats: models served from the stream and their block sizes, as NAME=BLOCKSIZE,...")
 	snapshot := fs.String("snapshot", "", "snapshot file (with --nats also jetstream-object://BUCKET/NAME to share it through NATS): restored at start (a bad one falls back to a full sync), written every --snapshot-interval and at shutdown; in ZeroMQ mode FILE.cursors holds each worker's stream position, and workers resume by replay from it")
 	snapEvery := fs.Duration("snapshot-interval", 5*time.Minute, "with --snapshot: how often to write the snapshot")
+	tiersFlag := fs.String("tiers", "", "media mapped to storage tiers, over the defaults (\"\" and GPU device; CPU, CPU_TIER1, CPU_PINNED host; STORAGE, FS, OBJ, DISK, CPU_TIER2, EXTERNAL disk), as MEDIUM=TIER,... with TIER device, host or disk (config: tiers)")
+	weightsFlag := fs.String("tier-weights", "", "default weights of a device, host and disk block in /v1/match's weighted score, as D,H,DISK in [0, 1] (default 1,0.75,0.25; config: tier_weights)")
 	var engines engineFlags
 	fs.Var(&engines, "engine", engineHelp)
 	if code, ok := parseFlags(fs, args, stdout); !ok {
@@ -158,6 +160,10 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 	})
 	cfg.Engines = append(cfg.Engines, engines...)
+	if err := tierFlags(&cfg, *tiersFlag, *weightsFlag); err != nil {
+		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
+		return 2
+	}
 	if *modelsFlag != "" {
 		if cfg.Models == nil {
 			cfg.Models = map[string]int{}
@@ -369,4 +375,36 @@ func startReplica(ctx context.Context, log *slog.Logger, url, stream string, cfg
 		rep.Close()
 		nc.Close()
 	}, nil
+}
+
+// tierFlags merges --tiers (MEDIUM=TIER,...: entries over the config's tiers) and
+// --tier-weights (D,H,DISK: replaces the config's) into cfg; Validate checks the values.
+func tierFlags(cfg *server.Config, tiers, weights string) error {
+	if tiers != "" {
+		merged := map[string]string{}
+		for m, t := range cfg.Tiers {
+			merged[m] = t
+		}
+		for _, kv := range strings.Split(tiers, ",") {
+			m, t, ok := strings.Cut(kv, "=")
+			if !ok {
+				return fmt.Errorf("--tiers: %q is not MEDIUM=TIER", kv)
+			}
+			merged[m] = t
+		}
+		cfg.Tiers = merged
+	}
+	if weights != "" {
+		parts := strings.Split(weights, ",")
+		w := make([]float64, len(parts))
+		for i, p := range parts {
+			v, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+			if err != nil {
+				return fmt.Errorf("--tier-weights: %q is not a number", p)
+			}
+			w[i] = v
+		}
+		cfg.TierWeights = w
+	}
+	return nil
 }

@@ -113,6 +113,12 @@ func TestServeRejectsBadInput(t *testing.T) {
 		{[]string{"--engine", "endpoint=tcp://h:1", "--log-level", "loud"}, "log-level"},
 		{[]string{"--config", bad}, "unknown field \"typo\""},
 		{[]string{"--config", noEngines}, "at least one engine"},
+		{[]string{"--engine", "endpoint=tcp://h:1", "--tiers", "CPU"}, "not MEDIUM=TIER"},
+		{[]string{"--engine", "endpoint=tcp://h:1", "--tiers", "CPU=ram"}, `unknown tier "ram"`},
+		{[]string{"--engine", "endpoint=tcp://h:1", "--tier-weights", "1,0.5"}, "tier_weights has 2 numbers"},
+		{[]string{"--engine", "endpoint=tcp://h:1", "--tier-weights", "1,0.5,x"}, "not a number"},
+		{[]string{"--engine", "endpoint=tcp://h:1", "--tier-weights", "1,1.5,0"}, "want a number in [0, 1]"},
+		{[]string{"--engine", "endpoint=tcp://h:1,media=GPU|TAPE"}, `medium "TAPE" has no tier`},
 	} {
 		var out, errOut syncBuffer
 		code := serveMain(context.Background(), tc.args, &out, &errOut)
@@ -128,6 +134,21 @@ func TestServeRejectsBadInput(t *testing.T) {
 	}
 	var cfg map[string]any
 	if err := json.Unmarshal([]byte(out.String()), &cfg); err != nil || cfg["listen"] != "127.0.0.1:9" {
+		t.Fatalf("check output %q: %v", out.String(), err)
+	}
+	// --tiers adds to the file's tiers; --tier-weights replaces its weights.
+	tiered := writeConfig(t, map[string]any{"tiers": map[string]string{"NVME": "disk"}, "tier_weights": []float64{1, 0.5, 0.1}})
+	out = syncBuffer{}
+	if code := serveMain(context.Background(), []string{"--config", tiered, "--engine", "endpoint=tcp://h:1", "--check",
+		"--tiers", "CPU=disk,HBM=device", "--tier-weights", "1,0.4,0.2"}, &out, &errOut); code != 0 {
+		t.Fatalf("check: exit %d: %s", code, errOut.String())
+	}
+	var got struct {
+		Tiers       map[string]string `json:"tiers"`
+		TierWeights []float64         `json:"tier_weights"`
+	}
+	if err := json.Unmarshal([]byte(out.String()), &got); err != nil || len(got.Tiers) != 3 || got.Tiers["NVME"] != "disk" ||
+		got.Tiers["CPU"] != "disk" || got.Tiers["HBM"] != "device" || len(got.TierWeights) != 3 || got.TierWeights[1] != 0.4 {
 		t.Fatalf("check output %q: %v", out.String(), err)
 	}
 }
