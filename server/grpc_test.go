@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"strings"
@@ -91,8 +92,32 @@ func (f *grpcFixture) fill(t *testing.T, r *rand.Rand) [][]uint32 {
 			blocks[i] = engine.Block{Content: content[i], Seq: seq}
 			seq++
 		}
-		if err := f.index.Apply(&engine.Event{Kind: engine.EventStored, Worker: fmt.Sprintf("w%d", w), Namespace: ns, Blocks: blocks}); err != nil {
+		worker := fmt.Sprintf("w%d", w)
+		if err := f.index.Apply(&engine.Event{Kind: engine.EventStored, Worker: worker, Namespace: ns, Blocks: blocks}); err != nil {
 			t.Fatal(err)
+		}
+		// Offload some blocks to host memory or disk (copies by engine hash, as vLLM's
+		// connector names them), then evict some from the device: the tiers differ.
+		var toHost, toDisk, evict []uint64
+		for _, b := range blocks {
+			switch r.IntN(4) {
+			case 0:
+				toHost = append(toHost, b.Seq)
+			case 1:
+				toDisk = append(toDisk, b.Seq)
+			}
+			if r.IntN(3) == 0 {
+				evict = append(evict, b.Seq)
+			}
+		}
+		for _, ev := range []engine.Event{
+			{Kind: engine.EventCopied, Worker: worker, Tier: engine.TierHost, Seqs: toHost},
+			{Kind: engine.EventCopied, Worker: worker, Tier: engine.TierDisk, Seqs: toDisk},
+			{Kind: engine.EventRemoved, Worker: worker, Seqs: evict},
+		} {
+			if err := f.index.Apply(&ev); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	if err := f.index.Barrier(context.Background()); err != nil {
@@ -119,37 +144,64 @@ func must[T any](v T, err error) T {
 // the gRPC answer is the HTTP answer field for field (the pick included: the
 // longest-prefix policy is deterministic).
 func TestGRPCMatchEqualsHTTP(t *testing.T) {
-	f := startGRPC(t, server.Config{})
+	f := startGRPC(t, server.Config{TierWeights: []float64{1, 0.5, 0.125}})
 	r := rand.New(rand.NewPCG(13, 1))
 	ctx := context.Background()
+	tiered := 0
 	for i, p := range f.fill(t, r) {
+		// The server's weights, and a request's own (every third prompt).
+		var weights []float64
+		if i%3 == 2 {
+			weights = []float64{0.5, 1, 0}
+		}
 		var want server.MatchResponse
-		body, _ := json.Marshal(map[string]any{"model": "m", "tokens": p})
+		body, _ := json.Marshal(map[string]any{"model": "m", "tokens": p, "tier_weights": weights})
 		if code := f.http.do("POST", "/v1/match", string(body), &want); code != 200 {
 			t.Fatalf("HTTP %d", code)
 		}
-		answers := []*kvindexv1.MatchResponse{must(f.grpc.MatchTokens(ctx, "m", p))}
+		answers := []*kvindexv1.MatchResponse{must(f.grpc.Match(ctx, &kvindexv1.MatchRequest{Model: "m", Tokens: p, TierWeights: weights}))}
 		// An empty repeated field is no field in protobuf: a query of no full block can
 		// only be sent as tokens.
 		if content := must(hash.Blocks(nil, p, 4)); len(content) > 0 {
-			answers = append(answers, must(f.grpc.MatchHashes(ctx, "m", content)))
+			answers = append(answers, must(f.grpc.Match(ctx, &kvindexv1.MatchRequest{Model: "m", ContentHashes: content, TierWeights: weights})))
+		}
+		if w := want.TierWeights; (weights == nil && w != engine.Weights{1, 0.5, 0.125}) || (weights != nil && w != engine.Weights{0.5, 1, 0}) {
+			t.Fatalf("prompt %d: weights %v applied", i, w)
 		}
 		for _, got := range answers {
 			if got.Model != want.Model || got.Namespace != want.Namespace || int(got.Blocks) != want.Blocks ||
-				len(got.Matches) != len(want.Matches) || (got.Pick == nil) != (want.Pick == nil) {
+				len(got.Matches) != len(want.Matches) || (got.Pick == nil) != (want.Pick == nil) ||
+				fmt.Sprint(got.TierWeights) != fmt.Sprint(want.TierWeights[:]) {
 				t.Fatalf("prompt %d: gRPC %v, HTTP %+v", i, got, want)
 			}
 			for j, m := range got.Matches {
 				w := want.Matches[j]
-				if m.Worker != w.Worker || int(m.Score) != w.Score || int(m.Size) != w.Size || m.State != w.State {
+				if m.Worker != w.Worker || int(m.Score) != w.Score || int(m.Size) != w.Size || m.State != w.State ||
+					fmt.Sprint(m.Tiers) != fmt.Sprint(w.Tiers[:]) || m.Weighted != w.Weighted {
 					t.Fatalf("prompt %d match %d: gRPC %v, HTTP %+v", i, j, m, w)
+				}
+				if w.Tiers[0] != w.Tiers[2] {
+					tiered++
 				}
 			}
 			if got.Pick != nil && (got.Pick.Worker != want.Pick.Worker || int(got.Pick.Score) != want.Pick.Score ||
-				got.Pick.Policy != want.Pick.Policy || got.Pick.Reason != want.Pick.Reason) {
+				got.Pick.Policy != want.Pick.Policy || got.Pick.Reason != want.Pick.Reason || got.Pick.Weighted != want.Pick.Weighted) {
 				t.Fatalf("prompt %d: pick %v, HTTP %+v", i, got.Pick, want.Pick)
 			}
 		}
+		// The matches come best first, and the pick is the first pickable one.
+		for j := 1; j < len(want.Matches); j++ {
+			a, b := want.Matches[j-1], want.Matches[j]
+			if a.Weighted < b.Weighted || (a.Weighted == b.Weighted && (a.Score < b.Score || (a.Score == b.Score && a.Worker > b.Worker))) {
+				t.Fatalf("prompt %d: matches out of order: %+v", i, want.Matches)
+			}
+		}
+		if len(want.Matches) > 0 && want.Pick.Weighted != want.Matches[0].Weighted {
+			t.Fatalf("prompt %d: pick %+v is not the best weighted match of %+v", i, want.Pick, want.Matches)
+		}
+	}
+	if tiered == 0 {
+		t.Fatal("no match had blocks on a slower tier: the fixture does not exercise tiers")
 	}
 	// Another model's namespace holds nothing.
 	resp := must(f.grpc.MatchTokens(ctx, "other", []uint32{1, 2, 3, 4, 5, 6, 7, 8}))
@@ -173,6 +225,11 @@ func TestGRPCRejectsBadQueries(t *testing.T) {
 		{&kvindexv1.MatchRequest{Model: "m", Tokens: []uint32{1}, Namespace: "lora=a", LoraName: "a"}, "not both"},
 		{&kvindexv1.MatchRequest{Model: "m", Tokens: make([]uint32, 4*9)}, "exceeds 8"},
 		{&kvindexv1.MatchRequest{Model: "m", ContentHashes: make([]uint64, 9)}, "exceeds 8"},
+		{&kvindexv1.MatchRequest{Model: "m", Tokens: []uint32{1}, TierWeights: []float64{1, 0.5}}, "tier_weights has 2 numbers"},
+		{&kvindexv1.MatchRequest{Model: "m", Tokens: []uint32{1}, TierWeights: []float64{1, 0.5, 0, 0}}, "tier_weights has 4 numbers"},
+		{&kvindexv1.MatchRequest{Model: "m", Tokens: []uint32{1}, TierWeights: []float64{1, 1.5, 0}}, "want a number in [0, 1]"},
+		{&kvindexv1.MatchRequest{Model: "m", Tokens: []uint32{1}, TierWeights: []float64{math.NaN(), 0, 0}}, "want a number in [0, 1]"},
+		{&kvindexv1.MatchRequest{Model: "m", Tokens: []uint32{1}, TierWeights: []float64{1, 0, math.Inf(-1)}}, "want a number in [0, 1]"},
 	} {
 		_, err := f.grpc.Match(ctx, tc.req)
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {

@@ -54,6 +54,10 @@ func FuzzDecodeMatch(f *testing.F) {
 		`{"tokens":null}`,
 		`{"tokens":[1,2,3,4],"extra_keys":[["a",1,[2,"b"]],null,[{"bytes_hex":"00ff"}]]}`,
 		`{"tokens":[1],"extra_keys":null}`,
+		`{"model":"m","tokens":[1,2,3,4],"tier_weights":[1,0.75,0.25]}`,
+		`{"tokens":[1],"tier_weights":[ 0 , 1e-3,-0.0E+1 ]}`,
+		`{"tokens":[1],"tier_weights":null,"record":true}`,
+		`{"tokens":[1],"tier_weights":[1,2]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -88,6 +92,15 @@ func FuzzDecodeMatch(f *testing.F) {
 		}
 		if r.Record != want.Record {
 			t.Fatalf("%q: record %v vs %v", b, r.Record, want.Record)
+		}
+		if r.HasWeights != (want.TierWeights != nil) || (r.HasWeights && !slices.Equal(r.Weights[:], want.TierWeights)) {
+			t.Fatalf("%q: tier_weights %v %v vs %v", b, r.HasWeights, r.Weights, want.TierWeights)
+		}
+		if r.HasWeights {
+			// The handler's check: never a panic, and what it accepts is in range.
+			if w, err := parseWeights(r.Weights[:], "tier_weights"); err == nil && w.Validate() != nil {
+				t.Fatalf("%q: weights %v accepted", b, w)
+			}
 		}
 		if r.ExtraKeys != nil {
 			// Never a panic; every accepted block key is bounded.
