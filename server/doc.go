@@ -47,6 +47,10 @@
 //	            "predictions_per_worker": 64, "predicted_blocks": 1048576},
 //	  "grpc": {"listen": "127.0.0.1:9090",    gRPC API address ("" or absent: no gRPC)
 //	           "max_message_bytes": 4194304, "max_concurrent_streams": 128},
+//	  "tiers": {"NVME": "disk"},        media -> "device" | "host" | "disk", over the
+//	                                    defaults (# Tiers); at most 64
+//	  "tier_weights": [1, 0.75, 0.25],  a device, host and disk block's value in
+//	                                    "weighted" (# Tiers)
 //	  "engines": [{
 //	    "endpoint": "tcp://10.0.0.7:5557",          PUB endpoint of rank 0 ("": an engine
 //	                                                without events, worker required)
@@ -56,7 +60,9 @@
 //	    "block_size": 16,
 //	    "dp_ranks": 2, "dp_rank_start": 0,          rank r: port + r, worker "pod-7#dp<r>"
 //	    "topic": "", "bind": false,                 bind: the engine connects to us
-//	    "media": ["", "GPU"], "skip_extra_keys": false,
+//	    "media": ["", "GPU"],                       only these media ("*": all; default:
+//	                                                every medium with a tier)
+//	    "skip_extra_keys": false,
 //	    "kv_group_kinds": ["full_attention", "mla_attention"],   hybrid models: groups indexed
 //	    "kv_groups": [0],                           or by group_idx (overrides the kinds)
 //	    "hash_check": {"seed": "0", "algo": "sha256", "sample_every": 1}
@@ -73,6 +79,42 @@
 // set, every rank r is "<worker>#dp<r>", rank 0 included. Engines of one model must share
 // a block size; worker ids and endpoints must be unique.
 //
+// # Tiers
+//
+// Engines that offload publish events per medium; each medium maps to a storage tier
+// of the index. The defaults (subscriber.DefaultTiers):
+//
+//	device   "" (no medium), "GPU"
+//	host     "CPU" (vLLM's offloading connector), "CPU_TIER1", "CPU_PINNED" (SGLang)
+//	disk     "STORAGE" (vLLM 0.27+), "FS", "OBJ" (vLLM 0.26), "DISK" (vLLM, SGLang),
+//	         "CPU_TIER2", "EXTERNAL" (SGLang)
+//
+// "tiers" adds or changes entries (--tiers MEDIUM=TIER,...); an engine's "media", when
+// given, lists the only media it accepts, each needing a tier ("*": every medium,
+// those without a tier on the device tier). Events of other media are dropped
+// (rejected reason "medium"). Tiers hold independent copies: vLLM removes a block per
+// medium, and the copies on the other tiers stay. vLLM's offloading connector names
+// what it offloaded by engine hash only (token_ids empty, no parent): such a store on a
+// host or disk medium copies the worker's own blocks of those hashes to that tier
+// (kind "copied" in the counters); one on the device is dropped ("hash_only").
+//
+// Every medium with a tier is indexed by default. A fleet that does not offload
+// publishes device media only and sees nothing change. One that offloads now sees its
+// host and disk blocks counted: "score" includes them (so a router that sorts by
+// "score" itself may prefer a long disk prefix to a shorter device one: sort by
+// "weighted", take the server's order, or read tiers[0]), and "media": ["", "GPU"]
+// restores the device-only index. Predicted blocks (/v1/routed) count as device blocks.
+//
+// A match's "tiers" are its leading blocks held in device memory, in device or host
+// memory, and on any tier (cumulative; tiers[2] == score). "weighted" values each
+// leading block at the weight of the fastest tier holding it: w[0]*tiers[0] +
+// w[1]*(tiers[1]-tiers[0]) + w[2]*(tiers[2]-tiers[1]), with the weights "tier_weights"
+// (three numbers in [0, 1]; default NVIDIA Dynamo's 1, 0.75, 0.25; llm-d uses 1 for
+// GPU, 0.4 for CPU and shared storage, 0.2 for object stores) or a request's own
+// "tier_weights". Matches come best first: weighted descending, then score descending,
+// then worker id; the longest-prefix pick is the first pickable one, ties going to the
+// smaller size.
+//
 // # HTTP API
 //
 //	POST /v1/match    {"model": "llama-3-8b", "tokens": [1, 2, ...]}
@@ -80,12 +122,15 @@
 //	                  optional: "namespace" ("lora=NAME", "salt=SALT", kvevents' format)
 //	                  or "lora_name" / "cache_salt"; "policy"; with tokens, "extra_keys":
 //	                  per-block lists of multimodal identifiers (extrakeys.go); "record":
-//	                  true records the pick as a prediction (as /v1/routed, default TTL).
+//	                  true records the pick as a prediction (as /v1/routed, default TTL);
+//	                  "tier_weights": [1, 0.5, 0] this request's weights (# Tiers).
 //	   200 {"model": "llama-3-8b", "namespace": "model=llama-3-8b;", "blocks": 3,
-//	        "matches": [{"worker": "pod-7#dp0", "score": 3, "size": 1200, "predicted": 0,
-//	                     "state": "live"}],
+//	        "matches": [{"worker": "pod-7#dp0", "score": 3, "tiers": [1, 3, 3],
+//	                     "weighted": 2.5, "size": 1200, "predicted": 0, "state": "live"}],
+//	        "tier_weights": [1, 0.75, 0.25],
 //	        "pick": {"worker": "pod-7#dp0", "policy": "longest-prefix", "score": 3,
-//	                 "reason": "longest cached prefix"}, "recorded": true}
+//	                 "weighted": 2.5, "reason": "longest cached prefix"},
+//	        "recorded": true}
 //	POST /v1/routed   {"model", "worker", "tokens" | "content_hashes", "ttl_ms"} (and the
 //	                  namespace fields): the caller sent this request to worker, one of
 //	                  the model's; the index counts it as a prediction (engine.Predict)
@@ -104,11 +149,12 @@
 //	GET /readyz       200 {"ready": true} once every engine rank has synced or been
 //	                  removed after the grace period (latched),
 //	                  503 {"ready": false, "waiting": [...]} before, and while draining
-//	GET /metrics      Prometheus text format
+//	GET /metrics      Prometheus text format; per tier: kvindex_tier_blocks{tier},
+//	                  kvindex_index_skipped_copies_total, events_applied_total{kind="copied"}
 //
 // Errors are {"error": "...", "code": "..."} with 400 (bad_json, unknown_model,
-// bad_query, bad_policy, bad_namespace, query_too_long, bad_worker, unknown_worker,
-// bad_prediction), 404, 405, 413 (body_too_large) or 503. Request bodies are read
+// bad_query, bad_policy, bad_namespace, bad_tier_weights, query_too_long, bad_worker,
+// unknown_worker, bad_prediction), 404, 405, 413 (body_too_large) or 503. Request bodies are read
 // strictly: an unknown field, a key given twice, a wrong type or trailing data is
 // bad_json.
 //
@@ -123,7 +169,9 @@
 // serve --grpc ADDR), from the same engine and subscribers:
 //
 //	kvindex.v1.Index/Match     MatchRequest{model, tokens | content_hashes, namespace,
-//	                           lora_name, cache_salt, policy} -> MatchResponse, as /v1/match;
+//	                           lora_name, cache_salt, policy, record, tier_weights}
+//	                           -> MatchResponse (matches with tiers and weighted), as
+//	                           /v1/match;
 //	                           errors INVALID_ARGUMENT, UNAVAILABLE, RESOURCE_EXHAUSTED
 //	kvindex.v1.Index/Workers   -> WorkersResponse, as /v1/workers
 //	kvindex.v1.Index/Routed    RoutedRequest{model, worker, tokens | content_hashes,
