@@ -18,12 +18,12 @@ func TestTierConfigValidation(t *testing.T) {
 	for _, tc := range []struct{ json, want string }{
 		{`{"engines":[{"endpoint":"tcp://h:1"}],"tiers":{"CPU":"ram"}}`, `tiers["CPU"]: unknown tier "ram"`},
 		{`{"engines":[{"endpoint":"tcp://h:1"}],"tiers":{"` + long + `":"host"}}`, "longer than 64 bytes"},
-		{`{"engines":[{"endpoint":"tcp://h:1"}],"tiers":{"*":"host"}}`, `"*" is not a medium`},
+		{`{"engines":[{"endpoint":"tcp://h:1"}],"tiers":{"*":"host"}}`, `"*" in Tiers is not a medium`},
 		{`{"engines":[{"endpoint":"tcp://h:1"}],"tier_weights":[1,0.5]}`, "tier_weights has 2 numbers"},
 		{`{"engines":[{"endpoint":"tcp://h:1"}],"tier_weights":[1,0.5,-0.1]}`, "tier_weights[2] (disk) is -0.1"},
 		{`{"engines":[{"endpoint":"tcp://h:1"}],"tier_weights":[2,0.5,0]}`, "tier_weights[0] (device) is 2"},
 		{`{"engines":[{"endpoint":"tcp://h:1"}],"tier_weights":"1,1,1"}`, "cannot unmarshal"},
-		{`{"engines":[{"endpoint":"tcp://h:1","media":["GPU","TAPE"]}]}`, `medium "TAPE" has no tier`},
+		{`{"engines":[{"endpoint":"tcp://h:1","media":["GPU","TAPE"]}]}`, `medium "TAPE" in Media has no tier`},
 		{`{"models":{"m":16},"tier_weights":[1,1,1,1]}`, "tier_weights has 4 numbers"},
 	} {
 		_, err := server.ParseConfig(strings.NewReader(tc.json))

@@ -77,17 +77,17 @@ func DefaultTiers() map[string]engine.Tier {
 // whether a medium without a tier is accepted (on the device tier: Media "*").
 func (c *Config) mediaTiers() (map[string]engine.Tier, bool, error) {
 	if len(c.Tiers) > MaxTierEntries || len(c.Media) > MaxTierEntries {
-		return nil, false, fmt.Errorf("Tiers (%d) or Media (%d) has more than %d entries", len(c.Tiers), len(c.Media), MaxTierEntries)
+		return nil, false, fmt.Errorf("more than %d entries in Tiers (%d) or Media (%d)", MaxTierEntries, len(c.Tiers), len(c.Media))
 	}
 	all := DefaultTiers()
 	for m, t := range c.Tiers {
 		switch {
 		case len(m) > MaxMediumLen:
-			return nil, false, fmt.Errorf("Tiers: medium %.16q... is longer than %d bytes", m, MaxMediumLen)
+			return nil, false, fmt.Errorf("medium %.16q... in Tiers is longer than %d bytes", m, MaxMediumLen)
 		case m == "*":
-			return nil, false, errors.New(`Tiers: "*" is not a medium (Media "*" accepts every medium)`)
+			return nil, false, errors.New(`"*" in Tiers is not a medium (Media "*" accepts every medium)`)
 		case t >= engine.NumTiers:
-			return nil, false, fmt.Errorf("Tiers[%q]: unknown tier %d", m, t)
+			return nil, false, fmt.Errorf("unknown tier %d for medium %q in Tiers", t, m)
 		}
 		all[m] = t
 	}
@@ -105,7 +105,7 @@ func (c *Config) mediaTiers() (map[string]engine.Tier, bool, error) {
 			if len(m) > MaxMediumLen {
 				m = m[:MaxMediumLen] + "..."
 			}
-			return nil, false, fmt.Errorf("Media: medium %q has no tier (give it one in Tiers)", m)
+			return nil, false, fmt.Errorf("medium %q in Media has no tier (give it one in Tiers)", m)
 		}
 		out[m] = t
 	}

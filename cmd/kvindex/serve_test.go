@@ -118,7 +118,7 @@ func TestServeRejectsBadInput(t *testing.T) {
 		{[]string{"--engine", "endpoint=tcp://h:1", "--tier-weights", "1,0.5"}, "tier_weights has 2 numbers"},
 		{[]string{"--engine", "endpoint=tcp://h:1", "--tier-weights", "1,0.5,x"}, "not a number"},
 		{[]string{"--engine", "endpoint=tcp://h:1", "--tier-weights", "1,1.5,0"}, "want a number in [0, 1]"},
-		{[]string{"--engine", "endpoint=tcp://h:1,media=GPU|TAPE"}, `medium "TAPE" has no tier`},
+		{[]string{"--engine", "endpoint=tcp://h:1,media=GPU|TAPE"}, `medium "TAPE" in Media has no tier`},
 	} {
 		var out, errOut syncBuffer
 		code := serveMain(context.Background(), tc.args, &out, &errOut)
