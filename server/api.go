@@ -729,6 +729,9 @@ type WorkerInfo struct {
 		Stored  uint64 `json:"stored"`
 		Removed uint64 `json:"removed"`
 		Cleared uint64 `json:"cleared"`
+		// Copied counts offloads named by engine hash only (vLLM's offloading
+		// connector's stores on a host or disk medium), applied as copies.
+		Copied uint64 `json:"copied"`
 	} `json:"events"`
 	Rejected map[string]uint64 `json:"rejected"`
 	// LagSeconds is the last batch's apply time minus its timestamp (engine clock);
@@ -762,7 +765,7 @@ func (s *Server) workerInfo(sub *subscriber.Subscriber, sizer WorkerSizer, now t
 		wi.LastSeq = &v
 	}
 	wi.Gaps.Detected, wi.Gaps.Recovered, wi.Gaps.Unrecoverable = st.GapsDetected, st.GapsRecovered, st.GapsUnrecoverable
-	wi.Events.Stored, wi.Events.Removed, wi.Events.Cleared = st.Stored, st.Removed, st.Cleared
+	wi.Events.Stored, wi.Events.Removed, wi.Events.Cleared, wi.Events.Copied = st.Stored, st.Removed, st.Cleared, st.Copied
 	for r, n := range st.Rejected {
 		if n > 0 {
 			wi.Rejected[subscriber.Reason(r).String()] = n

@@ -136,6 +136,9 @@ func TestTiersEndToEnd(t *testing.T) {
 	if r := ws.Workers[1].Rejected; r["medium"] != 1 || r["hash_only"] != 1 {
 		t.Fatalf("rank 1 rejections %v", r)
 	}
+	if e := ws.Workers[0].Events; e.Stored != 1 || e.Copied != 1 || e.Removed != 2 {
+		t.Fatalf("rank 0 events %+v", e)
+	}
 	match := func(weights string) server.MatchResponse {
 		t.Helper()
 		body := `{"model":"llama","tokens":[1,2,3,4,5,6,7,8,9,10,11,12]` + weights + `}`
