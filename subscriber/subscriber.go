@@ -902,11 +902,13 @@ func SourceCursor(seq uint64, idx int) uint64 {
 }
 
 // tierOf returns the tier of an event's medium, or false when the medium is not
-// accepted. The lookup costs nothing per event but a hash of the medium, whose length
-// the payload bounds (kvevents.Limits.MaxPayloadBytes).
+// accepted. The medium is the peer's string (its length bounded only by the payload,
+// kvevents.Limits.MaxPayloadBytes): one longer than any configured name is not hashed.
 func (s *Subscriber) tierOf(medium string) (engine.Tier, bool) {
-	if t, ok := s.tiers[medium]; ok {
-		return t, true
+	if len(medium) <= MaxMediumLen {
+		if t, ok := s.tiers[medium]; ok {
+			return t, true
+		}
 	}
 	return engine.TierDevice, s.anyMed
 }
