@@ -60,6 +60,9 @@
 //   - token_ids: every stored event must satisfy len(token_ids) == len(block_hashes) *
 //     block_size (the engines emit full blocks only); otherwise the event is rejected
 //     with ReasonTokenCountMismatch. Contents[i] is hash.Content of the i-th block of ids.
+//     Except, with Config.HashOnly, an empty token_ids with block hashes: vLLM's
+//     offloading connector names what it copied to CPU or storage by engine hash alone,
+//     and such a store decodes with Event.HashOnly set and no Contents.
 //
 // # Valid payloads, rejected events
 //
