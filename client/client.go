@@ -7,7 +7,12 @@
 //	c, err := client.Dial("127.0.0.1:9090") // kvindex serve --grpc 127.0.0.1:9090
 //	defer c.Close()
 //	resp, err := c.MatchTokens(ctx, "llama-3-8b", tokenIDs)
-//	// resp.Pick.Worker is where to route; resp.Matches lists every holder.
+//	// resp.Pick.Worker is where to route; resp.Matches lists every holder, best
+//	// first (weighted score, then score), each with its per-tier lengths (Tiers:
+//	// device, device or host, any tier) and weighted score.
+//
+// Match sends a MatchRequest as it is: its TierWeights (device, host, disk, each in
+// [0, 1]) override the server's tier weights for that request.
 //
 // A Client is safe for concurrent use; share one per server. Dial uses plaintext
 // (the server has no TLS of its own: put it behind a mesh or proxy that terminates TLS
