@@ -96,7 +96,13 @@
 // medium, and the copies on the other tiers stay. vLLM's offloading connector names
 // what it offloaded by engine hash only (token_ids empty, no parent): such a store on a
 // host or disk medium copies the worker's own blocks of those hashes to that tier
-// (kind "copied" in the counters); one on the device is dropped ("hash_only").
+// (kind "copied" in the counters); one on the device is dropped ("hash_only"). A copy
+// of a hash the worker no longer holds on any tier (its device removal arrived first)
+// has no position to take and is skipped, counted in
+// kvindex_index_skipped_copies_total: a steadily growing count means host or disk
+// prefixes are under-counted. So is an offloaded block size that is a multiple of the
+// device's: vLLM names such a block by one of the device blocks it spans, and only
+// that one is copied.
 //
 // Every medium with a tier is indexed by default. A fleet that does not offload
 // publishes device media only and sees nothing change. One that offloads now sees its
