@@ -94,10 +94,10 @@ func (c *Config) mediaTiers() (map[string]engine.Tier, bool, error) {
 	if len(c.Media) == 0 {
 		return all, false, nil
 	}
-	out, any := map[string]engine.Tier{}, false
+	out, star := map[string]engine.Tier{}, false
 	for _, m := range c.Media {
 		if m == "*" {
-			any = true
+			star = true
 			continue
 		}
 		t, ok := all[m]
@@ -109,7 +109,7 @@ func (c *Config) mediaTiers() (map[string]engine.Tier, bool, error) {
 		}
 		out[m] = t
 	}
-	if any {
+	if star {
 		return all, true, nil
 	}
 	return out, false, nil

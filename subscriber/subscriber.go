@@ -966,8 +966,8 @@ func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64, now time.Time)
 		ev.Tier = tier
 		ev.Seqs = e.Seqs
 	case kvevents.Cleared:
-		// A clear covers every tier (the engine takes none): whatever medium it names,
-		// dropping more than the engine did only leaves blocks out.
+		// A clear covers every tier (the engine takes none); AllBlocksCleared carries no
+		// medium, so it always reads as the device's.
 		ev.Kind = engine.EventCleared
 	default:
 		s.local.Rejected[ReasonUnknownType]++
