@@ -30,6 +30,7 @@ func relayMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	grace := fs.Duration("grace", 0, graceHelp)
 	maxMsg := fs.Int("max-message-bytes", 0, maxMessageHelp)
 	logLevel := fs.String("log-level", "info", logLevelHelp)
+	tiersFlag := fs.String("tiers", "", "media mapped to storage tiers over the defaults, as MEDIUM=TIER,... (as kvindex serve --tiers)")
 	var engines engineFlags
 	fs.Var(&engines, "engine", engineHelp)
 	if code, ok := parseFlags(fs, args, stdout); !ok {
@@ -66,7 +67,11 @@ func relayMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var subs []subscriber.Config
 	if len(engines) > 0 {
 		var err error
-		subs, err = server.Config{Engines: engines, Grace: server.Duration(*grace), MaxMessageBytes: *maxMsg}.SubscriberConfigs()
+		cfg := server.Config{Engines: engines, Grace: server.Duration(*grace), MaxMessageBytes: *maxMsg}
+		if err := tierFlags(&cfg, *tiersFlag, ""); err != nil {
+			return fail(2, "%v", err)
+		}
+		subs, err = cfg.SubscriberConfigs()
 		if err != nil {
 			return fail(2, "%v", err)
 		}

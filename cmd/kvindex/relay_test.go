@@ -42,6 +42,8 @@ func TestRelayBadFlags(t *testing.T) {
 		{"relay", "--nats", "nats://127.0.0.1:1", "--ops", "x", "--engine", "endpoint=tcp://127.0.0.1:5557"},
 		{"relay", "--nats", "nats://127.0.0.1:1", "extra"},
 		{"relay", "--nats", "nats://127.0.0.1:1", "--engine", "endpoint=bogus"},
+		{"relay", "--nats", "nats://127.0.0.1:1", "--engine", "endpoint=tcp://127.0.0.1:5557", "--tiers", "CPU=ram"},
+		{"relay", "--nats", "nats://127.0.0.1:1", "--engine", "endpoint=tcp://127.0.0.1:5557", "--tiers", "CPU"},
 	} {
 		if code, _, stderr := runCLI(t, args...); code != 2 {
 			t.Errorf("%q: exit %d, want 2 (stderr %q)", args, code, stderr)
