@@ -9,9 +9,10 @@ import (
 )
 
 // emitter receives a mock engine's KV-cache events in the order the engine emits them.
+// Every event names its tier: device, or host for a mock engine with a host tier.
 type emitter interface {
-	stored(worker string, parent uint64, hasParent bool, blocks []engine.Block) error
-	removed(worker string, seq uint64) error
+	stored(worker string, tier engine.Tier, parent uint64, hasParent bool, blocks []engine.Block) error
+	removed(worker string, tier engine.Tier, seq uint64) error
 }
 
 // engineHashSeed keys the mock engines' own block hash; it is unrelated to the content
@@ -53,17 +54,32 @@ type mockEngine struct {
 	blocks      []pblock // the last one is the free queue's sentinel
 	cached      map[uint64]int32
 
+	// With a host tier (host != nil), meta[b] is what device block b's stored event
+	// named, so that its eviction can offload it; orphans counts the evicted blocks
+	// that were not offloaded because no tier held their parent any more.
+	host    *hostTier
+	meta    []blockMeta
+	orphans int64
+
 	// scratch, reused across requests
 	hashes []uint64
 	req    []int32
 	ev     []engine.Block
+	hev    [1]engine.Block // offload's, apart from ev: offloads happen while ev is filled
+	onDev  []bool          // per reused block: held on the device (else loaded from host)
 }
 
-func newMockEngine(name string, noneHash uint64, capacity, blockSize, chunkTokens int) *mockEngine {
+// newMockEngine returns an engine of capacity device blocks and, when hostCapacity > 0, a
+// host tier of hostCapacity blocks.
+func newMockEngine(name string, noneHash uint64, capacity, hostCapacity, blockSize, chunkTokens int) *mockEngine {
 	m := &mockEngine{
 		name: name, noneHash: noneHash, blockSize: blockSize, chunkTokens: chunkTokens,
 		blocks: make([]pblock, capacity+1),
 		cached: make(map[uint64]int32, capacity),
+	}
+	if hostCapacity > 0 {
+		m.host = newHostTier(hostCapacity)
+		m.meta = make([]blockMeta, capacity)
 	}
 	s := int32(capacity)
 	m.blocks[s] = pblock{prev: s, next: s, dup: none}
@@ -91,8 +107,12 @@ func (m *mockEngine) unlink(b int32) {
 	m.blocks[b].prev, m.blocks[b].next = none, none
 }
 
-// cache records that block b now holds hash h.
-func (m *mockEngine) cache(b int32, h uint64) {
+// cache records that block b now holds hash h, the block of content c under the given
+// parent.
+func (m *mockEngine) cache(b int32, h, c, parent uint64, hasParent bool) {
+	if m.meta != nil {
+		m.meta[b] = blockMeta{content: c, parent: parent, hasParent: hasParent}
+	}
 	m.blocks[b].hash, m.blocks[b].hashed, m.blocks[b].dup = h, true, none
 	first, ok := m.cached[h]
 	if !ok {
@@ -124,7 +144,8 @@ func (m *mockEngine) uncache(b int32) {
 	m.blocks[b].hashed, m.blocks[b].hash, m.blocks[b].dup = false, 0, none
 }
 
-// allocate takes the least recently freed block, evicting its hash if it has one.
+// allocate takes the least recently freed block, evicting its hash if it has one (and
+// offloading it to the host tier if there is one).
 func (m *mockEngine) allocate(em emitter) (int32, error) {
 	s := m.sentinel()
 	b := m.blocks[s].next
@@ -136,8 +157,13 @@ func (m *mockEngine) allocate(em emitter) (int32, error) {
 	if m.blocks[b].hashed {
 		h := m.blocks[b].hash
 		m.uncache(b)
-		if err := em.removed(m.name, h); err != nil {
+		if err := em.removed(m.name, engine.TierDevice, h); err != nil {
 			return 0, err
+		}
+		if m.host != nil {
+			if err := m.offload(h, m.meta[b], em); err != nil {
+				return 0, err
+			}
 		}
 	}
 	return b, nil
@@ -145,14 +171,20 @@ func (m *mockEngine) allocate(em emitter) (int32, error) {
 
 // served describes one finished request.
 type served struct {
-	// hit is the number of leading full blocks the worker held when the request arrived.
-	hit int
-	// reused is the number of those blocks the engine reused (at most (tokens-1)/B).
-	reused int
+	// hit is the number of leading full blocks the worker held in device memory when the
+	// request arrived, and hostHit how many more its host tier extended that prefix by
+	// (each block counted on the fastest tier that holds it, as the index's Match.Tiers
+	// counts them).
+	hit, hostHit int
+	// reused is the number of those hit+hostHit blocks the engine reused (at most
+	// (tokens-1)/B), and loaded how many of them it loaded from the host tier.
+	reused, loaded int
 }
 
-// serve runs one request to completion: reuse, allocate and store chunk by chunk, free.
-// The caller guarantees that ceil(r.Tokens/blockSize) <= capacity.
+// serve runs one request to completion in phases: find the prefix, pin the reused blocks
+// held in device memory, load the others from the host tier into new device blocks
+// (stored on the device again), prefill the rest chunk by chunk, free. The caller
+// guarantees that ceil(r.Tokens/blockSize) <= capacity.
 func (m *mockEngine) serve(r *Request, em emitter) (served, error) {
 	B := m.blockSize
 	m.hashes = m.hashes[:0]
@@ -168,17 +200,38 @@ func (m *mockEngine) serve(r *Request, em emitter) (served, error) {
 		}
 		out.hit++
 	}
-	out.reused = reusable(out.hit, r.Tokens, B)
+	if m.host != nil {
+		for n := out.hit; n < len(m.hashes); n++ {
+			if _, ok := m.cached[m.hashes[n]]; !ok && !m.host.holds(m.hashes[n]) {
+				break
+			}
+			out.hostHit++
+		}
+	}
+	out.reused = reusable(out.hit+out.hostHit, r.Tokens, B)
 
-	// Touch the reused blocks: the running request now holds them.
+	// Pin the reused blocks held in device memory first: the loads below allocate, and
+	// allocation must not evict them. Touch the host blocks to load, so that the
+	// offloads those allocations cause evict others first.
 	m.req = m.req[:0]
+	m.onDev = m.onDev[:0]
 	for _, h := range m.hashes[:out.reused] {
-		b := m.cached[h]
+		b, ok := m.cached[h]
+		m.onDev = append(m.onDev, ok)
+		if !ok {
+			m.host.touch(h)
+			m.req = append(m.req, none)
+			out.loaded++
+			continue
+		}
 		if m.blocks[b].ref == 0 {
 			m.unlink(b)
 		}
 		m.blocks[b].ref++
 		m.req = append(m.req, b)
+	}
+	if err := m.load(r, em); err != nil {
+		return out, err
 	}
 
 	// Prefill in chunks: allocate the chunk's blocks, then store its newly full blocks.
@@ -195,14 +248,14 @@ func (m *mockEngine) serve(r *Request, em emitter) (served, error) {
 		if full := end / B; full > stored {
 			m.ev = m.ev[:0]
 			for i := stored; i < full; i++ {
-				m.cache(m.req[i], m.hashes[i])
+				m.cacheAt(i, r)
 				m.ev = append(m.ev, engine.Block{Content: r.Blocks[i], Seq: m.hashes[i]})
 			}
 			var parent uint64
 			if stored > 0 {
 				parent = m.hashes[stored-1]
 			}
-			if err := em.stored(m.name, parent, stored > 0, m.ev); err != nil {
+			if err := em.stored(m.name, engine.TierDevice, parent, stored > 0, m.ev); err != nil {
 				return out, err
 			}
 			stored = full
@@ -218,6 +271,50 @@ func (m *mockEngine) serve(r *Request, em emitter) (served, error) {
 		}
 	}
 	return out, nil
+}
+
+// cacheAt caches the request's block i in its device block m.req[i].
+func (m *mockEngine) cacheAt(i int, r *Request) {
+	var parent uint64
+	if i > 0 {
+		parent = m.hashes[i-1]
+	}
+	m.cache(m.req[i], m.hashes[i], r.Blocks[i], parent, i > 0)
+}
+
+// load gives each reused block that only the host tier holds (m.onDev false) a new
+// device block and stores it on the device: one stored event per run of consecutive
+// loaded blocks, under the block before the run (held on the device: pinned, or loaded
+// just before).
+func (m *mockEngine) load(r *Request, em emitter) error {
+	for i := 0; i < len(m.onDev); {
+		if m.onDev[i] {
+			i++
+			continue
+		}
+		j := i
+		for ; j < len(m.onDev) && !m.onDev[j]; j++ {
+			b, err := m.allocate(em)
+			if err != nil {
+				return err
+			}
+			m.req[j] = b
+		}
+		m.ev = m.ev[:0]
+		for k := i; k < j; k++ {
+			m.cacheAt(k, r)
+			m.ev = append(m.ev, engine.Block{Content: r.Blocks[k], Seq: m.hashes[k]})
+		}
+		var parent uint64
+		if i > 0 {
+			parent = m.hashes[i-1]
+		}
+		if err := em.stored(m.name, engine.TierDevice, parent, i > 0, m.ev); err != nil {
+			return err
+		}
+		i = j
+	}
+	return nil
 }
 
 // held returns the number of distinct hashes the engine holds (the index's size for it

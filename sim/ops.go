@@ -79,20 +79,20 @@ func (r *opRecorder) Query(content []uint64) error {
 	return r.write(op)
 }
 
-func (r *opRecorder) Stored(worker string, parent uint64, hasParent bool, blocks []engine.Block) error {
+func (r *opRecorder) Stored(worker string, tier engine.Tier, parent uint64, hasParent bool, blocks []engine.Block) error {
 	r.pairs = r.pairs[:0]
 	for _, b := range blocks {
 		r.pairs = append(r.pairs, [2]uint64{b.Content, b.Seq})
 	}
 	// A rejection here is the contract's answer too: the log keeps the line and a
 	// replayer must reject it the same way.
-	_ = r.model.Stored(worker, parent, hasParent, r.pairs)
+	_ = r.model.StoredOn(worker, int(tier), parent, hasParent, r.pairs)
 	r.res.Stored++
-	return r.write(oplog.Op{Kind: oplog.Stored, Worker: worker, Parent: parent, HasParent: hasParent, Blocks: r.pairs})
+	return r.write(oplog.Op{Kind: oplog.Stored, Worker: worker, Tier: uint8(tier), Parent: parent, HasParent: hasParent, Blocks: r.pairs})
 }
 
-func (r *opRecorder) Removed(worker string, seqs []uint64) error {
-	r.model.Removed(worker, seqs)
+func (r *opRecorder) Removed(worker string, tier engine.Tier, seqs []uint64) error {
+	r.model.RemovedOn(worker, int(tier), seqs)
 	r.res.Removed++
-	return r.write(oplog.Op{Kind: oplog.Removed, Worker: worker, Seqs: seqs})
+	return r.write(oplog.Op{Kind: oplog.Removed, Worker: worker, Tier: uint8(tier), Seqs: seqs})
 }

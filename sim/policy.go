@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+
+	"github.com/kvindex/kvindex/engine"
 )
 
 // Policy is a routing policy.
@@ -29,17 +31,41 @@ const (
 	// Approximate is KVAware on predictions alone: the index gets no events, only the
 	// router's own decisions (approximate routing, for engines that publish nothing).
 	Approximate
+	// KVWeighted is KVAware scoring each worker by its weighted prefix over the tiers
+	// (engine.Match.Weighted with Config.TierWeights, Dynamo's 1, 0.75, 0.25 by default)
+	// instead of its device prefix alone.
+	KVWeighted
+	// KVAnyTier is KVAware scoring each worker by its prefix over every tier, a host
+	// block counting as much as a device block (engine.Match.Score).
+	KVAnyTier
 )
 
-var policyNames = [...]string{"kv-aware", "random", "round-robin", "least-loaded", "kv-aware-predict", "approximate"}
+var policyNames = [...]string{"kv-aware", "random", "round-robin", "least-loaded", "kv-aware-predict", "approximate", "kv-weighted", "kv-any-tier"}
 
 // Policies returns every policy, in report order.
 func Policies() []Policy {
-	return []Policy{KVAware, Random, RoundRobin, LeastLoaded, KVAwarePredict, Approximate}
+	return []Policy{KVAware, Random, RoundRobin, LeastLoaded, KVAwarePredict, Approximate, KVWeighted, KVAnyTier}
 }
 
 // queries reports whether the policy asks the index.
-func (p Policy) queries() bool { return p == KVAware || p == KVAwarePredict || p == Approximate }
+func (p Policy) queries() bool {
+	return p == KVAware || p == KVAwarePredict || p == Approximate || p == KVWeighted || p == KVAnyTier
+}
+
+// score is a match's score under a policy that queries: the device prefix (KVAware,
+// KVAwarePredict, Approximate; predictions count as device blocks), the weighted
+// prefix (KVWeighted) or the prefix over every tier (KVAnyTier). Without tiers all
+// three are the match's Score.
+func (p Policy) score(m *engine.Match, w engine.Weights) float64 {
+	switch p {
+	case KVWeighted:
+		return m.Weighted(w)
+	case KVAnyTier:
+		return float64(m.Score)
+	default:
+		return float64(m.Tiers[engine.TierDevice])
+	}
+}
 
 // predicts reports whether the policy records its decisions as predictions.
 func (p Policy) predicts() bool { return p == KVAwarePredict || p == Approximate }
@@ -81,11 +107,12 @@ func newRouter(p Policy, workers int, seed uint64) *router {
 }
 
 // pick chooses a worker for a request of tokens prompt tokens and counts the request
-// against it. scores[i] is worker i's matched prefix in blocks (only KVAware reads it).
-func (r *router) pick(scores []int, tokens int) int {
+// against it. scores[i] is worker i's matched prefix in blocks, weighted or not (only
+// the policies that query read it).
+func (r *router) pick(scores []float64, tokens int) int {
 	var w int
 	switch r.policy {
-	case KVAware, KVAwarePredict, Approximate:
+	case KVAware, KVAwarePredict, Approximate, KVWeighted, KVAnyTier:
 		w = r.kvAware(scores)
 	case Random:
 		w = r.rng.IntN(len(r.loads))
@@ -111,7 +138,7 @@ func (r *router) leastLoaded() int {
 	return best
 }
 
-func (r *router) kvAware(scores []int) int {
+func (r *router) kvAware(scores []float64) int {
 	n := int64(len(r.loads))
 	best := -1
 	for i, l := range r.loads {

@@ -14,7 +14,7 @@ func TestPolicyNames(t *testing.T) {
 			t.Errorf("ParsePolicy(%q) = %v, %v", p, q, err)
 		}
 	}
-	if want := []string{"kv-aware", "random", "round-robin", "least-loaded", "kv-aware-predict", "approximate"}; !slices.Equal(names, want) {
+	if want := []string{"kv-aware", "random", "round-robin", "least-loaded", "kv-aware-predict", "approximate", "kv-weighted", "kv-any-tier"}; !slices.Equal(names, want) {
 		t.Fatalf("policies %v, want %v", names, want)
 	}
 	if _, err := ParsePolicy("kv_aware"); err == nil {
@@ -24,7 +24,7 @@ func TestPolicyNames(t *testing.T) {
 
 func TestRouterPick(t *testing.T) {
 	type pick struct {
-		scores []int
+		scores []float64
 		tokens int
 		want   int
 	}
@@ -35,18 +35,18 @@ func TestRouterPick(t *testing.T) {
 		picks  []pick
 	}{
 		{"kv-aware: the first request may go anywhere; ties go to the lowest index", KVAware, []int64{0, 0, 0},
-			[]pick{{scores: []int{0, 0, 0}, want: 0}}},
+			[]pick{{scores: []float64{0, 0, 0}, want: 0}}},
 		{"kv-aware: the longest prefix wins", KVAware, []int64{1, 1, 1},
-			[]pick{{scores: []int{1, 5, 3}, want: 1}}},
+			[]pick{{scores: []float64{1, 5, 3}, want: 1}}},
 		{"kv-aware: a worker at 1.1x the mean is not eligible", KVAware, []int64{11, 10, 9},
 			// mean 10: 11 is not under 11, so worker 1 wins with a shorter prefix.
-			[]pick{{scores: []int{9, 2, 1}, want: 1}}},
+			[]pick{{scores: []float64{9, 2, 1}, want: 1}}},
 		{"kv-aware: just under 1.1x the mean is eligible", KVAware, []int64{12, 11, 9},
 			// mean 32/3: 12 < 11.73 is false, 11 < 11.73 is true. Then the mean is 11,
 			// and 12 < 12.1 makes worker 0 eligible again.
-			[]pick{{scores: []int{9, 2, 1}, want: 1}, {scores: []int{9, 2, 1}, want: 0}}},
+			[]pick{{scores: []float64{9, 2, 1}, want: 1}, {scores: []float64{9, 2, 1}, want: 0}}},
 		{"kv-aware: equal scores go to the least loaded, then the lowest index", KVAware, []int64{3, 2, 2, 3},
-			[]pick{{scores: []int{4, 4, 4, 4}, want: 1}, {scores: []int{4, 4, 4, 4}, want: 2}}},
+			[]pick{{scores: []float64{4, 4, 4, 4}, want: 1}, {scores: []float64{4, 4, 4, 4}, want: 2}}},
 		{"round-robin cycles in order", RoundRobin, []int64{0, 0, 0},
 			[]pick{{want: 0}, {want: 1}, {want: 2}, {want: 0}}},
 		{"least-loaded counts prompt tokens, ties to the lowest index", LeastLoaded, []int64{0, 0, 0},

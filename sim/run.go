@@ -19,8 +19,9 @@ const (
 	DefaultCapacity    = 4096 // blocks per worker
 	DefaultChunkTokens = 8192 // vLLM's default max_num_batched_tokens
 	MaxWorkers         = 4096
-	// MaxCapacity bounds Capacity, and MaxFleetBlocks bounds Workers x Capacity (each
-	// mock block takes 24 bytes).
+	// MaxCapacity bounds Capacity and HostCapacity, and MaxFleetBlocks bounds Workers x
+	// (Capacity + HostCapacity) (each mock block takes 24 bytes, 48 with a host tier; a
+	// host block about 40).
 	MaxCapacity    = 1 << 24
 	MaxFleetBlocks = 1 << 26
 	// DefaultEventDelay is how long after a request is served its events reach the
@@ -38,6 +39,12 @@ const (
 	// DefaultApproximatePredictions is the per-worker bound on predictions (engine
 	// Config.PredictionsPerWorker) under approximate, where they are the whole index.
 	DefaultApproximatePredictions = 4096
+	// DefaultHostLoadCost is what loading a block from the host tier costs, as a fraction
+	// of recomputing it (Config.HostLoadCost). An assumption, not a measurement: it is
+	// the complement of the host weight of engine.DefaultWeights (Dynamo's 0.75: a host
+	// block is worth three quarters of a device block), so that the weighted policy and
+	// the cost it is judged by agree.
+	DefaultHostLoadCost = 0.25
 )
 
 // ErrConfig wraps every Config problem, including a capacity too small for the workload.
@@ -75,6 +82,19 @@ type Config struct {
 	// approximate. Default: the event delay plus DefaultPredictionTTL, and
 	// DefaultApproximateTTL.
 	PredictionTTL time.Duration
+	// HostCapacity gives every engine a host-memory tier of that many blocks (default 0:
+	// none). A block the device evicts is offloaded there (a host-tier stored event; the
+	// host evicts its least recently used block with a host-tier removed event), and a
+	// request whose prefix continues on the host loads those blocks back instead of
+	// recomputing them.
+	HostCapacity int
+	// HostLoadCost is the cost of loading a block from the host tier as a fraction of
+	// recomputing it, in (0, 1] (default DefaultHostLoadCost): Result.PrefillTokens counts
+	// a loaded token as that much of a computed one.
+	HostLoadCost float64
+	// TierWeights are kv-weighted's (engine.Match.Weighted); the zero value means
+	// engine.DefaultWeights.
+	TierWeights engine.Weights
 }
 
 func (c Config) withDefaults() Config {
@@ -93,6 +113,12 @@ func (c Config) withDefaults() Config {
 	if c.Rate == 0 {
 		c.Rate = DefaultRate
 	}
+	if c.HostLoadCost == 0 {
+		c.HostLoadCost = DefaultHostLoadCost
+	}
+	if c.TierWeights == (engine.Weights{}) {
+		c.TierWeights = engine.DefaultWeights
+	}
 	return c
 }
 
@@ -106,6 +132,14 @@ func (c Config) Check(w *Workload) error {
 		return fmt.Errorf("%w: capacity %d blocks, want 1..%d", ErrConfig, c.Capacity, MaxCapacity)
 	case int64(c.Workers)*int64(c.Capacity) > MaxFleetBlocks:
 		return fmt.Errorf("%w: %d workers x %d blocks is more than %d blocks in all", ErrConfig, c.Workers, c.Capacity, MaxFleetBlocks)
+	case c.HostCapacity < 0 || c.HostCapacity > MaxCapacity:
+		return fmt.Errorf("%w: host capacity %d blocks, want 0..%d", ErrConfig, c.HostCapacity, MaxCapacity)
+	case int64(c.Workers)*(int64(c.Capacity)+int64(c.HostCapacity)) > MaxFleetBlocks:
+		return fmt.Errorf("%w: %d workers x (%d + %d host) blocks is more than %d blocks in all", ErrConfig, c.Workers, c.Capacity, c.HostCapacity, MaxFleetBlocks)
+	case !(c.HostLoadCost > 0 && c.HostLoadCost <= 1):
+		return fmt.Errorf("%w: host load cost %g, want (0, 1] (a fraction of recomputing)", ErrConfig, c.HostLoadCost)
+	case c.TierWeights.Validate() != nil:
+		return fmt.Errorf("%w: tier weights: %w", ErrConfig, c.TierWeights.Validate())
 	case c.ChunkTokens < 1:
 		return fmt.Errorf("%w: prefill chunk %d tokens, want >= 1", ErrConfig, c.ChunkTokens)
 	case c.EventDelay > time.Hour || !(c.Rate > 0 && c.Rate <= 1e9):
@@ -122,12 +156,13 @@ func (c Config) Check(w *Workload) error {
 }
 
 // Observer sees the simulated stream in order: a Query before each request with at least
-// one full block is routed, then the events the chosen engine emits. Slices are only
-// valid during the call. An error stops the run.
+// one full block is routed, then the events the chosen engine emits, each with its tier
+// (always the device without Config.HostCapacity). Slices are only valid during the
+// call. An error stops the run.
 type Observer interface {
 	Query(content []uint64) error
-	Stored(worker string, parent uint64, hasParent bool, blocks []engine.Block) error
-	Removed(worker string, seqs []uint64) error
+	Stored(worker string, tier engine.Tier, parent uint64, hasParent bool, blocks []engine.Block) error
+	Removed(worker string, tier engine.Tier, seqs []uint64) error
 }
 
 // WorkerName names the i-th worker as a vLLM endpoint: http://10.0.0.1:8000, ...
@@ -139,11 +174,20 @@ func WorkerName(i int) string {
 type Result struct {
 	Policy   Policy
 	Requests int
-	// HitBlocks of Blocks full request blocks were held by the chosen worker when the
-	// request arrived (its longest cached prefix, by its own engine hashes).
-	HitBlocks, Blocks int64
-	// ReusedTokens of Tokens input tokens were not recomputed.
-	ReusedTokens, Tokens int64
+	// HitBlocks of Blocks full request blocks were held by the chosen worker in device
+	// memory when the request arrived (its longest cached prefix, by its own engine
+	// hashes), and HostHitBlocks more extended that prefix from its host tier (0 without
+	// Config.HostCapacity).
+	HitBlocks, HostHitBlocks, Blocks int64
+	// ReusedTokens of Tokens input tokens were not recomputed; LoadedTokens of them were
+	// loaded from the host tier.
+	ReusedTokens, LoadedTokens, Tokens int64
+	// PrefillTokens is the prefill work in recomputed tokens: the tokens computed, plus
+	// Config.HostLoadCost per token loaded from the host tier.
+	PrefillTokens float64
+	// Orphans counts the blocks the devices evicted but did not offload: no tier held
+	// their parent any more (0 without a host tier).
+	Orphans int64
 	// Loads is the number of requests, and LoadTokens the prompt tokens, assigned to
 	// each worker.
 	Loads, LoadTokens []int64
@@ -158,6 +202,18 @@ func (r Result) BlockHitRate() float64 { return ratio(r.HitBlocks, r.Blocks) }
 
 // TokenHitRate is ReusedTokens / Tokens.
 func (r Result) TokenHitRate() float64 { return ratio(r.ReusedTokens, r.Tokens) }
+
+// HostHitRate is HostHitBlocks / Blocks: the hit rate the host tier adds.
+func (r Result) HostHitRate() float64 { return ratio(r.HostHitBlocks, r.Blocks) }
+
+// PrefillWork is PrefillTokens / Tokens: the prefill work left over that of a cold
+// cache (1 - TokenHitRate without a host tier), the sim's proxy for prefill time.
+func (r Result) PrefillWork() float64 {
+	if r.Tokens == 0 {
+		return 0
+	}
+	return r.PrefillTokens / float64(r.Tokens)
+}
 
 // MaxMeanLoad is the busiest worker's request count over the mean (1 is perfect).
 func (r Result) MaxMeanLoad() float64 { return maxMean(r.Loads) }
@@ -197,6 +253,9 @@ type IndexStats struct {
 	Memberships int64
 	// HeapBytes is the heap the engine held at the end (MeasureMemory only).
 	HeapBytes int64
+	// HostStoredEvents and HostRemovedEvents are the host-tier part of StoredEvents and
+	// RemovedEvents, and HostMemberships the host-tier part of Memberships.
+	HostStoredEvents, HostRemovedEvents, HostMemberships int64
 }
 
 // BlockOps is QueryBlocks + StoredBlocks + RemovedBlocks.
@@ -223,6 +282,7 @@ type driver struct {
 	st    *IndexStats
 	spent time.Duration
 	one   [1]uint64
+	ev    engine.Event // a tiered event's, reused
 
 	delay time.Duration // <= 0: at once
 	now   time.Duration // the simulated clock
@@ -235,6 +295,7 @@ type driver struct {
 type queued struct {
 	at        time.Duration
 	worker    string
+	tier      engine.Tier
 	parent    uint64
 	hasParent bool
 	blocks    []engine.Block // nil: a removal of seq
@@ -244,27 +305,27 @@ type queued struct {
 // emitter: the fleet's events enter here.
 type delayed struct{ d *driver }
 
-func (q delayed) stored(worker string, parent uint64, hasParent bool, blocks []engine.Block) error {
+func (q delayed) stored(worker string, tier engine.Tier, parent uint64, hasParent bool, blocks []engine.Block) error {
 	d := q.d
 	switch {
 	case d.drop:
 		return nil
 	case d.delay <= 0:
-		return d.stored(worker, parent, hasParent, blocks)
+		return d.stored(worker, tier, parent, hasParent, blocks)
 	}
-	d.queue = append(d.queue, queued{at: d.now + d.delay, worker: worker, parent: parent, hasParent: hasParent, blocks: slices.Clone(blocks)})
+	d.queue = append(d.queue, queued{at: d.now + d.delay, worker: worker, tier: tier, parent: parent, hasParent: hasParent, blocks: slices.Clone(blocks)})
 	return nil
 }
 
-func (q delayed) removed(worker string, seq uint64) error {
+func (q delayed) removed(worker string, tier engine.Tier, seq uint64) error {
 	d := q.d
 	switch {
 	case d.drop:
 		return nil
 	case d.delay <= 0:
-		return d.removed(worker, seq)
+		return d.removed(worker, tier, seq)
 	}
-	d.queue = append(d.queue, queued{at: d.now + d.delay, worker: worker, seq: seq})
+	d.queue = append(d.queue, queued{at: d.now + d.delay, worker: worker, tier: tier, seq: seq})
 	return nil
 }
 
@@ -275,9 +336,9 @@ func (d *driver) deliver(t time.Duration, all bool) error {
 		ev := &d.queue[d.head]
 		var err error
 		if ev.blocks != nil {
-			err = d.stored(ev.worker, ev.parent, ev.hasParent, ev.blocks)
+			err = d.stored(ev.worker, ev.tier, ev.parent, ev.hasParent, ev.blocks)
 		} else {
-			err = d.removed(ev.worker, ev.seq)
+			err = d.removed(ev.worker, ev.tier, ev.seq)
 		}
 		if err != nil {
 			return err
@@ -292,17 +353,23 @@ func (d *driver) deliver(t time.Duration, all bool) error {
 	return nil
 }
 
-func (d *driver) stored(worker string, parent uint64, hasParent bool, blocks []engine.Block) error {
+func (d *driver) stored(worker string, tier engine.Tier, parent uint64, hasParent bool, blocks []engine.Block) error {
 	if d.obs != nil {
-		if err := d.obs.Stored(worker, parent, hasParent, blocks); err != nil {
+		if err := d.obs.Stored(worker, tier, parent, hasParent, blocks); err != nil {
 			return err
 		}
 	}
 	t := time.Now()
 	var err error
-	if hasParent {
+	switch {
+	case tier != engine.TierDevice:
+		d.ev = engine.Event{Kind: engine.EventStored, Worker: worker, Tier: tier, Parent: parent, HasParent: hasParent, Blocks: blocks}
+		err = d.e.Apply(&d.ev)
+		d.ev = engine.Event{}
+		d.st.HostStoredEvents++
+	case hasParent:
 		err = d.e.StoreUnder(worker, parent, blocks)
-	} else {
+	default:
 		err = d.e.Store(worker, blocks)
 	}
 	d.spent += time.Since(t)
@@ -315,15 +382,23 @@ func (d *driver) stored(worker string, parent uint64, hasParent bool, blocks []e
 	return err
 }
 
-func (d *driver) removed(worker string, seq uint64) error {
+func (d *driver) removed(worker string, tier engine.Tier, seq uint64) error {
 	d.one[0] = seq
 	if d.obs != nil {
-		if err := d.obs.Removed(worker, d.one[:]); err != nil {
+		if err := d.obs.Removed(worker, tier, d.one[:]); err != nil {
 			return err
 		}
 	}
 	t := time.Now()
-	err := d.e.Remove(worker, d.one[:]...)
+	var err error
+	if tier != engine.TierDevice {
+		d.ev = engine.Event{Kind: engine.EventRemoved, Worker: worker, Tier: tier, Seqs: d.one[:]}
+		err = d.e.Apply(&d.ev)
+		d.ev = engine.Event{}
+		d.st.HostRemovedEvents++
+	} else {
+		err = d.e.Remove(worker, d.one[:]...)
+	}
 	d.spent += time.Since(t)
 	d.st.RemovedEvents++
 	d.st.RemovedBlocks++
@@ -337,7 +412,7 @@ func Run(ctx context.Context, w *Workload, p Policy, cfg Config) (Result, error)
 	if err := cfg.Check(w); err != nil {
 		return Result{}, err
 	}
-	if p < KVAware || p > Approximate {
+	if p < KVAware || p > KVAnyTier {
 		return Result{}, fmt.Errorf("%w: %v", ErrConfig, p)
 	}
 	start := time.Now()
@@ -376,13 +451,13 @@ func Run(ctx context.Context, w *Workload, p Policy, cfg Config) (Result, error)
 			seed[j] = byte(cfg.Seed >> (8 * j))
 			seed[8+j] = byte(uint64(i) >> (8 * j))
 		}
-		fleet[i] = newMockEngine(name, xxh3.HashSeed(seed[:], 0x6e6f6e65), cfg.Capacity, w.BlockSize, cfg.ChunkTokens) // "none"
+		fleet[i] = newMockEngine(name, xxh3.HashSeed(seed[:], 0x6e6f6e65), cfg.Capacity, cfg.HostCapacity, w.BlockSize, cfg.ChunkTokens) // "none"
 		byName[name] = i
 	}
 	rt := newRouter(p, cfg.Workers, cfg.Seed)
 	res := Result{Policy: p}
 	d.e, d.obs, d.st = e, cfg.Observer, &res.Index
-	scores := make([]int, cfg.Workers)
+	scores := make([]float64, cfg.Workers)
 	var matches []engine.Match
 	var lat []int64
 	if p.queries() {
@@ -425,9 +500,9 @@ func Run(ctx context.Context, w *Workload, p Policy, cfg Config) (Result, error)
 			lat = append(lat, t2.Sub(t1).Nanoseconds())
 			res.Index.Queries++
 			res.Index.QueryBlocks += int64(len(r.Blocks))
-			for _, m := range matches {
-				if j, ok := byName[m.Worker]; ok {
-					scores[j] = m.Score
+			for i := range matches {
+				if j, ok := byName[matches[i].Worker]; ok {
+					scores[j] = p.score(&matches[i], cfg.TierWeights)
 				}
 			}
 		}
@@ -445,8 +520,10 @@ func Run(ctx context.Context, w *Workload, p Policy, cfg Config) (Result, error)
 		}
 		res.Requests++
 		res.HitBlocks += int64(out.hit)
+		res.HostHitBlocks += int64(out.hostHit)
 		res.Blocks += int64(len(r.Blocks))
 		res.ReusedTokens += int64(out.reused * w.BlockSize)
+		res.LoadedTokens += int64(out.loaded * w.BlockSize)
 		res.Tokens += int64(r.Tokens)
 		if pending++; cfg.Progress != nil && pending == 64 {
 			cfg.Progress(pending)
@@ -464,7 +541,14 @@ func Run(ctx context.Context, w *Workload, p Policy, cfg Config) (Result, error)
 	if cfg.Progress != nil && pending > 0 {
 		cfg.Progress(pending)
 	}
+	// Prefill work: the tokens computed, and the loaded ones at their cost. Summed
+	// once, in integers first, so that it does not depend on float rounding order.
+	res.PrefillTokens = float64(res.Tokens-res.ReusedTokens) + cfg.HostLoadCost*float64(res.LoadedTokens)
+	for _, m := range fleet {
+		res.Orphans += m.orphans
+	}
 	st := e.Stats()
+	res.Index.HostMemberships = st.TierBlocks[engine.TierHost]
 	res.Loads = slices.Clone(rt.loads)
 	res.LoadTokens = slices.Clone(rt.tokens)
 	res.Index.Events = st.Events

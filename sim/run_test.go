@@ -158,6 +158,14 @@ func TestRunRejects(t *testing.T) {
 		{"negative chunk", Config{ChunkTokens: -1}, KVAware, "chunk"},
 		{"bad engine config", Config{Engine: engine.Config{JumpSize: -1}}, KVAware, "JumpSize"},
 		{"unknown policy", Config{}, Policy(9), "Policy(9)"},
+		{"negative host capacity", Config{HostCapacity: -1}, KVAware, "host capacity"},
+		{"host capacity too large", Config{HostCapacity: MaxCapacity + 1}, KVAware, "host capacity"},
+		{"fleet with its hosts too large", Config{Workers: 4096, Capacity: 4096, HostCapacity: 16384}, KVAware, "host) blocks is more than"},
+		{"negative host load cost", Config{HostLoadCost: -0.5}, KVAware, "host load cost"},
+		{"host load cost above 1", Config{HostLoadCost: 1.5}, KVAware, "host load cost"},
+		{"NaN host load cost", Config{HostLoadCost: math.NaN()}, KVAware, "host load cost"},
+		{"tier weight above 1", Config{TierWeights: engine.Weights{1, 2, 0}}, KVWeighted, "weight of tier host"},
+		{"NaN tier weight", Config{TierWeights: engine.Weights{math.NaN(), 0, 0}}, KVWeighted, "weight of tier device"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -196,17 +204,26 @@ func TestWriteOpsReplays(t *testing.T) {
 		policy Policy
 		every  int
 		engine engine.Config
+		host   int // Config.HostCapacity
 	}{
-		{KVAware, 1, engine.Config{Shards: 1, JumpSize: 1}},
-		{KVAware, 3, engine.Config{Shards: 3, JumpSize: 4}},
-		{Random, 2, engine.Config{Shards: 2, JumpSize: 64}},
-		{RoundRobin, 2, engine.Config{Shards: 4, JumpSize: 3}},
-		{LeastLoaded, 2, engine.Config{Shards: 2, JumpSize: 8}},
+		{KVAware, 1, engine.Config{Shards: 1, JumpSize: 1}, 0},
+		{KVAware, 3, engine.Config{Shards: 3, JumpSize: 4}, 0},
+		{Random, 2, engine.Config{Shards: 2, JumpSize: 64}, 0},
+		{RoundRobin, 2, engine.Config{Shards: 4, JumpSize: 3}, 0},
+		{LeastLoaded, 2, engine.Config{Shards: 2, JumpSize: 8}, 0},
+		// With a host tier the log carries host-tier stored and removed ops (offloads
+		// and the host's evictions) and per-tier expectations: a small host evicts
+		// often, a large one seldom.
+		{KVWeighted, 1, engine.Config{Shards: 2, JumpSize: 4}, 150},
+		{KVAware, 2, engine.Config{Shards: 3, JumpSize: 64}, 1200},
+		{RoundRobin, 2, engine.Config{Shards: 1, JumpSize: 2}, 600},
 	}
 	for _, tc := range tests {
-		t.Run(fmt.Sprintf("%v/every%d/shards%d/jump%d", tc.policy, tc.every, tc.engine.Shards, tc.engine.JumpSize), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%v/every%d/shards%d/jump%d/host%d", tc.policy, tc.every, tc.engine.Shards, tc.engine.JumpSize, tc.host), func(t *testing.T) {
 			var buf bytes.Buffer
-			res, err := WriteOps(context.Background(), &buf, w, tc.policy, smallCluster, tc.every)
+			cfg := smallCluster
+			cfg.HostCapacity = tc.host
+			res, err := WriteOps(context.Background(), &buf, w, tc.policy, cfg, tc.every)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -229,6 +246,19 @@ func TestWriteOpsReplays(t *testing.T) {
 			}
 			if got.Rejected != int(res.Sim.Index.Rejected) {
 				t.Fatalf("replay rejected %d stores, the simulation %d", got.Rejected, res.Sim.Index.Rejected)
+			}
+			hostOps, tiered := 0, 0
+			for i := range ops {
+				if ops[i].Tier != 0 {
+					hostOps++
+				}
+				if ops[i].Tiers != nil {
+					tiered++
+				}
+			}
+			s := res.Sim.Index
+			if int64(hostOps) != s.HostStoredEvents+s.HostRemovedEvents || (tc.host > 0) != (hostOps > 0 && tiered > 0 && res.Sim.LoadedTokens > 0) {
+				t.Fatalf("host %d: %d host-tier ops, %d queries with per-tier expectations, %d tokens loaded; %+v", tc.host, hostOps, tiered, res.Sim.LoadedTokens, s)
 			}
 		})
 	}
@@ -328,5 +358,52 @@ func TestTraceClusterMatchesConformanceLog(t *testing.T) {
 		if a.HasExpect && (!reflect.DeepEqual(a.Expect, b.Expect) || !reflect.DeepEqual(a.Sizes, b.Sizes)) {
 			t.Fatalf("line %d: answer %v %v, the conformance log has %v %v", i+1, a.Expect, a.Sizes, b.Expect, b.Sizes)
 		}
+	}
+}
+
+// TestHostTier checks the tiered runs' accounting, and that without a host tier the
+// three kv-aware scorings are one policy: every tier's prefix is the device's.
+func TestHostTier(t *testing.T) {
+	w := small(t, 800)
+	run := func(p Policy, host int) Result {
+		t.Helper()
+		cfg := smallCluster
+		cfg.HostCapacity = host
+		r, err := Run(context.Background(), w, p, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return comparable(r)
+	}
+	kv := run(KVAware, 0)
+	for _, p := range []Policy{KVWeighted, KVAnyTier} {
+		r := run(p, 0)
+		r.Policy = KVAware
+		if !reflect.DeepEqual(r, kv) {
+			t.Errorf("%v without a host tier differs from kv-aware:\n%+v\n%+v", p, r, kv)
+		}
+	}
+	if kv.HostHitBlocks != 0 || kv.LoadedTokens != 0 || kv.Orphans != 0 || kv.Index.HostMemberships != 0 ||
+		kv.PrefillTokens != float64(kv.Tokens-kv.ReusedTokens) {
+		t.Fatalf("without a host tier: %+v", kv)
+	}
+	for _, p := range []Policy{KVAware, KVWeighted, KVAnyTier, RoundRobin} {
+		r := run(p, 800)
+		if r.HostHitBlocks == 0 || r.LoadedTokens == 0 || r.LoadedTokens > r.ReusedTokens || r.Index.HostMemberships == 0 ||
+			r.Index.HostStoredEvents == 0 || r.Index.Rejected != 0 {
+			t.Fatalf("%v with a host tier: %+v", p, r)
+		}
+		computed := float64(r.Tokens - r.ReusedTokens)
+		if want := computed + DefaultHostLoadCost*float64(r.LoadedTokens); r.PrefillTokens != want {
+			t.Fatalf("%v: prefill tokens %v, want %v", p, r.PrefillTokens, want)
+		}
+		if r.HostHitRate()+r.BlockHitRate() > InfiniteCache(w).BlockHitRate() {
+			t.Fatalf("%v: device %.4f + host %.4f above the ceiling", p, r.BlockHitRate(), r.HostHitRate())
+		}
+	}
+	// Round-robin routes the same with or without a host: the host can only add reuse.
+	rr0, rr := run(RoundRobin, 0), run(RoundRobin, 800)
+	if !reflect.DeepEqual(rr.Loads, rr0.Loads) || rr.ReusedTokens <= rr0.ReusedTokens || rr.PrefillWork() >= rr0.PrefillWork() {
+		t.Fatalf("round-robin: %d tokens reused with a host tier (work %.4f), %d without (%.4f)", rr.ReusedTokens, rr.PrefillWork(), rr0.ReusedTokens, rr0.PrefillWork())
 	}
 }
