@@ -40,6 +40,11 @@ type simFlags struct {
 	timed                     bool
 	eventDelay, predictionTTL time.Duration
 	rate                      float64
+	// tiers
+	hostCapacity int
+	tierWeights  string
+	weights      engine.Weights
+	hostLoadCost float64
 }
 
 // registerTiming adds sim's simulated-time flags.
@@ -48,6 +53,7 @@ func (f *simFlags) registerTiming(fs *flag.FlagSet) {
 	fs.DurationVar(&f.eventDelay, "event-delay", sim.DefaultEventDelay, "simulated time from serving a request to its events reaching the index (0: at once)")
 	fs.Float64Var(&f.rate, "rate", sim.DefaultRate, "built-in workload: arrivals per simulated second (a trace has its own timestamps)")
 	fs.DurationVar(&f.predictionTTL, "prediction-ttl", 0, "lifetime of kv-aware-predict's and approximate's predictions (default: the event delay + 2s, and 2m)")
+	fs.Float64Var(&f.hostLoadCost, "host-load-cost", sim.DefaultHostLoadCost, "with a host tier: loading a block from host, as a fraction of recomputing it (an assumption; (0, 1])")
 }
 
 func (f *simFlags) register(fs *flag.FlagSet, requestsHelp string) {
@@ -61,6 +67,31 @@ func (f *simFlags) register(fs *flag.FlagSet, requestsHelp string) {
 	fs.IntVar(&f.chunk, "chunk", sim.DefaultChunkTokens, "prefill chunk in tokens (one stored event per chunk)")
 	fs.IntVar(&f.sessions, "sessions", sim.DefaultSessions, "built-in workload: live conversations")
 	fs.StringVar(&f.trace, "trace", "", "Mooncake FAST'25 trace (JSONL) instead of the built-in workload")
+	fs.IntVar(&f.hostCapacity, "host-capacity", 0, "host-memory tier blocks per worker (0 = none): device evictions are offloaded there and loaded back on a hit")
+	fs.StringVar(&f.tierWeights, "tier-weights", "1,0.75,0.25", "kv-weighted's weights of a device, host and disk block (each 0..1)")
+}
+
+// parseWeights reads "D,H,K": the tier weights of kv-weighted.
+func parseWeights(s string) (engine.Weights, error) {
+	var w engine.Weights
+	parts := strings.Split(s, ",")
+	if len(parts) != engine.NumTiers {
+		return w, usageErr("--tier-weights %q: want three weights, device,host,disk (e.g. 1,0.75,0.25)", s)
+	}
+	for i, v := range parts {
+		x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return w, usageErr("--tier-weights %q: %q is not a number", s, v)
+		}
+		w[i] = x
+	}
+	if err := w.Validate(); err != nil {
+		return w, usageErr("--tier-weights %q: %v", s, err)
+	}
+	if w == (engine.Weights{}) {
+		return w, usageErr("--tier-weights %q: all zero, no block would count", s)
+	}
+	return w, nil
 }
 
 func (f *simFlags) validate(fs *flag.FlagSet) error {
@@ -92,8 +123,16 @@ func (f *simFlags) validate(fs *flag.FlagSet) error {
 		return usageErr("--rate %g: want (0, 1e9] arrivals per second", f.rate)
 	case f.predictionTTL < 0 || f.predictionTTL > engine.MaxPredictionTTL:
 		return usageErr("--prediction-ttl %v: want 0..%v", f.predictionTTL, engine.MaxPredictionTTL)
+	case f.hostCapacity < 0 || f.hostCapacity > sim.MaxCapacity:
+		return usageErr("--host-capacity %d: want 0..%d blocks (0 = no host tier)", f.hostCapacity, sim.MaxCapacity)
+	case int64(f.workers)*(int64(f.capacity)+int64(f.hostCapacity)) > sim.MaxFleetBlocks:
+		return usageErr("--workers %d x (--capacity %d + --host-capacity %d): more than %d blocks in all", f.workers, f.capacity, f.hostCapacity, sim.MaxFleetBlocks)
+	case f.timed && !(f.hostLoadCost > 0 && f.hostLoadCost <= 1):
+		return usageErr("--host-load-cost %g: want (0, 1], a fraction of recomputing a block", f.hostLoadCost)
 	}
-	return nil
+	var err error
+	f.weights, err = parseWeights(f.tierWeights)
+	return err
 }
 
 // workloadInfo is what the reports say about the workload.
@@ -153,6 +192,7 @@ func (f *simFlags) config() sim.Config {
 		Workers: f.workers, Capacity: f.capacity, ChunkTokens: f.chunk, Seed: f.seed,
 		Engine:     engine.Config{Shards: f.shards, JumpSize: f.jump},
 		EventDelay: -1, Rate: f.rate, PredictionTTL: f.predictionTTL,
+		HostCapacity: f.hostCapacity, HostLoadCost: f.hostLoadCost, TierWeights: f.weights,
 	}
 	if f.timed && f.eventDelay > 0 {
 		c.EventDelay = f.eventDelay
@@ -170,6 +210,10 @@ type (
 		Jump        int `json:"jump"`
 		// EventDelayMs is the simulated delay of events (0: at once).
 		EventDelayMs float64 `json:"event_delay_ms"`
+		// The host tier, in runs that have one or sweep it (absent otherwise).
+		HostCapacity *int      `json:"host_capacity_blocks,omitempty"`
+		HostLoadCost *float64  `json:"host_load_cost,omitempty"`
+		TierWeights  []float64 `json:"tier_weights,omitempty"`
 	}
 	ceilingJSON struct {
 		BlockHitRate float64 `json:"block_hit_rate"`
@@ -202,12 +246,22 @@ type (
 		HitBlocks    int64     `json:"hit_blocks"`
 		Blocks       int64     `json:"blocks"`
 		Seconds      float64   `json:"seconds"`
-		Index        indexJSON `json:"index"`
+		// With a host tier: the hit rate it adds (host_hit_blocks/blocks), the tokens
+		// loaded from it, and the prefill work left (computed tokens plus loaded ones at
+		// host_load_cost, over all input tokens).
+		HostHitRate   *float64  `json:"host_block_hit_rate,omitempty"`
+		HostHitBlocks *int64    `json:"host_hit_blocks,omitempty"`
+		LoadedTokens  *int64    `json:"loaded_tokens,omitempty"`
+		PrefillWork   *float64  `json:"prefill_work,omitempty"`
+		Orphans       *int64    `json:"orphan_blocks,omitempty"`
+		Index         indexJSON `json:"index"`
 	}
 	sweepPointJSON struct {
 		Capacity int `json:"capacity,omitempty"`
-		// EventDelayMs is set in an event-delay sweep (capacity in a capacity sweep).
+		// EventDelayMs is set in an event-delay sweep, HostCapacity in a host-capacity
+		// sweep (capacity in a capacity sweep).
 		EventDelayMs *float64     `json:"event_delay_ms,omitempty"`
+		HostCapacity *int         `json:"host_capacity,omitempty"`
 		Policies     []policyJSON `json:"policies"`
 	}
 	simJSON struct {
@@ -241,12 +295,18 @@ func toIndexJSON(r sim.Result, measured bool) indexJSON {
 
 func ptr[T any](v T) *T { return &v }
 
-func toPolicyJSON(r sim.Result, measured bool) policyJSON {
-	return policyJSON{
+// toPolicyJSON: tiered says whether the runs have a host tier (or sweep one).
+func toPolicyJSON(r sim.Result, measured, tiered bool) policyJSON {
+	pj := policyJSON{
 		Name: r.Policy.String(), BlockHitRate: r.BlockHitRate(), TokenHitRate: r.TokenHitRate(),
 		MaxMeanLoad: r.MaxMeanLoad(), MaxMeanToken: r.MaxMeanTokens(), HitBlocks: r.HitBlocks, Blocks: r.Blocks, Seconds: r.Seconds,
 		Index: toIndexJSON(r, measured),
 	}
+	if tiered {
+		pj.HostHitRate, pj.HostHitBlocks, pj.LoadedTokens = ptr(r.HostHitRate()), ptr(r.HostHitBlocks), ptr(r.LoadedTokens)
+		pj.PrefillWork, pj.Orphans = ptr(r.PrefillWork()), ptr(r.Orphans)
+	}
+	return pj
 }
 
 // parsePolicies reads a comma-separated policy list.
@@ -266,15 +326,21 @@ func parsePolicies(s string) ([]sim.Policy, error) {
 	return out, nil
 }
 
-// sweepSpec is a parsed --sweep: capacities, or event delays.
+// sweepSpec is a parsed --sweep: capacities, event delays, or host capacities.
 type sweepSpec struct {
 	caps   []int
 	delays []time.Duration
+	hosts  []int
 }
 
-func (sp sweepSpec) points() int { return len(sp.caps) + len(sp.delays) }
+func (sp sweepSpec) points() int { return len(sp.caps) + len(sp.delays) + len(sp.hosts) }
 
-// parseSweep reads "capacity=A,B,C" or "event-delay=D1,D2,D3" (0 is at once).
+// tierPolicies are the policies a host-capacity sweep compares unless --policies says
+// otherwise: the three ways to score the tiers.
+const tierPolicies = "kv-aware,kv-weighted,kv-any-tier"
+
+// parseSweep reads "capacity=A,B,C", "event-delay=D1,D2,D3" (0 is at once) or
+// "host-capacity=H1,H2,H3" (0 is none).
 func parseSweep(s string) (sweepSpec, error) {
 	key, list, ok := strings.Cut(s, "=")
 	var sp sweepSpec
@@ -299,11 +365,19 @@ func parseSweep(s string) (sweepSpec, error) {
 			}
 			sp.delays = append(sp.delays, d)
 		}
+	case "host-capacity":
+		for _, v := range strings.Split(list, ",") {
+			c, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil || c < 0 || c > sim.MaxCapacity {
+				return sp, usageErr("--sweep: host capacity %q is not a number of blocks in 0..%d", v, sim.MaxCapacity)
+			}
+			sp.hosts = append(sp.hosts, c)
+		}
 	default:
 		ok = false
 	}
 	if !ok {
-		return sp, usageErr("--sweep %q: want capacity=A,B,C or event-delay=D1,D2,D3", s)
+		return sp, usageErr("--sweep %q: want capacity=A,B,C, event-delay=D1,D2,D3 or host-capacity=H1,H2,H3", s)
 	}
 	if sp.points() < 2 {
 		return sp, usageErr("--sweep %q: give at least two points", s)
@@ -321,7 +395,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	policies := fs.String("policies", "kv-aware,kv-aware-predict,approximate,random,round-robin,least-loaded", "comma-separated routing policies to compare")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the tables")
 	forceProgress := fs.Bool("progress", false, "show a progress bar on stderr even when it is not a terminal")
-	sweep := fs.String("sweep", "", "capacity=A,B,C: rerun every policy at each per-worker capacity and chart the hit rates")
+	sweep := fs.String("sweep", "", "capacity=A,B,C, event-delay=D1,D2,D3 or host-capacity=H1,H2,H3: rerun every policy at each point and chart the hit rates (host-capacity: the prefill work; policies default to "+tierPolicies+")")
 	chart := fs.String("chart", "sweep.svg", "with --sweep: chart file (.svg, .png or .pdf)")
 	if code, ok := parseFlags(fs, args, stdout); !ok {
 		return code
@@ -330,20 +404,27 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		if err := f.validate(fs); err != nil {
 			return err
 		}
-		pols, err := parsePolicies(*policies)
-		if err != nil {
-			return err
-		}
 		var sp sweepSpec
+		var err error
 		if *sweep != "" {
 			if sp, err = parseSweep(*sweep); err != nil {
 				return err
+			}
+			if sp.hosts != nil && f.set["host-capacity"] {
+				return usageErr("--host-capacity and --sweep host-capacity=...: give one")
 			}
 			if !chartFormats[strings.ToLower(filepath.Ext(*chart))] {
 				return usageErr("--chart %q: want a .svg, .png or .pdf file", *chart)
 			}
 		} else if f.set["chart"] {
 			return usageErr("--chart needs --sweep")
+		}
+		if sp.hosts != nil && !f.set["policies"] {
+			*policies = tierPolicies
+		}
+		pols, err := parsePolicies(*policies)
+		if err != nil {
+			return err
 		}
 		w, wi, err := f.workload(sim.DefaultRequests)
 		if err != nil {
@@ -363,6 +444,11 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 					c, w.MaxBlocks, w.BlockSize)
 			}
 		}
+		for _, h := range sp.hosts {
+			if int64(f.workers)*(int64(f.capacity)+int64(h)) > sim.MaxFleetBlocks {
+				return usageErr("--workers %d x (capacity %d + host capacity %d): more than %d blocks in all", f.workers, f.capacity, h, sim.MaxFleetBlocks)
+			}
+		}
 		return simulate(stdout, stderr, w, wi, cfg, pols, sp, *chart, *asJSON, *forceProgress)
 	}()
 	return exitCode(stderr, "sim", err)
@@ -379,12 +465,24 @@ func simulate(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg si
 
 	ceil := sim.InfiniteCache(w)
 	eff := cfg.Engine.WithDefaults()
+	tiered := cfg.HostCapacity > 0 || sp.hosts != nil
 	out := simJSON{
 		Workload: wi,
 		Cluster: clusterJSON{Workers: cfg.Workers, Capacity: cfg.Capacity, ChunkTokens: cfg.ChunkTokens,
 			Shards: eff.Shards, Jump: eff.JumpSize, EventDelayMs: float64(max(cfg.EventDelay, 0)) / 1e6},
 		Ceiling: ceilingJSON{BlockHitRate: ceil.BlockHitRate(), TokenHitRate: ceil.TokenHitRate(),
 			HitBlocks: ceil.HitBlocks, Blocks: ceil.Blocks},
+	}
+	if tiered {
+		out.Cluster.HostCapacity, out.Cluster.HostLoadCost = ptr(cfg.HostCapacity), ptr(cfg.HostLoadCost)
+		if cfg.HostLoadCost == 0 {
+			out.Cluster.HostLoadCost = ptr(sim.DefaultHostLoadCost)
+		}
+		wts := cfg.TierWeights
+		if wts == (engine.Weights{}) {
+			wts = engine.DefaultWeights
+		}
+		out.Cluster.TierWeights = wts[:]
 	}
 	if sp.points() == 0 {
 		cfg.MeasureMemory = true
@@ -395,7 +493,7 @@ func simulate(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg si
 				return err
 			}
 			results = append(results, r)
-			out.Policies = append(out.Policies, toPolicyJSON(r, true))
+			out.Policies = append(out.Policies, toPolicyJSON(r, true, tiered))
 		}
 		ix := toIndexJSON(results[0], true)
 		for _, r := range results {
@@ -415,10 +513,14 @@ func simulate(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg si
 
 	for k := range sp.points() {
 		var pt sweepPointJSON
-		if sp.caps != nil {
+		switch {
+		case sp.caps != nil:
 			cfg.Capacity = sp.caps[k]
 			pt.Capacity = cfg.Capacity
-		} else {
+		case sp.hosts != nil:
+			cfg.HostCapacity = sp.hosts[k]
+			pt.HostCapacity = ptr(cfg.HostCapacity)
+		default:
 			cfg.EventDelay = sp.delays[k]
 			if cfg.EventDelay == 0 {
 				cfg.EventDelay = -1 // at once
@@ -431,13 +533,16 @@ func simulate(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg si
 			if err != nil {
 				return err
 			}
-			pt.Policies = append(pt.Policies, toPolicyJSON(r, false))
+			pt.Policies = append(pt.Policies, toPolicyJSON(r, false, tiered))
 		}
 		out.Sweep = append(out.Sweep, pt)
 	}
-	if sp.caps != nil {
+	switch {
+	case sp.caps != nil:
 		out.Cluster.Capacity = 0
-	} else {
+	case sp.hosts != nil:
+		out.Cluster.HostCapacity = nil
+	default:
 		out.Cluster.EventDelayMs = 0
 	}
 	if err := writeChart(chart, out); err != nil {
@@ -480,11 +585,54 @@ func printHeader(w io.Writer, out simJSON, capacity string) {
 	if len(out.Sweep) == 0 || out.Sweep[0].EventDelayMs == nil {
 		fmt.Fprintf(w, "          events reach the index %v after the request (simulated time)\n", time.Duration(c.EventDelayMs*1e6))
 	}
+	if c.HostLoadCost != nil {
+		host := "the swept number of"
+		if c.HostCapacity != nil {
+			host = bench.Thousands(int64(*c.HostCapacity))
+		}
+		fmt.Fprintf(w, "          host tier: %s blocks per engine; loading a block costs %g of recomputing it (--host-load-cost, an assumption); kv-weighted's weights %s\n",
+			host, *c.HostLoadCost, weightsString(c.TierWeights))
+	}
 	fmt.Fprintln(w)
+}
+
+// weightsString writes tier weights as --tier-weights takes them: "1,0.75,0.25".
+func weightsString(ws []float64) string {
+	parts := make([]string, len(ws))
+	for i, x := range ws {
+		parts[i] = strconv.FormatFloat(x, 'g', -1, 64)
+	}
+	return strings.Join(parts, ",")
+}
+
+// printTiered prints one row per run with the host tier's columns: device and host hit
+// rates, token hit, prefill work, load balance; lead (when not "") is a first column.
+func printTiered(w io.Writer, lead string, pols []policyJSON, header bool) {
+	if header {
+		label := ""
+		if lead != "" {
+			label = "host"
+		}
+		fmt.Fprintf(w, "%-*s%-16s %10s %9s %10s %13s %14s %16s\n", len(lead), label, "policy", "device hit", "host hit", "token hit", "prefill work", "max/mean reqs", "max/mean tokens")
+	}
+	for _, p := range pols {
+		fmt.Fprintf(w, "%s%-16s %10s %9s %10s %13s %14.3f %16.3f\n", lead, p.Name, pct(p.BlockHitRate), pct(*p.HostHitRate), pct(p.TokenHitRate), pct(*p.PrefillWork), p.MaxMeanLoad, p.MaxMeanToken)
+	}
 }
 
 func printReport(w io.Writer, out simJSON, results []sim.Result, ceil sim.Ceiling) {
 	printHeader(w, out, bench.Thousands(int64(out.Cluster.Capacity))+fmt.Sprintf(" blocks (%s tokens each)", bench.Thousands(int64(out.Cluster.Capacity*out.Workload.BlockSize))))
+	if out.Cluster.HostLoadCost != nil {
+		fmt.Fprintf(w, "infinite cache: block hit %s, token hit %s\n", pct(ceil.BlockHitRate()), pct(ceil.TokenHitRate()))
+		printTiered(w, "", out.Policies, true)
+	} else {
+		printPolicies(w, results, ceil)
+	}
+	printIndex(w, out, results)
+}
+
+// printPolicies is the policy table of a run without a host tier.
+func printPolicies(w io.Writer, results []sim.Result, ceil sim.Ceiling) {
 	// The two load columns: the busiest engine's requests, then its prompt tokens, each
 	// over the mean engine's (1.000 is perfect balance).
 	fmt.Fprintf(w, "%-16s %10s %10s %11s %14s %16s %8s\n", "policy", "block hit", "token hit", "of ceiling", "max/mean reqs", "max/mean tokens", "seconds")
@@ -496,6 +644,10 @@ func printReport(w io.Writer, out simJSON, results []sim.Result, ceil sim.Ceilin
 		}
 		fmt.Fprintf(w, "%-16s %10s %10s %11s %14.3f %16.3f %8.2f\n", r.Policy, pct(r.BlockHitRate()), pct(r.TokenHitRate()), of, r.MaxMeanLoad(), r.MaxMeanTokens(), r.Seconds)
 	}
+}
+
+// printIndex is the index section of a run.
+func printIndex(w io.Writer, out simJSON, results []sim.Result) {
 	ix := *out.Index
 	var r sim.Result
 	for _, x := range results {
@@ -507,6 +659,10 @@ func printReport(w io.Writer, out simJSON, results []sim.Result, ceil sim.Ceilin
 	fmt.Fprintf(w, "\nindex (the %s run)\n", ix.Policy)
 	fmt.Fprintf(w, "  events applied   %s (%s stored, %s removed; %s rejected)\n",
 		bench.Thousands(int64(s.Events)), bench.Thousands(s.StoredEvents), bench.Thousands(s.RemovedEvents), bench.Thousands(s.Rejected))
+	if out.Cluster.HostLoadCost != nil {
+		fmt.Fprintf(w, "  host tier        %s stored and %s removed events of those; %s host memberships at the end; %s blocks not offloaded (no tier held their parent)\n",
+			bench.Thousands(s.HostStoredEvents), bench.Thousands(s.HostRemovedEvents), bench.Thousands(s.HostMemberships), bench.Thousands(r.Orphans))
+	}
 	fmt.Fprintf(w, "  block ops        %s (%s query hashes, %s stored, %s removed) in %.3f s of engine calls\n",
 		bench.Thousands(s.BlockOps()), bench.Thousands(s.QueryBlocks), bench.Thousands(s.StoredBlocks), bench.Thousands(s.RemovedBlocks), s.EngineSeconds)
 	fmt.Fprintf(w, "  throughput       %.2fM block ops/s\n", s.BlockOpsPerS()/1e6)
@@ -523,6 +679,16 @@ func printSweep(w io.Writer, out simJSON) {
 	caps := make([]string, len(out.Sweep))
 	for i, p := range out.Sweep {
 		caps[i] = sweepLabel(p)
+	}
+	if out.Sweep[0].HostCapacity != nil {
+		printHeader(w, out, bench.Thousands(int64(out.Cluster.Capacity))+" blocks")
+		fmt.Fprintf(w, "by host capacity (blocks per worker); infinite cache: block hit %s; prefill work = (computed tokens + %g x loaded tokens) / input tokens\n",
+			pct(out.Ceiling.BlockHitRate), *out.Cluster.HostLoadCost)
+		for i, p := range out.Sweep {
+			printTiered(w, fmt.Sprintf("%-8s ", caps[i]), p.Policies, i == 0)
+		}
+		fmt.Fprintf(w, "\nchart written to %s\ntotal %.1f s\n", out.Chart, out.Seconds)
+		return
 	}
 	if out.Sweep[0].EventDelayMs != nil {
 		printHeader(w, out, bench.Thousands(int64(out.Cluster.Capacity))+" blocks")
@@ -546,10 +712,13 @@ func printSweep(w io.Writer, out simJSON) {
 	fmt.Fprintf(w, "\nchart written to %s\ntotal %.1f s\n", out.Chart, out.Seconds)
 }
 
-// sweepLabel names a sweep point: its capacity or its event delay.
+// sweepLabel names a sweep point: its capacity, event delay or host capacity.
 func sweepLabel(pt sweepPointJSON) string {
 	if pt.EventDelayMs != nil {
 		return time.Duration(*pt.EventDelayMs * 1e6).String()
+	}
+	if pt.HostCapacity != nil {
+		return bench.Thousands(int64(*pt.HostCapacity))
 	}
 	return bench.Thousands(int64(pt.Capacity))
 }
@@ -559,6 +728,9 @@ func sweepLabel(pt sweepPointJSON) string {
 func writeChart(path string, out simJSON) error {
 	if out.Sweep[0].EventDelayMs != nil {
 		return writeDelayChart(path, out)
+	}
+	if out.Sweep[0].HostCapacity != nil {
+		return writeTierChart(path, out)
 	}
 	p := plot.New()
 	p.Title.Text = "Prefix hit rate vs KV cache per worker"
@@ -621,6 +793,48 @@ func writeDelayChart(path string, out simJSON) error {
 		lines = append(lines, out.Sweep[0].Policies[i].Name, pts)
 	}
 	lines = append(lines, "infinite cache", plotter.XYs{{X: 0, Y: out.Ceiling.BlockHitRate}, {X: float64(len(out.Sweep) - 1), Y: out.Ceiling.BlockHitRate}})
+	var ticks []plot.Tick
+	for j, pt := range out.Sweep {
+		ticks = append(ticks, plot.Tick{Value: float64(j), Label: sweepLabel(pt)})
+	}
+	p.X.Tick.Marker = plot.ConstantTicks(ticks)
+	if err := plotutil.AddLinePoints(p, lines...); err != nil {
+		return err
+	}
+	if err := saveChart(p, path); err != nil {
+		return fmt.Errorf("writing chart: %w", err)
+	}
+	return nil
+}
+
+// writeTierChart draws the prefill work against the host tier's size, one line per
+// policy: the points evenly spaced (0, no host, cannot sit on a log axis), each named by
+// its tick. Lower is better: 1 is a cold cache.
+func writeTierChart(path string, out simJSON) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Prefill work vs host tier (device %s blocks per worker; a host load costs %g of recompute)",
+		bench.Thousands(int64(out.Cluster.Capacity)), *out.Cluster.HostLoadCost)
+	p.X.Label.Text = fmt.Sprintf("host tier (blocks of %d tokens per worker)", out.Workload.BlockSize)
+	p.Y.Label.Text = "prefill work (fraction of a cold cache's)"
+	// The axis spans the lines, a twentieth of a cold cache's work beyond them: the
+	// policies differ by points, which an axis from 0 would flatten.
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, pt := range out.Sweep {
+		for _, pol := range pt.Policies {
+			lo, hi = min(lo, *pol.PrefillWork), max(hi, *pol.PrefillWork)
+		}
+	}
+	p.Y.Min, p.Y.Max = max(0, math.Floor(lo*20-0.5)/20), min(1, math.Ceil(hi*20+0.5)/20)
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	var lines []any
+	for i := range out.Sweep[0].Policies {
+		pts := make(plotter.XYs, len(out.Sweep))
+		for j, pt := range out.Sweep {
+			pts[j].X, pts[j].Y = float64(j), *pt.Policies[i].PrefillWork
+		}
+		lines = append(lines, out.Sweep[0].Policies[i].Name, pts)
+	}
 	var ticks []plot.Tick
 	for j, pt := range out.Sweep {
 		ticks = append(ticks, plot.Tick{Value: float64(j), Label: sweepLabel(pt)})

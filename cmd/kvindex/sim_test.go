@@ -46,7 +46,21 @@ func TestSimBadFlags(t *testing.T) {
 		{[]string{"--sessions", "0"}, "--sessions 0"},
 		{[]string{"--trace", "x.jsonl", "--sessions", "3"}, "--sessions applies to the built-in workload"},
 		{[]string{"--policies", "kv-aware,fastest"}, `unknown policy "fastest"`},
-		{[]string{"--sweep", "workers=1,2"}, "want capacity=A,B,C or event-delay"},
+		{[]string{"--sweep", "workers=1,2"}, "want capacity=A,B,C, event-delay=D1,D2,D3 or host-capacity"},
+		{[]string{"--host-capacity", "-1"}, "--host-capacity -1"},
+		{[]string{"--host-capacity", "99999999"}, "--host-capacity 99999999"},
+		{[]string{"--workers", "4096", "--capacity", "8192", "--host-capacity", "16384"}, "more than 67108864 blocks in all"},
+		{[]string{"--host-load-cost", "0"}, "--host-load-cost 0"},
+		{[]string{"--host-load-cost", "1.5"}, "--host-load-cost 1.5"},
+		{[]string{"--host-load-cost", "NaN"}, "--host-load-cost NaN"},
+		{[]string{"--tier-weights", "1,0.75"}, "want three weights"},
+		{[]string{"--tier-weights", "1,x,0"}, `"x" is not a number`},
+		{[]string{"--tier-weights", "1,1.5,0"}, "weight of tier host"},
+		{[]string{"--tier-weights", "0,0,0"}, "all zero"},
+		{[]string{"--sweep", "host-capacity=0,-4"}, `host capacity "-4"`},
+		{[]string{"--sweep", "host-capacity=0,99999999"}, `host capacity "99999999"`},
+		{[]string{"--sweep", "host-capacity=0,600", "--host-capacity", "5"}, "give one"},
+		{[]string{"--sweep", "host-capacity=0,16384", "--workers", "4096", "--capacity", "8192"}, "more than 67108864 blocks in all"},
 		{[]string{"--sweep", "event-delay=0,-5ms"}, `event delay "-5ms"`},
 		{[]string{"--event-delay", "-1s"}, "--event-delay"},
 		{[]string{"--rate", "0"}, "--rate"},
@@ -323,5 +337,110 @@ func TestSimEventDelaySweep(t *testing.T) {
 	}
 	if b, err := os.ReadFile(chart); err != nil || !bytes.Contains(b, []byte("<svg")) {
 		t.Fatalf("chart: %v", err)
+	}
+}
+
+// TestSimHostTierSweep runs the tier sweep: per host capacity, the three scorings of the
+// tiers (the default policies of this sweep), with a chart that embeds its fonts; and a
+// plain run with a host tier, whose table and JSON carry the host's columns.
+func TestSimHostTierSweep(t *testing.T) {
+	chart := filepath.Join(t.TempDir(), "tiers.svg")
+	code, out, errs := runCLI(t, append([]string{"sim", "--sweep", "host-capacity=0,300,1200", "--chart", chart}, quickSim...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"by host capacity", "host tier: the swept number of blocks", "prefill work", "kv-weighted", "kv-any-tier",
+		"1,200    kv-aware", "chart written to " + chart} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("no %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "least-loaded") {
+		t.Fatalf("a tier sweep without --policies runs the three tier scorings only:\n%s", out)
+	}
+	if b, err := os.ReadFile(chart); err != nil || !bytes.Contains(b, []byte("<svg")) || !bytes.Contains(b, []byte("@font-face")) {
+		t.Fatalf("chart: %v", err)
+	}
+
+	code, out, errs = runCLI(t, append([]string{"sim", "--json", "--sweep", "host-capacity=0,1200", "--chart", chart, "--policies", "kv-aware,kv-weighted"}, quickSim...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got struct {
+		Cluster struct {
+			HostCapacity *int      `json:"host_capacity_blocks"`
+			HostLoadCost *float64  `json:"host_load_cost"`
+			TierWeights  []float64 `json:"tier_weights"`
+		} `json:"cluster"`
+		Sweep []struct {
+			HostCapacity *int `json:"host_capacity"`
+			Policies     []struct {
+				Name         string   `json:"name"`
+				BlockHitRate float64  `json:"block_hit_rate"`
+				HostHitRate  *float64 `json:"host_block_hit_rate"`
+				PrefillWork  *float64 `json:"prefill_work"`
+				TokenHitRate float64  `json:"token_hit_rate"`
+			} `json:"policies"`
+		} `json:"sweep"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Sweep) != 2 || got.Sweep[1].HostCapacity == nil || *got.Sweep[1].HostCapacity != 1200 ||
+		got.Cluster.HostCapacity != nil || got.Cluster.HostLoadCost == nil || *got.Cluster.HostLoadCost != 0.25 || len(got.Cluster.TierWeights) != 3 {
+		t.Fatalf("sweep JSON %v: %s", err, out)
+	}
+	for _, pt := range got.Sweep {
+		for _, p := range pt.Policies {
+			if p.HostHitRate == nil || p.PrefillWork == nil || (*pt.HostCapacity == 0) != (*p.HostHitRate == 0) ||
+				*p.PrefillWork < 1-p.TokenHitRate-1e-9 || *p.PrefillWork > 1 {
+				t.Fatalf("host %d, %s: %+v", *pt.HostCapacity, p.Name, p)
+			}
+		}
+	}
+
+	code, out, errs = runCLI(t, append([]string{"sim", "--host-capacity", "600", "--host-load-cost", "0.5", "--tier-weights", "1,0.5,0", "--policies", "kv-aware,kv-weighted"}, quickSim...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"host tier: 600 blocks per engine; loading a block costs 0.5", "weights 1,0.5,0", "device hit", "host hit", "host memberships"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("no %q in:\n%s", want, out)
+		}
+	}
+}
+
+// TestSimWithoutHostTierUnchanged: without --host-capacity, the JSON has none of the
+// tier fields, and gen-ops writes no medium (the output is what it was before tiers).
+func TestSimWithoutHostTierUnchanged(t *testing.T) {
+	code, out, errs := runCLI(t, append([]string{"sim", "--json", "--policies", "kv-aware"}, quickSim...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, field := range []string{"host_", "prefill_work", "tier_weights", "loaded_tokens", "orphan"} {
+		if strings.Contains(out, field) {
+			t.Errorf("a run without a host tier reports %q: %s", field, out)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "g.jsonl")
+	if code, _, errs := runCLI(t, append([]string{"gen-ops", "--out", path}, quickSim...)...); code != 0 {
+		t.Fatal(errs)
+	}
+	if b, _ := os.ReadFile(path); bytes.Contains(b, []byte("medium")) || bytes.Contains(b, []byte("tiers")) {
+		t.Fatal("gen-ops without a host tier writes tiers")
+	}
+}
+
+// TestGenOpsHostTierReplays: gen-ops with a host tier writes host-tier ops and per-tier
+// expectations, and replay passes every one.
+func TestGenOpsHostTierReplays(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.jsonl")
+	code, out, errs := runCLI(t, append([]string{"gen-ops", "--out", path, "--expect-every", "4", "--host-capacity", "300", "--policy", "kv-weighted"}, quickSim...)...)
+	if code != 0 || !strings.Contains(out, "100 with expect/sizes") {
+		t.Fatalf("gen-ops: exit %d\n%s%s", code, out, errs)
+	}
+	if b, _ := os.ReadFile(path); !bytes.Contains(b, []byte(`"medium":"host"`)) || !bytes.Contains(b, []byte(`"tiers"`)) {
+		t.Fatal("gen-ops with a host tier writes no host-tier ops or per-tier expectations")
+	}
+	code, out, errs = runCLI(t, "replay", "--ops", path)
+	if code != 0 || !strings.Contains(out, "100 passed, 0 failed") {
+		t.Fatalf("replay: exit %d\n%s%s", code, out, errs)
 	}
 }
