@@ -238,14 +238,14 @@ type (
 		BytesPerMembership *float64 `json:"bytes_per_membership,omitempty"`
 	}
 	policyJSON struct {
-		Name         string    `json:"name"`
-		BlockHitRate float64   `json:"block_hit_rate"`
-		TokenHitRate float64   `json:"token_hit_rate"`
-		MaxMeanLoad  float64   `json:"max_mean_load"`
-		MaxMeanToken float64   `json:"max_mean_tokens"`
-		HitBlocks    int64     `json:"hit_blocks"`
-		Blocks       int64     `json:"blocks"`
-		Seconds      float64   `json:"seconds"`
+		Name         string  `json:"name"`
+		BlockHitRate float64 `json:"block_hit_rate"`
+		TokenHitRate float64 `json:"token_hit_rate"`
+		MaxMeanLoad  float64 `json:"max_mean_load"`
+		MaxMeanToken float64 `json:"max_mean_tokens"`
+		HitBlocks    int64   `json:"hit_blocks"`
+		Blocks       int64   `json:"blocks"`
+		Seconds      float64 `json:"seconds"`
 		// With a host tier: the hit rate it adds (host_hit_blocks/blocks), the tokens
 		// loaded from it, and the prefill work left (computed tokens plus loaded ones at
 		// host_load_cost, over all input tokens).
