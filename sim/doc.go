@@ -16,15 +16,21 @@
 //     it hangs under, and tail-first freeing when the request finishes. A request
 //     finishes right after prefill; decode is not modelled, so there is exactly one
 //     running request in the fleet at a time and nothing else pins blocks.
-//   - Routing policies (kv-aware, kv-aware-predict, approximate, random, round-robin,
-//     least-loaded) and the metrics: hit rates, the infinite-cache ceiling, load balance,
-//     and the index's throughput, latency and memory.
+//   - An optional host tier per engine (Config.HostCapacity): an LRU of blocks the device
+//     evicted, offloaded with a host-tier `stored` under their parent and dropped with a
+//     host-tier `removed`; a request whose prefix continues there loads those blocks back
+//     (stored on the device again) at Config.HostLoadCost of recomputing them.
+//   - Routing policies (kv-aware, kv-aware-predict, approximate, kv-weighted, kv-any-tier,
+//     random, round-robin, least-loaded) and the metrics: hit rates per tier, the
+//     infinite-cache ceiling, prefill work, load balance, and the index's throughput,
+//     latency and memory.
 //   - Simulated time: requests arrive at their trace timestamps (or evenly at
 //     Config.Rate), the events a request causes reach the index Config.EventDelay later,
 //     in emission order, and the index's predictions expire on the same clock.
 //
 // Events reach the index only through the engine's public API (Store, StoreUnder,
-// Remove, FindMatches, Barrier), exactly as an ingester would call it. An Observer sees
+// Remove, Apply for host-tier events, FindMatches, Barrier), exactly as an ingester
+// would call it. An Observer sees
 // the same stream; WriteOps uses one to write the stream as an op log whose queries carry
 // the reference model's answers.
 //

@@ -401,6 +401,11 @@ func TestHostTier(t *testing.T) {
 			t.Fatalf("%v: device %.4f + host %.4f above the ceiling", p, r.BlockHitRate(), r.HostHitRate())
 		}
 	}
+	// Device-only scoring sees the same device caches with a host tier: a loaded block
+	// takes the device block its recomputation would have, so kv-aware routes as before.
+	if kvh := run(KVAware, 800); !reflect.DeepEqual(kvh.Loads, kv.Loads) || kvh.HitBlocks != kv.HitBlocks {
+		t.Fatalf("kv-aware with a host tier: loads %v, device hits %d; without: %v, %d", kvh.Loads, kvh.HitBlocks, kv.Loads, kv.HitBlocks)
+	}
 	// Round-robin routes the same with or without a host: the host can only add reuse.
 	rr0, rr := run(RoundRobin, 0), run(RoundRobin, 800)
 	if !reflect.DeepEqual(rr.Loads, rr0.Loads) || rr.ReusedTokens <= rr0.ReusedTokens || rr.PrefillWork() >= rr0.PrefillWork() {
