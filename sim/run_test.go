@@ -42,15 +42,23 @@ func comparable(r Result) Result {
 	return r
 }
 
+// untiered are the policies that differ without a host tier (kv-weighted and
+// kv-any-tier are kv-aware then, TestHostTier checks).
+func untiered() []Policy { return Policies()[:KVWeighted] }
+
 func TestRunIsDeterministic(t *testing.T) {
 	w := small(t, 800)
-	for _, p := range Policies() {
+	for _, p := range append(untiered(), KVWeighted) {
+		cfg := smallCluster
+		if p == KVWeighted {
+			cfg.HostCapacity = 300
+		}
 		t.Run(p.String(), func(t *testing.T) {
-			a, err := Run(context.Background(), w, p, smallCluster)
+			a, err := Run(context.Background(), w, p, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := Run(context.Background(), w, p, smallCluster)
+			b, err := Run(context.Background(), w, p, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,7 +74,8 @@ func TestRunIsDeterministic(t *testing.T) {
 			if p == Approximate && a.Index.StoredEvents+a.Index.RemovedEvents != 0 {
 				t.Fatalf("approximate sent %d events to the index", a.Index.StoredEvents+a.Index.RemovedEvents)
 			}
-			if a.Index.Rejected != 0 || a.Index.Events != uint64(a.Index.StoredEvents+a.Index.RemovedEvents) {
+			if a.Index.Rejected != 0 || a.Index.Events != uint64(a.Index.StoredEvents+a.Index.RemovedEvents) ||
+				(cfg.HostCapacity > 0) != (a.Index.HostStoredEvents > 0) {
 				t.Fatalf("events: %+v", a.Index)
 			}
 			wantQueries := int64(0)
@@ -89,7 +98,7 @@ func TestRunKVAwareWins(t *testing.T) {
 	w := small(t, 1500)
 	ceil := InfiniteCache(w)
 	res := map[Policy]Result{}
-	for _, p := range Policies() {
+	for _, p := range untiered() {
 		r, err := Run(context.Background(), w, p, smallCluster)
 		if err != nil {
 			t.Fatal(err)
@@ -214,9 +223,8 @@ func TestWriteOpsReplays(t *testing.T) {
 		// With a host tier the log carries host-tier stored and removed ops (offloads
 		// and the host's evictions) and per-tier expectations: a small host evicts
 		// often, a large one seldom.
-		{KVWeighted, 1, engine.Config{Shards: 2, JumpSize: 4}, 150},
-		{KVAware, 2, engine.Config{Shards: 3, JumpSize: 64}, 1200},
-		{RoundRobin, 2, engine.Config{Shards: 1, JumpSize: 2}, 600},
+		{KVWeighted, 2, engine.Config{Shards: 2, JumpSize: 4}, 150},
+		{RoundRobin, 3, engine.Config{Shards: 1, JumpSize: 2}, 1200},
 	}
 	for _, tc := range tests {
 		t.Run(fmt.Sprintf("%v/every%d/shards%d/jump%d/host%d", tc.policy, tc.every, tc.engine.Shards, tc.engine.JumpSize, tc.host), func(t *testing.T) {
@@ -364,7 +372,7 @@ func TestTraceClusterMatchesConformanceLog(t *testing.T) {
 // TestHostTier checks the tiered runs' accounting, and that without a host tier the
 // three kv-aware scorings are one policy: every tier's prefix is the device's.
 func TestHostTier(t *testing.T) {
-	w := small(t, 800)
+	w := small(t, 500)
 	run := func(p Policy, host int) Result {
 		t.Helper()
 		cfg := smallCluster
@@ -387,8 +395,10 @@ func TestHostTier(t *testing.T) {
 		kv.PrefillTokens != float64(kv.Tokens-kv.ReusedTokens) {
 		t.Fatalf("without a host tier: %+v", kv)
 	}
+	withHost := map[Policy]Result{}
 	for _, p := range []Policy{KVAware, KVWeighted, KVAnyTier, RoundRobin} {
 		r := run(p, 800)
+		withHost[p] = r
 		if r.HostHitBlocks == 0 || r.LoadedTokens == 0 || r.LoadedTokens > r.ReusedTokens || r.Index.HostMemberships == 0 ||
 			r.Index.HostStoredEvents == 0 || r.Index.Rejected != 0 {
 			t.Fatalf("%v with a host tier: %+v", p, r)
@@ -403,11 +413,11 @@ func TestHostTier(t *testing.T) {
 	}
 	// Device-only scoring sees the same device caches with a host tier: a loaded block
 	// takes the device block its recomputation would have, so kv-aware routes as before.
-	if kvh := run(KVAware, 800); !reflect.DeepEqual(kvh.Loads, kv.Loads) || kvh.HitBlocks != kv.HitBlocks {
+	if kvh := withHost[KVAware]; !reflect.DeepEqual(kvh.Loads, kv.Loads) || kvh.HitBlocks != kv.HitBlocks {
 		t.Fatalf("kv-aware with a host tier: loads %v, device hits %d; without: %v, %d", kvh.Loads, kvh.HitBlocks, kv.Loads, kv.HitBlocks)
 	}
 	// Round-robin routes the same with or without a host: the host can only add reuse.
-	rr0, rr := run(RoundRobin, 0), run(RoundRobin, 800)
+	rr0, rr := run(RoundRobin, 0), withHost[RoundRobin]
 	if !reflect.DeepEqual(rr.Loads, rr0.Loads) || rr.ReusedTokens <= rr0.ReusedTokens || rr.PrefillWork() >= rr0.PrefillWork() {
 		t.Fatalf("round-robin: %d tokens reused with a host tier (work %.4f), %d without (%.4f)", rr.ReusedTokens, rr.PrefillWork(), rr0.ReusedTokens, rr0.PrefillWork())
 	}
