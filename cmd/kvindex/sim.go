@@ -436,8 +436,8 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 			check = []int{f.capacity}
 		}
 		for _, c := range check {
-			if int64(f.workers)*int64(c) > sim.MaxFleetBlocks {
-				return usageErr("--workers %d x capacity %d: more than %d blocks in all", f.workers, c, sim.MaxFleetBlocks)
+			if int64(f.workers)*(int64(c)+int64(f.hostCapacity)) > sim.MaxFleetBlocks {
+				return usageErr("--workers %d x (capacity %d + --host-capacity %d): more than %d blocks in all", f.workers, c, f.hostCapacity, sim.MaxFleetBlocks)
 			}
 			if c < w.MaxBlocks {
 				return usageErr("capacity %d blocks per worker cannot hold the longest request (%d blocks of %d tokens); raise --capacity or the sweep's capacities",

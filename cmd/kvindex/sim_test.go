@@ -61,6 +61,7 @@ func TestSimBadFlags(t *testing.T) {
 		{[]string{"--sweep", "host-capacity=0,99999999"}, `host capacity "99999999"`},
 		{[]string{"--sweep", "host-capacity=0,600", "--host-capacity", "5"}, "give one"},
 		{[]string{"--sweep", "host-capacity=0,16384", "--workers", "4096", "--capacity", "8192"}, "more than 67108864 blocks in all"},
+		{[]string{"--sweep", "capacity=600,8192", "--workers", "4096", "--host-capacity", "10000"}, "capacity 8192 + --host-capacity 10000"},
 		{[]string{"--sweep", "event-delay=0,-5ms"}, `event delay "-5ms"`},
 		{[]string{"--event-delay", "-1s"}, "--event-delay"},
 		{[]string{"--rate", "0"}, "--rate"},
