@@ -98,6 +98,9 @@ var sharedFlagExceptions = map[string]string{
 	// sim routes simulated requests; serve names the default answer of /v1/match. The
 	// two sets of policies differ.
 	"policy": "gen-ops: a simulated router's policy; serve: /v1/match's default policy",
+	// The same D,H,DISK weights; serve's default comes from its config file (the flag
+	// replaces it), sim and gen-ops have none, so their flag default is the value.
+	"tier-weights": "serve: \"\" (the config's tier_weights); sim/gen-ops: 1,0.75,0.25",
 }
 
 // flagLine matches one flag of PrintDefaults' output: "  -name type" (no type for a

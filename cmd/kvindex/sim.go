@@ -68,7 +68,7 @@ func (f *simFlags) register(fs *flag.FlagSet, requestsHelp string) {
 	fs.IntVar(&f.sessions, "sessions", sim.DefaultSessions, "built-in workload: live conversations")
 	fs.StringVar(&f.trace, "trace", "", "Mooncake FAST'25 trace (JSONL) instead of the built-in workload")
 	fs.IntVar(&f.hostCapacity, "host-capacity", 0, "host-memory tier blocks per worker (0 = none): device evictions are offloaded there and loaded back on a hit")
-	fs.StringVar(&f.tierWeights, "tier-weights", "1,0.75,0.25", "kv-weighted's weights of a device, host and disk block (each 0..1)")
+	fs.StringVar(&f.tierWeights, "tier-weights", "1,0.75,0.25", "kv-weighted's weights of a device, host and disk block, as D,H,DISK in [0, 1]")
 }
 
 // parseWeights reads "D,H,K": the tier weights of kv-weighted.
