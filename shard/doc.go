@@ -21,14 +21,16 @@
 // and backward-shift deletion (no tombstones, so probe lengths do not rot under churn),
 // sized by package internal/table: any size, growing by half at load 13/16. It is keyed
 // by a key's fingerprint (Hash: the engine's seeded hash of the whole key; keys come
-// from prompts, so where they land must not be known outside), and a slot is 16 bytes:
+// from prompts, so where they land must not be known outside), and a slot is 12 bytes:
 //
-//	fingerprint uint64 | n uint32 | m uint32
+//	fingerprint (two uint32 words) | m uint32
 //
-// One member lives inline (m); a second moves the set into an overflow slab, and m then
-// names the slab entry. In the traces this project is tuned for, almost every key is
-// held by one worker, so the common case allocates nothing per entry and the garbage
-// collector has nothing to scan. A slot carries its own hash, so moving it (growth,
+// m is 0 for an empty slot, the worker id + 1 for a key with one member (inline), or
+// names the key's overflow set (top bit set) once a second member arrives; an overflow
+// key's member count is its set's length. The fingerprint is split in two words so that
+// a slot needs no 8-byte alignment (one uint64 and a uint32 would pad to 16). In the
+// traces this project is tuned for, almost every key is held by one worker, so the
+// common case allocates nothing per entry and the garbage collector has nothing to scan. A slot carries its own hash, so moving it (growth,
 // deletion, Robin Hood swaps) needs no rehash. Two keys share a slot only if their
 // fingerprints collide; DESIGN.md ("Exactness of fingerprints") gives the argument. See
 // table_bench_test.go for the built-in map and github.com/dolthub/swiss measured on the

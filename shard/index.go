@@ -1,6 +1,10 @@
 package shard
 
-import "github.com/kvindex/kvindex/internal/table"
+import (
+	"unsafe"
+
+	"github.com/kvindex/kvindex/internal/table"
+)
 
 // Inline is the number of members a slot stores without an overflow set.
 const Inline = 1
@@ -19,12 +23,32 @@ type Key struct {
 // Loc packs a key's namespace and position into one word for the hash.
 func (k Key) Loc() uint64 { return uint64(k.NS)<<32 | uint64(k.Pos) }
 
-// slot is one table cell; n == 0 marks it empty. fp is the key's fingerprint (see
-// Hash). With one member, m is that member; with more, m names the key's overflow set.
+// slot is one table cell, 12 bytes: the key's fingerprint (see Hash) in two words, so
+// that the slot needs no 8-byte alignment, and m, which says what the slot holds:
+//
+//	m == 0                  empty
+//	0 < m < ovfBit          one member, worker m-1 (inline)
+//	m >= ovfBit             two or more members, in overflow set m-ovfBit
+//
+// The member count of an overflow key is its set's length, so the slot needs no count.
 type slot struct {
-	fp uint64
-	n  uint32
-	m  uint32
+	lo, hi uint32
+	m      uint32
+}
+
+// ovfBit marks a slot whose members live in an overflow set.
+const ovfBit = 1 << 31
+
+// MaxMember is the largest worker id the index takes: ids above it would be read as an
+// overflow set. Worker ids are registry indexes, far below it.
+const MaxMember = ovfBit - 2
+
+func (s *slot) fp() uint64 { return uint64(s.lo) | uint64(s.hi)<<32 }
+
+func (s *slot) is(fp uint64) bool { return s.lo == uint32(fp) && s.hi == uint32(fp>>32) }
+
+func newSlot(fp uint64, wid uint32) slot {
+	return slot{lo: uint32(fp), hi: uint32(fp >> 32), m: wid + 1}
 }
 
 // Index is a positional index owned by one goroutine. The zero value is not usable;
@@ -61,13 +85,13 @@ func (x *Index) find(fp uint64) int {
 	h := x.home(fp)
 	for i, d := h, uint64(0); ; i, d = table.Next(i, n), d+1 {
 		s := &x.slots[i]
-		if s.n == 0 {
+		if s.m == 0 {
 			return -1
 		}
-		if s.fp == fp {
+		if s.is(fp) {
 			return int(i)
 		}
-		if table.Dist(x.home(s.fp), i, n) < d {
+		if table.Dist(x.home(s.fp()), i, n) < d {
 			return -1
 		}
 	}
@@ -79,7 +103,7 @@ func (x *Index) Probes(fp uint64) int {
 	n := len(x.slots)
 	for i, d := x.home(fp), uint64(0); ; i, d = table.Next(i, n), d+1 {
 		s := &x.slots[i]
-		if s.n == 0 || s.fp == fp || table.Dist(x.home(s.fp), i, n) < d {
+		if s.m == 0 || s.is(fp) || table.Dist(x.home(s.fp()), i, n) < d {
 			return int(d) + 1
 		}
 	}
@@ -94,8 +118,8 @@ func (x *Index) Memberships() int { return x.members }
 // Capacity returns the number of slots, for memory accounting.
 func (x *Index) Capacity() int { return len(x.slots) }
 
-// Add makes wid a member of the key with fingerprint fp and reports whether it was not
-// one already. The table grows at 13/16: a slot carries its hash, so the long runs of a
+// Add makes wid (at most MaxMember) a member of the key with fingerprint fp and reports
+// whether it was not one already. The table grows at 13/16: a slot carries its hash, so the long runs of a
 // dense table are cheap to shift.
 func (x *Index) Add(fp uint64, wid uint32) bool {
 	if table.FullDense(x.used, len(x.slots)) {
@@ -104,15 +128,15 @@ func (x *Index) Add(fp uint64, wid uint32) bool {
 	n := len(x.slots)
 	for i, d := x.home(fp), uint64(0); ; i, d = table.Next(i, n), d+1 {
 		s := &x.slots[i]
-		if s.n != 0 && s.fp == fp {
+		if s.m != 0 && s.is(fp) {
 			if !x.addMember(s, wid) {
 				return false
 			}
 			x.members++
 			return true
 		}
-		if s.n == 0 || table.Dist(x.home(s.fp), i, n) < d {
-			x.shiftIn(i, slot{fp: fp, n: 1, m: wid})
+		if s.m == 0 || table.Dist(x.home(s.fp()), i, n) < d {
+			x.shiftIn(i, newSlot(fp, wid))
 			x.used++
 			x.members++
 			return true
@@ -128,7 +152,7 @@ func (x *Index) Add(fp uint64, wid uint32) bool {
 // replay insertAt was a seventh of the replay's time).
 func (x *Index) shiftIn(i uint64, e slot) {
 	j := i
-	for n := len(x.slots); x.slots[j].n != 0; {
+	for n := len(x.slots); x.slots[j].m != 0; {
 		j = table.Next(j, n)
 	}
 	table.ShiftRight(x.slots, i, j)
@@ -141,11 +165,11 @@ func (x *Index) insertAt(i, d uint64, e slot) {
 	n := len(x.slots)
 	for {
 		s := &x.slots[i]
-		if s.n == 0 {
+		if s.m == 0 {
 			*s = e
 			return
 		}
-		if sd := table.Dist(x.home(s.fp), i, n); sd < d {
+		if sd := table.Dist(x.home(s.fp()), i, n); sd < d {
 			*s, e = e, *s
 			d = sd
 		}
@@ -154,20 +178,20 @@ func (x *Index) insertAt(i, d uint64, e slot) {
 }
 
 func (x *Index) addMember(s *slot, wid uint32) bool {
-	if s.n == 1 {
-		if s.m == wid {
+	if s.m < ovfBit {
+		if s.m == wid+1 {
 			return false
 		}
 		// Spill the inline member and the newcomer into an overflow set.
 		o := x.newOverflow()
-		set := append(x.ovf[o], s.m, wid)
+		set := append(x.ovf[o], s.m-1, wid)
 		x.ovfCap += cap(set) - cap(x.ovf[o])
 		x.ovf[o] = set
-		s.m = o
-		s.n = 2
+		s.m = ovfBit | o
 		return true
 	}
-	set := x.ovf[s.m]
+	o := s.m - ovfBit
+	set := x.ovf[o]
 	for _, m := range set {
 		if m == wid {
 			return false
@@ -175,8 +199,7 @@ func (x *Index) addMember(s *slot, wid uint32) bool {
 	}
 	grown := append(set, wid)
 	x.ovfCap += cap(grown) - cap(set)
-	x.ovf[s.m] = grown
-	s.n++
+	x.ovf[o] = grown
 	return true
 }
 
@@ -203,7 +226,7 @@ func (x *Index) Remove(fp uint64, wid uint32) bool {
 		return false
 	}
 	x.members--
-	if s.n == 0 {
+	if s.m == 0 {
 		x.deleteAt(uint64(i))
 		x.used--
 		if table.Sparse(x.used, len(x.slots), shrinkFloor) {
@@ -213,15 +236,16 @@ func (x *Index) Remove(fp uint64, wid uint32) bool {
 	return true
 }
 
+// removeMember drops wid from slot s; a slot left with no member has m == 0.
 func (x *Index) removeMember(s *slot, wid uint32) bool {
-	if s.n == 1 {
-		if s.m != wid {
+	if s.m < ovfBit {
+		if s.m != wid+1 {
 			return false
 		}
-		s.n = 0
+		s.m = 0
 		return true
 	}
-	o := s.m
+	o := s.m - ovfBit
 	set := x.ovf[o]
 	for j, m := range set {
 		if m != wid {
@@ -230,9 +254,8 @@ func (x *Index) removeMember(s *slot, wid uint32) bool {
 		last := len(set) - 1
 		set[j] = set[last]
 		set = set[:last]
-		s.n--
-		if s.n == 1 {
-			s.m = set[0]
+		if len(set) == 1 {
+			s.m = set[0] + 1
 			x.ovf[o] = set[:0]
 			x.ovfFree = append(x.ovfFree, o)
 		} else {
@@ -251,7 +274,7 @@ func (x *Index) deleteAt(i uint64) {
 	for {
 		j := table.Next(i, n)
 		s := &x.slots[j]
-		if s.n == 0 || x.home(s.fp) == j {
+		if s.m == 0 || x.home(s.fp()) == j {
 			x.slots[i] = slot{}
 			return
 		}
@@ -264,8 +287,8 @@ func (x *Index) resize(c int) {
 	old := x.slots
 	x.slots = make([]slot, c)
 	for k := range old {
-		if s := &old[k]; s.n != 0 {
-			x.insertAt(x.home(s.fp), 0, *s)
+		if s := &old[k]; s.m != 0 {
+			x.insertAt(x.home(s.fp()), 0, *s)
 		}
 	}
 }
@@ -278,10 +301,10 @@ func (x *Index) AppendMembers(dst []uint32, fp uint64) []uint32 {
 		return dst
 	}
 	s := &x.slots[i]
-	if s.n == 1 {
-		return append(dst, s.m)
+	if s.m < ovfBit {
+		return append(dst, s.m-1)
 	}
-	return append(dst, x.ovf[s.m]...)
+	return append(dst, x.ovf[s.m-ovfBit]...)
 }
 
 // Has reports whether wid is a member of the key with fingerprint fp.
@@ -291,10 +314,10 @@ func (x *Index) Has(fp uint64, wid uint32) bool {
 		return false
 	}
 	s := &x.slots[i]
-	if s.n == 1 {
-		return s.m == wid
+	if s.m < ovfBit {
+		return s.m == wid+1
 	}
-	for _, m := range x.ovf[s.m] {
+	for _, m := range x.ovf[s.m-ovfBit] {
 		if m == wid {
 			return true
 		}
@@ -304,5 +327,5 @@ func (x *Index) Has(fp uint64, wid uint32) bool {
 
 // Bytes estimates the heap the index holds: slots plus overflow sets.
 func (x *Index) Bytes() int {
-	return len(x.slots)*16 + len(x.ovf)*24 + x.ovfCap*4 + cap(x.ovfFree)*4
+	return len(x.slots)*int(unsafe.Sizeof(slot{})) + len(x.ovf)*24 + x.ovfCap*4 + cap(x.ovfFree)*4
 }

@@ -15,7 +15,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestSlotSize(t *testing.T) {
-	require.Equal(t, uintptr(16), unsafe.Sizeof(slot{}), "a slot is a fingerprint and one member")
+	require.Equal(t, uintptr(12), unsafe.Sizeof(slot{}), "a slot is a fingerprint and one member")
 }
 
 // TestIndexAgainstMap drives the table with random adds and removes over a small key
@@ -30,10 +30,14 @@ func TestIndexAgainstMap(t *testing.T) {
 		// only in bits the mixer cannot separate... it cannot, so instead we use few
 		// positions and tiny prefixes, the shape roots take in the conformance logs.
 		seed uint64
+		// high draws worker ids just below MaxMember, where a slot's member word meets
+		// the overflow mark.
+		high bool
 	}{
-		{"few-keys-many-workers", 8, 40, 1},
-		{"many-keys-few-workers", 5000, 3, 2},
-		{"mixed", 600, 12, 3},
+		{"few-keys-many-workers", 8, 40, 1, false},
+		{"many-keys-few-workers", 5000, 3, 2, false},
+		{"mixed", 600, 12, 3, false},
+		{"high-worker-ids", 600, 12, 4, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(tc.seed, 7))
@@ -44,6 +48,9 @@ func TestIndexAgainstMap(t *testing.T) {
 			for step := 0; step < 60000; step++ {
 				k := Key{Prefix: uint64(r.IntN(tc.keys)), Pos: uint32(r.IntN(3))}
 				w := uint32(r.IntN(tc.workers))
+				if tc.high {
+					w = MaxMember - w
+				}
 				if r.IntN(100) < 55 {
 					want := !model[k][w]
 					require.Equal(t, want, x.Add(Hash(seed, k), w))
