@@ -57,3 +57,47 @@ func TestValidateStoreLarge(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyRecordCounts drives a record's counts past what its count word holds inline
+// (to the side table and back) and checks each step against plain integers.
+func TestKeyRecordCounts(t *testing.T) {
+	var kt keyTable
+	seed := table.SeedFrom(2)
+	rid := kt.findOrAdd(&seed, key{prefix: 1, pos: 3})
+	var seqs, kids uint32
+	step := func(ds, dk int32) {
+		t.Helper()
+		if ds != 0 {
+			seqs = uint32(int32(seqs) + ds)
+			if got := kt.addSeqs(rid, ds); got != seqs {
+				t.Fatalf("addSeqs = %d, want %d", got, seqs)
+			}
+		}
+		if dk != 0 {
+			kids = uint32(int32(kids) + dk)
+			if got := kt.addKids(rid, dk); got != kids {
+				t.Fatalf("addKids = %d, want %d", got, kids)
+			}
+		}
+		if kt.seqs(rid) != seqs || kt.kids(rid) != kids {
+			t.Fatalf("counts %d/%d, want %d/%d", kt.seqs(rid), kt.kids(rid), seqs, kids)
+		}
+		if wide := seqs > cntSeqMax || kids > cntKidMax; wide != (len(kt.wide) == 1) {
+			t.Fatalf("counts %d/%d: %d wide records", seqs, kids, len(kt.wide))
+		}
+	}
+	for range cntSeqMax + 3 {
+		step(1, 0)
+	}
+	for range cntSeqMax + 3 {
+		step(-1, 1)
+	}
+	for kids < cntKidMax+3 {
+		step(0, 1)
+	}
+	step(1, 0)
+	for kids > 0 {
+		step(0, -1)
+	}
+	step(-1, 0)
+}

@@ -4,7 +4,7 @@ import "github.com/kvindex/kvindex/internal/table"
 
 // A worker's bookkeeping is two tables over one slab of key records:
 //
-//   - keyTable.recs, the slab: one 28-byte record per key (namespace, position, prefix)
+//   - keyTable.recs, the slab: one 24-byte record per key (namespace, position, prefix)
 //     the worker holds or keeps as a ghost, at a stable index (its record id) until it
 //     is deleted; a deleted record goes on a free list and is reused.
 //   - keyTable.idx: key -> record id, 8-byte slots (a 32-bit hash tag and the id), so a
@@ -168,7 +168,7 @@ func (t *seqTable) insertAt(i, d uint64, e seqSlot) {
 	}
 }
 
-// keyRec is one key a worker holds or used to hold.
+// keyRec is one key a worker holds or used to hold, 24 bytes.
 //
 //   - seqs counts the worker's engine hashes with this key; the key is "held" while
 //     seqs > 0, and only the 0 <-> 1 transitions reach the positional index.
@@ -178,15 +178,34 @@ func (t *seqTable) insertAt(i, d uint64, e seqSlot) {
 //   - parent is the record id + 1 of the parent key while this key is held at a
 //     position > 0, else 0. A held key's parent record exists: its kids count is > 0.
 //
+// Both counts live in one word, cnt: seqs in its low cntSeqBits bits, kids above. Almost
+// every key is held under one engine hash and has at most one held child; a count that
+// outgrows its field (a key under 255 engine hashes, a branch point with 2^24 - 1
+// children) moves both counts to keyTable.wide, and cnt is then cntWide. Read and write
+// them through keyTable (seqs, kids, addSeqs, addKids).
+//
 // A record with seqs == 0 and kids == 0 is deleted; a free record has pos == freePos
 // and chains the free list through parent.
 type keyRec struct {
 	plo, phi uint32 // prefix
 	pos, ns  uint32
 	parent   uint32
-	seqs     uint32
-	kids     uint32
+	cnt      uint32 // seqs | kids<<cntSeqBits, or cntWide
 }
+
+// The count word of a key record.
+const (
+	cntSeqBits = 8
+	cntSeqMask = 1<<cntSeqBits - 1
+	// cntSeqMax and cntKidMax are the largest counts kept inline: one less than the
+	// fields hold, so that no inline word equals cntWide.
+	cntSeqMax = cntSeqMask - 1
+	cntKidMax = 1<<(32-cntSeqBits) - 2
+	cntWide   = ^uint32(0)
+)
+
+// wideCounts are the counts of a record whose cnt is cntWide.
+type wideCounts struct{ seqs, kids uint32 }
 
 // freePos marks a free record; positions are below MaxDepth.
 const freePos = ^uint32(0)
@@ -219,8 +238,82 @@ type keySlot struct {
 type keyTable struct {
 	recs []keyRec
 	idx  []keySlot
+	// wide holds the counts of the records whose cnt is cntWide, by record id; nil
+	// until one is.
+	wide map[uint32]wideCounts
 	free uint32 // record id + 1 of the first free record, 0 if none
 	n    int32  // live records (int32 keeps the worker struct in a smaller size class)
+}
+
+// seqs returns record rid's engine-hash count.
+func (t *keyTable) seqs(rid uint32) uint32 {
+	if c := t.recs[rid].cnt; c != cntWide {
+		return c & cntSeqMask
+	}
+	return t.wide[rid].seqs
+}
+
+// kids returns record rid's held-children count.
+func (t *keyTable) kids(rid uint32) uint32 {
+	if c := t.recs[rid].cnt; c != cntWide {
+		return c >> cntSeqBits
+	}
+	return t.wide[rid].kids
+}
+
+// addSeqs adds d (+1 or -1) to record rid's engine-hash count and returns the count.
+// The count must not go below 0.
+func (t *keyTable) addSeqs(rid uint32, d int32) uint32 {
+	r := &t.recs[rid]
+	if c := r.cnt; c != cntWide {
+		if s := int32(c & cntSeqMask); s+d >= 0 && s+d <= cntSeqMax {
+			r.cnt = uint32(int32(c) + d)
+			return uint32(s + d)
+		}
+	}
+	return t.addWide(rid, d, 0).seqs
+}
+
+// addKids adds d (+1 or -1) to record rid's held-children count and returns the count.
+func (t *keyTable) addKids(rid uint32, d int32) uint32 {
+	r := &t.recs[rid]
+	if c := r.cnt; c != cntWide {
+		if k := int32(c >> cntSeqBits); k+d >= 0 && k+d <= cntKidMax {
+			r.cnt = uint32(int32(c) + d<<cntSeqBits)
+			return uint32(k + d)
+		}
+	}
+	return t.addWide(rid, 0, d).kids
+}
+
+// addWide is the slow path of addSeqs and addKids: a count that leaves its inline
+// field, or a record whose counts are wide. Counts that fit inline again go back, so
+// wide holds only records that need it.
+func (t *keyTable) addWide(rid uint32, ds, dk int32) wideCounts {
+	r := &t.recs[rid]
+	var w wideCounts
+	if r.cnt == cntWide {
+		w = t.wide[rid]
+	} else {
+		w = wideCounts{seqs: r.cnt & cntSeqMask, kids: r.cnt >> cntSeqBits}
+	}
+	if int64(w.seqs)+int64(ds) < 0 || int64(w.kids)+int64(dk) < 0 {
+		panic("engine: worker key table count below zero")
+	}
+	w.seqs, w.kids = uint32(int64(w.seqs)+int64(ds)), uint32(int64(w.kids)+int64(dk))
+	if w.seqs <= cntSeqMax && w.kids <= cntKidMax {
+		if r.cnt == cntWide {
+			delete(t.wide, rid)
+		}
+		r.cnt = w.seqs | w.kids<<cntSeqBits
+		return w
+	}
+	if t.wide == nil {
+		t.wide = make(map[uint32]wideCounts)
+	}
+	t.wide[rid] = w
+	r.cnt = cntWide
+	return w
 }
 
 // keyTag is the key index's tag of k: the top half of its fingerprint (see

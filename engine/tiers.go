@@ -192,7 +192,7 @@ func (t *keyTable) find(seed *table.Seed, k key) (uint32, bool) {
 // holds reports whether w (whose lock the caller holds) holds key k.
 func (w *worker) holds(seed *table.Seed, k key) bool {
 	rid, ok := w.keys.find(seed, k)
-	return ok && w.keys.recs[rid].seqs > 0
+	return ok && w.keys.seqs(rid) > 0
 }
 
 // tierLengths computes a multi-tier worker's cumulative tier lengths for a query when

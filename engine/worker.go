@@ -195,23 +195,20 @@ func (w *worker) addKey(e *Engine, k key, parentPrefix uint64, parent uint32) ui
 	seed := &e.seed
 	fp := e.fingerprint(k)
 	rid := w.keys.findOrAddFP(k, fp)
-	r := &w.keys.recs[rid]
-	r.seqs++
-	if r.seqs > 1 {
+	if w.keys.addSeqs(rid, 1) > 1 {
 		return rid
 	}
 	// The key became held: its children that were holes are reconnected, it tells the
 	// index, and it becomes a child of its parent key.
-	w.holes -= int32(r.kids)
+	w.holes -= int32(w.keys.kids(rid))
 	w.emitFP(e, opAdd, k, fp)
 	if k.pos > 0 {
 		if parent == 0 {
 			parent = w.keys.findOrAdd(seed, key{prefix: parentPrefix, pos: k.pos - 1, ns: k.ns}) + 1
 		}
 		w.keys.recs[rid].parent = parent // findOrAdd may have moved the slab
-		p := &w.keys.recs[parent-1]
-		p.kids++
-		if p.seqs == 0 {
+		w.keys.addKids(parent-1, 1)
+		if w.keys.seqs(parent-1) == 0 {
 			w.holes++
 		}
 	}
@@ -220,32 +217,31 @@ func (w *worker) addKey(e *Engine, k key, parentPrefix uint64, parent uint32) ui
 
 // dropKey counts one engine hash less under record rid, which must be held.
 func (w *worker) dropKey(e *Engine, rid uint32) {
-	r := &w.keys.recs[rid]
-	if r.seqs == 0 {
+	if w.keys.seqs(rid) == 0 {
 		panic("engine: worker key table lost a held key")
 	}
-	r.seqs--
-	if r.seqs > 0 {
+	if w.keys.addSeqs(rid, -1) > 0 {
 		return
 	}
-	w.holes += int32(r.kids)
+	kids := w.keys.kids(rid)
+	w.holes += int32(kids)
+	r := &w.keys.recs[rid]
 	k := r.key()
 	fp := e.fingerprint(k)
 	w.emitFP(e, opRemove, k, fp)
 	parent := r.parent
 	r.parent = 0
-	if r.kids == 0 {
+	if kids == 0 {
 		w.keys.delFP(rid, fp)
 	}
 	if k.pos > 0 {
 		if parent == 0 {
 			panic("engine: worker key table lost a parent key")
 		}
-		p := &w.keys.recs[parent-1]
-		p.kids--
-		if p.seqs == 0 {
+		pk := w.keys.addKids(parent-1, -1)
+		if w.keys.seqs(parent-1) == 0 {
 			w.holes-- // the dropped key was itself a hole
-			if p.kids == 0 {
+			if pk == 0 {
 				w.keys.del(&e.seed, parent-1)
 			}
 		}
@@ -290,7 +286,14 @@ func (w *worker) compact(seed *table.Seed) {
 			recs[i].parent = ids[p-1]
 		}
 	}
-	w.keys = keyTable{recs: recs, idx: make([]keySlot, table.ForEntries(len(recs))), n: int32(len(recs))}
+	var wide map[uint32]wideCounts
+	if len(w.keys.wide) > 0 {
+		wide = make(map[uint32]wideCounts, len(w.keys.wide))
+		for rid, c := range w.keys.wide {
+			wide[ids[rid]-1] = c
+		}
+	}
+	w.keys = keyTable{recs: recs, idx: make([]keySlot, table.ForEntries(len(recs))), wide: wide, n: int32(len(recs))}
 	for rid := range recs {
 		tag := keyTag(seed, recs[rid].key())
 		w.keys.insertAt(tagHome(tag, len(w.keys.idx)), 0, keySlot{tag: tag, ref: uint32(rid) + 1})
@@ -330,7 +333,7 @@ func (w *worker) clearTiers(e *Engine) {
 // clear drops every block of one tier.
 func (w *worker) clear(e *Engine) {
 	for i := range w.keys.recs {
-		if r := &w.keys.recs[i]; r.pos != freePos && r.seqs > 0 {
+		if r := &w.keys.recs[i]; r.pos != freePos && w.keys.seqs(uint32(i)) > 0 {
 			w.emit(e, opRemove, r.key())
 		}
 	}
