@@ -102,8 +102,14 @@ func newSeeded(cfg Config, seed table.Seed) (*Engine, error) {
 	empty := []atomic.Pointer[worker]{}
 	e.slots.Store(&empty)
 	e.shards = make([]*shardLoop, cfg.Shards)
+	ringCells := cfg.QueueSize
+	if cfg.LockedIndex {
+		// The locked baseline applies deltas on the caller's goroutine and never pushes
+		// to its ring, so it keeps the smallest one (QueueSize cells are 128 KiB by default).
+		ringCells = 2
+	}
 	for i := range e.shards {
-		r, err := ringbuf.New[delta](cfg.QueueSize)
+		r, err := ringbuf.New[delta](ringCells)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 		}
