@@ -572,13 +572,13 @@ func (e *Engine) storeLocked(w *worker, ns uint32, ev *Event) error {
 	var holder *worker
 	if ev.HasParent {
 		h, rid, ok := e.parentOf(w, ev.Tier, ev.Parent)
-		if !ok || h.keys.recs[rid].ns != ns {
+		if !ok || h.keys.ns(rid) != ns {
 			e.rejParent.Add(1)
 			return fmt.Errorf("%w: worker %q does not hold %d in this namespace", ErrParentNotFound, w.name, ev.Parent)
 		}
-		r := &h.keys.recs[rid]
-		holder, p = h, parentRef{has: true, prefix: r.prefix(), pos: r.pos, ref: rid + 1}
-		if uint64(r.pos)+uint64(len(ev.Blocks)) >= MaxDepth {
+		pos := h.keys.pos(rid)
+		holder, p = h, parentRef{has: true, prefix: h.keys.recs[rid].prefix(), pos: pos, ref: rid + 1}
+		if uint64(pos)+uint64(len(ev.Blocks)) >= MaxDepth {
 			e.rejInvalid.Add(1)
 			return fmt.Errorf("%w: chain deeper than %d blocks", ErrInvalidEvent, MaxDepth)
 		}

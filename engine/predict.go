@@ -430,7 +430,7 @@ func (e *Engine) predictedEvent(w *worker, ev *Event) (gone bool, err error) {
 			if !ok {
 				continue
 			}
-			k := w.keys.recs[rid].key()
+			k := w.keys.key(rid)
 			for id := pw.oldest; id != 0; id = p.ents[id].wnext {
 				if x := &p.ents[id]; x.ns == k.ns && int(k.pos) < len(x.pre) && x.pre[k.pos] == k.prefix {
 					p.ends = appendOnce(p.ends, id)
@@ -459,8 +459,7 @@ func (e *Engine) confirmingStore(w *worker, ev *Event, pw *predWorker) (bool, er
 		if !ok {
 			return e.applyEvent(w, ev) // rejected: nothing to confirm
 		}
-		r := &h.keys.recs[rid]
-		prefix, pos = r.prefix(), r.pos+1
+		prefix, pos = h.keys.recs[rid].prefix(), h.keys.pos(rid)+1
 	}
 	gone, err := e.applyEvent(w, ev)
 	if err != nil {

@@ -61,9 +61,17 @@ func TestValidateStoreLarge(t *testing.T) {
 // TestKeyRecordCounts drives a record's counts past what its count word holds inline
 // (to the side table and back) and checks each step against plain integers.
 func TestKeyRecordCounts(t *testing.T) {
+	// A key whose location packs, and one whose position does not (its side-table entry
+	// then holds the counts beside its position).
+	for _, k := range []key{{prefix: 1, pos: 3}, {prefix: 2, pos: locPosMask + 1, ns: 7}} {
+		testKeyRecordCounts(t, k)
+	}
+}
+
+func testKeyRecordCounts(t *testing.T, k key) {
 	var kt keyTable
 	seed := table.SeedFrom(2)
-	rid := kt.findOrAdd(&seed, key{prefix: 1, pos: 3})
+	rid := kt.findOrAdd(&seed, k)
 	var seqs, kids uint32
 	step := func(ds, dk int32) {
 		t.Helper()
@@ -82,8 +90,11 @@ func TestKeyRecordCounts(t *testing.T) {
 		if kt.seqs(rid) != seqs || kt.kids(rid) != kids {
 			t.Fatalf("counts %d/%d, want %d/%d", kt.seqs(rid), kt.kids(rid), seqs, kids)
 		}
-		if wide := seqs > cntSeqMax || kids > cntKidMax; wide != (len(kt.wide) == 1) {
+		if wide := seqs > cntSeqMax || kids > cntKidMax || k.pos > locPosMask; wide != (len(kt.wide) == 1) {
 			t.Fatalf("counts %d/%d: %d wide records", seqs, kids, len(kt.wide))
+		}
+		if kt.key(rid) != k {
+			t.Fatalf("record is %v, want %v", kt.key(rid), k)
 		}
 	}
 	for range cntSeqMax + 3 {
@@ -92,12 +103,93 @@ func TestKeyRecordCounts(t *testing.T) {
 	for range cntSeqMax + 3 {
 		step(-1, 1)
 	}
+	for kids < cntKidMax-3 { // to near the field's end without the checks
+		kt.addKids(rid, 1)
+		kids++
+	}
 	for kids < cntKidMax+3 {
 		step(0, 1)
 	}
 	step(1, 0)
+	for kids > cntKidMax-3 {
+		step(0, -1)
+	}
+	for kids > 3 {
+		kt.addKids(rid, -1)
+		kids--
+	}
 	for kids > 0 {
 		step(0, -1)
 	}
 	step(-1, 0)
+}
+
+// TestKeyTableAgainstMap drives a worker's key table with keys whose positions and
+// namespaces do not all pack (positions past 2^24, more namespaces than local ids) and
+// counts that do not all fit inline, and compares lookups, keys and counts with a map.
+func TestKeyTableAgainstMap(t *testing.T) {
+	r := rand.New(rand.NewPCG(8, 9))
+	seed := table.SeedFrom(3)
+	var kt keyTable
+	type counts struct{ seqs, kids uint32 }
+	model := map[key]uint32{}
+	cnt := map[uint32]counts{}
+	positions := []uint32{0, 1, 2, locPosMask - 1, locPosMask, locPosMask + 1, MaxDepth - 1}
+	randKey := func() key {
+		return key{prefix: uint64(r.IntN(40)), pos: positions[r.IntN(len(positions))], ns: uint32(r.IntN(300))}
+	}
+	for step := range 40_000 {
+		k := randKey()
+		rid, had := model[k]
+		switch op := r.IntN(10); {
+		case op < 5: // add one seq
+			got := kt.findOrAdd(&seed, k)
+			if had && got != rid {
+				t.Fatalf("step %d: %v found as %d, want %d", step, k, got, rid)
+			}
+			rid = got
+			model[k] = rid
+			c := cnt[rid]
+			c.seqs++
+			cnt[rid] = c
+			if kt.addSeqs(rid, 1) != c.seqs {
+				t.Fatalf("step %d: seqs of %v", step, k)
+			}
+		case had: // drop one seq, and the record once it is empty
+			c := cnt[rid]
+			c.seqs--
+			cnt[rid] = c
+			if kt.addSeqs(rid, -1) != c.seqs {
+				t.Fatalf("step %d: seqs of %v", step, k)
+			}
+			if c.seqs == 0 && c.kids == 0 {
+				kt.del(&seed, rid)
+				delete(model, k)
+				delete(cnt, rid)
+			}
+		}
+		if step%1000 == 0 {
+			n := kt.n
+			for k, rid := range model {
+				if kt.key(rid) != k || kt.findOrAdd(&seed, k) != rid {
+					t.Fatalf("step %d: record %d is %v, want %v", step, rid, kt.key(rid), k)
+				}
+				if c := cnt[rid]; kt.seqs(rid) != c.seqs || kt.kids(rid) != c.kids {
+					t.Fatalf("step %d: counts of %v", step, k)
+				}
+			}
+			if kt.n != n || int(n) != len(model) {
+				t.Fatalf("step %d: %d records, model has %d", step, kt.n, len(model))
+			}
+		}
+	}
+	wide := 0
+	for rid := range cnt {
+		if kt.recs[rid].loc == locWide || kt.recs[rid].cnt == cntWide {
+			wide++
+		}
+	}
+	if wide != len(kt.wide) || wide == 0 || len(kt.nss) != locNSMax {
+		t.Fatalf("%d wide records, side table %d, %d local namespaces", wide, len(kt.wide), len(kt.nss))
+	}
 }

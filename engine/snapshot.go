@@ -151,7 +151,7 @@ func (e *Engine) captureTier(buf *bytes.Buffer, c *worker, nsIndex map[uint32]ui
 	buf.Write(scratch[:8])
 	for _, s := range entries {
 		r := &c.keys.recs[s.ref-1]
-		k := r.key()
+		k := c.keys.key(s.ref - 1)
 		var parent uint64
 		if r.parent != 0 {
 			parent = c.keys.recs[r.parent-1].prefix()

@@ -4,7 +4,7 @@ import "github.com/kvindex/kvindex/internal/table"
 
 // A worker's bookkeeping is two tables over one slab of key records:
 //
-//   - keyTable.recs, the slab: one 24-byte record per key (namespace, position, prefix)
+//   - keyTable.recs, the slab: one 20-byte record per key (namespace, position, prefix)
 //     the worker holds or keeps as a ghost, at a stable index (its record id) until it
 //     is deleted; a deleted record goes on a free list and is reused.
 //   - keyTable.idx: key -> record id, 8-byte slots (a 32-bit hash tag and the id), so a
@@ -168,7 +168,7 @@ func (t *seqTable) insertAt(i, d uint64, e seqSlot) {
 	}
 }
 
-// keyRec is one key a worker holds or used to hold, 24 bytes.
+// keyRec is one key a worker holds or used to hold, 20 bytes.
 //
 //   - seqs counts the worker's engine hashes with this key; the key is "held" while
 //     seqs > 0, and only the 0 <-> 1 transitions reach the positional index.
@@ -178,20 +178,35 @@ func (t *seqTable) insertAt(i, d uint64, e seqSlot) {
 //   - parent is the record id + 1 of the parent key while this key is held at a
 //     position > 0, else 0. A held key's parent record exists: its kids count is > 0.
 //
-// Both counts live in one word, cnt: seqs in its low cntSeqBits bits, kids above. Almost
-// every key is held under one engine hash and has at most one held child; a count that
-// outgrows its field (a key under 255 engine hashes, a branch point with 2^24 - 1
-// children) moves both counts to keyTable.wide, and cnt is then cntWide. Read and write
-// them through keyTable (seqs, kids, addSeqs, addKids).
+// Two words are packed, for the common case, with a way out for the rest:
 //
-// A record with seqs == 0 and kids == 0 is deleted; a free record has pos == freePos
-// and chains the free list through parent.
+//   - loc holds the position (below 2^24) and the worker's local id of the namespace
+//     (keyTable.nss: 0 is the default namespace, 1..254 the others in the order the
+//     worker met them). A deeper key, or one in a namespace past the worker's 254th, has
+//     loc == locWide and its position and namespace in keyTable.wide. A free record has
+//     loc == locFree and chains the free list through parent.
+//   - cnt holds seqs in its low cntSeqBits bits and kids above. A count that outgrows
+//     its field (a key under 255 engine hashes, a branch point with 2^24 - 1 children)
+//     moves both counts to keyTable.wide, and cnt is then cntWide.
+//
+// Read the packed fields through keyTable (pos, ns, key, is, seqs, kids, addSeqs,
+// addKids). A record with seqs == 0 and kids == 0 is deleted.
 type keyRec struct {
 	plo, phi uint32 // prefix
-	pos, ns  uint32
 	parent   uint32
+	loc      uint32 // local namespace<<locPosBits | position, locWide or locFree
 	cnt      uint32 // seqs | kids<<cntSeqBits, or cntWide
 }
+
+// The location word of a key record.
+const (
+	locPosBits = 24
+	locPosMask = 1<<locPosBits - 1
+	// locNSMax is the largest local namespace id: local id 255 marks the words below.
+	locNSMax = 1<<(32-locPosBits) - 2
+	locWide  = (locNSMax + 1) << locPosBits
+	locFree  = ^uint32(0)
+)
 
 // The count word of a key record.
 const (
@@ -204,19 +219,13 @@ const (
 	cntWide   = ^uint32(0)
 )
 
-// wideCounts are the counts of a record whose cnt is cntWide.
-type wideCounts struct{ seqs, kids uint32 }
-
-// freePos marks a free record; positions are below MaxDepth.
-const freePos = ^uint32(0)
+// wideRec holds what a record could not pack: its position and namespace when its loc
+// is locWide, its counts when its cnt is cntWide.
+type wideRec struct{ pos, ns, seqs, kids uint32 }
 
 func (r *keyRec) prefix() uint64 { return uint64(r.plo) | uint64(r.phi)<<32 }
 
-func (r *keyRec) key() key { return key{prefix: r.prefix(), pos: r.pos, ns: r.ns} }
-
-func (r *keyRec) is(k key) bool {
-	return r.pos == k.pos && r.ns == k.ns && r.plo == uint32(k.prefix) && r.phi == uint32(k.prefix>>32)
-}
+func (r *keyRec) free() bool { return r.loc == locFree }
 
 // key is a (namespace, position, prefix) triple: one node of one namespace's prefix tree.
 type key struct {
@@ -238,11 +247,84 @@ type keySlot struct {
 type keyTable struct {
 	recs []keyRec
 	idx  []keySlot
-	// wide holds the counts of the records whose cnt is cntWide, by record id; nil
-	// until one is.
-	wide map[uint32]wideCounts
+	// wide holds, by record id, what the records whose loc is locWide or whose cnt is
+	// cntWide could not pack; nil until one needs it.
+	wide map[uint32]wideRec
+	// nss maps the local namespace ids 1..len(nss) of loc to engine namespace ids. It
+	// only grows (until the worker is cleared), so a namespace keeps its local id.
+	nss  []uint32
 	free uint32 // record id + 1 of the first free record, 0 if none
 	n    int32  // live records (int32 keeps the worker struct in a smaller size class)
+}
+
+// localNS returns the local id of namespace ns, if it has one.
+func (t *keyTable) localNS(ns uint32) (uint32, bool) {
+	if ns == 0 {
+		return 0, true
+	}
+	for i, g := range t.nss {
+		if g == ns {
+			return uint32(i) + 1, true
+		}
+	}
+	return 0, false
+}
+
+// locOf returns k's location word: packed, or locWide when k's position does not fit or
+// its namespace has no local id. With create set, a namespace without one gets the next
+// free local id, if any is left.
+func (t *keyTable) locOf(k key, create bool) uint32 {
+	if k.pos > locPosMask {
+		return locWide
+	}
+	l, ok := t.localNS(k.ns)
+	if !ok {
+		if !create || len(t.nss) >= locNSMax {
+			return locWide
+		}
+		t.nss = append(t.nss, k.ns)
+		l = uint32(len(t.nss))
+	}
+	return l<<locPosBits | k.pos
+}
+
+// pos returns record rid's position.
+func (t *keyTable) pos(rid uint32) uint32 {
+	if l := t.recs[rid].loc; l < locWide {
+		return l & locPosMask
+	}
+	return t.wide[rid].pos
+}
+
+// ns returns record rid's namespace.
+func (t *keyTable) ns(rid uint32) uint32 {
+	l := t.recs[rid].loc
+	switch {
+	case l <= locPosMask:
+		return 0
+	case l < locWide:
+		return t.nss[l>>locPosBits-1]
+	}
+	return t.wide[rid].ns
+}
+
+// key returns record rid's key.
+func (t *keyTable) key(rid uint32) key {
+	return key{prefix: t.recs[rid].prefix(), pos: t.pos(rid), ns: t.ns(rid)}
+}
+
+// is reports whether record rid has key k, whose location word (locOf without create)
+// is loc.
+func (t *keyTable) is(rid uint32, k key, loc uint32) bool {
+	r := &t.recs[rid]
+	if r.plo != uint32(k.prefix) || r.phi != uint32(k.prefix>>32) || r.loc != loc {
+		return false
+	}
+	if loc != locWide {
+		return true
+	}
+	w := t.wide[rid]
+	return w.pos == k.pos && w.ns == k.ns
 }
 
 // seqs returns record rid's engine-hash count.
@@ -287,29 +369,29 @@ func (t *keyTable) addKids(rid uint32, d int32) uint32 {
 }
 
 // addWide is the slow path of addSeqs and addKids: a count that leaves its inline
-// field, or a record whose counts are wide. Counts that fit inline again go back, so
-// wide holds only records that need it.
-func (t *keyTable) addWide(rid uint32, ds, dk int32) wideCounts {
+// field, or a record whose counts are wide. Counts that fit inline again go back, and a
+// record's entry in wide goes once nothing of it is wide.
+func (t *keyTable) addWide(rid uint32, ds, dk int32) wideRec {
 	r := &t.recs[rid]
-	var w wideCounts
-	if r.cnt == cntWide {
-		w = t.wide[rid]
-	} else {
-		w = wideCounts{seqs: r.cnt & cntSeqMask, kids: r.cnt >> cntSeqBits}
+	w := t.wide[rid] // the zero value when rid has no entry
+	if r.cnt != cntWide {
+		w.seqs, w.kids = r.cnt&cntSeqMask, r.cnt>>cntSeqBits
 	}
 	if int64(w.seqs)+int64(ds) < 0 || int64(w.kids)+int64(dk) < 0 {
 		panic("engine: worker key table count below zero")
 	}
 	w.seqs, w.kids = uint32(int64(w.seqs)+int64(ds)), uint32(int64(w.kids)+int64(dk))
 	if w.seqs <= cntSeqMax && w.kids <= cntKidMax {
-		if r.cnt == cntWide {
-			delete(t.wide, rid)
-		}
 		r.cnt = w.seqs | w.kids<<cntSeqBits
+		if r.loc != locWide {
+			delete(t.wide, rid)
+		} else {
+			t.wide[rid] = wideRec{pos: w.pos, ns: w.ns}
+		}
 		return w
 	}
 	if t.wide == nil {
-		t.wide = make(map[uint32]wideCounts)
+		t.wide = make(map[uint32]wideRec)
 	}
 	t.wide[rid] = w
 	r.cnt = cntWide
@@ -341,6 +423,7 @@ func (t *keyTable) findOrAddFP(k key, fp uint64) uint32 {
 		t.resizeIdx(table.Grown(len(t.idx)))
 	}
 	tag := tagOf(fp)
+	loc := t.locOf(k, false)
 	n := len(t.idx)
 	i, d := tagHome(tag, n), uint64(0)
 	for ; ; i, d = table.Next(i, n), d+1 {
@@ -348,11 +431,14 @@ func (t *keyTable) findOrAddFP(k key, fp uint64) uint32 {
 		if s.ref == 0 || table.Dist(tagHome(s.tag, n), i, n) < d {
 			break
 		}
-		if s.tag == tag && t.recs[s.ref-1].is(k) {
+		if s.tag == tag && t.is(s.ref-1, k, loc) {
 			return s.ref - 1
 		}
 	}
-	r := keyRec{plo: uint32(k.prefix), phi: uint32(k.prefix >> 32), pos: k.pos, ns: k.ns}
+	if loc == locWide {
+		loc = t.locOf(k, true) // a namespace new to the worker gets a local id
+	}
+	r := keyRec{plo: uint32(k.prefix), phi: uint32(k.prefix >> 32), loc: loc}
 	var rid uint32
 	if t.free != 0 {
 		rid = t.free - 1
@@ -361,6 +447,12 @@ func (t *keyTable) findOrAddFP(k key, fp uint64) uint32 {
 	} else {
 		rid = uint32(len(t.recs))
 		t.recs = append(t.recs, r)
+	}
+	if loc == locWide {
+		if t.wide == nil {
+			t.wide = make(map[uint32]wideRec)
+		}
+		t.wide[rid] = wideRec{pos: k.pos, ns: k.ns}
 	}
 	t.shiftIn(i, keySlot{tag: tag, ref: rid + 1})
 	t.n++
@@ -399,7 +491,7 @@ func (t *keyTable) insertAt(i, d uint64, e keySlot) {
 
 // del deletes record rid, which the caller has just made empty. Records do not move.
 func (t *keyTable) del(seed *table.Seed, rid uint32) {
-	t.delFP(rid, seed.Hash128(t.recs[rid].prefix(), t.recs[rid].key().loc()))
+	t.delFP(rid, seed.Hash128(t.recs[rid].prefix(), t.key(rid).loc()))
 }
 
 // delFP is del for a caller that has the record's fingerprint fp.
@@ -419,7 +511,10 @@ func (t *keyTable) delFP(rid uint32, fp uint64) {
 		i = j
 	}
 	t.idx[i] = keySlot{}
-	t.recs[rid] = keyRec{pos: freePos, parent: t.free}
+	if t.recs[rid].loc == locWide {
+		delete(t.wide, rid) // its counts are 0: inline
+	}
+	t.recs[rid] = keyRec{loc: locFree, parent: t.free}
 	t.free = rid + 1
 	t.n--
 }
@@ -456,10 +551,11 @@ func (t *seqTable) probes(seed *table.Seed, seq uint64) int {
 // probes returns the number of key-index slots a lookup of k reads.
 func (t *keyTable) probes(seed *table.Seed, k key) int {
 	tag := keyTag(seed, k)
+	loc := t.locOf(k, false)
 	n := len(t.idx)
 	for i, d := tagHome(tag, n), uint64(0); ; i, d = table.Next(i, n), d+1 {
 		s := t.idx[i]
-		if s.ref == 0 || s.tag == tag && t.recs[s.ref-1].is(k) || table.Dist(tagHome(s.tag, n), i, n) < d {
+		if s.ref == 0 || s.tag == tag && t.is(s.ref-1, k, loc) || table.Dist(tagHome(s.tag, n), i, n) < d {
 			return int(d) + 1
 		}
 	}

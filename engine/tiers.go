@@ -177,13 +177,14 @@ func (t *keyTable) find(seed *table.Seed, k key) (uint32, bool) {
 		return 0, false
 	}
 	tag := keyTag(seed, k)
+	loc := t.locOf(k, false)
 	n := len(t.idx)
 	for i, d := tagHome(tag, n), uint64(0); ; i, d = table.Next(i, n), d+1 {
 		s := t.idx[i]
 		if s.ref == 0 || table.Dist(tagHome(s.tag, n), i, n) < d {
 			return 0, false
 		}
-		if s.tag == tag && t.recs[s.ref-1].is(k) {
+		if s.tag == tag && t.is(s.ref-1, k, loc) {
 			return s.ref - 1, true
 		}
 	}
@@ -356,7 +357,7 @@ func (e *Engine) copyLocked(w *worker, t Tier, seqs []uint64) (skipped int) {
 			continue
 		}
 		r := &src.keys.recs[rid]
-		k := r.key()
+		k := src.keys.key(rid)
 		var parentPrefix uint64
 		if k.pos > 0 {
 			parentPrefix = src.keys.recs[r.parent-1].prefix()
@@ -390,7 +391,7 @@ func (w *worker) storeKey(e *Engine, seq uint64, k key, parentPrefix uint64) {
 	si, sh, found := w.seqs.locate(&e.seed, seq)
 	if found {
 		old := w.seqs.slots[si].ref - 1
-		if w.keys.recs[old].is(k) {
+		if w.keys.is(old, k, w.keys.locOf(k, false)) {
 			return
 		}
 		w.dropKey(e, old)

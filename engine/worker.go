@@ -175,7 +175,7 @@ func (w *worker) store(e *Engine, ns uint32, p parentRef, blocks []Block) {
 		si, sh, found := w.seqs.locate(seed, b.Seq)
 		if found {
 			old := w.seqs.slots[si].ref - 1
-			if w.keys.recs[old].is(k) {
+			if w.keys.is(old, k, w.keys.locOf(k, false)) {
 				ref = old + 1
 				continue // a duplicate never inflates anything
 			}
@@ -225,8 +225,8 @@ func (w *worker) dropKey(e *Engine, rid uint32) {
 	}
 	kids := w.keys.kids(rid)
 	w.holes += int32(kids)
+	k := w.keys.key(rid)
 	r := &w.keys.recs[rid]
-	k := r.key()
 	fp := e.fingerprint(k)
 	w.emitFP(e, opRemove, k, fp)
 	parent := r.parent
@@ -276,7 +276,7 @@ func (w *worker) compact(seed *table.Seed) {
 	ids := make([]uint32, len(old)) // per old record id: new id + 1
 	recs := make([]keyRec, 0, int(w.keys.n))
 	for i := range old {
-		if old[i].pos != freePos {
+		if !old[i].free() {
 			ids[i] = uint32(len(recs)) + 1
 			recs = append(recs, old[i])
 		}
@@ -286,16 +286,17 @@ func (w *worker) compact(seed *table.Seed) {
 			recs[i].parent = ids[p-1]
 		}
 	}
-	var wide map[uint32]wideCounts
+	var wide map[uint32]wideRec
 	if len(w.keys.wide) > 0 {
-		wide = make(map[uint32]wideCounts, len(w.keys.wide))
+		wide = make(map[uint32]wideRec, len(w.keys.wide))
 		for rid, c := range w.keys.wide {
 			wide[ids[rid]-1] = c
 		}
 	}
-	w.keys = keyTable{recs: recs, idx: make([]keySlot, table.ForEntries(len(recs))), wide: wide, n: int32(len(recs))}
+	// The namespaces keep their local ids (nss only grows).
+	w.keys = keyTable{recs: recs, idx: make([]keySlot, table.ForEntries(len(recs))), wide: wide, nss: w.keys.nss, n: int32(len(recs))}
 	for rid := range recs {
-		tag := keyTag(seed, recs[rid].key())
+		tag := keyTag(seed, w.keys.key(uint32(rid)))
 		w.keys.insertAt(tagHome(tag, len(w.keys.idx)), 0, keySlot{tag: tag, ref: uint32(rid) + 1})
 	}
 	for i := range w.seqs.slots {
@@ -333,8 +334,8 @@ func (w *worker) clearTiers(e *Engine) {
 // clear drops every block of one tier.
 func (w *worker) clear(e *Engine) {
 	for i := range w.keys.recs {
-		if r := &w.keys.recs[i]; r.pos != freePos && w.keys.seqs(uint32(i)) > 0 {
-			w.emit(e, opRemove, r.key())
+		if !w.keys.recs[i].free() && w.keys.seqs(uint32(i)) > 0 {
+			w.emit(e, opRemove, w.keys.key(uint32(i)))
 		}
 	}
 	w.seqs = seqTable{}
