@@ -90,8 +90,8 @@ func testKeyRecordCounts(t *testing.T, k key) {
 		if kt.seqs(rid) != seqs || kt.kids(rid) != kids {
 			t.Fatalf("counts %d/%d, want %d/%d", kt.seqs(rid), kt.kids(rid), seqs, kids)
 		}
-		if wide := seqs > cntSeqMax || kids > cntKidMax || k.pos > locPosMask; wide != (len(kt.wide) == 1) {
-			t.Fatalf("counts %d/%d: %d wide records", seqs, kids, len(kt.wide))
+		if wide := seqs > cntSeqMax || kids > cntKidMax || k.pos > locPosMask; wide != (kt.ext != nil && len(kt.ext.wide) == 1) {
+			t.Fatalf("counts %d/%d: wide %v, side table %v", seqs, kids, wide, kt.ext)
 		}
 		if kt.key(rid) != k {
 			t.Fatalf("record is %v, want %v", kt.key(rid), k)
@@ -189,7 +189,7 @@ func TestKeyTableAgainstMap(t *testing.T) {
 			wide++
 		}
 	}
-	if wide != len(kt.wide) || wide == 0 || len(kt.nss) != locNSMax {
-		t.Fatalf("%d wide records, side table %d, %d local namespaces", wide, len(kt.wide), len(kt.nss))
+	if wide != len(kt.ext.wide) || wide == 0 || len(kt.ext.nss) != locNSMax {
+		t.Fatalf("%d wide records, side table %d, %d local namespaces", wide, len(kt.ext.wide), len(kt.ext.nss))
 	}
 }

@@ -247,14 +247,29 @@ type keySlot struct {
 type keyTable struct {
 	recs []keyRec
 	idx  []keySlot
+	// ext is what few workers need, behind one pointer so that the rest do not pay for
+	// it (nil until needed).
+	ext  *keyExt
+	free uint32 // record id + 1 of the first free record, 0 if none
+	n    int32  // live records (int32 keeps the worker struct in a smaller size class)
+}
+
+// keyExt is the part of a key table that records do not pack.
+type keyExt struct {
 	// wide holds, by record id, what the records whose loc is locWide or whose cnt is
-	// cntWide could not pack; nil until one needs it.
+	// cntWide could not pack.
 	wide map[uint32]wideRec
 	// nss maps the local namespace ids 1..len(nss) of loc to engine namespace ids. It
 	// only grows (until the worker is cleared), so a namespace keeps its local id.
-	nss  []uint32
-	free uint32 // record id + 1 of the first free record, 0 if none
-	n    int32  // live records (int32 keeps the worker struct in a smaller size class)
+	nss []uint32
+}
+
+// extra returns t.ext, creating it with its side table.
+func (t *keyTable) extra() *keyExt {
+	if t.ext == nil {
+		t.ext = &keyExt{wide: make(map[uint32]wideRec)}
+	}
+	return t.ext
 }
 
 // localNS returns the local id of namespace ns, if it has one.
@@ -262,7 +277,10 @@ func (t *keyTable) localNS(ns uint32) (uint32, bool) {
 	if ns == 0 {
 		return 0, true
 	}
-	for i, g := range t.nss {
+	if t.ext == nil {
+		return 0, false
+	}
+	for i, g := range t.ext.nss {
 		if g == ns {
 			return uint32(i) + 1, true
 		}
@@ -279,11 +297,12 @@ func (t *keyTable) locOf(k key, create bool) uint32 {
 	}
 	l, ok := t.localNS(k.ns)
 	if !ok {
-		if !create || len(t.nss) >= locNSMax {
+		if !create || t.ext != nil && len(t.ext.nss) >= locNSMax {
 			return locWide
 		}
-		t.nss = append(t.nss, k.ns)
-		l = uint32(len(t.nss))
+		x := t.extra()
+		x.nss = append(x.nss, k.ns)
+		l = uint32(len(x.nss))
 	}
 	return l<<locPosBits | k.pos
 }
@@ -293,7 +312,7 @@ func (t *keyTable) pos(rid uint32) uint32 {
 	if l := t.recs[rid].loc; l < locWide {
 		return l & locPosMask
 	}
-	return t.wide[rid].pos
+	return t.ext.wide[rid].pos
 }
 
 // ns returns record rid's namespace.
@@ -303,9 +322,9 @@ func (t *keyTable) ns(rid uint32) uint32 {
 	case l <= locPosMask:
 		return 0
 	case l < locWide:
-		return t.nss[l>>locPosBits-1]
+		return t.ext.nss[l>>locPosBits-1]
 	}
-	return t.wide[rid].ns
+	return t.ext.wide[rid].ns
 }
 
 // key returns record rid's key.
@@ -323,7 +342,7 @@ func (t *keyTable) is(rid uint32, k key, loc uint32) bool {
 	if loc != locWide {
 		return true
 	}
-	w := t.wide[rid]
+	w := t.ext.wide[rid]
 	return w.pos == k.pos && w.ns == k.ns
 }
 
@@ -332,7 +351,7 @@ func (t *keyTable) seqs(rid uint32) uint32 {
 	if c := t.recs[rid].cnt; c != cntWide {
 		return c & cntSeqMask
 	}
-	return t.wide[rid].seqs
+	return t.ext.wide[rid].seqs
 }
 
 // kids returns record rid's held-children count.
@@ -340,7 +359,7 @@ func (t *keyTable) kids(rid uint32) uint32 {
 	if c := t.recs[rid].cnt; c != cntWide {
 		return c >> cntSeqBits
 	}
-	return t.wide[rid].kids
+	return t.ext.wide[rid].kids
 }
 
 // addSeqs adds d (+1 or -1) to record rid's engine-hash count and returns the count.
@@ -373,7 +392,10 @@ func (t *keyTable) addKids(rid uint32, d int32) uint32 {
 // record's entry in wide goes once nothing of it is wide.
 func (t *keyTable) addWide(rid uint32, ds, dk int32) wideRec {
 	r := &t.recs[rid]
-	w := t.wide[rid] // the zero value when rid has no entry
+	var w wideRec
+	if r.cnt == cntWide || r.loc == locWide {
+		w = t.ext.wide[rid]
+	}
 	if r.cnt != cntWide {
 		w.seqs, w.kids = r.cnt&cntSeqMask, r.cnt>>cntSeqBits
 	}
@@ -383,17 +405,15 @@ func (t *keyTable) addWide(rid uint32, ds, dk int32) wideRec {
 	w.seqs, w.kids = uint32(int64(w.seqs)+int64(ds)), uint32(int64(w.kids)+int64(dk))
 	if w.seqs <= cntSeqMax && w.kids <= cntKidMax {
 		r.cnt = w.seqs | w.kids<<cntSeqBits
-		if r.loc != locWide {
-			delete(t.wide, rid)
-		} else {
-			t.wide[rid] = wideRec{pos: w.pos, ns: w.ns}
+		switch {
+		case r.loc == locWide:
+			t.ext.wide[rid] = wideRec{pos: w.pos, ns: w.ns}
+		case t.ext != nil:
+			delete(t.ext.wide, rid)
 		}
 		return w
 	}
-	if t.wide == nil {
-		t.wide = make(map[uint32]wideRec)
-	}
-	t.wide[rid] = w
+	t.extra().wide[rid] = w
 	r.cnt = cntWide
 	return w
 }
@@ -449,10 +469,7 @@ func (t *keyTable) findOrAddFP(k key, fp uint64) uint32 {
 		t.recs = append(t.recs, r)
 	}
 	if loc == locWide {
-		if t.wide == nil {
-			t.wide = make(map[uint32]wideRec)
-		}
-		t.wide[rid] = wideRec{pos: k.pos, ns: k.ns}
+		t.extra().wide[rid] = wideRec{pos: k.pos, ns: k.ns}
 	}
 	t.shiftIn(i, keySlot{tag: tag, ref: rid + 1})
 	t.n++
@@ -512,7 +529,7 @@ func (t *keyTable) delFP(rid uint32, fp uint64) {
 	}
 	t.idx[i] = keySlot{}
 	if t.recs[rid].loc == locWide {
-		delete(t.wide, rid) // its counts are 0: inline
+		delete(t.ext.wide, rid) // its counts are 0: inline
 	}
 	t.recs[rid] = keyRec{loc: locFree, parent: t.free}
 	t.free = rid + 1

@@ -286,15 +286,16 @@ func (w *worker) compact(seed *table.Seed) {
 			recs[i].parent = ids[p-1]
 		}
 	}
-	var wide map[uint32]wideRec
-	if len(w.keys.wide) > 0 {
-		wide = make(map[uint32]wideRec, len(w.keys.wide))
-		for rid, c := range w.keys.wide {
+	// The side table follows the new ids; the namespaces keep their local ids.
+	ext := w.keys.ext
+	if ext != nil {
+		wide := make(map[uint32]wideRec, len(ext.wide))
+		for rid, c := range ext.wide {
 			wide[ids[rid]-1] = c
 		}
+		ext.wide = wide
 	}
-	// The namespaces keep their local ids (nss only grows).
-	w.keys = keyTable{recs: recs, idx: make([]keySlot, table.ForEntries(len(recs))), wide: wide, nss: w.keys.nss, n: int32(len(recs))}
+	w.keys = keyTable{recs: recs, idx: make([]keySlot, table.ForEntries(len(recs))), ext: ext, n: int32(len(recs))}
 	for rid := range recs {
 		tag := keyTag(seed, w.keys.key(uint32(rid)))
 		w.keys.insertAt(tagHome(tag, len(w.keys.idx)), 0, keySlot{tag: tag, ref: uint32(rid) + 1})
