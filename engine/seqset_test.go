@@ -193,3 +193,44 @@ func TestKeyTableAgainstMap(t *testing.T) {
 		t.Fatalf("%d wide records, side table %d, %d local namespaces", wide, len(kt.ext.wide), len(kt.ext.nss))
 	}
 }
+
+// TestKeyIndexLongRun stores keys that share a home slot under a known seed, more of
+// them than a slot's dist can count, so that the key index must grow past its load
+// limit to place them; every key stays findable and deletable.
+func TestKeyIndexLongRun(t *testing.T) {
+	seed := table.SeedFrom(4)
+	var keys []key
+	for p := uint64(0); len(keys) < maxKeyDist+60; p++ {
+		k := key{prefix: p, pos: 1}
+		if seed.Hash128(k.prefix, k.loc())>>52 == 0 { // the same top 12 bits
+			keys = append(keys, k)
+		}
+	}
+	var kt keyTable
+	rids := map[key]uint32{}
+	for _, k := range keys {
+		rid := kt.findOrAdd(&seed, k)
+		kt.addSeqs(rid, 1)
+		rids[k] = rid
+	}
+	if len(kt.idx) < 1<<12 {
+		t.Fatalf("%d keys of one home in %d slots", len(keys), len(kt.idx))
+	}
+	for i, k := range keys {
+		if got := kt.findOrAdd(&seed, k); got != rids[k] || kt.key(got) != k {
+			t.Fatalf("key %d found as %d, want %d", i, got, rids[k])
+		}
+		if i%2 == 0 {
+			kt.addSeqs(rids[k], -1)
+			kt.del(&seed, rids[k])
+		}
+	}
+	for i, k := range keys {
+		if i%2 == 1 && kt.findOrAdd(&seed, k) != rids[k] {
+			t.Fatalf("key %d lost", i)
+		}
+	}
+	if int(kt.n) != len(keys)/2 {
+		t.Fatalf("%d records, want %d", kt.n, len(keys)/2)
+	}
+}

@@ -236,13 +236,29 @@ type key struct {
 
 func (k key) loc() uint64 { return uint64(k.ns)<<32 | uint64(k.pos) }
 
-// keySlot is one slot of the key index: the top 32 bits of the key's hash (which also
-// give the home slot, so moving a slot needs no slab read) and the record id + 1
-// (0: empty).
+// keySlot is one slot of the key index, 6 bytes: the record id + 1 (0: empty) in two
+// halves, and a meta word holding how far the slot lies past its home slot (dist) and
+// eight more bits of the key's fingerprint (tag), so a probe reads the slab only for a
+// record whose tag matches (one in 256 of the others). The slot stores no hash: its home
+// is its position less dist, and growth rehashes the slab's records instead.
 type keySlot struct {
-	tag uint32
-	ref uint32
+	lo, hi uint16
+	meta   uint16 // dist<<8 | tag
 }
+
+// maxKeyDist is the largest dist a slot holds; a probe run that would need more makes
+// the index grow (at the index's load, a run that long does not occur by chance, and
+// where keys land depends on the engine's secret seed).
+const maxKeyDist = 255
+
+func newKeySlot(rid uint32, dist uint64, tag uint8) keySlot {
+	ref := rid + 1
+	return keySlot{lo: uint16(ref), hi: uint16(ref >> 16), meta: uint16(dist)<<8 | uint16(tag)}
+}
+
+func (s keySlot) ref() uint32  { return uint32(s.lo) | uint32(s.hi)<<16 }
+func (s keySlot) dist() uint64 { return uint64(s.meta >> 8) }
+func (s keySlot) tag() uint8   { return uint8(s.meta) }
 
 type keyTable struct {
 	recs []keyRec
@@ -418,13 +434,9 @@ func (t *keyTable) addWide(rid uint32, ds, dk int32) wideRec {
 	return w
 }
 
-// keyTag is the key index's tag of k: the top half of its fingerprint (see
-// Engine.fingerprint), so that a caller that has the fingerprint hashes once.
-func keyTag(seed *table.Seed, k key) uint32 { return tagOf(seed.Hash128(k.prefix, k.loc())) }
-
-func tagOf(fp uint64) uint32 { return uint32(fp >> 32) }
-
-func tagHome(tag uint32, n int) uint64 { return table.Home(uint64(tag)<<32, n) }
+// keyTag is the key index's tag of the key whose fingerprint (Engine.fingerprint) is fp;
+// the home slot comes from its top bits.
+func keyTag(fp uint64) uint8 { return uint8(fp) }
 
 // The key index keeps Robin Hood order (see table.Dist): a probe stops at the first slot
 // nearer to its home than the probe is, and a deletion shifts back only up to the first
@@ -434,32 +446,24 @@ func tagHome(tag uint32, n int) uint64 { return table.Home(uint64(tag)<<32, n) }
 // caller must make non-empty before any other table operation). It may move the slab:
 // pointers into recs do not survive it.
 func (t *keyTable) findOrAdd(seed *table.Seed, k key) uint32 {
-	return t.findOrAddFP(k, seed.Hash128(k.prefix, k.loc()))
+	return t.findOrAddFP(seed, k, seed.Hash128(k.prefix, k.loc()))
 }
 
 // findOrAddFP is findOrAdd for a caller that has k's fingerprint fp.
-func (t *keyTable) findOrAddFP(k key, fp uint64) uint32 {
+func (t *keyTable) findOrAddFP(seed *table.Seed, k key, fp uint64) uint32 {
 	if table.FullDense(int(t.n), len(t.idx)) {
-		t.resizeIdx(table.Grown(len(t.idx)))
+		t.resizeIdx(seed, table.Grown(len(t.idx)))
 	}
-	tag := tagOf(fp)
+	tag := keyTag(fp)
 	loc := t.locOf(k, false)
-	n := len(t.idx)
-	i, d := tagHome(tag, n), uint64(0)
-	for ; ; i, d = table.Next(i, n), d+1 {
-		s := t.idx[i]
-		if s.ref == 0 || table.Dist(tagHome(s.tag, n), i, n) < d {
-			break
-		}
-		if s.tag == tag && t.is(s.ref-1, k, loc) {
-			return s.ref - 1
-		}
+	i, d, rid, found := t.probe(k, loc, fp, tag)
+	if found {
+		return rid
 	}
 	if loc == locWide {
 		loc = t.locOf(k, true) // a namespace new to the worker gets a local id
 	}
 	r := keyRec{plo: uint32(k.prefix), phi: uint32(k.prefix >> 32), loc: loc}
-	var rid uint32
 	if t.free != 0 {
 		rid = t.free - 1
 		t.free = t.recs[rid].parent
@@ -471,38 +475,81 @@ func (t *keyTable) findOrAddFP(k key, fp uint64) uint32 {
 	if loc == locWide {
 		t.extra().wide[rid] = wideRec{pos: k.pos, ns: k.ns}
 	}
-	t.shiftIn(i, keySlot{tag: tag, ref: rid + 1})
 	t.n++
+	if !t.shiftIn(i, newKeySlot(rid, d, tag)) {
+		// A probe run would outgrow dist: grow. The new record is live in the slab, so
+		// the rebuild indexes it.
+		t.resizeIdx(seed, table.Grown(len(t.idx)))
+	}
 	return rid
+}
+
+// probe looks k (location word loc, fingerprint fp, tag tag) up: its record id if
+// found, else the slot where it belongs (empty, or the first one nearer to its home
+// than k would be: Robin Hood order) and k's dist there.
+func (t *keyTable) probe(k key, loc uint32, fp uint64, tag uint8) (i, d uint64, rid uint32, found bool) {
+	n := len(t.idx)
+	for i = table.Home(fp, n); ; i, d = table.Next(i, n), d+1 {
+		s := t.idx[i]
+		ref := s.ref()
+		if ref == 0 || s.dist() < d {
+			return i, d, 0, false
+		}
+		if s.dist() == d && s.tag() == tag && t.is(ref-1, k, loc) {
+			return i, d, ref - 1, true
+		}
+	}
 }
 
 // shiftIn puts e at slot i, where the probe for it stopped: the index's runs are sorted
 // by home (Robin Hood order), so the slots from i up to the next empty one each move one
-// step on (see shard.Index.shiftIn).
-func (t *keyTable) shiftIn(i uint64, e keySlot) {
-	j := i
-	for n := len(t.idx); t.idx[j].ref != 0; {
-		j = table.Next(j, n)
+// step on, one slot farther from home. It reports false, changing nothing, when e or a
+// moved slot would lie more than maxKeyDist past its home.
+func (t *keyTable) shiftIn(i uint64, e keySlot) bool {
+	n := len(t.idx)
+	if e.dist() > maxKeyDist {
+		return false
 	}
-	table.ShiftRight(t.idx, i, j)
+	j := i
+	for ; t.idx[j].ref() != 0; j = table.Next(j, n) {
+		if t.idx[j].dist() == maxKeyDist {
+			return false
+		}
+	}
+	for j != i {
+		p := j - 1
+		if j == 0 {
+			p = uint64(n - 1)
+		}
+		s := t.idx[p]
+		s.meta += 1 << 8
+		t.idx[j] = s
+		j = p
+	}
 	t.idx[i] = e
+	return true
 }
 
-// insertAt puts e at slot i, d slots past its home, where the probe for it stopped,
-// pushing each slot it meets that is nearer to its home one step on.
-func (t *keyTable) insertAt(i, d uint64, e keySlot) {
+// place puts e, whose dist is its distance from home at slot i, in Robin Hood order
+// (each slot it meets that is nearer to its home than e gives way and moves on). It
+// reports false when a slot would lie more than maxKeyDist past its home; the index is
+// then inconsistent and must be rebuilt bigger.
+func (t *keyTable) place(i uint64, e keySlot) bool {
 	n := len(t.idx)
 	for {
 		s := &t.idx[i]
-		if s.ref == 0 {
+		if s.ref() == 0 {
 			*s = e
-			return
+			return true
 		}
-		if sd := table.Dist(tagHome(s.tag, n), i, n); sd < d {
+		if s.dist() < e.dist() {
 			*s, e = e, *s
-			d = sd
 		}
-		i, d = table.Next(i, n), d+1
+		if e.dist() == maxKeyDist {
+			return false
+		}
+		e.meta += 1 << 8
+		i = table.Next(i, n)
 	}
 }
 
@@ -511,19 +558,21 @@ func (t *keyTable) del(seed *table.Seed, rid uint32) {
 	t.delFP(rid, seed.Hash128(t.recs[rid].prefix(), t.key(rid).loc()))
 }
 
-// delFP is del for a caller that has the record's fingerprint fp.
+// delFP is del for a caller that has the record's fingerprint fp. The slots after it
+// shift back, each one step nearer to its home, up to the first one at its home.
 func (t *keyTable) delFP(rid uint32, fp uint64) {
 	n := len(t.idx)
-	i := tagHome(tagOf(fp), n)
-	for t.idx[i].ref != rid+1 {
+	i := table.Home(fp, n)
+	for t.idx[i].ref() != rid+1 {
 		i = table.Next(i, n)
 	}
 	for {
 		j := table.Next(i, n)
 		s := t.idx[j]
-		if s.ref == 0 || tagHome(s.tag, n) == j {
+		if s.ref() == 0 || s.dist() == 0 {
 			break
 		}
+		s.meta -= 1 << 8
 		t.idx[i] = s
 		i = j
 	}
@@ -536,14 +585,32 @@ func (t *keyTable) delFP(rid uint32, fp uint64) {
 	t.n--
 }
 
-func (t *keyTable) resizeIdx(c int) {
-	old := t.idx
-	t.idx = make([]keySlot, c)
-	for _, s := range old {
-		if s.ref != 0 {
-			t.insertAt(tagHome(s.tag, c), 0, s)
+// resizeIdx rebuilds the key index with at least c slots from the slab: the slots store
+// no hash, so each live record's fingerprint is computed again (records are read in
+// slab order).
+func (t *keyTable) resizeIdx(seed *table.Seed, c int) {
+	for {
+		t.idx = make([]keySlot, c)
+		if t.reindex(seed) {
+			return
+		}
+		c = table.Grown(c)
+	}
+}
+
+// reindex indexes every live record in the (empty) index; false if a run outgrew dist.
+func (t *keyTable) reindex(seed *table.Seed) bool {
+	n := len(t.idx)
+	for rid := range t.recs {
+		if t.recs[rid].free() {
+			continue
+		}
+		fp := seed.Hash128(t.recs[rid].prefix(), t.key(uint32(rid)).loc())
+		if !t.place(table.Home(fp, n), newKeySlot(uint32(rid), 0, keyTag(fp))) {
+			return false
 		}
 	}
+	return true
 }
 
 // sparse reports whether the slab or the index is mostly empty, so that compact would
@@ -567,13 +634,7 @@ func (t *seqTable) probes(seed *table.Seed, seq uint64) int {
 
 // probes returns the number of key-index slots a lookup of k reads.
 func (t *keyTable) probes(seed *table.Seed, k key) int {
-	tag := keyTag(seed, k)
-	loc := t.locOf(k, false)
-	n := len(t.idx)
-	for i, d := tagHome(tag, n), uint64(0); ; i, d = table.Next(i, n), d+1 {
-		s := t.idx[i]
-		if s.ref == 0 || s.tag == tag && t.is(s.ref-1, k, loc) || table.Dist(tagHome(s.tag, n), i, n) < d {
-			return int(d) + 1
-		}
-	}
+	fp := seed.Hash128(k.prefix, k.loc())
+	_, d, _, _ := t.probe(k, t.locOf(k, false), fp, keyTag(fp))
+	return int(d) + 1
 }

@@ -176,18 +176,9 @@ func (t *keyTable) find(seed *table.Seed, k key) (uint32, bool) {
 	if len(t.idx) == 0 {
 		return 0, false
 	}
-	tag := keyTag(seed, k)
-	loc := t.locOf(k, false)
-	n := len(t.idx)
-	for i, d := tagHome(tag, n), uint64(0); ; i, d = table.Next(i, n), d+1 {
-		s := t.idx[i]
-		if s.ref == 0 || table.Dist(tagHome(s.tag, n), i, n) < d {
-			return 0, false
-		}
-		if s.tag == tag && t.is(s.ref-1, k, loc) {
-			return s.ref - 1, true
-		}
-	}
+	fp := seed.Hash128(k.prefix, k.loc())
+	_, _, rid, ok := t.probe(k, t.locOf(k, false), fp, keyTag(fp))
+	return rid, ok
 }
 
 // holds reports whether w (whose lock the caller holds) holds key k.

@@ -194,7 +194,7 @@ func (w *worker) store(e *Engine, ns uint32, p parentRef, blocks []Block) {
 func (w *worker) addKey(e *Engine, k key, parentPrefix uint64, parent uint32) uint32 {
 	seed := &e.seed
 	fp := e.fingerprint(k)
-	rid := w.keys.findOrAddFP(k, fp)
+	rid := w.keys.findOrAddFP(seed, k, fp)
 	if w.keys.addSeqs(rid, 1) > 1 {
 		return rid
 	}
@@ -295,11 +295,8 @@ func (w *worker) compact(seed *table.Seed) {
 		}
 		ext.wide = wide
 	}
-	w.keys = keyTable{recs: recs, idx: make([]keySlot, table.ForEntries(len(recs))), ext: ext, n: int32(len(recs))}
-	for rid := range recs {
-		tag := keyTag(seed, w.keys.key(uint32(rid)))
-		w.keys.insertAt(tagHome(tag, len(w.keys.idx)), 0, keySlot{tag: tag, ref: uint32(rid) + 1})
-	}
+	w.keys = keyTable{recs: recs, ext: ext, n: int32(len(recs))}
+	w.keys.resizeIdx(seed, table.ForEntries(len(recs)))
 	for i := range w.seqs.slots {
 		if s := &w.seqs.slots[i]; s.ref != 0 {
 			s.ref = ids[s.ref-1]
