@@ -345,7 +345,11 @@ func (t *keyTable) ns(rid uint32) uint32 {
 
 // key returns record rid's key.
 func (t *keyTable) key(rid uint32) key {
-	return key{prefix: t.recs[rid].prefix(), pos: t.pos(rid), ns: t.ns(rid)}
+	r := &t.recs[rid]
+	if l := r.loc; l <= locPosMask { // the default namespace, packed: most records
+		return key{prefix: r.prefix(), pos: l}
+	}
+	return key{prefix: r.prefix(), pos: t.pos(rid), ns: t.ns(rid)}
 }
 
 // is reports whether record rid has key k, whose location word (locOf without create)

@@ -217,10 +217,7 @@ func (w *worker) addKey(e *Engine, k key, parentPrefix uint64, parent uint32) ui
 
 // dropKey counts one engine hash less under record rid, which must be held.
 func (w *worker) dropKey(e *Engine, rid uint32) {
-	if w.keys.seqs(rid) == 0 {
-		panic("engine: worker key table lost a held key")
-	}
-	if w.keys.addSeqs(rid, -1) > 0 {
+	if w.keys.addSeqs(rid, -1) > 0 { // addSeqs panics if rid was not held
 		return
 	}
 	kids := w.keys.kids(rid)
