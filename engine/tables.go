@@ -7,8 +7,9 @@ import "github.com/kvindex/kvindex/internal/table"
 //   - keyTable.recs, the slab: one 20-byte record per key (namespace, position, prefix)
 //     the worker holds or keeps as a ghost, at a stable index (its record id) until it
 //     is deleted; a deleted record goes on a free list and is reused.
-//   - keyTable.idx: key -> record id, 8-byte slots (a 32-bit hash tag and the id), so a
-//     probe compares tags and reads the slab only for the one record that matches.
+//   - keyTable.idx: key -> record id, 6-byte slots (the id, its distance from home and
+//     an 8-bit hash tag), so a probe compares tags and reads the slab only for records
+//     that match (one in 256 of the others).
 //   - seqTable: engine hash -> record id, 12-byte slots.
 //
 // A record names its parent key by record id, so a removal finds the parent's child

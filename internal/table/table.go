@@ -11,12 +11,12 @@
 // Robin Hood insertion.
 //
 // Every table is linear-probing with backward-shift deletion (no tombstones); the tables
-// whose slots give their home without a rehash (the positional index and the key index
-// carry their hash, the seq table stores Mix64 of its key) keep Robin Hood order, so a
-// miss and a deletion stop early; the first two run dense (13/16). They are sized by
-// the policy below rather than in powers of two: a table grows by half at a load of 3/4
-// (13/16 when its slots carry a hash tag), so its load stays between 0.5 and 0.75
-// (0.375 to 0.75 with doubling).
+// whose slots give their home without a rehash (the positional index carries its hash,
+// the key index its distance from home, the seq table Mix64 of its key) keep Robin Hood
+// order, so a miss and a deletion stop early; the first two run dense (13/16). They are
+// sized by the policy below rather than in powers of two: a table grows by half at a
+// load of 3/4 (13/16 for the dense ones), so its load stays between 0.5 and 0.75 (0.375
+// to 0.75 with doubling).
 package table
 
 import (
@@ -104,8 +104,8 @@ const MinSlots = 2
 // entry they shifted; in Robin Hood order it is still slower there).
 func Full(used, n int) bool { return (used+1)*4 > n*3 }
 
-// FullDense is Full for tables whose slots carry their hash (a tag that gives the home
-// slot without rehashing, so long runs are cheap to shift): they grow at 13/16.
+// FullDense is Full for tables whose slots give their home cheaply (a hash or a distance
+// from home, so long runs are cheap to shift): they grow at 13/16.
 func FullDense(used, n int) bool { return (used+1)*16 > n*13 }
 
 // Grown is the size a full table of n slots grows to: by half, but at least to
