@@ -3,6 +3,7 @@ package fabric
 import (
 	"context"
 	"fmt"
+	"os"
 	"math/rand/v2"
 	"net"
 	"testing"
@@ -18,7 +19,25 @@ import (
 	"github.com/kvindex/kvindex/internal/refmodel"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain checks for leaked goroutines as goleak.VerifyTestMain does, but gives them
+// up to 10 s to end instead of goleak's half second: an in-process NATS server's
+// goroutines can take longer than that to exit on a loaded 2-core machine (make test
+// runs packages in parallel), which failed a run once with nothing leaked.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		err := goleak.Find()
+		for deadline := time.Now().Add(10 * time.Second); err != nil && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond) // bounded poll of a condition
+			err = goleak.Find()
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // natsServer is an in-process NATS server with JetStream in dir, on 127.0.0.1.
 type natsServer struct {
