@@ -3,9 +3,9 @@ package fabric
 import (
 	"context"
 	"fmt"
-	"os"
 	"math/rand/v2"
 	"net"
+	"os"
 	"testing"
 	"time"
 
