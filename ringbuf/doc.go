@@ -15,8 +15,8 @@
 //   - TryPush, Push, PushBatch: any number of goroutines concurrently
 //     (producers). TryPush never blocks; Push and PushBatch park while the ring
 //     is full (after a bounded spin of a few runtime.Gosched re-checks).
-//   - PopBatch and receiving from Doorbell: exactly one goroutine at a time
-//     (the consumer). Two concurrent PopBatch calls corrupt the ring; this is
+//   - PopBatch, TryPopBatch and receiving from Doorbell: exactly one goroutine
+//     at a time (the consumer). Two concurrent pops corrupt the ring; this is
 //     not detected.
 //   - Close, Closed, Len, Cap, Stats: any goroutine.
 //
@@ -39,7 +39,11 @@
 //	}
 //
 // Any push that completes after the PopBatch that returned 0 makes a receive
-// from Doorbell possible; so does Close. Wake-ups may be spurious.
+// from Doorbell possible; so does Close. Wake-ups may be spurious. A consumer
+// that polls for a while before it parks polls with TryPopBatch, which leaves
+// the sleep flag alone (an empty PopBatch sets it, and every push after it
+// then pays a CAS and a doorbell send, and leaves a stale token), and calls
+// PopBatch once, right before the select.
 //
 // Closed must be read before the final PopBatch: a PopBatch that returns 0
 // is only final if it started after Closed() returned true. Checking Closed()

@@ -382,6 +382,32 @@ func (r *Ring[T]) PopBatch(dst []T) int {
 			n = r.pop(dst)
 		}
 	}
+	r.popped(n)
+	return n
+}
+
+// TryPopBatch is PopBatch for a consumer that is not about to block: it moves
+// up to len(dst) items into dst and returns how many, but an empty ring leaves
+// the consumer's sleep flag alone. PopBatch announces on every empty call that
+// the consumer may block on Doorbell, so a consumer that polls an empty ring in
+// a loop before it parks would have the next push after each poll pay a CAS
+// and a doorbell send, and the doorbell would then hold a stale token that
+// wakes the consumer's next real sleep for nothing. Such a consumer polls with
+// TryPopBatch and calls PopBatch once, right before it blocks. Only the
+// consumer may call it; after Close it may return 0 while items reserved
+// before Close are still being published (PopBatch waits for them).
+func (r *Ring[T]) TryPopBatch(dst []T) int {
+	n := r.pop(dst)
+	if n > 0 {
+		r.popped(n)
+	}
+	return n
+}
+
+// popped does the consumer's part after n > 0 items left the ring: it clears
+// a sleep announcement (the consumer is busy again) and hands wake-up tokens
+// to producers parked on a full ring.
+func (r *Ring[T]) popped(n int) {
 	if r.sleeping.Load() != 0 {
 		r.sleeping.Store(0)
 	}
@@ -400,5 +426,4 @@ func (r *Ring[T]) PopBatch(dst []T) int {
 			}
 		}
 	}
-	return n
 }

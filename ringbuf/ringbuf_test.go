@@ -689,3 +689,57 @@ func TestPopBatchWaitsForInFlightAfterClose(t *testing.T) {
 	}
 	assert.Zero(t, r.PopBatch(dst))
 }
+
+// TestTryPopBatchLeavesSleepFlag: a consumer polling an empty ring with
+// TryPopBatch does not announce that it may sleep, so the pushes that follow
+// its polls ring no doorbell; the PopBatch before it parks does announce, and
+// the next push rings. TryPopBatch pops in order like PopBatch.
+func TestTryPopBatchLeavesSleepFlag(t *testing.T) {
+	r := mustNew[int](t, 8)
+	dst := make([]int, 8)
+	require.Zero(t, r.PopBatch(dst)) // announces: New starts the consumer asleep anyway
+	require.True(t, r.TryPush(1))
+	<-r.Doorbell() // the first push after an announcement rings
+	for i := 0; i < 3; i++ {
+		require.Equal(t, 1, r.TryPopBatch(dst))
+		assert.Equal(t, i+1, dst[0])
+		require.Zero(t, r.TryPopBatch(dst))
+		require.True(t, r.TryPush(i+2))
+		select {
+		case <-r.Doorbell():
+			t.Fatalf("poll %d: a push after an empty TryPopBatch rang the doorbell", i)
+		default:
+		}
+	}
+	require.Equal(t, 1, r.TryPopBatch(dst))
+	require.Zero(t, r.PopBatch(dst))
+	require.True(t, r.TryPush(9))
+	select {
+	case <-r.Doorbell():
+	default:
+		t.Fatal("a push after an empty PopBatch did not ring the doorbell")
+	}
+	require.Equal(t, 1, r.TryPopBatch(dst))
+	assert.Equal(t, 9, dst[0])
+}
+
+// TestTryPopBatchReleasesParkedProducer: a producer parked on a full ring is
+// released by the cells a TryPopBatch frees, as by PopBatch's.
+func TestTryPopBatchReleasesParkedProducer(t *testing.T) {
+	r := mustNew[int](t, 2)
+	fill(t, r, 2)
+	errc := make(chan error, 1)
+	go func() { errc <- r.Push(42) }()
+	waitFor(t, "producer to park", func() bool { return r.Stats().FullWaits == 1 })
+	dst := make([]int, 1)
+	require.Equal(t, 1, r.TryPopBatch(dst))
+	select {
+	case err := <-errc:
+		assert.NoError(t, err)
+	case <-time.After(deadlockGuard):
+		t.Fatal("a TryPopBatch did not release the parked producer")
+	}
+	all := make([]int, 4)
+	require.Equal(t, 2, r.TryPopBatch(all))
+	assert.Equal(t, []int{1, 42}, all[:2])
+}
