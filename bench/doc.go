@@ -11,9 +11,11 @@
 //	per Impl:  Verify            sequential replay, every query with an expected answer
 //	                             checked after a Sync (an implementation that is wrong is
 //	                             not worth timing)
-//	           MeasureEvents     all events on a fresh index, then Sync; with P producer
-//	                             goroutines, each owning a disjoint set of workers, so
-//	                             per-worker order is preserved; events/s, block ops/s,
+//	           MeasureEvents     all events on a fresh index, one Apply call per event,
+//	                             then Sync; with P producer goroutines, each owning a
+//	                             disjoint set of workers, so per-worker order is
+//	                             preserved; events/s, block ops/s (stored blocks and
+//	                             removed seqs; queries are not counted, and not run),
 //	                             mallocs/event; median of passes
 //	           MeasureQueries    Q goroutines issuing the stream's queries for a fixed
 //	                             time, either at rest (after a full pass) or under load:
@@ -21,6 +23,16 @@
 //	                             queries/s, p50/p99/p999 latency, events/s while loaded
 //	           MeasureMemory     heap growth (after GC) over one full pass divided by the
 //	                             memberships held at its end (the sum of worker sizes)
+//
+// Block ops here are the ones the peer drivers count: the blocks of stored events and
+// the seqs of removed ones. `kvindex replay` reports a different quantity under the same
+// name: its block ops also count every query's content blocks (the trace-driven log has
+// 263,010 event block ops and 160,845 query blocks), its clock also runs over the queries
+// and barriers, and it applies the events between two queries with one ApplyBatch call.
+// Its block ops/s is therefore about 1.6x this harness's for the same engine speed: on the
+// trace-driven log, `kvindex replay --locked --batch=false` gave 8.0-8.6M of its block ops
+// per second, which is 5.0-5.4M event block ops/s, where MeasureEvents gave 5.4M (one run,
+// alternated); batching (`--batch=true`, 9.8-10.1M) explains the rest.
 //
 // Parsing and conversion happen once, before any timing. The only time spent outside
 // the implementations inside a timed region is the loop over the pre-converted events

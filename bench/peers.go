@@ -256,7 +256,8 @@ func WritePeerTable(out io.Writer, h Header, sums []Summary, rounds int, markdow
 		rows = append(rows, peerRow(s, w.Checked == 0 && !opt.SkipVerify))
 	}
 	section(&b, markdown, "Peers and kvindex, same run", hdr, rows)
-	b.WriteString("Block ops/s: every event on a fresh index, one thread in log order, median pass. " +
+	b.WriteString("Block ops/s: every event on a fresh index, one thread in log order, one call per event, median pass; " +
+		"block ops are stored blocks and removed seqs (kvindex replay also counts query blocks). " +
 		"At rest: 1 querier on the index a full pass left. Under events: 1 streamer looping over the events " +
 		"while the queriers query. Bytes per membership: heap = live Go heap growth after GC over one pass; " +
 		"alloc = live bytes counted by the Rust driver's global allocator over one pass, RSS = resident-set " +

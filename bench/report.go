@@ -67,7 +67,8 @@ func WriteReport(out io.Writer, h Header, results []Result, markdown bool) error
 		}
 		rows = append(rows, append(row, allocs, strings.Join(passes, "/")))
 	}
-	section(&b, markdown, "Event throughput (every event on a fresh index, then Sync; P producers own disjoint workers)", hdr, rows)
+	section(&b, markdown, "Event throughput (every event on a fresh index, one Apply each, then Sync; P producers own disjoint workers; "+
+		"block ops: stored blocks + removed seqs, queries not counted, unlike kvindex replay's)", hdr, rows)
 
 	// Queries under load.
 	hdr = []string{"impl", "queries/s", "p50", "p99", "p99.9", "events/s meanwhile", "stream loops"}
