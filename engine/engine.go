@@ -67,7 +67,8 @@ type Engine struct {
 
 	qpool    sync.Pool
 	barriers sync.Pool
-	outboxes sync.Pool // of *outbox
+	bars     barrierTable // the barrier tokens in the rings (shardloop.go)
+	outboxes sync.Pool    // of *outbox
 
 	// onDelta and onProbe, when set (by tests, before any call), observe every index
 	// delta and every query probe; the partition measurement uses them.

@@ -17,7 +17,7 @@ import (
 // taken the token from its ring, so the shard answers nothing from then on.
 func stall(t *testing.T, e *Engine, s int) (release func()) {
 	b := &barrier{ack: make(chan struct{})}
-	require.NoError(t, e.shards[s].ring.Push(delta{op: opBarrier, bar: b}))
+	require.NoError(t, e.shards[s].ring.Push(delta{op: opBarrier, wid: e.bars.add(b, 1)}))
 	deadline := time.Now().Add(10 * time.Second)
 	for e.shards[s].ring.Len() > 0 {
 		require.True(t, time.Now().Before(deadline), "shard %d never took the stall token", s)
@@ -183,4 +183,38 @@ func TestQueryDropsWorkerReplacedMidQuery(t *testing.T) {
 	for _, m := range got {
 		require.NotEqual(t, "a", m.Worker, "a never held these blocks: %v", got)
 	}
+}
+
+// TestBarrierTable: a barrier leaves the table with its last acknowledgement, an
+// abandoned one (its context ended) once the shards reach its tokens, and a token whose
+// barrier was dropped is acknowledged to nobody.
+func TestBarrierTable(t *testing.T) {
+	e, err := New(Config{Shards: 3})
+	require.NoError(t, err)
+	defer e.Close()
+	for range 3 {
+		// A barrier that takes the slow path (its token through every ring).
+		b := &barrier{ack: make(chan struct{}, 3)}
+		id := e.bars.add(b, 3)
+		for _, s := range e.shards {
+			require.NoError(t, s.ring.Push(delta{op: opBarrier, wid: id}))
+		}
+		for range 3 {
+			<-b.ack
+		}
+	}
+	release := sync.OnceFunc(stall(t, e, 1))
+	defer release() // before Close (deferred earlier), even when a check below fails
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, e.Barrier(ctx), context.DeadlineExceeded) // shard 1 is stalled
+	release()
+	require.NoError(t, e.Barrier(context.Background()))
+	e.bars.mu.Lock()
+	require.Empty(t, e.bars.live, "every token acknowledged, none left in the table")
+	e.bars.mu.Unlock()
+
+	id := e.bars.add(&barrier{ack: make(chan struct{})}, 1)
+	e.bars.drop(id)
+	require.Nil(t, e.bars.ack(id))
 }
