@@ -251,13 +251,15 @@ func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done 
 func (e *Engine) gallop(q *query, idx *shard.Index, content []uint64, buf []uint32) []uint32 {
 	L := len(content)
 	J := e.cfg.JumpSize
-	q.pre = append(slices.Grow(q.pre[:0], L), content[0])
+	q.pre = append(q.pre[:0], content[0])
 	live := 0 // q.cands[live:] have held every landing so far; the others are scored
 	prev, x, step := 0, 0, min(gallopFirst, J)
 	for live < len(q.cands) && x < L-1 {
 		x = min(x+step, L-1)
 		step = min(2*step, J)
-		pre := q.pre[:x+1] // (capacity L)
+		// The prefix hashes grow with the depth hashed, never with the query's length:
+		// a query of a billion blocks that its candidates leave early costs a few.
+		pre := slices.Grow(q.pre, x+1-len(q.pre))[:x+1]
 		h := pre[len(q.pre)-1]
 		for i := len(q.pre); i < len(pre); i++ {
 			h = hash.Next(h, content[i])
