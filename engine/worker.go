@@ -358,9 +358,24 @@ const maxPending = 1024
 // flush publishes this event's deltas to the shard rings and the worker's gap flag and
 // counters. Called with mu held, so one worker's deltas enter each ring in event order.
 func (w *worker) flush(e *Engine) error {
-	w.publish(e)
-	w.components(func(_ Tier, c *worker) { c.publish(e) })
 	o := w.out
+	if e.cfg.LockedIndex && !e.dropDeltas {
+		// The locked index takes the flags with the deltas, under the write lock: a
+		// query reads them under the read lock, so it sees a worker's gap flag and its
+		// memberships of one moment. gallop trusts a gap-free flag for every position;
+		// published before the deltas, a flag cleared by an event that fills a hole
+		// would meet the index with the hole still in it.
+		e.locked.Lock()
+		e.shards[0].apply(o.pend[0])
+		w.publish(e)
+		w.components(func(_ Tier, c *worker) { c.publish(e) })
+		e.locked.Unlock()
+		o.pend[0] = o.pend[0][:0]
+		o.npend = 0
+	} else {
+		w.publish(e)
+		w.components(func(_ Tier, c *worker) { c.publish(e) })
+	}
 	if o.events != 0 {
 		e.events.Add(o.events)
 		o.events = 0
@@ -377,11 +392,6 @@ func (w *worker) flush(e *Engine) error {
 		return nil
 	}
 	if e.cfg.LockedIndex {
-		e.locked.Lock()
-		e.shards[0].apply(o.pend[0])
-		e.locked.Unlock()
-		o.pend[0] = o.pend[0][:0]
-		o.npend = 0
 		return nil
 	}
 	var err error
