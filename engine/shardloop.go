@@ -22,7 +22,7 @@ const (
 // barrier's id in Engine.bars). A delta holds no pointer, so a ring cell is 24 bytes
 // (the delta and its sequence word), the rings hold nothing the garbage collector
 // scans, and storing a cell needs no write barrier: a barrier token's pointer made the
-// cell 40 bytes, 1.6 deltas per cache line crossing the cores instead of 2.7.
+// cell 32 bytes, 2 deltas per cache line crossing the cores instead of 2.7.
 type delta struct {
 	fp  uint64
 	wid uint32
