@@ -302,14 +302,19 @@ func appendUints(dst []byte, v []uint64) []byte {
 	return append(dst, ']')
 }
 
-func appendCounts(dst []byte, m map[string]int) []byte {
+// sortedKeys returns m's keys in order, so that equal ops give equal bytes.
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	return keys
+}
+
+func appendCounts(dst []byte, m map[string]int) []byte {
 	dst = append(dst, '{')
-	for i, k := range keys {
+	for i, k := range sortedKeys(m) {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
@@ -331,13 +336,8 @@ func appendMedium(dst []byte, tier uint8) []byte {
 }
 
 func appendTiers(dst []byte, m map[string][3]int) []byte {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	dst = append(dst, '{')
-	for i, k := range keys {
+	for i, k := range sortedKeys(m) {
 		if i > 0 {
 			dst = append(dst, ',')
 		}

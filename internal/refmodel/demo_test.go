@@ -19,29 +19,11 @@ var update = flag.Bool("update", false, "rewrite testdata/demo.jsonl and testdat
 // DemoLog returns the op log the README's first command replays: a seeded random history
 // whose every query carries the reference model's answer.
 func demoLog() []byte {
-	ops := RandomOps(rand.New(rand.NewPCG(2026, 11)), 3000, RandomOptions{Workers: 6, Alphabet: 4, MaxChain: 200})
-	m := New()
-	var out []byte
-	for i := range ops {
-		op := &ops[i]
-		if op.Kind == oplog.Query {
-			op.Expect, op.Sizes, op.HasExpect = map[string]int{}, map[string]int{}, true
-			for _, a := range m.Query(op.Content) {
-				op.Expect[a.Worker], op.Sizes[a.Worker] = a.Score, a.Size
-			}
-		} else {
-			_ = m.Apply(op)
-		}
-		out = oplog.Append(out, *op)
-	}
-	return out
+	return expectedLog(RandomOps(rand.New(rand.NewPCG(2026, 11)), 3000, RandomOptions{Workers: 6, Alphabet: 4, MaxChain: 200}))
 }
 
-// tiersLog is testdata/tiers.jsonl: a seeded random history with host and disk events
-// (stores, removals, copies) whose every query carries the model's answer with its
-// per-tier lengths.
-func tiersLog() []byte {
-	ops := RandomOps(rand.New(rand.NewPCG(2026, 12)), 3000, RandomOptions{Workers: 4, Alphabet: 4, MaxChain: 120, Tiers: true})
+// expectedLog writes ops as a log whose every query carries the model's answer.
+func expectedLog(ops []oplog.Op) []byte {
 	m := New()
 	var out []byte
 	for i := range ops {
@@ -54,6 +36,13 @@ func tiersLog() []byte {
 		out = oplog.Append(out, *op)
 	}
 	return out
+}
+
+// tiersLog is testdata/tiers.jsonl: a seeded random history with host and disk events
+// (stores, removals, copies) whose every query carries the model's answer with its
+// per-tier lengths.
+func tiersLog() []byte {
+	return expectedLog(RandomOps(rand.New(rand.NewPCG(2026, 12)), 3000, RandomOptions{Workers: 4, Alphabet: 4, MaxChain: 120, Tiers: true}))
 }
 
 func TestTiersLogUpToDate(t *testing.T) {
