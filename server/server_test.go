@@ -108,6 +108,18 @@ func (c *client) text(path string) string {
 	return string(b)
 }
 
+// waitReady polls /readyz (for up to 15 s) until the server says it is ready.
+func (c *client) waitReady(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for c.do("GET", "/readyz", "", nil) != 200 {
+		if time.Now().After(deadline) {
+			t.Fatal("never ready")
+		}
+		time.Sleep(5 * time.Millisecond) // bounded poll of a condition
+	}
+}
+
 func start(t *testing.T, cfg server.Config) (*server.Server, *client) {
 	t.Helper()
 	s, err := server.New(cfg, server.Options{})
@@ -239,13 +251,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, c := start(t, cfg)
-	deadline := time.Now().Add(15 * time.Second)
-	for c.do("GET", "/readyz", "", nil) != 200 {
-		if time.Now().After(deadline) {
-			t.Fatal("never ready")
-		}
-		time.Sleep(5 * time.Millisecond) // bounded poll of a condition
-	}
+	c.waitReady(t)
 	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
 	p := func(v uint64) *uint64 { return &v }
 	// Rank 0 holds 3 blocks of the prompt, rank 1 holds 1; rank 1 also holds the
@@ -268,7 +274,7 @@ func TestEndToEnd(t *testing.T) {
 		seqs[b.rank] = seq
 	}
 	var workers struct{ Workers []server.WorkerInfo }
-	deadline = time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for {
 		c.do("GET", "/v1/workers", "", &workers)
 		done := len(workers.Workers) == 2

@@ -67,13 +67,7 @@ func TestTiersEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, c := start(t, cfg)
-	deadline := time.Now().Add(15 * time.Second)
-	for c.do("GET", "/readyz", "", nil) != 200 {
-		if time.Now().After(deadline) {
-			t.Fatal("never ready")
-		}
-		time.Sleep(5 * time.Millisecond) // bounded poll of a condition
-	}
+	c.waitReady(t)
 	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
 	content, _ := hash.Blocks(nil, toks, 4)
 	m := refmodel.New()
