@@ -112,7 +112,7 @@ func TestTiersEndToEnd(t *testing.T) {
 		step.model(workers[step.rank])
 	}
 	var ws struct{ Workers []server.WorkerInfo }
-	deadline = time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for {
 		c.do("GET", "/v1/workers", "", &ws)
 		done := len(ws.Workers) == 2
