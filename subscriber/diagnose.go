@@ -198,11 +198,10 @@ const (
 
 // window holds the counts of the current and the previous period.
 type window struct {
-	Start    time.Time // of the current period
-	Cur      [numWin]uint64
-	Prev     [numWin]uint64
-	HasPrev  bool
-	PrevSpan time.Duration
+	Start   time.Time // of the current period
+	Cur     [numWin]uint64
+	Prev    [numWin]uint64 // of the period before Start (zero if none was counted)
+	HasPrev bool           // a period before Start has passed: Prev covers a whole one
 }
 
 // roll moves the window to the period holding now.
@@ -216,10 +215,10 @@ func (w *window) roll(now time.Time, period time.Duration) {
 		return
 	}
 	if el < 2*period {
-		w.Prev, w.HasPrev, w.PrevSpan = w.Cur, true, period
+		w.Prev, w.HasPrev = w.Cur, true
 		w.Start = w.Start.Add(period)
 	} else { // a whole period or more passed without a count
-		w.Prev, w.HasPrev, w.PrevSpan = [numWin]uint64{}, true, period
+		w.Prev, w.HasPrev = [numWin]uint64{}, true
 		w.Start = now
 	}
 	w.Cur = [numWin]uint64{}
@@ -230,13 +229,14 @@ func (w *window) roll(now time.Time, period time.Duration) {
 func (w *window) Recent(now time.Time, period time.Duration) ([numWin]uint64, time.Duration) {
 	c := *w
 	c.roll(now, period)
+	// After roll, now lies in the current period: the previous one ended at Start.
 	out := c.Cur
 	span := now.Sub(c.Start)
-	if c.HasPrev && now.Sub(c.Start) < period {
+	if c.HasPrev {
 		for i := range out {
 			out[i] += c.Prev[i]
 		}
-		span += c.PrevSpan
+		span += period
 	}
 	return out, span
 }
