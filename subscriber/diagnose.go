@@ -449,6 +449,7 @@ func (ds *diagState) checkHashes(e *kvevents.Event, now time.Time) {
 	}
 	whole := e.Digests != nil && e.DigestSize == vllmhash.Size
 	bs := e.BlockSize
+	ds.d.Window.roll(now, ds.cfg.Window) // once: every block of the event has its time
 	for i := 0; i < n; i++ {
 		var extra []byte
 		if e.BlockExtras != nil {
@@ -474,7 +475,6 @@ func (ds *diagState) checkHashes(e *kvevents.Event, now time.Time) {
 		} else {
 			ok = d.Low64() == e.Seqs[i]
 		}
-		ds.d.Window.roll(now, ds.cfg.Window)
 		if !ok {
 			c.Mismatched++
 			ds.d.Window.Cur[wHashMismatch]++
