@@ -589,8 +589,7 @@ func (d *Decoder) stored(ev *Event, payload []byte, at *[numFields]int, b *Batch
 	// out not to be empty; its block size names no content, so it is not checked.
 	hashOnly := nt == 0 && d.cfg.HashOnly
 	if d.cfg.BlockSize != 0 && bs != d.cfg.BlockSize && !hashOnly {
-		d.rejBS = bs
-		return ReasonBlockSizeMismatch, "block_size " + strconv.Itoa(bs) + ", want " + strconv.Itoa(d.cfg.BlockSize), false
+		return d.blockSizeMismatch(bs)
 	}
 	ev.BlockSize = bs
 
@@ -622,8 +621,7 @@ func (d *Decoder) stored(ev *Event, payload []byte, at *[numFields]int, b *Batch
 	}
 	if d.cfg.BlockSize != 0 && bs != d.cfg.BlockSize { // an empty store of another size
 		b.seqs = b.seqs[:seqStart]
-		d.rejBS = bs
-		return ReasonBlockSizeMismatch, "block_size " + strconv.Itoa(bs) + ", want " + strconv.Itoa(d.cfg.BlockSize), false
+		return d.blockSizeMismatch(bs)
 	}
 	if uint64(nt) != uint64(nb)*uint64(bs) {
 		b.seqs = b.seqs[:seqStart]
@@ -656,6 +654,13 @@ func (d *Decoder) stored(ev *Event, payload []byte, at *[numFields]int, b *Batch
 	ev.Seqs = b.seqs[seqStart:len(b.seqs):len(b.seqs)]
 	ev.Contents = b.contents[contentStart:len(b.contents):len(b.contents)]
 	return 0, "", true
+}
+
+// blockSizeMismatch rejects a store of block size bs (not Config.BlockSize), keeping bs
+// for the rejection's EventError.BlockSize (see reject).
+func (d *Decoder) blockSizeMismatch(bs int) (Reason, string, bool) {
+	d.rejBS = bs
+	return ReasonBlockSizeMismatch, "block_size " + strconv.Itoa(bs) + ", want " + strconv.Itoa(d.cfg.BlockSize), false
 }
 
 func describeRange(e rerr) string {
