@@ -193,7 +193,10 @@ func (d *Decoder) verbatim(ev *Event, b *Batch, payload []byte, at *[numFields]i
 	ev.Tokens = b.tokens[ts:len(b.tokens):len(b.tokens)]
 
 	r := d.at(payload, at[fBlockHashes])
-	n, _ := r.arrayLen()
+	n, e := r.arrayLen() // read once already (hashes): n == nb
+	if e != rOK || n == 0 || n != nb {
+		return
+	}
 	ds, size := len(b.digests), -1
 	for i := 0; i < n; i++ {
 		v, e := r.bytesOf(kBin)
@@ -203,10 +206,6 @@ func (d *Decoder) verbatim(ev *Event, b *Batch, payload []byte, at *[numFields]i
 		}
 		size = len(v)
 		b.digests = append(b.digests, v...)
-	}
-	if n == 0 || n != nb {
-		b.digests = b.digests[:ds]
-		return
 	}
 	if at[fParent] >= 0 {
 		pr := d.at(payload, at[fParent])
