@@ -189,7 +189,8 @@ type Config struct {
 	// Groups selects the KV-cache groups indexed (hybrid models); default full
 	// attention. See GroupFilter.
 	Groups GroupFilter
-	// HashCheck recomputes the engine's block hashes (vLLM sha256_cbor). Default off.
+	// HashCheck recomputes the engine's block hashes (vLLM "sha256" or "sha256_cbor").
+	// Default off.
 	HashCheck HashCheck
 	// Diagnose sets the thresholds of the silent-miss diagnostics (Problems).
 	Diagnose DiagnoseConfig
