@@ -45,8 +45,10 @@ func floodPub(b *testing.B, msg []byte, n int) string {
 		if err != nil {
 			return
 		}
-		defer c.Close()
+		wrote := make(chan struct{})
+		defer func() { c.Close(); <-wrote }() // the writer fails on the closed conn and ends
 		go func() {
+			defer close(wrote)
 			if _, err := c.Write(append(zmtptest.Greeting(), zmtptest.Ready("PUB")...)); err != nil {
 				return
 			}
