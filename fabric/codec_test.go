@@ -87,3 +87,21 @@ func FuzzDecodeMessage(f *testing.F) {
 		}
 	})
 }
+
+// Publish refuses an event of no tier rather than let AppendMessage's two tier bits
+// turn it into an event of another tier, and the stream stays empty.
+func TestPublishRefusesUnknownTier(t *testing.T) {
+	ctx := testCtx(t)
+	ns := startNATS(t)
+	nc := ns.connect(t)
+	p := newPublisher(t, ctx, nc, PublisherConfig{Stream: StreamConfig{Memory: true}})
+	for _, tier := range []engine.Tier{engine.NumTiers, 5} {
+		ev := engine.Event{Kind: engine.EventRemoved, Worker: "w", Tier: tier, Seqs: []uint64{1}}
+		if err := p.Publish(ctx, testModel, &ev, 1); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("tier %d: err %v, want ErrMalformed", tier, err)
+		}
+	}
+	if last := streamLast(t, ctx, nc, DefaultStream); last != 0 {
+		t.Fatalf("stream holds %d messages", last)
+	}
+}

@@ -247,6 +247,11 @@ func (p *Publisher) Publish(ctx context.Context, model string, ev *engine.Event,
 	if ev.Worker == "" {
 		return fmt.Errorf("%w: empty worker", ErrMalformed)
 	}
+	if ev.Tier >= engine.NumTiers {
+		// The flags byte has two tier bits: AppendMessage would keep the low ones and
+		// replicas would apply the event on another tier.
+		return fmt.Errorf("%w: unknown tier %d", ErrMalformed, ev.Tier)
+	}
 	subj := Subject(p.cfg.Stream.SubjectPrefix, model, ev.Worker)
 	if workerSeq != 0 {
 		last, err := p.lastSeq(ctx, subj)
