@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -95,4 +96,30 @@ func TestBlockSizeMismatchRecorded(t *testing.T) {
 	require.NoError(t, d.Decode(batch(0, storedExtra("", mp{}.Nil())), &b))
 	require.Equal(t, ReasonBlockSizeMismatch, b.Rejected[0].Reason)
 	require.Equal(t, 2, b.Rejected[0].BlockSize)
+}
+
+// Verbatim keeps 32-byte bin block hashes (and the parent's) whole; int hashes, or a
+// list whose digests differ in length, leave Digests nil.
+func TestVerbatimDigests(t *testing.T) {
+	dg := func(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }
+	bins := mp{}.Arr(8).Str("BlockStored").Arr(2).Bin(dg(1)).Bin(dg(2)).Bin(dg(9)).
+		Tokens(make([]uint32, 32)).Uint(16).Nil().Str("GPU").Nil()
+	ints := mp{}.Arr(8).Str("BlockStored").Uints(1, 2).Nil().
+		Tokens(make([]uint32, 32)).Uint(16).Nil().Str("GPU").Nil()
+	mixed := mp{}.Arr(8).Str("BlockStored").Arr(2).Bin(dg(1)).Bin(dg(2)[:16]).Nil().
+		Tokens(make([]uint32, 32)).Uint(16).Nil().Str("GPU").Nil()
+	d := mustNew(t, Config{BlockSize: 16, Verbatim: true})
+	var b Batch
+	require.NoError(t, d.Decode(batch(0, bins, ints, mixed), &b))
+	require.Len(t, b.Events, 3, "%v", b.Rejected)
+	e := b.Events[0]
+	require.Equal(t, 32, e.DigestSize)
+	require.Equal(t, append(dg(1), dg(2)...), e.Digests)
+	require.Equal(t, dg(9), e.ParentDigest)
+	require.Len(t, e.Tokens, 32)
+	for _, e := range b.Events[1:] {
+		require.Nil(t, e.Digests)
+		require.Nil(t, e.ParentDigest)
+		require.Len(t, e.Tokens, 32)
+	}
 }
