@@ -331,7 +331,7 @@ func (s *Server) workerState(worker string) string {
 func (g *grpcService) Workers(ctx context.Context, _ *kvindexv1.WorkersRequest) (*kvindexv1.WorkersResponse, error) {
 	s := g.s
 	sizer := s.sizer()
-	now := time.Now()
+	now := s.now() // the diagnostics clock, as /v1/workers
 	out := &kvindexv1.WorkersResponse{Workers: make([]*kvindexv1.Worker, 0, len(s.subs))}
 	for _, sub := range s.subs {
 		wi := s.workerInfo(sub, sizer, now)
