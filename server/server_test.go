@@ -273,22 +273,7 @@ func TestEndToEnd(t *testing.T) {
 		}
 		seqs[b.rank] = seq
 	}
-	var workers struct{ Workers []server.WorkerInfo }
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c.do("GET", "/v1/workers", "", &workers)
-		done := len(workers.Workers) == 2
-		for i, w := range workers.Workers {
-			done = done && w.LastSeq != nil && *w.LastSeq == seqs[i]
-		}
-		if done {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("workers never caught up: %+v", workers)
-		}
-		time.Sleep(5 * time.Millisecond) // bounded poll of a condition
-	}
+	workers := waitCaughtUp(t, c, seqs)
 	w0, w1 := workers.Workers[0], workers.Workers[1]
 	if w0.Worker != "pod-0#dp0" || w1.Worker != "pod-0#dp1" || w0.State != "live" || w1.Model != "llama" {
 		t.Fatalf("workers %+v", workers)
@@ -395,5 +380,26 @@ func TestShutdownDrains(t *testing.T) {
 	}
 	if _, err := c.hc.Get(c.base + "/healthz"); err == nil {
 		t.Fatal("still serving after shutdown")
+	}
+}
+
+// waitCaughtUp polls /v1/workers until worker i has applied sequence number seqs[i]
+// (the listing has exactly len(seqs) workers), and returns that listing.
+func waitCaughtUp(t *testing.T, c *client, seqs []uint64) (ws struct{ Workers []server.WorkerInfo }) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c.do("GET", "/v1/workers", "", &ws)
+		done := len(ws.Workers) == len(seqs)
+		for i, w := range ws.Workers {
+			done = done && w.LastSeq != nil && *w.LastSeq == seqs[i]
+		}
+		if done {
+			return ws
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workers never caught up to %v: %+v", seqs, ws)
+		}
+		time.Sleep(5 * time.Millisecond) // bounded poll of a condition
 	}
 }

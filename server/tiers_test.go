@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kvindex/kvindex/hash"
 	"github.com/kvindex/kvindex/internal/refmodel"
@@ -111,22 +110,7 @@ func TestTiersEndToEnd(t *testing.T) {
 		seqs[step.rank] = seq
 		step.model(workers[step.rank])
 	}
-	var ws struct{ Workers []server.WorkerInfo }
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c.do("GET", "/v1/workers", "", &ws)
-		done := len(ws.Workers) == 2
-		for i, w := range ws.Workers {
-			done = done && w.LastSeq != nil && *w.LastSeq == seqs[i]
-		}
-		if done {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("workers never caught up: %+v", ws)
-		}
-		time.Sleep(5 * time.Millisecond) // bounded poll of a condition
-	}
+	ws := waitCaughtUp(t, c, seqs)
 	if r := ws.Workers[1].Rejected; r["medium"] != 1 || r["hash_only"] != 1 {
 		t.Fatalf("rank 1 rejections %v", r)
 	}
