@@ -33,6 +33,9 @@ type grpcFixture struct {
 	index *engine.Engine
 	http  *client
 	grpc  *kvclient.Client
+	// raw calls the Index service directly, for requests the client cannot build
+	// (a Routed with tokens, or with both tokens and content hashes).
+	raw kvindexv1.IndexClient
 }
 
 func startGRPC(t *testing.T, cfg server.Config) *grpcFixture {
@@ -63,14 +66,21 @@ func startGRPC(t *testing.T, cfg server.Config) *grpcFixture {
 			t.Error(err)
 		}
 	})
-	c, err := kvclient.Dial("passthrough:///bufconn",
+	dial := []grpc.DialOption{
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return bl.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	}
+	c, err := kvclient.Dial("passthrough:///bufconn", dial...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &grpcFixture{srv: s, index: index, http: newClient(t, s.Addr()), grpc: c}
+	conn, err := grpc.NewClient("passthrough:///bufconn", dial...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &grpcFixture{srv: s, index: index, http: newClient(t, s.Addr()), grpc: c, raw: kvindexv1.NewIndexClient(conn)}
 }
 
 // fill stores random chains of 4-token blocks for a few workers in model m's default
@@ -453,9 +463,19 @@ func TestGRPCRouted(t *testing.T) {
 		{Model: "m", Worker: "w"},                                           // no content
 		{Model: "m", Worker: "w", ContentHashes: h, Tokens: []uint32{1, 2}}, // both
 		{Model: "nope", Worker: "w", ContentHashes: h},                      // unknown model
+		{Model: "m", Worker: "w", ContentHashes: h, Namespace: "bogus"},     // bad namespace
 	} {
-		if _, err := f.grpc.Routed(ctx, req.GetModel(), req.GetWorker(), req.GetContentHashes(), time.Duration(req.GetTtlMs())*time.Millisecond); req.Tokens == nil && status.Code(err) != codes.InvalidArgument {
+		if _, err := f.raw.Routed(ctx, req); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("%v: %v, want InvalidArgument", req, err)
 		}
+	}
+	// Tokens are hashed at the model's block size, as content hashes are taken.
+	rt, err := f.raw.Routed(ctx, &kvindexv1.RoutedRequest{Model: "m", Worker: "pod-2", Tokens: []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9}})
+	if err != nil || rt.GetBlocks() != 2 {
+		t.Fatalf("routed tokens: %v %v", rt, err)
+	}
+	resp, err = f.grpc.MatchHashes(ctx, "m", h)
+	if err != nil || len(resp.GetMatches()) != 2 {
+		t.Fatalf("after routed tokens: %v %v", resp, err)
 	}
 }
