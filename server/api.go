@@ -282,8 +282,7 @@ func checkNamespace(ns string) error {
 				return bad(err.Error())
 			}
 		case strings.HasPrefix(lora, "lora_id="):
-			id := lora[len("lora_id="):]
-			if _, err := strconv.ParseUint(id, 10, 64); err != nil || (len(id) > 1 && id[0] == '0') {
+			if !decimalID(lora[len("lora_id="):]) {
 				return bad("lora_id is not a decimal id")
 			}
 		default:
@@ -320,6 +319,22 @@ func checkEscaped(v string) error {
 		}
 	}
 	return nil
+}
+
+// decimalID reports whether id is an integer as the decoder writes a lora_id: an
+// unsigned 64-bit one, or a negative one of 64 bits (msgpack carries both), in decimal
+// without leading zeros ("-0" never comes out).
+func decimalID(id string) bool {
+	digits, neg := strings.CutPrefix(id, "-")
+	if digits == "" || (digits[0] == '0' && (len(digits) > 1 || neg)) {
+		return false
+	}
+	if neg {
+		_, err := strconv.ParseInt(id, 10, 64)
+		return err == nil
+	}
+	_, err := strconv.ParseUint(digits, 10, 64)
+	return err == nil
 }
 
 func isUpperHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'A' && c <= 'F' }

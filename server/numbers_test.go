@@ -116,13 +116,15 @@ func FuzzDecodeMatch(f *testing.F) {
 
 func TestCheckNamespace(t *testing.T) {
 	for _, ns := range []string{"", "lora=a", "lora_id=7", "salt=s", "lora=a;salt=s", "lora_id=12;salt=%25x",
+		"lora_id=0", "lora_id=-3", "lora_id=18446744073709551615", "lora_id=-9223372036854775808",
 		kvevents.Namespace("we;ird%", "sa\x01lt"), kvevents.Namespace("", "x;y")} {
 		if err := checkNamespace(ns); err != nil {
 			t.Errorf("%q: %v", ns, err)
 		}
 	}
 	for _, ns := range []string{"x", "lora=", "salt=", "lora=a;", ";salt=s", "salt=s;lora=a", "lora=a;salt=s;x=1",
-		"lora=a%", "lora=a%2", "lora=a%zz", "lora=a%2f", "lora_id=", "lora_id=01", "lora=\x01", "LORA=a"} {
+		"lora=a%", "lora=a%2", "lora=a%zz", "lora=a%2f", "lora_id=", "lora_id=01",
+		"lora_id=-", "lora_id=-0", "lora_id=-01", "lora_id=+1", "lora_id=18446744073709551616", "lora_id=-9223372036854775809", "lora=\x01", "LORA=a"} {
 		if err := checkNamespace(ns); err == nil {
 			t.Errorf("%q accepted", ns)
 		}
