@@ -22,7 +22,17 @@ func TestHostileEngineEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed := make(chan struct{}, 64)
-	go zmtptest.ServeHostile(hostile, zmtptest.LongHeader(0x04, 1<<50), closed)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		zmtptest.ServeHostile(hostile, zmtptest.LongHeader(0x04, 1<<50), closed)
+	}()
+	// Registered before start's: runs after the server stopped dialling, and waits for
+	// ServeHostile and its connections, so none outlives the test.
+	t.Cleanup(func() {
+		hostile.Close()
+		<-served
+	})
 	good, err := zmtptest.ListenPub("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
