@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvindex/kvindex/api/kvindexv1"
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/hash"
@@ -108,4 +109,16 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestServiceName: the readiness service the client asks about is the one the server
+// answers for, the Index service of the generated code (two hand-written constants
+// could drift apart and Ready would report NotFound).
+func TestServiceName(t *testing.T) {
+	want := kvindexv1.Index_ServiceDesc.ServiceName
+	for name, got := range map[string]string{"client.ServiceName": client.ServiceName, "server.GRPCServiceName": server.GRPCServiceName} {
+		if got != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
 }
