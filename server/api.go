@@ -805,9 +805,16 @@ func (s *Server) handleWorkers(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Workers []WorkerInfo `json:"workers"`
 		Models  []ModelInfo  `json:"models"`
-	}{Workers: make([]WorkerInfo, 0, len(s.subs)), Models: s.modelInfos(now)}
+	}{Workers: s.workerInfos(sizer, now), Models: s.modelInfos(now)}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// workerInfos lists every worker, HTTP and gRPC alike: the subscribed ones in their
+// order, then those without events by id.
+func (s *Server) workerInfos(sizer WorkerSizer, now time.Time) []WorkerInfo {
+	out := make([]WorkerInfo, 0, len(s.subs)+len(s.approx))
 	for _, sub := range s.subs {
-		out.Workers = append(out.Workers, s.workerInfo(sub, sizer, now))
+		out = append(out, s.workerInfo(sub, sizer, now))
 	}
 	for _, name := range slices.Sorted(maps.Keys(s.approx)) {
 		// A worker without events: only its model, state and size (0 unless a relay
@@ -817,9 +824,9 @@ func (s *Server) handleWorkers(w http.ResponseWriter, r *http.Request) {
 			n, _ := sizer.WorkerSize(name)
 			wi.Size = &n
 		}
-		out.Workers = append(out.Workers, wi)
+		out = append(out, wi)
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {

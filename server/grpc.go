@@ -327,14 +327,16 @@ func (s *Server) workerState(worker string) string {
 	return "unknown"
 }
 
-// Workers is GET /v1/workers over gRPC.
+// Workers is GET /v1/workers over gRPC: the same workers, those without events
+// included (state "approximate").
 func (g *grpcService) Workers(ctx context.Context, _ *kvindexv1.WorkersRequest) (*kvindexv1.WorkersResponse, error) {
 	s := g.s
 	sizer := s.sizer()
 	now := s.now() // the diagnostics clock, as /v1/workers
-	out := &kvindexv1.WorkersResponse{Workers: make([]*kvindexv1.Worker, 0, len(s.subs))}
-	for _, sub := range s.subs {
-		wi := s.workerInfo(sub, sizer, now)
+	infos := s.workerInfos(sizer, now)
+	out := &kvindexv1.WorkersResponse{Workers: make([]*kvindexv1.Worker, 0, len(infos))}
+	for i := range infos {
+		wi := &infos[i]
 		w := &kvindexv1.Worker{
 			Worker: wi.Worker, Endpoint: wi.Endpoint, ReplayEndpoint: wi.ReplayEndpoint, Model: wi.Model,
 			DpRank: int32(wi.DPRank), State: wi.State, Synced: wi.Synced, Connected: wi.Connected,

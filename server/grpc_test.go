@@ -323,7 +323,8 @@ func TestGRPCSurvivesGarbage(t *testing.T) {
 // synced), any other service NOT_FOUND; Workers lists the followed ranks.
 func TestGRPCHealthAndWorkers(t *testing.T) {
 	f := startGRPC(t, server.Config{
-		Engines: []server.EngineConfig{{Endpoint: "tcp://" + deadPort(t), Worker: "pod", Model: "m", BlockSize: 4, DPRanks: 2}},
+		Engines: []server.EngineConfig{{Endpoint: "tcp://" + deadPort(t), Worker: "pod", Model: "m", BlockSize: 4, DPRanks: 2},
+			{Worker: "quiet", Model: "m", BlockSize: 4}}, // no events: listed after, "approximate"
 	})
 	ctx := context.Background()
 	if live, err := f.grpc.Live(ctx); err != nil || !live {
@@ -333,14 +334,15 @@ func TestGRPCHealthAndWorkers(t *testing.T) {
 		t.Fatalf("ready %v, %v with engines never reached", ready, err)
 	}
 	ws, err := f.grpc.Workers(ctx)
-	if err != nil || len(ws) != 2 || ws[0].Worker != "pod#dp0" || ws[1].DpRank != 1 || ws[0].Synced || ws[0].HasSeq {
+	if err != nil || len(ws) != 3 || ws[0].Worker != "pod#dp0" || ws[1].DpRank != 1 || ws[0].Synced || ws[0].HasSeq ||
+		ws[2].Worker != "quiet" || ws[2].State != "approximate" || ws[2].Model != "m" {
 		t.Fatalf("workers %v, %v", ws, err)
 	}
 	var httpWorkers struct {
 		Workers []server.WorkerInfo `json:"workers"`
 	}
 	f.http.do("GET", "/v1/workers", "", &httpWorkers)
-	if len(httpWorkers.Workers) != 2 || httpWorkers.Workers[1].State != ws[1].State {
+	if len(httpWorkers.Workers) != 3 || httpWorkers.Workers[1].State != ws[1].State || httpWorkers.Workers[2].Worker != ws[2].Worker {
 		t.Fatalf("HTTP workers %+v, gRPC %v", httpWorkers, ws)
 	}
 }
