@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -211,9 +212,9 @@ func (s *Server) logProblems(now time.Time) {
 	}
 	s.logMu.Lock()
 	defer s.logMu.Unlock()
-	seen := map[string]bool{}
+	seen := map[problemKey]bool{}
 	report := func(kind, who, model string, p subscriber.Problem) {
-		key := kind + "\x00" + who + "\x00" + p.Code
+		key := problemKey{kind, who, p.Code}
 		seen[key] = true
 		if last, ok := s.logged[key]; ok && now.Sub(last) < every {
 			return
@@ -238,20 +239,14 @@ func (s *Server) logProblems(now time.Time) {
 	for key := range s.logged {
 		if !seen[key] {
 			delete(s.logged, key)
-			s.log.Info("problem resolved", "key", prettyKey(key))
+			s.log.Info("problem resolved", key.kind, key.who, "problem", key.code)
 		}
 	}
 }
 
-func prettyKey(k string) string {
-	b := []byte(k)
-	for i, c := range b {
-		if c == 0 {
-			b[i] = ' '
-		}
-	}
-	return string(b)
-}
+// problemKey names one ongoing problem in the log's memory: a worker's or a model's
+// (kind), by its id, and the problem's code.
+type problemKey struct{ kind, who, code string }
 
 // diagnoseLoop logs problems every diagnoseCheckInterval until stop closes.
 func (s *Server) diagnoseLoop(stop <-chan struct{}) {
@@ -334,10 +329,5 @@ func (c *diagCollector) Collect(ch chan<- prometheus.Metric) {
 
 // modelNames returns the served models' names, sorted.
 func (s *Server) modelNames() []string {
-	names := make([]string, 0, len(s.models))
-	for n := range s.models {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
+	return slices.Sorted(maps.Keys(s.models))
 }

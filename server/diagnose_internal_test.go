@@ -200,7 +200,7 @@ func TestProblemLogRateLimited(t *testing.T) {
 	}
 	clk.t = clk.t.Add(3 * subscriber.DefaultDiagWindow)
 	s.logProblems(clk.t)
-	if !strings.Contains(buf.String(), "problem resolved") {
+	if !strings.Contains(buf.String(), `msg="problem resolved" model=m`) || !strings.Contains(buf.String(), "problem="+ProblemUnmatchedQueries) {
 		t.Fatalf("no resolved line:\n%s", buf.String())
 	}
 }

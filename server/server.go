@@ -109,7 +109,7 @@ type Server struct {
 	// holds when each ongoing problem was last logged.
 	now      func() time.Time
 	logMu    sync.Mutex
-	logged   map[string]time.Time
+	logged   map[problemKey]time.Time
 	stopDiag chan struct{}
 }
 
@@ -150,7 +150,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		grpcLn:   opts.GRPCListener,
 		errc:     make(chan error, len(pubs)+1),
 		now:      time.Now,
-		logged:   map[string]time.Time{},
+		logged:   map[problemKey]time.Time{},
 		stopDiag: make(chan struct{}),
 	}
 	for _, p := range pubs {
