@@ -94,7 +94,7 @@ func (e *Engine) getQuery() *query {
 
 // FindMatches returns, appended to dst, every worker whose score for the query's
 // content hashes is at least 1: the number of leading blocks it holds under exactly this
-// prefix, and its size. Matches are ordered by score (highest first), then worker id.
+// prefix, and its size. Matches are ordered by score (highest first), then worker name.
 // An empty query matches nothing. It returns ctx.Err() if ctx ends first, or ErrClosed.
 func (e *Engine) FindMatches(ctx context.Context, content []uint64, dst []Match) ([]Match, error) {
 	return e.findMatches(ctx, 0, content, dst)
@@ -531,7 +531,7 @@ func (e *Engine) collect(q *query, content []uint64, dst []Match) []Match {
 	return dst
 }
 
-// sortMatches orders by score descending, then worker id. An answer has one match per
+// sortMatches orders by score descending, then worker name. An answer has one match per
 // candidate, usually a handful, and often arrives sorted or nearly so: an insertion sort
 // with the comparison inlined costs a fraction of slices.SortFunc's calls through a
 // function value (eight matches with one out of place, as the trace-driven log's
