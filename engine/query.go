@@ -94,7 +94,7 @@ func (e *Engine) getQuery() *query {
 
 // FindMatches returns, appended to dst, every worker whose score for the query's
 // content hashes is at least 1: the number of leading blocks it holds under exactly this
-// prefix, and its size. Matches are ordered by score (highest first), then worker id.
+// prefix, and its size. Matches are ordered by score (highest first), then worker name.
 // An empty query matches nothing. It returns ctx.Err() if ctx ends first, or ErrClosed.
 func (e *Engine) FindMatches(ctx context.Context, content []uint64, dst []Match) ([]Match, error) {
 	return e.findMatches(ctx, 0, content, dst)
@@ -182,10 +182,7 @@ const walkLimit = denseLandings
 // cheaper on long matches, answers the query instead.
 func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done bool) {
 	slots := e.workers()
-	if len(q.mark) < len(slots) {
-		q.mark = make([]uint32, len(slots)+len(slots)/4)
-		q.stamp = 0
-	}
+	q.growMarks(len(slots))
 	e.locked.RLock()
 	idx := e.shards[0].idx
 	buf := idx.AppendMembers(q.sub[0].out[:0], e.fingerprint(key{prefix: content[0], ns: q.ns}))
@@ -351,10 +348,7 @@ func (e *Engine) landings(ctx context.Context, q *query, content []uint64) error
 	q.landings = append(q.landings[:0], 0)
 	slots := e.workers()
 	q.cands = q.cands[:0]
-	if len(q.mark) < len(slots) {
-		q.mark = make([]uint32, len(slots)+len(slots)/4)
-		q.stamp = 0
-	}
+	q.growMarks(len(slots))
 	hi := max(firstWave, J)
 	if e.cfg.LockedIndex {
 		hi = 0 // position 0 alone first: a query nobody matches costs one probe
@@ -537,7 +531,7 @@ func (e *Engine) collect(q *query, content []uint64, dst []Match) []Match {
 	return dst
 }
 
-// sortMatches orders by score descending, then worker id. An answer has one match per
+// sortMatches orders by score descending, then worker name. An answer has one match per
 // candidate, usually a handful, and often arrives sorted or nearly so: an insertion sort
 // with the comparison inlined costs a fraction of slices.SortFunc's calls through a
 // function value (eight matches with one out of place, as the trace-driven log's
@@ -658,6 +652,15 @@ func (q *query) members(x int) []uint32 {
 }
 
 func (q *query) stampMembers(x int) { q.stampSet(q.members(x)) }
+
+// growMarks makes q.mark cover worker ids below n, with headroom so that a growing fleet
+// does not reallocate it on every query.
+func (q *query) growMarks(n int) {
+	if len(q.mark) < n {
+		q.mark = make([]uint32, n+n/4)
+		q.stamp = 0
+	}
+}
 
 // stampSet marks the workers of a member list with a new stamp.
 func (q *query) stampSet(members []uint32) {

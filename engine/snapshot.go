@@ -348,42 +348,40 @@ func (e *Engine) loadTier(p *snapReader, w *worker, t Tier, nsCount uint32, nsID
 	}
 	name := w.name
 	w = e.tierOf(w, t, true)
-	{
-		var lastSeq uint64
-		// A key held under several seqs has one parent: WriteSnapshot writes the same
-		// parent for each, and a snapshot that disagrees would not restore to itself.
-		parents := make(map[key]uint64)
-		for j := uint64(0); j < n; j++ {
-			seq, prefix, parent := p.u64(), p.u64(), p.u64()
-			pos, ns := p.u32(), p.u32()
-			if p.err != nil {
-				break
-			}
-			if j > 0 && seq <= lastSeq {
-				p.fail("seqs out of order")
-				break
-			}
-			lastSeq = seq
-			if pos >= MaxDepth || ns > nsCount {
-				p.fail("position or namespace out of range")
-				break
-			}
-			if pos == 0 && parent != 0 {
-				p.fail(fmt.Sprintf("worker %q: root block (seq %d) with a parent", name, seq))
-				break
-			}
-			if ns > 0 {
-				ns = nsIDs[ns-1]
-			}
-			k := key{prefix: prefix, pos: pos, ns: ns}
-			if old, seen := parents[k]; seen && old != parent {
-				p.fail(fmt.Sprintf("worker %q: block (seq %d) held with two parents", name, seq))
-				break
-			}
-			parents[k] = parent
-			si, sh, _ := w.seqs.locate(&e.seed, seq) // seqs ascend: never found
-			w.seqs.setAt(si, sh, w.addKey(e, k, parent, 0))
+	var lastSeq uint64
+	// A key held under several seqs has one parent: WriteSnapshot writes the same
+	// parent for each, and a snapshot that disagrees would not restore to itself.
+	parents := make(map[key]uint64)
+	for j := uint64(0); j < n; j++ {
+		seq, prefix, parent := p.u64(), p.u64(), p.u64()
+		pos, ns := p.u32(), p.u32()
+		if p.err != nil {
+			break
 		}
+		if j > 0 && seq <= lastSeq {
+			p.fail("seqs out of order")
+			break
+		}
+		lastSeq = seq
+		if pos >= MaxDepth || ns > nsCount {
+			p.fail("position or namespace out of range")
+			break
+		}
+		if pos == 0 && parent != 0 {
+			p.fail(fmt.Sprintf("worker %q: root block (seq %d) with a parent", name, seq))
+			break
+		}
+		if ns > 0 {
+			ns = nsIDs[ns-1]
+		}
+		k := key{prefix: prefix, pos: pos, ns: ns}
+		if old, seen := parents[k]; seen && old != parent {
+			p.fail(fmt.Sprintf("worker %q: block (seq %d) held with two parents", name, seq))
+			break
+		}
+		parents[k] = parent
+		si, sh, _ := w.seqs.locate(&e.seed, seq) // seqs ascend: never found
+		w.seqs.setAt(si, sh, w.addKey(e, k, parent, 0))
 	}
 }
 

@@ -51,16 +51,25 @@ func (t *seqTable) get(seed *table.Seed, seq uint64) (rid uint32, ok bool) {
 	if t.n == 0 {
 		return 0, false
 	}
-	h := seed.Mix64(seq)
+	i, found := t.find(seed.Mix64(seq))
+	if !found {
+		return 0, false
+	}
+	return t.slots[i].ref - 1, true
+}
+
+// find returns the slot of the seq of mixed hash h, or the slot where it belongs (empty,
+// or the first one nearer to its home than h would be: Robin Hood order).
+func (t *seqTable) find(h uint64) (i uint64, found bool) {
 	lo, hi := uint32(h), uint32(h>>32)
 	n := len(t.slots)
 	for i, d := t.homeOf(h), uint64(0); ; i, d = table.Next(i, n), d+1 {
 		s := &t.slots[i]
 		if s.ref == 0 || table.Dist(t.homeOf(s.mixed()), i, n) < d {
-			return 0, false
+			return i, false
 		}
 		if s.lo == lo && s.hi == hi {
-			return s.ref - 1, true
+			return i, true
 		}
 	}
 }
@@ -74,17 +83,8 @@ func (t *seqTable) locate(seed *table.Seed, seq uint64) (i, h uint64, found bool
 		t.resize(table.Grown(len(t.slots)))
 	}
 	h = seed.Mix64(seq)
-	lo, hi := uint32(h), uint32(h>>32)
-	n := len(t.slots)
-	for i, d := t.homeOf(h), uint64(0); ; i, d = table.Next(i, n), d+1 {
-		s := &t.slots[i]
-		if s.ref == 0 || table.Dist(t.homeOf(s.mixed()), i, n) < d {
-			return i, h, false
-		}
-		if s.lo == lo && s.hi == hi {
-			return i, h, true
-		}
-	}
+	i, found = t.find(h)
+	return i, h, found
 }
 
 // setAt points slot i, found by locate for the seq of mixed hash h, at record rid.
@@ -110,20 +110,12 @@ func (t *seqTable) del(seed *table.Seed, seq uint64) (rid uint32, ok bool) {
 	if t.n == 0 {
 		return 0, false
 	}
-	h := seed.Mix64(seq)
-	lo, hi := uint32(h), uint32(h>>32)
-	n := len(t.slots)
-	i := t.homeOf(h)
-	for d := uint64(0); ; i, d = table.Next(i, n), d+1 {
-		s := &t.slots[i]
-		if s.ref == 0 || table.Dist(t.homeOf(s.mixed()), i, n) < d {
-			return 0, false
-		}
-		if s.lo == lo && s.hi == hi {
-			rid = s.ref - 1
-			break
-		}
+	i, found := t.find(seed.Mix64(seq))
+	if !found {
+		return 0, false
 	}
+	rid = t.slots[i].ref - 1
+	n := len(t.slots)
 	for {
 		j := table.Next(i, n)
 		s := &t.slots[j]

@@ -147,17 +147,8 @@ func (e *Engine) parentOf(w *worker, t Tier, parent uint64) (holder *worker, rid
 			return c, rid, true
 		}
 	}
-	for u := range Tier(NumTiers) {
-		if u == t {
-			continue
-		}
-		if c := e.tierOf(w, u, false); c != nil {
-			if rid, ok = c.seqs.get(&e.seed, parent); ok {
-				return c, rid, true
-			}
-		}
-	}
-	return nil, 0, false
+	holder, rid = w.otherTierHolder(e, t, parent)
+	return holder, rid, holder != nil
 }
 
 // registerComponent gives a new tier component of primary p a worker id.
@@ -340,7 +331,7 @@ func (e *Engine) collectTiers(q *query, content []uint64, dst []Match) []Match {
 // fastest copy. It returns how many seqs it skipped.
 func (e *Engine) copyLocked(w *worker, t Tier, seqs []uint64) (skipped int) {
 	for _, s := range seqs {
-		src, rid := w.copySource(e, t, s)
+		src, rid := w.otherTierHolder(e, t, s)
 		if src == nil {
 			if c := e.tierOf(w, t, false); c == nil || !c.seqs.has(&e.seed, s) {
 				skipped++
@@ -358,9 +349,10 @@ func (e *Engine) copyLocked(w *worker, t Tier, seqs []uint64) (skipped int) {
 	return skipped
 }
 
-// copySource returns the fastest tier component of primary w other than tier t that
-// holds seq, and the seq's record there, or nil.
-func (w *worker) copySource(e *Engine, t Tier, seq uint64) (*worker, uint32) {
+// otherTierHolder returns the fastest tier component of primary w (locked) other than
+// tier t that holds seq, and the seq's record there, or nil: the source of a copy to
+// tier t, and parentOf's fallback.
+func (w *worker) otherTierHolder(e *Engine, t Tier, seq uint64) (*worker, uint32) {
 	for u := range Tier(NumTiers) {
 		if u == t {
 			continue

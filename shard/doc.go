@@ -1,5 +1,6 @@
 // Package shard owns the positional index of one shard: a table from a key
-// (position, prefix hash) to the set of workers that hold at least one block with that key.
+// (namespace, position, prefix hash) to the set of workers that hold at least one block
+// with that key.
 //
 // # Ownership
 //
@@ -30,8 +31,9 @@
 // key's member count is its set's length. The fingerprint is split in two words so that
 // a slot needs no 8-byte alignment (one uint64 and a uint32 would pad to 16). In the
 // traces this project is tuned for, almost every key is held by one worker, so the
-// common case allocates nothing per entry and the garbage collector has nothing to scan. A slot carries its own hash, so moving it (growth,
-// deletion, Robin Hood swaps) needs no rehash. Two keys share a slot only if their
+// common case allocates nothing per entry and the garbage collector has nothing to
+// scan. A slot carries its own hash, so moving it (growth, deletion, Robin Hood swaps)
+// needs no rehash. Two keys share a slot only if their
 // fingerprints collide; DESIGN.md ("Exactness of fingerprints") gives the argument. See
 // table_bench_test.go for the built-in map and github.com/dolthub/swiss measured on the
 // same key and value shape.
