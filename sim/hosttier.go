@@ -7,19 +7,17 @@ import "github.com/kvindex/kvindex/engine"
 // connector writes through instead, which changes when a block reaches the host, not what
 // the router sees of it) and leave it only when it is full and needs room: the least
 // recently used block goes, with a host-tier removed event.
-//
-// entries[cap] is the sentinel of the LRU list: next is the least recently used block.
 type hostTier struct {
-	entries []hentry
+	entries []hentry // by slot
+	lru     lruList  // the taken slots, least recently used first
 	byHash  map[uint64]int32
 	used    int32   // slots ever taken: [0, used)
 	free    []int32 // taken slots free again (an orphan's, after its eviction)
 }
 
-// hentry is one host block: its engine hash and LRU links.
+// hentry is one host block: its engine hash.
 type hentry struct {
-	hash       uint64
-	prev, next int32
+	hash uint64
 }
 
 // blockMeta is what a device block's stored event named: kept only with a host tier, so
@@ -30,38 +28,23 @@ type blockMeta struct {
 }
 
 func newHostTier(capacity int) *hostTier {
-	h := &hostTier{entries: make([]hentry, capacity+1), byHash: make(map[uint64]int32, min(capacity, 1<<16))}
-	s := int32(capacity)
-	h.entries[s].prev, h.entries[s].next = s, s
-	return h
+	return &hostTier{
+		entries: make([]hentry, capacity),
+		lru:     newLRUList(capacity),
+		byHash:  make(map[uint64]int32, min(capacity, 1<<16)),
+	}
 }
-
-func (h *hostTier) sentinel() int32 { return int32(len(h.entries) - 1) }
 
 func (h *hostTier) holds(hash uint64) bool {
 	_, ok := h.byHash[hash]
 	return ok
 }
 
-func (h *hostTier) unlink(i int32) {
-	p, n := h.entries[i].prev, h.entries[i].next
-	h.entries[p].next = n
-	h.entries[n].prev = p
-}
-
-func (h *hostTier) pushTail(i int32) {
-	s := h.sentinel()
-	last := h.entries[s].prev
-	h.entries[i].prev, h.entries[i].next = last, s
-	h.entries[last].next = i
-	h.entries[s].prev = i
-}
-
 // touch makes a held block the most recently used.
 func (h *hostTier) touch(hash uint64) {
 	if i, ok := h.byHash[hash]; ok {
-		h.unlink(i)
-		h.pushTail(i)
+		h.lru.unlink(i)
+		h.lru.pushTail(i)
 	}
 }
 
@@ -94,12 +77,12 @@ func (m *mockEngine) offload(hash uint64, md blockMeta, em emitter) error {
 	case len(h.free) > 0:
 		slot = h.free[len(h.free)-1]
 		h.free = h.free[:len(h.free)-1]
-	case int(h.used) < len(h.entries)-1:
+	case int(h.used) < len(h.entries):
 		slot = h.used
 		h.used++
 	default:
-		slot = h.entries[h.sentinel()].next
-		h.unlink(slot)
+		slot, _ = h.lru.head() // full: the list holds every slot
+		h.lru.unlink(slot)
 		victim := h.entries[slot].hash
 		delete(h.byHash, victim)
 		if err := em.removed(m.name, engine.TierHost, victim); err != nil {
@@ -113,7 +96,7 @@ func (m *mockEngine) offload(hash uint64, md blockMeta, em emitter) error {
 	}
 	h.entries[slot] = hentry{hash: hash}
 	h.byHash[hash] = slot
-	h.pushTail(slot)
+	h.lru.pushTail(slot)
 	m.hev[0] = engine.Block{Content: md.content, Seq: hash}
 	return em.stored(m.name, engine.TierHost, md.parent, md.hasParent, m.hev[:])
 }

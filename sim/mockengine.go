@@ -32,11 +32,10 @@ const none = -1
 
 // pblock is one physical KV block of a mock engine.
 type pblock struct {
-	hash       uint64
-	hashed     bool
-	ref        int32 // running requests holding it
-	prev, next int32 // links in the free queue, none when not queued
-	dup        int32 // next block cached under the same hash, none at the end
+	hash   uint64
+	hashed bool
+	ref    int32 // running requests holding it
+	dup    int32 // next block cached under the same hash, none at the end
 }
 
 // mockEngine is one worker: a vLLM v1-style prefix cache of a fixed number of blocks.
@@ -51,7 +50,8 @@ type mockEngine struct {
 	noneHash    uint64 // vLLM's NONE_HASH: the parent of a root block, per engine
 	blockSize   int
 	chunkTokens int
-	blocks      []pblock // the last one is the free queue's sentinel
+	blocks      []pblock
+	free        lruList // the blocks no running request holds
 	cached      map[uint64]int32
 
 	// With a host tier (host != nil), meta[b] is what device block b's stored event
@@ -74,37 +74,19 @@ type mockEngine struct {
 func newMockEngine(name string, noneHash uint64, capacity, hostCapacity, blockSize, chunkTokens int) *mockEngine {
 	m := &mockEngine{
 		name: name, noneHash: noneHash, blockSize: blockSize, chunkTokens: chunkTokens,
-		blocks: make([]pblock, capacity+1),
+		blocks: make([]pblock, capacity),
+		free:   newLRUList(capacity),
 		cached: make(map[uint64]int32, capacity),
 	}
 	if hostCapacity > 0 {
 		m.host = newHostTier(hostCapacity)
 		m.meta = make([]blockMeta, capacity)
 	}
-	s := int32(capacity)
-	m.blocks[s] = pblock{prev: s, next: s, dup: none}
 	for i := range int32(capacity) {
-		m.blocks[i] = pblock{prev: none, next: none, dup: none}
-		m.pushTail(i)
+		m.blocks[i] = pblock{dup: none}
+		m.free.pushTail(i)
 	}
 	return m
-}
-
-func (m *mockEngine) sentinel() int32 { return int32(len(m.blocks) - 1) }
-
-func (m *mockEngine) pushTail(b int32) {
-	s := m.sentinel()
-	last := m.blocks[s].prev
-	m.blocks[b].prev, m.blocks[b].next = last, s
-	m.blocks[last].next = b
-	m.blocks[s].prev = b
-}
-
-func (m *mockEngine) unlink(b int32) {
-	p, n := m.blocks[b].prev, m.blocks[b].next
-	m.blocks[p].next = n
-	m.blocks[n].prev = p
-	m.blocks[b].prev, m.blocks[b].next = none, none
 }
 
 // cache records that block b now holds hash h, the block of content c under the given
@@ -147,12 +129,11 @@ func (m *mockEngine) uncache(b int32) {
 // allocate takes the least recently freed block, evicting its hash if it has one (and
 // offloading it to the host tier if there is one).
 func (m *mockEngine) allocate(em emitter) (int32, error) {
-	s := m.sentinel()
-	b := m.blocks[s].next
-	if b == s {
-		return 0, fmt.Errorf("sim: worker %s: no free block (capacity %d)", m.name, len(m.blocks)-1)
+	b, ok := m.free.head()
+	if !ok {
+		return 0, fmt.Errorf("sim: worker %s: no free block (capacity %d)", m.name, len(m.blocks))
 	}
-	m.unlink(b)
+	m.free.unlink(b)
 	m.blocks[b].ref = 1
 	if m.blocks[b].hashed {
 		h := m.blocks[b].hash
@@ -225,7 +206,7 @@ func (m *mockEngine) serve(r *Request, em emitter) (served, error) {
 			continue
 		}
 		if m.blocks[b].ref == 0 {
-			m.unlink(b)
+			m.free.unlink(b)
 		}
 		m.blocks[b].ref++
 		m.req = append(m.req, b)
@@ -267,7 +248,7 @@ func (m *mockEngine) serve(r *Request, em emitter) (served, error) {
 	for i := len(m.req) - 1; i >= 0; i-- {
 		b := m.req[i]
 		if m.blocks[b].ref--; m.blocks[b].ref == 0 {
-			m.pushTail(b)
+			m.free.pushTail(b)
 		}
 	}
 	return out, nil
@@ -320,7 +301,7 @@ func (m *mockEngine) load(r *Request, em emitter) error {
 // held returns the number of distinct hashes the engine holds (the index's size for it
 // when no hash is held twice) and the number of blocks that carry a hash.
 func (m *mockEngine) held() (hashes, blocks int) {
-	for _, b := range m.blocks[:len(m.blocks)-1] {
+	for _, b := range m.blocks {
 		if b.hashed {
 			blocks++
 		}

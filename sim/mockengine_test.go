@@ -205,16 +205,16 @@ func TestMockEngineEvents(t *testing.T) {
 // is in the free queue once, and the cache map names exactly the hashed blocks.
 func checkMockInvariants(t *testing.T, m *mockEngine) {
 	t.Helper()
-	s := m.sentinel()
 	seen := 0
-	for b := m.blocks[s].next; b != s; b = m.blocks[b].next {
+	s := m.free.sentinel()
+	for b := m.free[s].next; b != s; b = m.free[b].next {
 		if m.blocks[b].ref != 0 {
 			t.Fatalf("block %d is queued with ref %d", b, m.blocks[b].ref)
 		}
 		seen++
 	}
-	if seen != int(s) {
-		t.Fatalf("%d blocks queued, want %d", seen, s)
+	if seen != len(m.blocks) {
+		t.Fatalf("%d blocks queued, want %d", seen, len(m.blocks))
 	}
 	hashed := 0
 	for h, first := range m.cached {
@@ -231,14 +231,15 @@ func checkMockInvariants(t *testing.T, m *mockEngine) {
 	if h := m.host; h != nil {
 		// The host's LRU list holds exactly the blocks its map names, within capacity.
 		n := 0
-		for i := h.entries[h.sentinel()].next; i != h.sentinel(); i = h.entries[i].next {
+		s := h.lru.sentinel()
+		for i := h.lru[s].next; i != s; i = h.lru[i].next {
 			if j, ok := h.byHash[h.entries[i].hash]; !ok || j != i {
 				t.Fatalf("host slot %d holds %x, the map says %d", i, h.entries[i].hash, j)
 			}
 			n++
 		}
-		if n != len(h.byHash) || n > len(h.entries)-1 || n+len(h.free) != int(h.used) {
-			t.Fatalf("host: %d listed, %d mapped, %d free, %d used, capacity %d", n, len(h.byHash), len(h.free), h.used, len(h.entries)-1)
+		if n != len(h.byHash) || n > len(h.entries) || n+len(h.free) != int(h.used) {
+			t.Fatalf("host: %d listed, %d mapped, %d free, %d used, capacity %d", n, len(h.byHash), len(h.free), h.used, len(h.entries))
 		}
 	}
 }
