@@ -732,70 +732,80 @@ func writeChart(path string, out simJSON) error {
 	if out.Sweep[0].HostCapacity != nil {
 		return writeTierChart(path, out)
 	}
-	p := plot.New()
-	p.Title.Text = "Prefix hit rate vs KV cache per worker"
-	p.X.Label.Text = fmt.Sprintf("capacity (blocks of %d tokens per worker)", out.Workload.BlockSize)
-	p.Y.Label.Text = "block hit rate"
-	p.Y.Min, p.Y.Max = 0, 1
-	p.Legend.Top = false
-	p.Legend.Left = false
-	p.Add(plotter.NewGrid())
-	var lines []any
-	for i := range out.Sweep[0].Policies {
-		pts := make(plotter.XYs, len(out.Sweep))
-		for j, pt := range out.Sweep {
-			pts[j].X = float64(pt.Capacity)
-			pts[j].Y = pt.Policies[i].BlockHitRate
-		}
-		lines = append(lines, out.Sweep[0].Policies[i].Name, pts)
-	}
-	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, pt := range out.Sweep {
-		lo, hi = min(lo, float64(pt.Capacity)), max(hi, float64(pt.Capacity))
-	}
-	lines = append(lines, "infinite cache", plotter.XYs{{X: lo, Y: out.Ceiling.BlockHitRate}, {X: hi, Y: out.Ceiling.BlockHitRate}})
+	p := newHitRateChart("Prefix hit rate vs KV cache per worker",
+		fmt.Sprintf("capacity (blocks of %d tokens per worker)", out.Workload.BlockSize))
+	x := func(_ int, pt sweepPointJSON) float64 { return float64(pt.Capacity) }
+	lines := append(policyLines(out, x, hitRate), ceilingLine(out, x)...)
 	// Capacities usually double from point to point: a log axis spaces them evenly, and
 	// a tick at each one names it.
-	if hi >= 4*lo {
+	if lo, hi := xRange(out, x); hi >= 4*lo {
 		p.X.Scale = plot.LogScale{}
 	}
-	var ticks []plot.Tick
-	for _, pt := range out.Sweep {
-		ticks = append(ticks, plot.Tick{Value: float64(pt.Capacity), Label: strconv.Itoa(pt.Capacity)})
-	}
-	p.X.Tick.Marker = plot.ConstantTicks(ticks)
-	if err := plotutil.AddLinePoints(p, lines...); err != nil {
-		return err
-	}
-	if err := saveChart(p, path); err != nil {
-		return fmt.Errorf("writing chart: %w", err)
-	}
-	return nil
+	return finishChart(p, path, out, x, func(pt sweepPointJSON) string { return strconv.Itoa(pt.Capacity) }, lines)
 }
 
 // writeDelayChart draws hit rate against event delay: the points evenly spaced (the
 // delays usually grow by factors), each named by its tick.
 func writeDelayChart(path string, out simJSON) error {
+	p := newHitRateChart("Prefix hit rate vs event delay",
+		"event delay (simulated time from routing a request to its KV events reaching the index)")
+	lines := append(policyLines(out, sweepIndex, hitRate), ceilingLine(out, sweepIndex)...)
+	return finishChart(p, path, out, sweepIndex, sweepLabel, lines)
+}
+
+// sweepIndex places sweep point j at x = j: evenly spaced.
+func sweepIndex(j int, _ sweepPointJSON) float64 { return float64(j) }
+
+func hitRate(pol policyJSON) float64 { return pol.BlockHitRate }
+
+// newHitRateChart returns a chart of block hit rate, 0 to 1, against the given x axis.
+func newHitRateChart(title, xLabel string) *plot.Plot {
 	p := plot.New()
-	p.Title.Text = "Prefix hit rate vs event delay"
-	p.X.Label.Text = "event delay (simulated time from routing a request to its KV events reaching the index)"
+	p.Title.Text = title
+	p.X.Label.Text = xLabel
 	p.Y.Label.Text = "block hit rate"
 	p.Y.Min, p.Y.Max = 0, 1
 	p.Legend.Top = false
 	p.Legend.Left = false
 	p.Add(plotter.NewGrid())
+	return p
+}
+
+// policyLines returns plotutil.AddLinePoints' arguments for one line per policy: its
+// name, then its value y at each sweep point, placed at x.
+func policyLines(out simJSON, x func(int, sweepPointJSON) float64, y func(policyJSON) float64) []any {
 	var lines []any
 	for i := range out.Sweep[0].Policies {
 		pts := make(plotter.XYs, len(out.Sweep))
 		for j, pt := range out.Sweep {
-			pts[j].X, pts[j].Y = float64(j), pt.Policies[i].BlockHitRate
+			pts[j].X, pts[j].Y = x(j, pt), y(pt.Policies[i])
 		}
 		lines = append(lines, out.Sweep[0].Policies[i].Name, pts)
 	}
-	lines = append(lines, "infinite cache", plotter.XYs{{X: 0, Y: out.Ceiling.BlockHitRate}, {X: float64(len(out.Sweep) - 1), Y: out.Ceiling.BlockHitRate}})
+	return lines
+}
+
+// ceilingLine returns the infinite cache's hit rate as a flat line across the sweep.
+func ceilingLine(out simJSON, x func(int, sweepPointJSON) float64) []any {
+	lo, hi := xRange(out, x)
+	return []any{"infinite cache", plotter.XYs{{X: lo, Y: out.Ceiling.BlockHitRate}, {X: hi, Y: out.Ceiling.BlockHitRate}}}
+}
+
+// xRange returns the least and greatest x of the sweep points.
+func xRange(out simJSON, x func(int, sweepPointJSON) float64) (lo, hi float64) {
+	lo, hi = math.Inf(1), math.Inf(-1)
+	for j, pt := range out.Sweep {
+		lo, hi = min(lo, x(j, pt)), max(hi, x(j, pt))
+	}
+	return lo, hi
+}
+
+// finishChart names each sweep point by a tick at its x, draws the lines and writes the
+// chart to path.
+func finishChart(p *plot.Plot, path string, out simJSON, x func(int, sweepPointJSON) float64, label func(sweepPointJSON) string, lines []any) error {
 	var ticks []plot.Tick
 	for j, pt := range out.Sweep {
-		ticks = append(ticks, plot.Tick{Value: float64(j), Label: sweepLabel(pt)})
+		ticks = append(ticks, plot.Tick{Value: x(j, pt), Label: label(pt)})
 	}
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)
 	if err := plotutil.AddLinePoints(p, lines...); err != nil {
@@ -827,26 +837,8 @@ func writeTierChart(path string, out simJSON) error {
 	p.Y.Min, p.Y.Max = max(0, math.Floor(lo*20-0.5)/20), min(1, math.Ceil(hi*20+0.5)/20)
 	p.Legend.Top = true
 	p.Add(plotter.NewGrid())
-	var lines []any
-	for i := range out.Sweep[0].Policies {
-		pts := make(plotter.XYs, len(out.Sweep))
-		for j, pt := range out.Sweep {
-			pts[j].X, pts[j].Y = float64(j), *pt.Policies[i].PrefillWork
-		}
-		lines = append(lines, out.Sweep[0].Policies[i].Name, pts)
-	}
-	var ticks []plot.Tick
-	for j, pt := range out.Sweep {
-		ticks = append(ticks, plot.Tick{Value: float64(j), Label: sweepLabel(pt)})
-	}
-	p.X.Tick.Marker = plot.ConstantTicks(ticks)
-	if err := plotutil.AddLinePoints(p, lines...); err != nil {
-		return err
-	}
-	if err := saveChart(p, path); err != nil {
-		return fmt.Errorf("writing chart: %w", err)
-	}
-	return nil
+	lines := policyLines(out, sweepIndex, func(pol policyJSON) float64 { return *pol.PrefillWork })
+	return finishChart(p, path, out, sweepIndex, sweepLabel, lines)
 }
 
 // saveChart writes p to path in the format its extension names. An SVG carries its
