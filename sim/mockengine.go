@@ -227,16 +227,7 @@ func (m *mockEngine) serve(r *Request, em emitter) (served, error) {
 			m.req = append(m.req, b)
 		}
 		if full := end / B; full > stored {
-			m.ev = m.ev[:0]
-			for i := stored; i < full; i++ {
-				m.cacheAt(i, r)
-				m.ev = append(m.ev, engine.Block{Content: r.Blocks[i], Seq: m.hashes[i]})
-			}
-			var parent uint64
-			if stored > 0 {
-				parent = m.hashes[stored-1]
-			}
-			if err := em.stored(m.name, engine.TierDevice, parent, stored > 0, m.ev); err != nil {
+			if err := m.store(stored, full, r, em); err != nil {
 				return out, err
 			}
 			stored = full
@@ -254,13 +245,19 @@ func (m *mockEngine) serve(r *Request, em emitter) (served, error) {
 	return out, nil
 }
 
-// cacheAt caches the request's block i in its device block m.req[i].
-func (m *mockEngine) cacheAt(i int, r *Request) {
+// store caches the request's blocks [i, j) in their device blocks m.req[i:j] and emits
+// them as one device stored event under block i-1 (none for i == 0).
+func (m *mockEngine) store(i, j int, r *Request, em emitter) error {
 	var parent uint64
 	if i > 0 {
 		parent = m.hashes[i-1]
 	}
-	m.cache(m.req[i], m.hashes[i], r.Blocks[i], parent, i > 0)
+	m.ev = m.ev[:0]
+	for k, p := i, parent; k < j; k, p = k+1, m.hashes[k] {
+		m.cache(m.req[k], m.hashes[k], r.Blocks[k], p, k > 0)
+		m.ev = append(m.ev, engine.Block{Content: r.Blocks[k], Seq: m.hashes[k]})
+	}
+	return em.stored(m.name, engine.TierDevice, parent, i > 0, m.ev)
 }
 
 // load gives each reused block that only the host tier holds (m.onDev false) a new
@@ -281,16 +278,7 @@ func (m *mockEngine) load(r *Request, em emitter) error {
 			}
 			m.req[j] = b
 		}
-		m.ev = m.ev[:0]
-		for k := i; k < j; k++ {
-			m.cacheAt(k, r)
-			m.ev = append(m.ev, engine.Block{Content: r.Blocks[k], Seq: m.hashes[k]})
-		}
-		var parent uint64
-		if i > 0 {
-			parent = m.hashes[i-1]
-		}
-		if err := em.stored(m.name, engine.TierDevice, parent, i > 0, m.ev); err != nil {
+		if err := m.store(i, j, r, em); err != nil {
 			return err
 		}
 		i = j
