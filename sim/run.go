@@ -289,6 +289,9 @@ type driver struct {
 	drop  bool
 	queue []queued
 	head  int
+	// blocks holds the queued stored events' blocks, in queue order: one arena instead
+	// of a copy per event, compacted with the queue.
+	blocks []engine.Block
 }
 
 // queued is a delayed event: a stored event (blocks) or one removed seq.
@@ -298,7 +301,8 @@ type queued struct {
 	tier      engine.Tier
 	parent    uint64
 	hasParent bool
-	blocks    []engine.Block // nil: a removal of seq
+	stored    bool // else a removal of seq
+	off, n    int  // a stored event's blocks: driver.blocks[off:off+n]
 	seq       uint64
 }
 
@@ -313,7 +317,9 @@ func (q delayed) stored(worker string, tier engine.Tier, parent uint64, hasParen
 	case d.delay <= 0:
 		return d.stored(worker, tier, parent, hasParent, blocks)
 	}
-	d.queue = append(d.queue, queued{at: d.now + d.delay, worker: worker, tier: tier, parent: parent, hasParent: hasParent, blocks: slices.Clone(blocks)})
+	d.queue = append(d.queue, queued{at: d.now + d.delay, worker: worker, tier: tier, parent: parent, hasParent: hasParent,
+		stored: true, off: len(d.blocks), n: len(blocks)})
+	d.blocks = append(d.blocks, blocks...)
 	return nil
 }
 
@@ -335,8 +341,8 @@ func (d *driver) deliver(t time.Duration, all bool) error {
 	for d.head < len(d.queue) && (all || d.queue[d.head].at <= t) {
 		ev := &d.queue[d.head]
 		var err error
-		if ev.blocks != nil {
-			err = d.stored(ev.worker, ev.tier, ev.parent, ev.hasParent, ev.blocks)
+		if ev.stored {
+			err = d.stored(ev.worker, ev.tier, ev.parent, ev.hasParent, d.blocks[ev.off:ev.off+ev.n:ev.off+ev.n])
 		} else {
 			err = d.removed(ev.worker, ev.tier, ev.seq)
 		}
@@ -347,10 +353,30 @@ func (d *driver) deliver(t time.Duration, all bool) error {
 		d.head++
 	}
 	if d.head > 4096 && d.head*2 > len(d.queue) {
-		d.queue = append(d.queue[:0], d.queue[d.head:]...)
-		d.head = 0
+		d.compact()
 	}
 	return nil
+}
+
+// compact drops the delivered events from the queue and their blocks from the arena:
+// the blocks of the events left start at the first stored one's offset (offsets grow in
+// queue order).
+func (d *driver) compact() {
+	d.queue = append(d.queue[:0], d.queue[d.head:]...)
+	d.head = 0
+	base := len(d.blocks)
+	for i := range d.queue {
+		if d.queue[i].stored {
+			base = d.queue[i].off
+			break
+		}
+	}
+	d.blocks = append(d.blocks[:0], d.blocks[base:]...)
+	for i := range d.queue {
+		if d.queue[i].stored {
+			d.queue[i].off -= base
+		}
+	}
 }
 
 func (d *driver) stored(worker string, tier engine.Tier, parent uint64, hasParent bool, blocks []engine.Block) error {
