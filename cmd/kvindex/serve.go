@@ -29,6 +29,13 @@ func (e *engineFlags) String() string { return fmt.Sprint(len(*e)) }
 // it from predictions: POST /v1/routed, "record" on /v1/match).
 func (e *engineFlags) Set(spec string) error {
 	var c server.EngineConfig
+	// hashCheck returns c's block-hash check config, made by the first hash_ key.
+	hashCheck := func() *server.HashCheckConfig {
+		if c.HashCheck == nil {
+			c.HashCheck = &server.HashCheckConfig{}
+		}
+		return c.HashCheck
+	}
 	for _, kv := range strings.Split(spec, ",") {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
@@ -57,20 +64,11 @@ func (e *engineFlags) Set(spec string) error {
 		case "media":
 			c.Media = strings.Split(v, "|")
 		case "hash_seed":
-			if c.HashCheck == nil {
-				c.HashCheck = &server.HashCheckConfig{}
-			}
-			c.HashCheck.Seed = v
+			hashCheck().Seed = v
 		case "hash_algo":
-			if c.HashCheck == nil {
-				c.HashCheck = &server.HashCheckConfig{}
-			}
-			c.HashCheck.Algo = v
+			hashCheck().Algo = v
 		case "hash_sample":
-			if c.HashCheck == nil {
-				c.HashCheck = &server.HashCheckConfig{}
-			}
-			c.HashCheck.SampleEvery, err = strconv.Atoi(v)
+			hashCheck().SampleEvery, err = strconv.Atoi(v)
 		case "kv_groups":
 			for _, g := range strings.Split(v, "|") {
 				n, e := strconv.Atoi(g)
@@ -400,7 +398,7 @@ func tierFlags(cfg *server.Config, tiers, weights string) error {
 		for i, p := range parts {
 			v, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
 			if err != nil {
-				return fmt.Errorf("--tier-weights: %q is not a number", p)
+				return fmt.Errorf("--tier-weights: %q is not a number: %w", p, err)
 			}
 			w[i] = v
 		}
