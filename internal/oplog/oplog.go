@@ -189,6 +189,10 @@ func Parse(b []byte, line int) (Op, error) {
 				if len(v) != 3 {
 					return bad("tiers of %q: %d lengths (want 3: device, host, disk)", name, len(v))
 				}
+				// Cumulative lengths: never negative, never shrinking, the last the score.
+				if v[0] < 0 || v[0] > v[1] || v[1] > v[2] || v[2] != op.Expect[name] {
+					return bad("tiers of %q: %v are not cumulative lengths ending at its score %d", name, v, op.Expect[name])
+				}
 				op.Tiers[name] = [3]int{v[0], v[1], v[2]}
 			}
 		}
