@@ -14,7 +14,9 @@ import (
 
 // stall blocks shard s until the returned function is called: the shard is handed a
 // barrier token whose acknowledgement nobody receives yet. It returns once the shard has
-// taken the token from its ring, so the shard answers nothing from then on.
+// taken the token from its ring, so the shard answers nothing from then on, and has
+// queued one more item behind it (a token nobody waits for), so that the stalled shard
+// is behind its ring and a Barrier cannot take its fast path.
 func stall(t *testing.T, e *Engine, s int) (release func()) {
 	b := &barrier{ack: make(chan struct{})}
 	require.NoError(t, e.shards[s].ring.Push(delta{op: opBarrier, wid: e.bars.add(b, 1)}))
@@ -23,6 +25,9 @@ func stall(t *testing.T, e *Engine, s int) (release func()) {
 		require.True(t, time.Now().Before(deadline), "shard %d never took the stall token", s)
 		runtime.Gosched()
 	}
+	filler := e.bars.add(&barrier{ack: make(chan struct{}, 1)}, 1)
+	e.bars.drop(filler)
+	require.NoError(t, e.shards[s].ring.Push(delta{op: opBarrier, wid: filler}))
 	return func() { <-b.ack }
 }
 

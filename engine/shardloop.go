@@ -163,6 +163,7 @@ func (s *shardLoop) run() {
 }
 
 func (s *shardLoop) apply(ds []delta) {
+	counted := 0 // deltas of ds already added to applied
 	for i := range ds {
 		d := &ds[i]
 		switch d.op {
@@ -175,8 +176,12 @@ func (s *shardLoop) apply(ds []delta) {
 				panic("engine: removal of an absent membership")
 			}
 		case opBarrier:
-			// Publish the counters first, so Stats after a Barrier is exact.
+			// Publish the counters first, so Stats after a Barrier is exact, and the
+			// applied count up to the token: a Barrier that returns has every shard's
+			// count cover what it waited for, as retired ids and caughtUp assume.
 			s.publish()
+			s.applied.Add(uint64(i + 1 - counted))
+			counted = i + 1
 			if b := s.e.bars.ack(d.wid); b != nil {
 				b.ack <- struct{}{}
 			}
@@ -186,7 +191,7 @@ func (s *shardLoop) apply(ds []delta) {
 	s.publish()
 	// applied is stored last: a Barrier that sees it cover its target also sees the
 	// counters Stats reads.
-	s.applied.Add(uint64(len(ds)))
+	s.applied.Add(uint64(len(ds) - counted))
 }
 
 // publish stores the index's counters where Stats reads them.
