@@ -28,7 +28,7 @@ type Index interface {
 
 // Impl names an implementation and makes fresh instances of it.
 type Impl struct {
-	// Name is a sub-benchmark name: "engine/shards=N", "locked" or "radix".
+	// Name is a sub-benchmark name: "engine/shards=N", "locked", "locked/spec-chain" or "radix".
 	Name string
 	// New returns an empty index.
 	New func() (Index, error)
@@ -49,6 +49,18 @@ func LockedImpl() Impl {
 	return Impl{
 		Name: "locked",
 		New:  func() (Index, error) { return newEngineIndex(engine.Config{LockedIndex: true}) },
+	}
+}
+
+// LockedSpecImpl is LockedImpl with SPEC's XXH3 prefix chain instead of the engine's
+// keyed one (engine.Config.SpecChain): beside LockedImpl in one run it measures what the
+// chain alone costs.
+func LockedSpecImpl() Impl {
+	return Impl{
+		Name: "locked/spec-chain",
+		New: func() (Index, error) {
+			return newEngineIndex(engine.Config{LockedIndex: true, SpecChain: true})
+		},
 	}
 }
 

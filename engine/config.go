@@ -75,6 +75,12 @@ type Config struct {
 	// probe under the read lock. It exists as the baseline the benchmarks compare the
 	// sharded runtime with; Shards must be 0 or 1 with it.
 	LockedIndex bool
+	// SpecChain makes the engine name positions by SPEC's XXH3 prefix chain
+	// (hash.Next) instead of its own keyed chain, which a query computes about five
+	// times faster (DESIGN.md, "The prefix chain"). Answers are the same; snapshots
+	// then carry no chain key. Restore ignores it: a restored engine keeps the chain
+	// its snapshot was written with.
+	SpecChain bool
 
 	// PredictionsPerWorker bounds the live predictions of one worker (Predict); a new
 	// one beyond it ends the worker's oldest. Default 64. Range 1..MaxPredictionsPerWorker.

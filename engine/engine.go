@@ -82,6 +82,9 @@ type Engine struct {
 
 	// seed keys every table hash of this engine (see table.Seed); drawn at New.
 	seed table.Seed
+	// chain computes the prefix words of keys (chain.go); its key is drawn at New or
+	// read from the snapshot Restore loads.
+	chain chain
 
 	// preds holds the predictions (predict.go); predNamespaces counts the namespaces
 	// Predict created.
@@ -90,15 +93,27 @@ type Engine struct {
 }
 
 // New validates cfg, starts the shard goroutines and returns the engine.
-func New(cfg Config) (*Engine, error) { return newSeeded(cfg, table.NewSeed()) }
+func New(cfg Config) (*Engine, error) {
+	return newEngine(cfg, table.NewSeed(), newChain(cfg.SpecChain, table.NewSeed()))
+}
 
-// newSeeded is New with a given hash seed, for tests that need to know it.
+// testChainKey is the chain key of the engines tests start with newSeeded, so that
+// their snapshots depend on nothing but their state.
+var testChainKey = table.SeedFrom(0x6b767065)
+
+// newSeeded is New with a given table seed (and a fixed chain key), for tests that need
+// to know it.
 func newSeeded(cfg Config, seed table.Seed) (*Engine, error) {
+	return newEngine(cfg, seed, newChain(cfg.SpecChain, testChainKey))
+}
+
+// newEngine starts an engine with table seed seed and prefix chain ch.
+func newEngine(cfg Config, seed table.Seed, ch chain) (*Engine, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, done: make(chan struct{}), seed: seed}
+	e := &Engine{cfg: cfg, done: make(chan struct{}), seed: seed, chain: ch}
 	e.byName.init()
 	empty := []atomic.Pointer[worker]{}
 	e.slots.Store(&empty)

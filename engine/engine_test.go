@@ -150,6 +150,7 @@ func TestDifferential(t *testing.T) {
 					if shards == 0 {
 						cfg = engine.Config{LockedIndex: true, JumpSize: jump}
 					}
+					cfg.SpecChain = seed == 2 // both prefix chains at every shard count and jump
 					require.Positive(t, differential(t, cfg, ops))
 				})
 			}
@@ -177,6 +178,7 @@ func TestDifferentialTiers(t *testing.T) {
 					if shards == 0 {
 						cfg = engine.Config{LockedIndex: true, JumpSize: jump}
 					}
+					cfg.SpecChain = seed == 2 // both prefix chains at every shard count and jump
 					require.Positive(t, differential(t, cfg, ops))
 				})
 			}
@@ -326,7 +328,7 @@ func FuzzEngine(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, uint8(3))
 	f.Add([]byte{0, 0, 0, 1, 1, 1, 40, 41, 42, 200, 201, 9, 9, 9}, uint8(1))
 	f.Fuzz(func(t *testing.T, data []byte, jump uint8) {
-		cfg := engine.Config{Shards: 2, JumpSize: 1 + int(jump%8), QueueSize: 2, PredictionsPerWorker: 2, PredictedBlocks: 8}
+		cfg := engine.Config{Shards: 2, JumpSize: 1 + int(jump%8), QueueSize: 2, PredictionsPerWorker: 2, PredictedBlocks: 8, SpecChain: jump&0x40 != 0}
 		differentialSteps(t, cfg, stepsFromBytes(data), jump&0x80 != 0)
 	})
 }

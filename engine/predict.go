@@ -8,8 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/kvindex/kvindex/hash"
 )
 
 // Predictions: a router that sends a request to a worker records that the worker is
@@ -191,9 +189,7 @@ func (e *Engine) Predict(ctx context.Context, worker, namespace string, content 
 	own, pre := buf[:n:n], buf[n:]
 	copy(own, content)
 	pre[0] = content[0]
-	for i := 1; i < n; i++ {
-		pre[i] = hash.Next(pre[i-1], content[i])
-	}
+	e.chain.fill(pre, content, 1)
 	root := e.fingerprint(key{prefix: content[0], ns: ns})
 
 	p := &e.preds
@@ -474,7 +470,7 @@ func (e *Engine) confirmingStore(w *worker, ev *Event, pw *predWorker) (bool, er
 		if i == 0 && !ev.HasParent {
 			prefix = b.Content
 		} else {
-			prefix = hash.Next(prefix, b.Content)
+			prefix = e.chain.step(prefix, b.Content, pos+uint32(i))
 		}
 		at := int(pos) + i
 		for id := pw.oldest; id != 0; id = p.ents[id].wnext {

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/kvindex/kvindex/hash"
 	"github.com/kvindex/kvindex/shard"
 )
 
@@ -211,7 +210,7 @@ func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done 
 			q.sub[0].out = buf
 			return dst, false
 		}
-		h = hash.Next(h, content[x])
+		h = e.chain.step(h, content[x], uint32(x))
 		buf = idx.AppendMembers(buf[:0], e.fingerprint(key{prefix: h, pos: uint32(x), ns: q.ns}))
 		q.stampSet(buf)
 		for i := range q.cands {
@@ -257,11 +256,8 @@ func (e *Engine) gallop(q *query, idx *shard.Index, content []uint64, buf []uint
 		// The prefix hashes grow with the depth hashed, never with the query's length:
 		// a query of a billion blocks that its candidates leave early costs a few.
 		pre := slices.Grow(q.pre, x+1-len(q.pre))[:x+1]
-		h := pre[len(q.pre)-1]
-		for i := len(q.pre); i < len(pre); i++ {
-			h = hash.Next(h, content[i])
-			pre[i] = h
-		}
+		e.chain.fill(pre, content, len(q.pre))
+		h := pre[x]
 		q.pre = pre
 		buf = idx.AppendMembers(buf[:0], e.fingerprint(key{prefix: h, pos: uint32(x), ns: q.ns}))
 		q.stampSet(buf)
@@ -364,7 +360,7 @@ func (e *Engine) landings(ctx context.Context, q *query, content []uint64) error
 			}
 			q.landings = append(q.landings, x)
 		}
-		q.extend(content, hi)
+		q.extend(&e.chain, content, hi)
 		if first {
 			q.add(e, 0)
 		}
@@ -601,7 +597,7 @@ const firstWave = 64
 // extend computes the prefix hashes of content up to position hi, each position not yet
 // probed. Every position a query probes or scans has been extended to, so the
 // per-position arrays cost only as much as the prefix the query actually hashes.
-func (q *query) extend(content []uint64, hi int) {
+func (q *query) extend(c *chain, content []uint64, hi int) {
 	from := len(q.pre)
 	if hi < from {
 		return
@@ -609,11 +605,9 @@ func (q *query) extend(content []uint64, hi int) {
 	q.pre = slices.Grow(q.pre, hi+1-from)[:hi+1]
 	q.locShard = slices.Grow(q.locShard, hi+1-from)[:hi+1]
 	q.locIdx = slices.Grow(q.locIdx, hi+1-from)[:hi+1]
-	pre, loc := q.pre, q.locShard
-	h := pre[from-1]
-	for i := from; i < len(pre); i++ {
-		h = hash.Next(h, content[i])
-		pre[i] = h
+	c.fill(q.pre, content, from)
+	loc := q.locShard
+	for i := from; i < len(loc); i++ {
 		loc[i] = -1
 	}
 	// (locIdx is read only where locShard says the position was probed)

@@ -15,12 +15,15 @@ import (
 	"strings"
 
 	"github.com/kvindex/kvindex/internal/readlimit"
+	"github.com/kvindex/kvindex/internal/table"
 )
 
-// Snapshot format, version 2. All integers are little-endian.
+// Snapshot format, version 3. All integers are little-endian.
 //
 //	magic    "KVIXSNAP"
-//	version  u32 = 2
+//	version  u32 = 3
+//	chain    u32: 0 for SPEC's XXH3 prefix chain, 1 for the keyed chain, then its key
+//	         (4 x u64); the prefixes below are that chain's words (chain.go)
 //	nsCount  u32, then nsCount names (u32 length + bytes), sorted; a block's namespace is
 //	         0 for the default namespace or 1 + its index in this list
 //	workers  u32, then per worker, sorted by name:
@@ -29,14 +32,22 @@ import (
 //	             count entries sorted by seq: seq u64, prefix u64, parent u64, pos u32, ns u32
 //	crc      u32: CRC-32C (Castagnoli) of every byte before it
 //
-// Version 1 is the same with one count and its entries per worker (the device tier);
-// Restore reads both. A block entry carries its parent's prefix hash so that Restore
+// Version 2 is the same without the chain field (its prefixes are SPEC's chain), and
+// version 1 is version 2 with one count and its entries per worker (the device tier);
+// Restore reads all three, and an engine restored from version 1 or 2 keeps SPEC's
+// chain. The chain key is a secret of the engine that wrote the snapshot (it decides
+// which sequences of content hashes a client would have to send to make two prefixes
+// collide), so a snapshot is as private as the engine's memory; with Config.SpecChain
+// a snapshot carries no key. A block entry carries its parent's prefix hash so that Restore
 // rebuilds each tier's key bookkeeping (ghost keys, holes) exactly; 32 bytes per
 // (worker, tier, block).
 const (
 	snapshotMagic   = "KVIXSNAP"
-	snapshotVersion = 2
+	snapshotVersion = 3
 	snapshotEntry   = 32
+
+	chainSpec  = 0
+	chainKeyed = 1
 )
 
 // ErrSnapshot wraps every reason a snapshot is refused: truncation, a bad checksum, an
@@ -70,6 +81,16 @@ func (e *Engine) WriteSnapshot(w io.Writer) error {
 	put32 := func(v uint32) { binary.LittleEndian.PutUint32(scratch[:], v); bw.Write(scratch[:]) }
 	bw.WriteString(snapshotMagic)
 	put32(snapshotVersion)
+	if e.chain.spec {
+		put32(chainSpec)
+	} else {
+		put32(chainKeyed)
+		var w8 [8]byte
+		for _, k := range e.chain.key.Words() {
+			binary.LittleEndian.PutUint64(w8[:], k)
+			bw.Write(w8[:])
+		}
+	}
 	put32(uint32(len(names)))
 	for _, n := range names {
 		put32(uint32(len(n)))
@@ -260,14 +281,19 @@ func RestoreBytes(cfg Config, data []byte) (*Engine, error) {
 	}
 	p := &snapReader{b: body[len(snapshotMagic):]}
 	v := p.u32()
-	if v != 1 && v != snapshotVersion {
-		return nil, fmt.Errorf("%w: version %d, this build reads versions 1 and %d", ErrSnapshot, v, snapshotVersion)
+	if v < 1 || v > snapshotVersion {
+		return nil, fmt.Errorf("%w: version %d, this build reads versions 1 to %d", ErrSnapshot, v, snapshotVersion)
 	}
 	tiers := Tier(NumTiers)
 	if v == 1 {
 		tiers = 1 // the device tier only
 	}
-	e, err := New(cfg)
+	ch, err := p.chain(v)
+	if err != nil {
+		return nil, err
+	}
+	cfg.SpecChain = ch.spec
+	e, err := newEngine(cfg, table.NewSeed(), ch)
 	if err != nil {
 		return nil, err
 	}
@@ -276,6 +302,30 @@ func RestoreBytes(cfg Config, data []byte) (*Engine, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// chain reads the prefix chain of a snapshot of version v: SPEC's before version 3.
+func (p *snapReader) chain(v uint32) (chain, error) {
+	if v < 3 {
+		return newChain(true, table.Seed{}), nil
+	}
+	switch kind := p.u32(); {
+	case p.err != nil:
+		return chain{}, p.err
+	case kind == chainSpec:
+		return newChain(true, table.Seed{}), nil
+	case kind == chainKeyed:
+		var w [4]uint64
+		for i := range w {
+			w[i] = p.u64()
+		}
+		if p.err != nil {
+			return chain{}, p.err
+		}
+		return newChain(false, table.SeedOf(w)), nil
+	default:
+		return chain{}, fmt.Errorf("%w: unknown prefix chain %d", ErrSnapshot, kind)
+	}
 }
 
 // load reads the namespaces and workers of a snapshot whose workers each list tiers

@@ -19,12 +19,14 @@ import (
 // TestSnapshotRoundTrip snapshots an engine in the middle of a random history, restores
 // it, and drives the rest of the history into the restored engine and the reference
 // model: every later query must agree, and a snapshot of the restored engine must be the
-// same bytes.
+// same bytes. Odd seeds use SPEC's prefix chain, even ones the keyed chain; the restoring
+// configuration asks for the other one, and the restored engine keeps the snapshot's.
 func TestSnapshotRoundTrip(t *testing.T) {
 	for seed := uint64(1); seed <= 4; seed++ {
 		ops := refmodel.RandomOps(rand.New(rand.NewPCG(seed, 5)), 3000, refmodel.RandomOptions{MaxChain: 120})
 		cut := len(ops) / 2
-		e := newEngine(t, engine.Config{Shards: 2, JumpSize: 4})
+		spec := seed%2 == 1
+		e := newEngine(t, engine.Config{Shards: 2, JumpSize: 4, SpecChain: spec})
 		m := refmodel.New()
 		for i := range ops[:cut] {
 			if ops[i].Kind != oplog.Query {
@@ -37,9 +39,10 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		var snap bytes.Buffer
 		require.NoError(t, e.WriteSnapshot(&snap))
 
-		r, err := engine.Restore(engine.Config{Shards: 3, JumpSize: 64}, bytes.NewReader(snap.Bytes()), 0)
+		r, err := engine.Restore(engine.Config{Shards: 3, JumpSize: 64, SpecChain: !spec}, bytes.NewReader(snap.Bytes()), 0)
 		require.NoError(t, err)
 		t.Cleanup(func() { r.Close() })
+		require.Equal(t, spec, r.Config().SpecChain)
 		var again bytes.Buffer
 		require.NoError(t, r.WriteSnapshot(&again))
 		require.Equal(t, snap.Bytes(), again.Bytes(), "a restored engine snapshots to the same bytes")
@@ -92,6 +95,47 @@ func TestSnapshotRefusesDamage(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []engine.Match{{Worker: "b", Score: 1, Size: 1, Tiers: [3]int{1, 1, 1}}}, got)
 	require.NoError(t, r.Close())
+}
+
+// TestSnapshotVersion2: a version 2 snapshot (no chain field: SPEC's chain) is
+// restored, the engine keeps SPEC's chain, answers as before and snapshots as version 3
+// with the spec chain; an unknown chain is refused.
+func TestSnapshotVersion2(t *testing.T) {
+	e := newEngine(t, engine.Config{Shards: 2, SpecChain: true})
+	require.NoError(t, e.Store("a", []engine.Block{{Content: 1, Seq: 1}, {Content: 2, Seq: 2}, {Content: 3, Seq: 3}}))
+	require.NoError(t, e.Store("b", []engine.Block{{Content: 1, Seq: 5}, {Content: 2, Seq: 6}}))
+	require.NoError(t, e.StoreUnder("b", 6, []engine.Block{{Content: 4, Seq: 4}}))
+	var snap bytes.Buffer
+	require.NoError(t, e.WriteSnapshot(&snap))
+	v3 := snap.Bytes()
+	require.Equal(t, uint32(3), binary.LittleEndian.Uint32(v3[8:]))
+	require.Equal(t, uint32(0), binary.LittleEndian.Uint32(v3[12:]), "the spec chain's field")
+
+	reseal := func(body []byte) []byte {
+		return binary.LittleEndian.AppendUint32(body, crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)))
+	}
+	v2 := append(bytes.Clone(v3[:8]), 2, 0, 0, 0)
+	v2 = reseal(append(v2, v3[16:len(v3)-4]...))
+	r, err := engine.RestoreBytes(engine.Config{Shards: 1}, v2)
+	require.NoError(t, err)
+	t.Cleanup(func() { r.Close() })
+	require.True(t, r.Config().SpecChain)
+	for _, q := range [][]uint64{{1, 2, 3}, {1, 2, 4}, {1, 9}} {
+		want, err := e.FindMatches(ctx, q, nil)
+		require.NoError(t, err)
+		got, err := r.FindMatches(ctx, q, nil)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "query %v", q)
+	}
+	var again bytes.Buffer
+	require.NoError(t, r.WriteSnapshot(&again))
+	require.Equal(t, v3, again.Bytes())
+
+	bad := bytes.Clone(v3[:len(v3)-4])
+	binary.LittleEndian.PutUint32(bad[12:], 2)
+	_, err = engine.RestoreBytes(engine.Config{Shards: 1}, reseal(bad))
+	require.ErrorIs(t, err, engine.ErrSnapshot)
+	require.ErrorContains(t, err, "unknown prefix chain 2")
 }
 
 func TestSnapshotFileIsAtomic(t *testing.T) {

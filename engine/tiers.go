@@ -5,7 +5,6 @@ import (
 	"math"
 	"sync/atomic"
 
-	"github.com/kvindex/kvindex/hash"
 	"github.com/kvindex/kvindex/internal/table"
 )
 
@@ -226,7 +225,7 @@ func (q *query) heldByAny(e *Engine, comps []*worker, content []uint64, x int) b
 			continue
 		}
 		if !computed {
-			k, computed = key{prefix: q.tierPrefix(content, x), pos: uint32(x), ns: q.ns}, true
+			k, computed = key{prefix: q.tierPrefix(&e.chain, content, x), pos: uint32(x), ns: q.ns}, true
 		}
 		if c.holds(&e.seed, k) {
 			return true
@@ -237,12 +236,12 @@ func (q *query) heldByAny(e *Engine, comps []*worker, content []uint64, x int) b
 
 // tierPrefix returns the prefix hash of the query's position x, computing the chain as
 // deep as it is asked for once per query (q.tpre; collectTiers empties it).
-func (q *query) tierPrefix(content []uint64, x int) uint64 {
+func (q *query) tierPrefix(c *chain, content []uint64, x int) uint64 {
 	if len(q.tpre) == 0 {
 		q.tpre = append(q.tpre, content[0])
 	}
 	for h := q.tpre[len(q.tpre)-1]; len(q.tpre) <= x; {
-		h = hash.Next(h, content[len(q.tpre)])
+		h = c.step(h, content[len(q.tpre)], uint32(len(q.tpre)))
 		q.tpre = append(q.tpre, h)
 	}
 	return q.tpre[x]

@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/kvindex/kvindex/hash"
 	"github.com/kvindex/kvindex/internal/table"
 	"github.com/kvindex/kvindex/shard"
 )
@@ -166,7 +165,7 @@ func (w *worker) store(e *Engine, ns uint32, p parentRef, blocks []Block) {
 		parentPrefix := prefix
 		var k key
 		if i > 0 || p.has {
-			k = key{prefix: hash.Next(prefix, b.Content), pos: pos + 1, ns: ns}
+			k = key{prefix: e.chain.step(prefix, b.Content, pos+1), pos: pos + 1, ns: ns}
 		} else {
 			k = key{prefix: b.Content, pos: 0, ns: ns}
 		}

@@ -18,11 +18,17 @@ const testModel = "org/model 7B"
 
 // TestReplicasMatchModel: a relay publishes a random history, two replicas (one of
 // them restricted to the model's subjects) consume it and answer every query as the
-// reference model does, with byte-identical snapshots.
+// reference model does, with byte-identical snapshots; a third, whose engine keeps its
+// own keyed prefix chain, answers alike.
 func TestReplicasMatchModel(t *testing.T) {
 	ctx, ns, nc, h, sc, p := memoryStream(t, 1, 3000)
 	a := newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc}, "")
 	b := newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc, Models: []string{testModel}}, "")
+	keyed := NewReplica(ns.connect(t), ReplicaConfig{Stream: sc})
+	t.Cleanup(func() { keyed.Close() })
+	if err := keyed.Start(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
 	n, err := PublishOps(ctx, p, testModel, h.ops)
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +38,7 @@ func TestReplicasMatchModel(t *testing.T) {
 		t.Fatalf("stream holds %d messages, published %d", last, n)
 	}
 	m := h.model(len(h.ops))
-	for _, r := range []*Replica{a, b} {
+	for _, r := range []*Replica{a, b, keyed} {
 		waitApplied(t, ctx, r, last)
 		checkModel(t, r.Engine(), h, m)
 		if st := r.Stats(); st.Applied != uint64(n) || st.Duplicates != 0 || st.Malformed != 0 || st.Gaps != 0 {
@@ -70,7 +76,7 @@ func restartFromSnapshot(t *testing.T, snap string) {
 		t.Fatal(err)
 	}
 	mid := streamLast(t, ctx, nc, DefaultStream)
-	r1 := NewReplica(ns.connect(t), ReplicaConfig{Stream: sc})
+	r1 := NewReplica(ns.connect(t), specChain(ReplicaConfig{Stream: sc}))
 	if err := r1.Start(ctx, snap); err != nil { // no file yet: full replay
 		t.Fatal(err)
 	}
@@ -315,7 +321,7 @@ func TestFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc}, "")
-	b := NewReplica(ns.connect(t), ReplicaConfig{Stream: sc})
+	b := NewReplica(ns.connect(t), specChain(ReplicaConfig{Stream: sc}))
 	if err := b.Start(ctx, snap); err != nil {
 		t.Fatal(err)
 	}

@@ -199,12 +199,21 @@ func (w *bytesBuffer) Write(p []byte) (int, error) { w.b = append(w.b, p...); re
 
 func newReplica(t testing.TB, ctx context.Context, nc *nats.Conn, cfg ReplicaConfig, snap string) *Replica {
 	t.Helper()
-	r := NewReplica(nc, cfg)
+	r := NewReplica(nc, specChain(cfg))
 	t.Cleanup(func() { r.Close() })
 	if err := r.Start(ctx, snap); err != nil {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// specChain makes a replica's engine use SPEC's prefix chain. The tests compare replicas
+// by their snapshots' bytes, which two engines share only if they name prefixes alike:
+// each engine's keyed chain has its own key (package engine's tests restore keyed
+// snapshots; TestReplicasMatchModel checks a keyed replica's answers).
+func specChain(cfg ReplicaConfig) ReplicaConfig {
+	cfg.Engine.SpecChain = true
+	return cfg
 }
 
 func newPublisher(t testing.TB, ctx context.Context, nc *nats.Conn, cfg PublisherConfig) *Publisher {

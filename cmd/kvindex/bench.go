@@ -18,7 +18,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	gen := fs.Int("gen", 60000, "built-in workload: number of ops")
 	seed := fs.Uint64("seed", 1, "built-in workload: seed")
 	shardList := fs.String("shards", "1,2,4,8", "engine shard counts, comma-separated")
-	implList := fs.String("impls", "engine,locked,radix", "implementations, comma-separated: engine, locked, radix")
+	implList := fs.String("impls", "engine,locked,radix", "implementations, comma-separated: engine, locked, locked-spec (the locked index on SPEC's XXH3 prefix chain), radix")
 	producerList := fs.String("producers", "1,2,4", "producer goroutine counts for event throughput, comma-separated")
 	queriers := fs.Int("queriers", 2, "query goroutines under load")
 	duration := fs.Duration("duration", 400*time.Millisecond, "time budget of each timed measurement")
@@ -62,10 +62,12 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			}
 		case "locked":
 			impls = append(impls, bench.LockedImpl())
+		case "locked-spec":
+			impls = append(impls, bench.LockedSpecImpl())
 		case "radix":
 			impls = append(impls, bench.RadixImpl())
 		default:
-			return bad("--impls: unknown implementation %q (want engine, locked, radix)", name)
+			return bad("--impls: unknown implementation %q (want engine, locked, locked-spec, radix)", name)
 		}
 	}
 

@@ -44,6 +44,13 @@ func NewSeed() Seed {
 	}
 }
 
+// Words returns the seed's four words, for a secret that must travel with data keyed by
+// it (the engine's prefix chain key in a snapshot); SeedOf is its inverse.
+func (s Seed) Words() [4]uint64 { return [4]uint64{s.k0, s.k1, s.k2, s.k3} }
+
+// SeedOf returns the seed whose Words are w.
+func SeedOf(w [4]uint64) Seed { return Seed{w[0], w[1], w[2], w[3]} }
+
 // SeedFrom derives a seed from x, for tests that need a known one.
 func SeedFrom(x uint64) Seed {
 	s := Seed{}
