@@ -555,7 +555,7 @@ func (e *Engine) addPredicted(q *query, ns uint32, content []uint64, dst []Match
 		changed = true
 	}
 	if changed {
-		sortMatches(dst[start:])
+		q.sortMatches(dst[start:])
 	}
 	return dst
 }
