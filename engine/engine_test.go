@@ -429,6 +429,22 @@ func TestFindMatchesZeroAllocs(t *testing.T) {
 	})
 	require.Len(t, dst, 8)
 	require.Zero(t, allocs)
+
+	// An answer of more than 12 matches is sorted through the pooled query's keys.
+	for w := 8; w < 20; w++ {
+		require.NoError(t, e.Store(fmt.Sprintf("http://10.0.0.%d:8000", w), chain[:5+w]))
+	}
+	require.NoError(t, e.Barrier(ctx))
+	dst = make([]engine.Match, 0, 32)
+	allocs = testing.AllocsPerRun(200, func() {
+		var err error
+		dst, err = e.FindMatches(ctx, q, dst[:0])
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	require.Len(t, dst, 20)
+	require.Zero(t, allocs)
 }
 
 func TestEventZeroAllocsSteadyState(t *testing.T) {
