@@ -179,6 +179,22 @@ func Parse(b []byte, line int) (Op, error) {
 			if op.Expect == nil || op.Sizes == nil {
 				return bad("expect and sizes must be objects")
 			}
+			// An answer lists workers scoring at least 1, each with its size (at least
+			// 1: it holds the blocks it scores with), and every worker in both.
+			for name, v := range op.Expect {
+				size, ok := op.Sizes[name]
+				switch {
+				case v < 1:
+					return bad("expect of %q is %d: an answer lists only workers scoring at least 1", name, v)
+				case !ok:
+					return bad("expect names %q, which sizes does not", name)
+				case size < 1:
+					return bad("size of %q is %d (want at least 1)", name, size)
+				}
+			}
+			if len(op.Sizes) != len(op.Expect) {
+				return bad("sizes names a worker that expect does not")
+			}
 		}
 		if w.Tiers != nil {
 			op.Tiers = make(map[string][3]int, len(*w.Tiers))

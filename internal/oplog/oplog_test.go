@@ -71,6 +71,12 @@ func TestParseMalformed(t *testing.T) {
 		`{"op":"query","content":[1],"expect":{"w":1},"sizes":{"w":1},"tiers":{"w":[-1,1,1]}}`,
 		`{"op":"query","content":[1],"expect":{"w":2},"sizes":{"w":1},"tiers":{"w":[2,1,2]}}`,
 		`{"op":"query","content":[1],"expect":{"w":2},"sizes":{"w":1},"tiers":{"w":[1,1,1]}}`,
+		`{"op":"query","content":[1],"expect":{"w":-1},"sizes":{"w":1}}`,
+		`{"op":"query","content":[1],"expect":{"w":0},"sizes":{"w":1}}`,
+		`{"op":"query","content":[1],"expect":{"w":1},"sizes":{"w":0}}`,
+		`{"op":"query","content":[1],"expect":{"w":1},"sizes":{"w":-3}}`,
+		`{"op":"query","content":[1],"expect":{"w":1},"sizes":{"v":1}}`,
+		`{"op":"query","content":[1],"expect":{"w":1},"sizes":{"w":1,"v":1}}`,
 	} {
 		_, err := Parse([]byte(line), 7)
 		require.Error(t, err, line)
