@@ -393,39 +393,48 @@ func (sc *matchScratch) release() {
 	}
 }
 
-// readQuery reads a match or routed request's body, model, namespace and query content
-// hashes, answering every error itself (ok false).
-func (s *Server) readQuery(w http.ResponseWriter, r *http.Request, sc *matchScratch, kind int) (m *model, ns string, q []uint64, ok bool) {
+// readQuery reads a match or routed request's body, model and namespace and checks the
+// query's shape, answering every error itself (ok false). The handler checks its own
+// fields next and only then calls hashQuery, so a request that is refused anyway costs
+// no hashing.
+func (s *Server) readQuery(w http.ResponseWriter, r *http.Request, sc *matchScratch, kind int) (m *model, ns string, ok bool) {
 	sc.body.Reset()
 	if !s.readBody(w, r, &sc.body) {
-		return nil, "", nil, false
+		return nil, "", false
 	}
 	if sc.body.Len() == 0 {
 		writeError(w, http.StatusBadRequest, "bad_json", "empty request body")
-		return nil, "", nil, false
+		return nil, "", false
 	}
 	if err := decodeRequest(sc.body.Bytes(), &sc.req, kind); err != nil {
 		writeError(w, http.StatusBadRequest, "bad_json", "invalid request: %v", err)
-		return nil, "", nil, false
+		return nil, "", false
 	}
 	req := &sc.req
-	hasTokens, hasHashes := req.HasTokens, req.HasHashes
-	tokens64, hashes := req.Tokens, req.Hashes
 	m, err := s.resolveModel(req.Model)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "unknown_model", "%v", err)
-		return nil, "", nil, false
+		return nil, "", false
 	}
 	ns, err = RequestNamespace(m.name, req.Namespace, req.LoraName, req.CacheSalt)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "bad_namespace", "%v", err)
-		return nil, "", nil, false
+		return nil, "", false
 	}
-	if code, err := s.checkQuery(m, hasTokens, hasHashes, len(tokens64), len(hashes)); err != nil {
+	if code, err := s.checkQuery(m, req.HasTokens, req.HasHashes, len(req.Tokens), len(req.Hashes)); err != nil {
 		writeError(w, http.StatusBadRequest, code, "%v", err)
-		return nil, "", nil, false
+		return nil, "", false
 	}
-	q = hashes
+	return m, ns, true
+}
+
+// hashQuery returns the query's content hashes: the request's own, or its tokens (and
+// extra keys) hashed in blocks of the model's size, answering every error itself.
+func (s *Server) hashQuery(w http.ResponseWriter, sc *matchScratch, m *model) (q []uint64, ok bool) {
+	req := &sc.req
+	hasTokens, tokens64 := req.HasTokens, req.Tokens
+	var err error
+	q = req.Hashes
 	if hasTokens {
 		toks := sc.toks[:0]
 		for _, t := range tokens64 {
@@ -436,7 +445,7 @@ func (s *Server) readQuery(w http.ResponseWriter, r *http.Request, sc *matchScra
 			keys, err := parseExtraKeys(req.ExtraKeys, len(toks)/m.blockSize)
 			if err != nil {
 				writeError(w, http.StatusBadRequest, "bad_extra_keys", "extra_keys: %v", err)
-				return nil, "", nil, false
+				return nil, false
 			}
 			q = contentsWithKeys(sc.q[:0], toks, m.blockSize, keys)
 		} else {
@@ -445,13 +454,13 @@ func (s *Server) readQuery(w http.ResponseWriter, r *http.Request, sc *matchScra
 		sc.q = q
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, "internal", "%v", err)
-			return nil, "", nil, false
+			return nil, false
 		}
 	} else if req.ExtraKeys != nil {
 		writeError(w, http.StatusBadRequest, "bad_query", "extra_keys needs tokens (with content_hashes, hash them in: hash.ContentExtra)")
-		return nil, "", nil, false
+		return nil, false
 	}
-	return m, ns, q, true
+	return q, true
 }
 
 // checkQuery checks a query's shape before any of it is hashed, for HTTP and gRPC alike:
@@ -477,7 +486,7 @@ func (s *Server) checkQuery(m *model, hasTokens, hasHashes bool, nTokens, nHashe
 func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 	sc := scratchPool.Get().(*matchScratch)
 	defer sc.release()
-	m, ns, q, ok := s.readQuery(w, r, sc, kindMatch)
+	m, ns, ok := s.readQuery(w, r, sc, kindMatch)
 	if !ok {
 		return
 	}
@@ -492,6 +501,10 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "bad_tier_weights", "%v", err)
 			return
 		}
+	}
+	q, ok := s.hashQuery(w, sc, m)
+	if !ok {
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(s.cfg.QueryTimeout))
 	defer cancel()
@@ -625,7 +638,7 @@ func (s *Server) servesWorker(m *model, worker string) bool {
 func (s *Server) handleRouted(w http.ResponseWriter, r *http.Request) {
 	sc := scratchPool.Get().(*matchScratch)
 	defer sc.release()
-	m, ns, q, ok := s.readQuery(w, r, sc, kindRouted)
+	m, ns, ok := s.readQuery(w, r, sc, kindRouted)
 	if !ok {
 		return
 	}
@@ -636,6 +649,10 @@ func (s *Server) handleRouted(w http.ResponseWriter, r *http.Request) {
 	}
 	if !s.servesWorker(m, worker) {
 		writeError(w, http.StatusBadRequest, "unknown_worker", "worker %q is not a worker of model %q", worker, m.name)
+		return
+	}
+	q, ok := s.hashQuery(w, sc, m)
+	if !ok {
 		return
 	}
 	ttl := time.Duration(sc.req.TTLms) * time.Millisecond

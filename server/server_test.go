@@ -167,6 +167,12 @@ func TestAPIErrorsAndProbes(t *testing.T) {
 		{"POST", "/v1/match", `{"model":"a"}`, 400, "bad_query"},
 		{"POST", "/v1/match", `{"model":"a","tokens":[1],"content_hashes":[1]}`, 400, "bad_query"},
 		{"POST", "/v1/match", `{"model":"a","tokens":[1],"policy":"best"}`, 400, "bad_policy"},
+		// The request's own fields are checked before its tokens are hashed: with bad
+		// extra keys too, the policy or the weights are what is refused.
+		{"POST", "/v1/match", `{"model":"a","tokens":[1,2,3,4],"extra_keys":[["a"],["b"]]}`, 400, "bad_extra_keys"},
+		{"POST", "/v1/match", `{"model":"a","tokens":[1,2,3,4],"extra_keys":[["a"],["b"]],"policy":"best"}`, 400, "bad_policy"},
+		{"POST", "/v1/match", `{"model":"a","tokens":[1,2,3,4],"extra_keys":[["a"],["b"]],"tier_weights":[1,2,0]}`, 400, "bad_tier_weights"},
+		{"POST", "/v1/routed", `{"model":"a","tokens":[1,2,3,4],"extra_keys":[["a"],["b"]]}`, 400, "bad_worker"},
 		{"POST", "/v1/match", `{"model":"a","tokens":[1],"namespace":"x","lora_name":"y"}`, 400, "bad_namespace"},
 		{"POST", "/v1/match", `{"model":"a","content_hashes":["zz"]}`, 400, "bad_json"},
 		{"POST", "/v1/match", `{"model":"a","model":"b","tokens":[1]}`, 400, "bad_json"},
