@@ -9,11 +9,10 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/kvindex/kvindex/internal/atomicfile"
 	"github.com/kvindex/kvindex/internal/readlimit"
 	"github.com/kvindex/kvindex/internal/table"
 )
@@ -205,35 +204,16 @@ func (e *Engine) namespaceNames() []string {
 
 // WriteSnapshotFile writes a snapshot to path atomically: to a temporary file in the
 // same directory, synced, then renamed over path, and the directory synced.
-func (e *Engine) WriteSnapshotFile(path string) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
-	if err != nil {
+func (e *Engine) WriteSnapshotFile(path string) error {
+	var werr error
+	err := atomicfile.Write(path, func(w io.Writer) error {
+		werr = e.WriteSnapshot(w)
+		return werr
+	})
+	if err != nil && err != werr {
 		return fmt.Errorf("engine: snapshot: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err = e.WriteSnapshot(f); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("engine: snapshot: %w", err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("engine: snapshot: %w", err)
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("engine: snapshot: %w", err)
-	}
-	if d, derr := os.Open(dir); derr == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+	return err
 }
 
 // Cursors returns each known worker's cursor: the Cursor of the last event applied to it

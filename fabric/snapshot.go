@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
-	"path/filepath"
 	"sort"
 	"time"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/atomicfile"
 	"github.com/kvindex/kvindex/internal/readlimit"
 )
 
@@ -70,39 +71,15 @@ func encodeSnapshot(s *snapshot) ([]byte, error) {
 	return le.AppendUint32(out, crc32.Checksum(out, castagnoli)), nil
 }
 
-func writeSnapshot(path string, s *snapshot) (err error) {
+func writeSnapshot(path string, s *snapshot) error {
 	data, err := encodeSnapshot(s)
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
-	if err != nil {
+	return atomicfile.Write(path, func(w io.Writer) error {
+		_, err := w.Write(data)
 		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	if d, derr := os.Open(dir); derr == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+	})
 }
 
 // readSnapshot reads and verifies a replica snapshot and restores its index. Errors

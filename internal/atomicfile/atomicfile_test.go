@@ -1,0 +1,44 @@
+package atomicfile
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestWrite: a write replaces the file whole; a failing write, or one into a missing
+// directory, leaves the old file and no temporary file behind.
+func TestWrite(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.snap")
+	put := func(s string) func(io.Writer) error {
+		return func(w io.Writer) error { _, err := io.WriteString(w, s); return err }
+	}
+	require.NoError(t, Write(path, put("first")))
+	require.NoError(t, Write(path, put("second, longer")))
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, "second, longer", string(b))
+
+	boom := errors.New("boom")
+	err = Write(path, func(w io.Writer) error {
+		io.WriteString(w, "half")
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	b, err = os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, "second, longer", string(b), "a failed write leaves the old file")
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, ents, 1, "no temporary file is left behind")
+
+	require.Error(t, Write(filepath.Join(dir, "missing", "x"), put("x")))
+}
