@@ -169,7 +169,7 @@ bench-peers:
 	if [ -z "$$logs" ]; then echo "bench-peers: no op log (set PEER_LOGS, or put ../shared beside the repo)"; exit 2; fi; \
 	: > bench/out/peers.md; \
 	for f in $$logs; do \
-		$(PEERS_BUILD)/kvindex bench --ops $$f --peers $(PEERS_BUILD)/bin --impls engine,locked --shards 1,2,4 \
+		$(PEERS_BUILD)/kvindex bench --ops $$f --peers $(PEERS_BUILD)/bin --impls engine,locked,locked-spec --shards 1,2,4 \
 			--rounds $(PEER_ROUNDS) --markdown >> bench/out/peers.md || exit 1; \
 	done; cat bench/out/peers.md
 
