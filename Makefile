@@ -92,7 +92,8 @@ build386:
 	GOARCH=386 $(GO) vet ./...
 
 ## conformance: replays every golden op log through the kvindex CLI at shards 1, 2, 3, 4
-## and 8 and on the locked baseline, at jumps 1, 4 and 64: the repository's own logs
+## and 8 and on the locked baseline, at jumps 1, 4 and 64, and on the locked baseline with
+## SPEC's prefix chain (--spec-chain) at the same jumps: the repository's own logs
 ## (testdata/demo.jsonl, testdata/tiers.jsonl) always, the shared ones where present
 ## (skipped, with a notice, where they are absent).
 conformance:
@@ -100,8 +101,8 @@ conformance:
 	if ls $(SHARED)/conformance/*.jsonl >/dev/null 2>&1; then logs="$$logs $$(ls $(SHARED)/conformance/*.jsonl)"; \
 	else echo "SKIP shared conformance logs: $(SHARED)/conformance not found"; fi; \
 	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && $(GO) build -o $$tmp/kvindex ./cmd/kvindex && \
-	fail=0; for f in $$logs; do for s in 1 2 3 4 8 locked; do for j in 1 4 64; do \
-		if [ $$s = locked ]; then impl=--locked; else impl="--shards $$s"; fi; \
+	fail=0; for f in $$logs; do for s in 1 2 3 4 8 locked locked-spec; do for j in 1 4 64; do \
+		case $$s in locked) impl=--locked;; locked-spec) impl="--locked --spec-chain";; *) impl="--shards $$s";; esac; \
 		out=$$($$tmp/kvindex replay --ops $$f $$impl --jump $$j --json) || { echo "FAIL $$f $$impl jump=$$j"; echo "$$out"; fail=1; }; \
 	done; done; echo "ok   $$(basename $$f)"; done; exit $$fail
 

@@ -20,6 +20,7 @@ type replayJSON struct {
 	Shards             int     `json:"shards"`
 	Jump               int     `json:"jump"`
 	Locked             bool    `json:"locked,omitempty"`
+	SpecChain          bool    `json:"spec_chain,omitempty"`
 	Passed             int     `json:"passed"`
 	Failed             int     `json:"failed"`
 	Ops                int     `json:"ops"`
@@ -43,11 +44,12 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the replay (parsing excluded) to this file")
 	repeat := fs.Int("repeat", 1, "replay the log this many times on fresh engines and report the median run")
 	locked := fs.Bool("locked", false, "replay on the LockedIndex baseline (one RWMutex-guarded index, no shard goroutines) instead")
+	specChain := fs.Bool("spec-chain", false, "name positions by SPEC's XXH3 prefix chain instead of the engine's keyed chain (Config.SpecChain): same answers, slower deep queries")
 	batch := fs.Bool("batch", true, "apply the events between two queries with one ApplyBatch call, as an ingester does with an engine's event batch (false: one call per event)")
 	if code, ok := parseFlags(fs, args, stdout); !ok {
 		return code
 	}
-	cfg := engine.Config{Shards: *shards, JumpSize: *jump, LockedIndex: *locked}
+	cfg := engine.Config{Shards: *shards, JumpSize: *jump, LockedIndex: *locked, SpecChain: *specChain}
 	switch err := cfg.Validate(); {
 	case *file == "":
 		fmt.Fprintln(stderr, "kvindex replay: --ops FILE is required")
@@ -106,7 +108,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	}
 	eff := cfg.WithDefaults()
 	out := replayJSON{
-		File: *file, Shards: eff.Shards, Jump: eff.JumpSize, Locked: eff.LockedIndex,
+		File: *file, Shards: eff.Shards, Jump: eff.JumpSize, Locked: eff.LockedIndex, SpecChain: eff.SpecChain,
 		Passed: res.Passed, Failed: res.Failed, Ops: res.Ops, BlockOps: res.BlockOps,
 		Seconds: res.Seconds, QueryP50: res.QueryP50, QueryP99: res.QueryP99,
 		Rejected: res.Rejected, Memberships: res.Memberships, BytesPerMembership: res.BytesPerMembership,
@@ -122,6 +124,9 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		impl := fmt.Sprintf("shards=%d", out.Shards)
 		if out.Locked {
 			impl = "locked index"
+		}
+		if out.SpecChain {
+			impl += ", SPEC's prefix chain"
 		}
 		fmt.Fprintf(stdout, "%s: %s jump=%d\n", *file, impl, out.Jump)
 		fmt.Fprintf(stdout, "  ops %d (%.0f/s), block ops %d (%.2fM/s), %.3f s\n", out.Ops, out.OpsPerS, out.BlockOps, out.BlockOpsPerS/1e6, out.Seconds)
