@@ -675,11 +675,18 @@ func (q *query) scanRange(c *candidate, L int) (lo, hi int) {
 const denseLandings = 16
 
 // firstWave is how deep the first wave of landings reaches (at least one stride). A
-// deeper first wave saves a round trip for long matches but hashes the prefix chain that
-// deep for every query (about 4 ns a position): measured on the trace-driven log at rest
-// (kvindex bench --impls engine, alternated), 256 -> 64 took p50 from 2.05-2.29 to
-// 1.65-2.00 us.
-const firstWave = 64
+// deeper first wave saves round trips for long matches but hashes the prefix chain that
+// deep for every query that long. With SPEC's chain (about 4 ns a position) 256 -> 64
+// took p50 at rest from 2.05-2.29 to 1.65-2.00 us; with the keyed chain (0.9 ns) a
+// round trip costs more than hashing a thousand positions. Counted at rest with an
+// instrumented build (scatter/gather round trips per query, all 750 queries of the
+// conversation trace and 3,000 of trace16): 64 gave 1.35 and 1.72 on average, up to 5;
+// 1,024 gives 1.08 and 1.10, at most 3, for 107 and 53 more positions hashed per query
+// and one more probe. kvindex bench --impls engine --shards 1,2 --no-verify, four runs
+// of each alternated: p99 at rest 17.3-19.3 -> 13.2-15.2 us (1 shard) and 18.3-19.5 ->
+// 13.5-15.0 (2 shards) on the conversation trace, 12.1-24.6 -> 10.3-11.7 at 2 shards on
+// trace16; p50 unchanged or lower.
+const firstWave = 1024
 
 // extend computes the prefix hashes of content up to position hi, each position not yet
 // probed. Every position a query probes or scans has been extended to, so the
