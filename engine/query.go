@@ -238,14 +238,14 @@ func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done 
 // first position it is not a member of. gallop probes landings at strides that double
 // from gallopFirst up to gallopCap x JumpSize (positions 8, 24, 56, 120, 248, 504, 760,
 // ... with the default JumpSize), hashing the prefix chain only as deep as the next
-// landing, until no
-// candidate is left or the last position is held; the candidates that miss a landing
-// have their score inside the stride before it, which a binary search (bisect) finds in
-// log2(stride) probes. On the trace-driven log a typical query (seven workers holding
-// the 8-block system prompt, one the whole conversation) takes about 10 probes instead
-// of the walk's 16 and jump search's 20-odd, and a query held 1,000 blocks deep hashes
-// no position past the landing after its score (at most 4 x JumpSize past it). buf is scratch holding position 0's
-// members; gallop returns it, possibly grown.
+// landing, until no candidate is left or the last position is held; the candidates that
+// miss a landing have their score inside the stride before it, which a binary search
+// (bisect) finds in log2(stride) probes. On the trace-driven log a typical query (seven
+// workers holding the 8-block system prompt, one the whole conversation) takes about 10
+// probes instead of the walk's 16 and jump search's 20-odd, and a query held 1,000
+// blocks deep hashes no position past the landing after its score (at most 4 x JumpSize
+// past it). buf is scratch holding position 0's members; gallop returns it, possibly
+// grown.
 func (e *Engine) gallop(q *query, idx *shard.Index, content []uint64, buf []uint32) []uint32 {
 	L := len(content)
 	J := e.cfg.JumpSize
