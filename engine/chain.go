@@ -18,11 +18,11 @@ import (
 // derived on the fly). The terms of a query are independent of each other, so the CPU
 // computes them in parallel and the serial part of the chain is one add per block: 0.89
 // ns a block against 4.13 for SPEC's XXH3 chain on a 1,500-block query (BenchmarkChain),
-// the hashing that a query held that deep spent most of its time on. Two distinct sequences of
-// one length collide only if their terms' differences sum to zero, and every term is a
-// product with an independent secret multiplier: a client that does not know the key
-// cannot aim at that sum, unlike with an unkeyed step (SPEC's chain is public: a 2^32
-// birthday search finds a collision offline). TestChainCollisions checks structured
+// the hashing that a query held that deep spent most of its time on. Two distinct
+// sequences of one length collide only if their terms' differences sum to zero, and
+// every term is a product with an independent secret multiplier: a client that does not
+// know the key cannot aim at that sum, unlike with an unkeyed step (SPEC's chain is
+// public: a 2^32 birthday search finds a collision offline). TestChainCollisions checks structured
 // families (one or two positions changed, swaps, top-bit flips, which cancel in pairs in
 // any linear chain mod 2^64).
 //
