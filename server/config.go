@@ -205,13 +205,19 @@ type IndexConfig struct {
 	// PredictionsPerWorker and PredictedBlocks bound the predictions (engine.Config).
 	PredictionsPerWorker int `json:"predictions_per_worker,omitempty"`
 	PredictedBlocks      int `json:"predicted_blocks,omitempty"`
+	// SpecChain makes the index name positions by SPEC's public XXH3 prefix chain
+	// instead of its own keyed one (engine.Config.SpecChain): snapshots then carry no
+	// key and are byte-identical across replicas fed the same events; deep queries
+	// hash about five times slower. A restored snapshot keeps the chain it was written
+	// with.
+	SpecChain bool `json:"spec_chain,omitempty"`
 }
 
 // Engine returns the engine configuration.
 func (c IndexConfig) Engine() engine.Config {
 	return engine.Config{Shards: c.Shards, JumpSize: c.JumpSize, QueueSize: c.QueueSize,
 		PredictionTTL: time.Duration(c.PredictionTTL), PredictionsPerWorker: c.PredictionsPerWorker,
-		PredictedBlocks: c.PredictedBlocks}
+		PredictedBlocks: c.PredictedBlocks, SpecChain: c.SpecChain}
 }
 
 // EngineConfig describes one engine: its endpoints, identity and model.

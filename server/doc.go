@@ -44,7 +44,8 @@
 //	  "max_message_bytes": 16777216,    a larger ZeroMQ message from an engine is refused
 //	  "index": {"shards": 0, "jump_size": 0, "queue_size": 0,
 //	            "prediction_ttl": "2s",             predictions without ttl_ms
-//	            "predictions_per_worker": 64, "predicted_blocks": 1048576},
+//	            "predictions_per_worker": 64, "predicted_blocks": 1048576,
+//	            "spec_chain": false},       true: SPEC's XXH3 prefix chain, key-free snapshots
 //	  "grpc": {"listen": "127.0.0.1:9090",    gRPC API address ("" or absent: no gRPC)
 //	           "max_message_bytes": 4194304, "max_concurrent_streams": 128},
 //	  "tiers": {"NVME": "disk"},        media -> "device" | "host" | "disk", over the

@@ -37,8 +37,16 @@ func deadPort(t *testing.T) string {
 
 func TestConfigValidation(t *testing.T) {
 	good := `{"listen":"127.0.0.1:0","engines":[{"endpoint":"tcp://127.0.0.1:5557"}]}`
-	if _, err := server.ParseConfig(strings.NewReader(good)); err != nil {
+	cfg, err := server.ParseConfig(strings.NewReader(good))
+	if err != nil {
 		t.Fatal(err)
+	}
+	if cfg.Index.Engine().SpecChain {
+		t.Fatal("the keyed prefix chain is the default")
+	}
+	spec := `{"engines":[{"endpoint":"tcp://127.0.0.1:5557"}],"index":{"spec_chain":true}}`
+	if cfg, err = server.ParseConfig(strings.NewReader(spec)); err != nil || !cfg.Index.Engine().SpecChain {
+		t.Fatalf("index.spec_chain: %v, %+v", err, cfg.Index)
 	}
 	for _, tc := range []struct{ json, want string }{
 		{`{"engines":[]}`, "at least one engine"},
