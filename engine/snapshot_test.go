@@ -161,15 +161,17 @@ func TestSnapshotFileIsAtomic(t *testing.T) {
 // FuzzRestore feeds Restore bodies with a valid checksum, so the fuzzer reaches the
 // parser: whatever it accepts must snapshot again to bytes that restore to the same bytes.
 func FuzzRestore(f *testing.F) {
-	e, _ := engine.New(engine.Config{Shards: 1})
-	_ = e.Store("a", []engine.Block{{Content: 1, Seq: 1}, {Content: 2, Seq: 2}})
-	_ = e.Apply(&engine.Event{Kind: engine.EventStored, Worker: "b", Namespace: "n", Blocks: []engine.Block{{Content: 1, Seq: 3}}})
-	_ = e.Apply(&engine.Event{Kind: engine.EventCopied, Worker: "a", Tier: engine.TierHost, Seqs: []uint64{2}})
-	_ = e.Apply(&engine.Event{Kind: engine.EventStored, Worker: "a", Tier: engine.TierDisk, Parent: 2, HasParent: true, Blocks: []engine.Block{{Content: 3, Seq: 4}}})
-	var snap bytes.Buffer
-	_ = e.WriteSnapshot(&snap)
-	e.Close()
-	f.Add(snap.Bytes()[:snap.Len()-4])
+	for _, spec := range []bool{false, true} { // a keyed chain's snapshot and SPEC's
+		e, _ := engine.New(engine.Config{Shards: 1, SpecChain: spec})
+		_ = e.Store("a", []engine.Block{{Content: 1, Seq: 1}, {Content: 2, Seq: 2}})
+		_ = e.Apply(&engine.Event{Kind: engine.EventStored, Worker: "b", Namespace: "n", Blocks: []engine.Block{{Content: 1, Seq: 3}}})
+		_ = e.Apply(&engine.Event{Kind: engine.EventCopied, Worker: "a", Tier: engine.TierHost, Seqs: []uint64{2}})
+		_ = e.Apply(&engine.Event{Kind: engine.EventStored, Worker: "a", Tier: engine.TierDisk, Parent: 2, HasParent: true, Blocks: []engine.Block{{Content: 3, Seq: 4}}})
+		var snap bytes.Buffer
+		_ = e.WriteSnapshot(&snap)
+		e.Close()
+		f.Add(snap.Bytes()[:snap.Len()-4])
+	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		b := binary.LittleEndian.AppendUint32(bytes.Clone(body), crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)))
 		r, err := engine.Restore(engine.Config{Shards: 2}, bytes.NewReader(b), 1<<20)
