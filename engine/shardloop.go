@@ -129,12 +129,19 @@ func (s *shardLoop) run() {
 			s.e.shutdown(fmt.Errorf("%w: shard %d: %v", ErrShardFailed, s.id, r))
 		}
 	}()
+	busy := 0 // batches applied since the ring was last found empty or the shard yielded
 	for {
 		// TryPopBatch while busy: only the PopBatch right before parking tells the
 		// producers that the shard may sleep (see ringbuf.Ring.TryPopBatch).
 		n := s.ring.TryPopBatch(s.buf)
 		if n > 0 {
 			s.apply(s.buf[:n])
+			if busy++; busy == yieldBatches {
+				busy = 0
+				runtime.Gosched()
+			}
+		} else {
+			busy = 0
 		}
 		answered := s.drainQueries()
 		if n > 0 || answered {
@@ -200,6 +207,18 @@ func (s *shardLoop) publish() {
 	s.memberships.Store(int64(s.idx.Memberships()))
 	s.bytes.Store(int64(s.idx.Bytes()))
 }
+
+// yieldBatches is how many event batches a busy shard applies before it yields its P.
+// A producer that keeps the rings fed keeps its shards busy, and a busy goroutine keeps
+// its P until it blocks or the runtime preempts it (every 10 ms): queriers and other
+// shards readied on that P wait behind it. kvindex bench --ops
+// ../shared/conformance/trace_conversation.jsonl --impls engine --shards 1,2 --producers
+// 1,4 --no-verify, three rounds alternating 0 (no yield), 1, 2 and 4 (earlier, four
+// rounds of 0, 2 and 8): find-matches p99 under events at 2 shards 131-186 us without
+// the yield against 26-64 us every 2 batches (145-162 against 34-142 in the earlier
+// rounds), p99.9 at 1 shard 160-212 against 83-109 us; event throughput with 1 and 4
+// producers within the rounds' spread. A yield costs about 0.1-0.2 us per 256 deltas.
+const yieldBatches = 2
 
 // spinPolls bounds the polling a shard does before it parks. Waking a parked goroutine
 // costs the OS a thread wake-up (tens of microseconds on a busy 2-core machine), which
