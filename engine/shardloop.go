@@ -88,8 +88,11 @@ func (t *barrierTable) drop(id uint32) {
 }
 
 // eventBatch is the number of deltas a shard applies between looks at its query channel:
-// it bounds how long a query waits behind event traffic.
-const eventBatch = 128
+// it bounds how long a query waits behind event traffic. With the yield below, 64 gave
+// find-matches p99 under events at 2 shards of 22.5-37.2 us against 29.3-149 us for 128
+// (three alternated rounds of the command at yieldBatches; 32 gave 21.0-35.0), event
+// throughput within the rounds' spread.
+const eventBatch = 64
 
 // shardLoop is one shard: the goroutine that owns a shard.Index.
 //
@@ -208,16 +211,18 @@ func (s *shardLoop) publish() {
 	s.bytes.Store(int64(s.idx.Bytes()))
 }
 
-// yieldBatches is how many event batches a busy shard applies before it yields its P.
+// yieldBatches is how many event batches a busy shard applies before it yields its P
+// (with eventBatch at 64: every 128 deltas).
 // A producer that keeps the rings fed keeps its shards busy, and a busy goroutine keeps
 // its P until it blocks or the runtime preempts it (every 10 ms): queriers and other
 // shards readied on that P wait behind it. kvindex bench --ops
 // ../shared/conformance/trace_conversation.jsonl --impls engine --shards 1,2 --producers
 // 1,4 --no-verify, three rounds alternating 0 (no yield), 1, 2 and 4 (earlier, four
-// rounds of 0, 2 and 8): find-matches p99 under events at 2 shards 131-186 us without
-// the yield against 26-64 us every 2 batches (145-162 against 34-142 in the earlier
-// rounds), p99.9 at 1 shard 160-212 against 83-109 us; event throughput with 1 and 4
-// producers within the rounds' spread. A yield costs about 0.1-0.2 us per 256 deltas.
+// rounds of 0, 2 and 8), when batches were 128 deltas: find-matches p99 under events at
+// 2 shards 131-186 us without the yield against 26-64 us every 2 batches (145-162
+// against 34-142 in the earlier rounds), p99.9 at 1 shard 160-212 against 83-109 us;
+// event throughput with 1 and 4 producers within the rounds' spread. A yield costs
+// about 0.1-0.2 us.
 const yieldBatches = 2
 
 // spinPolls bounds the polling a shard does before it parks. Waking a parked goroutine
