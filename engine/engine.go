@@ -85,6 +85,12 @@ type Engine struct {
 	// chain computes the prefix words of keys (chain.go); its key is drawn at New or
 	// read from the snapshot Restore loads.
 	chain chain
+	// dense is how many leading positions a query's first wave probes one by one,
+	// denseShort or denseLandings; noteDense sets it from denseStats. denseFixed (tests
+	// only, set before any query) keeps it where a test put it.
+	dense      atomic.Int32
+	denseStats atomic.Uint64
+	denseFixed bool
 
 	// preds holds the predictions (predict.go); predNamespaces counts the namespaces
 	// Predict created.
@@ -114,6 +120,7 @@ func newEngine(cfg Config, seed table.Seed, ch chain) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, done: make(chan struct{}), seed: seed, chain: ch}
+	e.dense.Store(denseLandings)
 	e.byName.init()
 	empty := []atomic.Pointer[worker]{}
 	e.slots.Store(&empty)

@@ -151,7 +151,9 @@ func TestDifferential(t *testing.T) {
 						cfg = engine.Config{LockedIndex: true, JumpSize: jump}
 					}
 					cfg.SpecChain = seed == 2 // both prefix chains at every shard count and jump
-					require.Positive(t, differential(t, cfg, ops))
+					// Both dense prefixes (the engine picks one from its recent queries).
+					dense := []int{16, 8, 16}[seed-1]
+					require.Positive(t, differential(t, cfg, ops, func(e *engine.Engine) { engine.SetDenseLandings(e, dense) }))
 				})
 			}
 		}
@@ -188,28 +190,31 @@ func TestDifferentialTiers(t *testing.T) {
 
 // differential applies ops to a fresh engine and to the reference model, checks every
 // query and rejection, and returns how many queries it compared.
-func differential(t *testing.T, cfg engine.Config, ops []oplog.Op) int {
-	return differentialMode(t, cfg, ops, false)
+func differential(t *testing.T, cfg engine.Config, ops []oplog.Op, setup ...func(*engine.Engine)) int {
+	return differentialMode(t, cfg, ops, false, setup...)
 }
 
 // differentialMode is differential; with batched set, the events between two queries go
 // through one ApplyBatch call.
-func differentialMode(t *testing.T, cfg engine.Config, ops []oplog.Op, batched bool) int {
+func differentialMode(t *testing.T, cfg engine.Config, ops []oplog.Op, batched bool, setup ...func(*engine.Engine)) int {
 	t.Helper()
-	n, _ := differentialSteps(t, cfg, refmodel.Steps(ops), batched)
+	n, _ := differentialSteps(t, cfg, refmodel.Steps(ops), batched, setup...)
 	return n
 }
 
 // differentialSteps is differentialMode over a history with predictions and clock
 // advances: the engine runs on a fake clock that the steps advance, with the model's
-// prediction limits. It returns how many queries it compared and how many matches had a
-// predicted part.
-func differentialSteps(t *testing.T, cfg engine.Config, steps []refmodel.Step, batched bool) (queries, predicted int) {
+// prediction limits; setup runs on the engine before the first step. It returns how many
+// queries it compared and how many matches had a predicted part.
+func differentialSteps(t *testing.T, cfg engine.Config, steps []refmodel.Step, batched bool, setup ...func(*engine.Engine)) (queries, predicted int) {
 	t.Helper()
 	var clock time.Duration
 	base := time.Unix(1_000_000, 0)
 	cfg.Clock = func() time.Time { return base.Add(clock) }
 	e := newEngine(t, cfg)
+	for _, f := range setup {
+		f(e)
+	}
 	m := refmodel.New()
 	m.PredictionsPerWorker, m.PredictedBlocks, m.PredictionTTL = cfg.PredictionsPerWorker, cfg.PredictedBlocks, cfg.PredictionTTL
 	var got []engine.Match
@@ -329,7 +334,11 @@ func FuzzEngine(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 1, 1, 1, 40, 41, 42, 200, 201, 9, 9, 9}, uint8(1))
 	f.Fuzz(func(t *testing.T, data []byte, jump uint8) {
 		cfg := engine.Config{Shards: 2, JumpSize: 1 + int(jump%8), QueueSize: 2, PredictionsPerWorker: 2, PredictedBlocks: 8, SpecChain: jump&0x40 != 0}
-		differentialSteps(t, cfg, stepsFromBytes(data), jump&0x80 != 0)
+		differentialSteps(t, cfg, stepsFromBytes(data), jump&0x80 != 0, func(e *engine.Engine) {
+			if jump&0x20 != 0 {
+				engine.SetDenseLandings(e, 8)
+			}
+		})
 	})
 }
 

@@ -155,6 +155,7 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 		return dst, err
 	}
 	q.sweep()
+	e.noteDense(q.nearDense())
 	dst = e.collect(q, content, dst)
 	ok = true
 	return e.withPredictions(q, content, dst, start), nil
@@ -358,14 +359,15 @@ func (e *Engine) landings(ctx context.Context, q *query, content []uint64) error
 	if e.cfg.LockedIndex {
 		hi = 0 // position 0 alone first: a query nobody matches costs one probe
 	}
+	dense := int(e.dense.Load())
 	x, step := 0, 1
-	for first := true; ; hi = max(4*hi, denseLandings) {
+	for first := true; ; hi = max(4*hi, dense) {
 		hi = min(L-1, hi)
 		from := len(q.landings)
 		for x < hi {
 			x = min(x+step, hi)
-			if x >= denseLandings {
-				step = min(max(2*step, denseLandings), J)
+			if x >= dense {
+				step = min(max(2*step, dense), J)
 			}
 			q.landings = append(q.landings, x)
 		}
@@ -667,19 +669,71 @@ func (q *query) scanRange(c *candidate, L int) (lo, hi int) {
 	return q.landings[c.drop-1] + 1, end
 }
 
-// denseLandings is how many leading positions round 1 probes one by one. Most queries'
-// best score is a handful of blocks (on the trace-driven log the median is 8), and a
-// gap-free worker that drops out among positions that were all probed has its score
-// without round 2: a dozen extra probes in a batch that goes out anyway cost less than
-// a second round trip through the shards. Measured against 8 (counted with an
-// instrumented build at rest: probes per query 23.7 -> 17.0 on the conversation trace,
-// 24.1 -> 17.5 on trace16, round trips per query +0.3% and +1%; four alternated runs of
-// kvindex bench --impls engine --shards 1,2 --producers 1 --no-verify: p50 at rest
-// 1.99-2.08 -> 1.79-1.80 us at 1 shard, 2.30-2.35 -> 1.97-2.02 at 2): 8 wins on these
-// logs only because their system prompt is 8 blocks long; a prompt of 9 to 16 blocks
-// would cost most queries a round trip (about 1 us) to save 7 probes (about 0.2 us), so
-// the value stays the one that does not depend on it.
-const denseLandings = 16
+// denseLandings is how many leading positions round 1 probes one by one, at most; the
+// engine probes denseShort instead while the queries it answers let it (noteDense). Most
+// queries' best score is a handful of blocks (on the trace-driven logs the median is 8),
+// and a gap-free worker that drops out among positions that were all probed has its
+// score without round 2: a few extra probes in a batch that goes out anyway cost less
+// than a second round trip through the shards. Which few depends on the workload: on
+// both trace logs (an 8-block system prompt) 8 against 16, counted with an instrumented
+// build at rest, took probes per query from 23.7 to 17.0 (conversation trace) and 24.1
+// to 17.5 (trace16) for 0.3% and 1% more round trips, and in four alternated runs of
+// kvindex bench --impls engine --shards 1,2 --producers 1 --no-verify p50 at rest from
+// 1.99-2.08 to 1.79-1.80 us at 1 shard and 2.30-2.35 to 1.97-2.02 at 2; but with a
+// system prompt of 9 to 16 blocks 8 would cost most queries a round trip (about 1 us)
+// to save 7 probes (about 0.2 us).
+const (
+	denseLandings = 16
+	denseShort    = 8
+)
+
+// denseWindow and denseMaxNear drive noteDense: every denseWindow sharded queries the
+// engine probes denseShort dense positions for the next window if at most denseMaxNear
+// of them had a candidate scoring in (denseShort, denseLandings], the scores a short
+// dense prefix sends to round 2 and a full one does not, and denseLandings otherwise.
+// The break-even is near one query in six (7 probes against a round trip); 1 in 16
+// keeps the short prefix to workloads that clearly do not pay for it.
+const (
+	denseWindow  = 256
+	denseMaxNear = denseWindow / 16
+)
+
+// nearDense reports whether a scored candidate of q scored in (denseShort,
+// denseLandings].
+func (q *query) nearDense() bool {
+	for i := range q.cands {
+		if s := q.cands[i].score; s > denseShort && s <= denseLandings {
+			return true
+		}
+	}
+	return false
+}
+
+// noteDense counts one sharded query (near: nearDense) and, at the end of each window,
+// sets how many dense landings the next window probes. The counter packs the window's
+// queries (low 32 bits) and its near ones (high 32 bits) in one atomic add; the one
+// caller whose add completes a window resets it (adds racing with the reset are lost,
+// which only shortens the next window's count). Answers do not depend on the choice:
+// jump search is exact for any landings.
+func (e *Engine) noteDense(near bool) {
+	if e.denseFixed {
+		return
+	}
+	add := uint64(1)
+	if near {
+		add |= 1 << 32
+	}
+	v := e.denseStats.Add(add)
+	if uint32(v) != denseWindow {
+		return
+	}
+	e.denseStats.Store(0)
+	d := int32(denseLandings)
+	if v>>32 <= denseMaxNear {
+		d = denseShort
+	}
+	e.dense.Store(d)
+}
 
 // firstWave is how deep the first wave of landings reaches (at least one stride). A
 // deeper first wave saves round trips for long matches but hashes the prefix chain that

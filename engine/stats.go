@@ -28,6 +28,10 @@ type Stats struct {
 	// ProducerWaits counts how often an event had to wait for room in a full shard ring,
 	// and ProducerWaitNanos how long, in total.
 	ProducerWaits, ProducerWaitNanos uint64
+	// DenseLandings is how many leading positions a sharded query's first wave probes
+	// one by one: 8 while the recent queries' scores make that cheaper, else 16
+	// (DESIGN.md, "The runtime").
+	DenseLandings int
 	// Shards has one entry per shard.
 	Shards []ShardStats
 }
@@ -54,6 +58,7 @@ func (e *Engine) Stats() Stats {
 		SkippedCopies:          e.skippedCopies.Load(),
 		Queries:                e.queries.Load(),
 		Abandoned:              e.abandoned.Load(),
+		DenseLandings:          int(e.dense.Load()),
 		Shards:                 make([]ShardStats, len(e.shards)),
 	}
 	for t := range st.TierBlocks {
