@@ -248,24 +248,33 @@ func TestPushBlocksUntilClose(t *testing.T) {
 	assert.Positive(t, r.Stats().WaitNanos)
 }
 
+// TestPushBlocksUntilPop: a producer parked on a full ring is released by the cells a
+// pop frees, PopBatch's and TryPopBatch's alike.
 func TestPushBlocksUntilPop(t *testing.T) {
-	r := mustNew[int](t, 2)
-	fill(t, r, 2)
-	errc := make(chan error, 1)
-	go func() { errc <- r.Push(42) }()
-	waitFor(t, "producer to park", func() bool { return r.Stats().FullWaits == 1 })
-	dst := make([]int, 1)
-	require.Equal(t, 1, r.PopBatch(dst))
-	assert.Equal(t, 0, dst[0])
-	select {
-	case err := <-errc:
-		assert.NoError(t, err)
-	case <-time.After(deadlockGuard):
-		t.Fatal("a pop did not release the parked producer")
+	for _, pop := range []struct {
+		name string
+		f    func(*Ring[int], []int) int
+	}{{"PopBatch", (*Ring[int]).PopBatch}, {"TryPopBatch", (*Ring[int]).TryPopBatch}} {
+		t.Run(pop.name, func(t *testing.T) {
+			r := mustNew[int](t, 2)
+			fill(t, r, 2)
+			errc := make(chan error, 1)
+			go func() { errc <- r.Push(42) }()
+			waitFor(t, "producer to park", func() bool { return r.Stats().FullWaits == 1 })
+			dst := make([]int, 1)
+			require.Equal(t, 1, pop.f(r, dst))
+			assert.Equal(t, 0, dst[0])
+			select {
+			case err := <-errc:
+				assert.NoError(t, err)
+			case <-time.After(deadlockGuard):
+				t.Fatalf("a %s did not release the parked producer", pop.name)
+			}
+			all := make([]int, 4)
+			require.Equal(t, 2, pop.f(r, all))
+			assert.Equal(t, []int{1, 42}, all[:2])
+		})
 	}
-	all := make([]int, 4)
-	require.Equal(t, 2, r.PopBatch(all))
-	assert.Equal(t, []int{1, 42}, all[:2])
 }
 
 func TestPushBatchBlocksUntilClose(t *testing.T) {
@@ -721,25 +730,4 @@ func TestTryPopBatchLeavesSleepFlag(t *testing.T) {
 	}
 	require.Equal(t, 1, r.TryPopBatch(dst))
 	assert.Equal(t, 9, dst[0])
-}
-
-// TestTryPopBatchReleasesParkedProducer: a producer parked on a full ring is
-// released by the cells a TryPopBatch frees, as by PopBatch's.
-func TestTryPopBatchReleasesParkedProducer(t *testing.T) {
-	r := mustNew[int](t, 2)
-	fill(t, r, 2)
-	errc := make(chan error, 1)
-	go func() { errc <- r.Push(42) }()
-	waitFor(t, "producer to park", func() bool { return r.Stats().FullWaits == 1 })
-	dst := make([]int, 1)
-	require.Equal(t, 1, r.TryPopBatch(dst))
-	select {
-	case err := <-errc:
-		assert.NoError(t, err)
-	case <-time.After(deadlockGuard):
-		t.Fatal("a TryPopBatch did not release the parked producer")
-	}
-	all := make([]int, 4)
-	require.Equal(t, 2, r.TryPopBatch(all))
-	assert.Equal(t, []int{1, 42}, all[:2])
 }
