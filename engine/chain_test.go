@@ -149,6 +149,7 @@ func TestChainPastTable(t *testing.T) {
 	for _, cfg := range []Config{{LockedIndex: true}, {Shards: 2}, {LockedIndex: true, SpecChain: true}, {Shards: 2, SpecChain: true}} {
 		e, err := New(cfg)
 		require.NoError(t, err)
+		t.Cleanup(func() { e.Close() }) // (a failed check must not leave its shards running)
 		require.NoError(t, e.Store("w", blocks))
 		require.NoError(t, e.Barrier(context.Background()))
 		for _, q := range []struct{ len, changed, want int }{
@@ -164,6 +165,5 @@ func TestChainPastTable(t *testing.T) {
 			require.Len(t, got, 1)
 			require.Equal(t, q.want, got[0].Score, "%+v: query %+v", cfg, q)
 		}
-		require.NoError(t, e.Close())
 	}
 }
