@@ -215,7 +215,8 @@ type (
 		HostLoadCost *float64  `json:"host_load_cost,omitempty"`
 		TierWeights  []float64 `json:"tier_weights,omitempty"`
 	}
-	ceilingJSON struct {
+	// hitsJSON is a run's prefix hits: the ceiling's, and each policy's (embedded).
+	hitsJSON struct {
 		BlockHitRate float64 `json:"block_hit_rate"`
 		TokenHitRate float64 `json:"token_hit_rate"`
 		HitBlocks    int64   `json:"hit_blocks"`
@@ -238,13 +239,10 @@ type (
 		BytesPerMembership *float64 `json:"bytes_per_membership,omitempty"`
 	}
 	policyJSON struct {
-		Name         string  `json:"name"`
-		BlockHitRate float64 `json:"block_hit_rate"`
-		TokenHitRate float64 `json:"token_hit_rate"`
+		Name string `json:"name"`
+		hitsJSON
 		MaxMeanLoad  float64 `json:"max_mean_load"`
 		MaxMeanToken float64 `json:"max_mean_tokens"`
-		HitBlocks    int64   `json:"hit_blocks"`
-		Blocks       int64   `json:"blocks"`
 		Seconds      float64 `json:"seconds"`
 		// With a host tier: the hit rate it adds (host_hit_blocks/blocks), the tokens
 		// loaded from it, and the prefill work left (computed tokens plus loaded ones at
@@ -267,7 +265,7 @@ type (
 	simJSON struct {
 		Workload workloadInfo     `json:"workload"`
 		Cluster  clusterJSON      `json:"cluster"`
-		Ceiling  ceilingJSON      `json:"ceiling"`
+		Ceiling  hitsJSON         `json:"ceiling"`
 		Policies []policyJSON     `json:"policies,omitempty"`
 		Index    *indexJSON       `json:"index,omitempty"`
 		Sweep    []sweepPointJSON `json:"sweep,omitempty"`
@@ -295,11 +293,19 @@ func toIndexJSON(r sim.Result, measured bool) indexJSON {
 
 func ptr[T any](v T) *T { return &v }
 
+// toHitsJSON takes a policy's run or the ceiling: both count their blocks and tokens so.
+func toHitsJSON(h interface {
+	BlockHitRate() float64
+	TokenHitRate() float64
+}, hitBlocks, blocks int64) hitsJSON {
+	return hitsJSON{BlockHitRate: h.BlockHitRate(), TokenHitRate: h.TokenHitRate(), HitBlocks: hitBlocks, Blocks: blocks}
+}
+
 // toPolicyJSON: tiered says whether the runs have a host tier (or sweep one).
 func toPolicyJSON(r sim.Result, measured, tiered bool) policyJSON {
 	pj := policyJSON{
-		Name: r.Policy.String(), BlockHitRate: r.BlockHitRate(), TokenHitRate: r.TokenHitRate(),
-		MaxMeanLoad: r.MaxMeanLoad(), MaxMeanToken: r.MaxMeanTokens(), HitBlocks: r.HitBlocks, Blocks: r.Blocks, Seconds: r.Seconds,
+		Name: r.Policy.String(), hitsJSON: toHitsJSON(r, r.HitBlocks, r.Blocks),
+		MaxMeanLoad: r.MaxMeanLoad(), MaxMeanToken: r.MaxMeanTokens(), Seconds: r.Seconds,
 		Index: toIndexJSON(r, measured),
 	}
 	if tiered {
@@ -470,8 +476,7 @@ func simulate(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg si
 		Workload: wi,
 		Cluster: clusterJSON{Workers: cfg.Workers, Capacity: cfg.Capacity, ChunkTokens: cfg.ChunkTokens,
 			Shards: eff.Shards, Jump: eff.JumpSize, EventDelayMs: float64(max(cfg.EventDelay, 0)) / 1e6},
-		Ceiling: ceilingJSON{BlockHitRate: ceil.BlockHitRate(), TokenHitRate: ceil.TokenHitRate(),
-			HitBlocks: ceil.HitBlocks, Blocks: ceil.Blocks},
+		Ceiling: toHitsJSON(ceil, ceil.HitBlocks, ceil.Blocks),
 	}
 	if tiered {
 		out.Cluster.HostCapacity, out.Cluster.HostLoadCost = ptr(cfg.HostCapacity), ptr(cfg.HostLoadCost)
