@@ -37,31 +37,23 @@ type Impl struct {
 // EngineImpl is the sharded engine with the given shard count (default jump size and
 // queue size).
 func EngineImpl(shards int) Impl {
-	return Impl{
-		Name: fmt.Sprintf("engine/shards=%d", shards),
-		New:  func() (Index, error) { return newEngineIndex(engine.Config{Shards: shards}) },
-	}
+	return engineImpl(fmt.Sprintf("engine/shards=%d", shards), engine.Config{Shards: shards})
 }
 
 // LockedImpl is the engine's LockedIndex baseline: the same positional index behind one
 // sync.RWMutex, applied by the event callers, with no shard goroutines.
-func LockedImpl() Impl {
-	return Impl{
-		Name: "locked",
-		New:  func() (Index, error) { return newEngineIndex(engine.Config{LockedIndex: true}) },
-	}
-}
+func LockedImpl() Impl { return engineImpl("locked", engine.Config{LockedIndex: true}) }
 
 // LockedSpecImpl is LockedImpl with SPEC's XXH3 prefix chain instead of the engine's
 // keyed one (engine.Config.SpecChain): beside LockedImpl in one run it measures what the
 // chain alone costs.
 func LockedSpecImpl() Impl {
-	return Impl{
-		Name: "locked/spec-chain",
-		New: func() (Index, error) {
-			return newEngineIndex(engine.Config{LockedIndex: true, SpecChain: true})
-		},
-	}
+	return engineImpl("locked/spec-chain", engine.Config{LockedIndex: true, SpecChain: true})
+}
+
+// engineImpl names an engine configuration.
+func engineImpl(name string, cfg engine.Config) Impl {
+	return Impl{Name: name, New: func() (Index, error) { return newEngineIndex(cfg) }}
 }
 
 // RadixImpl is the mutex-guarded radix tree of package radix.
