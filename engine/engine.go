@@ -91,6 +91,10 @@ type Engine struct {
 	dense      atomic.Int32
 	denseStats atomic.Uint64
 	denseFixed bool
+	// speculate fixes whether a round sends the next wave before its answers are back
+	// (round): 0 when its hashing wins the race (production), 1 always, -1 never. Only
+	// tests set it, so that the differential tests take both ways whatever the timing.
+	speculate int8
 
 	// preds holds the predictions (predict.go); predNamespaces counts the namespaces
 	// Predict created.

@@ -160,6 +160,48 @@ func TestDifferential(t *testing.T) {
 	}
 }
 
+// TestDifferentialDeepFleet holds jump search to the model on a fleet that shares one
+// long chain to many depths (around each wave's end, 1,024 and 4,096 with the default
+// stride), with a worker whose chain has a hole, one that diverges, and queries of many
+// lengths, on sharded engines that send their next wave early or not.
+func TestDifferentialDeepFleet(t *testing.T) {
+	const n = 5000
+	content := make([]uint64, n)
+	for i := range content {
+		content[i] = uint64(i)*0x9e3779b97f4a7c15 + 7
+	}
+	var ops []oplog.Op
+	store := func(w string, c []uint64, seq0 uint64) {
+		blocks := make([][2]uint64, len(c))
+		for i := range c {
+			blocks[i] = [2]uint64{c[i], seq0 + uint64(i)}
+		}
+		ops = append(ops, oplog.Op{Kind: oplog.Stored, Worker: w, Blocks: blocks})
+	}
+	for i, depth := range []int{1000, 1024, 1025, 1030, 1500, 2100, 4096, 4097, 5000} {
+		store(fmt.Sprintf("w%d", i), content[:depth], 1)
+	}
+	store("gappy", content[:3000], 1)
+	ops = append(ops, oplog.Op{Kind: oplog.Removed, Worker: "gappy", Seqs: []uint64{1 + 1700}})
+	diverged := append([]uint64(nil), content[:2500]...)
+	diverged[1200]++
+	store("diverged", diverged, 1)
+	for _, l := range []int{1, 900, 1025, 1026, 1100, 1701, 2050, 3000, 4097, 4098, 5000} {
+		ops = append(ops, oplog.Op{Kind: oplog.Query, Content: content[:l]})
+	}
+	for _, shards := range []int{1, 2, 3} {
+		for _, jump := range []int{1, 3, 64} {
+			for _, early := range []bool{false, true} {
+				t.Run(fmt.Sprintf("shards=%d/jump=%d/early=%v", shards, jump, early), func(t *testing.T) {
+					t.Parallel()
+					cfg := engine.Config{Shards: shards, JumpSize: jump}
+					require.Positive(t, differential(t, cfg, ops, func(e *engine.Engine) { engine.SetSpeculation(e, early) }))
+				})
+			}
+		}
+	}
+}
+
 // TestDifferentialTiers is TestDifferential over histories with host and disk events:
 // stores and removals per tier, copies of held blocks to other tiers under parents held
 // elsewhere. Every answer's per-tier lengths are compared.

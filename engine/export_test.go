@@ -6,3 +6,13 @@ func SetDenseLandings(e *Engine, d int) {
 	e.dense.Store(int32(d))
 	e.denseFixed = true
 }
+
+// SetSpeculation fixes whether e's sharded queries send their next wave before the
+// answers to the current one are back: always (true) or never (false). Call it before
+// any query.
+func SetSpeculation(e *Engine, always bool) {
+	e.speculate = -1
+	if always {
+		e.speculate = 1
+	}
+}

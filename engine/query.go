@@ -43,10 +43,17 @@ type probe struct {
 // query's done channel.
 type probeBatch struct {
 	q      *query
-	start  int // probes before start were answered in an earlier round
+	start  int  // probes before start were answered in an earlier round
+	flying bool // sent and not yet gathered: the shard owns it
 	probes []probe
 	out    []uint32
 }
+
+// probeAt says where a position's probe is: in q.sub[batch].probes[idx], if gen is the
+// query's stamp (q.gen); otherwise the position was not probed by this call. Stamps
+// instead of a reset spare each call a write per hashed position (a first wave hashes
+// up to firstWave of them).
+type probeAt struct{ gen, batch, idx uint32 }
 
 // candidate is a worker that holds position 0 of the query.
 type candidate struct {
@@ -62,30 +69,36 @@ type candidate struct {
 
 // query is a pooled per-call workspace: nothing in it survives a call except capacity.
 type query struct {
-	done     chan struct{}
-	ns       uint32
-	pre      []uint64 // prefix hash per position
-	sub      []probeBatch
-	locShard []int32 // per hashed position: owning shard's batch, or -1 if not probed
-	locIdx   []uint32
-	landings []int
-	cands    []candidate
-	mark     []uint32 // per worker id: the stamp of the last position it was seen at
-	active   []int32  // the scan's unresolved candidates
-	stamp    uint32
-	tgrp     []tierGroup // collectTiers' scratch: per primary id, its components' scores
-	tlist    []*worker   // collectTiers' scratch: the multi-tier workers met, in order
-	tpre     []uint64    // tierLengths' scratch: prefix hashes, as deep as it looked
-	tstamp   uint32
-	phits    []predHit  // addPredicted's scratch
-	skeys    []matchKey // sortByKeys' scratch
+	done      chan struct{}
+	ns        uint32
+	pre       []uint64 // prefix hash per position
+	sub       []probeBatch
+	at        []probeAt // per hashed position: where its probe is, if it was probed
+	gen       uint32    // this call's stamp in at
+	nshard    int       // the engine's shards: sub[s] and sub[nshard+s] go to shard s
+	alt       int       // 0 or nshard: the half of sub that add fills
+	wx, wstep int       // the landings so far end at wx; the next stride is wstep
+	landings  []int
+	cands     []candidate
+	mark      []uint32 // per worker id: the stamp of the last position it was seen at
+	active    []int32  // the scan's unresolved candidates
+	stamp     uint32
+	tgrp      []tierGroup // collectTiers' scratch: per primary id, its components' scores
+	tlist     []*worker   // collectTiers' scratch: the multi-tier workers met, in order
+	tpre      []uint64    // tierLengths' scratch: prefix hashes, as deep as it looked
+	tstamp    uint32
+	phits     []predHit  // addPredicted's scratch
+	skeys     []matchKey // sortByKeys' scratch
 }
 
 func (e *Engine) getQuery() *query {
 	if q, _ := e.qpool.Get().(*query); q != nil {
 		return q
 	}
-	q := &query{done: make(chan struct{}, len(e.shards)), sub: make([]probeBatch, len(e.shards))}
+	// Two batches per shard: a round can send the next wave while the shards still
+	// answer the one before (round).
+	n := len(e.shards)
+	q := &query{done: make(chan struct{}, 2*n), sub: make([]probeBatch, 2*n), nshard: n}
 	for i := range q.sub {
 		q.sub[i].q = q
 	}
@@ -341,7 +354,8 @@ func (e *Engine) bisect(q *query, idx *shard.Index, cs []candidate, lo, hi int, 
 // positions are all landings, then strides double up to JumpSize. The landings go out in
 // waves (the first up to position firstWave or one stride, each next one four times as deep) and
 // prefix hashes are computed only as deep as a wave needs: a long query whose workers
-// all drop out early costs neither the hashing nor the probes of its tail. The locked
+// all drop out early costs neither the hashing nor the probes of its tail, and a sharded
+// query hashes the next wave while the shards answer the current one (round). The locked
 // index pays no round trip per wave, so its first wave is position 0 alone (a query
 // that matches nobody is answered by one probe) and its second stops at denseLandings:
 // most queries are decided there (the median best score on the trace-driven log is 8),
@@ -355,41 +369,94 @@ func (e *Engine) landings(ctx context.Context, q *query, content []uint64) error
 	slots := e.workers()
 	q.cands = q.cands[:0]
 	q.growMarks(len(slots))
+	dense := int(e.dense.Load())
+	locked := e.cfg.LockedIndex
 	hi := max(firstWave, J)
-	if e.cfg.LockedIndex {
+	if locked {
 		hi = 0 // position 0 alone first: a query nobody matches costs one probe
 	}
-	dense := int(e.dense.Load())
-	x, step := 0, 1
-	for first := true; ; hi = max(4*hi, dense) {
+	q.wx, q.wstep = 0, 1
+	q.add(e, 0)
+	for wave := 0; ; wave++ {
 		hi = min(L-1, hi)
 		from := len(q.landings)
-		for x < hi {
-			x = min(x+step, hi)
-			if x >= dense {
-				step = min(max(2*step, dense), J)
-			}
-			q.landings = append(q.landings, x)
-		}
-		q.extend(&e.chain, content, hi)
-		if first {
-			q.add(e, 0)
-		}
-		for _, lx := range q.landings[from:] {
-			q.add(e, lx)
-		}
-		if err := e.scatter(ctx, q); err != nil {
+		e.queueWave(q, content, hi, dense)
+		next := max(4*hi, dense)
+		var err error
+		if hi, err = e.round(ctx, q, content, hi, min(L-1, next), dense); err != nil {
 			return err
 		}
-		if first {
-			first = false
+		if wave == 0 {
 			q.admit(slots)
 		}
 		if q.dropAt(from) == 0 || hi == L-1 {
 			return nil
 		}
+		if hi >= next {
+			next = 4 * hi // the round sent the next wave too
+		}
+		hi = next
 	}
 }
+
+// queueWave adds the landings after the last one up to position hi (dense positions
+// one by one, then strides doubling up to JumpSize) and queues their probes.
+func (e *Engine) queueWave(q *query, content []uint64, hi, dense int) {
+	J := e.cfg.JumpSize
+	from := len(q.landings)
+	for q.wx < hi {
+		q.wx = min(q.wx+q.wstep, hi)
+		if q.wx >= dense {
+			q.wstep = min(max(2*q.wstep, dense), J)
+		}
+		q.landings = append(q.landings, q.wx)
+	}
+	q.extend(&e.chain, content, hi)
+	for _, lx := range q.landings[from:] {
+		q.add(e, lx)
+	}
+}
+
+// round sends the queued probes (landings up to hi) and waits for their answers; it
+// returns the deepest landing answered. A sharded engine hashes ahead meanwhile,
+// towards position ahead, for as long as answers are outstanding: the next wave needs
+// those prefix hashes if any candidate is still alive, and computing them costs
+// nothing while the query would only wait (1,024 positions are about 0.9 us of hashing,
+// as long as a round trip). If the hashing reaches ahead before the answers are back,
+// the next wave goes out at once, in the second half of the batches, so that a query
+// whose candidates outlive the early wave does not wait for two round trips in a row;
+// when they do not, its probes (one per JumpSize positions) are wasted, at the cost of
+// a few probes.
+func (e *Engine) round(ctx context.Context, q *query, content []uint64, hi, ahead, dense int) (int, error) {
+	if e.cfg.LockedIndex {
+		return hi, e.scatter(ctx, q)
+	}
+	sent, err := e.send(ctx, q)
+	if err != nil {
+		return hi, err
+	}
+	h := len(q.pre) - 1
+	for h < ahead && q.answered() < sent {
+		h = min(h+hashAheadChunk, ahead)
+		q.extend(&e.chain, content, h)
+	}
+	if ahead > hi && (e.speculate > 0 || e.speculate == 0 && q.answered() < sent) {
+		q.alt = q.nshard
+		e.queueWave(q, content, ahead, dense)
+		q.alt = 0
+		more, err := e.send(ctx, q)
+		sent += more
+		if err != nil {
+			return hi, err
+		}
+		hi = ahead
+	}
+	return hi, e.gather(ctx, q, sent)
+}
+
+// hashAheadChunk is how many positions round hashes between two looks at the answers
+// (about 0.1 us of hashing).
+const hashAheadChunk = 128
 
 // admit makes every worker that holds position 0 a candidate.
 func (q *query) admit(slots []atomic.Pointer[worker]) {
@@ -457,7 +524,7 @@ func (e *Engine) deciders(ctx context.Context, q *query, L int) error {
 			continue
 		}
 		for x := c.lo; x < c.hi; x++ {
-			if q.locShard[x] < 0 {
+			if !q.probed(x) {
 				q.add(e, x)
 				need = true
 			}
@@ -746,7 +813,11 @@ func (e *Engine) noteDense(near bool) {
 // and one more probe. kvindex bench --impls engine --shards 1,2 --no-verify, four runs
 // of each alternated: p99 at rest 17.3-19.3 -> 13.2-15.2 us (1 shard) and 18.3-19.5 ->
 // 13.5-15.0 (2 shards) on the conversation trace, 12.1-24.6 -> 10.3-11.7 at 2 shards on
-// trace16; p50 unchanged or lower.
+// trace16; p50 unchanged or lower. An early wave of one stride, sent before the rest of
+// the first wave is hashed (round then hashes it meanwhile), took the mean at rest at 1
+// shard from 2.02-2.12 to 1.85-1.93 us on the conversation trace but from 3.18-3.57 to
+// 3.51-3.70 on trace16, whose matches outlive one stride more often (BenchmarkTraceQueriesAtRest,
+// six and five alternated runs): not kept.
 const firstWave = 1024
 
 // extend computes the prefix hashes of content up to position hi, each position not yet
@@ -758,21 +829,19 @@ func (q *query) extend(c *chain, content []uint64, hi int) {
 		return
 	}
 	q.pre = slices.Grow(q.pre, hi+1-from)[:hi+1]
-	q.locShard = slices.Grow(q.locShard, hi+1-from)[:hi+1]
-	q.locIdx = slices.Grow(q.locIdx, hi+1-from)[:hi+1]
+	// (at's entries past what this call stamped hold older stamps or zeros)
+	q.at = slices.Grow(q.at, hi+1-len(q.at))[:hi+1]
 	c.fill(q.pre, content, from)
-	loc := q.locShard
-	for i := from; i < len(loc); i++ {
-		loc[i] = -1
-	}
-	// (locIdx is read only where locShard says the position was probed)
 }
 
 // reset starts a query whose first content hash is c0.
 func (q *query) reset(c0 uint64) {
 	q.pre = append(q.pre[:0], c0)
-	q.locShard = append(q.locShard[:0], -1)
-	q.locIdx = append(q.locIdx[:0], 0)
+	if q.gen++; q.gen == 0 { // the stamps wrapped: start over
+		clear(q.at[:cap(q.at)])
+		q.gen = 1
+	}
+	q.at = append(q.at[:0], probeAt{})
 	for i := range q.sub {
 		b := &q.sub[i]
 		b.start, b.probes, b.out = 0, b.probes[:0], b.out[:0]
@@ -787,16 +856,20 @@ func (q *query) add(e *Engine, x int) {
 	}
 	fp := e.fingerprint(k)
 	s := e.ownerOf(fp)
-	b := &q.sub[s]
-	q.locShard[x] = int32(s)
-	q.locIdx[x] = uint32(len(b.probes))
+	bi := q.alt + s
+	b := &q.sub[bi]
+	q.at[x] = probeAt{gen: q.gen, batch: uint32(bi), idx: uint32(len(b.probes))}
 	b.probes = append(b.probes, probe{fp: fp})
 }
 
+// probed reports whether position x (hashed) was probed by this call.
+func (q *query) probed(x int) bool { return q.at[x].gen == q.gen }
+
 // members returns the answer for a probed position.
 func (q *query) members(x int) []uint32 {
-	b := &q.sub[q.locShard[x]]
-	p := &b.probes[q.locIdx[x]]
+	a := &q.at[x]
+	b := &q.sub[a.batch]
+	p := &b.probes[a.idx]
 	return b.out[p.off : p.off+p.n]
 }
 
@@ -835,28 +908,48 @@ func (e *Engine) scatter(ctx context.Context, q *query) error {
 		q.sub[0].start = len(q.sub[0].probes)
 		return nil
 	}
-	sent := 0
+	sent, err := e.send(ctx, q)
+	if err != nil {
+		return err
+	}
+	return e.gather(ctx, q, sent)
+}
+
+// send sends every batch with unanswered probes to its shard (sharded engines only) and
+// returns how many it sent. Until gather has received that many answers, the batches
+// belong to the shards: the caller may hash (extend) but not add probes.
+func (e *Engine) send(ctx context.Context, q *query) (sent int, err error) {
 	for i := range q.sub {
 		b := &q.sub[i]
-		if b.start == len(b.probes) {
+		if b.flying || b.start == len(b.probes) {
 			continue
 		}
+		sh := e.shards[i%q.nshard]
+		b.flying = true // (a failed send leaves it set: the query is abandoned then)
 		// A send to a channel with room costs a fraction of a three-way select.
 		select {
-		case e.shards[i].queries <- b:
+		case sh.queries <- b:
 			sent++
 			continue
 		default:
 		}
 		select {
-		case e.shards[i].queries <- b:
+		case sh.queries <- b:
 			sent++
 		case <-ctx.Done():
-			return ctx.Err()
+			return sent, ctx.Err()
 		case <-e.done:
-			return e.err()
+			return sent, e.err()
 		}
 	}
+	return sent, nil
+}
+
+// answered reports how many of the batches sent are answered, without waiting.
+func (q *query) answered() int { return len(q.done) }
+
+// gather waits for the answers to the sent batches sent.
+func (e *Engine) gather(ctx context.Context, q *query, sent int) error {
 	// The answers usually arrive within a microsecond or two: poll for them before
 	// parking, which would cost a thread wake-up on the way back.
 	for spin := 0; sent > 0 && spin < spinPolls; spin++ {
@@ -877,7 +970,8 @@ func (e *Engine) scatter(ctx context.Context, q *query) error {
 		}
 	}
 	for i := range q.sub {
-		q.sub[i].start = len(q.sub[i].probes)
+		b := &q.sub[i]
+		b.start, b.flying = len(b.probes), false
 	}
 	return nil
 }
