@@ -125,7 +125,7 @@ func testKeyRecordCounts(t *testing.T, k key) {
 }
 
 // TestKeyTableAgainstMap drives a worker's key table with keys whose positions and
-// namespaces do not all pack (positions past 2^24, more namespaces than local ids) and
+// namespaces do not all pack (positions past 2^stPosBits, more namespaces than local ids) and
 // counts that do not all fit inline, and compares lookups, keys and counts with a map.
 func TestKeyTableAgainstMap(t *testing.T) {
 	r := rand.New(rand.NewPCG(8, 9))
@@ -185,7 +185,7 @@ func TestKeyTableAgainstMap(t *testing.T) {
 	}
 	wide := 0
 	for rid := range cnt {
-		if kt.recs[rid].loc == locWide || kt.recs[rid].cnt == cntWide {
+		if kt.recs[rid].loc() == locWide || kt.recs[rid].wideCounts() {
 			wide++
 		}
 	}

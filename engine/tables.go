@@ -4,7 +4,7 @@ import "github.com/kvindex/kvindex/internal/table"
 
 // A worker's bookkeeping is two tables over one slab of key records:
 //
-//   - keyTable.recs, the slab: one 20-byte record per key (namespace, position, prefix)
+//   - keyTable.recs, the slab: one 16-byte record per key (namespace, position, prefix)
 //     the worker holds or keeps as a ghost, at a stable index (its record id) until it
 //     is deleted; a deleted record goes on a free list and is reused.
 //   - keyTable.idx: key -> record id, 6-byte slots (the id, its distance from home and
@@ -161,7 +161,7 @@ func (t *seqTable) insertAt(i, d uint64, e seqSlot) {
 	}
 }
 
-// keyRec is one key a worker holds or used to hold, 20 bytes.
+// keyRec is one key a worker holds or used to hold, 16 bytes.
 //
 //   - seqs counts the worker's engine hashes with this key; the key is "held" while
 //     seqs > 0, and only the 0 <-> 1 transitions reach the positional index.
@@ -171,54 +171,66 @@ func (t *seqTable) insertAt(i, d uint64, e seqSlot) {
 //   - parent is the record id + 1 of the parent key while this key is held at a
 //     position > 0, else 0. A held key's parent record exists: its kids count is > 0.
 //
-// Two words are packed, for the common case, with a way out for the rest:
+// One word, st, packs the key's location and both counts for the common case, with a
+// way out for the rest, so that nothing is bounded by the packing:
 //
-//   - loc holds the position (below 2^24) and the worker's local id of the namespace
-//     (keyTable.nss: 0 is the default namespace, 1..254 the others in the order the
-//     worker met them). A deeper key, or one in a namespace past the worker's 254th, has
-//     loc == locWide and its position and namespace in keyTable.wide. A free record has
-//     loc == locFree and chains the free list through parent.
-//   - cnt holds seqs in its low cntSeqBits bits and kids above. A count that outgrows
-//     its field (a key under 255 engine hashes, a branch point with 2^24 - 1 children)
-//     moves both counts to keyTable.wide, and cnt is then cntWide.
+//   - its low stLocBits bits are the location: the position (below 2^stPosBits) and
+//     the worker's local id of the namespace (keyTable.nss: 0 is the default namespace,
+//     1..locNSMax the others in the order the worker met them). A deeper key, or one in
+//     a namespace past the worker's locNSMax-th, has the location locWide and its
+//     position and namespace in keyTable.wide.
+//   - above them, seqs (stSeqBits bits) and kids (stKidBits bits). A count that
+//     outgrows its field (a key under more than cntSeqMax engine hashes, a branch point
+//     with more than cntKidMax held children) moves both counts to keyTable.wide; the
+//     seqs field then holds stSeqWide and the kids field 0.
+//   - a free record has st == stFree (a wide location with wide counts and kids bits
+//     set, which no live record has) and chains the free list through parent.
 //
 // Read the packed fields through keyTable (pos, ns, key, is, seqs, kids, addSeqs,
-// addKids). A record with seqs == 0 and kids == 0 is deleted.
+// addKids). A record with seqs == 0 and kids == 0 is deleted. 16 bytes instead of the
+// 20 of separate location and count words: 4 bytes less per membership.
 type keyRec struct {
 	plo, phi uint32 // prefix
 	parent   uint32
-	loc      uint32 // local namespace<<locPosBits | position, locWide or locFree
-	cnt      uint32 // seqs | kids<<cntSeqBits, or cntWide
+	st       uint32 // kids<<stKidShift | seqs<<stSeqShift | location, or stFree
 }
 
-// The location word of a key record.
+// The state word of a key record. On the trace-driven logs every record stays packed
+// but each worker's few branch points with more than cntKidMax children (the ends of
+// shared system prompts).
 const (
-	locPosBits = 24
-	locPosMask = 1<<locPosBits - 1
-	// locNSMax is the largest local namespace id: local id 255 marks the words below.
-	locNSMax = 1<<(32-locPosBits) - 2
-	locWide  = (locNSMax + 1) << locPosBits
-	locFree  = ^uint32(0)
+	stPosBits  = 18
+	stNSBits   = 6
+	stLocBits  = stPosBits + stNSBits
+	stSeqBits  = 2
+	stKidBits  = 32 - stLocBits - stSeqBits
+	stSeqShift = stLocBits
+	stKidShift = stLocBits + stSeqBits
+
+	locPosMask = 1<<stPosBits - 1
+	stLocMask  = 1<<stLocBits - 1
+	stSeqMask  = 1<<stSeqBits - 1
+	// locNSMax is the largest local namespace id: the one after it marks locWide.
+	locNSMax = 1<<stNSBits - 2
+	locWide  = (locNSMax + 1) << stPosBits
+	// stSeqWide in the seqs field marks counts kept in keyTable.wide.
+	stSeqWide = stSeqMask
+	cntSeqMax = stSeqWide - 1
+	cntKidMax = 1<<stKidBits - 1
+	stFree    = ^uint32(0)
 )
 
-// The count word of a key record.
-const (
-	cntSeqBits = 8
-	cntSeqMask = 1<<cntSeqBits - 1
-	// cntSeqMax and cntKidMax are the largest counts kept inline: one less than the
-	// fields hold, so that no inline word equals cntWide.
-	cntSeqMax = cntSeqMask - 1
-	cntKidMax = 1<<(32-cntSeqBits) - 2
-	cntWide   = ^uint32(0)
-)
-
-// wideRec holds what a record could not pack: its position and namespace when its loc
-// is locWide, its counts when its cnt is cntWide.
+// wideRec holds what a record could not pack: its position and namespace when its
+// location is locWide, its counts when they are wide.
 type wideRec struct{ pos, ns, seqs, kids uint32 }
+
+func (r *keyRec) loc() uint32 { return r.st & stLocMask }
+
+func (r *keyRec) wideCounts() bool { return r.st>>stSeqShift&stSeqMask == stSeqWide }
 
 func (r *keyRec) prefix() uint64 { return uint64(r.plo) | uint64(r.phi)<<32 }
 
-func (r *keyRec) free() bool { return r.loc == locFree }
+func (r *keyRec) free() bool { return r.st == stFree }
 
 // key is a (namespace, position, prefix) triple: one node of one namespace's prefix tree.
 type key struct {
@@ -265,8 +277,8 @@ type keyTable struct {
 
 // keyExt is the part of a key table that records do not pack.
 type keyExt struct {
-	// wide holds, by record id, what the records whose loc is locWide or whose cnt is
-	// cntWide could not pack.
+	// wide holds, by record id, what the records whose location is locWide or whose
+	// counts are wide could not pack.
 	wide map[uint32]wideRec
 	// nss maps the local namespace ids 1..len(nss) of loc to engine namespace ids. It
 	// only grows (until the worker is cleared), so a namespace keeps its local id.
@@ -313,12 +325,12 @@ func (t *keyTable) locOf(k key, create bool) uint32 {
 		x.nss = append(x.nss, k.ns)
 		l = uint32(len(x.nss))
 	}
-	return l<<locPosBits | k.pos
+	return l<<stPosBits | k.pos
 }
 
 // pos returns record rid's position.
 func (t *keyTable) pos(rid uint32) uint32 {
-	if l := t.recs[rid].loc; l < locWide {
+	if l := t.recs[rid].loc(); l < locWide {
 		return l & locPosMask
 	}
 	return t.ext.wide[rid].pos
@@ -326,12 +338,12 @@ func (t *keyTable) pos(rid uint32) uint32 {
 
 // ns returns record rid's namespace.
 func (t *keyTable) ns(rid uint32) uint32 {
-	l := t.recs[rid].loc
+	l := t.recs[rid].loc()
 	switch {
 	case l <= locPosMask:
 		return 0
 	case l < locWide:
-		return t.ext.nss[l>>locPosBits-1]
+		return t.ext.nss[l>>stPosBits-1]
 	}
 	return t.ext.wide[rid].ns
 }
@@ -339,7 +351,7 @@ func (t *keyTable) ns(rid uint32) uint32 {
 // key returns record rid's key.
 func (t *keyTable) key(rid uint32) key {
 	r := &t.recs[rid]
-	if l := r.loc; l <= locPosMask { // the default namespace, packed: most records
+	if l := r.loc(); l <= locPosMask { // the default namespace, packed: most records
 		return key{prefix: r.prefix(), pos: l}
 	}
 	return key{prefix: r.prefix(), pos: t.pos(rid), ns: t.ns(rid)}
@@ -349,7 +361,7 @@ func (t *keyTable) key(rid uint32) key {
 // is loc.
 func (t *keyTable) is(rid uint32, k key, loc uint32) bool {
 	r := &t.recs[rid]
-	if r.plo != uint32(k.prefix) || r.phi != uint32(k.prefix>>32) || r.loc != loc {
+	if r.plo != uint32(k.prefix) || r.phi != uint32(k.prefix>>32) || r.loc() != loc {
 		return false
 	}
 	if loc != locWide {
@@ -361,29 +373,29 @@ func (t *keyTable) is(rid uint32, k key, loc uint32) bool {
 
 // seqs returns record rid's engine-hash count.
 func (t *keyTable) seqs(rid uint32) uint32 {
-	if c := t.recs[rid].cnt; c != cntWide {
-		return c & cntSeqMask
+	r := &t.recs[rid]
+	if r.wideCounts() {
+		return t.ext.wide[rid].seqs
 	}
-	return t.ext.wide[rid].seqs
+	return r.st >> stSeqShift & stSeqMask
 }
 
 // kids returns record rid's held-children count.
 func (t *keyTable) kids(rid uint32) uint32 {
-	if c := t.recs[rid].cnt; c != cntWide {
-		return c >> cntSeqBits
+	r := &t.recs[rid]
+	if r.wideCounts() {
+		return t.ext.wide[rid].kids
 	}
-	return t.ext.wide[rid].kids
+	return r.st >> stKidShift
 }
 
 // addSeqs adds d (+1 or -1) to record rid's engine-hash count and returns the count.
 // The count must not go below 0.
 func (t *keyTable) addSeqs(rid uint32, d int32) uint32 {
 	r := &t.recs[rid]
-	if c := r.cnt; c != cntWide {
-		if s := int32(c & cntSeqMask); s+d >= 0 && s+d <= cntSeqMax {
-			r.cnt = uint32(int32(c) + d)
-			return uint32(s + d)
-		}
+	if s := int32(r.st >> stSeqShift & stSeqMask); s != stSeqWide && s+d >= 0 && s+d <= cntSeqMax {
+		r.st = uint32(int32(r.st) + d<<stSeqShift)
+		return uint32(s + d)
 	}
 	return t.addWide(rid, d, 0).seqs
 }
@@ -391,11 +403,9 @@ func (t *keyTable) addSeqs(rid uint32, d int32) uint32 {
 // addKids adds d (+1 or -1) to record rid's held-children count and returns the count.
 func (t *keyTable) addKids(rid uint32, d int32) uint32 {
 	r := &t.recs[rid]
-	if c := r.cnt; c != cntWide {
-		if k := int32(c >> cntSeqBits); k+d >= 0 && k+d <= cntKidMax {
-			r.cnt = uint32(int32(c) + d<<cntSeqBits)
-			return uint32(k + d)
-		}
+	if k := int32(r.st >> stKidShift); !r.wideCounts() && k+d >= 0 && k+d <= cntKidMax {
+		r.st = uint32(int64(r.st) + int64(d)<<stKidShift)
+		return uint32(k + d)
 	}
 	return t.addWide(rid, 0, d).kids
 }
@@ -405,21 +415,22 @@ func (t *keyTable) addKids(rid uint32, d int32) uint32 {
 // record's entry in wide goes once nothing of it is wide.
 func (t *keyTable) addWide(rid uint32, ds, dk int32) wideRec {
 	r := &t.recs[rid]
+	locWideRec := r.loc() == locWide
 	var w wideRec
-	if r.cnt == cntWide || r.loc == locWide {
+	if r.wideCounts() || locWideRec {
 		w = t.ext.wide[rid]
 	}
-	if r.cnt != cntWide {
-		w.seqs, w.kids = r.cnt&cntSeqMask, r.cnt>>cntSeqBits
+	if !r.wideCounts() {
+		w.seqs, w.kids = r.st>>stSeqShift&stSeqMask, r.st>>stKidShift
 	}
 	if int64(w.seqs)+int64(ds) < 0 || int64(w.kids)+int64(dk) < 0 {
 		panic("engine: worker key table count below zero")
 	}
 	w.seqs, w.kids = uint32(int64(w.seqs)+int64(ds)), uint32(int64(w.kids)+int64(dk))
 	if w.seqs <= cntSeqMax && w.kids <= cntKidMax {
-		r.cnt = w.seqs | w.kids<<cntSeqBits
+		r.st = r.loc() | w.seqs<<stSeqShift | w.kids<<stKidShift
 		switch {
-		case r.loc == locWide:
+		case locWideRec:
 			t.ext.wide[rid] = wideRec{pos: w.pos, ns: w.ns}
 		case t.ext != nil:
 			delete(t.ext.wide, rid)
@@ -427,7 +438,7 @@ func (t *keyTable) addWide(rid uint32, ds, dk int32) wideRec {
 		return w
 	}
 	t.extra().wide[rid] = w
-	r.cnt = cntWide
+	r.st = r.loc() | stSeqWide<<stSeqShift
 	return w
 }
 
@@ -460,13 +471,16 @@ func (t *keyTable) findOrAddFP(seed *table.Seed, k key, fp uint64) uint32 {
 	if loc == locWide {
 		loc = t.locOf(k, true) // a namespace new to the worker gets a local id
 	}
-	r := keyRec{plo: uint32(k.prefix), phi: uint32(k.prefix >> 32), loc: loc}
+	r := keyRec{plo: uint32(k.prefix), phi: uint32(k.prefix >> 32), st: loc}
 	if t.free != 0 {
 		rid = t.free - 1
 		t.free = t.recs[rid].parent
 		t.recs[rid] = r
 	} else {
 		rid = uint32(len(t.recs))
+		if len(t.recs) == cap(t.recs) {
+			t.growRecs()
+		}
 		t.recs = append(t.recs, r)
 	}
 	if loc == locWide {
@@ -480,6 +494,20 @@ func (t *keyTable) findOrAddFP(seed *table.Seed, k key, fp uint64) uint32 {
 	}
 	return rid
 }
+
+// growRecs makes room for more records: an eighth more (at least slabStep), instead of
+// the quarter that append gives a large slice, since a slab, unlike an open-addressing
+// table, is full up to its length, and the slack past it is all its overhead. Growth
+// copies the slab (16-byte records), about eight copies per record over its life.
+func (t *keyTable) growRecs() {
+	n := len(t.recs)
+	recs := make([]keyRec, n, n+max(n/8, slabStep))
+	copy(recs, t.recs)
+	t.recs = recs
+}
+
+// slabStep is the least a slab grows by: 64 records, 1 KiB.
+const slabStep = 64
 
 // probe looks k (location word loc, fingerprint fp, tag tag) up: its record id if
 // found, else the slot where it belongs (empty, or the first one nearer to its home
@@ -574,10 +602,10 @@ func (t *keyTable) delFP(rid uint32, fp uint64) {
 		i = j
 	}
 	t.idx[i] = keySlot{}
-	if t.recs[rid].loc == locWide {
+	if t.recs[rid].loc() == locWide {
 		delete(t.ext.wide, rid) // its counts are 0: inline
 	}
-	t.recs[rid] = keyRec{loc: locFree, parent: t.free}
+	t.recs[rid] = keyRec{st: stFree, parent: t.free}
 	t.free = rid + 1
 	t.n--
 }
