@@ -118,7 +118,7 @@ func exactReplay(b *testing.B, ops []oplog.Op, events []Event, workerStateOnly b
 		b.Fatal(err)
 	}
 	defer e.Close()
-	e.dropDeltas = workerStateOnly
+	e.hooks.dropDeltas = workerStateOnly
 	var errs []error
 	var matches []Match
 	ctx := context.Background()

@@ -27,6 +27,25 @@ type Block struct {
 // Visibility: an event whose call has returned is visible to every query that starts
 // after a Barrier that started after that return. Queries that overlap event traffic see
 // each shard's state at some moment during the query.
+// testHooks are the engine's test seams, in one place: each is zero in production and
+// set only by tests and benchmarks of this package (export_test.go, the ceiling and
+// partition measurements), before the engine's first call.
+type testHooks struct {
+	// onDelta and onProbe observe every index delta and every query probe; the
+	// partition measurement uses them.
+	onDelta, onProbe func(key)
+	// dropDeltas discards index deltas at flush: the engine then does only its
+	// per-worker bookkeeping (the ceiling benchmark).
+	dropDeltas bool
+	// denseFixed keeps dense where a test put it (noteDense does not change it), so
+	// that the differential tests hold both dense prefixes to the model.
+	denseFixed bool
+	// speculate fixes whether a round sends the next wave before its answers are back
+	// (round): 0 when its hashing wins the race (production), 1 always, -1 never, so
+	// that the differential tests take both ways whatever the timing.
+	speculate int8
+}
+
 type Engine struct {
 	cfg    Config
 	shards []*shardLoop
@@ -70,12 +89,8 @@ type Engine struct {
 	bars     barrierTable // the barrier tokens in the rings (shardloop.go)
 	outboxes sync.Pool    // of *outbox
 
-	// onDelta and onProbe, when set (by tests, before any call), observe every index
-	// delta and every query probe; the partition measurement uses them.
-	onDelta, onProbe func(key)
-	// dropDeltas, when set (by the ceiling benchmark, before any call), discards index
-	// deltas at flush: the engine then does only its per-worker bookkeeping.
-	dropDeltas bool
+	// hooks are what tests and benchmarks set (before any call); zero in production.
+	hooks testHooks
 
 	// locked guards shards[0].idx when cfg.LockedIndex is set (the benchmark baseline).
 	locked sync.RWMutex
@@ -86,15 +101,9 @@ type Engine struct {
 	// read from the snapshot Restore loads.
 	chain chain
 	// dense is how many leading positions a query's first wave probes one by one,
-	// denseShort or denseLandings; noteDense sets it from denseStats. denseFixed (tests
-	// only, set before any query) keeps it where a test put it.
+	// denseShort or denseLandings; noteDense sets it from denseStats.
 	dense      atomic.Int32
 	denseStats atomic.Uint64
-	denseFixed bool
-	// speculate fixes whether a round sends the next wave before its answers are back
-	// (round): 0 when its hashing wins the race (production), 1 always, -1 never. Only
-	// tests set it, so that the differential tests take both ways whatever the timing.
-	speculate int8
 
 	// preds holds the predictions (predict.go); predNamespaces counts the namespaces
 	// Predict created.

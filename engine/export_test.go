@@ -4,15 +4,15 @@ package engine
 // differential tests that hold both to the reference model. Call it before any query.
 func SetDenseLandings(e *Engine, d int) {
 	e.dense.Store(int32(d))
-	e.denseFixed = true
+	e.hooks.denseFixed = true
 }
 
 // SetSpeculation fixes whether e's sharded queries send their next wave before the
 // answers to the current one are back: always (true) or never (false). Call it before
 // any query.
 func SetSpeculation(e *Engine, always bool) {
-	e.speculate = -1
+	e.hooks.speculate = -1
 	if always {
-		e.speculate = 1
+		e.hooks.speculate = 1
 	}
 }

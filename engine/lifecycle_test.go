@@ -173,7 +173,7 @@ func TestQueryDropsWorkerReplacedMidQuery(t *testing.T) {
 	require.NoError(t, e.Store("a", []Block{{Content: 5, Seq: 5}}))
 	require.NoError(t, e.Barrier(ctx))
 	var once sync.Once
-	e.onProbe = func(key) {
+	e.hooks.onProbe = func(key) {
 		once.Do(func() {
 			// The query has read the registry; now a leaves and b takes its id.
 			require.NoError(t, e.RemoveWorker("a"))

@@ -51,8 +51,8 @@ func TestPartitionBalance(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	e.onDelta = func(k key) { keysMu.Lock(); deltas = append(deltas, k); keysMu.Unlock() }
-	e.onProbe = func(k key) { keysMu.Lock(); probes = append(probes, k); keysMu.Unlock() }
+	e.hooks.onDelta = func(k key) { keysMu.Lock(); deltas = append(deltas, k); keysMu.Unlock() }
+	e.hooks.onProbe = func(k key) { keysMu.Lock(); probes = append(probes, k); keysMu.Unlock() }
 	ctx := context.Background()
 	var blocks []Block
 	for _, op := range ops {

@@ -440,7 +440,7 @@ func (e *Engine) round(ctx context.Context, q *query, content []uint64, hi, ahea
 		h = min(h+hashAheadChunk, ahead)
 		q.extend(&e.chain, content, h)
 	}
-	if ahead > hi && (e.speculate > 0 || e.speculate == 0 && q.answered() < sent) {
+	if ahead > hi && (e.hooks.speculate > 0 || e.hooks.speculate == 0 && q.answered() < sent) {
 		q.alt = q.nshard
 		e.queueWave(q, content, ahead, dense)
 		q.alt = 0
@@ -783,7 +783,7 @@ func (q *query) nearDense() bool {
 // which only shortens the next window's count). Answers do not depend on the choice:
 // jump search is exact for any landings.
 func (e *Engine) noteDense(near bool) {
-	if e.denseFixed {
+	if e.hooks.denseFixed {
 		return
 	}
 	add := uint64(1)
@@ -851,8 +851,8 @@ func (q *query) reset(c0 uint64) {
 // add queues a probe of position x with its owner shard.
 func (q *query) add(e *Engine, x int) {
 	k := key{prefix: q.pre[x], pos: uint32(x), ns: q.ns}
-	if e.onProbe != nil {
-		e.onProbe(k)
+	if e.hooks.onProbe != nil {
+		e.hooks.onProbe(k)
 	}
 	fp := e.fingerprint(k)
 	s := e.ownerOf(fp)

@@ -341,8 +341,8 @@ func (w *worker) emit(e *Engine, op uint8, k key) { w.emitFP(e, op, k, e.fingerp
 
 // emitFP queues a delta of k, whose fingerprint is fp, for k's shard.
 func (w *worker) emitFP(e *Engine, op uint8, k key, fp uint64) {
-	if e.onDelta != nil {
-		e.onDelta(k)
+	if e.hooks.onDelta != nil {
+		e.hooks.onDelta(k)
 	}
 	s := e.ownerOf(fp)
 	o := w.out
@@ -358,7 +358,7 @@ const maxPending = 1024
 // counters. Called with mu held, so one worker's deltas enter each ring in event order.
 func (w *worker) flush(e *Engine) error {
 	o := w.out
-	if e.cfg.LockedIndex && !e.dropDeltas {
+	if e.cfg.LockedIndex && !e.hooks.dropDeltas {
 		// The locked index takes the flags with the deltas, under the write lock: a
 		// query reads them under the read lock, so it sees a worker's gap flag and its
 		// memberships of one moment. gallop trusts a gap-free flag for every position;
@@ -383,7 +383,7 @@ func (w *worker) flush(e *Engine) error {
 		e.skippedRemovals.Add(o.skipped)
 		o.skipped = 0
 	}
-	if e.dropDeltas {
+	if e.hooks.dropDeltas {
 		for s := range o.pend {
 			o.pend[s] = o.pend[s][:0]
 		}
