@@ -54,7 +54,14 @@
 // in the order the worker emitted them (calls for one worker are serialised by its
 // mutex in arrival order). Barrier makes every event whose call returned before it
 // visible to every query that starts after it returns; without a barrier, a query sees
-// each shard's state at some moment during the query.
+// each shard's state at some moment during the query. A worker whose event is still on
+// its way through the shards is scored from what the probes read of it, which may mix
+// its state before and after that event: the shards apply an event's deltas each in its
+// own time, and jump search takes the gap flag the event leaves (a query can then credit
+// the worker with a block the event is removing, up to what it held before the event,
+// or miss one it is storing). Answers at rest, and every answer after a Barrier, are
+// exact; the locked baseline applies an event's deltas and its flag under one write
+// lock, so its queries see each worker between two of its events.
 //
 // # Exactness
 //
