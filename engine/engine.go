@@ -108,7 +108,7 @@ type Engine struct {
 	// preds holds the predictions (predict.go); predNamespaces counts the namespaces
 	// Predict created.
 	preds          predTable
-	predNamespaces atomic.Int64
+	predNamespaces int // guarded by regMu
 }
 
 // New validates cfg, starts the shard goroutines and returns the engine.
@@ -634,6 +634,27 @@ func (e *Engine) storeLocked(w *worker, ns uint32, ev *Event) error {
 
 // namespaceID returns the id of a non-empty namespace name, interning it when create is
 // set; 0 with create unset means the namespace has never been stored into.
+// predictedNamespaceID is namespaceID for a prediction: it creates the namespace only
+// while predictions have created fewer than MaxPredictedNamespaces (0 once they have).
+// The count and the creation happen under one lock, so that concurrent predictions
+// naming one new namespace count it once, and a namespace an event created meanwhile
+// is not counted at all.
+func (e *Engine) predictedNamespaceID(name string) uint32 {
+	if v, ok := e.namespaces.Load(name); ok {
+		return v.(uint32)
+	}
+	e.regMu.Lock()
+	defer e.regMu.Unlock()
+	if v, ok := e.namespaces.Load(name); ok {
+		return v.(uint32)
+	}
+	if e.predNamespaces >= MaxPredictedNamespaces {
+		return 0
+	}
+	e.predNamespaces++
+	return e.newNamespaceLocked(name)
+}
+
 func (e *Engine) namespaceID(name string, create bool) uint32 {
 	if v, ok := e.namespaces.Load(name); ok {
 		return v.(uint32)
@@ -646,6 +667,11 @@ func (e *Engine) namespaceID(name string, create bool) uint32 {
 	if v, ok := e.namespaces.Load(name); ok {
 		return v.(uint32)
 	}
+	return e.newNamespaceLocked(name)
+}
+
+// newNamespaceLocked interns name, which has no id yet; regMu is held.
+func (e *Engine) newNamespaceLocked(name string) uint32 {
 	id := e.nsNext.Add(1)
 	e.namespaces.Store(strings.Clone(name), id) // see lookupOrCreate
 	return id

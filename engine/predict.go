@@ -174,12 +174,8 @@ func (e *Engine) Predict(ctx context.Context, worker, namespace string, content 
 		// A query in it must find it, so a new namespace is interned, which is never
 		// undone: predictions (a client's word, unlike events) may create at most
 		// MaxPredictedNamespaces of them.
-		if ns = e.namespaceID(namespace, false); ns == 0 {
-			if e.predNamespaces.Add(1) > MaxPredictedNamespaces {
-				e.predNamespaces.Add(-1)
-				return bad("more than %d namespaces created by predictions", MaxPredictedNamespaces)
-			}
-			ns = e.namespaceID(namespace, true)
+		if ns = e.predictedNamespaceID(namespace); ns == 0 {
+			return bad("more than %d namespaces created by predictions", MaxPredictedNamespaces)
 		}
 	}
 	// The entry's own copy of content and its prefix hashes share one allocation (they

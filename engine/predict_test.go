@@ -246,6 +246,37 @@ func TestPredictNamespaceBound(t *testing.T) {
 	require.NoError(t, e.Predict(ctx, "w", "salt=one-too-many", []uint64{3, 4}, time.Second))
 }
 
+// TestPredictNamespaceBoundConcurrent: predictions racing to name the same new
+// namespaces count each one once, so exactly MaxPredictedNamespaces distinct namespaces
+// are accepted however the calls interleave, and a namespace an event created is not
+// counted against predictions.
+func TestPredictNamespaceBoundConcurrent(t *testing.T) {
+	e, _ := newPredEngine(t, engine.Config{Shards: 1})
+	require.NoError(t, e.Store("w", chain(1, 1)))
+	require.NoError(t, e.Apply(&engine.Event{Kind: engine.EventStored, Worker: "w", Namespace: "from-event", Blocks: chain(5, 3)}))
+	const goroutines = 4
+	var wg sync.WaitGroup
+	errs := make([][]error, goroutines)
+	for g := range goroutines {
+		wg.Go(func() {
+			// Every goroutine names the same namespaces, in its own order.
+			for i := range engine.MaxPredictedNamespaces {
+				k := (i*7 + g*13) % engine.MaxPredictedNamespaces
+				errs[g] = append(errs[g], e.Predict(ctx, "w", fmt.Sprintf("salt=%d", k), []uint64{1}, time.Second))
+			}
+			errs[g] = append(errs[g], e.Predict(ctx, "w", "from-event", []uint64{3}, time.Second))
+		})
+	}
+	wg.Wait()
+	for g := range goroutines {
+		for i, err := range errs[g] {
+			require.NoError(t, err, "goroutine %d, call %d", g, i)
+		}
+	}
+	err := e.Predict(ctx, "w", "salt=one-too-many", []uint64{1}, time.Second)
+	require.ErrorIs(t, err, engine.ErrInvalidEvent)
+}
+
 // BenchmarkFindMatchesPredictions measures a query's cost with n predictions sharing its
 // first block (8 workers, events for all of them), against none.
 func BenchmarkFindMatchesPredictions(b *testing.B) {
