@@ -424,9 +424,8 @@ func (e *Engine) queueWave(q *query, content []uint64, hi, dense int) {
 // nothing while the query would only wait (1,024 positions are about 0.9 us of hashing,
 // as long as a round trip). If the hashing reaches ahead before the answers are back,
 // the next wave goes out at once, in the second half of the batches, so that a query
-// whose candidates outlive the early wave does not wait for two round trips in a row;
-// when they do not, its probes (one per JumpSize positions) are wasted, at the cost of
-// a few probes.
+// whose candidates outlive this wave does not wait for two round trips in a row; when
+// none does, the next wave's probes (one per JumpSize positions) were wasted.
 func (e *Engine) round(ctx context.Context, q *query, content []uint64, hi, ahead, dense int) (int, error) {
 	if e.cfg.LockedIndex {
 		return hi, e.scatter(ctx, q)
