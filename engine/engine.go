@@ -82,6 +82,8 @@ type Engine struct {
 	skippedRemovals atomic.Uint64
 	skippedCopies   atomic.Uint64
 	queries         atomic.Uint64
+	queryRounds     atomic.Uint64 // see Stats.QueryRounds
+	queryProbes     atomic.Uint64
 	abandoned       atomic.Uint64
 
 	qpool    sync.Pool

@@ -78,6 +78,7 @@ type query struct {
 	nshard    int       // the engine's shards: sub[s] and sub[nshard+s] go to shard s
 	alt       int       // 0 or nshard: the half of sub that add fills
 	wx, wstep int       // the landings so far end at wx; the next stride is wstep
+	rounds    int       // round trips waited for (Stats.QueryRounds)
 	landings  []int
 	cands     []candidate
 	mark      []uint32 // per worker id: the stamp of the last position it was seen at
@@ -169,9 +170,24 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 	}
 	q.sweep()
 	e.noteDense(q.nearDense())
+	e.countWork(q)
 	dst = e.collect(q, content, dst)
 	ok = true
 	return e.withPredictions(q, content, dst, start), nil
+}
+
+// countWork adds q's round trips and probes to the engine's counters: two atomic adds
+// per query, where the rest of a sharded query costs a microsecond or more.
+func (e *Engine) countWork(q *query) {
+	if e.cfg.LockedIndex {
+		return // no round trips; its walk and gallop probe the index directly
+	}
+	probes := 0
+	for i := range q.sub {
+		probes += len(q.sub[i].probes)
+	}
+	e.queryRounds.Add(uint64(q.rounds))
+	e.queryProbes.Add(uint64(probes))
 }
 
 // withPredictions adds the predictions to an answer while the engine holds any.
@@ -841,6 +857,7 @@ func (q *query) reset(c0 uint64) {
 		q.gen = 1
 	}
 	q.at = append(q.at[:0], probeAt{})
+	q.rounds = 0
 	for i := range q.sub {
 		b := &q.sub[i]
 		b.start, b.probes, b.out = 0, b.probes[:0], b.out[:0]
@@ -949,6 +966,9 @@ func (q *query) answered() int { return len(q.done) }
 
 // gather waits for the answers to the sent batches sent.
 func (e *Engine) gather(ctx context.Context, q *query, sent int) error {
+	if sent > 0 {
+		q.rounds++
+	}
 	// The answers usually arrive within a microsecond or two: poll for them before
 	// parking, which would cost a thread wake-up on the way back.
 	for spin := 0; sent > 0 && spin < spinPolls; spin++ {

@@ -25,6 +25,12 @@ type Stats struct {
 	// Queries counts FindMatches calls with a non-empty query; Abandoned counts those
 	// that ended early through their context or Close.
 	Queries, Abandoned uint64
+	// QueryRounds counts the scatter/gather round trips to the shards that queries
+	// waited for (a wave sent before the answers to the one before counts with it),
+	// and QueryProbes the positions they probed, both counted as each query ends; the
+	// locked baseline counts neither. Per query, they are the work that a query's latency
+	// follows on a sharded engine, read without a clock.
+	QueryRounds, QueryProbes uint64
 	// ProducerWaits counts how often an event had to wait for room in a full shard ring,
 	// and ProducerWaitNanos how long, in total.
 	ProducerWaits, ProducerWaitNanos uint64
@@ -58,6 +64,8 @@ func (e *Engine) Stats() Stats {
 		SkippedCopies:          e.skippedCopies.Load(),
 		Queries:                e.queries.Load(),
 		Abandoned:              e.abandoned.Load(),
+		QueryRounds:            e.queryRounds.Load(),
+		QueryProbes:            e.queryProbes.Load(),
 		DenseLandings:          int(e.dense.Load()),
 		Shards:                 make([]ShardStats, len(e.shards)),
 	}

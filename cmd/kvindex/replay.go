@@ -33,6 +33,10 @@ type replayJSON struct {
 	Rejected           int     `json:"rejected"`
 	Memberships        int64   `json:"memberships"`
 	BytesPerMembership float64 `json:"bytes_per_membership"`
+	// Per query, on a sharded engine: round trips waited for and positions probed
+	// (engine.Stats.QueryRounds, QueryProbes); absent for the locked index.
+	RoundsPerQuery float64 `json:"rounds_per_query,omitempty"`
+	ProbesPerQuery float64 `json:"probes_per_query,omitempty"`
 }
 
 func runReplay(args []string, stdout, stderr io.Writer) int {
@@ -113,6 +117,10 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		Seconds: res.Seconds, QueryP50: res.QueryP50, QueryP99: res.QueryP99,
 		Rejected: res.Rejected, Memberships: res.Memberships, BytesPerMembership: res.BytesPerMembership,
 	}
+	if q := res.Stats.Queries; q > 0 && !eff.LockedIndex {
+		out.RoundsPerQuery = float64(res.Stats.QueryRounds) / float64(q)
+		out.ProbesPerQuery = float64(res.Stats.QueryProbes) / float64(q)
+	}
 	if res.Seconds > 0 {
 		out.OpsPerS = float64(res.Ops) / res.Seconds
 		out.BlockOpsPerS = float64(res.BlockOps) / res.Seconds
@@ -131,6 +139,9 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s: %s jump=%d\n", *file, impl, out.Jump)
 		fmt.Fprintf(stdout, "  ops %d (%.0f/s), block ops %d (%.2fM/s), %.3f s\n", out.Ops, out.OpsPerS, out.BlockOps, out.BlockOpsPerS/1e6, out.Seconds)
 		fmt.Fprintf(stdout, "  find-matches p50 %d ns, p99 %d ns; rejected stores %d\n", out.QueryP50, out.QueryP99, out.Rejected)
+		if !out.Locked {
+			fmt.Fprintf(stdout, "  per query: %.3f round trips to the shards, %.1f probes\n", out.RoundsPerQuery, out.ProbesPerQuery)
+		}
 		fmt.Fprintf(stdout, "  memberships %d, %.1f bytes per membership\n", out.Memberships, out.BytesPerMembership)
 		fmt.Fprintf(stdout, "%d passed, %d failed\n", out.Passed, out.Failed)
 	}
