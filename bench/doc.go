@@ -20,7 +20,9 @@
 //	           MeasureQueries    Q goroutines issuing the stream's queries for a fixed
 //	                             time, either at rest (after a full pass) or under load:
 //	                             one streamer applies the events in a loop meanwhile;
-//	                             queries/s, p50/p99/p999 latency, events/s while loaded
+//	                             queries/s, p50/p99/p999 latency, events/s while loaded,
+//	                             and for a sharded engine round trips and probes per
+//	                             query (engine.Stats.QueryRounds, QueryProbes)
 //	           MeasureMemory     heap growth (after GC) over one full pass divided by the
 //	                             memberships held at its end (the sum of worker sizes)
 //

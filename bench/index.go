@@ -26,6 +26,11 @@ type Index interface {
 	Close() error
 }
 
+// queryWorker is an Index that counts its queries' round trips and probes (the engine).
+type queryWorker interface {
+	QueryWork() (rounds, probes uint64, ok bool)
+}
+
 // Impl names an implementation and makes fresh instances of it.
 type Impl struct {
 	// Name is a sub-benchmark name: "engine/shards=N", "locked", "locked/spec-chain" or "radix".
@@ -84,6 +89,14 @@ func (x engineIndex) Apply(ev *engine.Event) error { return x.e.Apply(ev) }
 
 func (x engineIndex) FindMatches(content []uint64, dst []engine.Match) ([]engine.Match, error) {
 	return x.e.FindMatches(context.Background(), content, dst)
+}
+
+// QueryWork returns the engine's counts of the round trips and probes its queries
+// made so far (engine.Stats.QueryRounds, QueryProbes); ok is false for the locked
+// baseline, which counts neither.
+func (x engineIndex) QueryWork() (rounds, probes uint64, ok bool) {
+	st := x.e.Stats()
+	return st.QueryRounds, st.QueryProbes, !x.e.Config().LockedIndex
 }
 
 func (x engineIndex) Sync() error   { return x.e.Barrier(context.Background()) }

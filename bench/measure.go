@@ -99,6 +99,10 @@ type QueryResult struct {
 	// AllocsPerQuery is heap allocations per query over the timed window (under load it
 	// includes the streamer's).
 	AllocsPerQuery float64
+	// RoundsPerQuery and ProbesPerQuery are a sharded engine's round trips to the
+	// shards and probes per query over the window (engine.Stats.QueryRounds,
+	// QueryProbes); -1 for an implementation that does not count them.
+	RoundsPerQuery, ProbesPerQuery float64
 	// Under load: events the streamer applied in the window, their rate, and its loops.
 	Events       int64
 	EventsPerSec float64
@@ -387,6 +391,11 @@ func MeasureQueries(impl Impl, w *Workload, queriers int, budget time.Duration, 
 	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
+	qw, counts := idx.(queryWorker)
+	var r0, p0 uint64
+	if counts {
+		r0, p0, counts = qw.QueryWork()
+	}
 	if st != nil {
 		close(st.start)
 	}
@@ -438,8 +447,14 @@ func MeasureQueries(impl Impl, w *Workload, queriers int, budget time.Duration, 
 	if res.Seconds > 0 {
 		res.QueriesPerSec = float64(res.Queries) / res.Seconds
 	}
+	res.RoundsPerQuery, res.ProbesPerQuery = -1, -1
 	if res.Queries > 0 {
 		res.AllocsPerQuery = float64(m1.Mallocs-m0.Mallocs) / float64(res.Queries)
+		if counts {
+			r1, p1, _ := qw.QueryWork()
+			res.RoundsPerQuery = float64(r1-r0) / float64(res.Queries)
+			res.ProbesPerQuery = float64(p1-p0) / float64(res.Queries)
+		}
 	}
 	res.P50, res.P99, res.P999 = replay.Percentile(all, 0.50), replay.Percentile(all, 0.99), replay.Percentile(all, 0.999)
 	if st != nil {

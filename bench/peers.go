@@ -90,7 +90,7 @@ type peerQueries struct {
 
 func (q peerQueries) result(queriers int) QueryResult {
 	r := QueryResult{Queriers: queriers, Queries: q.Queries, Seconds: q.Seconds, P50: q.P50, P99: q.P99, P999: q.P999,
-		AllocsPerQuery: -1, Events: q.Events, EventsPerSec: q.EventsPerSec, Loops: q.Loops}
+		AllocsPerQuery: -1, RoundsPerQuery: -1, ProbesPerQuery: -1, Events: q.Events, EventsPerSec: q.EventsPerSec, Loops: q.Loops}
 	if q.Seconds > 0 {
 		r.QueriesPerSec = float64(q.Queries) / q.Seconds
 	}

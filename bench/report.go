@@ -80,11 +80,12 @@ func WriteReport(out io.Writer, h Header, results []Result, markdown bool) error
 	section(&b, markdown, fmt.Sprintf("find-matches under load (%d queriers; 1 streamer looping over the stream, its first, index-filling loop untimed)", opt.Queriers), hdr, rows)
 
 	// Queries at rest.
-	hdr = []string{"impl", "queries/s", "p50", "p99", "p99.9", "allocs/query"}
+	hdr = []string{"impl", "queries/s", "p50", "p99", "p99.9", "allocs/query", "round trips/query", "probes/query"}
 	rows = rows[:0]
 	for _, r := range results {
 		q := r.Rest
-		rows = append(rows, []string{r.Impl, rate(q.QueriesPerSec), dur(q.P50), dur(q.P99), dur(q.P999), fmt.Sprintf("%.2f", q.AllocsPerQuery)})
+		rows = append(rows, []string{r.Impl, rate(q.QueriesPerSec), dur(q.P50), dur(q.P99), dur(q.P999), fmt.Sprintf("%.2f", q.AllocsPerQuery),
+			perQuery(q.RoundsPerQuery, "%.3f"), perQuery(q.ProbesPerQuery, "%.1f")})
 	}
 	section(&b, markdown, "find-matches at rest (1 querier, the index a full pass leaves, no events)", hdr, rows)
 
@@ -209,4 +210,13 @@ func Thousands(n int64) string {
 		return "-" + b.String()
 	}
 	return b.String()
+}
+
+// perQuery formats a per-query count, "-" where the implementation does not count it
+// (v < 0).
+func perQuery(v float64, format string) string {
+	if v < 0 {
+		return "-"
+	}
+	return fmt.Sprintf(format, v)
 }
