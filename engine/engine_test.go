@@ -202,6 +202,41 @@ func TestDifferentialDeepFleet(t *testing.T) {
 	}
 }
 
+// TestDifferentialEveryDepth holds the scoring of a drop inside a stride to the model
+// for every depth: workers hold one shared chain to each depth from 1 to 200, one more
+// holds it with a hole (so that the locked index takes jump search too), and queries of
+// several lengths ask for all of them; round 2 (and, where it runs, narrow's coarse
+// round) must find each worker's first missed position wherever it falls in its stride.
+func TestDifferentialEveryDepth(t *testing.T) {
+	const n = 200
+	content := make([]uint64, n)
+	for i := range content {
+		content[i] = uint64(i)*0x9e3779b97f4a7c15 + 11
+	}
+	var ops []oplog.Op
+	store := func(w string, c []uint64) {
+		blocks := make([][2]uint64, len(c))
+		for i := range c {
+			blocks[i] = [2]uint64{c[i], uint64(i + 1)}
+		}
+		ops = append(ops, oplog.Op{Kind: oplog.Stored, Worker: w, Blocks: blocks})
+	}
+	for d := 1; d <= n; d++ {
+		store(fmt.Sprintf("d%03d", d), content[:d])
+	}
+	store("gappy", content)
+	ops = append(ops, oplog.Op{Kind: oplog.Removed, Worker: "gappy", Seqs: []uint64{1 + 150}})
+	for _, l := range []int{n, 129, 100, 65} {
+		ops = append(ops, oplog.Op{Kind: oplog.Query, Content: content[:l]})
+	}
+	for _, cfg := range []engine.Config{{LockedIndex: true}, {Shards: 1}, {Shards: 2}, {Shards: 1, JumpSize: 16}, {LockedIndex: true, JumpSize: 128}} {
+		t.Run(fmt.Sprintf("locked=%v/shards=%d/jump=%d", cfg.LockedIndex, cfg.Shards, cfg.JumpSize), func(t *testing.T) {
+			t.Parallel()
+			require.Positive(t, differential(t, cfg, ops))
+		})
+	}
+}
+
 // TestDifferentialTiers is TestDifferential over histories with host and disk events:
 // stores and removals per tier, copies of held blocks to other tiers under parents held
 // elsewhere. Every answer's per-tier lengths are compared.
