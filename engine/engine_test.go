@@ -226,6 +226,10 @@ func TestDifferentialEveryDepth(t *testing.T) {
 	}
 	store("gappy", content)
 	ops = append(ops, oplog.Op{Kind: oplog.Removed, Worker: "gappy", Seqs: []uint64{1 + 150}})
+	// A hole at a position that narrow probes for the workers dropping out in (128, 192]
+	// (every 8th from 136): round 2 must read it from that probe, not scan past it.
+	store("gappy144", content)
+	ops = append(ops, oplog.Op{Kind: oplog.Removed, Worker: "gappy144", Seqs: []uint64{1 + 144}})
 	for _, l := range []int{n, 129, 100, 65} {
 		ops = append(ops, oplog.Op{Kind: oplog.Query, Content: content[:l]})
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sort"
 	"sync/atomic"
 
 	"github.com/kvindex/kvindex/shard"
@@ -47,7 +48,23 @@ type probeBatch struct {
 	flying bool // sent and not yet gathered: the shard owns it
 	probes []probe
 	out    []uint32
+	// Round 2's scans (deciders): each asks the shard, for each of some workers, for the
+	// first position of its window, among the shard's positions of one run in position
+	// order, whose members lack the worker.
+	sdone int       // scans before sdone were answered in an earlier round
+	scans []scanReq // each names sfps[f0:f1] and the workers [w0:w1]
+	sfps  []uint64  // the scans' fingerprints
+	swids []uint32  // the scans' workers
+	swin  []int32   // per worker: its window, sfps[swin[2k]:swin[2k+1]]
+	smiss []int32   // the shard's answer: per worker, the index in sfps of its first miss, or < 0
+	// The caller's, which shards do not read: each fingerprint's position, and each
+	// worker's candidate.
+	sxs   []int32
+	scand []int32
 }
+
+// scanReq is one scan of a probeBatch.
+type scanReq struct{ f0, f1, w0, w1 int32 }
 
 // probeAt says where a position's probe is: in q.sub[batch].probes[idx], if gen is the
 // query's stamp (q.gen); otherwise the position was not probed by this call. Stamps
@@ -82,7 +99,6 @@ type query struct {
 	landings  []int
 	cands     []candidate
 	mark      []uint32 // per worker id: the stamp of the last position it was seen at
-	active    []int32  // the scan's unresolved candidates
 	stamp     uint32
 	tgrp      []tierGroup // collectTiers' scratch: per primary id, its components' scores
 	tlist     []*worker   // collectTiers' scratch: the multi-tier workers met, in order
@@ -168,7 +184,6 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 	if err := e.deciders(ctx, q, len(content)); err != nil {
 		return dst, err
 	}
-	q.sweep()
 	e.noteDense(q.nearDense())
 	e.countWork(q)
 	dst = e.collect(q, content, dst)
@@ -184,7 +199,7 @@ func (e *Engine) countWork(q *query) {
 	}
 	probes := 0
 	for i := range q.sub {
-		probes += len(q.sub[i].probes)
+		probes += len(q.sub[i].probes) + len(q.sub[i].sfps)
 	}
 	e.queryRounds.Add(uint64(q.rounds))
 	e.queryProbes.Add(uint64(probes))
@@ -510,24 +525,32 @@ func (q *query) dropAt(from int) (alive int) {
 	return alive
 }
 
-// deciders is round 2: it probes what the landings cannot decide. A gap-free worker
+// deciders is round 2: it scores what the landings cannot decide. A gap-free worker
 // holds every ancestor of every key it holds, so holding a landing proves the whole
 // stride before it, and a missed landing puts its score inside that one stride. A gappy
 // worker proves nothing by a landing: every position up to its first missed landing is
 // checked. Candidates with the same range (all gap-free workers that dropped in one
-// stride) form one group, probed once. The candidates leave sorted by range.
+// stride) form one group. A group's score is the first position of its range it misses:
+// the positions round 1 probed are read here, and each shard scans its share of the
+// others in position order, stopping at the first miss of every worker of the group
+// (scanGroup), so that it neither copies member lists nor reads past a score. Every
+// candidate leaves with its score.
 func (e *Engine) deciders(ctx context.Context, q *query, L int) error {
 	scan := false
 	for i := range q.cands {
 		c := &q.cands[i]
 		c.lo, c.hi = q.scanRange(c, L)
+		c.score = c.hi // until a miss in [lo, hi) says otherwise
 		scan = scan || c.lo < c.hi
 	}
 	if !scan {
-		return nil // every score is known (sweep needs no order then)
+		return nil
 	}
 	if err := e.narrow(ctx, q); err != nil {
 		return err
+	}
+	for i := range q.cands {
+		q.cands[i].score = q.cands[i].hi // (narrow may have lowered hi)
 	}
 	slices.SortFunc(q.cands, func(a, b candidate) int {
 		if a.lo != b.lo {
@@ -536,22 +559,99 @@ func (e *Engine) deciders(ctx context.Context, q *query, L int) error {
 		return a.hi - b.hi
 	})
 	need := false
-	for i := range q.cands {
-		c := &q.cands[i]
-		if i > 0 && c.lo == q.cands[i-1].lo && c.hi == q.cands[i-1].hi {
-			continue
+	for g := 0; g < len(q.cands); {
+		h, hi := g+1, q.cands[g].hi
+		for h < len(q.cands) && q.cands[h].lo < hi {
+			hi = max(hi, q.cands[h].hi)
+			h++
 		}
-		for x := c.lo; x < c.hi; x++ {
-			if !q.probed(x) {
-				q.add(e, x)
-				need = true
-			}
+		if q.cands[g].lo < hi {
+			need = e.scanCluster(q, g, h, q.cands[g].lo, hi) || need
 		}
+		g = h
 	}
 	if !need {
 		return nil
 	}
-	return e.scatter(ctx, q)
+	if err := e.scatter(ctx, q); err != nil {
+		return err
+	}
+	for i := range q.sub {
+		q.takeScans(&q.sub[i])
+	}
+	return nil
+}
+
+// scanCluster scores the candidates q.cands[g:h], whose ranges overlap and together
+// cover [lo, hi), as far as the positions already probed tell (the first such position
+// of its range each one misses), and queues, per shard, one scan of the others, in which
+// each candidate's window is its own range: every position of the cluster is hashed and
+// read once, however many ranges cover it (with many gappy workers, each scanned from
+// position 1 to its own first missed landing, reading each range on its own costs a
+// factor of their number). It reports whether it queued any.
+func (e *Engine) scanCluster(q *query, g, h, lo, hi int) bool {
+	cl := q.cands[g:h]
+	var first [2 * MaxShards]int32 // each batch's sfps before the cluster's
+	for i := range q.sub {
+		first[i] = int32(len(q.sub[i].sfps))
+	}
+	for x := lo; x < hi; x++ {
+		if !q.probed(x) {
+			fp := e.fingerprint(key{prefix: q.pre[x], pos: uint32(x), ns: q.ns})
+			b := &q.sub[e.ownerOf(fp)]
+			b.sfps = append(b.sfps, fp)
+			b.sxs = append(b.sxs, int32(x))
+			continue
+		}
+		q.stampMembers(x)
+		for i := range cl {
+			if c := &cl[i]; c.lo <= x && x < c.score && q.mark[c.wid] != q.stamp {
+				c.score = x
+			}
+		}
+	}
+	queued := false
+	for i := range q.sub {
+		b := &q.sub[i]
+		f0, f1 := first[i], int32(len(b.sfps))
+		if f0 == f1 {
+			continue
+		}
+		xs := b.sxs[f0:f1]
+		w0 := int32(len(b.swids))
+		for k := range cl {
+			c := &cl[k]
+			if c.lo >= c.hi {
+				continue
+			}
+			a, z := f0+int32(sort.Search(len(xs), func(j int) bool { return int(xs[j]) >= c.lo })),
+				f0+int32(sort.Search(len(xs), func(j int) bool { return int(xs[j]) >= c.score }))
+			if a == z {
+				continue // nothing of its range, before a miss already found, is here
+			}
+			b.swids = append(b.swids, c.wid)
+			b.swin = append(b.swin, a, z)
+			b.smiss = append(b.smiss, -1)
+			b.scand = append(b.scand, int32(g+k))
+		}
+		if w1 := int32(len(b.swids)); w1 > w0 {
+			b.scans = append(b.scans, scanReq{f0: f0, f1: f1, w0: w0, w1: w1})
+			queued = true
+		}
+	}
+	return queued
+}
+
+// takeScans lowers each scanned candidate's score to the first miss a shard found.
+func (q *query) takeScans(b *probeBatch) {
+	for k, m := range b.smiss {
+		if m >= 0 {
+			c := &q.cands[b.scand[k]]
+			if x := int(b.sxs[m]); x < c.score {
+				c.score = x
+			}
+		}
+	}
 }
 
 // narrow shrinks the wide ranges of gap-free candidates before round 2 probes them:
@@ -615,45 +715,6 @@ const (
 	narrowMin  = 32
 	narrowStep = 8
 )
-
-// sweep scores every candidate: it scans the ranges once, in position order (the
-// candidates are sorted by lo), so each position's members are stamped once, however
-// many ranges cover it, and every unresolved candidate whose range holds the position
-// is checked against them. The first position where a candidate is not a member is its
-// score; the range's end is its score if it is a member everywhere.
-func (q *query) sweep() {
-	active := q.active[:0]
-	next := 0
-	for x := 0; next < len(q.cands) || len(active) > 0; x++ {
-		for next < len(q.cands) && q.cands[next].lo <= x {
-			c := &q.cands[next]
-			c.score = c.hi
-			if c.lo < c.hi {
-				active = append(active, int32(next))
-			}
-			next++
-		}
-		if len(active) == 0 {
-			if next < len(q.cands) {
-				x = q.cands[next].lo - 1 // nothing to check before the next range starts
-			}
-			continue
-		}
-		q.stampMembers(x)
-		keep := active[:0]
-		for _, k := range active {
-			c := &q.cands[k]
-			switch {
-			case q.mark[c.wid] != q.stamp:
-				c.score = x
-			case x+1 < c.hi:
-				keep = append(keep, k)
-			}
-		}
-		active = keep
-	}
-	q.active = active
-}
 
 // collect appends the scored candidates to dst as matches, in answer order. A worker
 // removed while the query ran may have had its id taken by a new worker, whose
@@ -926,6 +987,8 @@ func (q *query) reset(c0 uint64) {
 	for i := range q.sub {
 		b := &q.sub[i]
 		b.start, b.probes, b.out = 0, b.probes[:0], b.out[:0]
+		b.sdone, b.scans, b.sfps, b.swids, b.swin, b.smiss = 0, b.scans[:0], b.sfps[:0], b.swids[:0], b.swin[:0], b.smiss[:0]
+		b.sxs, b.scand = b.sxs[:0], b.scand[:0]
 	}
 }
 
@@ -986,7 +1049,7 @@ func (e *Engine) scatter(ctx context.Context, q *query) error {
 		e.locked.RLock()
 		e.shards[0].fill(&q.sub[0])
 		e.locked.RUnlock()
-		q.sub[0].start = len(q.sub[0].probes)
+		q.sub[0].start, q.sub[0].sdone = len(q.sub[0].probes), len(q.sub[0].scans)
 		return nil
 	}
 	sent, err := e.send(ctx, q)
@@ -1002,7 +1065,7 @@ func (e *Engine) scatter(ctx context.Context, q *query) error {
 func (e *Engine) send(ctx context.Context, q *query) (sent int, err error) {
 	for i := range q.sub {
 		b := &q.sub[i]
-		if b.flying || b.start == len(b.probes) {
+		if b.flying || b.start == len(b.probes) && b.sdone == len(b.scans) {
 			continue
 		}
 		sh := e.shards[i%q.nshard]
@@ -1055,7 +1118,7 @@ func (e *Engine) gather(ctx context.Context, q *query, sent int) error {
 	}
 	for i := range q.sub {
 		b := &q.sub[i]
-		b.start, b.flying = len(b.probes), false
+		b.start, b.sdone, b.flying = len(b.probes), len(b.scans), false
 	}
 	return nil
 }

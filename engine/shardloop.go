@@ -104,6 +104,10 @@ type shardLoop struct {
 	idx     *shard.Index
 	ring    *ringbuf.Ring[delta]
 	queries chan *probeBatch
+	members []uint32 // scan's scratch
+	mark    []uint32 // per worker id: the stamp of the last member list stampMembers read
+	active  []int32  // scan's undecided workers
+	stamp   uint32
 	buf     []delta
 
 	applied     atomic.Uint64
@@ -277,7 +281,80 @@ func (s *shardLoop) fill(b *probeBatch) {
 		p.off, p.n = uint32(off), uint32(len(out)-off)
 	}
 	b.out = out
-	s.probes.Add(uint64(len(b.probes) - b.start))
+	n := len(b.probes) - b.start
+	for i := b.sdone; i < len(b.scans); i++ {
+		n += s.scan(b, &b.scans[i])
+	}
+	s.probes.Add(uint64(n))
+}
+
+// stampMembers marks the members of fp's key in s.mark with a new stamp: a scan with
+// many workers then checks each in O(1), as long member lists (a prefix every worker
+// holds) would make a search per worker quadratic.
+func (s *shardLoop) stampMembers(fp uint64) {
+	s.members = s.idx.AppendMembers(s.members[:0], fp)
+	if s.stamp++; s.stamp == 0 {
+		clear(s.mark)
+		s.stamp = 1
+	}
+	for _, m := range s.members {
+		if int(m) >= len(s.mark) { // with headroom, so that a growing fleet does not grow it each time
+			s.mark = append(s.mark, make([]uint32, int(m)+1+int(m)/4-len(s.mark))...)
+		}
+		s.mark[m] = s.stamp
+	}
+}
+
+// scan answers one scan of b: for each of its workers, the index in b.sfps of the first
+// position of its window whose members lack the worker, reading the positions in order
+// and stopping once every worker has a miss or is past its window. It returns how many
+// positions it read.
+func (s *shardLoop) scan(b *probeBatch, sc *scanReq) int {
+	wids, miss, win := b.swids[sc.w0:sc.w1], b.smiss[sc.w0:sc.w1], b.swin[2*sc.w0:2*sc.w1]
+	if len(wids) == 1 {
+		i := max(sc.f0, win[0])
+		for ; i < win[1]; i++ {
+			if !s.idx.Has(b.sfps[i], wids[0]) {
+				miss[0] = i
+				break
+			}
+		}
+		return int(i - sc.f0)
+	}
+	// The workers come in window-start order (their candidates are sorted by range):
+	// each joins the active ones when the scan reaches its window and leaves at its
+	// miss or its window's end, so a position costs its member list and the workers
+	// still undecided there, not every worker of the scan.
+	active := s.active[:0]
+	next := 0
+	i := sc.f0
+	for ; i < sc.f1 && (next < len(wids) || len(active) > 0); i++ {
+		for next < len(wids) && win[2*next] <= i {
+			if i < win[2*next+1] {
+				active = append(active, int32(next))
+			}
+			next++
+		}
+		if len(active) == 0 {
+			if next < len(wids) {
+				i = win[2*next] - 1 // nothing to read before the next window starts
+			}
+			continue
+		}
+		s.stampMembers(b.sfps[i])
+		keep := active[:0]
+		for _, k := range active {
+			switch {
+			case int(wids[k]) >= len(s.mark) || s.mark[wids[k]] != s.stamp:
+				miss[k] = i
+			case i+1 < win[2*k+1]:
+				keep = append(keep, k)
+			}
+		}
+		active = keep
+	}
+	s.active = active
+	return int(i - sc.f0)
 }
 
 // Barrier returns once every event whose call returned before Barrier was called has
