@@ -23,13 +23,21 @@ import (
 // up to 10 s to end instead of goleak's half second: an in-process NATS server's
 // goroutines can take longer than that to exit on a loaded 2-core machine (make test
 // runs packages in parallel), which failed a run once with nothing leaked.
+//
+// One goroutine of nats.go is not ours to end: the first async publish of a JetStream
+// context starts resetPendingAcksOnReconnect, which reads the context's status channel
+// when it gets to run; if the context's cleanup has set that channel to nil first, the
+// goroutine waits on a nil channel forever (nats.go v1.55.0, jetstream/publish.go and
+// cleanupReplySub in jetstream/jetstream.go). It holds no connection: a leaked
+// connection still shows as its own goroutines.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if code == 0 {
-		err := goleak.Find()
+		ignore := goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect")
+		err := goleak.Find(ignore)
 		for deadline := time.Now().Add(10 * time.Second); err != nil && time.Now().Before(deadline); {
 			time.Sleep(50 * time.Millisecond) // bounded poll of a condition
-			err = goleak.Find()
+			err = goleak.Find(ignore)
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
