@@ -529,12 +529,12 @@ func (q *query) dropAt(from int) (alive int) {
 // holds every ancestor of every key it holds, so holding a landing proves the whole
 // stride before it, and a missed landing puts its score inside that one stride. A gappy
 // worker proves nothing by a landing: every position up to its first missed landing is
-// checked. Candidates with the same range (all gap-free workers that dropped in one
-// stride) form one group. A group's score is the first position of its range it misses:
-// the positions round 1 probed are read here, and each shard scans its share of the
-// others in position order, stopping at the first miss of every worker of the group
-// (scanGroup), so that it neither copies member lists nor reads past a score. Every
-// candidate leaves with its score.
+// checked. A candidate's score is the first position of its range it misses. Candidates
+// whose ranges overlap form one cluster (scanCluster): the positions round 1 probed are
+// read here, and each shard scans its share of the others in position order, each
+// candidate within its own range, stopping at every candidate's first miss, so that it
+// neither copies member lists nor reads past a score. Every candidate leaves with its
+// score.
 func (e *Engine) deciders(ctx context.Context, q *query, L int) error {
 	scan := false
 	for i := range q.cands {

@@ -290,7 +290,8 @@ func (s *shardLoop) fill(b *probeBatch) {
 
 // stampMembers marks the members of fp's key in s.mark with a new stamp: a scan with
 // many workers then checks each in O(1), as long member lists (a prefix every worker
-// holds) would make a search per worker quadratic.
+// holds) would make a search per worker quadratic. s.mark covers the highest worker id
+// met so far (4 bytes a worker id, per shard), as each query's own marks do.
 func (s *shardLoop) stampMembers(fp uint64) {
 	s.members = s.idx.AppendMembers(s.members[:0], fp)
 	if s.stamp++; s.stamp == 0 {
@@ -312,23 +313,23 @@ func (s *shardLoop) stampMembers(fp uint64) {
 func (s *shardLoop) scan(b *probeBatch, sc *scanReq) int {
 	wids, miss, win := b.swids[sc.w0:sc.w1], b.smiss[sc.w0:sc.w1], b.swin[2*sc.w0:2*sc.w1]
 	if len(wids) == 1 {
-		i := max(sc.f0, win[0])
-		for ; i < win[1]; i++ {
+		read := 0
+		for i := win[0]; i < win[1]; i++ {
+			read++
 			if !s.idx.Has(b.sfps[i], wids[0]) {
 				miss[0] = i
 				break
 			}
 		}
-		return int(i - sc.f0)
+		return read
 	}
 	// The workers come in window-start order (their candidates are sorted by range):
 	// each joins the active ones when the scan reaches its window and leaves at its
 	// miss or its window's end, so a position costs its member list and the workers
 	// still undecided there, not every worker of the scan.
 	active := s.active[:0]
-	next := 0
-	i := sc.f0
-	for ; i < sc.f1 && (next < len(wids) || len(active) > 0); i++ {
+	next, read := 0, 0
+	for i := sc.f0; i < sc.f1 && (next < len(wids) || len(active) > 0); i++ {
 		for next < len(wids) && win[2*next] <= i {
 			if i < win[2*next+1] {
 				active = append(active, int32(next))
@@ -342,6 +343,7 @@ func (s *shardLoop) scan(b *probeBatch, sc *scanReq) int {
 			continue
 		}
 		s.stampMembers(b.sfps[i])
+		read++
 		keep := active[:0]
 		for _, k := range active {
 			switch {
@@ -354,7 +356,7 @@ func (s *shardLoop) scan(b *probeBatch, sc *scanReq) int {
 		active = keep
 	}
 	s.active = active
-	return int(i - sc.f0)
+	return read
 }
 
 // Barrier returns once every event whose call returned before Barrier was called has
