@@ -413,8 +413,14 @@ func TestRandomByteHistories(t *testing.T) {
 func FuzzEngine(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, uint8(3))
 	f.Add([]byte{0, 0, 0, 1, 1, 1, 40, 41, 42, 200, 201, 9, 9, 9}, uint8(1))
+	f.Add([]byte{0, 0, 0, 1, 1, 1, 40, 41, 42, 200, 201, 9, 9, 9}, uint8(1|1<<3))
+	f.Add([]byte{0, 0, 0, 1, 1, 1, 40, 41, 42, 200, 201, 9, 9, 9}, uint8(7|2<<3))
 	f.Fuzz(func(t *testing.T, data []byte, jump uint8) {
-		cfg := engine.Config{Shards: 2, JumpSize: 1 + int(jump%8), QueueSize: 2, PredictionsPerWorker: 2, PredictedBlocks: 8, SpecChain: jump&0x40 != 0}
+		// jump's bits: 0-2 the jump size, 3-4 the layout (2 shards, 1 shard, the locked
+		// index, 3 shards: one shard and the locked index narrow wide strides), 5 a
+		// fixed dense prefix of 8, 6 SPEC's chain, 7 batched events.
+		cfg := engine.Config{Shards: []int{2, 1, 0, 3}[jump>>3&3], LockedIndex: jump>>3&3 == 2, JumpSize: 1 + int(jump%8),
+			QueueSize: 2, PredictionsPerWorker: 2, PredictedBlocks: 8, SpecChain: jump&0x40 != 0}
 		differentialSteps(t, cfg, stepsFromBytes(data), jump&0x80 != 0, func(e *engine.Engine) {
 			if jump&0x20 != 0 {
 				engine.SetDenseLandings(e, 8)
