@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math/bits"
+	"sync/atomic"
 
 	"github.com/kvindex/kvindex/hash"
 	"github.com/kvindex/kvindex/internal/table"
@@ -34,13 +35,23 @@ type chain struct {
 	spec bool
 	key  table.Seed // the keyed chain's secret; its Hash64 gives k and T(j)
 	k    uint64
-	t    []uint64 // T(j) for j < chainTable
+	tab  *multTable // T(j) for the positions hashed so far (shared by copies of the chain)
 }
 
-// chainTable is how many position multipliers are precomputed: 32 KiB, deeper than
-// every query of the trace-driven logs (1,905 blocks at most); a deeper position
-// derives its multiplier (two more multiplies).
-const chainTable = 4096
+// multTable holds the precomputed position multipliers T(0..n): it grows, doubling, to
+// cover the deepest position the engine has hashed, up to chainTable, so that an engine
+// whose keys and queries stay shallow keeps a small table (a few KiB instead of 32).
+// Readers load the current table once per fill or step; a growth publishes a new one,
+// and a table replaced while a reader holds it stays valid (T(j) never changes).
+type multTable struct{ p atomic.Pointer[[]uint64] }
+
+// chainTable is how many position multipliers are precomputed at most: 32 KiB, deeper
+// than every query of the trace-driven logs (1,905 blocks at most); a deeper position
+// derives its multiplier (two more multiplies). chainTableMin is the first table's size.
+const (
+	chainTable    = 4096
+	chainTableMin = 256
+)
 
 // newChain returns the keyed chain with secret s, or the spec chain.
 func newChain(spec bool, s table.Seed) chain {
@@ -49,17 +60,52 @@ func newChain(spec bool, s table.Seed) chain {
 		return c
 	}
 	c.k = s.Hash64(^uint64(0))
-	c.t = make([]uint64, chainTable)
-	for j := range c.t {
-		c.t[j] = s.Hash64(uint64(j)) | 1
-	}
+	c.tab = &multTable{}
+	t := c.grow(nil, chainTableMin)
+	c.tab.p.Store(&t)
 	return c
+}
+
+// grow returns t extended to n multipliers.
+func (c *chain) grow(t []uint64, n int) []uint64 {
+	nt := make([]uint64, n)
+	copy(nt, t)
+	for j := len(t); j < n; j++ {
+		nt[j] = c.key.Hash64(uint64(j)) | 1
+	}
+	return nt
+}
+
+// table returns the multipliers, covering position n-1 if n <= chainTable, growing the
+// table to the next power of two that does.
+func (c *chain) table(n int) []uint64 {
+	for {
+		p := c.tab.p.Load()
+		t := *p
+		if n <= len(t) || len(t) == chainTable {
+			return t
+		}
+		nt := c.grow(t, min(chainTable, max(2*len(t), 1<<bits.Len(uint(n-1)))))
+		if c.tab.p.CompareAndSwap(p, &nt) {
+			return nt
+		}
+		// another goroutine grew it meanwhile: take its table (or grow that one)
+	}
 }
 
 // mult returns T(j).
 func (c *chain) mult(j uint32) uint64 {
-	if int(j) < len(c.t) {
-		return c.t[j]
+	if t := *c.tab.p.Load(); int(j) < len(t) {
+		return t[j]
+	}
+	return c.multPast(j)
+}
+
+// multPast is mult past the table: it grows the table to cover j, or derives T(j)
+// beyond chainTable.
+func (c *chain) multPast(j uint32) uint64 {
+	if t := c.table(int(j) + 1); int(j) < len(t) {
+		return t[j]
 	}
 	return c.key.Hash64(uint64(j)) | 1
 }
@@ -87,10 +133,11 @@ func (c *chain) fill(pre, content []uint64, from int) {
 		}
 		return
 	}
-	n := min(len(pre), len(c.t))
+	tab := c.table(len(pre))
+	n := min(len(pre), len(tab))
 	k := c.k
 	if from < n {
-		t, cs, ps := c.t[:n], content[:n], pre[:n]
+		t, cs, ps := tab[:n], content[:n], pre[:n]
 		for i := from; i < n; i++ {
 			hi, lo := bits.Mul64(cs[i]^k, t[i])
 			h += hi ^ lo
