@@ -165,30 +165,17 @@ func TestDifferential(t *testing.T) {
 // stride), with a worker whose chain has a hole, one that diverges, and queries of many
 // lengths, on sharded engines that send their next wave early or not.
 func TestDifferentialDeepFleet(t *testing.T) {
-	const n = 5000
-	content := make([]uint64, n)
-	for i := range content {
-		content[i] = uint64(i)*0x9e3779b97f4a7c15 + 7
-	}
-	var ops []oplog.Op
-	store := func(w string, c []uint64, seq0 uint64) {
-		blocks := make([][2]uint64, len(c))
-		for i := range c {
-			blocks[i] = [2]uint64{c[i], seq0 + uint64(i)}
-		}
-		ops = append(ops, oplog.Op{Kind: oplog.Stored, Worker: w, Blocks: blocks})
-	}
+	h := newChainHistory(5000, 7)
 	for i, depth := range []int{1000, 1024, 1025, 1030, 1500, 2100, 4096, 4097, 5000} {
-		store(fmt.Sprintf("w%d", i), content[:depth], 1)
+		h.store(fmt.Sprintf("w%d", i), h.content[:depth])
 	}
-	store("gappy", content[:3000], 1)
-	ops = append(ops, oplog.Op{Kind: oplog.Removed, Worker: "gappy", Seqs: []uint64{1 + 1700}})
-	diverged := append([]uint64(nil), content[:2500]...)
+	h.store("gappy", h.content[:3000])
+	h.remove("gappy", 1700)
+	diverged := append([]uint64(nil), h.content[:2500]...)
 	diverged[1200]++
-	store("diverged", diverged, 1)
-	for _, l := range []int{1, 900, 1025, 1026, 1100, 1701, 2050, 3000, 4097, 4098, 5000} {
-		ops = append(ops, oplog.Op{Kind: oplog.Query, Content: content[:l]})
-	}
+	h.store("diverged", diverged)
+	h.query(1, 900, 1025, 1026, 1100, 1701, 2050, 3000, 4097, 4098, 5000)
+	ops := h.ops
 	for _, shards := range []int{1, 2, 3} {
 		for _, jump := range []int{1, 3, 64} {
 			for _, early := range []bool{false, true} {
@@ -202,6 +189,43 @@ func TestDifferentialDeepFleet(t *testing.T) {
 	}
 }
 
+// chainHistory builds a history over one long chain for the differential tests: content
+// is the chain's content hashes, and the ops store prefixes of it (or variants), remove
+// single blocks and query prefixes. Every store names its blocks' engine hashes by
+// position + 1.
+type chainHistory struct {
+	content []uint64
+	ops     []oplog.Op
+}
+
+func newChainHistory(n int, salt uint64) *chainHistory {
+	h := &chainHistory{content: make([]uint64, n)}
+	for i := range h.content {
+		h.content[i] = uint64(i)*0x9e3779b97f4a7c15 + salt
+	}
+	return h
+}
+
+func (h *chainHistory) store(w string, c []uint64) {
+	blocks := make([][2]uint64, len(c))
+	for i := range c {
+		blocks[i] = [2]uint64{c[i], uint64(i + 1)}
+	}
+	h.ops = append(h.ops, oplog.Op{Kind: oplog.Stored, Worker: w, Blocks: blocks})
+}
+
+// remove removes the block w stored at position pos.
+func (h *chainHistory) remove(w string, pos int) {
+	h.ops = append(h.ops, oplog.Op{Kind: oplog.Removed, Worker: w, Seqs: []uint64{uint64(pos + 1)}})
+}
+
+// query asks for the chain's prefixes of the given lengths.
+func (h *chainHistory) query(lengths ...int) {
+	for _, l := range lengths {
+		h.ops = append(h.ops, oplog.Op{Kind: oplog.Query, Content: h.content[:l]})
+	}
+}
+
 // TestDifferentialEveryDepth holds the scoring of a drop inside a stride to the model
 // for every depth: workers hold one shared chain to each depth from 1 to 200, one more
 // holds it with a hole (so that the locked index takes jump search too), and queries of
@@ -209,30 +233,18 @@ func TestDifferentialDeepFleet(t *testing.T) {
 // round) must find each worker's first missed position wherever it falls in its stride.
 func TestDifferentialEveryDepth(t *testing.T) {
 	const n = 200
-	content := make([]uint64, n)
-	for i := range content {
-		content[i] = uint64(i)*0x9e3779b97f4a7c15 + 11
-	}
-	var ops []oplog.Op
-	store := func(w string, c []uint64) {
-		blocks := make([][2]uint64, len(c))
-		for i := range c {
-			blocks[i] = [2]uint64{c[i], uint64(i + 1)}
-		}
-		ops = append(ops, oplog.Op{Kind: oplog.Stored, Worker: w, Blocks: blocks})
-	}
+	h := newChainHistory(n, 11)
 	for d := 1; d <= n; d++ {
-		store(fmt.Sprintf("d%03d", d), content[:d])
+		h.store(fmt.Sprintf("d%03d", d), h.content[:d])
 	}
-	store("gappy", content)
-	ops = append(ops, oplog.Op{Kind: oplog.Removed, Worker: "gappy", Seqs: []uint64{1 + 150}})
+	h.store("gappy", h.content)
+	h.remove("gappy", 150)
 	// A hole at a position that narrow probes for the workers dropping out in (128, 192]
 	// (every 8th from 136): round 2 must read it from that probe, not scan past it.
-	store("gappy144", content)
-	ops = append(ops, oplog.Op{Kind: oplog.Removed, Worker: "gappy144", Seqs: []uint64{1 + 144}})
-	for _, l := range []int{n, 129, 100, 65} {
-		ops = append(ops, oplog.Op{Kind: oplog.Query, Content: content[:l]})
-	}
+	h.store("gappy144", h.content)
+	h.remove("gappy144", 144)
+	h.query(n, 129, 100, 65)
+	ops := h.ops
 	for _, cfg := range []engine.Config{{LockedIndex: true}, {Shards: 1}, {Shards: 2}, {Shards: 1, JumpSize: 16}, {LockedIndex: true, JumpSize: 128}} {
 		t.Run(fmt.Sprintf("locked=%v/shards=%d/jump=%d", cfg.LockedIndex, cfg.Shards, cfg.JumpSize), func(t *testing.T) {
 			t.Parallel()
