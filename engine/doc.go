@@ -28,7 +28,7 @@
 //	  worker mutex -> per-worker tables  ---> MPSC ring (bounded, backpressure) ---+
 //	                                                                              v
 //	FindMatches: prefix hashes, landings ---> query channel (probe batches) ---> answer
-//	  <------------------------------------ member lists, gathered in position order
+//	  <-------------- member lists (round 1), first misses per candidate (round 2)
 //
 // Ownership rules:
 //
