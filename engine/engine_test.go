@@ -515,7 +515,14 @@ func TestFindMatchesZeroAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are not meaningful under -race")
 	}
-	e := newEngine(t, engine.Config{Shards: 2, JumpSize: 8})
+	// Two shards; one, which narrows wide strides before round 2; and the locked index.
+	for _, cfg := range []engine.Config{{Shards: 2, JumpSize: 8}, {Shards: 1, JumpSize: 64}, {LockedIndex: true, JumpSize: 64}} {
+		t.Run(fmt.Sprintf("locked=%v/shards=%d", cfg.LockedIndex, cfg.Shards), func(t *testing.T) { testFindMatchesZeroAllocs(t, cfg) })
+	}
+}
+
+func testFindMatchesZeroAllocs(t *testing.T, cfg engine.Config) {
+	e := newEngine(t, cfg)
 	chain := make([]engine.Block, 200)
 	q := make([]uint64, 200)
 	for i := range chain {
