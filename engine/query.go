@@ -98,8 +98,7 @@ type query struct {
 	rounds    int       // round trips waited for (Stats.QueryRounds)
 	landings  []int
 	cands     []candidate
-	mark      []uint32 // per worker id: the stamp of the last position it was seen at
-	stamp     uint32
+	seen      idSet       // the members of the last position read
 	tgrp      []tierGroup // collectTiers' scratch: per primary id, its components' scores
 	tlist     []*worker   // collectTiers' scratch: the multi-tier workers met, in order
 	tpre      []uint64    // tierLengths' scratch: prefix hashes, as deep as it looked
@@ -227,7 +226,7 @@ const walkLimit = denseLandings
 // cheaper on long matches, answers the query instead.
 func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done bool) {
 	slots := e.workers()
-	q.growMarks(len(slots))
+	q.seen.grow(len(slots))
 	e.locked.RLock()
 	idx := e.shards[0].idx
 	buf := idx.AppendMembers(q.sub[0].out[:0], e.fingerprint(key{prefix: content[0], ns: q.ns}))
@@ -258,9 +257,9 @@ func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done 
 		}
 		h = e.chain.step(h, content[x], uint32(x))
 		buf = idx.AppendMembers(buf[:0], e.fingerprint(key{prefix: h, pos: uint32(x), ns: q.ns}))
-		q.stampSet(buf)
+		q.seen.setTo(buf)
 		for i := range q.cands {
-			if c := &q.cands[i]; c.score == 0 && q.mark[c.wid] != q.stamp {
+			if c := &q.cands[i]; c.score == 0 && !q.seen.has(c.wid) {
 				c.score = x
 				alive--
 			}
@@ -307,12 +306,12 @@ func (e *Engine) gallop(q *query, idx *shard.Index, content []uint64, buf []uint
 		h := pre[x]
 		q.pre = pre
 		buf = idx.AppendMembers(buf[:0], e.fingerprint(key{prefix: h, pos: uint32(x), ns: q.ns}))
-		q.stampSet(buf)
+		q.seen.setTo(buf)
 		// Move the candidates that missed x to the front of the live ones: they held
 		// prev and missed x.
 		out := live
 		for i := live; i < len(q.cands); i++ {
-			if q.mark[q.cands[i].wid] != q.stamp {
+			if !q.seen.has(q.cands[i].wid) {
 				if i != out { // (a swap reorders the answer, which collect then sorts)
 					q.cands[i], q.cands[out] = q.cands[out], q.cands[i]
 				}
@@ -354,11 +353,11 @@ func (e *Engine) bisect(q *query, idx *shard.Index, cs []candidate, lo, hi int, 
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
 		buf = idx.AppendMembers(buf[:0], e.fingerprint(key{prefix: q.pre[mid], pos: uint32(mid), ns: q.ns}))
-		q.stampSet(buf)
+		q.seen.setTo(buf)
 		// Missed mid: cs[:k], score in (lo, mid]; held it: cs[k:], score in (mid, hi].
 		k := 0
 		for i := range cs {
-			if q.mark[cs[i].wid] != q.stamp {
+			if !q.seen.has(cs[i].wid) {
 				if i != k {
 					cs[i], cs[k] = cs[k], cs[i]
 				}
@@ -399,7 +398,7 @@ func (e *Engine) landings(ctx context.Context, q *query, content []uint64) error
 	q.landings = append(q.landings[:0], 0)
 	slots := e.workers()
 	q.cands = q.cands[:0]
-	q.growMarks(len(slots))
+	q.seen.grow(len(slots))
 	dense := int(e.dense.Load())
 	locked := e.cfg.LockedIndex
 	hi := max(firstWave, J)
@@ -516,7 +515,7 @@ func (q *query) dropAt(from int) (alive int) {
 		q.stampMembers(q.landings[k])
 		for i := range q.cands {
 			c := &q.cands[i]
-			if c.alive && q.mark[c.wid] != q.stamp {
+			if c.alive && !q.seen.has(c.wid) {
 				c.alive, c.drop = false, k
 				alive--
 			}
@@ -605,7 +604,7 @@ func (e *Engine) scanCluster(q *query, g, h, lo, hi int) bool {
 		}
 		q.stampMembers(x)
 		for i := range cl {
-			if c := &cl[i]; c.lo <= x && x < c.score && q.mark[c.wid] != q.stamp {
+			if c := &cl[i]; c.lo <= x && x < c.score && !q.seen.has(c.wid) {
 				c.score = x
 			}
 		}
@@ -1017,30 +1016,40 @@ func (q *query) members(x int) []uint32 {
 	return b.out[p.off : p.off+p.n]
 }
 
-func (q *query) stampMembers(x int) { q.stampSet(q.members(x)) }
+func (q *query) stampMembers(x int) { q.seen.setTo(q.members(x)) }
 
-// growMarks makes q.mark cover worker ids below n, with headroom so that a growing fleet
-// does not reallocate it on every query.
-func (q *query) growMarks(n int) {
-	if len(q.mark) < n {
-		q.mark = make([]uint32, n+n/4)
-		q.stamp = 0
+// idSet is a set of worker ids that empties in O(1): an id is in it while its entry
+// holds the set's stamp. Queries and shards' scans put one member list at a time in
+// one, then test candidates against it.
+type idSet struct {
+	mark  []uint32
+	stamp uint32
+}
+
+// grow makes the set cover ids below n without growing again for each new id, so that
+// a growing fleet does not reallocate it on every query.
+func (s *idSet) grow(n int) {
+	if len(s.mark) < n {
+		s.mark = append(s.mark, make([]uint32, n+n/4-len(s.mark))...)
 	}
 }
 
-// stampSet marks the workers of a member list with a new stamp.
-func (q *query) stampSet(members []uint32) {
-	q.stamp++
-	if q.stamp == 0 {
-		clear(q.mark)
-		q.stamp = 1
+// setTo makes the set hold ids and nothing else.
+func (s *idSet) setTo(ids []uint32) {
+	if s.stamp++; s.stamp == 0 { // the stamps wrapped: start over
+		clear(s.mark)
+		s.stamp = 1
 	}
-	for _, wid := range members {
-		if int(wid) < len(q.mark) {
-			q.mark[wid] = q.stamp
+	for _, id := range ids {
+		if int(id) >= len(s.mark) {
+			s.grow(int(id) + 1)
 		}
+		s.mark[id] = s.stamp
 	}
 }
+
+// has reports whether id is in the set.
+func (s *idSet) has(id uint32) bool { return int(id) < len(s.mark) && s.mark[id] == s.stamp }
 
 // scatter sends every batch with unanswered probes to its shard and waits for all of
 // them.

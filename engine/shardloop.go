@@ -104,10 +104,9 @@ type shardLoop struct {
 	idx     *shard.Index
 	ring    *ringbuf.Ring[delta]
 	queries chan *probeBatch
-	members []uint32 // scan's scratch
-	mark    []uint32 // per worker id: the stamp of the last member list stampMembers read
-	active  []int32  // scan's undecided workers
-	stamp   uint32
+	members []uint32 // scan's scratch: the member list read last, as a list and a set
+	seen    idSet
+	active  []int32 // scan's undecided workers
 	buf     []delta
 
 	applied     atomic.Uint64
@@ -288,22 +287,13 @@ func (s *shardLoop) fill(b *probeBatch) {
 	s.probes.Add(uint64(n))
 }
 
-// stampMembers marks the members of fp's key in s.mark with a new stamp: a scan with
-// many workers then checks each in O(1), as long member lists (a prefix every worker
-// holds) would make a search per worker quadratic. s.mark covers the highest worker id
-// met so far (4 bytes a worker id, per shard), as each query's own marks do.
+// stampMembers puts the members of fp's key in s.seen: a scan with many workers then
+// tests each in O(1), as long member lists (a prefix every worker holds) would make a
+// search per worker quadratic. s.seen covers the highest worker id met so far (4 bytes
+// a worker id, per shard), as each query's own set does.
 func (s *shardLoop) stampMembers(fp uint64) {
 	s.members = s.idx.AppendMembers(s.members[:0], fp)
-	if s.stamp++; s.stamp == 0 {
-		clear(s.mark)
-		s.stamp = 1
-	}
-	for _, m := range s.members {
-		if int(m) >= len(s.mark) { // with headroom, so that a growing fleet does not grow it each time
-			s.mark = append(s.mark, make([]uint32, int(m)+1+int(m)/4-len(s.mark))...)
-		}
-		s.mark[m] = s.stamp
-	}
+	s.seen.setTo(s.members)
 }
 
 // scan answers one scan of b: for each of its workers, the index in b.sfps of the first
@@ -347,7 +337,7 @@ func (s *shardLoop) scan(b *probeBatch, sc *scanReq) int {
 		keep := active[:0]
 		for _, k := range active {
 			switch {
-			case int(wids[k]) >= len(s.mark) || s.mark[wids[k]] != s.stamp:
+			case !s.seen.has(wids[k]):
 				miss[k] = i
 			case i+1 < win[2*k+1]:
 				keep = append(keep, k)
