@@ -577,7 +577,7 @@ func (e *Engine) applyEvent(w *worker, ev *Event) (gone bool, err error) {
 	case EventStored:
 		ns := uint32(0)
 		if ev.Namespace != "" {
-			ns = e.namespaceID(ev.Namespace, true)
+			ns = e.namespaceID(ev.Namespace, nsIntern)
 		}
 		return false, e.storeLocked(w, ns, ev)
 	case EventRemoved:
@@ -634,34 +634,23 @@ func (e *Engine) storeLocked(w *worker, ns uint32, ev *Event) error {
 	return nil
 }
 
-// namespaceID returns the id of a non-empty namespace name, interning it when create is
-// set; 0 with create unset means the namespace has never been stored into.
-// predictedNamespaceID is namespaceID for a prediction: it creates the namespace only
-// while predictions have created fewer than MaxPredictedNamespaces (0 once they have).
-// The count and the creation happen under one lock, so that concurrent predictions
-// naming one new namespace count it once, and a namespace an event created meanwhile
-// is not counted at all.
-func (e *Engine) predictedNamespaceID(name string) uint32 {
-	if v, ok := e.namespaces.Load(name); ok {
-		return v.(uint32)
-	}
-	e.regMu.Lock()
-	defer e.regMu.Unlock()
-	if v, ok := e.namespaces.Load(name); ok {
-		return v.(uint32)
-	}
-	if e.predNamespaces >= MaxPredictedNamespaces {
-		return 0
-	}
-	e.predNamespaces++
-	return e.newNamespaceLocked(name)
-}
+// The ways namespaceID may create a namespace it does not know.
+type nsCreate uint8
 
-func (e *Engine) namespaceID(name string, create bool) uint32 {
+const (
+	nsFind      nsCreate = iota // never: 0 when the name has no id
+	nsIntern                    // always (an event's namespace, or a snapshot's)
+	nsPredicted                 // while predictions have created fewer than MaxPredictedNamespaces
+)
+
+// namespaceID returns the id of a non-empty namespace name, interning it as create
+// says; 0 means the name has no id (with nsFind: it has never been stored into) or
+// predictions may create no more.
+func (e *Engine) namespaceID(name string, create nsCreate) uint32 {
 	if v, ok := e.namespaces.Load(name); ok {
 		return v.(uint32)
 	}
-	if !create {
+	if create == nsFind {
 		return 0
 	}
 	e.regMu.Lock()
@@ -669,11 +658,15 @@ func (e *Engine) namespaceID(name string, create bool) uint32 {
 	if v, ok := e.namespaces.Load(name); ok {
 		return v.(uint32)
 	}
-	return e.newNamespaceLocked(name)
-}
-
-// newNamespaceLocked interns name, which has no id yet; regMu is held.
-func (e *Engine) newNamespaceLocked(name string) uint32 {
+	// A prediction (a client's word, unlike an event) counts the namespaces it creates
+	// under the lock that creates them: concurrent predictions naming one new namespace
+	// count it once, and one an event created meanwhile is not counted.
+	if create == nsPredicted {
+		if e.predNamespaces >= MaxPredictedNamespaces {
+			return 0
+		}
+		e.predNamespaces++
+	}
 	id := e.nsNext.Add(1)
 	e.namespaces.Store(strings.Clone(name), id) // see lookupOrCreate
 	return id

@@ -174,7 +174,7 @@ func (e *Engine) Predict(ctx context.Context, worker, namespace string, content 
 		// A query in it must find it, so a new namespace is interned, which is never
 		// undone: predictions (a client's word, unlike events) may create at most
 		// MaxPredictedNamespaces of them.
-		if ns = e.predictedNamespaceID(namespace); ns == 0 {
+		if ns = e.namespaceID(namespace, nsPredicted); ns == 0 {
 			return bad("more than %d namespaces created by predictions", MaxPredictedNamespaces)
 		}
 	}
@@ -459,7 +459,7 @@ func (e *Engine) confirmingStore(w *worker, ev *Event, pw *predWorker) (bool, er
 	}
 	ns := uint32(0)
 	if ev.Namespace != "" {
-		ns = e.namespaceID(ev.Namespace, false)
+		ns = e.namespaceID(ev.Namespace, nsFind)
 	}
 	p.ends = p.ends[:0]
 	for i, b := range ev.Blocks {

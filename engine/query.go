@@ -134,7 +134,7 @@ func (e *Engine) FindMatches(ctx context.Context, content []uint64, dst []Match)
 func (e *Engine) FindMatchesIn(ctx context.Context, namespace string, content []uint64, dst []Match) ([]Match, error) {
 	ns := uint32(0)
 	if namespace != "" {
-		if ns = e.namespaceID(namespace, false); ns == 0 {
+		if ns = e.namespaceID(namespace, nsFind); ns == 0 {
 			if e.closed.Load() {
 				return dst, e.err()
 			}

@@ -330,7 +330,7 @@ func (e *Engine) load(p *snapReader, tiers Tier) error {
 			return p.err
 		}
 		prevNS = name
-		nsIDs[i] = e.namespaceID(name, true)
+		nsIDs[i] = e.namespaceID(name, nsIntern)
 	}
 	workers := p.u32()
 	prev := ""
