@@ -35,15 +35,14 @@ type chain struct {
 	spec bool
 	key  table.Seed // the keyed chain's secret; its Hash64 gives k and T(j)
 	k    uint64
-	tab  *multTable // T(j) for the positions hashed so far (shared by copies of the chain)
+	// tab holds the precomputed position multipliers T(0..n), shared by copies of the
+	// chain: it grows, doubling, to cover the deepest position the engine has hashed, up
+	// to chainTable, so that an engine whose keys and queries stay shallow keeps a small
+	// table (a few KiB instead of 32). Readers load the current table once per fill or
+	// step; a growth publishes a new one, and a table replaced while a reader holds it
+	// stays valid (T(j) never changes).
+	tab *atomic.Pointer[[]uint64]
 }
-
-// multTable holds the precomputed position multipliers T(0..n): it grows, doubling, to
-// cover the deepest position the engine has hashed, up to chainTable, so that an engine
-// whose keys and queries stay shallow keeps a small table (a few KiB instead of 32).
-// Readers load the current table once per fill or step; a growth publishes a new one,
-// and a table replaced while a reader holds it stays valid (T(j) never changes).
-type multTable struct{ p atomic.Pointer[[]uint64] }
 
 // chainTable is how many position multipliers are precomputed at most: 32 KiB, deeper
 // than every query of the trace-driven logs (1,905 blocks at most); a deeper position
@@ -60,9 +59,9 @@ func newChain(spec bool, s table.Seed) chain {
 		return c
 	}
 	c.k = s.Hash64(^uint64(0))
-	c.tab = &multTable{}
+	c.tab = new(atomic.Pointer[[]uint64])
 	t := c.grow(nil, chainTableMin)
-	c.tab.p.Store(&t)
+	c.tab.Store(&t)
 	return c
 }
 
@@ -80,13 +79,13 @@ func (c *chain) grow(t []uint64, n int) []uint64 {
 // table to the next power of two that does.
 func (c *chain) table(n int) []uint64 {
 	for {
-		p := c.tab.p.Load()
+		p := c.tab.Load()
 		t := *p
 		if n <= len(t) || len(t) == chainTable {
 			return t
 		}
 		nt := c.grow(t, min(chainTable, max(2*len(t), 1<<bits.Len(uint(n-1)))))
-		if c.tab.p.CompareAndSwap(p, &nt) {
+		if c.tab.CompareAndSwap(p, &nt) {
 			return nt
 		}
 		// another goroutine grew it meanwhile: take its table (or grow that one)
@@ -95,7 +94,7 @@ func (c *chain) table(n int) []uint64 {
 
 // mult returns T(j).
 func (c *chain) mult(j uint32) uint64 {
-	if t := *c.tab.p.Load(); int(j) < len(t) {
+	if t := *c.tab.Load(); int(j) < len(t) {
 		return t[j]
 	}
 	return c.multPast(j)

@@ -176,7 +176,7 @@ func TestChainPastTable(t *testing.T) {
 // whatever table a goroutine held.
 func TestChainTableGrows(t *testing.T) {
 	c := newChain(false, table.SeedFrom(11))
-	if n := len(*c.tab.p.Load()); n != chainTableMin {
+	if n := len(*c.tab.Load()); n != chainTableMin {
 		t.Fatalf("a new chain's table has %d multipliers, want %d", n, chainTableMin)
 	}
 	want := func(content []uint64) []uint64 {
@@ -214,7 +214,7 @@ func TestChainTableGrows(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := len(*c.tab.p.Load()); n != chainTable {
+	if n := len(*c.tab.Load()); n != chainTable {
 		t.Fatalf("after hashing %d positions the table has %d multipliers, want %d", len(content), n, chainTable)
 	}
 }

@@ -548,9 +548,6 @@ func (e *Engine) deciders(ctx context.Context, q *query, L int) error {
 	if err := e.narrow(ctx, q); err != nil {
 		return err
 	}
-	for i := range q.cands {
-		q.cands[i].score = q.cands[i].hi // (narrow may have lowered hi)
-	}
 	slices.SortFunc(q.cands, func(a, b candidate) int {
 		if a.lo != b.lo {
 			return a.lo - b.lo
@@ -675,7 +672,7 @@ func (e *Engine) narrow(ctx context.Context, q *query) error {
 	need := false
 	for i := range q.cands {
 		c := &q.cands[i]
-		if c.gappy || c.hi-c.lo <= narrowMin {
+		if !c.wide() {
 			continue
 		}
 		for x := c.lo + narrowStep - 1; x < c.hi; x += narrowStep {
@@ -692,13 +689,13 @@ func (e *Engine) narrow(ctx context.Context, q *query) error {
 	}
 	for i := range q.cands {
 		c := &q.cands[i]
-		if c.gappy || c.hi-c.lo <= narrowMin {
+		if !c.wide() {
 			continue
 		}
 		lo := c.lo
 		for x := c.lo + narrowStep - 1; x < c.hi; x += narrowStep {
 			if !slices.Contains(q.members(x), c.wid) {
-				c.hi = x // its score is the first miss in [lo, x), or x
+				c.hi, c.score = x, x // its score is the first miss in [lo, x), or x
 				break
 			}
 			lo = x + 1 // held x, so every position up to it
@@ -714,6 +711,10 @@ const (
 	narrowMin  = 32
 	narrowStep = 8
 )
+
+// wide reports whether narrow narrows c's range: a gap-free candidate's, wider than
+// narrowMin.
+func (c *candidate) wide() bool { return !c.gappy && c.hi-c.lo > narrowMin }
 
 // collect appends the scored candidates to dst as matches, in answer order. A worker
 // removed while the query ran may have had its id taken by a new worker, whose
@@ -1058,7 +1059,7 @@ func (e *Engine) scatter(ctx context.Context, q *query) error {
 		e.locked.RLock()
 		e.shards[0].fill(&q.sub[0])
 		e.locked.RUnlock()
-		q.sub[0].start, q.sub[0].sdone = len(q.sub[0].probes), len(q.sub[0].scans)
+		q.sub[0].settle()
 		return nil
 	}
 	sent, err := e.send(ctx, q)
@@ -1126,8 +1127,10 @@ func (e *Engine) gather(ctx context.Context, q *query, sent int) error {
 		}
 	}
 	for i := range q.sub {
-		b := &q.sub[i]
-		b.start, b.sdone, b.flying = len(b.probes), len(b.scans), false
+		q.sub[i].settle()
 	}
 	return nil
 }
+
+// settle marks every probe and scan of b answered, and b back with the caller.
+func (b *probeBatch) settle() { b.start, b.sdone, b.flying = len(b.probes), len(b.scans), false }
