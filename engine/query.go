@@ -657,14 +657,15 @@ func (q *query) takeScans(b *probeBatch) {
 // candidate that dropped out in a stride of 64 then costs 7 probes here and at most 7
 // in round 2 instead of 63 in round 2, for one more round trip. That pays where the
 // probes of a round are not split over shards: the locked index, which pays no round
-// trip, and an engine with one shard. Measured on the queries it changes (25 of the
-// conversation trace's 750, 118 of trace16's 3,000; a throwaway test timing 20,000 of
-// them at rest, narrowing on and off alternated): mean 4.08-4.17 against 4.46-4.76 us
-// (four rounds) and 4.53-4.69 against 5.49-6.05 us (three) with one shard, but
-// 5.28-5.59 against 4.67-5.01 us and about even with two, where each shard probes half
-// of the 63 and the round trip waits for both. Over all the queries at rest, probes per
-// query fall from 18.8 to 17.4 (conversation trace) and 21.3 to 19.7 (trace16) for
-// 0.034 and 0.040 more round trips (kvindex bench --impls engine --shards 1).
+// trip, and an engine with one shard. go test -run '^$' -bench
+// 'TraceQueriesAtRest/locked=false' -benchtime 20000x ./engine/, set=round2 (the queries
+// it changes are among them), one shard, builds alternated three rounds: 3.49-3.75
+// against 3.80-3.94 us on the conversation trace, 4.94-5.13 against 5.22-5.37 on
+// trace16. With two shards, where each shard probes half of the 63 and the round trip
+// waits for both, it does not pay: forced on, 4.30-4.74 against 4.47-4.60 us and
+// 5.33-5.75 against 5.37-5.68. Over all the queries at rest, one shard, probes per query fall from 18.8
+// to 17.4 (conversation trace) and 21.3 to 19.7 (trace16) for 0.034 and 0.040 more round
+// trips (kvindex bench --impls engine --shards 1, its at-rest columns).
 func (e *Engine) narrow(ctx context.Context, q *query) error {
 	if !e.cfg.LockedIndex && len(e.shards) > 1 {
 		return nil
