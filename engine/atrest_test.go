@@ -77,3 +77,40 @@ func BenchmarkTraceQueriesAtRest(b *testing.B) {
 		e.Close()
 	}
 }
+
+// BenchmarkGallopFirst answers the trace-driven log's queries at rest on the locked index
+// (KVINDEX_OPS names another log) with gallop's first stride set to 1, 4, 8 (the
+// default, gallopFirst) and 16: the measurement behind gallopFirst. ns/op is the mean
+// per query.
+func BenchmarkGallopFirst(b *testing.B) {
+	ops := ceilingOps(b)
+	e, err := New(Config{LockedIndex: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	var queries [][]uint64
+	for i := range ops {
+		if ops[i].Kind == oplog.Query {
+			queries = append(queries, ops[i].Content)
+			continue
+		}
+		ev := ceilingEvent(&ops[i])
+		if err := e.Apply(&ev); err != nil && !IsRejection(err) {
+			b.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	for _, first := range []int{1, 4, 8, 16} {
+		b.Run(fmt.Sprintf("first=%d", first), func(b *testing.B) {
+			e.hooks.gallopFirst = first
+			var dst []Match
+			var err error
+			for i := 0; i < b.N; i++ {
+				if dst, err = e.FindMatches(ctx, queries[i%len(queries)], dst[:0]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -44,6 +44,8 @@ type testHooks struct {
 	// (round): 0 when its hashing wins the race (production), 1 always, -1 never, so
 	// that the differential tests take both ways whatever the timing.
 	speculate int8
+	// gallopFirst, when not 0, replaces gallop's first stride (BenchmarkGallopFirst).
+	gallopFirst int
 }
 
 type Engine struct {

@@ -295,7 +295,11 @@ func (e *Engine) gallop(q *query, idx *shard.Index, content []uint64, buf []uint
 	J := e.cfg.JumpSize
 	q.pre = append(q.pre[:0], content[0])
 	live := 0 // q.cands[live:] have held every landing so far; the others are scored
-	prev, x, step := 0, 0, min(gallopFirst, J)
+	first := gallopFirst
+	if e.hooks.gallopFirst != 0 {
+		first = e.hooks.gallopFirst
+	}
+	prev, x, step := 0, 0, min(first, J)
 	for live < len(q.cands) && x < L-1 {
 		x = min(x+step, L-1)
 		step = min(2*step, gallopCap*J)
@@ -333,9 +337,10 @@ func (e *Engine) gallop(q *query, idx *shard.Index, content []uint64, buf []uint
 // gallopFirst is gallop's first stride. Position 0's members are usually held several
 // blocks deep (on the trace-driven logs, a system prompt of a few blocks that every
 // worker holds), so a first landing at 8 decides them in one probe and a bisection of
-// three instead of landings at 1, 3 and 7 first. Measured at rest, min of 30 runs per
-// query, same run (first strides 1, 4, 8, 16): p50 441, 380, 340 ns on the conversation
-// trace and 1.86, 1.86, 1.80, 1.78 us on the 16-worker trace log.
+// three instead of landings at 1, 3 and 7 first. Mean per query at rest on the locked
+// index, first strides 1, 4, 8 and 16 (go test -run '^$' -bench GallopFirst -count 3
+// ./engine/): 567-600, 505-534, 458-479, 491-496 ns on the conversation trace and
+// 1.29-1.32, 1.26-1.33, 1.07-1.15, 1.16-1.31 us on the 16-worker trace log.
 const gallopFirst = 8
 
 // gallopCap x JumpSize is gallop's longest stride. A query held 1,500 blocks deep
