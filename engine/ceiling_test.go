@@ -32,7 +32,9 @@ import (
 //     the deltas and probes the worker half recorded).
 //
 // The table-B/membership metrics are the bytes of the hash tables (slots, empty ones
-// included, and overflow sets) each variant holds at the end of the log, per membership.
+// included, and overflow sets) each variant holds at the end of the log, per membership;
+// the exact variant's are also given per table (records, seq tables, key indexes,
+// positional index).
 //
 // The reported ceilings: ceiling-pipeline is block ops over the exact worker-state
 // time, the most a design that keeps each worker's bookkeeping on the caller's goroutine
@@ -49,7 +51,8 @@ func BenchmarkReplayCeiling(b *testing.B) {
 	}
 	var exact, workerOnly, floor, floorWorker, floorIndex time.Duration
 	var fl floorReplay
-	var exactBytes, floorBytes float64
+	var exactBytes exactTables
+	var floorBytes float64
 	for i := 0; i < b.N; i++ {
 		d, bytes := exactReplay(b, ops, events, false)
 		exact += d
@@ -61,7 +64,11 @@ func BenchmarkReplayCeiling(b *testing.B) {
 		floorWorker += fl.run(ops, true)
 		floorIndex += fl.replayDeltas()
 	}
-	b.ReportMetric(exactBytes, "exact-table-B/membership")
+	b.ReportMetric(exactBytes.total(), "exact-table-B/membership")
+	b.ReportMetric(exactBytes.recs, "exact-records-B/membership")
+	b.ReportMetric(exactBytes.seqs, "exact-seq-table-B/membership")
+	b.ReportMetric(exactBytes.keyIdx, "exact-key-index-B/membership")
+	b.ReportMetric(exactBytes.index, "exact-index-B/membership")
 	b.ReportMetric(floorBytes, "floor-table-B/membership")
 	rate := func(d time.Duration) float64 { return float64(blockOps) * float64(b.N) / d.Seconds() / 1e6 }
 	b.ReportMetric(rate(exact), "exact-Mops/s")
@@ -112,7 +119,7 @@ func ceilingEvent(op *oplog.Op) Event {
 // exactReplay replays ops on a fresh LockedIndex engine, events between two queries in
 // one ApplyBatch, and returns the time the calls took and the engine's table bytes per
 // membership at the end.
-func exactReplay(b *testing.B, ops []oplog.Op, events []Event, workerStateOnly bool) (time.Duration, float64) {
+func exactReplay(b *testing.B, ops []oplog.Op, events []Event, workerStateOnly bool) (time.Duration, exactTables) {
 	e, err := New(Config{Shards: 1, LockedIndex: true})
 	if err != nil {
 		b.Fatal(err)
@@ -148,14 +155,28 @@ func exactReplay(b *testing.B, ops []oplog.Op, events []Event, workerStateOnly b
 	errs = e.ApplyBatch(events[run:], errs[:0])
 	d := time.Since(start)
 	check(errs)
+	return d, exactTableBytes(e)
+}
+
+// exactTables is the heap of an engine's tables per membership, by table: the key
+// records, the seq tables, the key indexes and the positional index (slots and records,
+// empty ones included, and the index's overflow sets).
+type exactTables struct{ recs, seqs, keyIdx, index float64 }
+
+func (t exactTables) total() float64 { return t.recs + t.seqs + t.keyIdx + t.index }
+
+func exactTableBytes(e *Engine) exactTables {
 	st := e.Stats()
-	bytes := st.IndexBytes
+	n := float64(max(st.Blocks, 1))
+	t := exactTables{index: float64(st.IndexBytes) / n}
 	for ws, i := e.workers(), 0; i < len(ws); i++ {
 		if w := ws[i].Load(); w != nil {
-			bytes += int64(w.tableBytes())
+			t.recs += float64(cap(w.keys.recs)*int(unsafe.Sizeof(keyRec{}))) / n
+			t.seqs += float64(cap(w.seqs.slots)*int(unsafe.Sizeof(seqSlot{}))) / n
+			t.keyIdx += float64(cap(w.keys.idx)*int(unsafe.Sizeof(keySlot{}))) / n
 		}
 	}
-	return d, float64(bytes) / float64(max(st.Blocks, 1))
+	return t
 }
 
 var floorSeed = table.SeedFrom(1)

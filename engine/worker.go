@@ -3,7 +3,6 @@ package engine
 import (
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/kvindex/kvindex/internal/table"
 	"github.com/kvindex/kvindex/shard"
@@ -298,12 +297,6 @@ func (w *worker) compact(seed *table.Seed) {
 			s.ref = ids[s.ref-1]
 		}
 	}
-}
-
-// tableBytes is the heap of the worker's tables: slots and records, empty ones included.
-func (w *worker) tableBytes() int {
-	return cap(w.seqs.slots)*int(unsafe.Sizeof(seqSlot{})) + cap(w.keys.recs)*int(unsafe.Sizeof(keyRec{})) +
-		cap(w.keys.idx)*int(unsafe.Sizeof(keySlot{}))
 }
 
 // publish makes w's gap flag and size (and the engine's block counts) visible to
