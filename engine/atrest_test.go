@@ -114,3 +114,57 @@ func BenchmarkGallopFirst(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkQueryWork counts the work of the trace-driven log's queries at rest (KVINDEX_OPS
+// names another log) on a one-shard engine for the choices of denseLandings/denseShort
+// and firstWave: round trips and probes per query (Stats.QueryRounds, QueryProbes), the
+// measurement behind those constants. The next wave is never sent early (SetSpeculation),
+// so the counts do not depend on timing; ns/op is the time of one pass over the queries.
+func BenchmarkQueryWork(b *testing.B) {
+	ops := ceilingOps(b)
+	var queries [][]uint64
+	for i := range ops {
+		if ops[i].Kind == oplog.Query {
+			queries = append(queries, ops[i].Content)
+		}
+	}
+	ctx := context.Background()
+	for _, dense := range []int{denseShort, denseLandings} {
+		for _, wave := range []int{64, firstWave} {
+			b.Run(fmt.Sprintf("dense=%d/firstWave=%d", dense, wave), func(b *testing.B) {
+				e, err := New(Config{Shards: 1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer e.Close()
+				SetDenseLandings(e, dense)
+				SetSpeculation(e, false)
+				e.hooks.firstWave = wave
+				for i := range ops {
+					if ops[i].Kind != oplog.Query {
+						ev := ceilingEvent(&ops[i])
+						if err := e.Apply(&ev); err != nil && !IsRejection(err) {
+							b.Fatal(err)
+						}
+					}
+				}
+				if err := e.Barrier(ctx); err != nil {
+					b.Fatal(err)
+				}
+				before := e.Stats()
+				var dst []Match
+				for b.Loop() {
+					for _, q := range queries {
+						if dst, err = e.FindMatches(ctx, q, dst[:0]); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				st := e.Stats()
+				n := float64(st.Queries - before.Queries)
+				b.ReportMetric(float64(st.QueryRounds-before.QueryRounds)/n, "rounds/query")
+				b.ReportMetric(float64(st.QueryProbes-before.QueryProbes)/n, "probes/query")
+			})
+		}
+	}
+}

@@ -44,8 +44,9 @@ type testHooks struct {
 	// (round): 0 when its hashing wins the race (production), 1 always, -1 never, so
 	// that the differential tests take both ways whatever the timing.
 	speculate int8
-	// gallopFirst, when not 0, replaces gallop's first stride (BenchmarkGallopFirst).
-	gallopFirst int
+	// gallopFirst and firstWave, when not 0, replace gallop's first stride and the
+	// depth of a sharded query's first wave (BenchmarkGallopFirst, BenchmarkQueryWork).
+	gallopFirst, firstWave int
 }
 
 type Engine struct {

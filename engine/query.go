@@ -406,7 +406,11 @@ func (e *Engine) landings(ctx context.Context, q *query, content []uint64) error
 	q.seen.grow(len(slots))
 	dense := int(e.dense.Load())
 	locked := e.cfg.LockedIndex
-	hi := max(firstWave, J)
+	hi := firstWave
+	if e.hooks.firstWave != 0 {
+		hi = e.hooks.firstWave
+	}
+	hi = max(hi, J)
 	if locked {
 		hi = 0 // position 0 alone first: a query nobody matches costs one probe
 	}
@@ -890,9 +894,10 @@ func (q *query) scanRange(c *candidate, L int) (lo, hi int) {
 // and a gap-free worker that drops out among positions that were all probed has its
 // score without round 2: a few extra probes in a batch that goes out anyway cost less
 // than a second round trip through the shards. Which few depends on the workload: on
-// both trace logs (an 8-block system prompt) 8 against 16, counted with an instrumented
-// build at rest, took probes per query from 23.7 to 17.0 (conversation trace) and 24.1
-// to 17.5 (trace16) for 0.3% and 1% more round trips, and in four alternated runs of
+// both trace logs (an 8-block system prompt) 8 against 16 takes probes per query at rest
+// from 22.3 to 15.6 (conversation trace) and 22.5 to 15.9 (trace16) for 0.3% and 1%
+// more round trips (go test -run '^$' -bench QueryWork -benchtime 3x ./engine/, one
+// shard; when it was chosen, 23.7 to 17.0 and 24.1 to 17.5), and in four alternated runs of
 // kvindex bench --impls engine --shards 1,2 --producers 1 --no-verify p50 at rest from
 // 1.99-2.08 to 1.79-1.80 us at 1 shard and 2.30-2.35 to 1.97-2.02 at 2; but with a
 // system prompt of 9 to 16 blocks 8 would cost most queries a round trip (about 1 us)
@@ -954,11 +959,12 @@ func (e *Engine) noteDense(near bool) {
 // deeper first wave saves round trips for long matches but hashes the prefix chain that
 // deep for every query that long. With SPEC's chain (about 4 ns a position) 256 -> 64
 // took p50 at rest from 2.05-2.29 to 1.65-2.00 us; with the keyed chain (0.9 ns) a
-// round trip costs more than hashing a thousand positions. Counted at rest with an
-// instrumented build (scatter/gather round trips per query, all 750 queries of the
-// conversation trace and 3,000 of trace16): 64 gave 1.35 and 1.72 on average, up to 5;
-// 1,024 gives 1.08 and 1.10, at most 3, for 107 and 53 more positions hashed per query
-// and one more probe. kvindex bench --impls engine --shards 1,2 --no-verify, four runs
+// round trip costs more than hashing a thousand positions. Counted at rest (round trips
+// per query over all 750 queries of the conversation trace and 3,000 of trace16, one
+// shard, no early waves: BenchmarkQueryWork): 64 gives 1.38 and 1.77 on average, 1,024
+// gives 1.12 and 1.16, for 1-2 more probes per query (when it was chosen, with an
+// instrumented build: 1.35 and 1.72 against 1.08 and 1.10, and 107 and 53 more
+// positions hashed per query). kvindex bench --impls engine --shards 1,2 --no-verify, four runs
 // of each alternated: p99 at rest 17.3-19.3 -> 13.2-15.2 us (1 shard) and 18.3-19.5 ->
 // 13.5-15.0 (2 shards) on the conversation trace, 12.1-24.6 -> 10.3-11.7 at 2 shards on
 // trace16; p50 unchanged or lower. An early wave of one stride, sent before the rest of
