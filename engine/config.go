@@ -44,8 +44,8 @@ const (
 	MaxJumpSize = 1 << 16
 	// MaxQueueSize bounds Config.QueueSize.
 	MaxQueueSize = 1 << 24
-	// MaxQueuedDeltas bounds Shards x QueueSize: the rings are allocated up front at 24
-	// bytes a cell (a 16-byte delta and its sequence word), so this caps them at 768 MiB.
+	// MaxQueuedDeltas bounds Shards x QueueSize: the rings are allocated up front at 16
+	// bytes a cell (a 12-byte delta and its sequence word), so this caps them at 512 MiB.
 	MaxQueuedDeltas = 1 << 25
 	// MaxQueryQueue bounds Config.QueryQueue: each shard's query channel is allocated up
 	// front at 8 bytes a cell, so this caps it at 512 KiB a shard.

@@ -247,6 +247,12 @@ func (e *Engine) allocIDLocked() uint32 {
 		wid = e.free[0].wid
 		e.free = e.free[1:]
 	} else {
+		if wid > maxID {
+			// A worker id travels in a delta's 30 id bits. Ids are reused once retired, so
+			// this takes over a billion workers (and tier components) alive at once, each
+			// with hundreds of bytes of state: memory runs out long before.
+			panic("engine: more than 2^30 worker ids in use")
+		}
 		e.nextID++
 	}
 	slots := *e.slots.Load()

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -19,7 +20,7 @@ import (
 // is behind its ring and a Barrier cannot take its fast path.
 func stall(t *testing.T, e *Engine, s int) (release func()) {
 	b := &barrier{ack: make(chan struct{})}
-	require.NoError(t, e.shards[s].ring.Push(delta{op: opBarrier, wid: e.bars.add(b, 1)}))
+	require.NoError(t, e.shards[s].ring.Push(newDelta(opBarrier, 0, e.bars.add(b, 1))))
 	deadline := time.Now().Add(10 * time.Second)
 	for e.shards[s].ring.Len() > 0 {
 		require.True(t, time.Now().Before(deadline), "shard %d never took the stall token", s)
@@ -27,7 +28,7 @@ func stall(t *testing.T, e *Engine, s int) (release func()) {
 	}
 	filler := e.bars.add(&barrier{ack: make(chan struct{}, 1)}, 1)
 	e.bars.drop(filler)
-	require.NoError(t, e.shards[s].ring.Push(delta{op: opBarrier, wid: filler}))
+	require.NoError(t, e.shards[s].ring.Push(newDelta(opBarrier, 0, filler)))
 	return func() { <-b.ack }
 }
 
@@ -106,7 +107,7 @@ func TestShardPanicFailsCallersInsteadOfWedging(t *testing.T) {
 	require.NoError(t, err)
 	defer e.Close()
 	// Break the shard's invariant on purpose: remove a membership it never had.
-	require.NoError(t, e.shards[1].ring.Push(delta{op: opRemove, fp: 42, wid: 3}))
+	require.NoError(t, e.shards[1].ring.Push(newDelta(opRemove, 42, 3)))
 	err = e.Barrier(context.Background())
 	require.ErrorIs(t, err, ErrShardFailed)
 	_, err = e.FindMatches(context.Background(), []uint64{1}, nil)
@@ -202,7 +203,7 @@ func TestBarrierTable(t *testing.T) {
 		b := &barrier{ack: make(chan struct{}, 3)}
 		id := e.bars.add(b, 3)
 		for _, s := range e.shards {
-			require.NoError(t, s.ring.Push(delta{op: opBarrier, wid: id}))
+			require.NoError(t, s.ring.Push(newDelta(opBarrier, 0, id)))
 		}
 		for range 3 {
 			<-b.ack
@@ -222,4 +223,21 @@ func TestBarrierTable(t *testing.T) {
 	id := e.bars.add(&barrier{ack: make(chan struct{})}, 1)
 	e.bars.drop(id)
 	require.Nil(t, e.bars.ack(id))
+}
+
+// TestDeltaLayout: a delta is 12 bytes, 4-byte aligned, so that a ring cell is 16, and
+// its op, id and fingerprint come back as given at the ends of their ranges.
+func TestDeltaLayout(t *testing.T) {
+	require.Equal(t, uintptr(12), unsafe.Sizeof(delta{}))
+	require.Equal(t, uintptr(4), unsafe.Alignof(delta{}))
+	for _, op := range []uint8{opAdd, opRemove, opBarrier} {
+		for _, id := range []uint32{0, 1, maxID} {
+			for _, fp := range []uint64{0, 1<<64 - 1, 0x8000_0001_7fff_fffe} {
+				d := newDelta(op, fp, id)
+				require.Equal(t, op, d.op())
+				require.Equal(t, id, d.id())
+				require.Equal(t, fp, d.fp())
+			}
+		}
+	}
 }

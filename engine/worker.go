@@ -339,7 +339,7 @@ func (w *worker) emitFP(e *Engine, op uint8, k key, fp uint64) {
 	}
 	s := e.ownerOf(fp)
 	o := w.out
-	o.pend[s] = append(o.pend[s], delta{fp: fp, wid: w.wid, op: op})
+	o.pend[s] = append(o.pend[s], newDelta(op, fp, w.wid))
 	o.npend++
 }
 

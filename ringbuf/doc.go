@@ -68,7 +68,9 @@
 //
 // The design is Dmitry Vyukov's bounded queue with a per-cell sequence
 // number. Positions are 63-bit counters that never wrap in practice; the
-// cell for position p is cells[p & (cap-1)]. All atomics are Go
+// cell for position p is cells[p & (cap-1)], and its sequence number is kept
+// modulo 2^32 (every comparison is within a capacity of the position, so the
+// low 32 bits decide it), which makes a cell of a 12-byte item 16 bytes. All atomics are Go
 // sync/atomic operations, which are sequentially consistent; the
 // happens-before edges below are the ones the implementation relies on.
 //

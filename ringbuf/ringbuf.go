@@ -45,13 +45,19 @@ const (
 )
 
 // slot is one cell of the ring. seq encodes the cell's state relative to a
-// position p that maps to it (p&mask == index):
+// position p that maps to it (p&mask == index), modulo 2^32:
 //
 //	seq == p     free: the cell may be filled with the item for position p
 //	seq == p+1   full: the item for position p is published
 //	seq == p+cap consumed: free for position p+cap (next lap)
+//
+// The low 32 bits of the position are enough: every seq a producer or the
+// consumer compares lies within a capacity (at most MaxCapacity, 2^30) of
+// the position it compares it with, so the difference, read as a signed
+// 32-bit number, has the sign the full difference has. A 4-byte seq makes a
+// cell of a 12-byte item 16 bytes, four to a cache line.
 type slot[T any] struct {
-	seq atomic.Uint64
+	seq atomic.Uint32
 	val T
 }
 
@@ -114,7 +120,7 @@ func New[T any](capacity int) (*Ring[T], error) {
 		done:  make(chan struct{}),
 	}
 	for i := range r.slots {
-		r.slots[i].seq.Store(uint64(i))
+		r.slots[i].seq.Store(uint32(i))
 	}
 	// A consumer that selects on Doorbell before its first PopBatch must
 	// still be woken by the first push.
@@ -192,13 +198,13 @@ func (r *Ring[T]) reserve(want int) (pos uint64, n int, closed bool) {
 		// position t+cap is the cell for t, whose seq is not t+cap.
 		for n = 0; n < want; n++ {
 			p := t + uint64(n)
-			if r.slots[p&r.mask].seq.Load() != p {
+			if r.slots[p&r.mask].seq.Load() != uint32(p) {
 				break
 			}
 		}
 		if n == 0 {
 			seq := r.slots[t&r.mask].seq.Load()
-			if int64(seq-t) < 0 {
+			if int32(seq-uint32(t)) < 0 {
 				// The cell still holds the item of position t-cap:
 				// at least cap items are in the ring.
 				return 0, 0, false
@@ -219,7 +225,7 @@ func (r *Ring[T]) reserve(want int) (pos uint64, n int, closed bool) {
 func (r *Ring[T]) publish1(pos uint64, v T) {
 	c := &r.slots[pos&r.mask]
 	c.val = v
-	c.seq.Store(pos + 1) // release: publishes c.val
+	c.seq.Store(uint32(pos + 1)) // release: publishes c.val
 	r.ringBell()
 }
 
@@ -283,7 +289,7 @@ func (r *Ring[T]) PushBatch(vs []T) (int, error) {
 			p := pos + uint64(i)
 			c := &r.slots[p&r.mask]
 			c.val = v
-			c.seq.Store(p + 1) // release: publishes c.val
+			c.seq.Store(uint32(p + 1)) // release: publishes c.val
 		}
 		done += n
 		r.ringBell()
@@ -298,7 +304,7 @@ func (r *Ring[T]) spaceOrClosed() bool {
 	if t&closedBit != 0 {
 		return true
 	}
-	return int64(r.slots[t&r.mask].seq.Load()-t) >= 0
+	return int32(r.slots[t&r.mask].seq.Load()-uint32(t)) >= 0
 }
 
 // waitSpace returns once the ring may have space or is closed: after a short
@@ -338,12 +344,12 @@ func (r *Ring[T]) pop(dst []T) int {
 	for n < len(dst) {
 		p := h + uint64(n)
 		c := &r.slots[p&r.mask]
-		if c.seq.Load() != p+1 { // acquire: pairs with the producer's publish
+		if c.seq.Load() != uint32(p+1) { // acquire: pairs with the producer's publish
 			break
 		}
 		dst[n] = c.val
-		c.val = zero                          // do not retain garbage
-		c.seq.Store(p + uint64(len(r.slots))) // release: hands the cell to the next lap
+		c.val = zero                                  // do not retain garbage
+		c.seq.Store(uint32(p + uint64(len(r.slots)))) // release: hands the cell to the next lap
 		n++
 	}
 	if n > 0 {

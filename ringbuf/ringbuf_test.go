@@ -83,6 +83,7 @@ func TestLayout(t *testing.T) {
 	assert.Less(t, unsafe.Offsetof(r.waitNanos), uintptr(5*cacheLineSize))
 	assert.Equal(t, uintptr(5*cacheLineSize), unsafe.Sizeof(r))
 	assert.Equal(t, unsafe.Sizeof(r), unsafe.Sizeof(Ring[[100]byte]{}), "layout must not depend on T")
+	assert.Equal(t, uintptr(16), unsafe.Sizeof(slot[[3]uint32]{}), "a 12-byte item's cell: 4-byte seq")
 
 	for range 100 {
 		p := mustNew[int](t, 2)
@@ -346,7 +347,12 @@ func TestPushBatchLargerThanCapacity(t *testing.T) {
 // as producer<<32 | seq through mixed push methods, while a single consumer
 // sleeping on the doorbell checks per-producer FIFO order and a checksum.
 func hammer(t *testing.T, capacity, producers, perProducer, popBatch int) {
-	r := mustNew[uint64](t, capacity)
+	hammerFrom(t, mustNew[uint64](t, capacity), producers, perProducer, popBatch)
+}
+
+// hammerFrom is hammer on a ring the caller made (startAt moves its positions).
+func hammerFrom(t *testing.T, r *Ring[uint64], producers, perProducer, popBatch int) {
+	start := r.Stats().Pushes
 	var wg sync.WaitGroup
 	var wantSum atomic.Uint64
 	for p := 0; p < producers; p++ {
@@ -418,12 +424,67 @@ func hammer(t *testing.T, capacity, producers, perProducer, popBatch int) {
 	wg.Wait()
 	assert.Zero(t, r.PopBatch(dst), "extra items")
 	assert.Equal(t, wantSum.Load(), gotSum, "checksum")
-	assert.Equal(t, uint64(total), r.Stats().Pushes)
+	assert.Equal(t, uint64(total), r.Stats().Pushes-start)
 	for p := range next {
 		assert.Equal(t, uint64(perProducer), next[p])
 	}
 	t.Logf("stats: %+v", r.Stats())
 	r.Close()
+}
+
+// startAt puts an empty, unused ring at position base instead of 0, as if base items
+// had passed through it: the cell of position p keeps seq uint32(p), so a test can take
+// a ring across the positions where the cells' 32-bit sequence numbers wrap without
+// pushing 2^32 items first.
+func startAt[T any](r *Ring[T], base uint64) {
+	c := uint64(len(r.slots))
+	for k := range r.slots {
+		// the first position at or after base whose cell is k
+		p := base + (uint64(k)-base%c+c)%c
+		r.slots[k].seq.Store(uint32(p))
+	}
+	r.tail.Store(base)
+	r.head.Store(base)
+}
+
+// TestSequenceWrap runs the ring across the positions where the cells' 32-bit sequence
+// numbers wrap (2^32, and 2^33 with the reservation counter's bit 32 set): FIFO order,
+// Len, full and empty rings, and concurrent producers must not notice.
+func TestSequenceWrap(t *testing.T) {
+	for _, base := range []uint64{1<<32 - 37, 1<<33 - 5} {
+		for _, capacity := range []int{2, 64} {
+			t.Run(fmt.Sprintf("base=%d/cap=%d", base, capacity), func(t *testing.T) {
+				r := mustNew[uint64](t, capacity)
+				startAt(r, base)
+				dst := make([]uint64, capacity)
+				next, want := uint64(0), uint64(0)
+				for round := 0; round < 200; round++ {
+					for r.TryPush(next) {
+						next++
+					}
+					require.Equal(t, capacity, r.Len(), "full ring")
+					m := r.PopBatch(dst[:1+round%capacity])
+					for _, v := range dst[:m] {
+						require.Equal(t, want, v)
+						want++
+					}
+					if round%2 == 0 {
+						for m := r.PopBatch(dst); m > 0; m = r.PopBatch(dst) {
+							for _, v := range dst[:m] {
+								require.Equal(t, want, v)
+								want++
+							}
+						}
+						require.Zero(t, r.Len(), "empty ring")
+					}
+				}
+				require.Equal(t, base+next, r.Stats().Pushes)
+				r2 := mustNew[uint64](t, capacity)
+				startAt(r2, base)
+				hammerFrom(t, r2, 8, 2000, 5)
+			})
+		}
+	}
 }
 
 func TestHammer(t *testing.T) {
