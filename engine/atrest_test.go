@@ -14,33 +14,9 @@ import (
 // set=round2 only those a one-shard engine answers with more than one round trip (the
 // queries round 2 and narrow change: 54 of the conversation trace's 750 at rest).
 func BenchmarkTraceQueriesAtRest(b *testing.B) {
-	ops := ceilingOps(b)
-	var queries [][]uint64
-	for i := range ops {
-		if ops[i].Kind == oplog.Query {
-			queries = append(queries, ops[i].Content)
-		}
-	}
+	ops, queries := traceQueries(b)
 	ctx := context.Background()
-	load := func(cfg Config) *Engine {
-		e, err := New(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for i := range ops {
-			if ops[i].Kind == oplog.Query {
-				continue
-			}
-			ev := ceilingEvent(&ops[i])
-			if err := e.Apply(&ev); err != nil && !IsRejection(err) {
-				b.Fatal(err)
-			}
-		}
-		if err := e.Barrier(ctx); err != nil {
-			b.Fatal(err)
-		}
-		return e
-	}
+	load := func(cfg Config) *Engine { return loadAtRest(b, ops, cfg, nil) }
 	var round2 [][]uint64
 	{
 		e := load(Config{Shards: 1})
@@ -83,23 +59,9 @@ func BenchmarkTraceQueriesAtRest(b *testing.B) {
 // default, gallopFirst) and 16: the measurement behind gallopFirst. ns/op is the mean
 // per query.
 func BenchmarkGallopFirst(b *testing.B) {
-	ops := ceilingOps(b)
-	e, err := New(Config{LockedIndex: true})
-	if err != nil {
-		b.Fatal(err)
-	}
+	ops, queries := traceQueries(b)
+	e := loadAtRest(b, ops, Config{LockedIndex: true}, nil)
 	defer e.Close()
-	var queries [][]uint64
-	for i := range ops {
-		if ops[i].Kind == oplog.Query {
-			queries = append(queries, ops[i].Content)
-			continue
-		}
-		ev := ceilingEvent(&ops[i])
-		if err := e.Apply(&ev); err != nil && !IsRejection(err) {
-			b.Fatal(err)
-		}
-	}
 	ctx := context.Background()
 	for _, first := range []int{1, 4, 8, 16} {
 		b.Run(fmt.Sprintf("first=%d", first), func(b *testing.B) {
@@ -121,36 +83,18 @@ func BenchmarkGallopFirst(b *testing.B) {
 // measurement behind those constants. The next wave is never sent early (SetSpeculation),
 // so the counts do not depend on timing; ns/op is the time of one pass over the queries.
 func BenchmarkQueryWork(b *testing.B) {
-	ops := ceilingOps(b)
-	var queries [][]uint64
-	for i := range ops {
-		if ops[i].Kind == oplog.Query {
-			queries = append(queries, ops[i].Content)
-		}
-	}
+	ops, queries := traceQueries(b)
 	ctx := context.Background()
 	for _, dense := range []int{denseShort, denseLandings} {
 		for _, wave := range []int{64, firstWave} {
 			b.Run(fmt.Sprintf("dense=%d/firstWave=%d", dense, wave), func(b *testing.B) {
-				e, err := New(Config{Shards: 1})
-				if err != nil {
-					b.Fatal(err)
-				}
+				e := loadAtRest(b, ops, Config{Shards: 1}, func(e *Engine) {
+					SetDenseLandings(e, dense)
+					SetSpeculation(e, false)
+					e.hooks.firstWave = wave
+				})
 				defer e.Close()
-				SetDenseLandings(e, dense)
-				SetSpeculation(e, false)
-				e.hooks.firstWave = wave
-				for i := range ops {
-					if ops[i].Kind != oplog.Query {
-						ev := ceilingEvent(&ops[i])
-						if err := e.Apply(&ev); err != nil && !IsRejection(err) {
-							b.Fatal(err)
-						}
-					}
-				}
-				if err := e.Barrier(ctx); err != nil {
-					b.Fatal(err)
-				}
+				var err error
 				before := e.Stats()
 				var dst []Match
 				for b.Loop() {
@@ -167,4 +111,41 @@ func BenchmarkQueryWork(b *testing.B) {
 			})
 		}
 	}
+}
+
+// traceQueries reads the trace-driven log (KVINDEX_OPS names another) and returns its ops
+// and its queries' content hashes.
+func traceQueries(b *testing.B) (ops []oplog.Op, queries [][]uint64) {
+	ops = ceilingOps(b)
+	for i := range ops {
+		if ops[i].Kind == oplog.Query {
+			queries = append(queries, ops[i].Content)
+		}
+	}
+	return ops, queries
+}
+
+// loadAtRest returns an engine of cfg that has applied every event of ops, after a
+// Barrier; setup, when not nil, runs first (test hooks are set before any call).
+func loadAtRest(b *testing.B, ops []oplog.Op, cfg Config, setup func(*Engine)) *Engine {
+	e, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if setup != nil {
+		setup(e)
+	}
+	for i := range ops {
+		if ops[i].Kind == oplog.Query {
+			continue
+		}
+		ev := ceilingEvent(&ops[i])
+		if err := e.Apply(&ev); err != nil && !IsRejection(err) {
+			b.Fatal(err)
+		}
+	}
+	if err := e.Barrier(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return e
 }
