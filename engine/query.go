@@ -557,12 +557,7 @@ func (e *Engine) deciders(ctx context.Context, q *query, L int) error {
 	if err := e.narrow(ctx, q); err != nil {
 		return err
 	}
-	slices.SortFunc(q.cands, func(a, b candidate) int {
-		if a.lo != b.lo {
-			return a.lo - b.lo
-		}
-		return a.hi - b.hi
-	})
+	q.sortByRange()
 	need := false
 	for g := 0; g < len(q.cands); {
 		h, hi := g+1, q.cands[g].hi
@@ -679,16 +674,19 @@ func (e *Engine) narrow(ctx context.Context, q *query) error {
 	if !e.cfg.LockedIndex && len(e.shards) > 1 {
 		return nil
 	}
+	// Candidates with one range (gap-free workers that dropped out in one stride) probe
+	// the same positions: in range order, each group's member lists are read once
+	// instead of once per candidate.
+	q.sortByRange()
 	need := false
-	for i := range q.cands {
-		c := &q.cands[i]
-		if !c.wide() {
-			continue
-		}
-		for x := c.lo + narrowStep - 1; x < c.hi; x += narrowStep {
-			if !q.probed(x) {
-				q.add(e, x)
-				need = true
+	for g, h := 0, 0; g < len(q.cands); g = h {
+		h = q.sameRange(g)
+		if c := &q.cands[g]; q.narrowable(g, h) {
+			for x := c.lo + narrowStep - 1; x < c.hi; x += narrowStep {
+				if !q.probed(x) {
+					q.add(e, x)
+					need = true
+				}
 			}
 		}
 	}
@@ -697,22 +695,48 @@ func (e *Engine) narrow(ctx context.Context, q *query) error {
 			return err
 		}
 	}
-	for i := range q.cands {
-		c := &q.cands[i]
-		if !c.wide() {
+	for g, h := 0, 0; g < len(q.cands); g = h {
+		h = q.sameRange(g)
+		if !q.narrowable(g, h) {
 			continue
 		}
-		lo := c.lo
-		for x := c.lo + narrowStep - 1; x < c.hi; x += narrowStep {
-			if !slices.Contains(q.members(x), c.wid) {
-				c.hi, c.score = x, x // its score is the first miss in [lo, x), or x
-				break
+		lo, hi := q.cands[g].lo, q.cands[g].hi
+		for x := lo + narrowStep - 1; x < hi; x += narrowStep {
+			q.stampMembers(x)
+			for i := g; i < h; i++ {
+				// A gappy candidate is not narrowed; one whose hi is at most x has its
+				// score bounded already.
+				if c := &q.cands[i]; !c.gappy && c.hi > x {
+					if q.seen.has(c.wid) {
+						c.lo = x + 1 // held x, so every position up to it
+					} else {
+						c.hi, c.score = x, x // its score is the first miss in [lo, x), or x
+					}
+				}
 			}
-			lo = x + 1 // held x, so every position up to it
 		}
-		c.lo = lo
 	}
 	return nil
+}
+
+// sortByRange orders the candidates by deciding range (lo, then hi).
+func (q *query) sortByRange() {
+	slices.SortFunc(q.cands, func(a, b candidate) int {
+		if a.lo != b.lo {
+			return a.lo - b.lo
+		}
+		return a.hi - b.hi
+	})
+}
+
+// sameRange returns the end of the run of candidates from g (sorted by range) whose
+// range is q.cands[g]'s.
+func (q *query) sameRange(g int) int {
+	h := g + 1
+	for h < len(q.cands) && q.cands[h].lo == q.cands[g].lo && q.cands[h].hi == q.cands[g].hi {
+		h++
+	}
+	return h
 }
 
 // narrowMin and narrowStep shape narrow: ranges of more than 32 positions (those of the
@@ -722,9 +746,19 @@ const (
 	narrowStep = 8
 )
 
-// wide reports whether narrow narrows c's range: a gap-free candidate's, wider than
-// narrowMin.
-func (c *candidate) wide() bool { return !c.gappy && c.hi-c.lo > narrowMin }
+// narrowable reports whether narrow narrows the range of the candidates q.cands[g:h],
+// which share it: it is wider than narrowMin and some of them are gap-free.
+func (q *query) narrowable(g, h int) bool {
+	if q.cands[g].hi-q.cands[g].lo <= narrowMin {
+		return false
+	}
+	for i := g; i < h; i++ {
+		if !q.cands[i].gappy {
+			return true
+		}
+	}
+	return false
+}
 
 // collect appends the scored candidates to dst as matches, in answer order. A worker
 // removed while the query ran may have had its id taken by a new worker, whose
