@@ -17,16 +17,6 @@ type Block struct {
 	Seq     uint64
 }
 
-// Engine is the index. All methods are safe for concurrent use.
-//
-// Events of one worker must be applied in the order the worker emitted them; the engine
-// applies each worker's events under that worker's mutex, so calls for one worker from
-// several goroutines are serialised in whatever order they arrive. Events of different
-// workers proceed in parallel.
-//
-// Visibility: an event whose call has returned is visible to every query that starts
-// after a Barrier that started after that return. Queries that overlap event traffic see
-// each shard's state at some moment during the query.
 // testHooks are the engine's test seams, in one place: each is zero in production and
 // set only by tests and benchmarks of this package (export_test.go, the ceiling and
 // partition measurements), before the engine's first call.
@@ -49,6 +39,18 @@ type testHooks struct {
 	gallopFirst, firstWave int
 }
 
+// Engine is the index. All methods are safe for concurrent use.
+//
+// Events of one worker must be applied in the order the worker emitted them; the engine
+// applies each worker's events under that worker's mutex, so calls for one worker from
+// several goroutines are serialised in whatever order they arrive. Events of different
+// workers proceed in parallel.
+//
+// Visibility: an event whose call has returned is visible to every query that starts
+// after a Barrier that started after that return. Queries that overlap event traffic see
+// each shard's state at some moment during the query, so a worker whose event is still
+// on its way through the shards may be scored from a mix of its states before and after
+// it (the package documentation says how far).
 type Engine struct {
 	cfg    Config
 	shards []*shardLoop
