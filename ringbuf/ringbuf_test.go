@@ -458,22 +458,22 @@ func TestSequenceWrap(t *testing.T) {
 				startAt(r, base)
 				dst := make([]uint64, capacity)
 				next, want := uint64(0), uint64(0)
+				pop := func(dst []uint64) int { // pops into dst and checks FIFO order
+					m := r.PopBatch(dst)
+					for _, v := range dst[:m] {
+						require.Equal(t, want, v)
+						want++
+					}
+					return m
+				}
 				for round := 0; round < 200; round++ {
 					for r.TryPush(next) {
 						next++
 					}
 					require.Equal(t, capacity, r.Len(), "full ring")
-					m := r.PopBatch(dst[:1+round%capacity])
-					for _, v := range dst[:m] {
-						require.Equal(t, want, v)
-						want++
-					}
+					pop(dst[:1+round%capacity])
 					if round%2 == 0 {
-						for m := r.PopBatch(dst); m > 0; m = r.PopBatch(dst) {
-							for _, v := range dst[:m] {
-								require.Equal(t, want, v)
-								want++
-							}
+						for pop(dst) > 0 {
 						}
 						require.Zero(t, r.Len(), "empty ring")
 					}
