@@ -35,5 +35,6 @@
 // The prefix chain is SPEC's. Package engine no longer probes its index with it by
 // default: it names positions by a keyed chain of its own whose steps a CPU computes in
 // parallel (about 0.9 ns a block against Next's 4: go test -run '^$' -bench
-// BenchmarkChain ./engine/; engine.Config.SpecChain restores Next). Routers and subscribers never see either: they exchange content hashes.
+// BenchmarkChain ./engine/; engine.Config.SpecChain restores Next). Routers and
+// subscribers never see either: they exchange content hashes.
 package hash
