@@ -61,6 +61,12 @@ type probeBatch struct {
 	// worker's candidate.
 	sxs   []int32
 	scand []int32
+	// Scan's scratch, written by whoever answers the batch (its shard's goroutine, or
+	// the querying goroutine itself on the locked index) and by nobody else meanwhile:
+	// the member list read last, as a list and a set, and the scan's undecided workers.
+	members []uint32
+	seen    idSet
+	active  []int32
 }
 
 // scanReq is one scan of a probeBatch.

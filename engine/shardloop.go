@@ -111,17 +111,18 @@ const eventBatch = 64
 
 // shardLoop is one shard: the goroutine that owns a shard.Index.
 //
-// Ownership: idx and buf are touched only by run. ring and queries are the only ways in.
-// The counters are written by run and read by Stats.
+// Ownership: on a sharded engine idx and buf are touched only by run; ring and queries
+// are the only ways in. On the locked index there is no run: idx belongs to e.locked
+// (event appliers write it under the write lock, queries read it under the read lock,
+// many at once), so fill and scan write nothing of the shard's but its atomic counters,
+// and a scan's scratch lives in the probe batch. The counters are written by run (or
+// the locked index's callers) and read by Stats.
 type shardLoop struct {
 	e       *Engine
 	id      int
 	idx     *shard.Index
 	ring    *ringbuf.Ring[delta]
 	queries chan *probeBatch
-	members []uint32 // scan's scratch: the member list read last, as a list and a set
-	seen    idSet
-	active  []int32 // scan's undecided workers
 	buf     []delta
 
 	applied     atomic.Uint64
@@ -302,13 +303,15 @@ func (s *shardLoop) fill(b *probeBatch) {
 	s.probes.Add(uint64(n))
 }
 
-// stampMembers puts the members of fp's key in s.seen: a scan with many workers then
-// tests each in O(1), as long member lists (a prefix every worker holds) would make a
-// search per worker quadratic. s.seen covers the highest worker id met so far (4 bytes
-// a worker id, per shard), as each query's own set does.
-func (s *shardLoop) stampMembers(fp uint64) {
-	s.members = s.idx.AppendMembers(s.members[:0], fp)
-	s.seen.setTo(s.members)
+// stampMembers puts the members of fp's key in b's scan scratch (b.seen): a scan with
+// many workers then tests each in O(1), as long member lists (a prefix every worker
+// holds) would make a search per worker quadratic. b.seen covers the highest worker id
+// met so far (4 bytes a worker id, per pooled query), as each query's own set does. The
+// scratch is the batch's, not the shard's: in locked mode many querying goroutines run
+// scan on one shard at once under the read lock, each with its own batch.
+func (s *shardLoop) stampMembers(b *probeBatch, fp uint64) {
+	b.members = s.idx.AppendMembers(b.members[:0], fp)
+	b.seen.setTo(b.members)
 }
 
 // scan answers one scan of b: for each of its workers, the index in b.sfps of the first
@@ -332,7 +335,7 @@ func (s *shardLoop) scan(b *probeBatch, sc *scanReq) int {
 	// each joins the active ones when the scan reaches its window and leaves at its
 	// miss or its window's end, so a position costs its member list and the workers
 	// still undecided there, not every worker of the scan.
-	active := s.active[:0]
+	active := b.active[:0]
 	next, read := 0, 0
 	for i := sc.f0; i < sc.f1 && (next < len(wids) || len(active) > 0); i++ {
 		for next < len(wids) && win[2*next] <= i {
@@ -347,12 +350,12 @@ func (s *shardLoop) scan(b *probeBatch, sc *scanReq) int {
 			}
 			continue
 		}
-		s.stampMembers(b.sfps[i])
+		s.stampMembers(b, b.sfps[i])
 		read++
 		keep := active[:0]
 		for _, k := range active {
 			switch {
-			case !s.seen.has(wids[k]):
+			case !b.seen.has(wids[k]):
 				miss[k] = i
 			case i+1 < win[2*k+1]:
 				keep = append(keep, k)
@@ -360,7 +363,7 @@ func (s *shardLoop) scan(b *probeBatch, sc *scanReq) int {
 		}
 		active = keep
 	}
-	s.active = active
+	b.active = active
 	return read
 }
 

@@ -30,15 +30,20 @@ func TestStress(t *testing.T) {
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 1))
 	for round := 0; round < rounds; round++ {
-		for _, shards := range []int{1, 2, 3, 4, 8} {
+		for _, shards := range []int{0, 1, 2, 3, 4, 8} { // 0: the locked index
 			for _, jump := range []int{1, 4, 64} {
 				procs := 1 + r.IntN(4)
 				hist := refmodel.RandomOps(rand.New(rand.NewPCG(seed, uint64(round*100+shards*10+jump))), ops,
 					refmodel.RandomOptions{Workers: 12, Alphabet: 3, MaxChain: 100, Tiers: jump == 4}) // tiers: a third of the runs
-				name := fmt.Sprintf("round=%d/shards=%d/jump=%d/procs=%d", round, shards, jump, procs)
+				cfg := engine.Config{Shards: shards, JumpSize: jump, QueueSize: 2, QueryQueue: 1}
+				mode := fmt.Sprintf("shards=%d", shards)
+				if shards == 0 {
+					cfg, mode = engine.Config{LockedIndex: true, JumpSize: jump}, "locked"
+				}
+				name := fmt.Sprintf("round=%d/%s/jump=%d/procs=%d", round, mode, jump, procs)
 				t.Run(name, func(t *testing.T) {
 					defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
-					stress(t, engine.Config{Shards: shards, JumpSize: jump, QueueSize: 2, QueryQueue: 1}, hist, 4, 4)
+					stress(t, cfg, hist, 4, 4)
 				})
 			}
 		}
@@ -122,16 +127,35 @@ func stress(t *testing.T, cfg engine.Config, hist []oplog.Op, producers, readers
 		require.NoError(t, err)
 	}
 	require.NoError(t, e.Barrier(ctx))
-	var got []engine.Match
-	for _, q := range queries {
-		var err error
-		got, err = e.FindMatches(ctx, q, got[:0])
+	// At rest, the readers ask again, all at once, and each checks every answer against
+	// the model: concurrent queries must not disturb each other's answers.
+	want := make([][]refmodel.Answer, len(queries))
+	for i, q := range queries {
+		want[i] = m.Query(q)
+	}
+	errs = make(chan error, readers)
+	for q := 0; q < readers; q++ {
+		rwg.Add(1)
+		go func(q int) {
+			defer rwg.Done()
+			var got []engine.Match
+			for i := q; i < len(queries); i += readers {
+				var err error
+				if got, err = e.FindMatches(ctx, queries[i], got[:0]); err != nil {
+					errs <- fmt.Errorf("reader %d: %w", q, err)
+					return
+				}
+				if err := sameAnswer(want[i], got); err != nil {
+					errs <- fmt.Errorf("reader %d, query %v: %w", q, queries[i], err)
+					return
+				}
+			}
+		}(q)
+	}
+	rwg.Wait()
+	close(errs)
+	for err := range errs {
 		require.NoError(t, err)
-		want := m.Query(q)
-		require.Equal(t, len(want), len(got), "query %v: want %v got %v", q, want, got)
-		for j := range want {
-			require.Equal(t, want[j], refmodel.Answer(got[j]))
-		}
 	}
 	st := e.Stats()
 	require.Equal(t, int64(m.Blocks()), st.Blocks)
