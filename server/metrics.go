@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/buildinfo"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/subscriber"
 )
@@ -164,4 +165,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ps := c.s.eng.PredictionStats()
 	gauge(c.predictions, float64(ps.Predictions))
 	gauge(c.predictedBlocks, float64(ps.Blocks))
+}
+
+// buildInfoGauge is kvindex_build_info: always 1, its labels say which binary runs
+// (package buildinfo), so a dashboard can join any series with the version behind it.
+func buildInfoGauge() prometheus.Collector {
+	info := buildinfo.Read()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "kvindex_build_info",
+		Help: "Always 1; the labels name the running binary's version, VCS revision and Go toolchain.",
+		ConstLabels: prometheus.Labels{
+			"version": info.Version, "revision": info.Revision, "goversion": info.GoVersion,
+		},
+	})
+	g.Set(1)
+	return g
 }

@@ -223,7 +223,7 @@ func (s *Server) initMetrics() {
 		Name: "kvindex_http_in_flight_requests",
 		Help: "HTTP requests being served (a scrape counts itself).",
 	})
-	s.reg.MustRegister(s.findLatency, s.requests, s.inFlight, newCollector(s), newDiagCollector(s),
+	s.reg.MustRegister(s.findLatency, s.requests, s.inFlight, newCollector(s), newDiagCollector(s), buildInfoGauge(),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -239,6 +240,7 @@ func TestAPIErrorsAndProbes(t *testing.T) {
 		`kvindex_worker_state{state="live",worker="`,
 		`kvindex_events_rejected_total{reason="token_count_mismatch",worker="`,
 		`kvindex_gaps_detected_total{worker="`,
+		`kvindex_build_info{goversion="` + runtime.Version() + `",revision="`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q", want)

@@ -8,6 +8,7 @@ import (
 	iofs "io/fs"
 	"strings"
 
+	"github.com/kvindex/kvindex/internal/buildinfo"
 	"github.com/kvindex/kvindex/server"
 )
 
@@ -83,6 +84,25 @@ func init() {
 			"--ops it publishes an op log's events instead and exits. SIGTERM or SIGINT stops it.",
 		run: untilSignal(relayMain),
 	})
+	register("version", command{
+		summary:  "print the version, VCS revision and Go toolchain of this binary",
+		synopsis: "[flags]",
+		about: "Prints one line: the module version (vX.Y.Z for a release or `go install ...@vX.Y.Z`,\n" +
+			"devel for a build from a checkout), the VCS revision where the build recorded one, and\n" +
+			"the Go toolchain. `kvindex --version` prints the same. serve exports it as\n" +
+			"kvindex_build_info on /metrics.",
+		run: runVersion,
+	})
+}
+
+// runVersion is `kvindex version`.
+func runVersion(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("version", stderr)
+	if code, ok := parseFlags(fs, args, stdout); !ok {
+		return code
+	}
+	fmt.Fprintln(stdout, buildinfo.Read())
+	return 0
 }
 
 // register adds c to the commands table under name.

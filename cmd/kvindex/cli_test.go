@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/kvindex/kvindex/internal/buildinfo"
 )
 
 // TestEveryCommandFollowsTheConvention walks the commands table: -h prints the usage to
@@ -158,5 +160,16 @@ func TestDocListsTheTable(t *testing.T) {
 	}
 	for name := range listed {
 		t.Errorf("doc.go lists %s, which the table does not have", name)
+	}
+}
+
+// TestVersion: `kvindex version` and `kvindex --version` print the binary's build line.
+func TestVersion(t *testing.T) {
+	want := buildinfo.Read().String() + "\n"
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		var out, errs strings.Builder
+		if code := runMain(args, &out, &errs); code != 0 || out.String() != want || errs.Len() != 0 {
+			t.Fatalf("%v: exit %d, stdout %q, stderr %q; want 0 and %q", args, code, out.String(), errs.String(), want)
+		}
 	}
 }

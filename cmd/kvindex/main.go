@@ -31,9 +31,12 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
-	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	switch args[0] {
+	case "-h", "--help", "help":
 		usage(stdout)
 		return 0
+	case "--version", "-version":
+		args[0] = "version"
 	}
 	c, ok := commands[args[0]]
 	if !ok {
