@@ -24,7 +24,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	duration := fs.Duration("duration", 400*time.Millisecond, "time budget of each timed measurement")
 	markdown := fs.Bool("markdown", false, "print markdown tables")
 	noVerify := fs.Bool("no-verify", false, "skip the correctness replay")
-	peersDir := fs.String("peers", "", "folder of peer replay drivers (smg-chain, smg-positional: `make bench-peers`); prints one table of every implementation and peer, in alternating rounds, one producer; needs --ops")
+	peersDir := fs.String("peers", "", "folder `DIR` of the peer replay drivers (smg-chain, smg-positional: built by make bench-peers); prints one table of every implementation and peer, in alternating rounds, one producer; needs --ops")
 	rounds := fs.Int("rounds", 3, "with --peers: alternating rounds")
 	if code, ok := parseFlags(fs, args, stdout); !ok {
 		return code

@@ -16,7 +16,8 @@ import (
 //
 //   - `kvindex COMMAND -h` prints the usage to stdout and exits 0;
 //   - a usage error (unknown flag, bad value, missing or extra argument, a configuration
-//     that does not validate) prints one line naming the flag on stderr and exits 2;
+//     that does not validate) prints one line naming the flag on stderr (and, for a flag
+//     that does not parse, a line pointing to -h, not the whole usage) and exits 2;
 //   - a runtime failure (a file that cannot be read or written, a server that cannot
 //     listen, a replay with wrong answers) exits 1;
 //   - a flag that several commands share (--shards, --jump, --block-size, --engine,
@@ -146,7 +147,7 @@ func printCommandUsage(w io.Writer, name string, fs *flag.FlagSet) {
 
 // parseFlags parses args into fs under the convention above. When it returns ok false
 // the command is over and must return code: 0 after -h (usage on stdout), 2 after a
-// usage error (the error and the usage on stderr). No subcommand takes positional
+// usage error (the error and a pointer to -h on stderr). No subcommand takes positional
 // arguments, so any is a usage error.
 func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, ok bool) {
 	usage := fs.Usage
@@ -162,8 +163,8 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, ok
 		usage()
 		fs.SetOutput(errOut)
 		return 0, false
-	case err != nil: // the flag package has printed the error
-		usage()
+	case err != nil: // the flag package has printed the error; one line points to -h
+		fmt.Fprintf(fs.Output(), "run '%s -h' for the flags\n", fs.Name())
 		return 2, false
 	case fs.NArg() > 0:
 		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q (flags only; see -h)\n", fs.Name(), fs.Arg(0))
