@@ -24,11 +24,33 @@ const (
 	// Copied: the worker holds, on the op's medium (host or disk), copies of the blocks
 	// it holds on another tier under the op's seqs.
 	Copied
+	// Groups declares a hybrid worker's KV-cache groups (SPEC, "Hybrid models").
+	Groups
 )
 
 var kindNames = map[string]Kind{
 	"stored": Stored, "removed": Removed, "cleared": Cleared,
-	"remove_worker": RemoveWorker, "query": Query, "copied": Copied,
+	"remove_worker": RemoveWorker, "query": Query, "copied": Copied, "groups": Groups,
+}
+
+// The group kinds of a groups op, in the log's spelling.
+const (
+	KindFull          = "full"
+	KindSlidingWindow = "sliding_window"
+	KindMamba         = "mamba"
+)
+
+// GroupSpec is one KV-cache group of a groups op, as the line gives it. Whether it is
+// well formed (a known kind, a block size that is a positive multiple of the unit, a
+// window exactly on sliding_window groups) is the contract's to decide, not the log's:
+// a log keeps the declarations the contract rejects.
+type GroupSpec struct {
+	Kind      string
+	BlockSize int
+	// Window is a sliding_window group's window in tokens; HasWindow says whether the
+	// line carried one.
+	Window    int
+	HasWindow bool
 }
 
 func (k Kind) String() string {
@@ -49,8 +71,19 @@ type Op struct {
 	Worker    string
 	Parent    uint64
 	HasParent bool
-	// Blocks holds (content, seq) pairs of a stored op.
-	Blocks [][2]uint64
+	// Blocks holds (content, seq) pairs of a stored op. A block of a group that spans
+	// several units has a list of contents: then Contents is not nil, Contents[i] is
+	// block i's list (one value for a block written with a single content) and
+	// Blocks[i][0] is its first value (0 for an empty list).
+	Blocks   [][2]uint64
+	Contents [][]uint64
+	// Group is a stored, removed or copied op's KV-cache group (its optional "group"
+	// field; 0 when absent).
+	Group int
+	// Unit and GroupSpecs are a groups op's unit (the index's block size in tokens) and
+	// its groups, in order.
+	Unit       int
+	GroupSpecs []GroupSpec
 	// Seqs holds the engine hashes of a removed op.
 	Seqs []uint64
 	// Tier is a stored or removed op's storage tier, from its optional "medium" field:
@@ -89,13 +122,57 @@ type wire struct {
 	Op      string            `json:"op"`
 	Worker  *string           `json:"worker"`
 	Parent  *uint64           `json:"parent"`
-	Blocks  *[][]uint64       `json:"blocks"`
+	Blocks  *[]wireBlock      `json:"blocks"`
+	Group   *int              `json:"group"`
+	Unit    *int              `json:"unit"`
+	Groups  *[]wireGroup      `json:"groups"`
 	Seqs    *[]uint64         `json:"seqs"`
 	Content *[]uint64         `json:"content"`
 	Expect  *map[string]int   `json:"expect"`
 	Sizes   *map[string]int   `json:"sizes"`
 	Medium  *string           `json:"medium"`
 	Tiers   *map[string][]int `json:"tiers"`
+}
+
+// wireBlock is one [content, seq] pair of a stored line, whose content is a number or,
+// for a group spanning several units, a list of numbers.
+type wireBlock struct {
+	content []uint64
+	list    bool // the content was written as a list
+	seq     uint64
+}
+
+func (b *wireBlock) UnmarshalJSON(data []byte) error {
+	var pair []json.RawMessage
+	if err := json.Unmarshal(data, &pair); err != nil || len(pair) != 2 {
+		return errors.New("not a [content, seq] pair")
+	}
+	if err := json.Unmarshal(pair[1], &b.seq); err != nil {
+		return fmt.Errorf("seq: %w", err)
+	}
+	c := bytes.TrimSpace(pair[0])
+	if len(c) > 0 && c[0] == '[' {
+		b.list = true
+		if err := json.Unmarshal(c, &b.content); err != nil {
+			return fmt.Errorf("content: %w", err)
+		}
+		if b.content == nil {
+			b.content = []uint64{}
+		}
+		return nil
+	}
+	var v uint64
+	if err := json.Unmarshal(c, &v); err != nil {
+		return fmt.Errorf("content: %w", err)
+	}
+	b.content = []uint64{v}
+	return nil
+}
+
+type wireGroup struct {
+	Kind      *string `json:"kind"`
+	BlockSize *int    `json:"block_size"`
+	Window    *int    `json:"window"`
 }
 
 // TierNames are the values of a stored or removed op's "medium", by tier.
@@ -143,17 +220,53 @@ func Parse(b []byte, line int) (Op, error) {
 		}
 		op.Worker = *w.Worker
 	}
+	if w.Group != nil {
+		if k != Stored && k != Removed && k != Copied {
+			return bad("%s takes no group", w.Op)
+		}
+		if *w.Group < 0 {
+			return bad("group %d is negative", *w.Group)
+		}
+		op.Group = *w.Group
+	}
+	if (w.Unit != nil || w.Groups != nil) && k != Groups {
+		return bad("%s takes no unit or groups", w.Op)
+	}
 	switch k {
+	case Groups:
+		if w.Unit == nil || w.Groups == nil {
+			return bad("groups needs a unit and a list of groups")
+		}
+		op.Unit = *w.Unit
+		op.GroupSpecs = make([]GroupSpec, len(*w.Groups))
+		for i, g := range *w.Groups {
+			if g.Kind == nil || g.BlockSize == nil {
+				return bad("group %d needs a kind and a block_size", i)
+			}
+			op.GroupSpecs[i] = GroupSpec{Kind: *g.Kind, BlockSize: *g.BlockSize}
+			if g.Window != nil {
+				op.GroupSpecs[i].Window, op.GroupSpecs[i].HasWindow = *g.Window, true
+			}
+		}
 	case Stored:
 		if w.Blocks == nil {
 			return bad("stored needs blocks")
 		}
 		op.Blocks = make([][2]uint64, len(*w.Blocks))
 		for i, b := range *w.Blocks {
-			if len(b) != 2 {
-				return bad("block %d is not a [content, seq] pair", i)
+			if b.list && op.Contents == nil {
+				op.Contents = make([][]uint64, len(*w.Blocks))
 			}
-			op.Blocks[i] = [2]uint64{b[0], b[1]}
+			var first uint64
+			if len(b.content) > 0 {
+				first = b.content[0]
+			}
+			op.Blocks[i] = [2]uint64{first, b.seq}
+		}
+		if op.Contents != nil {
+			for i, b := range *w.Blocks {
+				op.Contents[i] = b.content
+			}
 		}
 		if w.Parent != nil {
 			op.Parent, op.HasParent = *w.Parent, true
@@ -274,6 +387,7 @@ func Append(dst []byte, op Op) []byte {
 	switch op.Kind {
 	case Stored:
 		dst = appendMedium(dst, op.Tier)
+		dst = appendGroup(dst, op.Group)
 		if op.HasParent {
 			dst = append(dst, `,"parent":`...)
 			dst = strconv.AppendUint(dst, op.Parent, 10)
@@ -284,7 +398,11 @@ func Append(dst []byte, op Op) []byte {
 				dst = append(dst, ',')
 			}
 			dst = append(dst, '[')
-			dst = strconv.AppendUint(dst, b[0], 10)
+			if op.Contents != nil {
+				dst = appendUints(dst, op.Contents[i])
+			} else {
+				dst = strconv.AppendUint(dst, b[0], 10)
+			}
 			dst = append(dst, ',')
 			dst = strconv.AppendUint(dst, b[1], 10)
 			dst = append(dst, ']')
@@ -292,8 +410,28 @@ func Append(dst []byte, op Op) []byte {
 		dst = append(dst, ']')
 	case Removed, Copied:
 		dst = appendMedium(dst, op.Tier)
+		dst = appendGroup(dst, op.Group)
 		dst = append(dst, `,"seqs":`...)
 		dst = appendUints(dst, op.Seqs)
+	case Groups:
+		dst = append(dst, `,"unit":`...)
+		dst = strconv.AppendInt(dst, int64(op.Unit), 10)
+		dst = append(dst, `,"groups":[`...)
+		for i, g := range op.GroupSpecs {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, `{"kind":`...)
+			dst = appendString(dst, g.Kind)
+			dst = append(dst, `,"block_size":`...)
+			dst = strconv.AppendInt(dst, int64(g.BlockSize), 10)
+			if g.HasWindow {
+				dst = append(dst, `,"window":`...)
+				dst = strconv.AppendInt(dst, int64(g.Window), 10)
+			}
+			dst = append(dst, '}')
+		}
+		dst = append(dst, ']')
 	case Query:
 		dst = append(dst, `,"content":`...)
 		dst = appendUints(dst, op.Content)
@@ -343,6 +481,16 @@ func appendCounts(dst []byte, m map[string]int) []byte {
 		dst = strconv.AppendInt(dst, int64(m[k]), 10)
 	}
 	return append(dst, '}')
+}
+
+// appendGroup writes an op's group; group 0 is the default and is not written, so logs
+// without groups read and write as before.
+func appendGroup(dst []byte, group int) []byte {
+	if group == 0 {
+		return dst
+	}
+	dst = append(dst, `,"group":`...)
+	return strconv.AppendInt(dst, int64(group), 10)
 }
 
 // appendMedium writes a stored or removed op's medium; the device tier is the default

@@ -1,7 +1,9 @@
 package oplog
 
 import (
+	"bytes"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -101,4 +103,53 @@ func FuzzParse(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, op, again)
 	})
+}
+
+// TestHybridLogRoundTrip: every line of the shared hybrid log (groups ops, group
+// fields, list contents) parses, and writing it back and parsing again gives the same
+// op.
+func TestHybridLogRoundTrip(t *testing.T) {
+	const path = "../../../shared/conformance/hybrid/hybrid.jsonl"
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		t.Skipf("SKIP: %s not found: the hybrid log's syntax is not checked", path)
+	}
+	require.NoError(t, err)
+	ops, err := ReadAll(bytes.NewReader(data))
+	require.NoError(t, err)
+	var groups, lists int
+	for _, op := range ops {
+		if op.Kind == Groups {
+			groups++
+		}
+		if op.Contents != nil {
+			lists++
+		}
+		back, err := Parse(bytes.TrimSpace(Append(nil, op)), op.Line)
+		require.NoError(t, err, "line %d", op.Line)
+		require.Equal(t, op, back, "line %d", op.Line)
+	}
+	require.Equal(t, 26, groups)
+	require.NotZero(t, lists)
+}
+
+func TestGroupsSyntax(t *testing.T) {
+	for _, bad := range []string{
+		`{"op":"groups","worker":"w","groups":[{"kind":"full","block_size":16}]}`,
+		`{"op":"groups","worker":"w","unit":16}`,
+		`{"op":"groups","worker":"w","unit":16,"groups":[{"block_size":16}]}`,
+		`{"op":"query","content":[1],"group":1}`,
+		`{"op":"stored","worker":"w","unit":16,"blocks":[]}`,
+		`{"op":"stored","worker":"w","group":-1,"blocks":[]}`,
+		`{"op":"stored","worker":"w","blocks":[[[1,2]]]}`,
+		`{"op":"stored","worker":"w","blocks":[[[1,"x"],2]]}`,
+	} {
+		_, err := Parse([]byte(bad), 1)
+		require.ErrorIs(t, err, ErrMalformed, bad)
+	}
+	op, err := Parse([]byte(`{"op":"stored","worker":"w","group":2,"blocks":[[[1,2],5],[3,6],[[],7]]}`), 1)
+	require.NoError(t, err)
+	require.Equal(t, 2, op.Group)
+	require.Equal(t, [][]uint64{{1, 2}, {3}, {}}, op.Contents)
+	require.Equal(t, [][2]uint64{{1, 5}, {3, 6}, {0, 7}}, op.Blocks)
 }

@@ -201,12 +201,14 @@ func RandomOps(r *rand.Rand, n int, opt RandomOptions) []oplog.Op {
 func (m *Model) Apply(op *oplog.Op) error {
 	switch op.Kind {
 	case oplog.Stored:
-		return m.StoredOn(op.Worker, int(op.Tier), op.Parent, op.HasParent, op.Blocks)
+		return m.StoredIn(op.Worker, op.Group, int(op.Tier), op.Parent, op.HasParent, op.Blocks, op.Contents)
 	case oplog.Removed:
-		m.RemovedOn(op.Worker, int(op.Tier), op.Seqs)
+		m.RemovedIn(op.Worker, op.Group, int(op.Tier), op.Seqs)
 	case oplog.Copied:
-		_, err := m.Copied(op.Worker, int(op.Tier), op.Seqs)
+		_, err := m.CopiedIn(op.Worker, op.Group, int(op.Tier), op.Seqs)
 		return err
+	case oplog.Groups:
+		return m.Groups(op.Worker, op.Unit, op.GroupSpecs)
 	case oplog.Cleared:
 		m.Cleared(op.Worker)
 	case oplog.RemoveWorker:

@@ -22,22 +22,48 @@ type nodeKey struct {
 // without a tier are device events.
 const NumTiers = 3
 
+// worker is one worker's state: per KV-cache group, per tier, engine hash -> the trie
+// node of the block's prefix (its end). A worker without a declaration has one group,
+// full with span 1 (rules nil).
 type worker struct {
-	blocks [NumTiers]map[uint64]uint32 // per tier: seq -> node
+	rules  []groupRule // nil: undeclared (one full group of span 1)
+	groups []groupBlocks
 }
 
-func newWorker() *worker {
-	w := &worker{}
-	for t := range w.blocks {
-		w.blocks[t] = map[uint64]uint32{}
+// groupBlocks is one group's blocks: per tier, seq -> node.
+type groupBlocks [NumTiers]map[uint64]uint32
+
+func newGroupBlocks() groupBlocks {
+	var g groupBlocks
+	for t := range g {
+		g[t] = map[uint64]uint32{}
+	}
+	return g
+}
+
+func newWorker(rules []groupRule) *worker {
+	w := &worker{rules: rules, groups: make([]groupBlocks, max(1, len(rules)))}
+	for i := range w.groups {
+		w.groups[i] = newGroupBlocks()
 	}
 	return w
 }
 
+// span is group g's block size in units (1 for an undeclared worker).
+func (w *worker) span(g int) int {
+	if w.rules == nil {
+		return 1
+	}
+	return w.rules[g].span
+}
+
+// size counts the (group, tier, seq) entries the worker holds.
 func (w *worker) size() int {
 	n := 0
-	for _, b := range w.blocks {
-		n += len(b)
+	for _, g := range w.groups {
+		for _, b := range g {
+			n += len(b)
+		}
 	}
 	return n
 }
@@ -78,21 +104,50 @@ func (m *Model) Stored(name string, parent uint64, hasParent bool, blocks [][2]u
 // StoredOn applies a stored event on tier (0 device, 1 host, 2 disk). The parent is
 // looked up on the event's tier first, then on the others, fastest first.
 func (m *Model) StoredOn(name string, tier int, parent uint64, hasParent bool, blocks [][2]uint64) error {
-	if len(blocks) == 0 {
-		return nil
-	}
+	return m.StoredIn(name, 0, tier, parent, hasParent, blocks, nil)
+}
+
+// StoredIn applies a stored event of a KV-cache group on tier. contents, when not nil,
+// gives each block's list of contents (a group spanning several units); otherwise each
+// block's content is blocks[i][0]. A group the worker has not declared (any group but
+// 0 of an undeclared worker) and a block whose content is not exactly the group's span
+// are ErrInvalidEvent, decided before the parent is looked up; the parent is looked up
+// in the event's group alone.
+func (m *Model) StoredIn(name string, group, tier int, parent uint64, hasParent bool, blocks [][2]uint64, contents [][]uint64) error {
 	if tier < 0 || tier >= NumTiers {
 		return ErrInvalidEvent
 	}
 	w := m.workers[name]
+	if !declared(w, group) {
+		return ErrInvalidEvent
+	}
+	span := 1
+	if w != nil {
+		span = w.span(group)
+	}
+	content := func(i int) []uint64 {
+		if contents != nil {
+			return contents[i]
+		}
+		return blocks[i][:1]
+	}
+	for i := range blocks {
+		if len(content(i)) != span {
+			return ErrInvalidEvent
+		}
+	}
+	if len(blocks) == 0 {
+		return nil
+	}
 	var at uint32
 	if hasParent {
 		if w == nil {
 			return ErrParentNotFound
 		}
-		n, ok := w.blocks[tier][parent]
+		g := w.groups[group]
+		n, ok := g[tier][parent]
 		for t := 0; !ok && t < NumTiers; t++ {
-			n, ok = w.blocks[t][parent]
+			n, ok = g[t][parent]
 		}
 		if !ok {
 			return ErrParentNotFound
@@ -107,23 +162,33 @@ func (m *Model) StoredOn(name string, tier int, parent uint64, hasParent bool, b
 		seen[b[1]] = true
 	}
 	if w == nil {
-		w = newWorker()
+		w = newWorker(nil)
 		m.workers[name] = w
 	}
 	if tier != 0 {
 		m.tiered = true
 	}
 	stored := map[uint32]bool{}
-	for _, b := range blocks {
-		at = m.intern(at, b[0])
-		w.blocks[tier][b[1]] = at // a re-store with the same prefix is the same node: a no-op
+	for i, b := range blocks {
+		for _, c := range content(i) {
+			at = m.intern(at, c)
+		}
+		w.groups[group][tier][b[1]] = at // a re-store with the same prefix is the same node: a no-op
 		stored[at] = true
 	}
 	// A prediction whose last block's node the event stored on the device is confirmed.
-	if tier == 0 {
+	if tier == 0 && group == 0 {
 		m.endPredictions(name, func(p prediction) bool { return stored[m.node(p.content, len(p.content))] })
 	}
 	return nil
+}
+
+// declared reports whether w (nil: unknown) has group g.
+func declared(w *worker, g int) bool {
+	if w == nil || w.rules == nil {
+		return g == 0
+	}
+	return g >= 0 && g < len(w.rules)
 }
 
 // Removed drops the given seqs from a worker's device tier and returns how many it did
@@ -135,40 +200,41 @@ func (m *Model) Removed(name string, seqs []uint64) (skipped int) {
 // RemovedOn drops the given seqs from one tier of a worker (its copies on other tiers
 // stay) and returns how many that tier did not hold. An unknown tier skips them all.
 func (m *Model) RemovedOn(name string, tier int, seqs []uint64) (skipped int) {
+	return m.RemovedIn(name, 0, tier, seqs)
+}
+
+// RemovedIn is RemovedOn in one KV-cache group; a group the worker has not declared
+// skips every seq.
+func (m *Model) RemovedIn(name string, group, tier int, seqs []uint64) (skipped int) {
 	w := m.workers[name]
-	if w == nil || tier < 0 || tier >= NumTiers {
+	if w == nil || tier < 0 || tier >= NumTiers || !declared(w, group) {
 		return len(seqs)
 	}
+	blocks := w.groups[group][tier]
 	if tier != 0 {
 		m.tiered = true
+	}
+	if tier == 0 && group == 0 {
+		// A prediction one of whose blocks' nodes the worker holds under a removed seq
+		// is contradicted.
+		removed := map[uint32]bool{}
 		for _, s := range seqs {
-			if _, ok := w.blocks[tier][s]; ok {
-				delete(w.blocks[tier], s)
-			} else {
-				skipped++
+			if n, ok := blocks[s]; ok {
+				removed[n] = true
 			}
 		}
-		return skipped
-	}
-	// A prediction one of whose blocks' nodes the worker holds under a removed seq is
-	// contradicted.
-	removed := map[uint32]bool{}
-	for _, s := range seqs {
-		if n, ok := w.blocks[0][s]; ok {
-			removed[n] = true
-		}
-	}
-	m.endPredictions(name, func(p prediction) bool {
-		for i := 1; i <= len(p.content); i++ {
-			if n := m.node(p.content, i); n != 0 && removed[n] {
-				return true
+		m.endPredictions(name, func(p prediction) bool {
+			for i := 1; i <= len(p.content); i++ {
+				if n := m.node(p.content, i); n != 0 && removed[n] {
+					return true
+				}
 			}
-		}
-		return false
-	})
+			return false
+		})
+	}
 	for _, s := range seqs {
-		if _, ok := w.blocks[0][s]; ok {
-			delete(w.blocks[0], s)
+		if _, ok := blocks[s]; ok {
+			delete(blocks, s)
 		} else {
 			skipped++
 		}
@@ -181,38 +247,45 @@ func (m *Model) RemovedOn(name string, tier int, seqs []uint64) (skipped int) {
 // other tier holds is skipped (counted in the result) unless tier holds it already. A
 // device tier is ErrInvalidEvent; an unknown worker skips every seq.
 func (m *Model) Copied(name string, tier int, seqs []uint64) (skipped int, err error) {
+	return m.CopiedIn(name, 0, tier, seqs)
+}
+
+// CopiedIn is Copied in one KV-cache group; a group the worker has not declared skips
+// every seq.
+func (m *Model) CopiedIn(name string, group, tier int, seqs []uint64) (skipped int, err error) {
 	if tier <= 0 || tier >= NumTiers {
 		return 0, ErrInvalidEvent
 	}
 	w := m.workers[name]
-	if w == nil {
+	if w == nil || !declared(w, group) {
 		return len(seqs), nil
 	}
 	m.tiered = true
+	g := w.groups[group]
 	for _, s := range seqs {
 		found := false
 		for t := 0; t < NumTiers && !found; t++ {
-			if n, ok := w.blocks[t][s]; ok && t != tier {
-				w.blocks[tier][s], found = n, true
+			if n, ok := g[t][s]; ok && t != tier {
+				g[tier][s], found = n, true
 			}
 		}
-		if _, held := w.blocks[tier][s]; !found && !held {
+		if _, held := g[tier][s]; !found && !held {
 			skipped++
 		}
 	}
 	return skipped, nil
 }
 
-// Cleared drops every block of a known worker, on every tier; it stays known with size
-// 0.
+// Cleared drops every block of a known worker, of every group on every tier; it stays
+// known with size 0 and keeps its groups.
 func (m *Model) Cleared(name string) {
 	m.endPredictions(name, func(prediction) bool { return true })
 	if w := m.workers[name]; w != nil {
-		*w = *newWorker()
+		*w = *newWorker(w.rules)
 	}
 }
 
-// RemoveWorker forgets a worker.
+// RemoveWorker forgets a worker, its groups too.
 func (m *Model) RemoveWorker(name string) {
 	m.endPredictions(name, func(prediction) bool { return true })
 	delete(m.workers, name)
@@ -262,18 +335,10 @@ func (m *Model) Query(content []uint64) []Answer {
 	var out []Answer
 	pred := m.predicted(content)
 	for name, w := range m.workers {
-		// held[t]: the nodes the worker holds on tier t or a faster one.
+		// Per tier t, the score counting the blocks held on tier t or a faster one.
 		var tiers [NumTiers]int
-		held := map[uint32]bool{}
 		for t := range NumTiers {
-			for _, n := range w.blocks[t] {
-				held[n] = true
-			}
-			score := 0
-			for score < len(path) && held[path[score]] {
-				score++
-			}
-			tiers[t] = score
+			tiers[t] = w.score(path, t)
 		}
 		score := tiers[NumTiers-1]
 		a := Answer{Worker: name, Score: score, Size: w.size(), Tiers: tiers}
