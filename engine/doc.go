@@ -16,7 +16,9 @@
 // for workers that publish no events predictions are the whole index (predict.go).
 // Engines that offload to host memory or disk publish events per tier (Event.Tier,
 // EventCopied); a match then gives its length per tier (Match.Tiers) and a weighted
-// score (Match.Weighted; tiers.go).
+// score (Match.Weighted; tiers.go). Hybrid models (sliding-window or Mamba layers beside
+// full attention) declare their KV-cache groups with an EventGroups event; a match is
+// then the longest cut every group accepts (groups.go).
 //
 // # What it owns
 //
@@ -44,6 +46,11 @@
 //     order, queries through its channel.
 //   - A worker's size and gap flag are atomics written under its mutex and read by
 //     queries without it.
+//   - A worker that declared KV-cache groups keeps their blocks in its own per-group
+//     tables (groups.go), owned like the rest of its state by the holder of its mutex;
+//     queries read them under that mutex. The list of such workers is copied on write
+//     under the registry's mutex and read by queries with one atomic load, so dense
+//     workers pay nothing for groups.
 //   - The predictions (predict.go) are one table behind an RWMutex: Predict and the
 //     events of workers with predictions write it, queries read it. An event takes it
 //     after its worker's mutex, never before.

@@ -72,6 +72,9 @@ type Engine struct {
 	nextID uint32
 	free   []freeID
 	nlive  atomic.Int64
+	// hybrids lists the workers that declared KV-cache groups (groups.go), copied on
+	// write under regMu and read by queries without it.
+	hybrids atomic.Pointer[[]*worker]
 
 	blocks atomic.Int64
 	// tierBlocks splits blocks by tier.
@@ -397,6 +400,11 @@ const (
 	// holds the seq; a seq no other tier holds is skipped (Stats.SkippedCopies) unless
 	// the event's tier already holds it.
 	EventCopied
+	// EventGroups declares a hybrid model's KV-cache groups (Event.Unit, Event.Groups;
+	// groups.go): the worker becomes known, every block it held is dropped, and its
+	// stored, removed and copied events then name a group (Event.Group). A declaration
+	// of one full group whose block size is the unit is what an undeclared worker is.
+	EventGroups
 )
 
 // Event is any engine event, for ingesters that decode events generically.
@@ -417,6 +425,17 @@ type Event struct {
 	// tier only, and a store's parent is looked up on its tier first, then on the others,
 	// fastest first. Cleared and RemoveWorker cover every tier and take no Tier.
 	Tier Tier
+	// Group is the KV-cache group a stored, removed or copied event is about (0, the
+	// only group of a worker that declared none, by default); see EventGroups.
+	Group int
+	// Contents, for a stored event of a group whose block size spans several units,
+	// holds each block's content hashes, span values a block, in order (Blocks[i]'s
+	// Content is then unused). nil for a span of one unit.
+	Contents []uint64
+	// Unit and Groups are an EventGroups declaration: the index's block size in tokens
+	// and the model's groups, in group order.
+	Unit   int
+	Groups []Group
 	// Cursor, when not zero, is the event's position in its worker's event stream (for
 	// example the publisher's sequence number). The engine records the last one applied
 	// per worker, under the same lock as the worker's state, so a snapshot knows where
@@ -519,8 +538,19 @@ func (e *Engine) check(ev *Event) (apply bool, err error) {
 	switch {
 	case ev.Worker == "":
 		return bad("empty worker id")
-	case ev.Kind < EventStored || ev.Kind > EventCopied:
+	case ev.Kind < EventStored || ev.Kind > EventGroups:
 		return bad("unknown event kind %d", ev.Kind)
+	case len(ev.Contents) > e.cfg.MaxEventBlocks:
+		return bad("%d content hashes in one event (limit %d)", len(ev.Contents), e.cfg.MaxEventBlocks)
+	case ev.Group < 0:
+		return bad("group %d", ev.Group)
+	case ev.Kind == EventGroups:
+		if ev.Tier != TierDevice {
+			return bad("a groups declaration covers every tier and takes none (got %s)", ev.Tier)
+		}
+		if _, err := validateGroups(ev.Unit, ev.Groups); err != nil {
+			return bad("%v", err)
+		}
 	case len(ev.Blocks) > e.cfg.MaxEventBlocks:
 		return bad("%d blocks in one event (limit %d)", len(ev.Blocks), e.cfg.MaxEventBlocks)
 	case len(ev.Seqs) > e.cfg.MaxEventBlocks:
@@ -546,7 +576,13 @@ func (e *Engine) lockFor(ev *Event, hint *worker, out *outbox) (w *worker, err e
 		return w, nil
 	}
 	switch ev.Kind {
+	case EventGroups:
+		return e.lockLive(ev.Worker, true, nil, out), nil
 	case EventStored:
+		if ev.Group != 0 || ev.Contents != nil {
+			e.rejInvalid.Add(1)
+			return nil, fmt.Errorf("%w: worker %q is unknown, so it has declared no groups", ErrInvalidEvent, strings.Clone(ev.Worker))
+		}
 		if ev.HasParent {
 			e.rejParent.Add(1)
 			return nil, fmt.Errorf("%w: worker %q is unknown", ErrParentNotFound, strings.Clone(ev.Worker))
@@ -573,6 +609,14 @@ func (e *Engine) lockFor(ev *Event, hint *worker, out *outbox) (w *worker, err e
 // which is then flushed already (its lock is still held). While the engine holds
 // predictions, the event also ends those it covers or contradicts (predict.go).
 func (e *Engine) applyLocked(w *worker, ev *Event) (gone bool, err error) {
+	if groupedEvent(w, ev) {
+		return e.applyGrouped(w, ev) // groups.go
+	}
+	return e.applyPlain(w, ev)
+}
+
+// applyPlain is applyLocked for a worker without groups.
+func (e *Engine) applyPlain(w *worker, ev *Event) (gone bool, err error) {
 	if e.preds.live.Load() != 0 {
 		return e.predictedEvent(w, ev)
 	}

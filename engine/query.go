@@ -179,6 +179,7 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 		var done bool
 		if dst, done = e.walk(q, content, dst); done {
 			ok = true
+			dst = e.withGroups(q, content, dst, start)
 			return e.withPredictions(q, content, dst, start), nil
 		}
 	}
@@ -193,6 +194,7 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 	e.countWork(q)
 	dst = e.collect(q, content, dst)
 	ok = true
+	dst = e.withGroups(q, content, dst, start)
 	return e.withPredictions(q, content, dst, start), nil
 }
 

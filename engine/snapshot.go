@@ -17,10 +17,10 @@ import (
 	"github.com/kvindex/kvindex/internal/table"
 )
 
-// Snapshot format, version 3. All integers are little-endian.
+// Snapshot format, version 4. All integers are little-endian.
 //
 //	magic    "KVIXSNAP"
-//	version  u32 = 3
+//	version  u32 = 4
 //	chain    u32: 0 for SPEC's XXH3 prefix chain, 1 for the keyed chain, then its key
 //	         (4 x u64); the prefixes below are that chain's words (chain.go)
 //	nsCount  u32, then nsCount names (u32 length + bytes), sorted; a block's namespace is
@@ -29,12 +29,16 @@ import (
 //	           name (u32 length + bytes), cursor u64,
 //	           per tier (device, host, disk): count u64,
 //	             count entries sorted by seq: seq u64, prefix u64, parent u64, pos u32, ns u32
+//	           groups u32: 0 for a worker without KV-cache groups, else its groups
+//	             (groups.go): per group kind u32, span u32, lookback u32; then per group,
+//	             per tier: count u64, count entries sorted by seq: seq u64, prefix u64,
+//	             end u32, ns u32
 //	crc      u32: CRC-32C (Castagnoli) of every byte before it
 //
-// Version 2 is the same without the chain field (its prefixes are SPEC's chain), and
-// version 1 is version 2 with one count and its entries per worker (the device tier);
-// Restore reads all three, and an engine restored from version 1 or 2 keeps SPEC's
-// chain. The chain key is a secret of the engine that wrote the snapshot (it decides
+// Version 3 is the same without the groups field; version 2 is version 3 without the
+// chain field (its prefixes are SPEC's chain), and version 1 is version 2 with one count
+// and its entries per worker (the device tier); Restore reads all four, and an engine
+// restored from version 1 or 2 keeps SPEC's chain. The chain key is a secret of the engine that wrote the snapshot (it decides
 // which sequences of content hashes a client would have to send to make two prefixes
 // collide), so a snapshot is as private as the engine's memory; with Config.SpecChain
 // a snapshot carries no key. A block entry carries its parent's prefix hash so that Restore
@@ -42,8 +46,9 @@ import (
 // (worker, tier, block).
 const (
 	snapshotMagic   = "KVIXSNAP"
-	snapshotVersion = 3
+	snapshotVersion = 4
 	snapshotEntry   = 32
+	groupEntry      = 24
 
 	chainSpec  = 0
 	chainKeyed = 1
@@ -147,6 +152,10 @@ func (e *Engine) captureWorkers() (names []string, count uint32, body []byte, ok
 				wk.mu.Unlock()
 				return nil, 0, nil, false
 			}
+		}
+		if !captureGroups(&buf, wk.hyb, nsIndex) {
+			wk.mu.Unlock()
+			return nil, 0, nil, false
 		}
 		wk.mu.Unlock()
 		count++
@@ -268,6 +277,7 @@ func RestoreBytes(cfg Config, data []byte) (*Engine, error) {
 	if v == 1 {
 		tiers = 1 // the device tier only
 	}
+	groups := v >= 4
 	ch, err := p.chain(v)
 	if err != nil {
 		return nil, err
@@ -277,7 +287,7 @@ func RestoreBytes(cfg Config, data []byte) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := e.load(p, tiers); err != nil {
+	if err := e.load(p, tiers, groups); err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -309,8 +319,8 @@ func (p *snapReader) chain(v uint32) (chain, error) {
 }
 
 // load reads the namespaces and workers of a snapshot whose workers each list tiers
-// tiers.
-func (e *Engine) load(p *snapReader, tiers Tier) error {
+// tiers, and their KV-cache groups when groups is set.
+func (e *Engine) load(p *snapReader, tiers Tier, groups bool) error {
 	nsCount := p.u32()
 	if uint64(nsCount)*4 > uint64(len(p.b)) {
 		return fmt.Errorf("%w: namespace count %d", ErrSnapshot, nsCount)
@@ -350,6 +360,9 @@ func (e *Engine) load(p *snapReader, tiers Tier) error {
 		w.cursor = cursor
 		for t := Tier(0); t < tiers && p.err == nil; t++ {
 			e.loadTier(p, w, t, nsCount, nsIDs)
+		}
+		if groups && p.err == nil {
+			e.loadGroups(p, w, nsCount, nsIDs)
 		}
 		if err := w.flush(e); err != nil && p.err == nil {
 			p.err = err

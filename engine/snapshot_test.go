@@ -97,45 +97,79 @@ func TestSnapshotRefusesDamage(t *testing.T) {
 	require.NoError(t, r.Close())
 }
 
-// TestSnapshotVersion2: a version 2 snapshot (no chain field: SPEC's chain) is
-// restored, the engine keeps SPEC's chain, answers as before and snapshots as version 3
-// with the spec chain; an unknown chain is refused.
-func TestSnapshotVersion2(t *testing.T) {
+// TestSnapshotOlderVersions: a version 3 snapshot (no groups fields) and a version 2
+// one (no chain field either: SPEC's chain) are restored, the engine keeps SPEC's chain,
+// answers as before and snapshots as version 4 with the spec chain; an unknown chain is
+// refused.
+func TestSnapshotOlderVersions(t *testing.T) {
 	e := newEngine(t, engine.Config{Shards: 2, SpecChain: true})
 	require.NoError(t, e.Store("a", []engine.Block{{Content: 1, Seq: 1}, {Content: 2, Seq: 2}, {Content: 3, Seq: 3}}))
 	require.NoError(t, e.Store("b", []engine.Block{{Content: 1, Seq: 5}, {Content: 2, Seq: 6}}))
 	require.NoError(t, e.StoreUnder("b", 6, []engine.Block{{Content: 4, Seq: 4}}))
 	var snap bytes.Buffer
 	require.NoError(t, e.WriteSnapshot(&snap))
-	v3 := snap.Bytes()
-	require.Equal(t, uint32(3), binary.LittleEndian.Uint32(v3[8:]))
-	require.Equal(t, uint32(0), binary.LittleEndian.Uint32(v3[12:]), "the spec chain's field")
+	v4 := snap.Bytes()
+	require.Equal(t, uint32(4), binary.LittleEndian.Uint32(v4[8:]))
+	require.Equal(t, uint32(0), binary.LittleEndian.Uint32(v4[12:]), "the spec chain's field")
 
 	reseal := func(body []byte) []byte {
 		return binary.LittleEndian.AppendUint32(body, crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)))
 	}
+	v3 := reseal(withoutGroups(t, v4[:len(v4)-4], 3))
 	v2 := append(bytes.Clone(v3[:8]), 2, 0, 0, 0)
 	v2 = reseal(append(v2, v3[16:len(v3)-4]...))
-	r, err := engine.RestoreBytes(engine.Config{Shards: 1}, v2)
-	require.NoError(t, err)
-	t.Cleanup(func() { r.Close() })
-	require.True(t, r.Config().SpecChain)
-	for _, q := range [][]uint64{{1, 2, 3}, {1, 2, 4}, {1, 9}} {
-		want, err := e.FindMatches(ctx, q, nil)
-		require.NoError(t, err)
-		got, err := r.FindMatches(ctx, q, nil)
-		require.NoError(t, err)
-		require.Equal(t, want, got, "query %v", q)
+	for name, old := range map[string][]byte{"v3": v3, "v2": v2} {
+		r, err := engine.RestoreBytes(engine.Config{Shards: 1}, old)
+		require.NoError(t, err, name)
+		t.Cleanup(func() { r.Close() })
+		require.True(t, r.Config().SpecChain)
+		for _, q := range [][]uint64{{1, 2, 3}, {1, 2, 4}, {1, 9}} {
+			want, err := e.FindMatches(ctx, q, nil)
+			require.NoError(t, err)
+			got, err := r.FindMatches(ctx, q, nil)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "%s: query %v", name, q)
+		}
+		var again bytes.Buffer
+		require.NoError(t, r.WriteSnapshot(&again))
+		require.Equal(t, v4, again.Bytes(), name)
 	}
-	var again bytes.Buffer
-	require.NoError(t, r.WriteSnapshot(&again))
-	require.Equal(t, v3, again.Bytes())
 
-	bad := bytes.Clone(v3[:len(v3)-4])
+	bad := bytes.Clone(v4[:len(v4)-4])
 	binary.LittleEndian.PutUint32(bad[12:], 2)
-	_, err = engine.RestoreBytes(engine.Config{Shards: 1}, reseal(bad))
+	_, err := engine.RestoreBytes(engine.Config{Shards: 1}, reseal(bad))
 	require.ErrorIs(t, err, engine.ErrSnapshot)
 	require.ErrorContains(t, err, "unknown prefix chain 2")
+}
+
+// withoutGroups turns the body (checksum stripped) of a version 4 snapshot of workers
+// without groups, with SPEC's chain, into a version-v body without the groups fields.
+func withoutGroups(t *testing.T, body []byte, v uint32) []byte {
+	le := binary.LittleEndian
+	out := bytes.Clone(body[:16]) // magic, version, chain
+	le.PutUint32(out[8:], v)
+	b := body[16:]
+	take := func(n int) []byte { x := b[:n]; b = b[n:]; return x }
+	str := func() []byte { n := le.Uint32(b); return take(4 + int(n)) }
+	ns := take(4)
+	out = append(out, ns...)
+	for i := uint32(0); i < le.Uint32(ns); i++ {
+		out = append(out, str()...)
+	}
+	nw := take(4)
+	out = append(out, nw...)
+	for i := uint32(0); i < le.Uint32(nw); i++ {
+		out = append(out, str()...)
+		out = append(out, take(8)...) // cursor
+		for tier := 0; tier < 3; tier++ {
+			cnt := take(8)
+			out = append(out, cnt...)
+			out = append(out, take(32*int(le.Uint64(cnt)))...)
+		}
+		require.Equal(t, uint32(0), le.Uint32(take(4)), "a worker without groups")
+	}
+	require.Empty(t, b)
+	return out
 }
 
 func TestSnapshotFileIsAtomic(t *testing.T) {
@@ -167,6 +201,12 @@ func FuzzRestore(f *testing.F) {
 		_ = e.Apply(&engine.Event{Kind: engine.EventStored, Worker: "b", Namespace: "n", Blocks: []engine.Block{{Content: 1, Seq: 3}}})
 		_ = e.Apply(&engine.Event{Kind: engine.EventCopied, Worker: "a", Tier: engine.TierHost, Seqs: []uint64{2}})
 		_ = e.Apply(&engine.Event{Kind: engine.EventStored, Worker: "a", Tier: engine.TierDisk, Parent: 2, HasParent: true, Blocks: []engine.Block{{Content: 3, Seq: 4}}})
+		// A hybrid worker: a window group and a Mamba group spanning two units.
+		_ = e.Apply(&engine.Event{Kind: engine.EventGroups, Worker: "h", Unit: 16, Groups: []engine.Group{
+			{Kind: engine.GroupFull, BlockSize: 16}, {Kind: engine.GroupSlidingWindow, BlockSize: 16, Window: 20}, {Kind: engine.GroupMamba, BlockSize: 32}}})
+		_ = e.Apply(&engine.Event{Kind: engine.EventStored, Worker: "h", Blocks: []engine.Block{{Content: 1, Seq: 1}, {Content: 2, Seq: 2}}})
+		_ = e.Apply(&engine.Event{Kind: engine.EventStored, Worker: "h", Group: 1, Namespace: "n", Blocks: []engine.Block{{Content: 1, Seq: 1}}})
+		_ = e.Apply(&engine.Event{Kind: engine.EventStored, Worker: "h", Group: 2, Blocks: []engine.Block{{Seq: 7}}, Contents: []uint64{1, 2}})
 		var snap bytes.Buffer
 		_ = e.WriteSnapshot(&snap)
 		e.Close()

@@ -390,7 +390,7 @@ func (t *seqTable) has(seed *table.Seed, seq uint64) bool {
 // totalSize is the worker's size over every tier (the query's size(w)), read without its
 // lock.
 func (w *worker) totalSize() int {
-	n := int(w.size.Load())
+	n := int(w.size.Load() + w.hybSize.Load())
 	w.components(func(_ Tier, c *worker) { n += int(c.size.Load()) })
 	return n
 }

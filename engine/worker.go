@@ -41,6 +41,10 @@ type worker struct {
 	keys keyTable
 	// cursor is the stream position of the last event applied that carried one.
 	cursor uint64
+	// hyb is a declared worker's KV-cache groups (groups.go); nil for a dense worker.
+	// hybSize is its entry count, written under mu and read without it.
+	hyb     *hybrid
+	hybSize atomic.Int64
 	// out is the scratch of the events being applied, lent by the caller that locked the
 	// worker for events (lockLive; Apply and ApplyBatch take one from the engine's pool
 	// per call) and taken back at unlock, so an idle worker holds none: 100,000 workers

@@ -114,6 +114,9 @@ func (m *Model) StoredOn(name string, tier int, parent uint64, hasParent bool, b
 // are ErrInvalidEvent, decided before the parent is looked up; the parent is looked up
 // in the event's group alone.
 func (m *Model) StoredIn(name string, group, tier int, parent uint64, hasParent bool, blocks [][2]uint64, contents [][]uint64) error {
+	if len(blocks) == 0 {
+		return nil // whatever the parent and the group: an unknown worker stays unknown
+	}
 	if tier < 0 || tier >= NumTiers {
 		return ErrInvalidEvent
 	}
@@ -135,9 +138,6 @@ func (m *Model) StoredIn(name string, group, tier int, parent uint64, hasParent 
 		if len(content(i)) != span {
 			return ErrInvalidEvent
 		}
-	}
-	if len(blocks) == 0 {
-		return nil
 	}
 	var at uint32
 	if hasParent {
@@ -176,8 +176,9 @@ func (m *Model) StoredIn(name string, group, tier int, parent uint64, hasParent 
 		w.groups[group][tier][b[1]] = at // a re-store with the same prefix is the same node: a no-op
 		stored[at] = true
 	}
-	// A prediction whose last block's node the event stored on the device is confirmed.
-	if tier == 0 && group == 0 {
+	// A prediction whose last block's node the event stored on the device is confirmed
+	// (predictions are of workers without groups: a declared worker's events leave them).
+	if tier == 0 && w.rules == nil {
 		m.endPredictions(name, func(p prediction) bool { return stored[m.node(p.content, len(p.content))] })
 	}
 	return nil
@@ -214,7 +215,7 @@ func (m *Model) RemovedIn(name string, group, tier int, seqs []uint64) (skipped 
 	if tier != 0 {
 		m.tiered = true
 	}
-	if tier == 0 && group == 0 {
+	if tier == 0 && w.rules == nil {
 		// A prediction one of whose blocks' nodes the worker holds under a removed seq
 		// is contradicted.
 		removed := map[uint32]bool{}
