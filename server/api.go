@@ -232,6 +232,8 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/v1/match", s.instrument("match", methods(s.handleMatch, http.MethodPost)))
 	mux.Handle("/v1/routed", s.instrument("routed", methods(s.handleRouted, http.MethodPost)))
 	mux.Handle("/v1/workers", s.instrument("workers", methods(s.handleWorkers, http.MethodGet)))
+	mux.Handle("/v1/engines", s.instrument("engines", methods(s.handleEngines, http.MethodGet, http.MethodPost)))
+	mux.Handle("/v1/engines/{key}", s.instrument("engine", methods(s.handleEngine, http.MethodDelete)))
 	mux.Handle("/healthz", s.instrument("healthz", methods(s.handleHealth, http.MethodGet)))
 	mux.Handle("/readyz", s.instrument("readyz", methods(s.handleReady, http.MethodGet)))
 	metrics := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: nil})
@@ -340,18 +342,19 @@ func decimalID(id string) bool {
 func isUpperHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'A' && c <= 'F' }
 
 func (s *Server) resolveModel(name string) (*model, error) {
+	models := s.fleet().models
 	if name == "" {
-		if len(s.models) == 1 {
-			for _, m := range s.models {
+		if len(models) == 1 {
+			for _, m := range models {
 				return m, nil
 			}
 		}
-		if m, ok := s.models[""]; ok {
+		if m, ok := models[""]; ok {
 			return m, nil
 		}
 		return nil, errors.New("model is required: several models are served")
 	}
-	m, ok := s.models[name]
+	m, ok := models[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown model %q", name)
 	}
@@ -542,11 +545,19 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 // matches appends the API's matches for the engine's answer to dst, in the order the
 // response promises (HTTP and gRPC alike): weighted descending (the best worker for a
 // router first), then score descending, then worker id.
+//
+// A worker the server does not serve is left out: one whose engine was just removed
+// (its blocks are leaving the index) or whose predictions outlive it (a removed engine
+// without events).
 func (s *Server) matches(found []engine.Match, w engine.Weights, dst []Match) []Match {
 	for i := range found {
 		f := &found[i]
+		state := s.workerState(f.Worker)
+		if state == stateUnknown {
+			continue
+		}
 		dst = append(dst, Match{Worker: f.Worker, Score: f.Score, Tiers: f.Tiers, Weighted: f.Weighted(w),
-			Size: f.Size, Predicted: f.Predicted, State: s.workerState(f.Worker)})
+			Size: f.Size, Predicted: f.Predicted, State: state})
 	}
 	slices.SortFunc(dst, func(a, b Match) int {
 		switch {
@@ -587,7 +598,7 @@ func (s *Server) noteMatch(m *model, blocks, found int, pick *Pick) {
 	if pick == nil {
 		return
 	}
-	if sub := s.byWorker[pick.Worker]; sub != nil {
+	if sub := s.fleet().byWorker[pick.Worker]; sub != nil {
 		sub.NoteServed(s.now())
 	}
 }
@@ -605,8 +616,12 @@ func (s *Server) resolvePolicy(policy string) (string, error) {
 	return "", fmt.Errorf("unknown policy %q (want one of %v)", policy, Policies())
 }
 
-// stateApproximate is the state of a worker without events.
-const stateApproximate = "approximate"
+// stateApproximate is the state of a worker without events; stateUnknown that of a
+// worker the server does not serve.
+const (
+	stateApproximate = "approximate"
+	stateUnknown     = "unknown"
+)
 
 // predictError answers a failed Predict.
 func (s *Server) predictError(w http.ResponseWriter, err error) {
@@ -625,11 +640,12 @@ func (s *Server) predictError(w http.ResponseWriter, err error) {
 // servesWorker reports whether worker is one of model m's workers (any worker when the
 // index is fed by another process, which knows them).
 func (s *Server) servesWorker(m *model, worker string) bool {
-	if sub := s.byWorker[worker]; sub != nil {
+	f := s.fleet()
+	if sub := f.byWorker[worker]; sub != nil {
 		return sub.Model() == m.name
 	}
-	if am := s.approx[worker]; am != nil {
-		return am == m
+	if am := f.approx[worker]; am != nil {
+		return am.name == m.name
 	}
 	return s.external
 }
@@ -676,18 +692,19 @@ func eligible(st subscriber.State) bool {
 
 // pickable reports whether a worker may be picked: its subscriber is live or stale, it
 // has no events to wait for (approximate), or the index is fed by another process.
-func (s *Server) pickable(worker string) bool {
-	if sub := s.byWorker[worker]; sub != nil {
+func (s *Server) pickable(f *fleet, worker string) bool {
+	if sub := f.byWorker[worker]; sub != nil {
 		return eligible(sub.State())
 	}
-	return s.approx[worker] != nil || s.external
+	return f.approx[worker] != nil || s.external
 }
 
 func (s *Server) pick(m *model, policy string, matches []Match) *Pick {
 	if policy == PolicyLongestPrefix {
+		f := s.fleet()
 		best := -1
 		for i, mt := range matches {
-			if !s.pickable(mt.Worker) {
+			if !s.pickable(f, mt.Worker) {
 				continue
 			}
 			if best < 0 || better(&matches[i], &matches[best]) {
@@ -829,14 +846,15 @@ func (s *Server) handleWorkers(w http.ResponseWriter, r *http.Request) {
 // workerInfos lists every worker, HTTP and gRPC alike: the subscribed ones in their
 // order, then those without events by id.
 func (s *Server) workerInfos(sizer WorkerSizer, now time.Time) []WorkerInfo {
-	out := make([]WorkerInfo, 0, len(s.subs)+len(s.approx))
-	for _, sub := range s.subs {
+	f := s.fleet()
+	out := make([]WorkerInfo, 0, len(f.subs)+len(f.approx))
+	for _, sub := range f.subs {
 		out = append(out, s.workerInfo(sub, sizer, now))
 	}
-	for _, name := range slices.Sorted(maps.Keys(s.approx)) {
+	for _, name := range slices.Sorted(maps.Keys(f.approx)) {
 		// A worker without events: only its model, state and size (0 unless a relay
 		// feeds the index) mean anything.
-		wi := WorkerInfo{Worker: name, Model: s.approx[name].name, State: stateApproximate, Rejected: map[string]uint64{}}
+		wi := WorkerInfo{Worker: name, Model: f.approx[name].name, State: stateApproximate, Rejected: map[string]uint64{}}
 		if sizer != nil {
 			n, _ := sizer.WorkerSize(name)
 			wi.Size = &n

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -374,6 +375,39 @@ func (c Config) SubscriberConfigs() ([]subscriber.Config, error) {
 
 // plan validates the configuration and expands engines into publishers (one per rank).
 func (c Config) plan() ([]publisher, error) {
+	p, err := c.planner()
+	if err != nil {
+		return nil, err
+	}
+	if len(c.Engines) == 0 && len(c.Models) == 0 {
+		return nil, fmt.Errorf("%w: engines: at least one engine (or a models entry) is required", ErrConfig)
+	}
+	var out []publisher
+	for i, e := range p.c.Engines {
+		pubs, err := p.engine(e, i, fmt.Sprintf("engines[%d]", i))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, pubs...)
+	}
+	return out, nil
+}
+
+// planner expands engines into publishers against one configuration's global settings,
+// remembering what the engines planned so far claimed (worker ids, endpoints, each
+// model's block size): plan runs it over the configured engines, and the server over
+// every engine it runs plus one to add (engines.go).
+type planner struct {
+	c         Config // with defaults
+	tiers     map[string]engine.Tier
+	workers   map[string]string // worker id -> the engine that claimed it ("engines[2]")
+	endpoints map[string]string // endpoint -> the engine that claimed it
+	modelBS   map[string]int
+}
+
+// planner validates the configuration's global settings (everything but the engines)
+// and returns a planner with nothing claimed yet.
+func (c Config) planner() (*planner, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
 	}
@@ -411,107 +445,125 @@ func (c Config) plan() ([]publisher, error) {
 	if _, err := c.weights(); err != nil {
 		return nil, bad("%v", err)
 	}
-	if len(c.Engines) == 0 && len(c.Models) == 0 {
-		return nil, bad("engines: at least one engine (or a models entry) is required")
-	}
 	for name, bs := range c.Models {
 		if err := hash.CheckBlockSize(bs); err != nil {
 			return nil, bad("models[%q]: %v", name, err)
 		}
 	}
+	return &planner{c: c, tiers: tiers, workers: map[string]string{}, endpoints: map[string]string{},
+		modelBS: map[string]int{}}, nil
+}
+
+// engine validates one engine against the configuration and the engines planned before
+// it, claims its worker ids and endpoints, and returns its publishers. i is the
+// publishers' engine index; where names the engine in errors. Nothing is claimed when
+// it fails.
+func (p *planner) engine(e EngineConfig, i int, where string) ([]publisher, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	}
+	if e.BlockSize == 0 {
+		e.BlockSize = p.c.BlockSize
+	}
+	if err := hash.CheckBlockSize(e.BlockSize); err != nil {
+		return nil, bad("%s.block_size: %v", where, err)
+	}
+	if bs, ok := p.c.Models[e.Model]; ok && bs != e.BlockSize {
+		return nil, bad("%s: model %q has block size %d in models", where, e.Model, bs)
+	}
+	if bs, ok := p.modelBS[e.Model]; ok && bs != e.BlockSize {
+		return nil, bad("%s: model %q has block size %d here and %d elsewhere", where, e.Model, e.BlockSize, bs)
+	}
+	if e.Endpoint == "" {
+		pub, err := approxPublisher(e, where, i, p.workers)
+		if err != nil {
+			return nil, err
+		}
+		p.modelBS[e.Model] = e.BlockSize
+		p.workers[e.Worker] = where
+		return []publisher{pub}, nil
+	}
+	if e.DPRanks < 0 || e.DPRanks > MaxDPRanks || e.DPRankStart < 0 || e.DPRankStart > 65535 {
+		return nil, bad("%s: dp_ranks %d / dp_rank_start %d out of range", where, e.DPRanks, e.DPRankStart)
+	}
+	if e.DPRanks == 0 && e.DPRankStart != 0 {
+		return nil, bad("%s: dp_rank_start needs dp_ranks", where)
+	}
+	base := e.Worker
+	if base == "" {
+		base = e.Endpoint
+	}
+	n, ranked := e.DPRanks, e.DPRanks > 0
+	if n == 0 {
+		n = 1
+	}
 	var out []publisher
-	workers := map[string]int{}
-	endpoints := map[string]int{}
-	modelBS := map[string]int{}
-	for i, e := range c.Engines {
-		where := fmt.Sprintf("engines[%d]", i)
-		if err := hash.CheckBlockSize(e.BlockSize); err != nil {
-			return nil, bad("%s.block_size: %v", where, err)
+	seenW, seenE := map[string]bool{}, map[string]bool{}
+	for r := e.DPRankStart; r < e.DPRankStart+n; r++ {
+		ep, err := subscriber.OffsetEndpoint(e.Endpoint, r)
+		if err != nil {
+			return nil, bad("%s.endpoint: %v", where, err)
 		}
-		if e.Endpoint == "" {
-			p, err := approxPublisher(e, where, i, workers, modelBS, c.Models)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, p)
-			continue
+		rep, err := subscriber.OffsetEndpoint(e.ReplayEndpoint, r)
+		if err != nil {
+			return nil, bad("%s.replay_endpoint: %v", where, err)
 		}
-		if bs, ok := c.Models[e.Model]; ok && bs != e.BlockSize {
-			return nil, bad("%s: model %q has block size %d in models", where, e.Model, bs)
+		w := subscriber.WorkerID(base, r, ranked)
+		if j, dup := p.workers[w]; dup || seenW[w] {
+			return nil, bad("%s: worker id %q also used by %s", where, w, cmp.Or(j, where))
 		}
-		if bs, ok := modelBS[e.Model]; ok && bs != e.BlockSize {
-			return nil, bad("%s: model %q has block size %d here and %d elsewhere", where, e.Model, e.BlockSize, bs)
+		if j, dup := p.endpoints[ep]; dup || seenE[ep] {
+			return nil, bad("%s: endpoint %q also used by %s", where, ep, cmp.Or(j, where))
 		}
-		modelBS[e.Model] = e.BlockSize
-		if e.DPRanks < 0 || e.DPRanks > MaxDPRanks || e.DPRankStart < 0 || e.DPRankStart > 65535 {
-			return nil, bad("%s: dp_ranks %d / dp_rank_start %d out of range", where, e.DPRanks, e.DPRankStart)
+		seenW[w], seenE[ep] = true, true
+		sc := p.subscriberConfig(e, ep, rep, w, r)
+		if _, err := subscriber.New(sc); err != nil {
+			return nil, fmt.Errorf("%w: %s (rank %d): %w", ErrConfig, where, r, err)
 		}
-		if e.DPRanks == 0 && e.DPRankStart != 0 {
-			return nil, bad("%s: dp_rank_start needs dp_ranks", where)
-		}
-		base := e.Worker
-		if base == "" {
-			base = e.Endpoint
-		}
-		n, ranked := e.DPRanks, e.DPRanks > 0
-		if n == 0 {
-			n = 1
-		}
-		for r := e.DPRankStart; r < e.DPRankStart+n; r++ {
-			ep, err := subscriber.OffsetEndpoint(e.Endpoint, r)
-			if err != nil {
-				return nil, bad("%s.endpoint: %v", where, err)
-			}
-			rep, err := subscriber.OffsetEndpoint(e.ReplayEndpoint, r)
-			if err != nil {
-				return nil, bad("%s.replay_endpoint: %v", where, err)
-			}
-			w := subscriber.WorkerID(base, r, ranked)
-			if j, dup := workers[w]; dup {
-				return nil, bad("%s: worker id %q also used by engines[%d]", where, w, j)
-			}
-			workers[w] = i
-			if j, dup := endpoints[ep]; dup {
-				return nil, bad("%s: endpoint %q also used by engines[%d]", where, ep, j)
-			}
-			endpoints[ep] = i
-			sc := subscriber.Config{
-				Endpoint:        ep,
-				ReplayEndpoint:  rep,
-				Bind:            e.Bind,
-				Topic:           e.Topic,
-				Worker:          w,
-				Model:           e.Model,
-				DPRank:          r,
-				BlockSize:       e.BlockSize,
-				Media:           e.Media,
-				Tiers:           tiers,
-				SkipExtraKeys:   e.SkipExtraKeys,
-				Groups:          subscriber.GroupFilter{Kinds: e.KVGroupKinds, Groups: e.KVGroups},
-				Diagnose:        c.Diagnose.subscriber(),
-				ReplayTimeout:   time.Duration(c.ReplayTimeout),
-				ReconnectMin:    time.Duration(c.ReconnectMin),
-				ReconnectMax:    time.Duration(c.ReconnectMax),
-				Grace:           time.Duration(c.Grace),
-				ResyncInterval:  time.Duration(c.ResyncInterval),
-				MaxMessageBytes: c.MaxMessageBytes,
-				Index:           nopIndex{},
-			}
-			if hc := e.HashCheck; hc != nil {
-				sc.HashCheck = subscriber.HashCheck{Enabled: true, Seed: hc.Seed, Algo: hc.Algo, SampleEvery: hc.SampleEvery}
-			}
-			if _, err := subscriber.New(sc); err != nil {
-				return nil, fmt.Errorf("%w: %s (rank %d): %w", ErrConfig, where, r, err)
-			}
-			out = append(out, publisher{engine: i, cfg: sc})
-		}
+		out = append(out, publisher{engine: i, cfg: sc})
+	}
+	p.modelBS[e.Model] = e.BlockSize
+	for _, pub := range out {
+		p.workers[pub.cfg.Worker] = where
+		p.endpoints[pub.cfg.Endpoint] = where
 	}
 	return out, nil
 }
 
+// subscriberConfig is rank r's subscriber configuration (its Index a placeholder).
+func (p *planner) subscriberConfig(e EngineConfig, ep, rep, worker string, r int) subscriber.Config {
+	c := &p.c
+	sc := subscriber.Config{
+		Endpoint:        ep,
+		ReplayEndpoint:  rep,
+		Bind:            e.Bind,
+		Topic:           e.Topic,
+		Worker:          worker,
+		Model:           e.Model,
+		DPRank:          r,
+		BlockSize:       e.BlockSize,
+		Media:           e.Media,
+		Tiers:           p.tiers,
+		SkipExtraKeys:   e.SkipExtraKeys,
+		Groups:          subscriber.GroupFilter{Kinds: e.KVGroupKinds, Groups: e.KVGroups},
+		Diagnose:        c.Diagnose.subscriber(),
+		ReplayTimeout:   time.Duration(c.ReplayTimeout),
+		ReconnectMin:    time.Duration(c.ReconnectMin),
+		ReconnectMax:    time.Duration(c.ReconnectMax),
+		Grace:           time.Duration(c.Grace),
+		ResyncInterval:  time.Duration(c.ResyncInterval),
+		MaxMessageBytes: c.MaxMessageBytes,
+		Index:           nopIndex{},
+	}
+	if hc := e.HashCheck; hc != nil {
+		sc.HashCheck = subscriber.HashCheck{Enabled: true, Seed: hc.Seed, Algo: hc.Algo, SampleEvery: hc.SampleEvery}
+	}
+	return sc
+}
+
 // approxPublisher checks an engine without an endpoint: it needs a worker id, and
 // nothing that only a subscriber would use.
-func approxPublisher(e EngineConfig, where string, i int, workers, modelBS map[string]int, models map[string]int) (publisher, error) {
+func approxPublisher(e EngineConfig, where string, i int, workers map[string]string) (publisher, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
 	}
@@ -521,17 +573,9 @@ func approxPublisher(e EngineConfig, where string, i int, workers, modelBS map[s
 	case e.ReplayEndpoint != "" || e.DPRanks != 0 || e.DPRankStart != 0 || e.Bind || e.Topic != "" || e.HashCheck != nil:
 		return publisher{}, bad("%s: replay_endpoint, dp_ranks, bind, topic and hash_check need an endpoint", where)
 	}
-	if bs, ok := models[e.Model]; ok && bs != e.BlockSize {
-		return publisher{}, bad("%s: model %q has block size %d in models", where, e.Model, bs)
-	}
-	if bs, ok := modelBS[e.Model]; ok && bs != e.BlockSize {
-		return publisher{}, bad("%s: model %q has block size %d here and %d elsewhere", where, e.Model, e.BlockSize, bs)
-	}
-	modelBS[e.Model] = e.BlockSize
 	if j, dup := workers[e.Worker]; dup {
-		return publisher{}, bad("%s: worker id %q also used by engines[%d]", where, e.Worker, j)
+		return publisher{}, bad("%s: worker id %q also used by %s", where, e.Worker, j)
 	}
-	workers[e.Worker] = i
 	return publisher{engine: i, approx: true, cfg: subscriber.Config{Worker: e.Worker, Model: e.Model, BlockSize: e.BlockSize}}, nil
 }
 

@@ -147,9 +147,10 @@ type ModelInfo struct {
 }
 
 func (s *Server) modelInfos(now time.Time) []ModelInfo {
-	out := make([]ModelInfo, 0, len(s.models))
-	for _, name := range s.modelNames() {
-		m := s.models[name]
+	models := s.fleet().models
+	out := make([]ModelInfo, 0, len(models))
+	for _, name := range slices.Sorted(maps.Keys(models)) {
+		m := models[name]
 		_, total, _ := m.queries.recent(now, s.diagWindow())
 		ps := s.modelProblems(m, now)
 		if ps == nil {
@@ -226,13 +227,14 @@ func (s *Server) logProblems(now time.Time) {
 		}
 		s.log.Warn("routing may ignore the cache: "+p.Message, kind, who, "model", model, "problem", p.Code, "hint", p.Hint)
 	}
-	for _, sub := range s.subs {
+	f := s.fleet()
+	for _, sub := range f.subs {
 		for _, p := range sub.Problems(now) {
 			report("worker", sub.Worker(), sub.Model(), p)
 		}
 	}
-	for _, name := range s.modelNames() {
-		for _, p := range s.modelProblems(s.models[name], now) {
+	for _, name := range slices.Sorted(maps.Keys(f.models)) {
+		for _, p := range s.modelProblems(f.models[name], now) {
 			report("model", name, name, p)
 		}
 	}
@@ -288,7 +290,8 @@ func (c *diagCollector) Describe(ch chan<- *prometheus.Desc) { prometheus.Descri
 func (c *diagCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
 	now := s.now()
-	for _, sub := range s.subs {
+	f := s.fleet()
+	for _, sub := range f.subs {
 		st := sub.Status()
 		active := map[string]bool{}
 		for _, p := range sub.Problems(now) {
@@ -314,8 +317,8 @@ func (c *diagCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.groups, prometheus.CounterValue, float64(g.Count), st.Worker, g.Group)
 		}
 	}
-	for _, name := range s.modelNames() {
-		m := s.models[name]
+	for _, name := range slices.Sorted(maps.Keys(f.models)) {
+		m := f.models[name]
 		_, total, _ := m.queries.recent(now, s.diagWindow())
 		ch <- prometheus.MustNewConstMetric(c.modelQ, prometheus.CounterValue, float64(total[0]), name)
 		ch <- prometheus.MustNewConstMetric(c.modelUnm, prometheus.CounterValue, float64(total[1]), name)
@@ -325,9 +328,4 @@ func (c *diagCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.mp, prometheus.GaugeValue, v, name, ProblemUnmatchedQueries)
 	}
-}
-
-// modelNames returns the served models' names, sorted.
-func (s *Server) modelNames() []string {
-	return slices.Sorted(maps.Keys(s.models))
 }

@@ -170,6 +170,37 @@
 // is known to the index only through predictions (state "approximate"). Queries name their namespace as the subscribers apply events:
 // subscriber.Namespace(model, ns), so models never match each other.
 //
+// # Engines that change at runtime
+//
+// The engine list is not fixed at start (engines.go). Each engine belongs to one
+// source, which alone adds, changes and removes it: the configuration ("config";
+// kvindex serve re-reads its --config file on SIGHUP and applies the difference), the
+// admin API ("api") or a discovery source (discovery.go):
+//
+//	GET    /v1/engines        {"engines": [{"key", "source", "workers", "engine"}]}
+//	POST   /v1/engines        one "engines" entry of the configuration (strict JSON):
+//	                          201 {"engine": {...}, "added": true}; 200 with "added":
+//	                          false when that very engine is already served (a retry)
+//	DELETE /v1/engines/{key}  200 {"removed": key, "workers": [...]}, once its workers
+//	                          have left the index; key is the engine's worker (else its
+//	                          endpoint, percent-encoded: tcp:%2F%2Fh:5557)
+//
+// Errors: 400 bad_json, bad_engine (invalid, or claiming a served worker id or
+// endpoint, or another block size for a served model); 404 unknown_engine; 409
+// engine_exists (the key is served with another spec or by another source),
+// engine_source (DELETE of an engine the configuration or discovery owns); 503
+// shutting_down. The admin API is served beside the rest of the API, behind the same
+// listener: anyone who can reach it can make the server dial an endpoint.
+//
+// A change touches only the engines it names: an added engine's subscribers start at
+// once (a new subscriber replays the engine's buffer from the start), a removed
+// engine leaves the answers first, then its subscribers stop and its workers leave the
+// index, and a changed engine (same key, another spec) is removed, then added. Every
+// other engine's subscriber keeps running. /metrics counts kvindex_engines{source} and
+// kvindex_engine_changes_total{source, change} (added, removed, replaced, rejected).
+// Engines added at runtime are not in a snapshot's plan: after a restart they sync
+// from scratch once they are added again.
+//
 // # gRPC API
 //
 // api/kvindexv1/kvindex.proto, served beside HTTP when "grpc"."listen" is set (kvindex

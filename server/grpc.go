@@ -315,16 +315,17 @@ func (g *grpcService) Routed(ctx context.Context, req *kvindexv1.RoutedRequest) 
 
 // workerState is the state a match reports for worker, as /v1/match does.
 func (s *Server) workerState(worker string) string {
-	if sub := s.byWorker[worker]; sub != nil {
+	f := s.fleet()
+	if sub := f.byWorker[worker]; sub != nil {
 		return sub.State().String()
 	}
-	if s.approx[worker] != nil {
+	if f.approx[worker] != nil {
 		return stateApproximate
 	}
 	if s.external {
 		return "replicated" // fed by another process (a relay), which vouches for it
 	}
-	return "unknown"
+	return stateUnknown
 }
 
 // Workers is GET /v1/workers over gRPC: the same workers, those without events

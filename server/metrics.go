@@ -91,7 +91,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	sizer := c.s.sizer()
-	for _, sub := range c.s.subs {
+	for _, sub := range c.s.fleet().subs {
 		st := sub.Status()
 		w := st.Worker
 		counter(c.applied, st.Stored, w, "stored")

@@ -55,8 +55,9 @@ type model struct {
 	blockSize int
 	subs      []*subscriber.Subscriber
 	// approx are the model's workers without events (served from predictions), sorted.
-	approx  []string
-	queries queryWindow // diagnose.go
+	approx []string
+	// queries is the model's query window (diagnose.go), kept across fleets.
+	queries *queryWindow
 }
 
 // Server is kvindex serve: one engine, one subscriber per engine rank, the HTTP API.
@@ -67,15 +68,21 @@ type model struct {
 // read: the engine (safe for concurrent use), subscriber statuses (copied under their
 // locks) and the server's atomics.
 type Server struct {
-	cfg      Config
-	weights  engine.Weights // Config.TierWeights, the default of /v1/match
-	log      *slog.Logger
-	eng      *engine.Engine
-	subs     []*subscriber.Subscriber
-	byWorker map[string]*subscriber.Subscriber
-	models   map[string]*model
-	// approx maps each worker without events to its model.
-	approx map[string]*model
+	cfg     Config
+	weights engine.Weights // Config.TierWeights, the default of /v1/match
+	log     *slog.Logger
+	eng     *engine.Engine
+
+	// The engines (engines.go): fl is what handlers read; engMu owns the rest.
+	fl          atomic.Pointer[fleet]
+	engineCount atomic.Pointer[map[string]int] // engines per source, for /metrics
+	engMu       sync.Mutex
+	entries     map[string]*engineEntry // by key
+	entrySeq    uint64
+	queryWins   map[string]*queryWindow // by model
+	runCtx      context.Context         // the subscribers' parent; nil before Start
+	closed      bool                    // Shutdown has begun: no more changes
+	engChanges  *prometheus.CounterVec
 
 	reg         *prometheus.Registry
 	findLatency prometheus.Histogram
@@ -137,72 +144,38 @@ func New(cfg Config, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err) // plan checked it: unreachable
 	}
 	s := &Server{
-		weights:  weights,
-		external: opts.Index != nil,
-		extReady: opts.Ready,
-		cfg:      cfg,
-		log:      log,
-		eng:      eng,
-		byWorker: map[string]*subscriber.Subscriber{},
-		models:   map[string]*model{},
-		approx:   map[string]*model{},
-		ln:       opts.Listener,
-		grpcLn:   opts.GRPCListener,
-		errc:     make(chan error, len(pubs)+1),
-		now:      time.Now,
-		logged:   map[problemKey]time.Time{},
-		stopDiag: make(chan struct{}),
+		weights:   weights,
+		external:  opts.Index != nil,
+		extReady:  opts.Ready,
+		cfg:       cfg,
+		log:       log,
+		eng:       eng,
+		entries:   map[string]*engineEntry{},
+		queryWins: map[string]*queryWindow{},
+		ln:        opts.Listener,
+		grpcLn:    opts.GRPCListener,
+		errc:      make(chan error, len(pubs)+1),
+		now:       time.Now,
+		logged:    map[problemKey]time.Time{},
+		stopDiag:  make(chan struct{}),
 	}
-	for _, p := range pubs {
-		if p.approx {
-			m := s.models[p.cfg.Model]
-			if m == nil {
-				m = &model{name: p.cfg.Model, blockSize: p.cfg.BlockSize}
-				s.models[p.cfg.Model] = m
+	for i, e := range cfg.Engines {
+		var own []publisher
+		for _, p := range pubs {
+			if p.engine == i {
+				own = append(own, p)
 			}
-			m.approx = append(m.approx, p.cfg.Worker)
-			s.approx[p.cfg.Worker] = m
-			continue
 		}
-		sc := p.cfg
-		sc.Index = eng
-		sc.Logger = log // every subscriber log line names its worker
-		if cp, ok := opts.Resume[sc.Worker]; ok {
-			sc.Resume = &cp
-		}
-		sub, err := subscriber.New(sc)
+		en, err := s.newEntry(SourceConfig, engineKey(e), e, own, opts.Resume)
 		if err != nil {
 			if opts.Index == nil {
 				eng.Close()
 			}
 			return nil, err
 		}
-		s.subs = append(s.subs, sub)
-		s.byWorker[sc.Worker] = sub
-		m := s.models[sc.Model]
-		if m == nil {
-			m = &model{name: sc.Model, blockSize: sc.BlockSize}
-			s.models[sc.Model] = m
-		}
-		m.subs = append(m.subs, sub)
+		s.insertLocked(en) // nothing else can see s yet
 	}
-	for name, bs := range cfg.Models {
-		if s.models[name] == nil {
-			s.models[name] = &model{name: name, blockSize: bs}
-		}
-	}
-	for _, m := range s.models {
-		slices.Sort(m.approx)
-		slices.SortFunc(m.subs, func(a, b *subscriber.Subscriber) int {
-			switch {
-			case a.Worker() < b.Worker():
-				return -1
-			case a.Worker() > b.Worker():
-				return 1
-			}
-			return 0
-		})
-	}
+	s.publishLocked()
 	s.initMetrics()
 	s.handler = s.routes()
 	return s, nil
@@ -223,16 +196,20 @@ func (s *Server) initMetrics() {
 		Name: "kvindex_http_in_flight_requests",
 		Help: "HTTP requests being served (a scrape counts itself).",
 	})
-	s.reg.MustRegister(s.findLatency, s.requests, s.inFlight, newCollector(s), newDiagCollector(s), buildInfoGauge(),
+	s.engChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvindex_engine_changes_total",
+		Help: "Engines added, removed, replaced (changed spec) or rejected at runtime, by source (config, api, a discovery source).",
+	}, []string{"source", "change"})
+	s.reg.MustRegister(s.findLatency, s.requests, s.inFlight, s.engChanges, newEngineCollector(s), newCollector(s), newDiagCollector(s), buildInfoGauge(),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 
 // Engine returns the server's index.
 func (s *Server) Engine() *engine.Engine { return s.eng }
 
-// Subscribers returns the server's subscribers, one per engine rank, in configuration
-// order.
-func (s *Server) Subscribers() []*subscriber.Subscriber { return slices.Clone(s.subs) }
+// Subscribers returns the server's subscribers as of now, one per engine rank, in the
+// order their engines were added (the configuration's first, in its order).
+func (s *Server) Subscribers() []*subscriber.Subscriber { return slices.Clone(s.fleet().subs) }
 
 // Handler returns the HTTP API (for tests; Start serves it).
 func (s *Server) Handler() http.Handler { return s.handler }
@@ -256,16 +233,12 @@ func (s *Server) Start() error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopSubs = cancel
-	for _, sub := range s.subs {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			if err := sub.Run(ctx); err != nil {
-				s.log.Error("subscriber stopped", "worker", sub.Worker(), "err", err)
-				s.report(fmt.Errorf("server: subscriber %s: %w", sub.Worker(), err))
-			}
-		}()
+	s.engMu.Lock()
+	s.runCtx = ctx
+	for _, en := range s.sortedEntries() {
+		s.launchLocked(en)
 	}
+	s.engMu.Unlock()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -290,7 +263,7 @@ func (s *Server) Start() error {
 	if err := s.startGRPC(s.grpcLn); err != nil {
 		return err
 	}
-	s.log.Info("serving", "addr", s.ln.Addr().String(), "engines", len(s.cfg.Engines), "workers", len(s.subs))
+	s.log.Info("serving", "addr", s.ln.Addr().String(), "engines", len(s.cfg.Engines), "workers", len(s.fleet().subs))
 	return nil
 }
 
@@ -315,6 +288,9 @@ func (s *Server) Addr() string {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutOnce.Do(func() {
 		s.draining.Store(true)
+		s.engMu.Lock() // waits for a change in progress; none starts after
+		s.closed = true
+		s.engMu.Unlock()
 		var errs []error
 		if err := s.stopGRPC(ctx); err != nil {
 			errs = append(errs, err)
@@ -364,7 +340,7 @@ func (s *Server) isReady() (bool, []string) {
 	if s.extReady != nil && !s.extReady() {
 		waiting = append(waiting, "index feed")
 	}
-	for _, sub := range s.subs {
+	for _, sub := range s.fleet().subs {
 		// A worker removed after the grace period left the index: the server does not
 		// wait for an engine that is gone (it syncs again if the engine comes back).
 		if st := sub.Status(); !st.Synced && st.State != subscriber.StateRemoved {

@@ -1,0 +1,551 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+
+	"github.com/kvindex/kvindex/subscriber"
+)
+
+// Engines that change at runtime. Every engine the server follows belongs to one
+// source: SourceConfig (the configuration's engine list, replaced on reload),
+// SourceAPI (POST and DELETE /v1/engines) or a discovery source (a watched file,
+// Kubernetes pods; discovery.go). A source is authoritative over its engines: SetEngines
+// makes a source's engines exactly a given list, AddEngine and RemoveEngine change
+// SourceAPI's one at a time, and no source can take or drop another's.
+//
+// An engine is known by its key, its worker field or else its endpoint (with dp_ranks,
+// the prefix of its ranks' "<worker>#dp<r>" ids); keys, worker ids and endpoints are
+// unique across all sources, and every engine is checked against the others exactly as
+// a configuration's engines are checked against each other.
+//
+// A change touches only the engines it names. An engine that is added gets one
+// subscriber per rank, started at once when the server runs; one that is removed
+// leaves the fleet handlers read first (it is no longer picked or listed), then its
+// subscribers stop and its workers leave the index (blocks and predictions). A changed
+// engine is removed, then added. Every other engine's subscriber keeps running: its
+// events keep applying and its answers do not change.
+//
+// Concurrency: engMu serialises every change, Start's launch of the subscribers and
+// Shutdown's end of changes; it owns entries, runCtx, closed and the per-model query
+// windows. Handlers never take it: they read the fleet, an immutable value a change
+// publishes whole (one atomic pointer), so a request sees the engines before or after
+// a change, never half of one.
+
+// The sources of engines besides discovery.
+const (
+	// SourceConfig is the configuration's engine list (Config.Engines).
+	SourceConfig = "config"
+	// SourceAPI is the admin API (POST and DELETE /v1/engines).
+	SourceAPI = "api"
+)
+
+// ErrEngineExists is returned by AddEngine for a key, worker id or endpoint already
+// served; ErrUnknownEngine by RemoveEngine for an engine that is not; ErrEngineSource
+// by RemoveEngine for an engine another source owns.
+var (
+	ErrEngineExists  = errors.New("server: engine already served")
+	ErrUnknownEngine = errors.New("server: no such engine")
+	ErrEngineSource  = errors.New("server: engine belongs to another source")
+)
+
+// fleet is the set of served engines as handlers read it, published whole by each
+// change and never modified after.
+type fleet struct {
+	// subs are the subscribed workers, in the order their engines were added (the
+	// configuration's first, in its order).
+	subs     []*subscriber.Subscriber
+	byWorker map[string]*subscriber.Subscriber
+	models   map[string]*model
+	// approx maps each worker without events to its model.
+	approx map[string]*model
+}
+
+// fleet returns the engines as of now.
+func (s *Server) fleet() *fleet { return s.fl.Load() }
+
+// engineEntry is one served engine (owned by engMu).
+type engineEntry struct {
+	source string
+	key    string
+	spec   EngineConfig // as given, its block size defaulted
+	pubs   []publisher
+	runs   []*subRun // the subscribed publishers' subscribers, in rank order
+	seq    uint64    // order of addition: the fleet lists engines by it
+}
+
+// subRun is one subscriber and, once launched, its goroutine's stop and end.
+type subRun struct {
+	sub    *subscriber.Subscriber
+	cancel context.CancelFunc // nil until launched
+	done   chan struct{}      // closed when its Run returned
+}
+
+// EngineInfo is one entry of GET /v1/engines.
+type EngineInfo struct {
+	// Key is the engine's name in DELETE /v1/engines/{key}: its worker, or its
+	// endpoint when it sets none.
+	Key    string `json:"key"`
+	Source string `json:"source"`
+	// Workers are its worker ids (one per data-parallel rank).
+	Workers []string     `json:"workers"`
+	Engine  EngineConfig `json:"engine"`
+}
+
+// EngineChanges is what SetEngines (and a reload) did, by engine key.
+type EngineChanges struct {
+	Added     []string `json:"added"`
+	Removed   []string `json:"removed"`
+	Replaced  []string `json:"replaced"`
+	Unchanged []string `json:"unchanged"`
+	// Rejected lists the engines left out, each with the reason; a changed engine
+	// whose new version is rejected keeps running as it was.
+	Rejected []EngineRejection `json:"rejected"`
+}
+
+// EngineRejection is an engine a change left out, and why.
+type EngineRejection struct {
+	Key   string `json:"key"`
+	Error string `json:"error"`
+}
+
+// Empty reports whether nothing changed and nothing was rejected.
+func (c EngineChanges) Empty() bool {
+	return len(c.Added)+len(c.Removed)+len(c.Replaced)+len(c.Rejected) == 0
+}
+
+// engineKey is an engine's key: its worker, else its endpoint.
+func engineKey(e EngineConfig) string { return cmp.Or(e.Worker, e.Endpoint) }
+
+// sameSpec reports whether two engine specs (block sizes defaulted) are the same
+// engine: equal JSON encodings, so a nil and an empty list agree.
+func sameSpec(a, b EngineConfig) bool {
+	ja, err1 := json.Marshal(a)
+	jb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && string(ja) == string(jb)
+}
+
+// normalize returns e as the server keeps it: its block size defaulted.
+func (s *Server) normalize(e EngineConfig) EngineConfig {
+	if e.BlockSize == 0 {
+		e.BlockSize = s.cfg.BlockSize
+	}
+	return e
+}
+
+// Engines lists the served engines, in the order they were added.
+func (s *Server) Engines() []EngineInfo {
+	s.engMu.Lock()
+	defer s.engMu.Unlock()
+	out := make([]EngineInfo, 0, len(s.entries))
+	for _, en := range s.sortedEntries() {
+		info := EngineInfo{Key: en.key, Source: en.source, Engine: en.spec, Workers: make([]string, 0, len(en.pubs))}
+		for _, p := range en.pubs {
+			info.Workers = append(info.Workers, p.cfg.Worker)
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+// sortedEntries returns the entries in the order of addition (engMu held).
+func (s *Server) sortedEntries() []*engineEntry {
+	out := slices.Collect(maps.Values(s.entries))
+	slices.SortFunc(out, func(a, b *engineEntry) int { return cmp.Compare(a.seq, b.seq) })
+	return out
+}
+
+// AddEngine starts following one more engine (source SourceAPI) and returns its
+// worker ids. An engine with the same key and spec already added through the API is
+// not an error (a retried request): its workers are returned with added false. Errors
+// wrap ErrConfig (the engine is invalid, or conflicts with another: a worker id,
+// endpoint or block size), ErrEngineExists (its key is served with another spec or by
+// another source) or ErrServerState (after Shutdown).
+func (s *Server) AddEngine(e EngineConfig) (workers []string, added bool, err error) {
+	e = s.normalize(e)
+	key := engineKey(e)
+	s.engMu.Lock()
+	defer s.engMu.Unlock()
+	if s.closed {
+		return nil, false, ErrServerState
+	}
+	if en := s.entries[key]; en != nil {
+		if en.source == SourceAPI && sameSpec(en.spec, e) {
+			return en.workers(), false, nil
+		}
+		return nil, false, fmt.Errorf("%w: engine %q is served (source %s) with another spec; DELETE it first", ErrEngineExists, key, en.source)
+	}
+	p := s.plannerExcept(nil)
+	pubs, err := p.engine(e, 0, fmt.Sprintf("engine %q", key))
+	if err != nil {
+		return nil, false, err
+	}
+	en, err := s.newEntry(SourceAPI, key, e, pubs, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	s.insertLocked(en)
+	s.publishLocked()
+	s.launchLocked(en)
+	s.noteChange(SourceAPI, "added", 1)
+	s.log.Info("engine added", "engine", key, "source", SourceAPI, "workers", len(en.pubs))
+	return en.workers(), true, nil
+}
+
+// RemoveEngine stops following an engine the API added and drops its workers from
+// the index, returning their ids; it returns once they are gone. Errors wrap
+// ErrUnknownEngine, ErrEngineSource (the engine belongs to the configuration or a
+// discovery source, which alone may remove it) or ErrServerState.
+func (s *Server) RemoveEngine(key string) ([]string, error) {
+	s.engMu.Lock()
+	defer s.engMu.Unlock()
+	if s.closed {
+		return nil, ErrServerState
+	}
+	en := s.entries[key]
+	if en == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownEngine, key)
+	}
+	if en.source != SourceAPI {
+		return nil, fmt.Errorf("%w: engine %q comes from %s; remove it there", ErrEngineSource, key, describeSource(en.source))
+	}
+	s.removeLocked([]*engineEntry{en})
+	s.noteChange(SourceAPI, "removed", 1)
+	s.log.Info("engine removed", "engine", key, "source", SourceAPI)
+	return en.workers(), nil
+}
+
+// describeSource names a source for an error message.
+func describeSource(src string) string {
+	switch src {
+	case SourceConfig:
+		return "the configuration (edit it and reload: SIGHUP)"
+	case SourceAPI:
+		return "the admin API"
+	}
+	return "discovery source " + strconv.Quote(src)
+}
+
+// SetEngines makes source's engines exactly specs: engines of the source not in specs
+// are removed, new ones added, changed ones (same key, another spec) replaced, and
+// the rest left running untouched. An engine that is invalid or conflicts with
+// another source's is rejected and reported, and the others still apply: one bad
+// entry of a discovery source does not hold up the rest. specs naming one key twice
+// keep the first. After Shutdown it returns ErrServerState and changes nothing.
+func (s *Server) SetEngines(source string, specs []EngineConfig) (EngineChanges, error) {
+	ch := EngineChanges{Added: []string{}, Removed: []string{}, Replaced: []string{}, Unchanged: []string{}, Rejected: []EngineRejection{}}
+	if source == "" {
+		return ch, errors.New("server: SetEngines needs a source")
+	}
+	s.engMu.Lock()
+	defer s.engMu.Unlock()
+	if s.closed {
+		return ch, ErrServerState
+	}
+	reject := func(key string, err error) {
+		ch.Rejected = append(ch.Rejected, EngineRejection{Key: key, Error: err.Error()})
+	}
+	// Sort the specs: unchanged, changed (of this source), new; a key of another
+	// source is rejected outright.
+	want := map[string]bool{}
+	var changed, fresh []EngineConfig
+	for _, e := range specs {
+		e = s.normalize(e)
+		key := engineKey(e)
+		if want[key] {
+			reject(key, fmt.Errorf("%w: engine %q is listed twice", ErrConfig, key))
+			continue
+		}
+		want[key] = true
+		switch en := s.entries[key]; {
+		case en == nil:
+			fresh = append(fresh, e)
+		case en.source != source:
+			reject(key, fmt.Errorf("%w: engine %q is served by %s", ErrEngineExists, key, describeSource(en.source)))
+		case sameSpec(en.spec, e):
+			ch.Unchanged = append(ch.Unchanged, key)
+		default:
+			changed = append(changed, e)
+		}
+	}
+	// What goes: the source's engines no longer listed, and those changed (unless
+	// their new version is rejected, below).
+	isChanged := map[string]bool{}
+	for _, e := range changed {
+		isChanged[engineKey(e)] = true
+	}
+	leaving := map[string]*engineEntry{}
+	for key, en := range s.entries {
+		if en.source == source && (!want[key] || isChanged[key]) {
+			leaving[key] = en
+		}
+	}
+	p := s.plannerExcept(leaving)
+	type planned struct {
+		spec EngineConfig
+		pubs []publisher
+	}
+	var adds []planned
+	// Changed engines first: a rejected new version keeps the old one, whose claims
+	// must be back in the planner before new engines claim theirs.
+	for _, e := range changed {
+		key := engineKey(e)
+		pubs, err := p.engine(e, 0, fmt.Sprintf("engine %q", key))
+		if err == nil {
+			adds = append(adds, planned{e, pubs})
+			continue
+		}
+		reject(key, err)
+		old := leaving[key]
+		if _, kerr := p.engine(old.spec, 0, fmt.Sprintf("engine %q", key)); kerr != nil {
+			continue // the old version conflicts too now: it goes (counted as removed)
+		}
+		delete(leaving, key)
+		ch.Unchanged = append(ch.Unchanged, key)
+	}
+	for _, e := range fresh {
+		key := engineKey(e)
+		pubs, err := p.engine(e, 0, fmt.Sprintf("engine %q", key))
+		if err != nil {
+			reject(key, err)
+			continue
+		}
+		adds = append(adds, planned{e, pubs})
+	}
+	// Apply: removals first (a replaced engine's workers leave the index before its new
+	// subscribers start), then additions.
+	if len(leaving) > 0 {
+		gone := slices.Collect(maps.Values(leaving))
+		slices.SortFunc(gone, func(a, b *engineEntry) int { return cmp.Compare(a.seq, b.seq) })
+		s.removeLocked(gone)
+	}
+	var news []*engineEntry
+	for _, a := range adds {
+		key := engineKey(a.spec)
+		en, err := s.newEntry(source, key, a.spec, a.pubs, nil)
+		if err != nil {
+			reject(key, err) // unreachable: the planner built these configs
+			continue
+		}
+		s.insertLocked(en)
+		news = append(news, en)
+	}
+	s.publishLocked()
+	for _, en := range news {
+		s.launchLocked(en)
+	}
+	// The report.
+	replacedKeys := map[string]bool{}
+	for _, a := range adds {
+		if key := engineKey(a.spec); leaving[key] != nil {
+			replacedKeys[key] = true
+			ch.Replaced = append(ch.Replaced, key)
+		} else {
+			ch.Added = append(ch.Added, key)
+		}
+	}
+	for key := range leaving {
+		if !replacedKeys[key] {
+			ch.Removed = append(ch.Removed, key)
+		}
+	}
+	for _, l := range [][]string{ch.Added, ch.Removed, ch.Replaced, ch.Unchanged} {
+		slices.Sort(l)
+	}
+	s.noteChange(source, "added", len(ch.Added))
+	s.noteChange(source, "removed", len(ch.Removed))
+	s.noteChange(source, "replaced", len(ch.Replaced))
+	s.noteChange(source, "rejected", len(ch.Rejected))
+	if !ch.Empty() {
+		s.log.Info("engines changed", "source", source, "added", ch.Added, "removed", ch.Removed,
+			"replaced", ch.Replaced, "rejected", len(ch.Rejected))
+	}
+	for _, r := range ch.Rejected {
+		s.log.Warn("engine rejected", "source", source, "engine", r.Key, "err", r.Error)
+	}
+	return ch, nil
+}
+
+// workers returns the entry's worker ids.
+func (en *engineEntry) workers() []string {
+	out := make([]string, 0, len(en.pubs))
+	for _, p := range en.pubs {
+		out = append(out, p.cfg.Worker)
+	}
+	return out
+}
+
+// plannerExcept returns a planner that holds the claims of every served engine but
+// those in skip (engMu held). The global settings are the running configuration's,
+// which New validated.
+func (s *Server) plannerExcept(skip map[string]*engineEntry) *planner {
+	p, err := s.cfg.planner()
+	if err != nil {
+		panic(fmt.Sprintf("server: the running configuration no longer validates: %v", err))
+	}
+	for key, en := range s.entries {
+		if skip[key] != nil {
+			continue
+		}
+		for _, pub := range en.pubs {
+			p.workers[pub.cfg.Worker] = fmt.Sprintf("engine %q", key)
+			if !pub.approx {
+				p.endpoints[pub.cfg.Endpoint] = fmt.Sprintf("engine %q", key)
+			}
+		}
+		p.modelBS[en.spec.Model] = en.spec.BlockSize
+	}
+	return p
+}
+
+// newEntry builds an engine's subscribers (not yet running) against the server's
+// index. resume gives workers their checkpoints (Options.Resume, at New).
+func (s *Server) newEntry(source, key string, spec EngineConfig, pubs []publisher, resume map[string]subscriber.Checkpoint) (*engineEntry, error) {
+	en := &engineEntry{source: source, key: key, spec: spec, pubs: pubs}
+	for _, p := range pubs {
+		if p.approx {
+			continue
+		}
+		sc := p.cfg
+		sc.Index = s.eng
+		sc.Logger = s.log // every subscriber log line names its worker
+		if cp, ok := resume[sc.Worker]; ok {
+			sc.Resume = &cp
+		}
+		sub, err := subscriber.New(sc)
+		if err != nil {
+			return nil, err
+		}
+		en.runs = append(en.runs, &subRun{sub: sub})
+	}
+	return en, nil
+}
+
+// insertLocked records an entry (engMu held).
+func (s *Server) insertLocked(en *engineEntry) {
+	s.entrySeq++
+	en.seq = s.entrySeq
+	s.entries[en.key] = en
+}
+
+// removeLocked takes engines out (engMu held): out of the fleet first, so handlers
+// stop listing and picking them, then their subscribers stop (all asked at once,
+// then awaited), then their workers leave the index.
+func (s *Server) removeLocked(ens []*engineEntry) {
+	for _, en := range ens {
+		delete(s.entries, en.key)
+	}
+	s.publishLocked()
+	for _, en := range ens {
+		for _, r := range en.runs {
+			if r.cancel != nil {
+				r.cancel()
+			}
+		}
+	}
+	for _, en := range ens {
+		for _, r := range en.runs {
+			if r.cancel != nil {
+				<-r.done
+			}
+		}
+		for _, p := range en.pubs {
+			// After its subscriber's last event: the worker's calls are ordered by its
+			// mutex, so nothing of it is applied after this. An error means the index
+			// is closed or failed, which Errors reports.
+			if err := s.eng.RemoveWorker(p.cfg.Worker); err != nil {
+				s.log.Warn("removing a worker from the index", "worker", p.cfg.Worker, "err", err)
+			}
+		}
+	}
+}
+
+// launchLocked starts an entry's subscribers if the server runs (engMu held); Start
+// launches those added before it.
+func (s *Server) launchLocked(en *engineEntry) {
+	if s.runCtx == nil {
+		return
+	}
+	for _, r := range en.runs {
+		ctx, cancel := context.WithCancel(s.runCtx)
+		r.cancel, r.done = cancel, make(chan struct{})
+		sub, done := r.sub, r.done
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer close(done)
+			defer cancel()
+			if err := sub.Run(ctx); err != nil {
+				s.log.Error("subscriber stopped", "worker", sub.Worker(), "err", err)
+				s.report(fmt.Errorf("server: subscriber %s: %w", sub.Worker(), err))
+			}
+		}()
+	}
+}
+
+// publishLocked builds the fleet from the entries and publishes it (engMu held). Model
+// query windows outlive the fleets; a model no engine serves any more (and not in
+// Config.Models) leaves with its window.
+func (s *Server) publishLocked() {
+	f := &fleet{byWorker: map[string]*subscriber.Subscriber{}, models: map[string]*model{}, approx: map[string]*model{}}
+	modelOf := func(name string, bs int) *model {
+		m := f.models[name]
+		if m == nil {
+			q := s.queryWins[name]
+			if q == nil {
+				q = &queryWindow{}
+				s.queryWins[name] = q
+			}
+			m = &model{name: name, blockSize: bs, queries: q}
+			f.models[name] = m
+		}
+		return m
+	}
+	for _, en := range s.sortedEntries() {
+		runs := en.runs
+		for _, p := range en.pubs {
+			m := modelOf(p.cfg.Model, p.cfg.BlockSize)
+			if p.approx {
+				m.approx = append(m.approx, p.cfg.Worker)
+				f.approx[p.cfg.Worker] = m
+				continue
+			}
+			sub := runs[0].sub
+			runs = runs[1:]
+			f.subs = append(f.subs, sub)
+			f.byWorker[sub.Worker()] = sub
+			m.subs = append(m.subs, sub)
+		}
+	}
+	for name, bs := range s.cfg.Models {
+		modelOf(name, bs)
+	}
+	for name := range s.queryWins {
+		if f.models[name] == nil {
+			delete(s.queryWins, name)
+		}
+	}
+	for _, m := range f.models {
+		slices.Sort(m.approx)
+		slices.SortFunc(m.subs, func(a, b *subscriber.Subscriber) int { return cmp.Compare(a.Worker(), b.Worker()) })
+	}
+	s.fl.Store(f)
+	n := map[string]int{}
+	for _, en := range s.entries {
+		n[en.source]++
+	}
+	s.engineCount.Store(&n)
+}
+
+// noteChange counts engine changes of a source (kvindex_engine_changes_total).
+func (s *Server) noteChange(source, change string, n int) {
+	if n > 0 {
+		s.engChanges.WithLabelValues(source, change).Add(float64(n))
+	}
+}
