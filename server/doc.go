@@ -175,7 +175,7 @@
 // The engine list is not fixed at start (engines.go). Each engine belongs to one
 // source, which alone adds, changes and removes it: the configuration ("config";
 // kvindex serve re-reads its --config file on SIGHUP and applies the difference), the
-// admin API ("api") or a discovery source (discovery.go):
+// admin API ("api") or a discovery source (a program calling SetEngines):
 //
 //	GET    /v1/engines        {"engines": [{"key", "source", "workers", "engine"}]}
 //	POST   /v1/engines        one "engines" entry of the configuration (strict JSON):

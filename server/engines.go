@@ -15,8 +15,8 @@ import (
 
 // Engines that change at runtime. Every engine the server follows belongs to one
 // source: SourceConfig (the configuration's engine list, replaced on reload),
-// SourceAPI (POST and DELETE /v1/engines) or a discovery source (a watched file,
-// Kubernetes pods; discovery.go). A source is authoritative over its engines: SetEngines
+// SourceAPI (POST and DELETE /v1/engines) or a discovery source (any other name, given
+// to SetEngines). A source is authoritative over its engines: SetEngines
 // makes a source's engines exactly a given list, AddEngine and RemoveEngine change
 // SourceAPI's one at a time, and no source can take or drop another's.
 //
