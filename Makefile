@@ -19,7 +19,7 @@ SHARED      ?= ../shared
 FUZZTIME    ?=
 fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 
-.PHONY: shared-note soak test unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest proto proto-deps proto-check
+.PHONY: shared-note soak test unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
 
 ## test: everything CI runs: lint, race-enabled unit tests, conformance replays, short fuzzing.
 test: shared-note lint build386 race conformance fuzz
@@ -179,8 +179,19 @@ bench-peers:
 			--rounds $(PEER_ROUNDS) --markdown >> bench/out/peers.md || exit 1; \
 	done; cat bench/out/peers.md
 
-## loadtest: the serve load test over loopback; rewrites bench/loadgen/RESULTS.md (about 1 min).
-loadtest: publisher-deps
+## loadtest: the fleet load test (kvindex loadtest): LOADTEST_ENGINES simulated engines
+## publishing into one serve at each of LOADTEST_RATES batches/s, nothing lost
+## (BENCHMARKS.md, "Fleet load test"; about a minute at the defaults).
+LOADTEST_ENGINES ?= 64
+LOADTEST_RATES   ?= 1000,2000,4000,8000
+LOADTEST_FLAGS   ?=
+loadtest:
+	$(GO) build -o bench/out/kvindex ./cmd/kvindex
+	bench/out/kvindex loadtest --engines $(LOADTEST_ENGINES) --rates $(LOADTEST_RATES) $(LOADTEST_FLAGS)
+
+## loadgen: the query load test over loopback with the Python publisher; rewrites
+## bench/loadgen/RESULTS.md (about 1 min).
+loadgen: publisher-deps
 	$(GO) run ./bench/loadgen --out bench/loadgen/RESULTS.md
 
 ## demo: the main job on the embedded default workload.

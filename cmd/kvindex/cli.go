@@ -85,6 +85,18 @@ func init() {
 			"--ops it publishes an op log's events instead and exits. SIGTERM or SIGINT stops it.",
 		run: untilSignal(relayMain),
 	})
+	register("loadtest", command{
+		summary:  "load-test serve with a simulated fleet of engines: ingest rate held with nothing lost",
+		synopsis: "[--engines N] [--rates R1,R2,...] [flags]",
+		about: "Starts N simulated vLLM engines (each a real ZMTP PUB and replay ROUTER on 127.0.0.1,\n" +
+			"publishing msgpack KV-event batches from a block-pool model) and one serve following\n" +
+			"them all (this binary's serve, or --server inproc), then publishes at each rate in turn\n" +
+			"while clients query /v1/match and gRPC. After each level it checks that every worker\n" +
+			"applied every batch and holds exactly its engine's blocks, and reports batches and\n" +
+			"blocks applied per second, loss, gaps, replays, apply lag and match latency, and\n" +
+			"serve's RSS, goroutines, fds and CPU. Exits 0 when at least one level held.",
+		run: untilSignal(loadtestMain),
+	})
 	register("version", command{
 		summary:  "print the version, VCS revision and Go toolchain of this binary",
 		synopsis: "[flags]",

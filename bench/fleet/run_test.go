@@ -1,0 +1,74 @@
+package fleet
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// small is the CI-sized fleet: 16 engines with small caches, a warm-up that fills them
+// and one level (a few seconds in all).
+func small() Config {
+	return Config{
+		Fleet: FleetConfig{Engines: 16, Workload: Workload{Capacity: 128, MaxSessionBlocks: 32}},
+		Rates: []float64{800}, Duration: 2 * time.Second, WarmupRate: 4000, WarmupMax: 20 * time.Second,
+		QueryRate: 100, ProbeRate: 20, Drain: 20 * time.Second,
+		// Lag and the generator's pace depend on the machine (and -race): only what is
+		// lost is asserted.
+		MaxLag: time.Hour,
+	}
+}
+
+// held fails the test for every level (warm-up included) that lost anything.
+func held(t *testing.T, rep *Report) {
+	t.Helper()
+	levels := rep.Levels
+	if rep.Warmup != nil {
+		levels = append([]Level{*rep.Warmup}, levels...)
+	}
+	if len(levels) == 0 {
+		t.Fatal("no level ran")
+	}
+	for _, l := range levels {
+		t.Logf("%s", l.line())
+		if l.Loss > 0 || l.Unrecoverable > 0 || l.Stale > 0 || l.SizeMismatch > 0 {
+			t.Errorf("level at %.0f/s lost something: %v", l.Offered, l.Why)
+		}
+		if l.Published == 0 || l.AppliedRate == 0 {
+			t.Errorf("level at %.0f/s published %d, applied %.0f/s", l.Offered, l.Published, l.AppliedRate)
+		}
+	}
+}
+
+// TestLoadNothingLost is the fleet load test at CI size: every batch published is
+// applied, every worker holds exactly its engine's blocks, queries and probes answer.
+func TestLoadNothingLost(t *testing.T) {
+	rep, err := Run(context.Background(), small())
+	if err != nil {
+		t.Fatal(err)
+	}
+	held(t, rep)
+	l := rep.Levels[0]
+	if l.Lag.N == 0 || l.Match[APIHTTP].N == 0 || l.Match[APIGRPC].N == 0 || l.MatchErrors > 0 {
+		t.Errorf("probes %d, http %d, grpc %d queries, %d errors (%s)", l.Lag.N, l.Match[APIHTTP].N, l.Match[APIGRPC].N, l.MatchErrors, l.LastError)
+	}
+}
+
+// TestLoadStallRecovered stalls every engine's PUB writes mid-level with queues small
+// enough to overflow: live messages drop, every subscriber sees a gap, and the replays
+// must bring every worker back to its engine's exact state.
+func TestLoadStallRecovered(t *testing.T) {
+	cfg := small()
+	cfg.NoWarmup, cfg.NoQueries, cfg.ProbeRate = true, true, 5
+	cfg.Fleet.HWMBytes = 4 << 10
+	cfg.Stall = 600 * time.Millisecond
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held(t, rep)
+	l := rep.Levels[0]
+	if l.Dropped == 0 || l.Gaps == 0 || l.Recovered == 0 || l.ReplaysServed == 0 {
+		t.Fatalf("dropped %d, gaps %d, recovered %d, replays served %d: the stall tested nothing", l.Dropped, l.Gaps, l.Recovered, l.ReplaysServed)
+	}
+}
