@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/url"
@@ -408,5 +409,40 @@ func TestEngineAPIErrors(t *testing.T) {
 	}
 	if _, err := s.SetEngines("file", nil); err != server.ErrServerState {
 		t.Fatalf("SetEngines after Shutdown: %v", err)
+	}
+}
+
+// TestReloadReportsFixedSettings: Reload applies the engine list and names every other
+// setting that changed (an empty map is no change); an invalid configuration changes
+// nothing; engines of the API survive a reload that does not name them.
+func TestReloadReportsFixedSettings(t *testing.T) {
+	a, b, c := "tcp://"+deadPort(t), "tcp://"+deadPort(t), "tcp://"+deadPort(t)
+	cfg := server.Config{Listen: "127.0.0.1:0", Engines: []server.EngineConfig{{Endpoint: a, Worker: "a"}}}
+	s, _ := start(t, cfg)
+	if _, _, err := s.AddEngine(server.EngineConfig{Endpoint: c, Worker: "api"}); err != nil {
+		t.Fatal(err)
+	}
+	next := cfg
+	next.Engines = []server.EngineConfig{{Endpoint: b, Worker: "b"}}
+	next.Tiers = map[string]string{}
+	next.Grace = server.Duration(time.Minute) // the default, spelled out
+	res, err := s.Reload(next)
+	if err != nil || !slices.Equal(res.Engines.Added, []string{"b"}) || !slices.Equal(res.Engines.Removed, []string{"a"}) || len(res.NotApplied) != 0 {
+		t.Fatalf("reload: %v %+v", err, res)
+	}
+	next.Policy, next.Index.Shards, next.Listen = server.PolicyRandom, 3, "127.0.0.1:1"
+	if res, err = s.Reload(next); err != nil || !slices.Equal(res.NotApplied, []string{"listen", "policy", "index"}) || !res.Engines.Empty() {
+		t.Fatalf("reload: %v %+v", err, res)
+	}
+	next.Engines = append(next.Engines, server.EngineConfig{Endpoint: b, Worker: "b2"})
+	if _, err = s.Reload(next); !errors.Is(err, server.ErrConfig) {
+		t.Fatalf("reload of a config whose engines share an endpoint: %v", err)
+	}
+	var keys []string
+	for _, e := range s.Engines() {
+		keys = append(keys, e.Key)
+	}
+	if !slices.Equal(keys, []string{"api", "b"}) {
+		t.Fatalf("engines %v", keys)
 	}
 }

@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/kvindex/kvindex/engine"
@@ -99,7 +102,7 @@ func (e *engineFlags) Set(spec string) error {
 // a runtime failure.
 func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("serve", stderr)
-	cfgPath := fs.String("config", "", "JSON configuration file (see package server's documentation); flags override it")
+	cfgPath := fs.String("config", "", "JSON configuration file (see package server's documentation); flags override it; SIGHUP re-reads it: engines are added, removed and replaced, other changed settings are logged as needing a restart")
 	listen := fs.String("listen", "", "HTTP API address (default "+server.DefaultListen+")")
 	grpcListen := fs.String("grpc", "", "also serve the gRPC API (api/kvindexv1/kvindex.proto) at this address, e.g. 127.0.0.1:9090")
 	policy := fs.String("policy", "", "default routing policy: "+strings.Join(server.Policies(), ", "))
@@ -133,48 +136,55 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if !ok {
 		return code
 	}
-	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "listen":
-			cfg.Listen = *listen
-		case "policy":
-			cfg.Policy = *policy
-		case "block-size":
-			cfg.BlockSize = *blockSize
-		case "shards":
-			cfg.Index.Shards = *shards
-		case "jump":
-			cfg.Index.JumpSize = *jump
-		case "grace":
-			cfg.Grace = server.Duration(*grace)
-		case "drain-timeout":
-			cfg.DrainTimeout = server.Duration(*drain)
-		case "max-body":
-			cfg.MaxBodyBytes = *maxBody
-		case "max-message-bytes":
-			cfg.MaxMessageBytes = *maxMsg
-		case "grpc":
-			cfg.GRPC.Listen = *grpcListen
+	// withFlags merges the command line into a configuration read from --config (or
+	// empty): at start, and into the file re-read on SIGHUP.
+	withFlags := func(cfg *server.Config) error {
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "listen":
+				cfg.Listen = *listen
+			case "policy":
+				cfg.Policy = *policy
+			case "block-size":
+				cfg.BlockSize = *blockSize
+			case "shards":
+				cfg.Index.Shards = *shards
+			case "jump":
+				cfg.Index.JumpSize = *jump
+			case "grace":
+				cfg.Grace = server.Duration(*grace)
+			case "drain-timeout":
+				cfg.DrainTimeout = server.Duration(*drain)
+			case "max-body":
+				cfg.MaxBodyBytes = *maxBody
+			case "max-message-bytes":
+				cfg.MaxMessageBytes = *maxMsg
+			case "grpc":
+				cfg.GRPC.Listen = *grpcListen
+			}
+		})
+		cfg.Engines = append(cfg.Engines, engines...)
+		if err := tierFlags(cfg, *tiersFlag, *weightsFlag); err != nil {
+			return err
 		}
-	})
-	cfg.Engines = append(cfg.Engines, engines...)
-	if err := tierFlags(&cfg, *tiersFlag, *weightsFlag); err != nil {
+		if *modelsFlag != "" {
+			if cfg.Models == nil {
+				cfg.Models = map[string]int{}
+			}
+			for _, kv := range strings.Split(*modelsFlag, ",") {
+				name, bs, ok := strings.Cut(kv, "=")
+				n, err := strconv.Atoi(bs)
+				if !ok || name == "" || err != nil {
+					return fmt.Errorf("--models: %q is not NAME=BLOCKSIZE", kv)
+				}
+				cfg.Models[name] = n
+			}
+		}
+		return nil
+	}
+	if err := withFlags(&cfg); err != nil {
 		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
 		return 2
-	}
-	if *modelsFlag != "" {
-		if cfg.Models == nil {
-			cfg.Models = map[string]int{}
-		}
-		for _, kv := range strings.Split(*modelsFlag, ",") {
-			name, bs, ok := strings.Cut(kv, "=")
-			n, err := strconv.Atoi(bs)
-			if !ok || name == "" || err != nil {
-				fmt.Fprintf(stderr, "kvindex serve: --models: %q is not NAME=BLOCKSIZE\n", kv)
-				return 2
-			}
-			cfg.Models[name] = n
-		}
 	}
 	streamSet := false
 	fs.Visit(func(f *flag.Flag) { streamSet = streamSet || f.Name == "stream" })
@@ -266,17 +276,29 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			}
 		}()
 	}
+	// SIGHUP reloads --config (reload.go); the handler is in place before serve says it
+	// listens.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	fmt.Fprintf(stdout, "kvindex serve: listening on %s (%d engines, %d workers)\n", s.Addr(), len(cfg.Engines), len(s.Subscribers()))
 	if a := s.GRPCAddr(); a != "" {
 		fmt.Fprintf(stdout, "kvindex serve: gRPC on %s\n", a)
 	}
 	code = 0
-	select {
-	case <-ctx.Done():
-		log.Info("signal received: draining")
-	case err := <-s.Errors():
-		log.Error("fatal", "err", err)
-		code = 1
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("signal received: draining")
+			break wait
+		case err := <-s.Errors():
+			log.Error("fatal", "err", err)
+			code = 1
+			break wait
+		case <-hup:
+			reloadConfig(log, s, *cfgPath, withFlags)
+		}
 	}
 	if err := shutdown(); err != nil {
 		fmt.Fprintf(stderr, "kvindex serve: shutdown: %v\n", err)
