@@ -84,8 +84,12 @@ type Config struct {
 	MaxMessageBytes int `json:"max_message_bytes,omitempty"`
 	// Index configures the engine (zero: engine defaults).
 	Index IndexConfig `json:"index,omitzero"`
-	// Engines are the publishers to follow. At least one, unless Models is set.
+	// Engines are the publishers to follow. At least one, unless Models or a
+	// discovery source is set.
 	Engines []EngineConfig `json:"engines"`
+	// Discovery finds more engines at runtime (discovery.go): a watched file,
+	// Kubernetes pods.
+	Discovery DiscoveryConfig `json:"discovery,omitzero"`
 	// Models names models served without ZeroMQ engines, with their block sizes: their
 	// events reach the index another way (kvindex serve --nats: a JetStream stream).
 	Models map[string]int `json:"models,omitempty"`
@@ -379,8 +383,8 @@ func (c Config) plan() ([]publisher, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(c.Engines) == 0 && len(c.Models) == 0 {
-		return nil, fmt.Errorf("%w: engines: at least one engine (or a models entry) is required", ErrConfig)
+	if len(c.Engines) == 0 && len(c.Models) == 0 && c.Discovery == (DiscoveryConfig{}) {
+		return nil, fmt.Errorf("%w: engines: at least one engine (or a models entry, or a discovery source) is required", ErrConfig)
 	}
 	var out []publisher
 	for i, e := range p.c.Engines {
@@ -436,6 +440,9 @@ func (c Config) planner() (*planner, error) {
 		return nil, bad("index: %v", err)
 	}
 	if err := c.GRPC.validate(); err != nil {
+		return nil, err
+	}
+	if err := c.Discovery.validate(); err != nil {
 		return nil, err
 	}
 	tiers, err := c.tierMap()

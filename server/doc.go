@@ -71,6 +71,9 @@
 //	                                                engine's prefix_caching_hash_algo,
 //	                                                "sha256" or "sha256_cbor")
 //	  }],
+//	  "discovery": {"file": {"path": "/etc/kvindex/engines.json", "interval": "1s"}},
+//	                                    engines found at runtime (# Engines that change
+//	                                    at runtime)
 //	  "diagnose": {"no_events_after": "2m", "idle_after": "5m", "window": "1m",
 //	    "parent_miss_rate": 0.05, "unmatched_rate": 0.95, "min_samples": 8,
 //	    "log_interval": "5m"}
@@ -175,7 +178,10 @@
 // The engine list is not fixed at start (engines.go). Each engine belongs to one
 // source, which alone adds, changes and removes it: the configuration ("config";
 // kvindex serve re-reads its --config file on SIGHUP and applies the difference), the
-// admin API ("api") or a discovery source (a program calling SetEngines):
+// admin API ("api"), or a discovery source: "file", a JSON file of engines (an array of
+// "engines" entries, or {"engines": [...]}; kvindex serve --engines-file) polled every
+// discovery.file.interval and applied when its contents change, or a program calling
+// SetEngines with a name of its own. The admin API:
 //
 //	GET    /v1/engines        {"engines": [{"key", "source", "workers", "engine"}]}
 //	POST   /v1/engines        one "engines" entry of the configuration (strict JSON):
@@ -198,8 +204,14 @@
 // index, and a changed engine (same key, another spec) is removed, then added. Every
 // other engine's subscriber keeps running. /metrics counts kvindex_engines{source} and
 // kvindex_engine_changes_total{source, change} (added, removed, replaced, rejected).
-// Engines added at runtime are not in a snapshot's plan: after a restart they sync
-// from scratch once they are added again.
+// A discovery source that cannot be read (a file that no longer parses) changes
+// nothing, and is counted in kvindex_discovery_up{source} and
+// kvindex_discovery_errors_total{source}; an engine it lists that the server rejects
+// (invalid, or claiming another engine's worker id or endpoint) is logged and counted
+// (change "rejected") while its other engines apply. At start, a discovery file that
+// is missing, does not parse or lists an invalid engine fails New; /readyz waits for
+// every source's first list. Engines added at runtime are not in a snapshot's plan:
+// after a restart they sync from scratch once they are added again.
 //
 // # gRPC API
 //

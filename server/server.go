@@ -83,6 +83,9 @@ type Server struct {
 	runCtx      context.Context         // the subscribers' parent; nil before Start
 	closed      bool                    // Shutdown has begun: no more changes
 	engChanges  *prometheus.CounterVec
+	// The discovery sources (discovery.go), fixed by New: their states and loops.
+	discovery []*discoveryState
+	runners   []func(context.Context)
 
 	reg         *prometheus.Registry
 	findLatency prometheus.Histogram
@@ -177,6 +180,12 @@ func New(cfg Config, opts Options) (*Server, error) {
 	}
 	s.publishLocked()
 	s.initMetrics()
+	if err := s.initDiscovery(); err != nil {
+		if opts.Index == nil {
+			eng.Close()
+		}
+		return nil, err
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -200,7 +209,7 @@ func (s *Server) initMetrics() {
 		Name: "kvindex_engine_changes_total",
 		Help: "Engines added, removed, replaced (changed spec) or rejected at runtime, by source (config, api, a discovery source).",
 	}, []string{"source", "change"})
-	s.reg.MustRegister(s.findLatency, s.requests, s.inFlight, s.engChanges, newEngineCollector(s), newCollector(s), newDiagCollector(s), buildInfoGauge(),
+	s.reg.MustRegister(s.findLatency, s.requests, s.inFlight, s.engChanges, newEngineCollector(s), newDiscoveryCollector(s), newCollector(s), newDiagCollector(s), buildInfoGauge(),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 
@@ -239,6 +248,13 @@ func (s *Server) Start() error {
 		s.launchLocked(en)
 	}
 	s.engMu.Unlock()
+	for _, run := range s.runners {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			run(ctx)
+		}()
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -339,6 +355,11 @@ func (s *Server) isReady() (bool, []string) {
 	var waiting []string
 	if s.extReady != nil && !s.extReady() {
 		waiting = append(waiting, "index feed")
+	}
+	for _, d := range s.discovery {
+		if !d.synced.Load() {
+			waiting = append(waiting, "discovery "+d.source)
+		}
 	}
 	for _, sub := range s.fleet().subs {
 		// A worker removed after the grace period left the index: the server does not

@@ -122,6 +122,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	snapEvery := fs.Duration("snapshot-interval", 5*time.Minute, "with --snapshot: how often to write the snapshot")
 	tiersFlag := fs.String("tiers", "", "media mapped to storage tiers, over the defaults (\"\" and GPU device; CPU, CPU_TIER1, CPU_PINNED host; STORAGE, FS, OBJ, DISK, CPU_TIER2, EXTERNAL disk), as MEDIUM=TIER,... with TIER device, host or disk (config: tiers)")
 	weightsFlag := fs.String("tier-weights", "", "default weights of a device, host and disk block in /v1/match's weighted score, as D,H,DISK in [0, 1] (default 1,0.75,0.25; config: tier_weights)")
+	enginesFile := fs.String("engines-file", "", "also follow the engines listed in this JSON file (an array of config \"engines\" entries), re-read when it changes (config: discovery.file)")
 	var engines engineFlags
 	fs.Var(&engines, "engine", engineHelp)
 	if code, ok := parseFlags(fs, args, stdout); !ok {
@@ -164,6 +165,9 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			}
 		})
 		cfg.Engines = append(cfg.Engines, engines...)
+		if *enginesFile != "" {
+			cfg.Discovery.File = &server.FileDiscovery{Path: *enginesFile}
+		}
 		if err := tierFlags(cfg, *tiersFlag, *weightsFlag); err != nil {
 			return err
 		}
