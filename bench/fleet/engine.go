@@ -254,6 +254,7 @@ func (pc *pubConn) writer() {
 // ignored, as vLLM ignores them.
 func (e *simEngine) serveReplay(c net.Conn) {
 	defer c.Close()
+	accepted := time.Now()
 	z, err := handshake(c, "ROUTER", "DEALER", "REQ")
 	if err != nil {
 		e.f.handshakeErrors.Add(1)
@@ -274,6 +275,7 @@ func (e *simEngine) serveReplay(c net.Conn) {
 		if _, err := c.Write(out); err != nil {
 			return
 		}
+		e.f.replayTime.observe(time.Since(accepted))
 	}
 }
 

@@ -110,6 +110,9 @@ type Fleet struct {
 
 	acceptErrors    atomic.Uint64
 	handshakeErrors atomic.Uint64
+	// replayTime is the longest replay service, from the DEALER's connection accepted
+	// to the reply written (reset by each level).
+	replayTime maxDuration
 
 	// Probes: the prober asks for one (probeWanted), the next driver to publish takes
 	// it and sends the batch's chain on probes.
@@ -224,6 +227,20 @@ func (f *Fleet) Close() {
 // reading; Resume then sends what was queued and the gaps are recovered by replay.
 func (f *Fleet) Stall()  { f.gate.stall() }
 func (f *Fleet) Resume() { f.gate.resume() }
+
+// maxDuration is a running maximum, safe for concurrent use.
+type maxDuration struct{ v atomic.Int64 }
+
+func (m *maxDuration) observe(d time.Duration) {
+	for {
+		cur := m.v.Load()
+		if int64(d) <= cur || m.v.CompareAndSwap(cur, int64(d)) {
+			return
+		}
+	}
+}
+
+func (m *maxDuration) take() time.Duration { return time.Duration(m.v.Swap(0)) }
 
 // gate is open (wait returns a closed channel) unless stalled.
 type gate struct {

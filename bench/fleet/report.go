@@ -33,9 +33,9 @@ func (l *Level) line() string {
 		x := l.Match[api]
 		m = append(m, fmt.Sprintf("%s p50 %s p99 %s", api, ms(x.P50), ms(x.P99)))
 	}
-	return fmt.Sprintf("%d engines, offered %.0f/s: published %.0f/s, applied %.0f batches/s (%.0f blocks/s), loss %d, gaps %d (unrecoverable %d), replays %d, dropped %d, stale %d, size mismatches %d, drained in %v, lag p50 %s p99 %s, match %s; serve RSS %s, %d goroutines, %d fds, CPU %.2f; load %s: %s",
+	return fmt.Sprintf("%d engines, offered %.0f/s: published %.0f/s, applied %.0f batches/s (%.0f blocks/s), loss %d, gaps %d (unrecoverable %d), replays %d (served in at most %v), dropped %d, stale %d, size mismatches %d, drained in %v, lag p50 %s p99 %s, match %s; serve RSS %s, %d goroutines, %d fds, CPU %.2f; load %s: %s",
 		l.Engines, l.Offered, l.PublishRate, l.AppliedRate, l.BlocksRate, l.Loss, l.Gaps, l.Unrecoverable, l.Replays,
-		l.Dropped, l.Stale, l.SizeMismatch, l.Drained.Round(time.Millisecond), ms(l.Lag.P50), ms(l.Lag.P99),
+		l.ReplayServeMax.Round(time.Millisecond), l.Dropped, l.Stale, l.SizeMismatch, l.Drained.Round(time.Millisecond), ms(l.Lag.P50), ms(l.Lag.P99),
 		strings.Join(m, ", "), mib(l.RSS), l.Goroutines, l.FDs, l.CPU, l.Load, held)
 }
 

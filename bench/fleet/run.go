@@ -177,6 +177,9 @@ type Level struct {
 	// differs from their engine's own count, and the blocks they differ by.
 	Gaps, Recovered, Unrecoverable uint64
 	Replays, ReplaysServed         uint64
+	// ReplayServeMax is the engines' longest replay service (DEALER connection
+	// accepted to reply written): a slow one is the load generator's delay, not serve's.
+	ReplayServeMax time.Duration
 	Dropped                        uint64
 	Stale                          int
 	SizeMismatch                   int
@@ -362,6 +365,7 @@ func (r *runner) level(ctx context.Context, rate float64, d time.Duration, warmu
 	}
 	cpu0, _ := readProc(r.t.pid())
 	gen0, _ := readProc(selfPID())
+	r.f.replayTime.take()
 	t0 := time.Now()
 	res := r.f.Drive(ctx, rate, d, warmup)
 	l.Seconds = res.Seconds
@@ -413,6 +417,7 @@ func (r *runner) level(ctx context.Context, rate float64, d time.Duration, warmu
 		return l, err
 	}
 	r.check(&l, counts, before, final)
+	l.ReplayServeMax = r.f.replayTime.take()
 	l.Lag = summarize(pr.lags)
 	l.ProbesExpired = pr.expired
 	for api, d := range q.lat {

@@ -111,6 +111,7 @@ type child struct {
 	dir        string
 	http, grpc string
 	stderr     *tailBuffer
+	logw       io.Writer
 	done       chan struct{}
 	waitErr    error
 }
@@ -134,7 +135,7 @@ func startChild(command []string, cfg server.Config, logw io.Writer) (*child, er
 		return nil, err
 	}
 	args := append(append([]string(nil), command[1:]...), "--config", path, "--log-level", "warn")
-	c := &child{cmd: exec.Command(command[0], args...), dir: dir, stderr: &tailBuffer{max: 64 << 10}, done: make(chan struct{})}
+	c := &child{cmd: exec.Command(command[0], args...), dir: dir, stderr: &tailBuffer{max: 64 << 10}, logw: logw, done: make(chan struct{})}
 	c.cmd.Stderr = c.stderr
 	stdout, err := c.cmd.StdoutPipe()
 	if err != nil {
@@ -229,6 +230,12 @@ func (c *child) goroutines(ctx context.Context) (int, error) {
 
 func (c *child) close() error {
 	defer os.RemoveAll(c.dir)
+	if tail := c.stderr.String(); tail != "" && c.logw != nil {
+		if len(tail) > 64<<10 {
+			tail = "..." + tail[len(tail)-64<<10:]
+		}
+		fmt.Fprintf(c.logw, "serve's log (last lines):\n%s\n", tail)
+	}
 	_ = c.cmd.Process.Signal(syscall.SIGCONT)
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
