@@ -54,62 +54,37 @@ func BenchmarkTraceQueriesAtRest(b *testing.B) {
 	}
 }
 
-// BenchmarkGallopFirst answers the trace-driven log's queries at rest on the locked index
-// (KVINDEX_OPS names another log) with gallop's first stride set to 1, 4, 8 (the
-// default, gallopFirst) and 16: the measurement behind gallopFirst. ns/op is the mean
-// per query.
-func BenchmarkGallopFirst(b *testing.B) {
-	ops, queries := traceQueries(b)
-	e := loadAtRest(b, ops, Config{LockedIndex: true}, nil)
-	defer e.Close()
-	ctx := context.Background()
-	for _, first := range []int{1, 4, 8, 16} {
-		b.Run(fmt.Sprintf("first=%d", first), func(b *testing.B) {
-			e.hooks.gallopFirst = first
-			var dst []Match
-			var err error
-			for i := 0; i < b.N; i++ {
-				if dst, err = e.FindMatches(ctx, queries[i%len(queries)], dst[:0]); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-}
-
 // BenchmarkQueryWork counts the work of the trace-driven log's queries at rest (KVINDEX_OPS
-// names another log) on a one-shard engine for the choices of denseLandings/denseShort
-// and firstWave: round trips and probes per query (Stats.QueryRounds, QueryProbes), the
-// measurement behind those constants. The next wave is never sent early (SetSpeculation),
-// so the counts do not depend on timing; ns/op is the time of one pass over the queries.
+// names another log) on a one-shard engine with 8 and 16 dense landings (denseShort,
+// denseLandings): round trips and probes per query (Stats.QueryRounds, QueryProbes), the
+// measurement behind noteDense's choice between them. The next wave is never sent early
+// (SetSpeculation), so the counts do not depend on timing; ns/op is the time of one pass
+// over the queries.
 func BenchmarkQueryWork(b *testing.B) {
 	ops, queries := traceQueries(b)
 	ctx := context.Background()
 	for _, dense := range []int{denseShort, denseLandings} {
-		for _, wave := range []int{64, firstWave} {
-			b.Run(fmt.Sprintf("dense=%d/firstWave=%d", dense, wave), func(b *testing.B) {
-				e := loadAtRest(b, ops, Config{Shards: 1}, func(e *Engine) {
-					SetDenseLandings(e, dense)
-					SetSpeculation(e, false)
-					e.hooks.firstWave = wave
-				})
-				defer e.Close()
-				var err error
-				before := e.Stats()
-				var dst []Match
-				for b.Loop() {
-					for _, q := range queries {
-						if dst, err = e.FindMatches(ctx, q, dst[:0]); err != nil {
-							b.Fatal(err)
-						}
+		b.Run(fmt.Sprintf("dense=%d", dense), func(b *testing.B) {
+			e := loadAtRest(b, ops, Config{Shards: 1}, func(e *Engine) {
+				SetDenseLandings(e, dense)
+				SetSpeculation(e, false)
+			})
+			defer e.Close()
+			var err error
+			before := e.Stats()
+			var dst []Match
+			for b.Loop() {
+				for _, q := range queries {
+					if dst, err = e.FindMatches(ctx, q, dst[:0]); err != nil {
+						b.Fatal(err)
 					}
 				}
-				st := e.Stats()
-				n := float64(st.Queries - before.Queries)
-				b.ReportMetric(float64(st.QueryRounds-before.QueryRounds)/n, "rounds/query")
-				b.ReportMetric(float64(st.QueryProbes-before.QueryProbes)/n, "probes/query")
-			})
-		}
+			}
+			st := e.Stats()
+			n := float64(st.Queries - before.Queries)
+			b.ReportMetric(float64(st.QueryRounds-before.QueryRounds)/n, "rounds/query")
+			b.ReportMetric(float64(st.QueryProbes-before.QueryProbes)/n, "probes/query")
+		})
 	}
 }
 

@@ -21,9 +21,10 @@ type Block struct {
 // set only by tests and benchmarks of this package (export_test.go, the ceiling and
 // partition measurements), before the engine's first call.
 type testHooks struct {
-	// onDelta and onProbe observe every index delta and every query probe; the
-	// partition measurement uses them.
-	onDelta, onProbe func(key)
+	// admitted runs once per sharded query, after round 1 has made position 0's
+	// members candidates and before any later wave is answered: the seam through which
+	// TestQueryDropsWorkerReplacedMidQuery removes a candidate mid-query.
+	admitted func()
 	// dropDeltas discards index deltas at flush: the engine then does only its
 	// per-worker bookkeeping (the ceiling benchmark).
 	dropDeltas bool
@@ -34,9 +35,6 @@ type testHooks struct {
 	// (round): 0 when its hashing wins the race (production), 1 always, -1 never, so
 	// that the differential tests take both ways whatever the timing.
 	speculate int8
-	// gallopFirst and firstWave, when not 0, replace gallop's first stride and the
-	// depth of a sharded query's first wave (BenchmarkGallopFirst, BenchmarkQueryWork).
-	gallopFirst, firstWave int
 }
 
 // Engine is the index. All methods are safe for concurrent use.

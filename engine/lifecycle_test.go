@@ -165,29 +165,42 @@ func TestWorkerIDReusedOnlyAfterRemovalApplied(t *testing.T) {
 }
 
 // TestQueryDropsWorkerReplacedMidQuery: a worker removed while a query runs, whose id a
-// new worker takes, is not named in the answer with the new worker's blocks.
+// new worker takes, is not named in the answer with the new worker's blocks. a holds a
+// chain deeper than the first wave; once round 1 has made a a candidate, a leaves and b,
+// taking a's id, stores the same chain, so the second wave's answers credit the id with
+// the whole chain. Without collect's check that the id still names the candidate's
+// worker, the answer would give a the whole chain.
 func TestQueryDropsWorkerReplacedMidQuery(t *testing.T) {
 	e, err := New(Config{Shards: 2})
 	require.NoError(t, err)
 	defer e.Close()
+	SetSpeculation(e, false) // the second wave goes out after the hook, not before
 	ctx := context.Background()
-	require.NoError(t, e.Store("a", []Block{{Content: 5, Seq: 5}}))
-	require.NoError(t, e.Barrier(ctx))
-	var once sync.Once
-	e.hooks.onProbe = func(key) {
-		once.Do(func() {
-			// The query has read the registry; now a leaves and b takes its id.
-			require.NoError(t, e.RemoveWorker("a"))
-			require.NoError(t, e.Barrier(ctx))
-			require.NoError(t, e.Store("b", []Block{{Content: 1, Seq: 1}, {Content: 2, Seq: 2}}))
-			require.NoError(t, e.Barrier(ctx))
-		})
+	const n = 2 * firstWave
+	chain := make([]Block, n)
+	content := make([]uint64, n)
+	for i := range chain {
+		chain[i] = Block{Content: uint64(i + 1), Seq: uint64(i + 1)}
+		content[i] = chain[i].Content
 	}
-	got, err := e.FindMatches(ctx, []uint64{1, 2}, nil)
+	require.NoError(t, e.Store("a", chain))
+	require.NoError(t, e.Barrier(ctx))
+	calls := 0
+	e.hooks.admitted = func() {
+		if calls++; calls > 1 {
+			return
+		}
+		require.NoError(t, e.RemoveWorker("a"))
+		require.NoError(t, e.Barrier(ctx))
+		require.NoError(t, e.Store("b", chain))
+		require.NoError(t, e.Barrier(ctx))
+	}
+	got, err := e.FindMatches(ctx, content, nil)
 	require.NoError(t, err)
-	require.Equal(t, e.lookup("b").wid, uint32(0), "b must have taken a's id for this test to mean anything")
+	require.Equal(t, 1, calls, "the query admitted its candidates once")
+	require.Equal(t, uint32(0), e.lookup("b").wid, "b must have taken a's id for this test to mean anything")
 	for _, m := range got {
-		require.NotEqual(t, "a", m.Worker, "a never held these blocks: %v", got)
+		require.NotEqual(t, "a", m.Worker, "a left before the second wave: %v", got)
 	}
 }
 

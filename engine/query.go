@@ -303,11 +303,7 @@ func (e *Engine) gallop(q *query, idx *shard.Index, content []uint64, buf []uint
 	J := e.cfg.JumpSize
 	q.pre = append(q.pre[:0], content[0])
 	live := 0 // q.cands[live:] have held every landing so far; the others are scored
-	first := gallopFirst
-	if e.hooks.gallopFirst != 0 {
-		first = e.hooks.gallopFirst
-	}
-	prev, x, step := 0, 0, min(first, J)
+	prev, x, step := 0, 0, min(gallopFirst, J)
 	for live < len(q.cands) && x < L-1 {
 		x = min(x+step, L-1)
 		step = min(2*step, gallopCap*J)
@@ -346,9 +342,11 @@ func (e *Engine) gallop(q *query, idx *shard.Index, content []uint64, buf []uint
 // blocks deep (on the trace-driven logs, a system prompt of a few blocks that every
 // worker holds), so a first landing at 8 decides them in one probe and a bisection of
 // three instead of landings at 1, 3 and 7 first. Mean per query at rest on the locked
-// index, first strides 1, 4, 8 and 16 (go test -run '^$' -bench GallopFirst -count 3
-// ./engine/): 567-600, 505-534, 458-479, 491-496 ns on the conversation trace and
-// 1.29-1.32, 1.26-1.33, 1.07-1.15, 1.16-1.31 us on the 16-worker trace log.
+// index, first strides 1, 4, 8 and 16: 567-600, 505-534, 458-479, 491-496 ns on the
+// conversation trace and 1.29-1.32, 1.26-1.33, 1.07-1.15, 1.16-1.31 us on the 16-worker
+// trace log (go test -run '^$' -bench GallopFirst -count 3 ./engine/ at commit 545a46d,
+// whose BenchmarkGallopFirst set the stride through a test hook; both went once 8 was
+// chosen).
 const gallopFirst = 8
 
 // gallopCap x JumpSize is gallop's longest stride. A query held 1,500 blocks deep
@@ -414,11 +412,7 @@ func (e *Engine) landings(ctx context.Context, q *query, content []uint64) error
 	q.seen.grow(len(slots))
 	dense := int(e.dense.Load())
 	locked := e.cfg.LockedIndex
-	hi := firstWave
-	if e.hooks.firstWave != 0 {
-		hi = e.hooks.firstWave
-	}
-	hi = max(hi, J)
+	hi := max(firstWave, J)
 	if locked {
 		hi = 0 // position 0 alone first: a query nobody matches costs one probe
 	}
@@ -435,6 +429,9 @@ func (e *Engine) landings(ctx context.Context, q *query, content []uint64) error
 		}
 		if wave == 0 {
 			q.admit(slots)
+			if e.hooks.admitted != nil {
+				e.hooks.admitted()
+			}
 		}
 		if q.dropAt(from) == 0 || hi == L-1 {
 			return nil
@@ -1003,7 +1000,9 @@ func (e *Engine) noteDense(near bool) {
 // took p50 at rest from 2.05-2.29 to 1.65-2.00 us; with the keyed chain (0.9 ns) a
 // round trip costs more than hashing a thousand positions. Counted at rest (round trips
 // per query over all 750 queries of the conversation trace and 3,000 of trace16, one
-// shard, no early waves: BenchmarkQueryWork): 64 gives 1.38 and 1.77 on average, 1,024
+// shard, no early waves: go test -run '^$' -bench QueryWork -benchtime 3x ./engine/ at
+// commit 9b32e08, whose firstWave=64 variant set the depth through a test hook; hook and
+// variant went once 1,024 was chosen): 64 gives 1.38 and 1.77 on average, 1,024
 // gives 1.12 and 1.16, for 1-2 more probes per query (when it was chosen, with an
 // instrumented build: 1.35 and 1.72 against 1.08 and 1.10, and 107 and 53 more
 // positions hashed per query). kvindex bench --impls engine --shards 1,2 --no-verify, four runs
@@ -1049,11 +1048,7 @@ func (q *query) reset(c0 uint64) {
 
 // add queues a probe of position x with its owner shard.
 func (q *query) add(e *Engine, x int) {
-	k := key{prefix: q.pre[x], pos: uint32(x), ns: q.ns}
-	if e.hooks.onProbe != nil {
-		e.hooks.onProbe(k)
-	}
-	fp := e.fingerprint(k)
+	fp := e.fingerprint(key{prefix: q.pre[x], pos: uint32(x), ns: q.ns})
 	s := e.ownerOf(fp)
 	bi := q.alt + s
 	b := &q.sub[bi]

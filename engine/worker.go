@@ -203,7 +203,7 @@ func (w *worker) addKey(e *Engine, k key, parentPrefix uint64, parent uint32) ui
 	// The key became held: its children that were holes are reconnected, it tells the
 	// index, and it becomes a child of its parent key.
 	w.holes -= int32(w.keys.kids(rid))
-	w.emitFP(e, opAdd, k, fp)
+	w.emitFP(e, opAdd, fp)
 	if k.pos > 0 {
 		if parent == 0 {
 			parent = w.keys.findOrAdd(seed, key{prefix: parentPrefix, pos: k.pos - 1, ns: k.ns}) + 1
@@ -227,7 +227,7 @@ func (w *worker) dropKey(e *Engine, rid uint32) {
 	k := w.keys.key(rid)
 	r := &w.keys.recs[rid]
 	fp := e.fingerprint(k)
-	w.emitFP(e, opRemove, k, fp)
+	w.emitFP(e, opRemove, fp)
 	parent := r.parent
 	r.parent = 0
 	if kids == 0 {
@@ -326,7 +326,7 @@ func (w *worker) clearTiers(e *Engine) {
 func (w *worker) clear(e *Engine) {
 	for i := range w.keys.recs {
 		if !w.keys.recs[i].free() && w.keys.seqs(uint32(i)) > 0 {
-			w.emit(e, opRemove, w.keys.key(uint32(i)))
+			w.emitFP(e, opRemove, e.fingerprint(w.keys.key(uint32(i))))
 		}
 	}
 	w.seqs = seqTable{}
@@ -334,13 +334,8 @@ func (w *worker) clear(e *Engine) {
 	w.holes = 0
 }
 
-func (w *worker) emit(e *Engine, op uint8, k key) { w.emitFP(e, op, k, e.fingerprint(k)) }
-
-// emitFP queues a delta of k, whose fingerprint is fp, for k's shard.
-func (w *worker) emitFP(e *Engine, op uint8, k key, fp uint64) {
-	if e.hooks.onDelta != nil {
-		e.hooks.onDelta(k)
-	}
+// emitFP queues a delta of the key whose fingerprint is fp for the key's shard.
+func (w *worker) emitFP(e *Engine, op uint8, fp uint64) {
 	s := e.ownerOf(fp)
 	o := w.out
 	o.pend[s] = append(o.pend[s], newDelta(op, fp, w.wid))
@@ -422,6 +417,3 @@ func (e *Engine) fingerprint(k key) uint64 {
 func (e *Engine) ownerOf(fp uint64) int {
 	return int((uint64(uint32(fp)) * uint64(len(e.shards))) >> 32)
 }
-
-// owner returns the shard that owns key k.
-func (e *Engine) owner(k key) int { return e.ownerOf(e.fingerprint(k)) }
