@@ -123,6 +123,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzGuard$$' -fuzztime $(call fuzzbudget,50000x) ./subscriber/
 	$(GO) test -run '^$$' -fuzz '^FuzzApplyBatch$$' -fuzztime $(call fuzzbudget,20000x) ./subscriber/
 	$(GO) test -run '^$$' -fuzz '^FuzzGRPCMatch$$' -fuzztime $(call fuzzbudget,20000x) ./server/
+	$(GO) test -run '^$$' -fuzz '^FuzzWatchStream$$' -fuzztime $(call fuzzbudget,20000x) ./internal/kube/
 
 ## soak: a bounded soak (SOAK, default 3m) of publisher churn, restarts, gaps, hostile
 ## peers and queries through real libzmq; resources stay flat, answers equal the model.

@@ -26,11 +26,12 @@ import (
 // and up to Interval of delay.
 //
 // Each source runs one goroutine from Start to Shutdown (s.wg); it owns its own state
-// and talks to the server through SetEngines only. Its first list is taken before
-// Start returns: the file's in New (a file that is missing, does not parse or lists an
-// engine that does not validate fails New, as a configuration would), Kubernetes'
-// within its timeout (discovery_kube.go). /readyz waits until every source has
-// delivered a list.
+// and talks to the server through SetEngines only. The file's first list is taken in
+// New (a file that is missing, does not parse or lists an engine that does not
+// validate fails New, as a configuration would); Kubernetes' settings and service
+// account are checked in New and its first list comes from its goroutine, retried
+// until the API server answers. /readyz waits until every source has delivered a
+// list.
 
 // The discovery sources' names.
 const (
@@ -51,6 +52,8 @@ const (
 type DiscoveryConfig struct {
 	// File is a watched file of engines.
 	File *FileDiscovery `json:"file,omitempty"`
+	// Kubernetes follows pods by label selector (discovery_kube.go).
+	Kubernetes *KubeDiscovery `json:"kubernetes,omitempty"`
 }
 
 // FileDiscovery is a file that lists engines, re-read when it changes: a JSON array of
@@ -69,6 +72,9 @@ func (d DiscoveryConfig) validate() error {
 		if iv := time.Duration(f.Interval); iv != 0 && (iv < MinFileInterval || iv > MaxFileInterval) {
 			return fmt.Errorf("%w: discovery.file.interval %v: want %v..%v", ErrConfig, iv, MinFileInterval, MaxFileInterval)
 		}
+	}
+	if k := d.Kubernetes; k != nil {
+		return k.validate()
 	}
 	return nil
 }
@@ -128,6 +134,14 @@ func (s *Server) initDiscovery() error {
 		w.st.up.Store(true)
 		s.discovery = append(s.discovery, w.st)
 		s.runners = append(s.runners, w.run)
+	}
+	if kd := s.cfg.Discovery.Kubernetes; kd != nil {
+		k, err := s.newKubeWatcher(*kd)
+		if err != nil {
+			return err
+		}
+		s.discovery = append(s.discovery, k.st)
+		s.runners = append(s.runners, k.run)
 	}
 	return nil
 }

@@ -71,9 +71,16 @@
 //	                                                engine's prefix_caching_hash_algo,
 //	                                                "sha256" or "sha256_cbor")
 //	  }],
-//	  "discovery": {"file": {"path": "/etc/kvindex/engines.json", "interval": "1s"}},
-//	                                    engines found at runtime (# Engines that change
+//	  "discovery": {                    engines found at runtime (# Engines that change
 //	                                    at runtime)
+//	    "file": {"path": "/etc/kvindex/engines.json", "interval": "1s"},
+//	    "kubernetes": {"selector": "app=vllm", "namespace": "llm",   default: kvindex's own
+//	      "port_annotation": "kvindex.io/kv-events-port",          the PUB port (required)
+//	      "replay_port_annotation": "kvindex.io/kv-replay-port",
+//	      "model_annotation": "kvindex.io/model", "dp_ranks_annotation": "kvindex.io/dp-ranks",
+//	      "require_ready": false, "max_pods": 10000,
+//	      "engine": {"model": "llama-3-8b", "block_size": 16},     every pod's engine
+//	      "api_server": "", "token_file": "", "ca_file": ""}},     in-cluster defaults
 //	  "diagnose": {"no_events_after": "2m", "idle_after": "5m", "window": "1m",
 //	    "parent_miss_rate": 0.05, "unmatched_rate": 0.95, "min_samples": 8,
 //	    "log_interval": "5m"}
@@ -180,8 +187,14 @@
 // kvindex serve re-reads its --config file on SIGHUP and applies the difference), the
 // admin API ("api"), or a discovery source: "file", a JSON file of engines (an array of
 // "engines" entries, or {"engines": [...]}; kvindex serve --engines-file) polled every
-// discovery.file.interval and applied when its contents change, or a program calling
-// SetEngines with a name of its own. The admin API:
+// discovery.file.interval and applied when its contents change; "kubernetes", the pods
+// that match a label selector in one namespace, listed and then watched with the
+// pod's own service account (package internal/kube: a list-and-watch client of the
+// API's REST endpoints, not client-go, whose cold build would take most of CI's time),
+// each running pod with an IP and the port annotation an engine (endpoint
+// tcp://POD_IP:PORT, worker the pod's name, the rest from "engine" and the model and
+// dp-ranks annotations; a pod deleted, terminating or no longer matching is removed);
+// or a program calling SetEngines with a name of its own. The admin API:
 //
 //	GET    /v1/engines        {"engines": [{"key", "source", "workers", "engine"}]}
 //	POST   /v1/engines        one "engines" entry of the configuration (strict JSON):

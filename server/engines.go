@@ -536,7 +536,13 @@ func (s *Server) publishLocked() {
 		slices.SortFunc(m.subs, func(a, b *subscriber.Subscriber) int { return cmp.Compare(a.Worker(), b.Worker()) })
 	}
 	s.fl.Store(f)
-	n := map[string]int{}
+	// Every source seen keeps its series (0 once its engines are gone).
+	n := map[string]int{SourceConfig: 0, SourceAPI: 0}
+	if old := s.engineCount.Load(); old != nil {
+		for src := range *old {
+			n[src] = 0
+		}
+	}
 	for _, en := range s.entries {
 		n[en.source]++
 	}
