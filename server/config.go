@@ -30,6 +30,10 @@ const (
 	DefaultQueryTimeout   = 2 * time.Second
 	DefaultDrainTimeout   = 10 * time.Second
 	MaxDPRanks            = 1024
+	// DefaultMaxConcurrentReplays is Config.MaxConcurrentReplays' default: enough to
+	// keep a few engines' catch-ups in flight per core, few enough that a fleet-wide
+	// storm does not open a connection per engine at once.
+	DefaultMaxConcurrentReplays = 32
 )
 
 // Duration is a time.Duration written in JSON as a Go duration string ("1.5s", "200ms").
@@ -78,6 +82,11 @@ type Config struct {
 	ReconnectMin   Duration `json:"reconnect_min,omitempty"`
 	ReconnectMax   Duration `json:"reconnect_max,omitempty"`
 	ResyncInterval Duration `json:"resync_interval,omitempty"`
+	// MaxConcurrentReplays bounds the replays the subscribers run at once (one
+	// subscriber.ReplayLimiter for all): after serve stalls every engine's subscriber
+	// replays in the same instant. A replay's replay_timeout runs once it has its slot.
+	// Default 32; at most subscriber.MaxReplayLimit.
+	MaxConcurrentReplays int `json:"max_concurrent_replays,omitempty"`
 	// MaxMessageBytes caps one ZeroMQ message from an engine (subscriber.Config
 	// MaxMessageBytes): a peer declaring a larger frame is refused before anything is
 	// allocated. Default 16 MiB.
@@ -432,6 +441,8 @@ func (c Config) planner() (*planner, error) {
 		return nil, bad("max_query_blocks %d out of range", c.MaxQueryBlocks)
 	case c.QueryTimeout < 0 || c.DrainTimeout < 0 || c.ReplayTimeout < 0 || c.ReconnectMin < 0 || c.ReconnectMax < 0:
 		return nil, bad("durations must not be negative (grace_period and resync_interval excepted)")
+	case c.MaxConcurrentReplays < 0 || c.MaxConcurrentReplays > subscriber.MaxReplayLimit:
+		return nil, bad("max_concurrent_replays %d: want 0 (default %d) to %d", c.MaxConcurrentReplays, DefaultMaxConcurrentReplays, subscriber.MaxReplayLimit)
 	}
 	if d := c.Diagnose; d.UnmatchedRate < 0 || d.UnmatchedRate > 1 || d.LogInterval < 0 {
 		return nil, bad("diagnose: unmatched_rate outside [0, 1] or negative log_interval")

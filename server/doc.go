@@ -42,6 +42,8 @@
 //	  "replay_timeout": "5s",           "reconnect_min": "100ms", "reconnect_max": "5s",
 //	  "resync_interval": "30s",
 //	  "max_message_bytes": 16777216,    a larger ZeroMQ message from an engine is refused
+//	  "max_concurrent_replays": 32,     replays at once over all engines (a stall makes
+//	                                    every engine's subscriber replay at the same time)
 //	  "index": {"shards": 0, "jump_size": 0, "queue_size": 0,
 //	            "prediction_ttl": "2s",             predictions without ttl_ms
 //	            "predictions_per_worker": 64, "predicted_blocks": 1048576,

@@ -414,6 +414,7 @@ func (s *Server) newEntry(source, key string, spec EngineConfig, pubs []publishe
 		}
 		sc := p.cfg
 		sc.Index = s.eng
+		sc.Replays = s.replays
 		sc.Logger = s.log // every subscriber log line names its worker
 		if cp, ok := resume[sc.Worker]; ok {
 			sc.Resume = &cp

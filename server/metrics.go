@@ -29,6 +29,7 @@ type collector struct {
 	queries, abandoned                                *prometheus.Desc
 	queueLen, shardApplied, producerWaits, waitSecs   *prometheus.Desc
 	predictions, predictedBlocks                      *prometheus.Desc
+	replaySlots, replaysWaited                        *prometheus.Desc
 }
 
 func newCollector(s *Server) *collector {
@@ -78,6 +79,8 @@ func newCollector(s *Server) *collector {
 		waitSecs:          d("producer_wait_seconds_total", "Time event producers spent waiting for full shard rings."),
 		predictions:       d("predictions", "Predictions held (POST /v1/routed, record; expired ones not yet freed included)."),
 		predictedBlocks:   d("predicted_blocks", "Blocks in the predictions held."),
+		replaySlots:       d("replays_in_progress", "Replays running (state running) and waiting for one of the max_concurrent_replays slots (state waiting).", "state"),
+		replaysWaited:     d("replays_waited_total", "Replays that waited for a max_concurrent_replays slot."),
 	}
 }
 
@@ -162,6 +165,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(c.producerWaits, es.ProducerWaits)
 	ch <- prometheus.MustNewConstMetric(c.waitSecs, prometheus.CounterValue, float64(es.ProducerWaitNanos)/1e9)
+	rs := c.s.replays.Stats()
+	gauge(c.replaySlots, float64(rs.Running), "running")
+	gauge(c.replaySlots, float64(rs.Waiting), "waiting")
+	counter(c.replaysWaited, rs.Waited)
 	ps := c.s.eng.PredictionStats()
 	gauge(c.predictions, float64(ps.Predictions))
 	gauge(c.predictedBlocks, float64(ps.Blocks))

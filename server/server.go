@@ -72,6 +72,8 @@ type Server struct {
 	weights engine.Weights // Config.TierWeights, the default of /v1/match
 	log     *slog.Logger
 	eng     *engine.Engine
+	// replays bounds the subscribers' replays at once (Config.MaxConcurrentReplays).
+	replays *subscriber.ReplayLimiter
 
 	// The engines (engines.go): fl is what handlers read; engMu owns the rest.
 	fl          atomic.Pointer[fleet]
@@ -146,7 +148,19 @@ func New(cfg Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err) // plan checked it: unreachable
 	}
+	nrep := cfg.MaxConcurrentReplays
+	if nrep == 0 {
+		nrep = DefaultMaxConcurrentReplays
+	}
+	replays, err := subscriber.NewReplayLimiter(nrep)
+	if err != nil {
+		if opts.Index == nil {
+			eng.Close()
+		}
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err) // plan checked it: unreachable
+	}
 	s := &Server{
+		replays:   replays,
 		weights:   weights,
 		external:  opts.Index != nil,
 		extReady:  opts.Ready,

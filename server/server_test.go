@@ -65,6 +65,8 @@ func TestConfigValidation(t *testing.T) {
 		{`{"engines":[{"endpoint":"tcp://h:1"}],"index":{"queue_size":3}}`, "QueueSize"},
 		{`{"engines":[{"endpoint":"tcp://h:1"}],"index":{"shards":256,"queue_size":16777216}}`, "Shards x QueueSize"},
 		{`{"engines":[{"endpoint":"tcp://h:1"}]} {}`, "trailing"},
+		{`{"engines":[{"endpoint":"tcp://h:1"}],"max_concurrent_replays":-1}`, "max_concurrent_replays"},
+		{`{"engines":[{"endpoint":"tcp://h:1"}],"max_concurrent_replays":65537}`, "max_concurrent_replays"},
 	} {
 		_, err := server.ParseConfig(strings.NewReader(tc.json))
 		if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), tc.want) {
@@ -241,6 +243,9 @@ func TestAPIErrorsAndProbes(t *testing.T) {
 		`kvindex_events_rejected_total{reason="token_count_mismatch",worker="`,
 		`kvindex_gaps_detected_total{worker="`,
 		`kvindex_build_info{goversion="` + runtime.Version() + `",revision="`,
+		`kvindex_replays_in_progress{state="running"} 0`,
+		`kvindex_replays_in_progress{state="waiting"} 0`,
+		"kvindex_replays_waited_total 0",
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q", want)

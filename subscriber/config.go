@@ -176,6 +176,10 @@ type Config struct {
 	ResyncInterval time.Duration
 	// MaxReplayBatches bounds the replies one replay may return. Default 1<<20.
 	MaxReplayBatches int
+	// Replays, when set, bounds the replays running at once across every Subscriber
+	// sharing it; a replay's ReplayTimeout runs once it holds a slot. Default nil: no
+	// bound (kvindex serve shares one limiter among its subscribers).
+	Replays *ReplayLimiter
 	// MaxMessageBytes caps one ZeroMQ message (the sum of its frames) on every socket
 	// the subscriber opens, checked against each frame header before any allocation:
 	// a peer that declares more is refused and its connection closed (ErrPeerRefused,

@@ -58,8 +58,15 @@
 // from sequence 0, and stays exact. Without a replay endpoint, a live sequence at or
 // below the connection's starting point is taken for a restart.
 //
+// A live gap's catch-up whose replay fails in transit (a timeout, a refused or reset
+// connection) runs again, up to twice more, with backoff from ReconnectMin: after a
+// stall every subscriber of a fleet replays at once, and the first attempts can time
+// out behind the backlog. Config.Replays (a ReplayLimiter that serve shares among its
+// subscribers) bounds the replays running at once; a replay's ReplayTimeout runs once
+// it holds its slot.
+//
 // When a catch-up finds the missing range no longer buffered (vLLM keeps the last
-// buffer_steps batches), or the replay fails, or a payload cannot be decoded, or the
+// buffer_steps batches), or the replay fails for good, or a payload cannot be decoded, or the
 // decoder rejects a removal: the worker is cleared and marked stale (StateStale). The
 // batches after that point are applied as usual, so the index holds a subset of the
 // worker's real blocks: scores may be low, never wrong. A stale worker becomes live again

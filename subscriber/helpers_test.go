@@ -3,6 +3,7 @@ package subscriber
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"sort"
 	"testing"
 	"time"
@@ -139,6 +140,7 @@ func contents(vals ...uint64) []uint64 {
 type fakePub struct {
 	buf    []fakeBatch
 	fail   bool
+	failN  int // the next failN replays fail
 	asked  []uint64
 	maxLen int
 }
@@ -157,8 +159,9 @@ func (f *fakePub) add(seq uint64, payload []byte) {
 
 func (f *fakePub) replay(_ context.Context, from uint64, fn func(uint64, []byte) bool) error {
 	f.asked = append(f.asked, from)
-	if f.fail {
-		return context.DeadlineExceeded
+	if f.fail || f.failN > 0 {
+		f.failN--
+		return errors.New("subscriber: replay from 1: no reply within 5s")
 	}
 	for _, b := range f.buf {
 		if b.seq >= from && !fn(b.seq, b.payload) {

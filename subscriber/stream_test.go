@@ -128,8 +128,8 @@ func TestFailedReplayInvalidates(t *testing.T) {
 	e2, _ := stored(nil, [2]uint64{2, 101})
 	sendLive(t, s, 2, batch(e2))
 	st := s.Status()
-	if st.State != StateStale || st.ReplayFailures != 1 || st.GapsUnrecoverable != 1 {
-		t.Fatalf("status %+v", st)
+	if st.State != StateStale || st.ReplayFailures != 1+gapRetries || st.GapsUnrecoverable != 1 || len(fp.asked) != 1+gapRetries {
+		t.Fatalf("status %+v, asked %v", st, fp.asked)
 	}
 	// Later, the publisher still buffers sequence 0: a resync rebuilds the worker.
 	fp.fail = false
@@ -151,6 +151,33 @@ func TestFailedReplayInvalidates(t *testing.T) {
 	m.Removed("w", []uint64{100})
 	m.Stored("w", 0, false, r2)
 	sameAnswers(t, e, Namespace("m", ""), m, [][]uint64{contents(1), contents(2)})
+}
+
+// TestGapReplayRetried: a gap whose first replay fails in transit (a timeout) is
+// caught up by the next attempt; the worker stays exact and live.
+func TestGapReplayRetried(t *testing.T) {
+	e := newEngine(t)
+	fp := &fakePub{}
+	s := newTestSub(t, e, fp, true)
+	e0, r0 := stored(nil, [2]uint64{1, 100})
+	fp.add(0, batch(e0))
+	sendLive(t, s, 0, batch(e0))
+	e1, r1 := stored(p64(100), [2]uint64{2, 101})
+	fp.add(1, batch(e1))
+	e2, r2 := stored(p64(101), [2]uint64{3, 102})
+	fp.add(2, batch(e2))
+	fp.failN = 1
+	sendLive(t, s, 2, batch(e2))
+	st := s.Status()
+	if st.State != StateLive || st.ReplayFailures != 1 || st.GapsRecovered != 1 || st.GapsUnrecoverable != 0 ||
+		st.Invalidations != 0 || st.LastSeq != 2 || len(fp.asked) != 2 {
+		t.Fatalf("status %+v, asked %v", st, fp.asked)
+	}
+	m := refmodel.New()
+	m.Stored("w", 0, false, r0)
+	m.Stored("w", 100, true, r1)
+	m.Stored("w", 101, true, r2)
+	sameAnswers(t, e, Namespace("m", ""), m, [][]uint64{contents(1, 2, 3)})
 }
 
 func TestRestartDetected(t *testing.T) {

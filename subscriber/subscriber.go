@@ -55,6 +55,7 @@ type Subscriber struct {
 	removed   bool
 	inGap     bool   // a catch-up started by a live gap is running
 	gapSeq    uint64 // ... for the live batch with this sequence
+	replayErr error  // why the last failed replay failed
 	// badSeen holds the (sequence, digest) of undecodable batches already counted: an
 	// engine that still buffers one replays it at every resync (bounded, cleared when
 	// full).
@@ -582,6 +583,17 @@ func (s *Subscriber) gap(ctx context.Context, seq uint64, payload []byte) error 
 	s.local.GapsDetected++
 	s.inGap, s.gapSeq = true, seq
 	res, err := s.catchUpResult(ctx)
+	backoff := s.cfg.ReconnectMin
+	for try := 0; err == nil && res == catchFailed && try < gapRetries && retryable(s.replayErr); try++ {
+		// A replay that failed in transit says nothing about the engine's buffer: try
+		// again before taking the range for lost (which clears the worker, and only a
+		// clear, a restart or a replay from 0 makes it exact again).
+		if !s.sleep(ctx, s.jitter(backoff)) {
+			break
+		}
+		backoff = min(2*backoff, s.cfg.ReconnectMax)
+		res, err = s.catchUpResult(ctx)
+	}
 	s.inGap = false
 	if err != nil {
 		return err
@@ -605,6 +617,20 @@ func (s *Subscriber) gap(ctx context.Context, seq uint64, payload []byte) error 
 		return err
 	}
 	return s.applyBatch(seq, payload)
+}
+
+// gapRetries is how many more times a live gap's catch-up runs after a replay that
+// failed in transit (a timeout, a refused or reset connection) before the missing range
+// is taken for lost. A serve that stalled (a GC pause, SIGSTOP, a partition) finds
+// every engine's gap at once, and the first replays can run out of ReplayTimeout
+// behind the backlog: at 2,048 engines one stall left 5 to 145 workers invalidated
+// (kvindex loadtest --engines 2048 --stall 5s --hwm-bytes 4096).
+const gapRetries = 2
+
+// retryable reports whether a failed replay may succeed if run again: not one the
+// engine answered wrongly.
+func retryable(err error) bool {
+	return err != nil && !errors.Is(err, errBadReply) && !errors.Is(err, errReplayLimit) && !errors.Is(err, ErrPeerRefused)
 }
 
 // catchResult is how a catch-up went.
@@ -678,6 +704,7 @@ func (s *Subscriber) catchUpResult(ctx context.Context) (catchResult, error) {
 			return catchFailed, applyErr
 		}
 		if err != nil {
+			s.replayErr = err
 			if ctx.Err() == nil {
 				s.local.ReplayFailures++
 				s.local.LastError = err.Error()

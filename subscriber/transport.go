@@ -116,8 +116,16 @@ type replayFunc func(ctx context.Context, from uint64, fn func(seq uint64, paylo
 
 // zmqReplay is the replayFunc over a DEALER socket: one fresh socket per request, sending
 // [b"", start_seq] (8-byte big-endian) as vLLM's ROUTER expects from a DEALER. The wait
-// for each reply is bounded by Config.ReplayTimeout.
+// for each reply is bounded by Config.ReplayTimeout, counted once the replay holds a
+// Config.Replays slot.
 func (s *Subscriber) zmqReplay(ctx context.Context, from uint64, fn func(seq uint64, payload []byte) bool) error {
+	if l := s.cfg.Replays; l != nil {
+		// Before the timer: waiting for a slot is this process's delay, not the engine's.
+		if err := l.acquire(ctx); err != nil {
+			return err
+		}
+		defer l.release()
+	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	idle := time.AfterFunc(s.cfg.ReplayTimeout, cancel)
