@@ -31,8 +31,10 @@ type Config struct {
 	ServeCommand []string
 	// Shards is the index's shard count (0: serve's default).
 	Shards int
-	// ReplayTimeout and ResyncInterval are serve's (0: its defaults, 5s and 30s).
+	// ReplayTimeout and ResyncInterval are serve's (0: its defaults, 5s and 30s);
+	// MaxConcurrentReplays its max_concurrent_replays (0: its default).
 	ReplayTimeout, ResyncInterval time.Duration
+	MaxConcurrentReplays          int
 	// Rates are the levels' publish rates, in batches per second over the fleet.
 	// Required.
 	Rates []float64
@@ -58,7 +60,8 @@ type Config struct {
 	// Defaults 20 and 1ms.
 	ProbeRate float64
 	ProbePoll time.Duration
-	// MaxLag is the apply-lag p99 a level may have to count as held. Default 1s.
+	// MaxLag is the apply-lag p99 a level may have to count as held (not judged on
+	// a level with a Stall, nor on the warm-up). Default 1s.
 	MaxLag time.Duration
 	// Stall, when set, stops the fleet's PUB writes for this long in the middle of
 	// each level (Fleet.Stall): queues fill and drop, and the gaps must be recovered
@@ -180,10 +183,10 @@ type Level struct {
 	// ReplayServeMax is the engines' longest replay service (DEALER connection
 	// accepted to reply written): a slow one is the load generator's delay, not serve's.
 	ReplayServeMax time.Duration
-	Dropped                        uint64
-	Stale                          int
-	SizeMismatch                   int
-	BlocksOff                      int64
+	Dropped        uint64
+	Stale          int
+	SizeMismatch   int
+	BlocksOff      int64
 	// Drained is how long serve took to apply everything after the fleet stopped.
 	Drained time.Duration
 	// Lag: publish to visible in a /v1/match answer; ProbesExpired: probes never seen.
@@ -549,10 +552,13 @@ func (r *runner) judge(l *Level, warmup bool, res DriveResult) {
 	if l.SizeMismatch > 0 {
 		why("%d workers' sizes differ from their engines' (by %d blocks)", l.SizeMismatch, l.BlocksOff)
 	}
-	if !warmup && l.Lag.N > 0 && l.Lag.P99 > r.cfg.MaxLag {
+	// A stalled level's lag is the stall's: it is reported, and only what is lost
+	// decides.
+	timed := !warmup && r.cfg.Stall == 0
+	if timed && l.Lag.N > 0 && l.Lag.P99 > r.cfg.MaxLag {
 		why("apply lag p99 %v over %v", l.Lag.P99.Round(time.Millisecond), r.cfg.MaxLag)
 	}
-	if !warmup && l.ProbesExpired > 0 {
+	if timed && l.ProbesExpired > 0 {
 		why("%d probes never visible", l.ProbesExpired)
 	}
 	if !warmup && l.PublishRate < 0.95*l.Offered {

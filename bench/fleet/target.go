@@ -55,6 +55,7 @@ func serverConfig(f *Fleet, rc *Config) server.Config {
 	if rc.ResyncInterval != 0 {
 		cfg.ResyncInterval = server.Duration(rc.ResyncInterval)
 	}
+	cfg.MaxConcurrentReplays = rc.MaxConcurrentReplays
 	if rc.ReplayTimeout != 0 {
 		cfg.ReplayTimeout = server.Duration(rc.ReplayTimeout)
 	}

@@ -44,6 +44,7 @@ func loadtestMain(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	hwm := fs.Int("hwm-bytes", 0, "each PUB connection's send queue in bytes; past it live messages drop (default 1 MiB)")
 	encoding := fs.String("encoding", fleet.EncodingMap, "event encoding: map (vLLM v0.26.0) or array (earlier vLLM)")
 	replayTimeout := fs.Duration("replay-timeout", 0, "serve's replay_timeout (default 5s)")
+	maxReplays := fs.Int("max-concurrent-replays", 0, "serve's max_concurrent_replays (default 32)")
 	seed := fs.Uint64("seed", 1, "seed of the workload")
 	out := fs.String("out", "", "also write the Markdown table to this file")
 	if code, ok := parseFlags(fs, args, stdout); !ok {
@@ -54,7 +55,7 @@ func loadtestMain(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			Engines: *engines, BufferSteps: *bufferSteps, HWMBytes: *hwm, Encoding: *encoding, Seed: *seed,
 			Workload: fleet.Workload{BlockSize: *blockSize, Capacity: *cacheBlocks, Sessions: *perEngine},
 		},
-		Server: *serverMode, Shards: *shards, ReplayTimeout: *replayTimeout,
+		Server: *serverMode, Shards: *shards, ReplayTimeout: *replayTimeout, MaxConcurrentReplays: *maxReplays,
 		Duration: *levelDur, WarmupRate: *warmupRate, WarmupMax: *warmupMax, NoWarmup: *noWarmup, Drain: *drain,
 		QueryRate: *queries, NoQueries: *queries == 0, APIs: strings.Split(*apis, ","), QueryClients: *clients,
 		ProbeRate: *probes, ProbePoll: *probePoll, MaxLag: *maxLag, Stall: *stall, StallServer: *stallServer,
