@@ -22,7 +22,7 @@ func TestIndexAdapterExactlyOnce(t *testing.T) {
 	src := func(batch int) uint64 { return subscriber.SourceCursor(uint64(batch), 0) }
 	events := make([]engine.Event, len(h.ops))
 	for i := range h.ops {
-		events[i] = replay.Event(&h.ops[i])
+		events[i] = replay.ModelEvent(&h.ops[i], testModel)
 	}
 	apply := func(a *IndexAdapter, ev engine.Event, cursor uint64) {
 		ev.Cursor = cursor
@@ -56,7 +56,7 @@ func TestIndexAdapterExactlyOnce(t *testing.T) {
 	}
 	h2 := randomHistory(10, 400)
 	for i := range h2.ops {
-		apply(a2, replay.Event(&h2.ops[i]), src(i))
+		apply(a2, replay.ModelEvent(&h2.ops[i], testModel), src(i))
 		_ = m.Apply(&h2.ops[i])
 	}
 	nc := ns.connect(t)

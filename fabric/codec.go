@@ -231,6 +231,35 @@ func Token(name string) string {
 	return hex.EncodeToString([]byte(name))
 }
 
+// untoken inverts Token.
+func untoken(tok string) (string, error) {
+	if tok == "_" {
+		return "", nil
+	}
+	b, err := hex.DecodeString(tok)
+	if err != nil || len(b) == 0 {
+		return "", fmt.Errorf("fabric: %q is not a subject token", tok)
+	}
+	return string(b), nil
+}
+
+// tokenIs reports whether tok == Token(name), without building Token(name).
+func tokenIs(tok, name string) bool {
+	if name == "" {
+		return tok == "_"
+	}
+	const digits = "0123456789abcdef"
+	if len(tok) != 2*len(name) {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if tok[2*i] != digits[name[i]>>4] || tok[2*i+1] != digits[name[i]&15] {
+			return false
+		}
+	}
+	return true
+}
+
 // DefaultSubjectPrefix is the subject prefix of the event stream.
 const DefaultSubjectPrefix = "kvindex.events"
 

@@ -12,16 +12,22 @@
 // window, and a Publisher asks the stream for each worker's last sequence before that
 // worker's first event and skips what the stream already holds, whatever the window.
 //
+// A stored event's namespace is one of its model's (subscriber.Namespace(model, ns),
+// the namespace a query for the model names): Publish refuses any other, and a replica
+// skips, counting it in ReplicaStats.Foreign, a message whose subject names another
+// worker than the message or a model whose namespaces do not hold the message's.
+//
 // A replica consumes the stream with an ordered consumer from a start sequence and
 // applies each message with engine.Event.Cursor set to its stream sequence. All
 // workers interleave in one stream, so the replica's resume point is the stream
 // sequence of the last message applied (LastApplied); it also keeps each worker's
 // last sequence and skips a message whose sequence it has already applied, so that
 // no event is applied twice. Snapshot writes the index (engine.WriteSnapshot), the
-// resume point and the worker sequences in one checksummed file; Start restores from
-// it and consumes from the next message, or replays the whole stream when the file is
-// refused (ErrSnapshot: truncated, corrupted, written for another stream, or older
-// than the stream's retention).
+// resume point, the worker sequences and the models the replica follows in one
+// checksummed file; Start restores from it and consumes from the next message, or
+// replays the whole stream when the file is refused (ErrSnapshot: truncated, corrupted,
+// written for another stream or another set of models, or older than the stream's
+// retention).
 //
 // Every replica applies the same messages in the same order, so replicas converge to
 // identical state (byte-identical engine snapshots).

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/namespace"
 	"github.com/kvindex/kvindex/internal/replay"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -50,7 +51,7 @@ func TestReplicasMatchModel(t *testing.T) {
 	}
 	// A replica of another model applies that model's events and none of the rest.
 	c := newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc, Models: []string{"other"}}, "")
-	other := engine.Event{Kind: engine.EventStored, Worker: "elsewhere", Blocks: []engine.Block{{Content: 1, Seq: 1}}}
+	other := engine.Event{Kind: engine.EventStored, Worker: "elsewhere", Namespace: namespace.Of("other", ""), Blocks: []engine.Block{{Content: 1, Seq: 1}}}
 	if err := p.Publish(ctx, "other", &other, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +196,7 @@ func TestReplicaSkipsDuplicates(t *testing.T) {
 	seqs := map[string]uint64{}
 	var buf []byte
 	for i := range h.ops {
-		ev := replay.Event(&h.ops[i])
+		ev := replay.ModelEvent(&h.ops[i], testModel)
 		seqs[ev.Worker]++
 		buf = AppendMessage(buf[:0], &Message{WorkerSeq: seqs[ev.Worker], Event: ev})
 		if _, err := js.Publish(ctx, Subject(DefaultSubjectPrefix, testModel, ev.Worker), buf); err != nil {
@@ -354,7 +355,7 @@ func TestFaults(t *testing.T) {
 				close(at70)
 				<-resume
 			}
-			ev := replay.Event(&h.ops[i])
+			ev := replay.ModelEvent(&h.ops[i], testModel)
 			seqs[ev.Worker]++
 			if relayErr = p2.Publish(rctx, testModel, &ev, seqs[ev.Worker]); relayErr != nil {
 				return

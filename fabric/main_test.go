@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/namespace"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
 )
@@ -142,7 +143,8 @@ func (h history) model(n int) *refmodel.Model {
 	return m
 }
 
-// checkModel asks e every query of h and compares with the model.
+// checkModel asks e every query of h in testModel's namespace (where PublishOps
+// publishes) and compares with the model.
 func checkModel(t testing.TB, e *engine.Engine, h history, m *refmodel.Model) {
 	t.Helper()
 	ctx := context.Background()
@@ -151,7 +153,7 @@ func checkModel(t testing.TB, e *engine.Engine, h history, m *refmodel.Model) {
 	}
 	bad := 0
 	for _, q := range h.queries {
-		got, err := e.FindMatches(ctx, q, nil)
+		got, err := e.FindMatchesIn(ctx, namespace.Of(testModel, ""), q, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

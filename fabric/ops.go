@@ -7,7 +7,8 @@ import (
 	"github.com/kvindex/kvindex/internal/replay"
 )
 
-// PublishOps publishes the events of an op log (queries are skipped) under model,
+// PublishOps publishes the events of an op log (queries are skipped) under model, in
+// model's namespace (replay.ModelEvent: the one a replica serving model queries),
 // numbering each worker's events 1, 2, 3, ... in log order. The numbering depends on
 // the log alone, so publishing the same log again (a relay restarted from the
 // beginning of its input) adds nothing to the stream. It returns how many events it
@@ -16,7 +17,7 @@ func PublishOps(ctx context.Context, p *Publisher, model string, ops []oplog.Op)
 	seqs := map[string]uint64{}
 	n := 0
 	for i := range ops {
-		ev := replay.Event(&ops[i])
+		ev := replay.ModelEvent(&ops[i], model)
 		if ev.Kind == 0 {
 			continue
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/namespace"
 )
 
 // DefaultStream is the name of the event stream.
@@ -237,7 +238,9 @@ func (p *Publisher) Next(ctx context.Context, model, worker string) (uint64, err
 	return v + 1, err
 }
 
-// Publish publishes ev as the workerSeq-th event of its worker under model. An event
+// Publish publishes ev as the workerSeq-th event of its worker under model; ev's
+// stored event's namespace must be one of model's (subscriber.Namespace(model, ns)),
+// else Publish returns ErrMalformed (only stores have a namespace). An event
 // whose sequence the stream already holds is skipped (a restarted relay re-sending its
 // history); a retried or re-sent message carries the same id, so the stream's
 // deduplication window drops it. Sequences of one worker must increase; 0 publishes
@@ -251,6 +254,11 @@ func (p *Publisher) Publish(ctx context.Context, model string, ev *engine.Event,
 		// The flags byte has two tier bits: AppendMessage would keep the low ones and
 		// replicas would apply the event on another tier.
 		return fmt.Errorf("%w: unknown tier %d", ErrMalformed, ev.Tier)
+	}
+	if ev.Kind == engine.EventStored && !namespace.In(model, ev.Namespace) {
+		// Replicas serving model answer from model's namespaces only (and skip such a
+		// message as foreign to its subject): published, it could never match.
+		return fmt.Errorf("%w: namespace %q is not one of model %q's (subscriber.Namespace)", ErrMalformed, ev.Namespace, model)
 	}
 	subj := Subject(p.cfg.Stream.SubjectPrefix, model, ev.Worker)
 	if workerSeq != 0 {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/namespace"
 )
 
 // ReplicaConfig configures a Replica. Zero fields take their defaults.
@@ -44,6 +47,10 @@ type ReplicaStats struct {
 	Applied, Rejected, Duplicates, Malformed uint64
 	// Gaps counts messages whose worker sequence was more than one past the last.
 	Gaps uint64
+	// Foreign counts messages skipped because their subject names another worker than
+	// the message, or a model whose namespaces (subscriber.Namespace) do not hold the
+	// message's: applied, they could never be matched by a query for their model.
+	Foreign uint64
 	// Restored says Start loaded a snapshot; SnapshotErr is why a snapshot was refused
 	// (the replica then replayed the stream from its start).
 	Restored    bool
@@ -62,6 +69,7 @@ type Replica struct {
 	mu        sync.Mutex
 	eng       *engine.Engine
 	workerSeq map[string]uint64
+	models    map[string]string // subject token -> model name (checkSubject's memo)
 	stats     ReplicaStats
 	created   time.Time // the stream's creation time (identifies it across re-creation)
 	closed    bool
@@ -78,14 +86,14 @@ func NewReplica(nc *nats.Conn, cfg ReplicaConfig) *Replica {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Replica{nc: nc, cfg: cfg, workerSeq: map[string]uint64{}}
+	return &Replica{nc: nc, cfg: cfg, workerSeq: map[string]uint64{}, models: map[string]string{}}
 }
 
 // Start builds the index and starts consuming. With snapshotPath set and the file
 // present, the index is restored from it and the stream consumed from the position it
-// records; a snapshot that is truncated, corrupted, from another stream or older than
-// the stream's oldest message is refused (Stats().SnapshotErr says why) and the stream
-// is replayed from its start instead. A missing file is not an error. snapshotPath may
+// records; a snapshot that is truncated, corrupted, from another stream, from a replica
+// of other Models, or older than the stream's oldest message is refused
+// (Stats().SnapshotErr says why) and the stream is replayed from its start instead. A missing file is not an error. snapshotPath may
 // also name an object in a JetStream object store (ObjectScheme + "BUCKET/NAME").
 func (r *Replica) Start(ctx context.Context, snapshotPath string) error {
 	js, err := jetstream.New(r.nc)
@@ -125,6 +133,9 @@ func (r *Replica) Start(ctx context.Context, snapshotPath string) error {
 		case err == nil && !snap.created.Equal(info.Created):
 			snap.eng.Close()
 			err = fmt.Errorf("%w: written for another stream (created %v, stream created %v)", ErrSnapshot, snap.created, info.Created)
+		case err == nil && !slices.Equal(snap.models, modelSet(r.cfg.Models)):
+			snap.eng.Close()
+			err = fmt.Errorf("%w: written by a replica of models %q, this one follows %q", ErrSnapshot, snap.models, modelSet(r.cfg.Models))
 		case err == nil && snap.last+1 < info.State.FirstSeq:
 			snap.eng.Close()
 			err = fmt.Errorf("%w: resumes at %d, the stream's oldest message is %d", ErrSnapshot, snap.last+1, info.State.FirstSeq)
@@ -150,7 +161,7 @@ func (r *Replica) Start(ctx context.Context, snapshotPath string) error {
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:   r.last.Load() + 1,
 	}
-	for _, m := range r.cfg.Models {
+	for _, m := range modelSet(r.cfg.Models) { // a model twice would overlap its filter
 		occ.FilterSubjects = append(occ.FilterSubjects, r.cfg.Stream.SubjectPrefix+"."+Token(m)+".>")
 	}
 	cons, err := js.OrderedConsumer(ctx, r.cfg.Stream.Name, occ)
@@ -182,11 +193,11 @@ func (r *Replica) handle(msg jetstream.Msg) {
 	if seq <= r.stats.LastApplied {
 		return // redelivered after a consumer reset
 	}
-	r.apply(seq, msg.Data())
+	r.apply(seq, msg.Subject(), msg.Data())
 }
 
-// apply applies the message at stream sequence seq. r.mu is held.
-func (r *Replica) apply(seq uint64, data []byte) {
+// apply applies the message at stream sequence seq, published to subject. r.mu is held.
+func (r *Replica) apply(seq uint64, subject string, data []byte) {
 	defer func() {
 		r.stats.LastApplied = seq
 		r.last.Store(seq)
@@ -198,6 +209,11 @@ func (r *Replica) apply(seq uint64, data []byte) {
 		return
 	}
 	ev := &m.Event
+	if why := r.checkSubject(subject, ev); why != "" {
+		r.stats.Foreign++
+		r.cfg.Logger.Warn("message foreign to its subject skipped", "seq", seq, "subject", subject, "why", why)
+		return
+	}
 	if ws := m.WorkerSeq; ws != 0 {
 		last := r.workerSeq[ev.Worker]
 		if ws <= last {
@@ -221,6 +237,39 @@ func (r *Replica) apply(seq uint64, data []byte) {
 		r.cfg.Logger.Error("index failed; replica stopped", "err", err)
 	}
 }
+
+// checkSubject says why ev does not belong to subject (prefix.<model>.<worker>, see
+// Subject), or "" when it does: its worker is the subject's and its namespace is one of
+// the subject's model's. r.mu is held.
+func (r *Replica) checkSubject(subject string, ev *engine.Event) string {
+	rest, ok := strings.CutPrefix(subject, r.cfg.Stream.SubjectPrefix+".")
+	mtok, wtok, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 {
+		return "not a subject of the stream's prefix"
+	}
+	if !tokenIs(wtok, ev.Worker) {
+		return "the subject names another worker"
+	}
+	model, ok := r.models[mtok]
+	if !ok {
+		name, err := untoken(mtok)
+		if err != nil {
+			return "the subject's model is not a token"
+		}
+		if len(r.models) >= maxModelTokens {
+			clear(r.models)
+		}
+		model = name
+		r.models[mtok] = model
+	}
+	if ev.Kind == engine.EventStored && !namespace.In(model, ev.Namespace) { // only stores have one
+		return "the namespace is not one of the subject's model's"
+	}
+	return ""
+}
+
+// maxModelTokens bounds the replica's memo of decoded model tokens.
+const maxModelTokens = 256
 
 // Engine returns the index (nil before Start). Queries may run at any time.
 func (r *Replica) Engine() *engine.Engine {
@@ -276,7 +325,7 @@ func (r *Replica) Snapshot(path string) error {
 	if r.eng == nil || r.closed {
 		return errors.New("fabric: snapshot of a replica not running")
 	}
-	snap := &snapshot{eng: r.eng, last: r.stats.LastApplied, created: r.created, workers: r.workerSeq}
+	snap := &snapshot{eng: r.eng, last: r.stats.LastApplied, created: r.created, workers: r.workerSeq, models: modelSet(r.cfg.Models)}
 	bucket, name, isObject, err := objectLocation(path)
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"time"
 
@@ -21,8 +22,10 @@ import (
 var ErrSnapshot = errors.New("fabric: snapshot refused")
 
 const (
-	snapMagic   = "KVFABSN\x00"
-	snapVersion = 1
+	snapMagic = "KVFABSN\x00"
+	// snapVersion 2 records the replica's models; a version 1 snapshot, which does
+	// not, is refused (the replica replays the stream).
+	snapVersion = 2
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -32,12 +35,24 @@ type snapshot struct {
 	last    uint64
 	created time.Time
 	workers map[string]uint64
+	// models are the models whose subjects the replica followed, sorted (empty:
+	// every model). The snapshot describes the stream up to last for those subjects
+	// only, so it is restored only into a replica following the same models.
+	models []string
+}
+
+// modelSet returns models sorted and deduplicated: the set a snapshot records.
+func modelSet(models []string) []string {
+	out := slices.Clone(models)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // encodeSnapshot lays a replica snapshot out as
 //
-//	magic | version u32 | last u64 | created unix-nanos i64 | nworkers u32 |
-//	(len u32, name, seq u64)* sorted by name | engine snapshot length u64 |
+//	magic | version u32 | last u64 | created unix-nanos i64 | nmodels u32 |
+//	(len u32, name)* sorted | nworkers u32 | (len u32, name, seq u64)* sorted by name |
+//	engine snapshot length u64 |
 //	engine snapshot (engine.WriteSnapshot) | CRC-32C of all the above u32
 //
 // all little-endian.
@@ -49,6 +64,11 @@ func encodeSnapshot(s *snapshot) ([]byte, error) {
 	tmp = le.AppendUint32(tmp, snapVersion)
 	tmp = le.AppendUint64(tmp, s.last)
 	tmp = le.AppendUint64(tmp, uint64(s.created.UnixNano()))
+	tmp = le.AppendUint32(tmp, uint32(len(s.models)))
+	for _, m := range s.models {
+		tmp = le.AppendUint32(tmp, uint32(len(m)))
+		tmp = append(tmp, m...)
+	}
 	names := make([]string, 0, len(s.workers))
 	for n := range s.workers {
 		names = append(names, n)
@@ -124,7 +144,7 @@ func decodeSnapshot(data []byte, cfg engine.Config) (*snapshot, error) {
 		p = p[n:]
 		return v
 	}
-	hdr := take(4 + 8 + 8 + 4)
+	hdr := take(4 + 8 + 8)
 	if hdr == nil {
 		return bad("truncated header")
 	}
@@ -136,7 +156,29 @@ func decodeSnapshot(data []byte, cfg engine.Config) (*snapshot, error) {
 		created: time.Unix(0, int64(le.Uint64(hdr[12:]))),
 		workers: map[string]uint64{},
 	}
-	n := le.Uint32(hdr[20:])
+	l := take(4)
+	if l == nil {
+		return bad("truncated model table")
+	}
+	for i, n := uint32(0), le.Uint32(l); i < n; i++ {
+		l := take(4)
+		if l == nil {
+			return bad("truncated model table")
+		}
+		name := take(uint64(le.Uint32(l)))
+		if name == nil {
+			return bad("truncated model table")
+		}
+		s.models = append(s.models, string(name))
+	}
+	if !slices.Equal(s.models, modelSet(s.models)) {
+		return bad("model table not sorted")
+	}
+	l = take(4)
+	if l == nil {
+		return bad("truncated worker table")
+	}
+	n := le.Uint32(l)
 	for i := uint32(0); i < n; i++ {
 		l := take(4)
 		if l == nil {
@@ -149,7 +191,7 @@ func decodeSnapshot(data []byte, cfg engine.Config) (*snapshot, error) {
 		}
 		s.workers[string(name)] = le.Uint64(seq)
 	}
-	l := take(8)
+	l = take(8)
 	if l == nil || le.Uint64(l) != uint64(len(p)) {
 		return bad("index length does not match")
 	}

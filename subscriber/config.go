@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/internal/namespace"
 	"github.com/kvindex/kvindex/kvevents"
 )
 
@@ -362,14 +363,7 @@ func WorkerID(base string, rank int, ranked bool) string {
 // adapter / cache salt space, "" for the default) from an engine serving model:
 // "model=" + MODEL + ";" + ns, where MODEL has '%', ';' and control bytes written as
 // %XX, so different (model, ns) pairs never share a namespace. An empty model gives ns
-// unchanged. Queries name their namespace the same way.
-func Namespace(model, ns string) string {
-	if model == "" {
-		return ns
-	}
-	b := make([]byte, 0, len("model=;")+len(model)+len(ns))
-	b = append(b, "model="...)
-	b = kvevents.AppendEscaped(b, model)
-	b = append(b, ';')
-	return string(append(b, ns...))
-}
+// unchanged. Queries name their namespace the same way. Every path into the index and
+// the fabric (the relay's op-log publisher, the replicas' subject check, the HTTP and
+// gRPC queries) names a model's namespace with this one function.
+func Namespace(model, ns string) string { return namespace.Of(model, ns) }

@@ -26,7 +26,7 @@ func relayMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	dups := fs.Duration("duplicates", fabric.DefaultDuplicates, "the stream's deduplication window")
 	maxAge := fs.Duration("max-age", 0, "the stream's retention by age (0: unbounded)")
 	opsPath := fs.String("ops", "", "publish the events of this op log (queries skipped) and exit, instead of following engines")
-	model := fs.String("model", "", "model name the --ops events are published under")
+	model := fs.String("model", "", "model name the --ops events are published under, in its namespace (the one serve --nats --models NAME=... answers from)")
 	grace := fs.Duration("grace", 0, graceHelp)
 	maxMsg := fs.Int("max-message-bytes", 0, maxMessageHelp)
 	logLevel := fs.String("log-level", "info", logLevelHelp)

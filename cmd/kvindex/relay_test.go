@@ -15,6 +15,7 @@ import (
 	"github.com/kvindex/kvindex/fabric"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/subscriber"
 )
 
 // relayNATS starts an in-process NATS server with JetStream on 127.0.0.1 and returns
@@ -107,7 +108,7 @@ func TestRelayOps(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, q := range queries {
-		got, err := e.FindMatches(ctx, q, nil)
+		got, err := e.FindMatchesIn(ctx, subscriber.Namespace("m", ""), q, nil) // --model m's namespace
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/namespace"
 	"github.com/kvindex/kvindex/internal/oplog"
 )
 
@@ -13,8 +14,17 @@ import (
 // fit no group's span, which the contract rejects whatever the worker's state: such an
 // op becomes an event with a content count no block count divides, which the engine
 // rejects as the contract does (ErrInvalidEvent, before the parent is looked up).
-func Event(op *oplog.Op) engine.Event {
-	ev := engine.Event{Worker: op.Worker, Parent: op.Parent, HasParent: op.HasParent, Tier: engine.Tier(op.Tier), Group: op.Group}
+//
+// The event is in the namespace of no model: what replay, sim and bench apply and query
+// with FindMatches.
+func Event(op *oplog.Op) engine.Event { return ModelEvent(op, "") }
+
+// ModelEvent is Event for an op log of model's engines: the event is in model's
+// namespace (namespace.Of), the one a replica or a serve serving model queries. An op
+// log names no LoRA adapters or cache salts, so that is model's default namespace.
+func ModelEvent(op *oplog.Op, model string) engine.Event {
+	ev := engine.Event{Worker: op.Worker, Parent: op.Parent, HasParent: op.HasParent, Tier: engine.Tier(op.Tier), Group: op.Group,
+		Namespace: namespace.Of(model, "")}
 	switch op.Kind {
 	case oplog.Stored:
 		ev.Kind = engine.EventStored
