@@ -41,6 +41,9 @@ type Options struct {
 	// Resume gives workers their subscriber.Config.Resume checkpoint (Index restored
 	// from a snapshot that holds them as of it).
 	Resume map[string]subscriber.Checkpoint
+	// Collectors are served in /metrics beside the server's own (kvindex serve's
+	// snapshot counters).
+	Collectors []prometheus.Collector
 }
 
 // WorkerSizer reports how many blocks a worker holds. The index implements it when it
@@ -194,6 +197,14 @@ func New(cfg Config, opts Options) (*Server, error) {
 	}
 	s.publishLocked()
 	s.initMetrics()
+	for _, c := range opts.Collectors {
+		if err := s.reg.Register(c); err != nil {
+			if opts.Index == nil {
+				eng.Close()
+			}
+			return nil, fmt.Errorf("server: Options.Collectors: %w", err)
+		}
+	}
 	if err := s.initDiscovery(); err != nil {
 		if opts.Index == nil {
 			eng.Close()

@@ -98,9 +98,11 @@ func (e *engineFlags) Set(spec string) error {
 }
 
 // serveMain runs kvindex serve until ctx ends (SIGTERM/SIGINT through untilSignal), then
-// drains and returns 0; it returns 2 for a bad command line or configuration and 1 for
-// a runtime failure.
-func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// drains and returns 0; it returns 2 for a bad command line or configuration (a
+// snapshot directory that does not exist included) and 1 for a runtime failure: an
+// address in use at start (startup.go), a fatal error while serving, a final snapshot
+// that could not be written.
+func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
 	fs := newFlags("serve", stderr)
 	cfgPath := fs.String("config", "", "JSON configuration file (see package server's documentation); flags override it; SIGHUP re-reads it: engines are added, removed and replaced, other changed settings are logged as needing a restart")
 	listen := fs.String("listen", "", "HTTP API address (default "+server.DefaultListen+")")
@@ -118,7 +120,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	natsURL := fs.String("nats", "", natsHelp+": follow a kvindex relay's stream there instead of (or besides) ZeroMQ engines")
 	stream := fs.String("stream", fabric.DefaultStream, "with --nats: "+streamHelp)
 	modelsFlag := fs.String("models", "", "with --nats: models served from the stream and their block sizes, as NAME=BLOCKSIZE,...")
-	snapshot := fs.String("snapshot", "", "snapshot file (with --nats also jetstream-object://BUCKET/NAME to share it through NATS): restored at start (a bad one falls back to a full sync), written every --snapshot-interval and at shutdown; in ZeroMQ mode FILE.cursors holds each worker's stream position, and workers resume by replay from it")
+	snapshot := fs.String("snapshot", "", "snapshot file (with --nats also jetstream-object://BUCKET/NAME to share it through NATS): restored at start (a bad one falls back to a full sync), written every --snapshot-interval and at shutdown (its directory must be writable at start; a failed final write exits 1; kvindex_snapshot_writes_total counts them); in ZeroMQ mode FILE.cursors holds each worker's stream position, and workers resume by replay from it")
 	snapEvery := fs.Duration("snapshot-interval", 5*time.Minute, "with --snapshot: how often to write the snapshot")
 	tiersFlag := fs.String("tiers", "", "media mapped to storage tiers, over the defaults (\"\" and GPU device; CPU, CPU_TIER1, CPU_PINNED host; STORAGE, FS, OBJ, DISK, CPU_TIER2, EXTERNAL disk), as MEDIUM=TIER,... with TIER device, host or disk (config: tiers)")
 	weightsFlag := fs.String("tier-weights", "", "default weights of a device, host and disk block in /v1/match's weighted score, as D,H,DISK in [0, 1] (default 1,0.75,0.25; config: tier_weights)")
@@ -210,15 +212,44 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		_ = enc.Encode(cfg)
 		return 0
 	}
+	// What the server will need later, checked now (startup.go).
+	if err := checkSnapshotDir(*snapshot); err != nil {
+		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
+		return 2
+	}
+	if err := checkBinds(cfg); err != nil {
+		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
+		return 1
+	}
+	httpLn, grpcLn, err := listenEarly(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
+		return 1
+	}
+	served := false // the server owns the listeners once New succeeds
+	defer func() {
+		if !served {
+			httpLn.Close()
+			if grpcLn != nil {
+				grpcLn.Close()
+			}
+		}
+	}()
+	snapStats := newSnapshotMetrics()
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	opts := server.Options{Logger: log}
+	opts := server.Options{Logger: log, Listener: httpLn, GRPCListener: grpcLn, Collectors: snapStats.collectors()}
 	if *natsURL != "" {
-		rep, closeRep, err := startReplica(ctx, log, *natsURL, *stream, cfg, *snapshot, *snapEvery)
+		rep, closeRep, err := startReplica(ctx, log, *natsURL, *stream, cfg, *snapshot, *snapEvery, snapStats)
 		if err != nil {
 			fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
 			return 1
 		}
-		defer closeRep()
+		defer func() {
+			if err := closeRep(); err != nil {
+				fmt.Fprintf(stderr, "kvindex serve: final snapshot: %v\n", err)
+				code = 1
+			}
+		}()
 		opts.Index = rep.engine
 		opts.Ready = rep.caughtUp
 	}
@@ -238,6 +269,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
 		return 2
 	}
+	served = true
 	drainTimeout := server.DefaultDrainTimeout
 	if cfg.DrainTimeout > 0 {
 		drainTimeout = time.Duration(cfg.DrainTimeout)
@@ -250,8 +282,8 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if zmqEng != nil {
 			stopSnaps()
 			// The subscribers have stopped: this snapshot is their exact position.
-			if serr := writeZMQSnapshot(*snapshot, zmqEng, s.Subscribers()); serr != nil {
-				log.Warn("final snapshot", "err", serr)
+			if serr := snapStats.note(writeZMQSnapshot(*snapshot, zmqEng, s.Subscribers())); serr != nil {
+				err = errors.Join(err, fmt.Errorf("final snapshot: %w", serr))
 			}
 		}
 		return err
@@ -271,7 +303,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			for {
 				select {
 				case <-t.C:
-					if err := writeZMQSnapshot(*snapshot, zmqEng, s.Subscribers()); err != nil {
+					if err := snapStats.note(writeZMQSnapshot(*snapshot, zmqEng, s.Subscribers())); err != nil {
 						log.Warn("snapshot", "err", err)
 					}
 				case <-stop:
@@ -334,8 +366,8 @@ func (r *replicaFeed) caughtUp() bool {
 
 // startReplica connects to NATS, starts a replica of the stream (from the snapshot when
 // one is given and sound) and, with a snapshot path, writes it periodically. The returned
-// function writes a last snapshot and closes everything.
-func startReplica(ctx context.Context, log *slog.Logger, url, stream string, cfg server.Config, snapshot string, every time.Duration) (*replicaFeed, func(), error) {
+// function writes a last snapshot, closes everything and returns the snapshot's error.
+func startReplica(ctx context.Context, log *slog.Logger, url, stream string, cfg server.Config, snapshot string, every time.Duration, stats *snapshotMetrics) (*replicaFeed, func() error, error) {
 	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.Name("kvindex serve"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("--nats: %w", err)
@@ -380,7 +412,7 @@ func startReplica(ctx context.Context, log *slog.Logger, url, stream string, cfg
 		for {
 			select {
 			case <-t.C:
-				if err := rep.Snapshot(snapshot); err != nil {
+				if err := stats.note(rep.Snapshot(snapshot)); err != nil {
 					log.Warn("snapshot", "err", err)
 				}
 			case <-stop:
@@ -388,16 +420,16 @@ func startReplica(ctx context.Context, log *slog.Logger, url, stream string, cfg
 			}
 		}
 	}()
-	return feed, func() {
+	return feed, func() error {
 		close(stop)
 		<-done
+		var err error
 		if snapshot != "" {
-			if err := rep.Snapshot(snapshot); err != nil {
-				log.Warn("final snapshot", "err", err)
-			}
+			err = stats.note(rep.Snapshot(snapshot))
 		}
 		rep.Close()
 		nc.Close()
+		return err
 	}, nil
 }
 

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestServeStartupChecks: what serve will need later fails the start, with its reason:
+// a snapshot directory that is missing, a snapshot path that is a directory, an HTTP,
+// gRPC or engine bind address in use.
+func TestServeStartupChecks(t *testing.T) {
+	dir := t.TempDir()
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	busy := held.Addr().String()
+	engine := "endpoint=" + deadEndpoint(t)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--engine", engine, "--snapshot", filepath.Join(dir, "missing", "x.snap")}, 2, "--snapshot: directory"},
+		{[]string{"--engine", engine, "--snapshot", dir}, 2, "is a directory"},
+		{[]string{"--engine", engine, "--listen", busy}, 1, "address already in use"},
+		{[]string{"--engine", engine, "--listen", "127.0.0.1:0", "--grpc", busy}, 1, "--grpc " + busy},
+		{[]string{"--engine", "endpoint=tcp://" + busy + ",bind=true", "--listen", "127.0.0.1:0"}, 1, "binds tcp://" + busy},
+	} {
+		var out, errOut syncBuffer
+		args := append([]string{"--log-level", "error"}, tc.args...)
+		if !strings.Contains(strings.Join(tc.args, " "), "--listen") {
+			args = append(args, "--listen", "127.0.0.1:0")
+		}
+		code := serveMain(context.Background(), args, &out, &errOut)
+		if code != tc.code || !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("%q: exit %d, stderr %q; want %d and %q", tc.args, code, errOut.String(), tc.code, tc.want)
+		}
+	}
+}
+
+var snapshotWrites = regexp.MustCompile(`kvindex_snapshot_writes_total\{result="(ok|error)"\} (\d+)`)
+
+// TestServeFinalSnapshotFails: a snapshot that cannot be written is counted in
+// /metrics (periodic writes), and a failed final snapshot makes serve exit 1 with the
+// reason.
+func TestServeFinalSnapshotFails(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "snaps")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut syncBuffer
+	args := []string{"--listen", "127.0.0.1:0", "--log-level", "error", "--engine", "endpoint=" + deadEndpoint(t),
+		"--snapshot", filepath.Join(dir, "index.snap"), "--snapshot-interval", "20ms"}
+	done, cancel := background(t, func(ctx context.Context) int { return serveMain(ctx, args, &out, &errOut) })
+	addr := waitListening(t, &out, &errOut)
+	writes := func() map[string]int {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		n := map[string]int{}
+		for _, m := range snapshotWrites.FindAllStringSubmatch(string(b), -1) {
+			n[m[1]], _ = strconv.Atoi(m[2])
+		}
+		return n
+	}
+	wait := func(what string, cond func(map[string]int) bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond(writes()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s: %v", what, writes())
+			}
+			time.Sleep(10 * time.Millisecond) // bounded poll of a condition
+		}
+	}
+	wait("a snapshot written", func(n map[string]int) bool { return n["ok"] >= 1 && n["error"] == 0 })
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	wait("a failed snapshot counted", func(n map[string]int) bool { return n["error"] >= 1 })
+	cancel()
+	if code := <-done; code != 1 || !strings.Contains(errOut.String(), "final snapshot") {
+		t.Fatalf("exit %d, stderr %q; want 1 and the final snapshot's error", code, errOut.String())
+	}
+}
