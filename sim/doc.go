@@ -1,7 +1,15 @@
 // Package sim simulates a fleet of vLLM-like engines behind a router and drives the
-// kvindex engine with the KV-cache events they emit. It backs `kvindex sim` (hit rates
-// and index throughput per routing policy) and `kvindex gen-ops` (the same event stream
-// as a SPEC op log), and the benchmarks that want realistic traffic.
+// kvindex engine with the KV-cache events they emit. It backs `kvindex sim` (time to
+// first token, throughput, hit rates and index throughput per routing policy) and
+// `kvindex gen-ops` (the zero-time model's event stream as a SPEC op log), and the
+// benchmarks that want realistic traffic.
+//
+// It has two models. Simulate runs under time: each engine is a continuous-batching
+// scheduler (sched.go) whose steps last what a cost model says (costmodel.go), behind
+// router replicas running the policies of package route (fleet.go). Run is the
+// zero-time model: a request is served in full the moment it arrives, one at a time,
+// which counts prefix hits and nothing else; gen-ops, the conformance logs and the
+// differential test against Simulate use it.
 //
 // # What it owns
 //

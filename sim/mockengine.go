@@ -34,8 +34,9 @@ const none = -1
 type pblock struct {
 	hash   uint64
 	hashed bool
-	ref    int32 // running requests holding it
-	dup    int32 // next block cached under the same hash, none at the end
+	ref    int32  // running requests holding it
+	dup    int32  // next block cached under the same hash, none at the end
+	gen    uint32 // counts the times the block was cached
 }
 
 // mockEngine is one worker: a vLLM v1-style prefix cache of a fixed number of blocks.
@@ -53,6 +54,7 @@ type mockEngine struct {
 	blocks      []pblock
 	free        lruList // the blocks no running request holds
 	cached      map[uint64]int32
+	inUse       int // the blocks running requests hold (capacity - inUse are on free)
 
 	// With a host tier (host != nil), meta[b] is what device block b's stored event
 	// named, so that its eviction can offload it; orphans counts the evicted blocks
@@ -96,6 +98,7 @@ func (m *mockEngine) cache(b int32, h, c, parent uint64, hasParent bool) {
 		m.meta[b] = blockMeta{content: c, parent: parent, hasParent: hasParent}
 	}
 	m.blocks[b].hash, m.blocks[b].hashed, m.blocks[b].dup = h, true, none
+	m.blocks[b].gen++
 	first, ok := m.cached[h]
 	if !ok {
 		m.cached[h] = b
@@ -135,6 +138,7 @@ func (m *mockEngine) allocate(em emitter) (int32, error) {
 	}
 	m.free.unlink(b)
 	m.blocks[b].ref = 1
+	m.inUse++
 	if m.blocks[b].hashed {
 		h := m.blocks[b].hash
 		m.uncache(b)
@@ -205,10 +209,7 @@ func (m *mockEngine) serve(r *Request, em emitter) (served, error) {
 			out.loaded++
 			continue
 		}
-		if m.blocks[b].ref == 0 {
-			m.free.unlink(b)
-		}
-		m.blocks[b].ref++
+		m.pin(b)
 		m.req = append(m.req, b)
 	}
 	if err := m.load(r, em); err != nil {
@@ -235,14 +236,29 @@ func (m *mockEngine) serve(r *Request, em emitter) (served, error) {
 		done = end
 	}
 
-	// Finish: free tail first, so a request's tail blocks are evicted before its head.
-	for i := len(m.req) - 1; i >= 0; i-- {
-		b := m.req[i]
+	m.release(m.req)
+	return out, nil
+}
+
+// pin takes one more reference to block b, off the free queue if it was on it.
+func (m *mockEngine) pin(b int32) {
+	if m.blocks[b].ref == 0 {
+		m.free.unlink(b)
+		m.inUse++
+	}
+	m.blocks[b].ref++
+}
+
+// release drops one reference to each of a request's blocks, tail first, so that a
+// request's tail blocks are evicted before its head.
+func (m *mockEngine) release(blocks []int32) {
+	for i := len(blocks) - 1; i >= 0; i-- {
+		b := blocks[i]
 		if m.blocks[b].ref--; m.blocks[b].ref == 0 {
 			m.free.pushTail(b)
+			m.inUse--
 		}
 	}
-	return out, nil
 }
 
 // store caches the request's blocks [i, j) in their device blocks m.req[i:j] and emits

@@ -95,6 +95,12 @@ type Config struct {
 	// TierWeights are kv-weighted's (engine.Match.Weighted); the zero value means
 	// engine.DefaultWeights.
 	TierWeights engine.Weights
+
+	// picked, when set (tests), hears each routing decision: request i went to worker
+	// w. force, when set, makes them: request i goes to worker force[i] (Simulate
+	// only).
+	picked func(i, w int)
+	force  []int
 }
 
 func (c Config) withDefaults() Config {
@@ -533,6 +539,9 @@ func Run(ctx context.Context, w *Workload, p Policy, cfg Config) (Result, error)
 			}
 		}
 		wi := rt.pick(scores, r.Tokens)
+		if cfg.picked != nil {
+			cfg.picked(i, wi)
+		}
 		if p.predicts() && len(r.Blocks) > 0 {
 			t := time.Now()
 			if err := e.Predict(ctx, fleet[wi].name, "", r.Blocks, ttl); err != nil {

@@ -83,7 +83,7 @@ func FromTrace(name string, recs []TraceRecord, blockSize int) (*Workload, error
 	if err := hash.CheckBlockSize(blockSize); err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
-	w := &Workload{Name: name, BlockSize: blockSize, Timed: true, Requests: make([]Request, 0, len(recs))}
+	w := &Workload{Name: name, BlockSize: blockSize, Timed: true, Kind: "trace", Requests: make([]Request, 0, len(recs))}
 	var tokens []uint32
 	var blocks []uint64
 	for _, rec := range recs {
@@ -98,9 +98,22 @@ func FromTrace(name string, recs []TraceRecord, blockSize int) (*Workload, error
 			return nil, err
 		}
 		at := time.Duration(rec.Timestamp * float64(time.Millisecond))
-		w.add(Request{Tokens: len(tokens), Blocks: blocks[from:len(blocks):len(blocks)], At: at})
+		w.add(Request{Tokens: len(tokens), Blocks: blocks[from:len(blocks):len(blocks)], At: at,
+			Output: rec.OutputLength, Session: traceSession(rec.HashIDs)})
 	}
 	return w, nil
+}
+
+// traceSession names a trace request's conversation by its first two hash ids, as the
+// Mooncake conversation trace has no session field: a conversation's turns repeat its
+// opening blocks, and its first block alone is often a prompt shared by many. A
+// heuristic: two conversations that open alike share a session.
+func traceSession(ids []uint64) uint64 {
+	var h uint64 = 0x73657373 // "sess"
+	for _, id := range ids[:min(len(ids), 2)] {
+		h = hash.Next(h, id)
+	}
+	return h | 1
 }
 
 // TraceCeiling is the infinite-cache prefix hit ratio of a trace at its own 512-token

@@ -20,8 +20,20 @@ type Request struct {
 	Blocks []uint64
 	// At is the request's arrival in simulated time since the first request, when the
 	// workload has timestamps (Workload.Timed, a trace); otherwise Run spaces arrivals
-	// evenly at Config.Rate.
+	// evenly at Config.Rate, and Simulate draws them from a Poisson process at it.
 	At time.Duration
+	// Output is the number of tokens the request generates (a trace's output_length):
+	// Simulate decodes that many, at least one. Run ignores it.
+	Output int
+	// Next holds the content hashes of the full blocks the generated tokens complete,
+	// when the workload knows what the engine generates (the built-in conversations,
+	// whose next turn repeats the reply): the first completes the prompt's partial last
+	// block. Simulate caches generated blocks under these hashes, and under hashes of
+	// its own, never requested, beyond them. Shares backing arrays like Blocks.
+	Next []uint64
+	// Session names the conversation or user the request belongs to (0: none), for a
+	// front load balancer with session affinity (TimedConfig.Affinity).
+	Session uint64
 }
 
 // Workload is a request sequence with a fixed block size.
@@ -30,6 +42,8 @@ type Workload struct {
 	Name string
 	// Timed says the requests carry arrival times (Request.At).
 	Timed bool
+	// Kind is "built-in", "trace" or "shared-context".
+	Kind string
 	// BlockSize is the engine block size in tokens.
 	BlockSize int
 	Requests  []Request
@@ -38,6 +52,11 @@ type Workload struct {
 	// MaxBlocks is the most blocks, partial one included, any request needs at once: a
 	// worker's capacity must be at least this.
 	MaxBlocks int
+	// OutputTokens is the total of the requests' Output, and MaxSeqBlocks the most
+	// blocks any request holds at its end in Simulate (prompt and output but its last
+	// token, whose KV is never computed): a worker's capacity must be at least this.
+	OutputTokens int64
+	MaxSeqBlocks int
 }
 
 func (w *Workload) add(r Request) {
@@ -45,6 +64,14 @@ func (w *Workload) add(r Request) {
 	w.Tokens += int64(r.Tokens)
 	w.Blocks += int64(len(r.Blocks))
 	w.MaxBlocks = max(w.MaxBlocks, (r.Tokens+w.BlockSize-1)/w.BlockSize)
+	w.OutputTokens += int64(max(r.Output, 1))
+	w.MaxSeqBlocks = max(w.MaxSeqBlocks, seqBlocks(r.Tokens, max(r.Output, 1), w.BlockSize))
+}
+
+// seqBlocks is the number of KV blocks a request of the given lengths holds when it
+// finishes: its prompt and all its output tokens but the last have KV.
+func seqBlocks(tokens, output, blockSize int) int {
+	return (tokens + output - 1 + blockSize - 1) / blockSize
 }
 
 // Head returns a workload of the first n requests (all of them if n <= 0 or n is larger).
@@ -52,7 +79,7 @@ func (w *Workload) Head(n int) *Workload {
 	if n <= 0 || n >= len(w.Requests) {
 		return w
 	}
-	h := &Workload{Name: w.Name, BlockSize: w.BlockSize, Timed: w.Timed}
+	h := &Workload{Name: w.Name, BlockSize: w.BlockSize, Timed: w.Timed, Kind: w.Kind}
 	for _, r := range w.Requests[:n] {
 		h.add(r)
 	}
@@ -169,6 +196,16 @@ type conversation struct {
 	tokens []uint32 // the conversation so far
 	blocks []uint64 // content hashes of its full blocks, kept in step with tokens
 	turns  int      // turns left, including the next one
+	id     uint64   // its session, 1 for the first conversation
+}
+
+// hashBlocks extends c.blocks to the full blocks of c.tokens.
+func (c *conversation) hashBlocks(blockSize int) error {
+	full := len(c.tokens) / blockSize
+	from := len(c.blocks)
+	var err error
+	c.blocks, err = hash.Blocks(c.blocks, c.tokens[from*blockSize:full*blockSize], blockSize)
+	return err
 }
 
 // Generate builds the built-in workload. It is deterministic in g and prefix-stable: the
@@ -193,8 +230,10 @@ func Generate(g GenConfig) (*Workload, error) {
 	zipf := rand.NewZipf(r, g.ZipfS, 1, uint64(g.SystemPrompts-1))
 	// The mean of a geometric number of turns >= 1 is 1/p.
 	pEnd := 1 / g.MeanTurns
+	var convs uint64
 	newConv := func() *conversation {
-		c := &conversation{turns: 1}
+		convs++
+		c := &conversation{turns: 1, id: convs}
 		for c.turns < g.MaxTurns && r.Float64() >= pEnd {
 			c.turns++
 		}
@@ -205,6 +244,7 @@ func Generate(g GenConfig) (*Workload, error) {
 	w := &Workload{
 		Name:      fmt.Sprintf("built-in conversations (seed %d, %d sessions, %d system prompts)", g.Seed, g.Sessions, g.SystemPrompts),
 		BlockSize: g.BlockSize,
+		Kind:      "built-in",
 		Requests:  make([]Request, 0, g.Requests),
 	}
 	for len(w.Requests) < g.Requests {
@@ -216,16 +256,21 @@ func Generate(g GenConfig) (*Workload, error) {
 			sessions[i] = c
 		}
 		c.tokens = words(c.tokens, user)
-		var err error
-		full := len(c.tokens) / g.BlockSize
-		from := len(c.blocks)
-		c.blocks, err = hash.Blocks(c.blocks, c.tokens[from*g.BlockSize:full*g.BlockSize], g.BlockSize)
-		if err != nil {
+		if err := c.hashBlocks(g.BlockSize); err != nil {
 			return nil, err
 		}
-		w.add(Request{Tokens: len(c.tokens), Blocks: slices.Clip(c.blocks)})
+		prompt := len(c.blocks)
+		r := Request{Tokens: len(c.tokens), Blocks: slices.Clip(c.blocks), Session: c.id}
 		c.turns--
-		c.tokens = words(c.tokens, between(g.ReplyTokens))
+		// The reply is what the engine generates: its tokens and the blocks they
+		// complete (the next turn's prompt repeats them) are the request's output.
+		reply := between(g.ReplyTokens)
+		c.tokens = words(c.tokens, reply)
+		if err := c.hashBlocks(g.BlockSize); err != nil {
+			return nil, err
+		}
+		r.Output, r.Next = reply, slices.Clip(c.blocks[prompt:])
+		w.add(r)
 	}
 	return w, nil
 }
