@@ -82,6 +82,10 @@ type Config struct {
 	ReconnectMin   Duration `json:"reconnect_min,omitempty"`
 	ReconnectMax   Duration `json:"reconnect_max,omitempty"`
 	ResyncInterval Duration `json:"resync_interval,omitempty"`
+	// TailCheck: a live stream quiet this long after a message gets one catch-up that
+	// fetches batches dropped at the end of its burst (subscriber.Config.TailCheck).
+	// Default 5s; negative: never.
+	TailCheck Duration `json:"tail_check,omitempty"`
 	// MaxConcurrentReplays bounds the replays the subscribers run at once (one
 	// subscriber.ReplayLimiter for all): after serve stalls every engine's subscriber
 	// replays in the same instant. A replay's replay_timeout runs once it has its slot.
@@ -570,6 +574,7 @@ func (p *planner) subscriberConfig(e EngineConfig, ep, rep, worker string, r int
 		ReconnectMax:    time.Duration(c.ReconnectMax),
 		Grace:           time.Duration(c.Grace),
 		ResyncInterval:  time.Duration(c.ResyncInterval),
+		TailCheck:       time.Duration(c.TailCheck),
 		MaxMessageBytes: c.MaxMessageBytes,
 		Index:           nopIndex{},
 	}

@@ -40,7 +40,7 @@
 //	  "query_timeout": "2s",            "drain_timeout": "10s",
 //	  "grace_period": "60s",            unreachable this long: worker removed ("-1s": never)
 //	  "replay_timeout": "5s",           "reconnect_min": "100ms", "reconnect_max": "5s",
-//	  "resync_interval": "30s",
+//	  "resync_interval": "30s",         "tail_check": "5s" (a quiet stream's one catch-up)
 //	  "max_message_bytes": 16777216,    a larger ZeroMQ message from an engine is refused
 //	  "max_concurrent_replays": 32,     replays at once over all engines (a stall makes
 //	                                    every engine's subscriber replay at the same time)

@@ -37,6 +37,7 @@ const (
 	DefaultReconnectMax     = 5 * time.Second
 	DefaultGrace            = 60 * time.Second
 	DefaultResyncInterval   = 30 * time.Second
+	DefaultTailCheck        = 5 * time.Second
 	DefaultMaxReplayBatches = 1 << 20
 	// DefaultMaxMessageBytes is the default per-message cap: the 16 MiB payload limit of
 	// the decoder (kvevents.Limits.MaxPayloadBytes), which a message's topic and
@@ -175,6 +176,11 @@ type Config struct {
 	// ResyncInterval is how often a stale worker tries to rebuild its state from a replay
 	// starting at sequence 0. Default 30s; negative: never.
 	ResyncInterval time.Duration
+	// TailCheck is how long the live stream must be quiet, after a live message,
+	// before one catch-up checks that nothing was dropped at the end of the burst (a
+	// gap otherwise shows only when the engine publishes again). Needs a replay
+	// endpoint. Default 5s; negative: never.
+	TailCheck time.Duration
 	// MaxReplayBatches bounds the replies one replay may return. Default 1<<20.
 	MaxReplayBatches int
 	// Replays, when set, bounds the replays running at once across every Subscriber
@@ -216,6 +222,7 @@ func (c Config) withDefaults() Config {
 	def(&c.ReconnectMax, DefaultReconnectMax)
 	def(&c.Grace, DefaultGrace)
 	def(&c.ResyncInterval, DefaultResyncInterval)
+	def(&c.TailCheck, DefaultTailCheck)
 	if c.MaxReplayBatches == 0 {
 		c.MaxReplayBatches = DefaultMaxReplayBatches
 	}

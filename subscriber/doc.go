@@ -58,6 +58,10 @@
 // from sequence 0, and stays exact. Without a replay endpoint, a live sequence at or
 // below the connection's starting point is taken for a restart.
 //
+// A PUB drops what is past its high-water mark, and a gap shows only when the next
+// batch arrives: so once the live stream has been quiet for Config.TailCheck (5 s)
+// after a message, one catch-up fetches anything dropped at the end of the burst.
+//
 // A live gap's catch-up whose replay fails in transit (a timeout, a refused or reset
 // connection) runs again, up to twice more, with backoff from ReconnectMin: after a
 // stall every subscriber of a fleet replays at once, and the first attempts can time

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -138,6 +139,7 @@ func contents(vals ...uint64) []uint64 {
 
 // fakePub is an in-memory publisher: a replay buffer the substituted replay reads.
 type fakePub struct {
+	mu     sync.Mutex // a test may add batches while the subscriber runs
 	buf    []fakeBatch
 	fail   bool
 	failN  int // the next failN replays fail
@@ -151,6 +153,8 @@ type fakeBatch struct {
 }
 
 func (f *fakePub) add(seq uint64, payload []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.buf = append(f.buf, fakeBatch{seq, payload})
 	if f.maxLen > 0 && len(f.buf) > f.maxLen {
 		f.buf = f.buf[len(f.buf)-f.maxLen:]
@@ -158,6 +162,8 @@ func (f *fakePub) add(seq uint64, payload []byte) {
 }
 
 func (f *fakePub) replay(_ context.Context, from uint64, fn func(uint64, []byte) bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.asked = append(f.asked, from)
 	if f.fail || f.failN > 0 {
 		f.failN--

@@ -148,6 +148,7 @@ type Status struct {
 	Invalidations     uint64 // times the worker was cleared and marked stale
 	Replays           uint64 // replay requests sent
 	ReplayFailures    uint64 // replays that failed (dial, timeout, bad reply)
+	TailChecks        uint64 // catch-ups after the live stream went quiet (Config.TailCheck)
 	Restarts          uint64 // publisher restarts detected
 	Resyncs           uint64 // stale workers rebuilt from a replay at sequence 0
 	Connects          uint64 // successful connections (dial) or publishers seen (bind)

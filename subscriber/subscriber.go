@@ -446,6 +446,11 @@ func (s *Subscriber) session(ctx context.Context, sock zmq4.Socket) error {
 			graceTimer.Stop()
 		}
 	}()
+	tail := tailWatch{every: s.cfg.TailCheck}
+	if s.cfg.ReplayEndpoint == "" {
+		tail.every = 0
+	}
+	defer tail.stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -492,6 +497,14 @@ func (s *Subscriber) session(ctx context.Context, sock zmq4.Socket) error {
 			if err := s.handle(ctx, r.msg.Frames); err != nil {
 				return err
 			}
+			tail.saw(s.now())
+		case <-tail.c():
+			if tail.fired(s.now()) && s.connected {
+				s.local.TailChecks++
+				if _, err := s.catchUpResult(ctx); err != nil {
+					return err
+				}
+			}
 		case <-graceC:
 			graceC = nil
 			if err := s.checkGrace(); err != nil {
@@ -511,6 +524,68 @@ func (s *Subscriber) session(ctx context.Context, sock zmq4.Socket) error {
 		}
 		s.setState()
 		s.publish()
+	}
+}
+
+// tailWatch times the quiet-stream catch-up (Config.TailCheck). A PUB drops what is
+// past its high-water mark, and a gap shows only when the next batch arrives: batches
+// dropped at the end of a burst would stay missing while the engine is idle (kvindex
+// loadtest lost the last batches of a level that way). A live message arms the watch;
+// once the stream has been quiet for every, one catch-up from the last applied batch
+// fetches what it missed. An idle engine is asked once per burst, not periodically.
+// Owner goroutine only.
+type tailWatch struct {
+	every   time.Duration // 0: off
+	timer   *time.Timer
+	armed   bool
+	pending bool      // a live message arrived since the last check
+	last    time.Time // when the last one arrived
+}
+
+func (w *tailWatch) c() <-chan time.Time {
+	if w.timer == nil {
+		return nil
+	}
+	return w.timer.C
+}
+
+func (w *tailWatch) arm(d time.Duration) {
+	if w.timer == nil {
+		w.timer = time.NewTimer(d)
+	} else {
+		w.timer.Reset(d)
+	}
+	w.armed = true
+}
+
+// saw records a live message at now.
+func (w *tailWatch) saw(now time.Time) {
+	if w.every <= 0 {
+		return
+	}
+	w.pending, w.last = true, now
+	if !w.armed {
+		w.arm(w.every)
+	}
+}
+
+// fired handles the timer and reports whether the check is due now.
+func (w *tailWatch) fired(now time.Time) bool {
+	w.armed = false
+	if !w.pending {
+		return false
+	}
+	if quiet := now.Sub(w.last); quiet < w.every {
+		w.arm(w.every - quiet)
+		return false
+	}
+	w.pending = false
+	return true
+}
+
+func (w *tailWatch) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
 	}
 }
 

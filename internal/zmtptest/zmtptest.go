@@ -183,6 +183,13 @@ func (p *Pub) Close() {
 	p.wg.Wait()
 }
 
+// Conns returns how many connections the Pub writes to.
+func (p *Pub) Conns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
+}
+
 // Addr is the listening address of a Pub from ListenPub ("" for DialPub's).
 func (p *Pub) Addr() string {
 	if p.l == nil {
