@@ -68,7 +68,7 @@ func floodPub(b *testing.B, msg []byte, n int) string {
 // live message takes after it). The libzmq alternative (ZMQ_MAXMSGSIZE through cgo) is
 // measured outside the module, see DESIGN.md.
 func BenchmarkRecv(b *testing.B) {
-	for _, size := range []int{4 << 10, 64 << 10, 1 << 20} {
+	for _, size := range []int{1 << 10, 4 << 10, 64 << 10, 1 << 20} {
 		payload := realBatch(size)
 		var seq [8]byte
 		binary.BigEndian.PutUint64(seq[:], 1)
