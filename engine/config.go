@@ -50,6 +50,16 @@ const (
 	// MaxQueryQueue bounds Config.QueryQueue: each shard's query channel is allocated up
 	// front at 8 bytes a cell, so this caps it at 512 KiB a shard.
 	MaxQueryQueue = 1 << 16
+	// MaxWorkerLen bounds a worker id in bytes (64 KiB, as a fabric message's names):
+	// an event or prediction naming a longer one is rejected with ErrInvalidEvent. The
+	// engine never holds a longer id, so no snapshot carries one, and Restore refuses
+	// a snapshot that does: writer and reader share the bound.
+	MaxWorkerLen = 1 << 16
+	// MaxNamespaceLen bounds a namespace name in bytes (Event.Namespace: a model, LoRA
+	// adapter and cache salt, escaped; real ones are tens of bytes): a stored event or
+	// prediction in a longer one is rejected with ErrInvalidEvent, and a query in one
+	// matches nothing. Like MaxWorkerLen, it bounds what a snapshot may carry.
+	MaxNamespaceLen = 1 << 10
 )
 
 // Config configures an Engine. The zero value is valid: every zero field means its

@@ -438,7 +438,27 @@ type Event struct {
 	// example the publisher's sequence number). The engine records the last one applied
 	// per worker, under the same lock as the worker's state, so a snapshot knows where
 	// each worker's stream must resume. Events that do not exist in the stream keep 0.
+	// A clear or a worker's removal sets the position whatever its Cursor: the worker's
+	// history starts over there, so a made-up clear (Cursor 0) leaves the worker with no
+	// position to resume from (Position.Cursor 0).
 	Cursor uint64
+	// Mark is an opaque word kept with Cursor, set whenever the cursor is: what the
+	// event's source needs, beside the cursor, to resume the worker's stream there (a
+	// ZeroMQ subscriber keeps its batch's digest and whether the index is exact).
+	Mark uint64
+}
+
+// Position is where a worker stands in its event stream: the Cursor and Mark of the
+// last event applied to it that carried a cursor, or of its last clear.
+type Position struct {
+	Cursor, Mark uint64
+}
+
+// setPosition records ev's position in w (locked), as Event.Cursor says.
+func (w *worker) setPosition(ev *Event) {
+	if ev.Cursor != 0 || ev.Kind == EventCleared || ev.Kind == EventRemoveWorker {
+		w.cursor, w.mark = ev.Cursor, ev.Mark
+	}
 }
 
 // Apply applies one event. Every event method goes through it.
@@ -536,6 +556,10 @@ func (e *Engine) check(ev *Event) (apply bool, err error) {
 	switch {
 	case ev.Worker == "":
 		return bad("empty worker id")
+	case len(ev.Worker) > MaxWorkerLen:
+		return bad("worker id of %d bytes (limit %d)", len(ev.Worker), MaxWorkerLen)
+	case len(ev.Namespace) > MaxNamespaceLen && ev.Kind == EventStored:
+		return bad("namespace of %d bytes (limit %d)", len(ev.Namespace), MaxNamespaceLen)
 	case ev.Kind < EventStored || ev.Kind > EventGroups:
 		return bad("unknown event kind %d", ev.Kind)
 	case len(ev.Contents) > e.cfg.MaxEventBlocks:
@@ -623,9 +647,7 @@ func (e *Engine) applyPlain(w *worker, ev *Event) (gone bool, err error) {
 
 // applyEvent is applyLocked without the predictions.
 func (e *Engine) applyEvent(w *worker, ev *Event) (gone bool, err error) {
-	if ev.Cursor != 0 {
-		w.cursor = ev.Cursor
-	}
+	w.setPosition(ev)
 	switch ev.Kind {
 	case EventStored:
 		ns := uint32(0)

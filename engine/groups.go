@@ -191,9 +191,7 @@ func groupedEvent(w *worker, ev *Event) bool {
 // applyGrouped applies ev to w (locked) on the groups' path (see groupedEvent).
 // Serial: called by the holder of w's mutex.
 func (e *Engine) applyGrouped(w *worker, ev *Event) (gone bool, err error) {
-	if ev.Cursor != 0 {
-		w.cursor = ev.Cursor
-	}
+	w.setPosition(ev)
 	switch ev.Kind {
 	case EventGroups:
 		return false, e.declareLocked(w, ev)

@@ -157,6 +157,10 @@ func (e *Engine) Predict(ctx context.Context, worker, namespace string, content 
 	switch {
 	case worker == "":
 		return bad("empty worker id")
+	case len(worker) > MaxWorkerLen:
+		return bad("worker id of %d bytes (limit %d)", len(worker), MaxWorkerLen)
+	case len(namespace) > MaxNamespaceLen:
+		return bad("namespace of %d bytes (limit %d)", len(namespace), MaxNamespaceLen)
 	case ttl < 0 || ttl > MaxPredictionTTL:
 		return bad("ttl %v, want 0..%v", ttl, MaxPredictionTTL)
 	case len(content) >= MaxDepth:

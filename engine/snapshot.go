@@ -17,16 +17,18 @@ import (
 	"github.com/kvindex/kvindex/internal/table"
 )
 
-// Snapshot format, version 4. All integers are little-endian.
+// Snapshot format, version 5. All integers are little-endian.
 //
 //	magic    "KVIXSNAP"
-//	version  u32 = 4
+//	version  u32 = 5
 //	chain    u32: 0 for SPEC's XXH3 prefix chain, 1 for the keyed chain, then its key
 //	         (4 x u64); the prefixes below are that chain's words (chain.go)
-//	nsCount  u32, then nsCount names (u32 length + bytes), sorted; a block's namespace is
-//	         0 for the default namespace or 1 + its index in this list
+//	nsCount  u32, then nsCount names (u32 length + bytes, at most MaxNamespaceLen),
+//	         sorted; a block's namespace is 0 for the default namespace or 1 + its index
+//	         in this list
 //	workers  u32, then per worker, sorted by name:
-//	           name (u32 length + bytes), cursor u64,
+//	           name (u32 length + bytes, at most MaxWorkerLen), cursor u64, mark u64
+//	           (the worker's Position),
 //	           per tier (device, host, disk): count u64,
 //	             count entries sorted by seq: seq u64, prefix u64, parent u64, pos u32, ns u32
 //	           groups u32: 0 for a worker without KV-cache groups, else its groups
@@ -35,9 +37,10 @@ import (
 //	             end u32, ns u32
 //	crc      u32: CRC-32C (Castagnoli) of every byte before it
 //
-// Version 3 is the same without the groups field; version 2 is version 3 without the
+// Version 4 is the same without the mark (restored as 0); version 3 is version 4
+// without the groups field; version 2 is version 3 without the
 // chain field (its prefixes are SPEC's chain), and version 1 is version 2 with one count
-// and its entries per worker (the device tier); Restore reads all four, and an engine
+// and its entries per worker (the device tier); Restore reads all five, and an engine
 // restored from version 1 or 2 keeps SPEC's chain. The chain key is a secret of the engine that wrote the snapshot (it decides
 // which sequences of content hashes a client would have to send to make two prefixes
 // collide), so a snapshot is as private as the engine's memory; with Config.SpecChain
@@ -46,7 +49,7 @@ import (
 // (worker, tier, block).
 const (
 	snapshotMagic   = "KVIXSNAP"
-	snapshotVersion = 4
+	snapshotVersion = 5
 	snapshotEntry   = 32
 	groupEntry      = 24
 
@@ -61,8 +64,8 @@ var ErrSnapshot = errors.New("engine: bad snapshot")
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // WriteSnapshot writes the engine's state to w. Each worker is captured under its lock,
-// so its blocks and its cursor (see Event.Cursor) are one consistent point of its event
-// stream; workers are independent, so resuming each worker's stream after its cursor on
+// so its blocks and its position (Event.Cursor, Event.Mark) are one consistent point of
+// its event stream; workers are independent, so resuming each worker's stream after its cursor on
 // a restored engine reproduces the state of an engine that never stopped. Events that
 // race with WriteSnapshot land either in it or after their worker's cursor. The output is
 // deterministic: equal states give equal bytes.
@@ -146,6 +149,8 @@ func (e *Engine) captureWorkers() (names []string, count uint32, body []byte, ok
 		buf.WriteString(wk.name)
 		binary.LittleEndian.PutUint64(hdr[:], wk.cursor)
 		buf.Write(hdr[:])
+		binary.LittleEndian.PutUint64(hdr[:], wk.mark)
+		buf.Write(hdr[:])
 		for t := range Tier(NumTiers) {
 			var ok bool
 			if entries, ok = e.captureTier(&buf, e.tierOf(wk, t, false), nsIndex, entries); !ok {
@@ -225,10 +230,19 @@ func (e *Engine) WriteSnapshotFile(path string) error {
 	return err
 }
 
-// Cursors returns each known worker's cursor: the Cursor of the last event applied to it
-// that carried one.
+// Cursors returns each known worker's cursor: Positions without the marks.
 func (e *Engine) Cursors() map[string]uint64 {
 	out := map[string]uint64{}
+	for w, p := range e.Positions() {
+		out[w] = p.Cursor
+	}
+	return out
+}
+
+// Positions returns each known worker's position (see Event.Cursor), each read under
+// the worker's lock.
+func (e *Engine) Positions() map[string]Position {
+	out := map[string]Position{}
 	for ws, i := e.workers(), 0; i < len(ws); i++ {
 		wk := ws[i].Load()
 		if wk == nil || wk.isComponent() {
@@ -236,7 +250,7 @@ func (e *Engine) Cursors() map[string]uint64 {
 		}
 		wk.mu.Lock()
 		if !wk.dead {
-			out[wk.name] = wk.cursor
+			out[wk.name] = Position{wk.cursor, wk.mark}
 		}
 		wk.mu.Unlock()
 	}
@@ -277,7 +291,7 @@ func RestoreBytes(cfg Config, data []byte) (*Engine, error) {
 	if v == 1 {
 		tiers = 1 // the device tier only
 	}
-	groups := v >= 4
+	groups, marks := v >= 4, v >= 5
 	ch, err := p.chain(v)
 	if err != nil {
 		return nil, err
@@ -287,7 +301,7 @@ func RestoreBytes(cfg Config, data []byte) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := e.load(p, tiers, groups); err != nil {
+	if err := e.load(p, tiers, groups, marks); err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -319,8 +333,8 @@ func (p *snapReader) chain(v uint32) (chain, error) {
 }
 
 // load reads the namespaces and workers of a snapshot whose workers each list tiers
-// tiers, and their KV-cache groups when groups is set.
-func (e *Engine) load(p *snapReader, tiers Tier, groups bool) error {
+// tiers, and their KV-cache groups when groups is set and marks when marks is.
+func (e *Engine) load(p *snapReader, tiers Tier, groups, marks bool) error {
 	nsCount := p.u32()
 	if uint64(nsCount)*4 > uint64(len(p.b)) {
 		return fmt.Errorf("%w: namespace count %d", ErrSnapshot, nsCount)
@@ -328,7 +342,7 @@ func (e *Engine) load(p *snapReader, tiers Tier, groups bool) error {
 	nsIDs := make([]uint32, nsCount)
 	prevNS := ""
 	for i := range nsIDs {
-		name := p.str()
+		name := p.str(MaxNamespaceLen)
 		switch {
 		case p.err != nil:
 		case name == "":
@@ -347,8 +361,12 @@ func (e *Engine) load(p *snapReader, tiers Tier, groups bool) error {
 	out := e.getOutbox()
 	defer e.outboxes.Put(out)
 	for i := uint32(0); i < workers && p.err == nil; i++ {
-		name := p.str()
+		name := p.str(MaxWorkerLen)
 		cursor := p.u64()
+		var mark uint64
+		if marks {
+			mark = p.u64()
+		}
 		if p.err != nil {
 			break
 		}
@@ -357,7 +375,7 @@ func (e *Engine) load(p *snapReader, tiers Tier, groups bool) error {
 		}
 		prev = name
 		w := e.lockLive(name, true, nil, out)
-		w.cursor = cursor
+		w.cursor, w.mark = cursor, mark
 		for t := Tier(0); t < tiers && p.err == nil; t++ {
 			e.loadTier(p, w, t, nsCount, nsIDs)
 		}
@@ -463,13 +481,15 @@ func (p *snapReader) u64() uint64 {
 	return 0
 }
 
-func (p *snapReader) str() string {
+// str reads a name of at most limit bytes (MaxWorkerLen, MaxNamespaceLen: the engine
+// never holds a longer one, so WriteSnapshot never writes one).
+func (p *snapReader) str(limit int) string {
 	n := p.u32()
-	if b := p.take(int(min(n, 1<<20+1))); b != nil {
-		if n > 1<<20 {
-			p.fail("name longer than 1 MiB")
-			return ""
-		}
+	if p.err == nil && n > uint32(limit) {
+		p.fail(fmt.Sprintf("name of %d bytes (limit %d)", n, limit))
+		return ""
+	}
+	if b := p.take(int(n)); b != nil {
 		return string(b)
 	}
 	return ""

@@ -97,10 +97,10 @@ func TestSnapshotRefusesDamage(t *testing.T) {
 	require.NoError(t, r.Close())
 }
 
-// TestSnapshotOlderVersions: a version 3 snapshot (no groups fields) and a version 2
-// one (no chain field either: SPEC's chain) are restored, the engine keeps SPEC's chain,
-// answers as before and snapshots as version 4 with the spec chain; an unknown chain is
-// refused.
+// TestSnapshotOlderVersions: a version 4 snapshot (no marks), a version 3 one (no
+// groups fields either) and a version 2 one (no chain field either: SPEC's chain) are
+// restored, the engine keeps SPEC's chain, answers as before and snapshots as version 5
+// with the spec chain; an unknown chain is refused.
 func TestSnapshotOlderVersions(t *testing.T) {
 	e := newEngine(t, engine.Config{Shards: 2, SpecChain: true})
 	require.NoError(t, e.Store("a", []engine.Block{{Content: 1, Seq: 1}, {Content: 2, Seq: 2}, {Content: 3, Seq: 3}}))
@@ -108,17 +108,18 @@ func TestSnapshotOlderVersions(t *testing.T) {
 	require.NoError(t, e.StoreUnder("b", 6, []engine.Block{{Content: 4, Seq: 4}}))
 	var snap bytes.Buffer
 	require.NoError(t, e.WriteSnapshot(&snap))
-	v4 := snap.Bytes()
-	require.Equal(t, uint32(4), binary.LittleEndian.Uint32(v4[8:]))
-	require.Equal(t, uint32(0), binary.LittleEndian.Uint32(v4[12:]), "the spec chain's field")
+	v5 := snap.Bytes()
+	require.Equal(t, uint32(5), binary.LittleEndian.Uint32(v5[8:]))
+	require.Equal(t, uint32(0), binary.LittleEndian.Uint32(v5[12:]), "the spec chain's field")
 
 	reseal := func(body []byte) []byte {
 		return binary.LittleEndian.AppendUint32(body, crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)))
 	}
-	v3 := reseal(withoutGroups(t, v4[:len(v4)-4], 3))
+	v4 := reseal(downgrade(t, v5[:len(v5)-4], 4))
+	v3 := reseal(downgrade(t, v5[:len(v5)-4], 3))
 	v2 := append(bytes.Clone(v3[:8]), 2, 0, 0, 0)
 	v2 = reseal(append(v2, v3[16:len(v3)-4]...))
-	for name, old := range map[string][]byte{"v3": v3, "v2": v2} {
+	for name, old := range map[string][]byte{"v4": v4, "v3": v3, "v2": v2} {
 		r, err := engine.RestoreBytes(engine.Config{Shards: 1}, old)
 		require.NoError(t, err, name)
 		t.Cleanup(func() { r.Close() })
@@ -132,19 +133,20 @@ func TestSnapshotOlderVersions(t *testing.T) {
 		}
 		var again bytes.Buffer
 		require.NoError(t, r.WriteSnapshot(&again))
-		require.Equal(t, v4, again.Bytes(), name)
+		require.Equal(t, v5, again.Bytes(), name)
 	}
 
-	bad := bytes.Clone(v4[:len(v4)-4])
+	bad := bytes.Clone(v5[:len(v5)-4])
 	binary.LittleEndian.PutUint32(bad[12:], 2)
 	_, err := engine.RestoreBytes(engine.Config{Shards: 1}, reseal(bad))
 	require.ErrorIs(t, err, engine.ErrSnapshot)
 	require.ErrorContains(t, err, "unknown prefix chain 2")
 }
 
-// withoutGroups turns the body (checksum stripped) of a version 4 snapshot of workers
-// without groups, with SPEC's chain, into a version-v body without the groups fields.
-func withoutGroups(t *testing.T, body []byte, v uint32) []byte {
+// downgrade turns the body (checksum stripped) of a version 5 snapshot of workers
+// without groups and with marks 0, with SPEC's chain, into a version-v body: without
+// the marks (version 4), and without the groups fields too (version 3).
+func downgrade(t *testing.T, body []byte, v uint32) []byte {
 	le := binary.LittleEndian
 	out := bytes.Clone(body[:16]) // magic, version, chain
 	le.PutUint32(out[8:], v)
@@ -160,13 +162,18 @@ func withoutGroups(t *testing.T, body []byte, v uint32) []byte {
 	out = append(out, nw...)
 	for i := uint32(0); i < le.Uint32(nw); i++ {
 		out = append(out, str()...)
-		out = append(out, take(8)...) // cursor
+		out = append(out, take(8)...)                             // cursor
+		require.Equal(t, uint64(0), le.Uint64(take(8)), "mark 0") // the mark
 		for tier := 0; tier < 3; tier++ {
 			cnt := take(8)
 			out = append(out, cnt...)
 			out = append(out, take(32*int(le.Uint64(cnt)))...)
 		}
-		require.Equal(t, uint32(0), le.Uint32(take(4)), "a worker without groups")
+		groups := take(4)
+		require.Equal(t, uint32(0), le.Uint32(groups), "a worker without groups")
+		if v >= 4 {
+			out = append(out, groups...)
+		}
 	}
 	require.Empty(t, b)
 	return out

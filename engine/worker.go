@@ -39,8 +39,9 @@ type worker struct {
 	tl   atomic.Pointer[tierLink]
 	seqs seqTable
 	keys keyTable
-	// cursor is the stream position of the last event applied that carried one.
-	cursor uint64
+	// cursor and mark are the worker's position in its event stream (Position): those of
+	// the last event applied that carried a cursor, or of the last clear.
+	cursor, mark uint64
 	// hyb is a declared worker's KV-cache groups (groups.go); nil for a dense worker.
 	// hybSize is its entry count, written under mu and read without it.
 	hyb     *hybrid
