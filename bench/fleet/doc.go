@@ -50,8 +50,9 @@
 // published and never applied after the drain), gaps detected, recovered and not,
 // replays run and served, PUB drops, workers not live, workers whose size differs from
 // their engine's count; apply lag (a probe is a batch just published: its request's
-// chain is polled on /v1/match every ProbePoll until the engine's worker matches all of
-// it, so the lag includes up to one poll and one query); match latency per API from
+// chain is polled on /v1/match until the engine's worker matches all of it, every
+// ProbePoll at first and then every tenth of the time waited, so the lag is late by up
+// to one poll, or 10%, and one query); match latency per API from
 // each query's scheduled start (open loop: a queue behind a slow server counts); serve's
 // peak RSS, fds and threads, goroutines at the end, CPU per wall second. A level holds
 // with no loss, nothing stale, no size differing, lag p99 within MaxLag and the fleet
