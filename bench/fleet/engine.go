@@ -22,8 +22,10 @@ type simEngine struct {
 	f      *Fleet
 	id     int
 	worker string
-	pubLn  net.Listener
+	pubLn  net.Listener // nil for a connecting engine
 	repLn  net.Listener
+	// dialAddr is the address a connecting engine's PUB dials (serve binds it).
+	dialAddr string
 
 	// Driver only.
 	pool      *blockPool
@@ -65,20 +67,64 @@ type pubConn struct {
 // maxSubscriptions bounds a connection's subscriptions.
 const maxSubscriptions = 64
 
-func (e *simEngine) listen() error {
+// listen binds the replay ROUTER and, unless the engine connects (FleetConfig.Connect),
+// the PUB; a connecting engine gets the address serve will bind for it (a port the
+// kernel gave and this process released).
+func (e *simEngine) listen(connect bool) error {
 	var err error
-	if e.pubLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+	if e.repLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 		return err
 	}
-	if e.repLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-		e.pubLn.Close()
+	if connect {
+		// A port below the kernel's ephemeral range, held until serve is about to bind
+		// it (Fleet.ReleasePorts): a port the kernel handed out once would be handed
+		// out again, to the next listener on port 0 (serve's own HTTP or gRPC one).
+		l, err := e.f.reservePort()
+		if err != nil {
+			e.repLn.Close()
+			return err
+		}
+		e.dialAddr = l.Addr().String()
+		e.f.placeholders = append(e.f.placeholders, l)
+		return nil
+	}
+	if e.pubLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		e.repLn.Close()
 		return err
 	}
 	return nil
 }
 
-func (e *simEngine) endpoint() string       { return "tcp://" + e.pubLn.Addr().String() }
+func (e *simEngine) endpoint() string {
+	if e.dialAddr != "" {
+		return "tcp://" + e.dialAddr
+	}
+	return "tcp://" + e.pubLn.Addr().String()
+}
+
 func (e *simEngine) replayEndpoint() string { return "tcp://" + e.repLn.Addr().String() }
+
+// dialLoop is a connecting engine's PUB (vLLM with an endpoint naming a host): it
+// dials serve's bound endpoint, runs the connection, and dials again when it ends,
+// backing off while serve is not listening, until the fleet closes.
+func (e *simEngine) dialLoop() {
+	defer e.f.wg.Done()
+	backoff := 10 * time.Millisecond
+	for !e.f.closing.Load() {
+		c, err := net.DialTimeout("tcp", e.dialAddr, 5*time.Second)
+		if err != nil {
+			select {
+			case <-e.f.done:
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		e.f.tracked(e.servePub)(c)
+	}
+}
 
 // acceptLoop accepts on ln until it is closed, handing each connection to serve in a
 // goroutine of its own (a slow handshake never holds the next accept). A failing

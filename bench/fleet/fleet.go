@@ -35,6 +35,10 @@ type FleetConfig struct {
 	Drivers int
 	// Seed seeds the workload. Default 1.
 	Seed uint64
+	// Connect makes the engines' PUB sockets connect to serve, which binds one
+	// endpoint per engine (vLLM connects when its endpoint names a host; serve's
+	// engines have bind true), instead of binding them. The replay ROUTERs stay bound.
+	Connect bool
 }
 
 // MaxEngines bounds FleetConfig.Engines.
@@ -97,13 +101,19 @@ func (c FleetConfig) validate() error {
 // done; Close stops everything and waits. observe and the probe machinery are called
 // from the drivers.
 type Fleet struct {
-	cfg     FleetConfig
-	topic   []byte
-	prompts *prompts
-	engines []*simEngine
-	gate    gate
-	wg      sync.WaitGroup
-	closing atomic.Bool
+	cfg      FleetConfig
+	topic    []byte
+	prompts  *prompts
+	engines  []*simEngine
+	gate     gate
+	wg       sync.WaitGroup
+	closing  atomic.Bool
+	done     chan struct{} // closed by Close
+	doneOnce sync.Once
+	// placeholders hold the ports serve will bind for a connecting fleet; nextPort is
+	// the next one to try (NewFleet only).
+	placeholders []net.Listener
+	nextPort     int
 
 	connsMu sync.Mutex
 	conns   map[net.Conn]struct{} // every accepted connection, closed by Close
@@ -147,6 +157,7 @@ func NewFleet(cfg FleetConfig) (*Fleet, error) {
 		prompts: newPrompts(cfg.Workload, cfg.Seed),
 		conns:   map[net.Conn]struct{}{},
 		probes:  make(chan probe, 64),
+		done:    make(chan struct{}),
 	}
 	f.gate.init()
 	for i := range cfg.Engines {
@@ -158,16 +169,60 @@ func NewFleet(cfg FleetConfig) (*Fleet, error) {
 			req:    newRequester(f.prompts, mix64(cfg.Seed*0x1000193+uint64(i))),
 			ring:   make([][]byte, cfg.BufferSteps),
 		}
-		if err := e.listen(); err != nil {
+		if err := e.listen(cfg.Connect); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("fleet: engine %d: %w (file descriptor limit? each engine needs about 4)", i, err)
 		}
 		f.engines = append(f.engines, e)
-		f.wg.Add(2)
-		go e.acceptLoop(e.pubLn, f.tracked(e.servePub))
+		f.wg.Add(1)
 		go e.acceptLoop(e.repLn, f.tracked(e.serveReplay))
+		if e.pubLn != nil {
+			f.wg.Add(1)
+			go e.acceptLoop(e.pubLn, f.tracked(e.servePub))
+		}
 	}
 	return f, nil
+}
+
+// Connecting fleets take serve's ports from PortBase up, below the ephemeral range.
+const (
+	PortBase = 20000
+	portTop  = 32767 // Linux's default ephemeral range starts at 32768
+)
+
+// reservePort listens on the next free port from PortBase (the caller holds it).
+func (f *Fleet) reservePort() (net.Listener, error) {
+	if f.nextPort == 0 {
+		f.nextPort = PortBase
+	}
+	for ; f.nextPort <= portTop; f.nextPort++ {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", f.nextPort))
+		if err == nil {
+			f.nextPort++
+			return l, nil
+		}
+	}
+	return nil, fmt.Errorf("fleet: no free port left in %d..%d for serve to bind", PortBase, portTop)
+}
+
+// ReleasePorts frees the ports a connecting fleet reserved for serve to bind
+// (FleetConfig.Connect); call it just before serve starts.
+func (f *Fleet) ReleasePorts() {
+	for _, l := range f.placeholders {
+		l.Close()
+	}
+	f.placeholders = nil
+}
+
+// Connect starts a connecting fleet's PUB dialers (FleetConfig.Connect): call it once
+// serve has its configuration (the endpoints), before or after it listens.
+func (f *Fleet) Connect() {
+	for _, e := range f.engines {
+		if e.dialAddr != "" {
+			f.wg.Add(1)
+			go e.dialLoop()
+		}
+	}
 }
 
 // WorkerName is the worker id of engine i.
@@ -206,9 +261,13 @@ func (f *Fleet) Engines() int { return len(f.engines) }
 // Drive must have returned.
 func (f *Fleet) Close() {
 	f.closing.Store(true)
+	f.doneOnce.Do(func() { close(f.done) })
+	f.ReleasePorts()
 	f.gate.resume()
 	for _, e := range f.engines {
-		e.pubLn.Close()
+		if e.pubLn != nil {
+			e.pubLn.Close()
+		}
 		e.repLn.Close()
 	}
 	f.connsMu.Lock()

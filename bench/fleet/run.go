@@ -260,6 +260,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer f.Close()
 	scfg := serverConfig(f, &cfg)
+	f.ReleasePorts()
 	var tgt target
 	if cfg.Server == ServerExec {
 		tgt, err = startChild(cfg.ServeCommand, scfg, logw)
@@ -274,6 +275,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			_ = tgt.close()
 		}
 	}()
+	f.Connect()
 	hc := &http.Client{Timeout: 60 * time.Second}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	err = waitReady(rctx, hc, tgt.httpAddr(), tgt)

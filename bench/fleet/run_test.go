@@ -72,3 +72,15 @@ func TestLoadStallRecovered(t *testing.T) {
 		t.Fatalf("dropped %d, gaps %d, recovered %d, replays served %d: the stall tested nothing", l.Dropped, l.Gaps, l.Recovered, l.ReplaysServed)
 	}
 }
+
+// TestLoadConnectMode: the engines connect to serve's bound endpoints (bind=true), as
+// vLLM does when its endpoint names a host; nothing is lost either.
+func TestLoadConnectMode(t *testing.T) {
+	cfg := small()
+	cfg.Fleet.Connect = true
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held(t, rep)
+}

@@ -62,7 +62,7 @@ func serverConfig(f *Fleet, rc *Config) server.Config {
 	for i := range f.Engines() {
 		pub, rep := f.Endpoints(i)
 		cfg.Engines = append(cfg.Engines, server.EngineConfig{
-			Endpoint: pub, ReplayEndpoint: rep, Worker: WorkerName(i), Model: Model,
+			Endpoint: pub, ReplayEndpoint: rep, Worker: WorkerName(i), Model: Model, Bind: f.cfg.Connect,
 		})
 	}
 	return cfg

@@ -43,6 +43,7 @@ func loadtestMain(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	bufferSteps := fs.Int("buffer-steps", 0, "each engine's replay buffer in batches (vLLM's buffer_steps; default 256)")
 	hwm := fs.Int("hwm-bytes", 0, "each PUB connection's send queue in bytes; past it live messages drop (default 1 MiB)")
 	encoding := fs.String("encoding", fleet.EncodingMap, "event encoding: map (vLLM v0.26.0) or array (earlier vLLM)")
+	connect := fs.Bool("connect", false, "the engines' PUB sockets connect to serve, which binds one endpoint per engine (bind=true; vLLM connects when its endpoint names a host)")
 	replayTimeout := fs.Duration("replay-timeout", 0, "serve's replay_timeout (default 5s)")
 	maxReplays := fs.Int("max-concurrent-replays", 0, "serve's max_concurrent_replays (default 32)")
 	seed := fs.Uint64("seed", 1, "seed of the workload")
@@ -52,7 +53,7 @@ func loadtestMain(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	cfg := fleet.Config{
 		Fleet: fleet.FleetConfig{
-			Engines: *engines, BufferSteps: *bufferSteps, HWMBytes: *hwm, Encoding: *encoding, Seed: *seed,
+			Engines: *engines, BufferSteps: *bufferSteps, HWMBytes: *hwm, Encoding: *encoding, Seed: *seed, Connect: *connect,
 			Workload: fleet.Workload{BlockSize: *blockSize, Capacity: *cacheBlocks, Sessions: *perEngine},
 		},
 		Server: *serverMode, Shards: *shards, ReplayTimeout: *replayTimeout, MaxConcurrentReplays: *maxReplays,
