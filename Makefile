@@ -124,6 +124,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzApplyBatch$$' -fuzztime $(call fuzzbudget,20000x) ./subscriber/
 	$(GO) test -run '^$$' -fuzz '^FuzzGRPCMatch$$' -fuzztime $(call fuzzbudget,20000x) ./server/
 	$(GO) test -run '^$$' -fuzz '^FuzzWatchStream$$' -fuzztime $(call fuzzbudget,20000x) ./internal/kube/
+	$(GO) test -run '^$$' -fuzz '^FuzzMooncake$$' -fuzztime $(call fuzzbudget,15000x) ./server/
 
 ## soak: a bounded soak (SOAK, default 3m) of publisher churn, restarts, gaps, hostile
 ## peers and queries through real libzmq; resources stay flat, answers equal the model.

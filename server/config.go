@@ -258,6 +258,11 @@ type EngineConfig struct {
 	// Rank r (from DPRankStart) publishes on the endpoint's port + r, as vLLM does.
 	DPRanks     int `json:"dp_ranks,omitempty"`
 	DPRankStart int `json:"dp_rank_start,omitempty"`
+	// DPRank, when set, makes the engine one data-parallel rank of Worker's instance
+	// publishing on an endpoint of its own (the Mooncake API's /register is one call
+	// per rank): its worker id is Worker#dp<rank> and it publishes on Endpoint itself,
+	// where dp_ranks derives rank r's endpoint from rank 0's. Not with dp_ranks.
+	DPRank *int `json:"dp_rank,omitempty"`
 	// Topic is the SUB prefix filter ("" for all).
 	Topic string `json:"topic,omitempty"`
 	// Bind listens on Endpoint for an engine that connects (vLLM connects when its
@@ -371,6 +376,11 @@ type publisher struct {
 	engine int // index in Config.Engines
 	cfg    subscriber.Config
 	approx bool
+	// instance is the engine's worker (or endpoint) without a rank suffix: the
+	// instance the Mooncake API folds its ranks into; ranked says the worker id
+	// carries cfg.DPRank.
+	instance string
+	ranked   bool
 }
 
 // SubscriberConfigs validates the configuration and returns one subscriber configuration
@@ -519,14 +529,30 @@ func (p *planner) engine(e EngineConfig, i int, where string) ([]publisher, erro
 	if n == 0 {
 		n = 1
 	}
+	own := false // one rank at exactly Endpoint (DPRank)
+	if r := e.DPRank; r != nil {
+		switch {
+		case e.DPRanks != 0 || e.DPRankStart != 0:
+			return nil, bad("%s: dp_rank (one rank on its own endpoint) excludes dp_ranks and dp_rank_start", where)
+		case *r < 0 || *r > 65535:
+			return nil, bad("%s: dp_rank %d out of range", where, *r)
+		case e.Worker == "":
+			return nil, bad("%s: dp_rank needs a worker (the instance its ranks belong to)", where)
+		}
+		e.DPRankStart, ranked, own = *r, true, true
+	}
 	var out []publisher
 	seenW, seenE := map[string]bool{}, map[string]bool{}
 	for r := e.DPRankStart; r < e.DPRankStart+n; r++ {
-		ep, err := subscriber.OffsetEndpoint(e.Endpoint, r)
+		offset := r
+		if own {
+			offset = 0
+		}
+		ep, err := subscriber.OffsetEndpoint(e.Endpoint, offset)
 		if err != nil {
 			return nil, bad("%s.endpoint: %v", where, err)
 		}
-		rep, err := subscriber.OffsetEndpoint(e.ReplayEndpoint, r)
+		rep, err := subscriber.OffsetEndpoint(e.ReplayEndpoint, offset)
 		if err != nil {
 			return nil, bad("%s.replay_endpoint: %v", where, err)
 		}
@@ -542,7 +568,7 @@ func (p *planner) engine(e EngineConfig, i int, where string) ([]publisher, erro
 		if _, err := subscriber.New(sc); err != nil {
 			return nil, fmt.Errorf("%w: %s (rank %d): %w", ErrConfig, where, r, err)
 		}
-		out = append(out, publisher{engine: i, cfg: sc})
+		out = append(out, publisher{engine: i, cfg: sc, instance: base, ranked: ranked})
 	}
 	p.modelBS[e.Model] = e.BlockSize
 	for _, pub := range out {
@@ -593,13 +619,13 @@ func approxPublisher(e EngineConfig, where string, i int, workers map[string]str
 	switch {
 	case e.Worker == "":
 		return publisher{}, bad("%s: an engine without an endpoint (served from predictions alone) needs a worker; %s.endpoint is required to follow events", where, where)
-	case e.ReplayEndpoint != "" || e.DPRanks != 0 || e.DPRankStart != 0 || e.Bind || e.Topic != "" || e.HashCheck != nil:
-		return publisher{}, bad("%s: replay_endpoint, dp_ranks, bind, topic and hash_check need an endpoint", where)
+	case e.ReplayEndpoint != "" || e.DPRanks != 0 || e.DPRankStart != 0 || e.DPRank != nil || e.Bind || e.Topic != "" || e.HashCheck != nil:
+		return publisher{}, bad("%s: replay_endpoint, dp_ranks, dp_rank, bind, topic and hash_check need an endpoint", where)
 	}
 	if j, dup := workers[e.Worker]; dup {
 		return publisher{}, bad("%s: worker id %q also used by %s", where, e.Worker, j)
 	}
-	return publisher{engine: i, approx: true, cfg: subscriber.Config{Worker: e.Worker, Model: e.Model, BlockSize: e.BlockSize}}, nil
+	return publisher{engine: i, approx: true, instance: e.Worker, cfg: subscriber.Config{Worker: e.Worker, Model: e.Model, BlockSize: e.BlockSize}}, nil
 }
 
 // nopIndex stands in for the engine while a configuration is validated.

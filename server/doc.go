@@ -62,6 +62,8 @@
 //	    "model": "llama-3-8b",                      queries name it
 //	    "block_size": 16,
 //	    "dp_ranks": 2, "dp_rank_start": 0,          rank r: port + r, worker "pod-7#dp<r>"
+//	    "dp_rank": 1,                               or: this one rank, on endpoint itself
+//	                                                (worker "pod-7#dp1"; not with dp_ranks)
 //	    "topic": "", "bind": false,                 bind: the engine connects to us
 //	    "media": ["", "GPU"],                       only these media ("*": all; default:
 //	                                                every medium with a tier)
@@ -227,6 +229,37 @@
 // is missing, does not parse or lists an invalid engine fails New; /readyz waits for
 // every source's first list. Engines added at runtime are not in a snapshot's plan:
 // after a restart they sync from scratch once they are added again.
+//
+// # Mooncake indexer API
+//
+// kvcache-ai/Mooncake's indexer RFC (#1403; Mooncake Conductor's and NVIDIA Dynamo's
+// standalone indexer's API), beside /v1/match (mooncake.go has the details):
+//
+//	POST /register       {"endpoint", "replay_endpoint", "type": "vLLM" | "SGLang",
+//	                     "modelname", "lora_name", "tenant_id", "instance_id" (string or
+//	                     number), "block_size", "dp_rank", "additionalsalt"}: one rank of
+//	                     an instance becomes an engine (source "mooncake", worker
+//	                     "<instance_id>#dp<rank>", model "modelname" or, with a salt S,
+//	                     "modelname@S")
+//	   200 {"status": "registered successfully", "instance_id": ...}
+//	POST /unregister     {"instance_id", "tenant_id", "dp_rank"}: that rank, or every
+//	                     rank without dp_rank
+//	   200 {"status": "unregistered successfully", "removed_instances": ["inst|tenant|rank"]}
+//	POST /query          {"model", "token_ids", "block_size", "lora_name" | "lora_id",
+//	                     "cache_salt", "tenant_id", "instance_id", "medium"}
+//	POST /query_by_hash  the same with "block_hashes" (per-block content hashes, package
+//	                     hash's; "block_hash" too) instead of token_ids; "seq_hashes"
+//	                     (rolling hashes) are refused with a 400 saying what to send
+//	   200 {"default": {"vllm-prefill-node1": {"longest_matched": 256, "GPU": 128,
+//	        "CPU": 256, "DISK": 256, "DP": {"0": 128, "1": 256}}}}
+//
+// Counts are tokens (blocks times the model's block size). Every instance of the
+// model under the tenant is listed, 0 where nothing matched; an instance's ranks, from
+// /register or from an engine's dp_ranks, fold into one entry with each rank in "DP".
+// GPU, CPU and DISK are the leading tokens held on that medium or a faster one
+// (cumulative, as Dynamo reads the RFC). Errors are the HTTP API's: 400 bad_json,
+// bad_engine, bad_query, query_too_long; 404 unknown_engine; 409 engine_exists,
+// engine_source; 503 unavailable.
 //
 // # gRPC API
 //

@@ -65,6 +65,15 @@ type fleet struct {
 	models   map[string]*model
 	// approx maps each worker without events to its model.
 	approx map[string]*model
+	// ranks maps every worker to its instance and rank (mooncake.go).
+	ranks map[string]rankOf
+}
+
+// rankOf is a worker's place in its instance: the Mooncake API folds an instance's
+// data-parallel ranks into one answer.
+type rankOf struct {
+	instance, tenant string
+	rank             int
 }
 
 // fleet returns the engines as of now.
@@ -73,6 +82,7 @@ func (s *Server) fleet() *fleet { return s.fl.Load() }
 // engineEntry is one served engine (owned by engMu).
 type engineEntry struct {
 	source string
+	tenant string // the Mooncake API's tenant_id ("default" for every other source)
 	key    string
 	spec   EngineConfig // as given, its block size defaulted
 	pubs   []publisher
@@ -120,8 +130,14 @@ func (c EngineChanges) Empty() bool {
 	return len(c.Added)+len(c.Removed)+len(c.Replaced)+len(c.Rejected) == 0
 }
 
-// engineKey is an engine's key: its worker, else its endpoint.
-func engineKey(e EngineConfig) string { return cmp.Or(e.Worker, e.Endpoint) }
+// engineKey is an engine's key: its worker, else its endpoint; for one rank of an
+// instance (DPRank), that rank's worker id.
+func engineKey(e EngineConfig) string {
+	if e.DPRank != nil && e.Worker != "" {
+		return subscriber.WorkerID(e.Worker, *e.DPRank, true)
+	}
+	return cmp.Or(e.Worker, e.Endpoint)
+}
 
 // sameSpec reports whether two engine specs (block sizes defaulted) are the same
 // engine: equal JSON encodings, so a nil and an empty list agree.
@@ -168,6 +184,11 @@ func (s *Server) sortedEntries() []*engineEntry {
 // endpoint or block size), ErrEngineExists (its key is served with another spec or by
 // another source) or ErrServerState (after Shutdown).
 func (s *Server) AddEngine(e EngineConfig) (workers []string, added bool, err error) {
+	return s.addEngine(SourceAPI, defaultTenant, e)
+}
+
+// addEngine adds one engine of source (AddEngine, the Mooncake API's /register).
+func (s *Server) addEngine(source, tenant string, e EngineConfig) (workers []string, added bool, err error) {
 	e = s.normalize(e)
 	key := engineKey(e)
 	s.engMu.Lock()
@@ -176,25 +197,34 @@ func (s *Server) AddEngine(e EngineConfig) (workers []string, added bool, err er
 		return nil, false, ErrServerState
 	}
 	if en := s.entries[key]; en != nil {
-		if en.source == SourceAPI && sameSpec(en.spec, e) {
+		if en.source == source && en.tenant == tenant && sameSpec(en.spec, e) {
 			return en.workers(), false, nil
 		}
-		return nil, false, fmt.Errorf("%w: engine %q is served (source %s) with another spec; DELETE it first", ErrEngineExists, key, en.source)
+		return nil, false, fmt.Errorf("%w: engine %q is served (source %s) with another spec; remove it first", ErrEngineExists, key, en.source)
+	}
+	if source == SourceMooncake {
+		// An instance's ranks belong to one registration source and tenant.
+		for _, en := range s.entries {
+			if en.pubs[0].instance == e.Worker && (en.source != source || en.tenant != tenant) {
+				return nil, false, fmt.Errorf("%w: instance %q is served by %s (tenant %q)", ErrEngineExists, e.Worker, describeSource(en.source), en.tenant)
+			}
+		}
 	}
 	p := s.plannerExcept(nil)
 	pubs, err := p.engine(e, 0, fmt.Sprintf("engine %q", key))
 	if err != nil {
 		return nil, false, err
 	}
-	en, err := s.newEntry(SourceAPI, key, e, pubs, nil)
+	en, err := s.newEntry(source, key, e, pubs, nil)
 	if err != nil {
 		return nil, false, err
 	}
+	en.tenant = tenant
 	s.insertLocked(en)
 	s.publishLocked()
 	s.launchLocked(en)
-	s.noteChange(SourceAPI, "added", 1)
-	s.log.Info("engine added", "engine", key, "source", SourceAPI, "workers", len(en.pubs))
+	s.noteChange(source, "added", 1)
+	s.log.Info("engine added", "engine", key, "source", source, "workers", len(en.pubs))
 	return en.workers(), true, nil
 }
 
@@ -407,7 +437,7 @@ func (s *Server) plannerExcept(skip map[string]*engineEntry) *planner {
 // newEntry builds an engine's subscribers (not yet running) against the server's
 // index. resume gives workers their checkpoints (Options.Resume, at New).
 func (s *Server) newEntry(source, key string, spec EngineConfig, pubs []publisher, resume map[string]subscriber.Checkpoint) (*engineEntry, error) {
-	en := &engineEntry{source: source, key: key, spec: spec, pubs: pubs}
+	en := &engineEntry{source: source, tenant: defaultTenant, key: key, spec: spec, pubs: pubs}
 	for _, p := range pubs {
 		if p.approx {
 			continue
@@ -494,7 +524,8 @@ func (s *Server) launchLocked(en *engineEntry) {
 // query windows outlive the fleets; a model no engine serves any more (and not in
 // Config.Models) leaves with its window.
 func (s *Server) publishLocked() {
-	f := &fleet{byWorker: map[string]*subscriber.Subscriber{}, models: map[string]*model{}, approx: map[string]*model{}}
+	f := &fleet{byWorker: map[string]*subscriber.Subscriber{}, models: map[string]*model{}, approx: map[string]*model{},
+		ranks: map[string]rankOf{}}
 	modelOf := func(name string, bs int) *model {
 		m := f.models[name]
 		if m == nil {
@@ -511,6 +542,7 @@ func (s *Server) publishLocked() {
 	for _, en := range s.sortedEntries() {
 		runs := en.runs
 		for _, p := range en.pubs {
+			f.ranks[p.cfg.Worker] = rankOf{instance: p.instance, tenant: en.tenant, rank: p.cfg.DPRank}
 			m := modelOf(p.cfg.Model, p.cfg.BlockSize)
 			if p.approx {
 				m.approx = append(m.approx, p.cfg.Worker)
