@@ -183,7 +183,7 @@ func (c TimedConfig) Check(w *Workload) error {
 	case cerr != nil:
 		return fmt.Errorf("%w: %w", ErrConfig, cerr)
 	case c.Capacity < seq:
-		return fmt.Errorf("%w: capacity %d blocks per worker is smaller than the longest request with its output (%d blocks of %d tokens)",
+		return fmt.Errorf("%w: capacity %d blocks per worker cannot hold the longest request with its output (%d blocks of %d tokens)",
 			ErrConfig, c.Capacity, seq, w.BlockSize)
 	}
 	return nil
@@ -297,7 +297,7 @@ func (f *fleet) policy() route.Policy {
 func (f *fleet) build() error {
 	cfg := f.cfg
 	f.pol = f.policy()
-	f.d = &driver{delay: cfg.EventDelay, drop: !f.rt.events(), obs: cfg.Observer, st: &f.res.Index}
+	f.d = &driver{delay: cfg.EventDelay, drop: !f.rt.events(), obs: cfg.Observer, st: &f.res.Index, batch: true}
 	epoch := time.Unix(0, 0)
 	clock := func() time.Time { return epoch.Add(f.now) }
 	ecfg := cfg.Engine
@@ -711,7 +711,7 @@ func (f *fleet) finish() error {
 		}
 		f.d.spent += time.Since(t)
 		st := e.Stats()
-		res.Index.Events = st.Events
+		res.Index.Events = st.Events + uint64(f.d.merged)
 		res.Index.Memberships = st.Blocks
 	}
 	res.Index.EngineSeconds = f.d.spent.Seconds()

@@ -130,8 +130,10 @@ type TimedResult struct {
 	// Loads is the number of requests, and LoadTokens the prompt tokens, each worker
 	// served.
 	Loads, LoadTokens []int64
-	// Index describes the exact index's side of the run (zero for policies that read
-	// no events), prediction indexes' calls included in its EngineSeconds.
+	// Index describes the side of the indexes the policy queries: the exact index fed
+	// by events, and the replicas' own prediction indexes (their calls in
+	// EngineSeconds, their queries counted when there is no exact index); zero for the
+	// policies that query none (approximate-lru, the baselines).
 	Index IndexStats
 	// Seconds is the wall time of the run.
 	Seconds float64

@@ -30,12 +30,15 @@ import (
 // show these lines.
 func init() {
 	register("sim", command{
-		summary:  "simulate a routed vLLM fleet: hit rate per routing policy and index throughput",
+		summary:  "simulate a routed vLLM fleet under load: TTFT, throughput and hit rate per routing policy",
 		synopsis: "[flags]",
-		about: "Replays a workload (built in, or a Mooncake trace) against a simulated fleet of vLLM\n" +
-			"engines once per routing policy and reports prefix hit rates, load balance and the\n" +
-			"index's throughput, latency and memory. --sweep reruns every policy at several\n" +
-			"per-worker capacities and charts the hit rates.",
+		about: "Replays a workload (built in, llm-d's shared-context shape, or a Mooncake trace) against a\n" +
+			"simulated fleet of vLLM engines (continuous batching, chunked prefill, decode,\n" +
+			"preemption, in simulated time) behind router replicas, once per routing policy, and\n" +
+			"reports time to first token, inter-token latency, throughput, goodput, KV use, queues\n" +
+			"and hit rates, and the index's throughput, latency and memory. --sweep reruns every\n" +
+			"policy at several loads (or router counts, capacities, event delays) and charts p90\n" +
+			"TTFT and throughput. --zero-time runs the zero-time model (hit rates only).",
 		run: runSim,
 	})
 	register("gen-ops", command{

@@ -98,6 +98,9 @@ var sharedFlagExceptions = map[string]string{
 	// sim's built-in workload is generated at 64-token blocks; serve's engines default
 	// to vLLM's 16 when their spec names none.
 	"block-size": "sim/gen-ops default to the workload's 64, serve to vLLM's 16",
+	// sim's engines are sized from a named model and GPU; gen-ops keeps the capacity its
+	// op logs (and the conformance logs) were made with.
+	"capacity": "sim: 4,802 blocks (Qwen3-32B on 2 x H100); gen-ops: 4,096",
 	// sim routes simulated requests; serve names the default answer of /v1/match. The
 	// two sets of policies differ.
 	"policy": "gen-ops: a simulated router's policy; serve: /v1/match's default policy",

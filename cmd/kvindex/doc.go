@@ -1,7 +1,7 @@
 // Command kvindex runs the kvindex index outside a program: it simulates a fleet, replays
 // and benchmarks op logs, and serves the index to routers over HTTP and gRPC.
 //
-//	kvindex sim       simulate a routed vLLM fleet: hit rate per routing policy and index throughput
+//	kvindex sim       simulate a routed vLLM fleet under load: TTFT, throughput and hit rate per routing policy
 //	kvindex gen-ops   write the simulated fleet's event stream as an op log (input of replay and bench)
 //	kvindex replay    apply an op log and check every query's expected answer
 //	kvindex bench     measure the engine against its baselines (and, with --peers, SMG's indexes) on an op log

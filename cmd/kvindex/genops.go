@@ -16,7 +16,8 @@ const genOpsRequests = 5000
 func runGenOps(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("gen-ops", stderr)
 	var f simFlags
-	f.register(fs, fmt.Sprintf("requests to simulate (0 = %d for the built-in workload, every line of a trace)", genOpsRequests))
+	f.register(fs, fmt.Sprintf("requests to simulate (0 = %d for the built-in workload, every line of a trace)", genOpsRequests),
+		sim.DefaultCapacity, "KV cache blocks per worker")
 	out := fs.String("out", "", "op log to write ('-' for stdout); required")
 	every := fs.Int("expect-every", 0, "give every Nth query its exact answer (expect/sizes from the reference model); 0 = none")
 	policy := fs.String("policy", "kv-aware", "routing policy: kv-aware, random, round-robin or least-loaded")

@@ -36,6 +36,9 @@ type simFlags struct {
 	seed                                   uint64
 	trace                                  string
 	set                                    map[string]bool
+	// the workload: built-in, or llm-d's shared-context shape
+	kind                                    string
+	groups, groupTokens, users, queryTokens int
 	// timing flags (sim only; gen-ops delivers every event at once)
 	timed                     bool
 	eventDelay, predictionTTL time.Duration
@@ -51,22 +54,28 @@ type simFlags struct {
 func (f *simFlags) registerTiming(fs *flag.FlagSet) {
 	f.timed = true
 	fs.DurationVar(&f.eventDelay, "event-delay", sim.DefaultEventDelay, "simulated time from serving a request to its events reaching the index (0: at once)")
-	fs.Float64Var(&f.rate, "rate", sim.DefaultRate, "built-in workload: arrivals per simulated second (a trace has its own timestamps)")
+	fs.Float64Var(&f.rate, "rate", 0, fmt.Sprintf("built-in and shared-context workloads: arrivals per simulated second (0 = %d built-in, %d shared-context, Poisson; %d with --zero-time, evenly spaced; a trace has its own timestamps)",
+		sim.DefaultTimedRate, sim.DefaultSharedRate, sim.DefaultRate))
 	fs.DurationVar(&f.predictionTTL, "prediction-ttl", 0, "lifetime of kv-aware-predict's and approximate's predictions (default: the event delay + 2s, and 2m)")
 	fs.Float64Var(&f.hostLoadCost, "host-load-cost", sim.DefaultHostLoadCost, "with a host tier: loading a block from host, as a fraction of recomputing it (an assumption; (0, 1])")
 }
 
-func (f *simFlags) register(fs *flag.FlagSet, requestsHelp string) {
+func (f *simFlags) register(fs *flag.FlagSet, requestsHelp string, capacity int, capacityHelp string) {
 	fs.IntVar(&f.workers, "workers", sim.DefaultWorkers, "mock vLLM engines (1.."+strconv.Itoa(sim.MaxWorkers)+")")
-	fs.IntVar(&f.capacity, "capacity", sim.DefaultCapacity, "KV cache blocks per worker")
+	fs.IntVar(&f.capacity, "capacity", capacity, capacityHelp)
 	fs.IntVar(&f.blockSize, "block-size", sim.DefaultBlockSize, "tokens per KV block")
 	fs.IntVar(&f.requests, "requests", 0, requestsHelp)
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the built-in workload, the random policy and the engine hashes")
 	fs.IntVar(&f.shards, "shards", 0, shardsHelp)
 	fs.IntVar(&f.jump, "jump", 0, jumpHelp)
-	fs.IntVar(&f.chunk, "chunk", sim.DefaultChunkTokens, "prefill chunk in tokens (one stored event per chunk)")
+	fs.IntVar(&f.chunk, "chunk", sim.DefaultChunkTokens, "tokens per engine step (vLLM's max_num_batched_tokens: the prefill chunk; one stored event per chunk)")
 	fs.IntVar(&f.sessions, "sessions", sim.DefaultSessions, "built-in workload: live conversations")
 	fs.StringVar(&f.trace, "trace", "", "Mooncake FAST'25 trace (JSONL) instead of the built-in workload")
+	fs.StringVar(&f.kind, "workload", "built-in", "built-in (multi-turn conversations) or shared-context (llm-d's benchmark shape: --groups customers' contexts shared by --users each)")
+	fs.IntVar(&f.groups, "groups", 150, "shared-context: customers, each with a context of its own")
+	fs.IntVar(&f.groupTokens, "group-tokens", 6000, "shared-context: tokens of a customer's context")
+	fs.IntVar(&f.users, "users", 5, "shared-context: users per customer, each asking its own query")
+	fs.IntVar(&f.queryTokens, "query-tokens", 1200, "shared-context: tokens of a user's query")
 	fs.IntVar(&f.hostCapacity, "host-capacity", 0, "host-memory tier blocks per worker (0 = none): device evictions are offloaded there and loaded back on a hit")
 	fs.StringVar(&f.tierWeights, "tier-weights", "1,0.75,0.25", "kv-weighted's weights of a device, host and disk block, as D,H,DISK in [0, 1]")
 }
@@ -117,9 +126,23 @@ func (f *simFlags) validate(fs *flag.FlagSet) error {
 		return usageErr("--sessions %d: want >= 1", f.sessions)
 	case f.trace != "" && f.set["sessions"]:
 		return usageErr("--sessions applies to the built-in workload, not to --trace")
+	case f.kind != "built-in" && f.kind != "shared-context":
+		return usageErr("--workload %q: want built-in or shared-context", f.kind)
+	case f.trace != "" && f.set["workload"]:
+		return usageErr("--workload and --trace: give one")
+	case f.kind == "shared-context" && f.set["sessions"]:
+		return usageErr("--sessions applies to the built-in workload, not to shared-context")
+	case f.kind != "shared-context" && (f.set["groups"] || f.set["group-tokens"] || f.set["users"] || f.set["query-tokens"]):
+		return usageErr("--groups, --group-tokens, --users and --query-tokens apply to --workload shared-context")
+	case f.groups < 1 || f.users < 1 || int64(f.groups)*int64(f.users) > sim.MaxSharedPrompts:
+		return usageErr("--groups %d x --users %d: want at least 1 x 1 and at most %d prompts", f.groups, f.users, sim.MaxSharedPrompts)
+	case f.groupTokens < 0 || f.groupTokens > sim.MaxSharedTokens:
+		return usageErr("--group-tokens %d: want 0..%d", f.groupTokens, sim.MaxSharedTokens)
+	case f.queryTokens < 1 || f.queryTokens > sim.MaxSharedTokens:
+		return usageErr("--query-tokens %d: want 1..%d", f.queryTokens, sim.MaxSharedTokens)
 	case f.eventDelay < 0 || f.eventDelay > time.Hour:
 		return usageErr("--event-delay %v: want 0..1h", f.eventDelay)
-	case f.timed && !(f.rate > 0 && f.rate <= 1e9):
+	case f.timed && !(f.rate >= 0 && f.rate <= 1e9) || f.set["rate"] && f.rate == 0:
 		return usageErr("--rate %g: want (0, 1e9] arrivals per second", f.rate)
 	case f.predictionTTL < 0 || f.predictionTTL > engine.MaxPredictionTTL:
 		return usageErr("--prediction-ttl %v: want 0..%v", f.predictionTTL, engine.MaxPredictionTTL)
@@ -149,6 +172,14 @@ type workloadInfo struct {
 }
 
 func (f *simFlags) workload(defRequests int) (*sim.Workload, workloadInfo, error) {
+	if f.trace == "" && f.kind == "shared-context" {
+		w, err := sim.SharedContext(sim.SharedContextConfig{Seed: f.seed, Requests: f.requests, BlockSize: f.blockSize,
+			Groups: f.groups, GroupTokens: f.groupTokens, UsersPerGroup: f.users, QueryTokens: f.queryTokens})
+		if err != nil {
+			return nil, workloadInfo{}, err
+		}
+		return w, describeWorkload(w, "shared-context", ""), nil
+	}
 	if f.trace == "" {
 		n := f.requests
 		if n == 0 {
@@ -322,7 +353,7 @@ func parsePolicies(s string) ([]sim.Policy, error) {
 	for _, name := range strings.Split(s, ",") {
 		p, err := sim.ParsePolicy(strings.TrimSpace(name))
 		if err != nil {
-			return nil, usageErr("--policies: unknown policy %q (want a comma-separated list of kv-aware, random, round-robin, least-loaded, kv-aware-predict, approximate)", name)
+			return nil, usageErr("--policies: unknown policy %q with --zero-time (want a comma-separated list of kv-aware, kv-aware-predict, approximate, random, round-robin, least-loaded, kv-weighted, kv-any-tier)", name)
 		}
 		if !seen[p] {
 			seen[p] = true
@@ -396,18 +427,33 @@ var chartFormats = map[string]bool{".svg": true, ".png": true, ".pdf": true}
 func runSim(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("sim", stderr)
 	var f simFlags
-	f.register(fs, fmt.Sprintf("requests to simulate (0 = %d for the built-in workload, every line of a trace)", sim.DefaultRequests))
+	f.register(fs, fmt.Sprintf("requests to simulate (0 = %d for the built-in workload, %d for shared-context, every line of a trace)", sim.DefaultRequests, sim.DefaultSharedRequests),
+		sim.DefaultTimedCapacity, "KV cache blocks per worker (default: 307,328 tokens, one Qwen3-32B engine on 2 x H100 80GB, at 64 tokens a block)")
 	f.registerTiming(fs)
-	policies := fs.String("policies", "kv-aware,kv-aware-predict,approximate,random,round-robin,least-loaded", "comma-separated routing policies to compare")
+	var tf timedFlags
+	tf.register(fs)
+	policies := fs.String("policies", "", "comma-separated routing policies to compare (default: every one; with --zero-time "+zeroTimePolicies+")")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the tables")
 	forceProgress := fs.Bool("progress", false, "show a progress bar on stderr even when it is not a terminal")
-	sweep := fs.String("sweep", "", "capacity=A,B,C, event-delay=D1,D2,D3 or host-capacity=H1,H2,H3: rerun every policy at each point and chart the hit rates (host-capacity: the prefill work; policies default to "+tierPolicies+")")
+	sweep := fs.String("sweep", "", "rerun every policy at each point and chart the outcomes: speedup=X1,X2,..., routers=N1,N2,..., capacity=A,B,... or event-delay=D1,D2,...; with --zero-time capacity=, event-delay= or host-capacity=H1,H2,... (hit rates; host-capacity: the prefill work, policies default to "+tierPolicies+")")
 	chart := fs.String("chart", "sweep.svg", "with --sweep: chart file (.svg, .png or .pdf)")
 	if code, ok := parseFlags(fs, args, stdout); !ok {
 		return code
 	}
 	err := func() error {
 		if err := f.validate(fs); err != nil {
+			return err
+		}
+		if *sweep == "" && f.set["chart"] {
+			return usageErr("--chart needs --sweep")
+		}
+		if *sweep != "" && !chartFormats[strings.ToLower(filepath.Ext(*chart))] {
+			return usageErr("--chart %q: want a .svg, .png or .pdf file", *chart)
+		}
+		if !tf.zeroTime {
+			return runTimed(stdout, stderr, &f, &tf, *policies, *sweep, *chart, *asJSON, *forceProgress)
+		}
+		if err := tf.checkZeroTime(f.set); err != nil {
 			return err
 		}
 		var sp sweepSpec
@@ -419,14 +465,12 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 			if sp.hosts != nil && f.set["host-capacity"] {
 				return usageErr("--host-capacity and --sweep host-capacity=...: give one")
 			}
-			if !chartFormats[strings.ToLower(filepath.Ext(*chart))] {
-				return usageErr("--chart %q: want a .svg, .png or .pdf file", *chart)
-			}
-		} else if f.set["chart"] {
-			return usageErr("--chart needs --sweep")
 		}
-		if sp.hosts != nil && !f.set["policies"] {
-			*policies = tierPolicies
+		if *policies == "" {
+			*policies = zeroTimePolicies
+			if sp.hosts != nil {
+				*policies = tierPolicies
+			}
 		}
 		pols, err := parsePolicies(*policies)
 		if err != nil {
@@ -459,6 +503,9 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	}()
 	return exitCode(stderr, "sim", err)
 }
+
+// zeroTimePolicies are --zero-time's default policies.
+const zeroTimePolicies = "kv-aware,kv-aware-predict,approximate,random,round-robin,least-loaded"
 
 func simulate(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg sim.Config, pols []sim.Policy,
 	sp sweepSpec, chart string, asJSON, forceProgress bool) error {

@@ -29,6 +29,31 @@ func TestSimBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
+		{[]string{"--speedup", "0"}, "--speedup 0"},
+		{[]string{"--speedup", "1e9"}, "--speedup 1e+09"},
+		{[]string{"--routers", "0"}, "--routers 0"},
+		{[]string{"--router-affinity", "sticky"}, `--router-affinity "sticky"`},
+		{[]string{"--overlap-weight", "-1"}, "--overlap-weight -1"},
+		{[]string{"--prefix-weight", "-1"}, "--prefix-weight -1"},
+		{[]string{"--prefix-weight", "0", "--kv-weight", "0", "--queue-weight", "0"}, "all 0"},
+		{[]string{"--slo-ttft", "-1s"}, "--slo-ttft -1s"},
+		{[]string{"--output-length", "-1"}, "--output-length -1"},
+		{[]string{"--max-num-seqs", "0"}, "--max-num-seqs 0"},
+		{[]string{"--metrics-interval", "0"}, "--metrics-interval 0s"},
+		{[]string{"--jobs", "-1"}, "--jobs -1"},
+		{[]string{"--host-capacity", "600"}, "host tiers are simulated by --zero-time only"},
+		{[]string{"--tier-weights", "1,0.5,0"}, "host tiers are simulated by --zero-time only"},
+		{[]string{"--zero-time", "--routers", "2"}, "--routers applies to the simulation under time"},
+		{[]string{"--zero-time", "--speedup", "2"}, "--speedup applies to the simulation under time"},
+		{[]string{"--workload", "agents"}, `--workload "agents"`},
+		{[]string{"--groups", "3"}, "apply to --workload shared-context"},
+		{[]string{"--workload", "shared-context", "--groups", "0"}, "--groups 0"},
+		{[]string{"--workload", "shared-context", "--query-tokens", "0"}, "--query-tokens 0"},
+		{[]string{"--workload", "shared-context", "--sessions", "3"}, "--sessions applies to the built-in workload"},
+		{[]string{"--workload", "shared-context", "--trace", "x.jsonl"}, "--workload and --trace: give one"},
+		{[]string{"--sweep", "speedup=0,1"}, `speedup "0"`},
+		{[]string{"--sweep", "routers=1,0"}, `routers "0"`},
+		{[]string{"--sweep", "host-capacity=0,600"}, "host-capacity needs --zero-time"},
 		{[]string{"--workers", "0"}, "--workers 0"},
 		{[]string{"--workers", "99999"}, "--workers 99999"},
 		{[]string{"--capacity", "0"}, "--capacity 0"},
@@ -46,7 +71,10 @@ func TestSimBadFlags(t *testing.T) {
 		{[]string{"--sessions", "0"}, "--sessions 0"},
 		{[]string{"--trace", "x.jsonl", "--sessions", "3"}, "--sessions applies to the built-in workload"},
 		{[]string{"--policies", "kv-aware,fastest"}, `unknown policy "fastest"`},
-		{[]string{"--sweep", "workers=1,2"}, "want capacity=A,B,C, event-delay=D1,D2,D3 or host-capacity"},
+		{[]string{"--policies", "kv-weighted"}, `unknown policy "kv-weighted"`},
+		{[]string{"--zero-time", "--policies", "kv-aware-scorer"}, `unknown policy "kv-aware-scorer" with --zero-time`},
+		{[]string{"--sweep", "workers=1,2"}, "want speedup=X1,X2,..., routers="},
+		{[]string{"--zero-time", "--sweep", "workers=1,2"}, "want capacity=A,B,C, event-delay=D1,D2,D3 or host-capacity"},
 		{[]string{"--host-capacity", "-1"}, "--host-capacity -1"},
 		{[]string{"--host-capacity", "99999999"}, "--host-capacity 99999999"},
 		{[]string{"--workers", "4096", "--capacity", "8192", "--host-capacity", "16384"}, "more than 67108864 blocks in all"},
@@ -57,12 +85,12 @@ func TestSimBadFlags(t *testing.T) {
 		{[]string{"--tier-weights", "1,x,0"}, `"x" is not a number`},
 		{[]string{"--tier-weights", "1,1.5,0"}, "weight of tier host"},
 		{[]string{"--tier-weights", "0,0,0"}, "all zero"},
-		{[]string{"--sweep", "host-capacity=0,-4"}, `host capacity "-4"`},
-		{[]string{"--sweep", "host-capacity=0,99999999"}, `host capacity "99999999"`},
-		{[]string{"--sweep", "host-capacity=0,600", "--host-capacity", "5"}, "give one"},
-		{[]string{"--sweep", "host-capacity=0,16384", "--workers", "4096", "--capacity", "8192"}, "more than 67108864 blocks in all"},
-		{[]string{"--sweep", "capacity=600,8192", "--workers", "4096", "--host-capacity", "10000"}, "capacity 8192 + --host-capacity 10000"},
-		{[]string{"--sweep", "event-delay=0,-5ms"}, `event delay "-5ms"`},
+		{[]string{"--zero-time", "--sweep", "host-capacity=0,-4"}, `host capacity "-4"`},
+		{[]string{"--zero-time", "--sweep", "host-capacity=0,99999999"}, `host capacity "99999999"`},
+		{[]string{"--zero-time", "--sweep", "host-capacity=0,600", "--host-capacity", "5"}, "give one"},
+		{[]string{"--zero-time", "--sweep", "host-capacity=0,16384", "--workers", "4096", "--capacity", "8192"}, "more than 67108864 blocks in all"},
+		{[]string{"--zero-time", "--sweep", "capacity=600,8192", "--workers", "4096", "--host-capacity", "10000"}, "capacity 8192 + --host-capacity 10000"},
+		{[]string{"--zero-time", "--sweep", "event-delay=0,-5ms"}, `event delay "-5ms"`},
 		{[]string{"--event-delay", "-1s"}, "--event-delay"},
 		{[]string{"--rate", "0"}, "--rate"},
 		{[]string{"--sweep", "capacity=600"}, "at least two points"},
@@ -113,8 +141,8 @@ func TestSimHelp(t *testing.T) {
 	}
 }
 
-func TestSimJSON(t *testing.T) {
-	code, out, errs := runCLI(t, append([]string{"sim", "--json"}, quickSim...)...)
+func TestSimZeroTimeJSON(t *testing.T) {
+	code, out, errs := runCLI(t, append([]string{"sim", "--zero-time", "--json"}, quickSim...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -189,8 +217,8 @@ func TestSimJSON(t *testing.T) {
 	}
 }
 
-func TestSimTable(t *testing.T) {
-	code, out, errs := runCLI(t, append([]string{"sim", "--policies", "kv-aware,random"}, quickSim...)...)
+func TestSimZeroTimeTable(t *testing.T) {
+	code, out, errs := runCLI(t, append([]string{"sim", "--zero-time", "--policies", "kv-aware,random"}, quickSim...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -215,11 +243,11 @@ func TestSimProgress(t *testing.T) {
 	}
 }
 
-func TestSimSweep(t *testing.T) {
+func TestSimZeroTimeSweep(t *testing.T) {
 	dir := t.TempDir()
 	for _, ext := range []string{".svg", ".png"} {
 		chart := filepath.Join(dir, "sweep"+ext)
-		code, out, errs := runCLI(t, append([]string{"sim", "--sweep", "capacity=600, 1200", "--chart", chart, "--policies", "kv-aware,least-loaded"}, quickSim...)...)
+		code, out, errs := runCLI(t, append([]string{"sim", "--zero-time", "--sweep", "capacity=600, 1200", "--chart", chart, "--policies", "kv-aware,least-loaded"}, quickSim...)...)
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, errs)
 		}
@@ -237,7 +265,7 @@ func TestSimSweep(t *testing.T) {
 			t.Fatalf("%s is not a chart: %q", chart, b[:min(len(b), 64)])
 		}
 	}
-	code, out, errs := runCLI(t, append([]string{"sim", "--json", "--sweep", "capacity=600,900", "--chart", filepath.Join(dir, "s.svg")}, quickSim...)...)
+	code, out, errs := runCLI(t, append([]string{"sim", "--zero-time", "--json", "--sweep", "capacity=600,900", "--chart", filepath.Join(dir, "s.svg")}, quickSim...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -326,7 +354,7 @@ func TestSimTrace(t *testing.T) {
 
 func TestSimEventDelaySweep(t *testing.T) {
 	chart := filepath.Join(t.TempDir(), "delay.svg")
-	code, out, errs := runCLI(t, append([]string{"sim", "--sweep", "event-delay=0,50ms,2s", "--chart", chart,
+	code, out, errs := runCLI(t, append([]string{"sim", "--zero-time", "--sweep", "event-delay=0,50ms,2s", "--chart", chart,
 		"--policies", "kv-aware,kv-aware-predict,approximate"}, quickSim...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
@@ -346,7 +374,7 @@ func TestSimEventDelaySweep(t *testing.T) {
 // plain run with a host tier, whose table and JSON carry the host's columns.
 func TestSimHostTierSweep(t *testing.T) {
 	chart := filepath.Join(t.TempDir(), "tiers.svg")
-	code, out, errs := runCLI(t, append([]string{"sim", "--sweep", "host-capacity=0,300,1200", "--chart", chart}, quickSim...)...)
+	code, out, errs := runCLI(t, append([]string{"sim", "--zero-time", "--sweep", "host-capacity=0,300,1200", "--chart", chart}, quickSim...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -363,7 +391,7 @@ func TestSimHostTierSweep(t *testing.T) {
 		t.Fatalf("chart: %v", err)
 	}
 
-	code, out, errs = runCLI(t, append([]string{"sim", "--json", "--sweep", "host-capacity=0,1200", "--chart", chart, "--policies", "kv-aware,kv-weighted"}, quickSim...)...)
+	code, out, errs = runCLI(t, append([]string{"sim", "--zero-time", "--json", "--sweep", "host-capacity=0,1200", "--chart", chart, "--policies", "kv-aware,kv-weighted"}, quickSim...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -397,7 +425,7 @@ func TestSimHostTierSweep(t *testing.T) {
 		}
 	}
 
-	code, out, errs = runCLI(t, append([]string{"sim", "--host-capacity", "600", "--host-load-cost", "0.5", "--tier-weights", "1,0.5,0", "--policies", "kv-aware,kv-weighted"}, quickSim...)...)
+	code, out, errs = runCLI(t, append([]string{"sim", "--zero-time", "--host-capacity", "600", "--host-load-cost", "0.5", "--tier-weights", "1,0.5,0", "--policies", "kv-aware,kv-weighted"}, quickSim...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -411,7 +439,7 @@ func TestSimHostTierSweep(t *testing.T) {
 // TestSimWithoutHostTierUnchanged: without --host-capacity, the JSON has none of the
 // tier fields, and gen-ops writes no medium (the output is what it was before tiers).
 func TestSimWithoutHostTierUnchanged(t *testing.T) {
-	code, out, errs := runCLI(t, append([]string{"sim", "--json", "--policies", "kv-aware"}, quickSim...)...)
+	code, out, errs := runCLI(t, append([]string{"sim", "--zero-time", "--json", "--policies", "kv-aware"}, quickSim...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -443,5 +471,195 @@ func TestGenOpsHostTierReplays(t *testing.T) {
 	code, out, errs = runCLI(t, "replay", "--ops", path)
 	if code != 0 || !strings.Contains(out, "100 passed, 0 failed") {
 		t.Fatalf("replay: exit %d\n%s%s", code, out, errs)
+	}
+}
+
+// timedPolicy is the part of a timed --json policy the tests read; every field the
+// JSON must carry is a pointer, so that a missing one fails.
+type timedPolicy struct {
+	Name         string   `json:"name"`
+	Routers      *int     `json:"routers"`
+	BlockHitRate *float64 `json:"block_hit_rate"`
+	TokenHitRate *float64 `json:"token_hit_rate"`
+	TTFTp50      *float64 `json:"ttft_p50_s"`
+	TTFTp90      *float64 `json:"ttft_p90_s"`
+	TTFTp99      *float64 `json:"ttft_p99_s"`
+	ITLp50       *float64 `json:"itl_p50_s"`
+	ITLp90       *float64 `json:"itl_p90_s"`
+	E2Ep90       *float64 `json:"e2e_p90_s"`
+	OutTokPerS   *float64 `json:"output_tok_per_s"`
+	Goodput      *float64 `json:"goodput"`
+	Preemptions  *int64   `json:"preemptions"`
+	KVUtilMean   *float64 `json:"kv_util_mean"`
+	KVUtilP90    *float64 `json:"kv_util_p90"`
+	QueueMean    *float64 `json:"queue_mean"`
+	Index        *struct {
+		Queries int64 `json:"queries"`
+	} `json:"index"`
+}
+
+func (p timedPolicy) complete() bool {
+	return p.Routers != nil && p.BlockHitRate != nil && p.TokenHitRate != nil && p.TTFTp50 != nil && p.TTFTp90 != nil &&
+		p.TTFTp99 != nil && p.ITLp50 != nil && p.ITLp90 != nil && p.E2Ep90 != nil && p.OutTokPerS != nil && p.Goodput != nil &&
+		p.Preemptions != nil && p.KVUtilMean != nil && p.KVUtilP90 != nil && p.QueueMean != nil
+}
+
+// TestSimTimedJSON: the default model, every policy, each with the outcomes users
+// measure, ordered as they must be (p50 <= p90 <= p99), the references and the index.
+func TestSimTimedJSON(t *testing.T) {
+	code, out, errs := runCLI(t, append([]string{"sim", "--json", "--rate", "4"}, quickSim...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got struct {
+		Model      string `json:"model"`
+		References struct {
+			Infinite struct {
+				BlockHitRate float64 `json:"block_hit_rate"`
+			} `json:"infinite_cache"`
+			Pooled struct {
+				BlockHitRate *float64 `json:"block_hit_rate"`
+			} `json:"pooled_lru"`
+			Reuse struct {
+				Reusing *int     `json:"reusing_requests"`
+				GapP50  *float64 `json:"gap_p50_s"`
+			} `json:"reuse"`
+		} `json:"references"`
+		Policies []timedPolicy `json:"policies"`
+		Index    *struct {
+			Policy       string  `json:"policy"`
+			BlockOpsPerS float64 `json:"block_ops_per_s"`
+		} `json:"index"`
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	if err := dec.Decode(&got); err != nil || dec.More() {
+		t.Fatalf("%v in %s", err, out)
+	}
+	names := []string{"kv-aware", "kv-aware-predict", "approximate", "approximate-lru", "kv-aware-scorer", "kv-aware-predict-scorer",
+		"approximate-scorer", "approximate-lru-scorer", "load-only", "least-loaded", "round-robin", "random"}
+	if got.Model != "timed" || len(got.Policies) != len(names) || got.References.Pooled.BlockHitRate == nil ||
+		got.References.Reuse.Reusing == nil || got.References.Reuse.GapP50 == nil {
+		t.Fatalf("model, policies or references: %s", out)
+	}
+	for i, p := range got.Policies {
+		if p.Name != names[i] || !p.complete() {
+			t.Fatalf("policy %d: %+v in %s", i, p, out)
+		}
+		if *p.TTFTp50 > *p.TTFTp90 || *p.TTFTp90 > *p.TTFTp99 || *p.TTFTp50 <= 0 || *p.ITLp50 <= 0 || *p.OutTokPerS <= 0 ||
+			*p.KVUtilMean <= 0 || *p.KVUtilMean > 1 || *p.BlockHitRate > got.References.Infinite.BlockHitRate {
+			t.Errorf("%s: implausible outcomes %+v", p.Name, p)
+		}
+		// The policies that query an index (the exact one, or approximate's predictions)
+		// report its side; the others none.
+		reads := strings.HasPrefix(p.Name, "kv-aware") || p.Name == "approximate" || p.Name == "approximate-scorer"
+		if (p.Index != nil && p.Index.Queries > 0) != reads {
+			t.Errorf("%s: index %+v", p.Name, p.Index)
+		}
+	}
+	if got.Index == nil || got.Index.Policy != "kv-aware" || got.Index.BlockOpsPerS <= 0 {
+		t.Fatalf("index: %s", out)
+	}
+}
+
+func TestSimTimedTable(t *testing.T) {
+	code, out, errs := runCLI(t, append([]string{"sim", "--policies", "kv-aware,approximate-lru-scorer,random", "--routers", "2", "--router-affinity", "session"}, quickSim...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"workload  built-in conversations", "arrivals: Poisson, 16 requests/s", "reuse:", "2 routers (affinity: session)",
+		"reference infinite cache", "one LRU of the fleet's 2,400 blocks", "TTFT p50", "out tok/s", "goodput", "approximate-lru-scorer",
+		"index (the kv-aware run, simulated alone)", "find-matches     p50", "total "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "round-robin") {
+		t.Errorf("--policies ignored:\n%s", out)
+	}
+}
+
+// TestSimTimedSweep: a load sweep writes a two-panel chart (PNG and SVG) and a JSON
+// point per speedup; a routers sweep names its points by router count.
+func TestSimTimedSweep(t *testing.T) {
+	dir := t.TempDir()
+	for _, ext := range []string{".svg", ".png"} {
+		chart := filepath.Join(dir, "load"+ext)
+		code, out, errs := runCLI(t, append([]string{"sim", "--sweep", "speedup=0.25,1", "--chart", chart, "--policies", "kv-aware-scorer,random"}, quickSim...)...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		for _, want := range []string{"p90 TTFT / output tokens per second, by speedup", "0.25x", "1x", "chart written to " + chart, "times the swept speedup"} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("no %q in:\n%s", want, out)
+			}
+		}
+		b, err := os.ReadFile(chart)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ext == ".svg" && (!bytes.Contains(b[:min(len(b), 512)], []byte("<svg")) || !bytes.Contains(b, []byte("@font-face"))) ||
+			ext == ".png" && !bytes.HasPrefix(b, []byte("\x89PNG")) {
+			t.Fatalf("%s is not a chart: %q", chart, b[:min(len(b), 64)])
+		}
+	}
+	code, out, errs := runCLI(t, append([]string{"sim", "--json", "--sweep", "routers=1,3", "--chart", filepath.Join(dir, "r.png"), "--policies", "approximate"}, quickSim...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got struct {
+		Sweep []struct {
+			Param    string        `json:"param"`
+			Value    float64       `json:"value"`
+			Policies []timedPolicy `json:"policies"`
+		} `json:"sweep"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Sweep) != 2 || got.Sweep[1].Param != "routers" || got.Sweep[1].Value != 3 ||
+		len(got.Sweep[1].Policies) != 1 || !got.Sweep[1].Policies[0].complete() || *got.Sweep[1].Policies[0].Routers != 3 {
+		t.Fatalf("sweep JSON %v: %s", err, out)
+	}
+}
+
+// TestSimSharedContext runs llm-d's workload shape, small, and a measured profile.
+func TestSimSharedContext(t *testing.T) {
+	profile := filepath.Join(t.TempDir(), "profile.csv")
+	csv := "kind,x,y,seconds\nttft,100,0,0.02\nttft,2000,0,0.3\nttft,1100,1000,0.03\nttft,3000,1000,0.35\n" +
+		"itl,1,100,0.01\nitl,1,4000,0.012\nitl,64,100,0.015\nitl,64,4000,0.03\n"
+	if err := os.WriteFile(profile, []byte(csv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI(t, "sim", "--json", "--workload", "shared-context", "--groups", "12", "--users", "3", "--group-tokens", "1000",
+		"--query-tokens", "200", "--output-length", "50", "--requests", "300", "--workers", "4", "--capacity", "200",
+		"--policies", "kv-aware-scorer,load-only", "--profile", profile)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got struct {
+		Workload struct {
+			Source string `json:"source"`
+			Tokens int64  `json:"tokens"`
+		} `json:"workload"`
+		Cluster struct {
+			CostModel string  `json:"cost_model"`
+			Rate      float64 `json:"rate"`
+		} `json:"cluster"`
+		Policies []timedPolicy `json:"policies"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || got.Workload.Source != "shared-context" || got.Workload.Tokens != 300*1200 ||
+		got.Cluster.CostModel != "profile "+profile || got.Cluster.Rate != 10 || len(got.Policies) != 2 {
+		t.Fatalf("%v: %s", err, out)
+	}
+	// The exact scorer reuses the contexts; load-only scatters them.
+	if *got.Policies[0].BlockHitRate <= *got.Policies[1].BlockHitRate {
+		t.Errorf("kv-aware-scorer block hit %v not above load-only's %v", *got.Policies[0].BlockHitRate, *got.Policies[1].BlockHitRate)
+	}
+	if code, _, errs := runCLI(t, append([]string{"sim", "--profile", filepath.Join(t.TempDir(), "none.csv")}, quickSim...)...); code != 1 || !strings.Contains(errs, "none.csv") {
+		t.Fatalf("missing profile: exit %d, %q", code, errs)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.csv")
+	if err := os.WriteFile(bad, []byte("ttft,1,0,x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := runCLI(t, append([]string{"sim", "--profile", bad}, quickSim...)...); code != 1 || !strings.Contains(errs, "line 1") {
+		t.Fatalf("bad profile: exit %d, %q", code, errs)
 	}
 }
