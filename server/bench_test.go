@@ -17,9 +17,12 @@ import (
 
 // BenchmarkMatchHandler measures POST /v1/match in-process (no network): JSON decoding,
 // hashing (tokens form), find-matches and encoding, for a 400-block query against 4
-// workers that hold it in part.
+// workers that hold it in part (engines without events, their blocks stored directly).
 func BenchmarkMatchHandler(b *testing.B) {
-	cfg := server.Config{Listen: "127.0.0.1:0", MaxBodyBytes: 8 << 20, Engines: []server.EngineConfig{{Endpoint: "tcp://127.0.0.1:1", Model: "m", BlockSize: 16}}}
+	cfg := server.Config{Listen: "127.0.0.1:0", MaxBodyBytes: 8 << 20}
+	for w := range 4 {
+		cfg.Engines = append(cfg.Engines, server.EngineConfig{Worker: "w" + strconv.Itoa(w), Model: "m", BlockSize: 16})
+	}
 	s, err := server.New(cfg, server.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -67,7 +70,7 @@ func BenchmarkMatchHandler(b *testing.B) {
 				rec := httptest.NewRecorder()
 				req := httptest.NewRequest(http.MethodPost, "/v1/match", bytes.NewReader(tc.body))
 				h.ServeHTTP(rec, req)
-				if rec.Code != 200 {
+				if rec.Code != 200 || !bytes.Contains(rec.Body.Bytes(), []byte(`"worker":"w3"`)) {
 					b.Fatal(rec.Code, rec.Body.String())
 				}
 			}
