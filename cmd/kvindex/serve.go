@@ -62,6 +62,10 @@ func (e *engineFlags) Set(spec string) error {
 			c.DPRanks, err = strconv.Atoi(v)
 		case "dp_rank_start":
 			c.DPRankStart, err = strconv.Atoi(v)
+		case "dp_rank":
+			var r int
+			r, err = strconv.Atoi(v)
+			c.DPRank = &r
 		case "bind":
 			c.Bind, err = strconv.ParseBool(v)
 		case "media":
@@ -84,7 +88,7 @@ func (e *engineFlags) Set(spec string) error {
 		case "kv_group_kinds":
 			c.KVGroupKinds = strings.Split(v, "|")
 		default:
-			return fmt.Errorf("unknown key %q (want endpoint, replay, worker, model, block_size, dp_ranks, dp_rank_start, topic, bind, media, hash_seed, hash_algo, hash_sample, kv_groups, kv_group_kinds)", k)
+			return fmt.Errorf("unknown key %q (want endpoint, replay, worker, model, block_size, dp_ranks, dp_rank_start, dp_rank, topic, bind, media, hash_seed, hash_algo, hash_sample, kv_groups, kv_group_kinds)", k)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %v", k, err)

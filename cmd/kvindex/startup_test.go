@@ -99,3 +99,23 @@ func TestServeFinalSnapshotFails(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q; want 1 and the final snapshot's error", code, errOut.String())
 	}
 }
+
+// TestServeEngineDPRank: --engine dp_rank=R is one rank on its own endpoint (worker
+// ID#dpR); it needs a worker and excludes dp_ranks.
+func TestServeEngineDPRank(t *testing.T) {
+	var out, errOut syncBuffer
+	if code := serveMain(context.Background(), []string{"--engine", "endpoint=tcp://h:7,worker=p,dp_rank=3", "--check"}, &out, &errOut); code != 0 ||
+		!strings.Contains(out.String(), `"dp_rank": 3`) {
+		t.Fatalf("exit %d: %s %s", code, out.String(), errOut.String())
+	}
+	for _, tc := range []struct{ spec, want string }{
+		{"endpoint=tcp://h:7,worker=p,dp_rank=x", "dp_rank"},
+		{"endpoint=tcp://h:7,dp_rank=1", "dp_rank needs a worker"},
+		{"endpoint=tcp://h:7,worker=p,dp_rank=1,dp_ranks=2", "excludes dp_ranks"},
+	} {
+		var out, errOut syncBuffer
+		if code := serveMain(context.Background(), []string{"--engine", tc.spec, "--check"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("%s: exit %d, stderr %q; want 2 and %q", tc.spec, code, errOut.String(), tc.want)
+		}
+	}
+}
