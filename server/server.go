@@ -305,6 +305,7 @@ func (s *Server) Start() error {
 		return err
 	}
 	s.log.Info("serving", "addr", s.ln.Addr().String(), "engines", len(s.cfg.Engines), "workers", len(s.fleet().subs))
+	s.checkFDs()
 	return nil
 }
 

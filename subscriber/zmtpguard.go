@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -206,12 +207,24 @@ type guardListener struct {
 	g *guard
 }
 
+// Accept backs off on a failing accept (out of file descriptors: EMFILE, ENFILE) and
+// tries again, as net/http's Serve does, instead of returning the error: zmq4's accept
+// loop retries a failed Accept at once, forever, so one bound socket would spin a core
+// until descriptors came back, and a serve with 2,048 bound engines has as many loops.
+// A closed listener's error is returned.
 func (l *guardListener) Accept() (net.Conn, error) {
+	var backoff time.Duration
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
-			return nil, err
+			if errors.Is(err, net.ErrClosed) || !acceptRetryable(err) {
+				return nil, err
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			time.Sleep(backoff)
+			continue
 		}
+		backoff = 0
 		if l.g.live.Add(1) > l.g.maxConns {
 			l.g.live.Add(-1)
 			_ = c.Close()
@@ -221,6 +234,14 @@ func (l *guardListener) Accept() (net.Conn, error) {
 		}
 		return newGuardConn(c, l.g), nil
 	}
+}
+
+// acceptRetryable reports whether a failed Accept may succeed later: the process or
+// the system is out of file descriptors, or a connection was aborted before it was
+// accepted.
+func acceptRetryable(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
 }
 
 // guardConn is one guarded connection. Read is called by one zmq4 goroutine at a time
