@@ -79,3 +79,52 @@ func BenchmarkMatchHandler(b *testing.B) {
 }
 
 func hashBlocks(toks []uint32) ([]uint64, error) { return hash.Blocks(nil, toks, 16) }
+
+// BenchmarkSetEngines measures a discovery source's update against a fleet of 2,048
+// engines (the server built, not started: no subscriber runs): the whole list applied
+// from nothing, and one engine of it replaced (each update plans the source's engines
+// against every other one's and publishes a new fleet).
+func BenchmarkSetEngines(b *testing.B) {
+	const n = 2048
+	specs := make([]server.EngineConfig, n)
+	for i := range specs {
+		specs[i] = server.EngineConfig{Endpoint: "tcp://10.0." + strconv.Itoa(i/250) + "." + strconv.Itoa(i%250) + ":5557",
+			Worker: "pod-" + strconv.Itoa(i), Model: "m", BlockSize: 16}
+	}
+	newServer := func(b *testing.B) *server.Server {
+		s, err := server.New(server.Config{Listen: "127.0.0.1:0", Models: map[string]int{"m": 16}}, server.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = s.Shutdown(b.Context()) })
+		return s
+	}
+	b.Run("all-2048", func(b *testing.B) {
+		s := newServer(b)
+		b.ReportAllocs()
+		for b.Loop() {
+			if ch, err := s.SetEngines("bench", specs); err != nil || len(ch.Added) != n {
+				b.Fatal(err, len(ch.Added))
+			}
+			if _, err := s.SetEngines("bench", nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("one-of-2048", func(b *testing.B) {
+		s := newServer(b)
+		if _, err := s.SetEngines("bench", specs); err != nil {
+			b.Fatal(err)
+		}
+		changed := append([]server.EngineConfig(nil), specs...)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			changed[0].Topic = strconv.Itoa(i) // a new spec for pod-0
+			i++
+			if ch, err := s.SetEngines("bench", changed); err != nil || len(ch.Replaced) != 1 {
+				b.Fatal(err, ch.Replaced)
+			}
+		}
+	})
+}

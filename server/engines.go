@@ -32,6 +32,12 @@ import (
 // engine is removed, then added. Every other engine's subscriber keeps running: its
 // events keep applying and its answers do not change.
 //
+// A change costs O(engines served): it plans the source's engines against all the
+// others and builds a new fleet. Replacing one engine of 2,048 took 47-71 ms of wall
+// time and 4.2 MB on a loaded 2-core machine, applying 2,048 from nothing 110 ms
+// (go test -run '^$' -bench BenchmarkSetEngines ./server/): fine for discovery and
+// admin calls, not for a per-request path.
+//
 // Concurrency: engMu serialises every change, Start's launch of the subscribers and
 // Shutdown's end of changes; it owns entries, runCtx, closed and the per-model query
 // windows. Handlers never take it: they read the fleet, an immutable value a change
