@@ -12,23 +12,26 @@
 //
 // # What it owns
 //
-// The engine, the subscribers, the HTTP server (and, when configured, the gRPC server)
-// and a Prometheus registry. Nothing else
+// The engine, the subscribers, the HTTP server (and, when configured, the gRPC server),
+// the discovery goroutines (one per source) and a Prometheus registry. Nothing else
 // writes the engine: each worker's events come from its own subscriber goroutine, in
-// order.
+// order; removing an engine stops its subscriber before its workers leave the index.
 //
 // # Who may call it
 //
-// New (validates; builds but starts nothing), Start (listens, starts the subscribers
-// and the HTTP server), Shutdown (drains; idempotent; call it even after a failed
-// Start). Errors delivers fatal failures. All methods are safe for concurrent use.
+// New (validates, takes a discovery file's first list; starts nothing), Start (listens,
+// starts the subscribers, the discovery sources and the HTTP server), Shutdown (drains;
+// idempotent; call it even after a failed Start), AddEngine, RemoveEngine, SetEngines and
+// Reload (engines that change at runtime, below). Errors delivers fatal failures. All
+// methods are safe for concurrent use.
 //
 //	engines (vLLM/SGLang PUB + ROUTER) --zmq--> subscriber goroutines --Apply--> engine
 //	HTTP clients --> net/http goroutines --FindMatchesIn / Status / Stats--> (read only)
+//	admin API, SIGHUP, discovery --SetEngines--> (engMu) new fleet; subscribers start/stop
 //
-// Shutdown order: /readyz turns 503, the gRPC server and then the HTTP server stop
-// accepting and wait for in-flight calls (DrainTimeout, then they are cut), the
-// subscribers stop, the engine closes.
+// Shutdown order: /readyz turns 503 and engines stop changing, the gRPC server and then
+// the HTTP server stop accepting and wait for in-flight calls (DrainTimeout, then they
+// are cut), the discovery sources and the subscribers stop, the engine closes.
 //
 // # Configuration (JSON; unknown fields are errors; zero values take defaults)
 //
