@@ -65,10 +65,12 @@ type model struct {
 
 // Server is kvindex serve: one engine, one subscriber per engine rank, the HTTP API.
 //
-// Ownership: New builds everything; Start launches one goroutine per subscriber and one
-// HTTP serving goroutine; Shutdown stops the HTTP server (draining requests), then the
-// subscribers, then closes the engine. Handlers run on net/http's goroutines and only
-// read: the engine (safe for concurrent use), subscriber statuses (copied under their
+// Ownership: New builds everything; Start launches one goroutine per subscriber, one per
+// discovery source and one HTTP serving goroutine; an engine change (engines.go) starts
+// and stops subscribers under engMu; Shutdown stops the HTTP server (draining
+// requests), then the discovery sources and the subscribers, then closes the engine.
+// Handlers run on net/http's goroutines and only read: the engine (safe for concurrent
+// use), the fleet (immutable once published), subscriber statuses (copied under their
 // locks) and the server's atomics.
 type Server struct {
 	cfg     Config
