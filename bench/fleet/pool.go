@@ -39,6 +39,7 @@ type blockPool struct {
 	nodes      []poolNode
 	free       []int32
 	head, tail int32 // most and least recently used; -1 when empty
+	hits       []int32
 }
 
 func newBlockPool(capacity int) *blockPool {
@@ -77,19 +78,6 @@ func (p *blockPool) pushFront(i int32) {
 func (p *blockPool) has(h uint64) bool {
 	_, ok := p.idx[h]
 	return ok
-}
-
-// touch makes a cached block the most recent; false if h is not cached.
-func (p *blockPool) touch(h uint64) bool {
-	i, ok := p.idx[h]
-	if !ok {
-		return false
-	}
-	if p.head != i {
-		p.unlink(i)
-		p.pushFront(i)
-	}
-	return true
 }
 
 // insert caches h as the most recent block (the caller made room).
@@ -278,23 +266,36 @@ func (r *requester) next() *chain {
 // admit runs one request against the pool: it returns the position of the first block
 // to store (the blocks before it were hits) and appends the evicted hashes to evicted.
 func (p *blockPool) admit(c *chain, evicted []uint64) (first int, out []uint64) {
-	first = 0
-	for first < len(c.hashes) && p.has(c.hashes[first]) {
-		first++
+	hits := p.hits[:0] // the hits' nodes: one map lookup per block
+	for _, h := range c.hashes {
+		i, ok := p.idx[h]
+		if !ok {
+			break
+		}
+		hits = append(hits, i)
 	}
+	p.hits = hits
+	first = len(hits)
 	// Hits first, from the last to the first (a parent more recent than its children),
-	// so that eviction cannot take them; then room; then the new blocks, last first.
-	for i := first - 1; i >= 0; i-- {
-		p.touch(c.hashes[i])
-	}
+	// so that eviction cannot take them; then room; then the new blocks, last first;
+	// then the hits again, above the new blocks.
+	p.touchNodes(hits)
 	for p.len()+len(c.hashes)-first > p.capacity {
 		evicted = append(evicted, p.evict())
 	}
 	for i := len(c.hashes) - 1; i >= first; i-- {
 		p.insert(c.hashes[i])
 	}
-	for i := first - 1; i >= 0; i-- {
-		p.touch(c.hashes[i])
-	}
+	p.touchNodes(hits)
 	return first, evicted
+}
+
+// touchNodes makes nodes the most recent, the first of them last (most recent).
+func (p *blockPool) touchNodes(nodes []int32) {
+	for k := len(nodes) - 1; k >= 0; k-- {
+		if i := nodes[k]; p.head != i {
+			p.unlink(i)
+			p.pushFront(i)
+		}
+	}
 }
