@@ -102,7 +102,13 @@ type Config struct {
 	// PredictionTTL is the lifetime of a prediction made with ttl 0. Default 2s. Range
 	// up to MaxPredictionTTL.
 	PredictionTTL time.Duration
-	// Clock is the time predictions expire by. nil (kept nil by WithDefaults, so that
+	// NamespaceBytes bounds the namespace table: each interned namespace name is
+	// accounted its length plus 128 bytes, and a stored event that would intern past the
+	// bound is rejected with ErrInvalidEvent (a prediction past half of it), until a
+	// sweep drops the names no block and no live prediction uses (namespaces.go).
+	// Default 64 MiB. Range 1 KiB..MaxNamespaceBytes.
+	NamespaceBytes int64
+	// Clock is the time predictions expire by (and namespace sweeps are paced by). nil (kept nil by WithDefaults, so that
 	// Configs compare) means time.Now; tests inject theirs.
 	Clock func() time.Time
 }
@@ -143,6 +149,9 @@ func (c Config) withDefaults() Config {
 	if c.PredictionTTL == 0 {
 		c.PredictionTTL = 2 * time.Second
 	}
+	if c.NamespaceBytes == 0 {
+		c.NamespaceBytes = 64 << 20
+	}
 	return c
 }
 
@@ -171,6 +180,8 @@ func (c Config) validate() error {
 		return bad("PredictedBlocks = %d, want 1..%d", c.PredictedBlocks, MaxPredictedBlocks)
 	case c.PredictionTTL < 0 || c.PredictionTTL > MaxPredictionTTL:
 		return bad("PredictionTTL = %v, want 0..%v", c.PredictionTTL, MaxPredictionTTL)
+	case c.NamespaceBytes < 1<<10 || c.NamespaceBytes > MaxNamespaceBytes:
+		return bad("NamespaceBytes = %d, want %d..%d", c.NamespaceBytes, 1<<10, int64(MaxNamespaceBytes))
 	}
 	return nil
 }

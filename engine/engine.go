@@ -78,9 +78,9 @@ type Engine struct {
 	// tierBlocks splits blocks by tier.
 	tierBlocks [NumTiers]atomic.Int64
 
-	// namespaces interns prefix-namespace names to ids; "" is id 0 and never stored.
-	namespaces sync.Map // string -> uint32
-	nsNext     atomic.Uint32
+	// ns interns prefix-namespace names to ids (namespaces.go); "" is id 0 and never
+	// stored.
+	ns nsTable
 
 	events          atomic.Uint64
 	rejParent       atomic.Uint64
@@ -113,10 +113,8 @@ type Engine struct {
 	dense      atomic.Int32
 	denseStats atomic.Uint64
 
-	// preds holds the predictions (predict.go); predNamespaces counts the namespaces
-	// Predict created.
-	preds          predTable
-	predNamespaces int // guarded by regMu
+	// preds holds the predictions (predict.go).
+	preds predTable
 }
 
 // New validates cfg, starts the shard goroutines and returns the engine.
@@ -143,6 +141,7 @@ func newEngine(cfg Config, seed table.Seed, ch chain) (*Engine, error) {
 	e := &Engine{cfg: cfg, done: make(chan struct{}), seed: seed, chain: ch}
 	e.dense.Store(denseLandings)
 	e.byName.init()
+	e.ns.init(cfg.NamespaceBytes)
 	empty := []atomic.Pointer[worker]{}
 	e.slots.Store(&empty)
 	e.shards = make([]*shardLoop, cfg.Shards)
@@ -480,6 +479,7 @@ func (e *Engine) Apply(ev *Event) error {
 		}
 	}
 	e.unlock(w)
+	e.maybeSweepNamespaces()
 	return err
 }
 
@@ -539,6 +539,7 @@ func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
 		errs = append(errs, err)
 	}
 	release()
+	e.maybeSweepNamespaces()
 	return errs
 }
 
@@ -650,9 +651,9 @@ func (e *Engine) applyEvent(w *worker, ev *Event) (gone bool, err error) {
 	w.setPosition(ev)
 	switch ev.Kind {
 	case EventStored:
-		ns := uint32(0)
-		if ev.Namespace != "" {
-			ns = e.namespaceID(ev.Namespace, nsIntern)
+		ns, err := e.eventNamespace(ev.Namespace)
+		if err != nil {
+			return false, err
 		}
 		return false, e.storeLocked(w, ns, ev)
 	case EventRemoved:
@@ -707,42 +708,4 @@ func (e *Engine) storeLocked(w *worker, ns uint32, ev *Event) error {
 	t.store(e, ns, p, ev.Blocks)
 	w.out.events++
 	return nil
-}
-
-// The ways namespaceID may create a namespace it does not know.
-type nsCreate uint8
-
-const (
-	nsFind      nsCreate = iota // never: 0 when the name has no id
-	nsIntern                    // always (an event's namespace, or a snapshot's)
-	nsPredicted                 // while predictions have created fewer than MaxPredictedNamespaces
-)
-
-// namespaceID returns the id of a non-empty namespace name, interning it as create
-// says; 0 means the name has no id (with nsFind: it has never been stored into) or
-// predictions may create no more.
-func (e *Engine) namespaceID(name string, create nsCreate) uint32 {
-	if v, ok := e.namespaces.Load(name); ok {
-		return v.(uint32)
-	}
-	if create == nsFind {
-		return 0
-	}
-	e.regMu.Lock()
-	defer e.regMu.Unlock()
-	if v, ok := e.namespaces.Load(name); ok {
-		return v.(uint32)
-	}
-	// A prediction (a client's word, unlike an event) counts the namespaces it creates
-	// under the lock that creates them: concurrent predictions naming one new namespace
-	// count it once, and one an event created meanwhile is not counted.
-	if create == nsPredicted {
-		if e.predNamespaces >= MaxPredictedNamespaces {
-			return 0
-		}
-		e.predNamespaces++
-	}
-	id := e.nsNext.Add(1)
-	e.namespaces.Store(strings.Clone(name), id) // see lookupOrCreate
-	return id
 }

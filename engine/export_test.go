@@ -16,3 +16,7 @@ func SetSpeculation(e *Engine, always bool) {
 		e.hooks.speculate = 1
 	}
 }
+
+// SweepNamespaces runs a namespace sweep now (namespaces.go), whenever the last one ran;
+// false when another sweep or a snapshot's capture holds the sweep's lock.
+func SweepNamespaces(e *Engine) bool { return e.sweepNamespaces(true) }

@@ -351,9 +351,9 @@ func (e *Engine) storeGroupLocked(w *worker, h *hybrid, ev *Event) error {
 		e.rejInvalid.Add(1)
 		return fmt.Errorf("%w: group %d of worker %q spans %d units a block: %d blocks need %d content hashes", ErrInvalidEvent, ev.Group, w.name, span, len(ev.Blocks), span*len(ev.Blocks))
 	}
-	ns := uint32(0)
-	if ev.Namespace != "" {
-		ns = e.namespaceID(ev.Namespace, nsIntern)
+	ns, err := e.eventNamespace(ev.Namespace)
+	if err != nil {
+		return err
 	}
 	var at hybridKey // the parent's key; the zero key is the root, above position 0
 	if ev.HasParent {
@@ -567,12 +567,13 @@ func (e *Engine) groupHolds(q *query, h *hybrid, gi int, content []uint64, t Tie
 }
 
 // captureGroups appends a worker's groups field of a snapshot (see snapshot.go) to buf:
-// 0 for h nil; ok is false when a block's namespace is not in nsIndex.
-func captureGroups(buf *bytes.Buffer, h *hybrid, nsIndex map[uint32]uint32) (ok bool) {
+// 0 for h nil; each block's namespace is written as its id, whose offset goes to nsAt
+// unless it is the default namespace (see captureWorkers).
+func captureGroups(buf *bytes.Buffer, h *hybrid, nsAt *[]int) {
 	var b [groupEntry]byte
 	if h == nil {
 		buf.Write(b[:4])
-		return true
+		return
 	}
 	binary.LittleEndian.PutUint32(b[:4], uint32(len(h.rules)))
 	buf.Write(b[:4])
@@ -597,22 +598,17 @@ func captureGroups(buf *bytes.Buffer, h *hybrid, nsIndex map[uint32]uint32) (ok 
 			binary.LittleEndian.PutUint64(b[:8], uint64(len(entries)))
 			buf.Write(b[:8])
 			for _, x := range entries {
-				var ns uint32
 				if x.k.ns != 0 {
-					var known bool
-					if ns, known = nsIndex[x.k.ns]; !known {
-						return false
-					}
+					*nsAt = append(*nsAt, buf.Len()+20)
 				}
 				binary.LittleEndian.PutUint64(b[0:], x.seq)
 				binary.LittleEndian.PutUint64(b[8:], x.k.prefix)
 				binary.LittleEndian.PutUint32(b[16:], x.k.end)
-				binary.LittleEndian.PutUint32(b[20:], ns)
+				binary.LittleEndian.PutUint32(b[20:], x.k.ns)
 				buf.Write(b[:])
 			}
 		}
 	}
-	return true
 }
 
 // loadGroups reads a worker's groups field of a snapshot into w (locked); a failure is

@@ -115,33 +115,31 @@ func TestShardPanicFailsCallersInsteadOfWedging(t *testing.T) {
 	require.ErrorIs(t, e.Store("w", []Block{{Content: 1, Seq: 1}}), ErrShardFailed)
 }
 
-// TestSnapshotSeesNamespacesInternedDuringCapture: a worker that holds a namespace the
-// capture's name table does not know (interned after the table was read) makes the
-// capture start over instead of writing the block into the default namespace.
-func TestSnapshotSeesNamespacesInternedDuringCapture(t *testing.T) {
+// TestSnapshotWritesUsedNamespaces: a snapshot names the namespaces its blocks use,
+// numbered in name order, and no other (a namespace whose blocks are gone, whether or
+// not a sweep dropped it yet); each restores into its own namespace.
+func TestSnapshotWritesUsedNamespaces(t *testing.T) {
 	e, err := New(Config{Shards: 1})
 	require.NoError(t, err)
 	defer e.Close()
-	require.NoError(t, e.Apply(&Event{Kind: EventStored, Worker: "w", Namespace: "lora-a", Blocks: []Block{{Content: 1, Seq: 1}}}))
-	id, _ := e.namespaces.Load("lora-a")
-	e.namespaces.Delete("lora-a") // as if interned after the capture read the names
-	_, _, _, ok := e.captureWorkers()
-	require.False(t, ok, "a capture must not map an unknown namespace to the default one")
-	e.namespaces.Store("lora-a", id)
-	_, _, _, ok = e.captureWorkers()
-	require.True(t, ok)
+	for i, ns := range []string{"lora-c", "lora-a", "lora-gone", "lora-b"} {
+		require.NoError(t, e.Apply(&Event{Kind: EventStored, Worker: "w", Namespace: ns, Blocks: []Block{{Content: uint64(i + 1), Seq: uint64(i + 1)}}}))
+	}
+	require.NoError(t, e.Remove("w", 3))
+	names, _, _ := e.captureWorkers()
+	require.Equal(t, []string{"lora-a", "lora-b", "lora-c"}, names)
 
 	var buf bytes.Buffer
 	require.NoError(t, e.WriteSnapshot(&buf))
 	r, err := Restore(Config{Shards: 1}, &buf, 1<<20)
 	require.NoError(t, err)
 	defer r.Close()
-	got, err := r.FindMatchesIn(context.Background(), "lora-a", []uint64{1}, nil)
-	require.NoError(t, err)
-	require.Len(t, got, 1)
-	got, err = r.FindMatches(context.Background(), []uint64{1}, nil)
-	require.NoError(t, err)
-	require.Empty(t, got)
+	require.Equal(t, int64(3), r.Stats().Namespaces)
+	for i, ns := range []string{"lora-c", "lora-a", "lora-gone", "lora-b", ""} {
+		got, err := r.FindMatchesIn(context.Background(), ns, []uint64{uint64(i + 1)}, nil)
+		require.NoError(t, err)
+		require.Len(t, got, map[bool]int{true: 1, false: 0}[i != 2 && i != 4], ns)
+	}
 }
 
 // TestWorkerIDReusedOnlyAfterRemovalApplied: a removed worker's id goes to a new worker

@@ -55,9 +55,6 @@ const (
 	MaxPredictedBlocks = 1 << 26
 	// MaxPredictionTTL bounds Config.PredictionTTL and Predict's ttl.
 	MaxPredictionTTL = 10 * time.Minute
-	// MaxPredictedNamespaces bounds the namespaces Predict may create (namespace ids
-	// are never freed; events create theirs without this bound).
-	MaxPredictedNamespaces = 1 << 16
 )
 
 // predTable is the engine's prediction table.
@@ -143,8 +140,17 @@ func (e *Engine) now() int64 {
 // contradict it (see DESIGN.md, "Predictions"). An empty content is a no-op. It returns
 // an error wrapping ErrInvalidEvent for an empty worker, a negative ttl or one above
 // MaxPredictionTTL, or more blocks than Config.MaxEventBlocks or Config.PredictedBlocks;
-// ErrQueryTooLong for MaxDepth blocks or more; ctx.Err() or ErrClosed.
+// ErrQueryTooLong for MaxDepth blocks or more; ctx.Err() or ErrClosed. A new namespace
+// is interned while the namespace table holds less than half of Config.NamespaceBytes
+// (ErrInvalidEvent beyond), and dropped by a sweep once no block or live prediction
+// uses it.
 func (e *Engine) Predict(ctx context.Context, worker, namespace string, content []uint64, ttl time.Duration) error {
+	err := e.predict(ctx, worker, namespace, content, ttl)
+	e.maybeSweepNamespaces()
+	return err
+}
+
+func (e *Engine) predict(ctx context.Context, worker, namespace string, content []uint64, ttl time.Duration) error {
 	if e.closed.Load() {
 		return e.err()
 	}
@@ -173,15 +179,6 @@ func (e *Engine) Predict(ctx context.Context, worker, namespace string, content 
 	if ttl == 0 {
 		ttl = e.cfg.PredictionTTL
 	}
-	ns := uint32(0)
-	if namespace != "" {
-		// A query in it must find it, so a new namespace is interned, which is never
-		// undone: predictions (a client's word, unlike events) may create at most
-		// MaxPredictedNamespaces of them.
-		if ns = e.namespaceID(namespace, nsPredicted); ns == 0 {
-			return bad("more than %d namespaces created by predictions", MaxPredictedNamespaces)
-		}
-	}
 	// The entry's own copy of content and its prefix hashes share one allocation (they
 	// live and die together), computed outside the lock.
 	n := len(content)
@@ -190,11 +187,20 @@ func (e *Engine) Predict(ctx context.Context, worker, namespace string, content 
 	copy(own, content)
 	pre[0] = content[0]
 	e.chain.fill(pre, content, 1)
-	root := e.fingerprint(key{prefix: content[0], ns: ns})
 
 	p := &e.preds
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	ns := uint32(0)
+	if namespace != "" {
+		// A query in it must find it, so a new namespace is interned, under the
+		// prediction lock: a sweep reads the predictions under it (namespaces.go).
+		// Predictions (a client's word, unlike events) may fill half the table.
+		if ns = e.namespaceID(namespace, nsPredicted); ns == 0 {
+			return bad("the namespace table is full (Config.NamespaceBytes %d, half of it for predictions)", e.cfg.NamespaceBytes)
+		}
+	}
+	root := e.fingerprint(key{prefix: content[0], ns: ns})
 	now := e.now()
 	p.expire(now)
 	pw := p.byName[worker]

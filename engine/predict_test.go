@@ -230,51 +230,44 @@ func TestPredictConcurrent(t *testing.T) {
 	require.Equal(t, engine.PredictionStats{Predictions: 1, Blocks: 1, Workers: 1}, e.PredictionStats())
 }
 
-// TestPredictNamespaceBound: a client naming a new namespace in every prediction cannot
-// make the engine intern namespaces without end.
-func TestPredictNamespaceBound(t *testing.T) {
-	e, _ := newPredEngine(t, engine.Config{Shards: 1})
+// TestPredictNamespaceChurn: a client naming a new namespace in every prediction (a new
+// cache salt per request) never exhausts the namespace table: expired predictions'
+// namespaces are dropped by the sweeps, so after 200,000 distinct namespaces (three
+// times the 65,536 that once closed the table to predictions for good) every call is
+// still accepted and the table holds only the live ones' names.
+func TestPredictNamespaceChurn(t *testing.T) {
+	e, clock := newPredEngine(t, engine.Config{Shards: 1, NamespaceBytes: 1 << 20})
 	require.NoError(t, e.Store("w", chain(1, 1)))
-	for i := 0; i < engine.MaxPredictedNamespaces; i++ {
-		require.NoError(t, e.Predict(ctx, "w", fmt.Sprintf("salt=%d", i), []uint64{1}, time.Second))
+	for i := range 200000 {
+		require.NoError(t, e.Predict(ctx, "w", fmt.Sprintf("salt=%d", i), []uint64{1}, 100*time.Millisecond), "call %d", i)
+		clock.advance(time.Millisecond)
 	}
-	err := e.Predict(ctx, "w", "salt=one-too-many", []uint64{1}, time.Second)
-	require.ErrorIs(t, err, engine.ErrInvalidEvent)
-	// Known namespaces stay open to predictions, and events create theirs as before.
-	require.NoError(t, e.Predict(ctx, "w", "salt=7", []uint64{1, 2}, time.Second))
-	require.NoError(t, e.Apply(&engine.Event{Kind: engine.EventStored, Worker: "w", Namespace: "salt=one-too-many", Blocks: chain(5, 3)}))
-	require.NoError(t, e.Predict(ctx, "w", "salt=one-too-many", []uint64{3, 4}, time.Second))
+	st := e.Stats()
+	require.Greater(t, st.NamespacesDropped, uint64(190000))
+	require.LessOrEqual(t, st.NamespaceBytes, int64(1<<20)/2)
+	require.Zero(t, st.NamespacesRefused)
 }
 
-// TestPredictNamespaceBoundConcurrent: predictions racing to name the same new
-// namespaces count each one once, so exactly MaxPredictedNamespaces distinct namespaces
-// are accepted however the calls interleave, and a namespace an event created is not
-// counted against predictions.
-func TestPredictNamespaceBoundConcurrent(t *testing.T) {
-	e, _ := newPredEngine(t, engine.Config{Shards: 1})
+// TestPredictNamespaceBound: live predictions may fill half the namespace table; a
+// prediction in a new namespace past that is refused, known namespaces stay open to
+// predictions, and events may still intern theirs in the other half.
+func TestPredictNamespaceBound(t *testing.T) {
+	e, _ := newPredEngine(t, engine.Config{Shards: 1, NamespaceBytes: 64 << 10, PredictionsPerWorker: engine.MaxPredictionsPerWorker})
 	require.NoError(t, e.Store("w", chain(1, 1)))
-	require.NoError(t, e.Apply(&engine.Event{Kind: engine.EventStored, Worker: "w", Namespace: "from-event", Blocks: chain(5, 3)}))
-	const goroutines = 4
-	var wg sync.WaitGroup
-	errs := make([][]error, goroutines)
-	for g := range goroutines {
-		wg.Go(func() {
-			// Every goroutine names the same namespaces, in its own order.
-			for i := range engine.MaxPredictedNamespaces {
-				k := (i*7 + g*13) % engine.MaxPredictedNamespaces
-				errs[g] = append(errs[g], e.Predict(ctx, "w", fmt.Sprintf("salt=%d", k), []uint64{1}, time.Second))
-			}
-			errs[g] = append(errs[g], e.Predict(ctx, "w", "from-event", []uint64{3}, time.Second))
-		})
-	}
-	wg.Wait()
-	for g := range goroutines {
-		for i, err := range errs[g] {
-			require.NoError(t, err, "goroutine %d, call %d", g, i)
+	n := 0
+	for ; ; n++ {
+		err := e.Predict(ctx, "w", fmt.Sprintf("salt=%05d", n), []uint64{1}, time.Minute)
+		if err != nil {
+			require.ErrorIs(t, err, engine.ErrInvalidEvent)
+			break
 		}
 	}
-	err := e.Predict(ctx, "w", "salt=one-too-many", []uint64{1}, time.Second)
-	require.ErrorIs(t, err, engine.ErrInvalidEvent)
+	per := int64(len("salt=00000") + 128)
+	require.Equal(t, int64(32<<10)/per, int64(n), "half the table, in names")
+	require.NoError(t, e.Predict(ctx, "w", "salt=00007", []uint64{1, 2}, time.Second))
+	require.NoError(t, e.Apply(&engine.Event{Kind: engine.EventStored, Worker: "w", Namespace: "salt=from-event", Blocks: chain(5, 3)}))
+	require.NoError(t, e.Predict(ctx, "w", "salt=from-event", []uint64{3, 4}, time.Second))
+	require.Equal(t, uint64(1), e.Stats().NamespacesRefused)
 }
 
 // BenchmarkFindMatchesPredictions measures a query's cost with n predictions sharing its

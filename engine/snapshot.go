@@ -73,15 +73,9 @@ func (e *Engine) WriteSnapshot(w io.Writer) error {
 	if e.closed.Load() {
 		return e.err()
 	}
-	// The body is captured before anything is written, because a namespace interned
-	// while it is captured (by another worker's event) is not in the name table read
-	// before it: a capture that meets such a namespace is redone with the new table.
-	var names []string
-	var body []byte
-	var count uint32
-	for ok := false; !ok; {
-		names, count, body, ok = e.captureWorkers()
-	}
+	// The body is captured before anything is written: the names written before it are
+	// those its blocks use.
+	names, count, body := e.captureWorkers()
 	crc := crc32.New(castagnoli)
 	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 1<<16)
 	var scratch [4]byte
@@ -117,16 +111,12 @@ func (e *Engine) WriteSnapshot(w io.Writer) error {
 }
 
 // captureWorkers captures every live worker, each under its lock, in name order, with
-// namespaces numbered by their rank in the sorted names (1-based; 0 is the default). ok
-// is false when a worker holds a namespace interned after the names were read.
-func (e *Engine) captureWorkers() (names []string, count uint32, body []byte, ok bool) {
-	names = e.namespaceNames()
-	slices.Sort(names)
-	nsIndex := make(map[uint32]uint32, len(names))
-	for i, name := range names {
-		v, _ := e.namespaces.Load(name)
-		nsIndex[v.(uint32)] = uint32(i + 1)
-	}
+// the namespaces its blocks use numbered by their rank in the sorted names (1-based; 0
+// is the default). No name is dropped meanwhile (the sweep's lock is held), so every
+// namespace a captured block uses is named; the names no block uses are not written.
+func (e *Engine) captureWorkers() (names []string, count uint32, body []byte) {
+	e.ns.sweepMu.Lock()
+	defer e.ns.sweepMu.Unlock()
 	var workers []*worker
 	for ws, i := e.workers(), 0; i < len(ws); i++ {
 		if wk := ws[i].Load(); wk != nil && !wk.isComponent() {
@@ -134,9 +124,12 @@ func (e *Engine) captureWorkers() (names []string, count uint32, body []byte, ok
 		}
 	}
 	slices.SortFunc(workers, func(a, b *worker) int { return strings.Compare(a.name, b.name) })
-	// A worker removed meanwhile is skipped; count only what is written.
+	// A worker removed meanwhile is skipped; count only what is written. Blocks are
+	// written with their namespace ids, whose offsets nsAt keeps, and renumbered once
+	// every worker is captured.
 	var buf bytes.Buffer
 	var entries []seqSlot
+	var nsAt []int
 	for _, wk := range workers {
 		wk.mu.Lock()
 		if wk.dead {
@@ -152,25 +145,44 @@ func (e *Engine) captureWorkers() (names []string, count uint32, body []byte, ok
 		binary.LittleEndian.PutUint64(hdr[:], wk.mark)
 		buf.Write(hdr[:])
 		for t := range Tier(NumTiers) {
-			var ok bool
-			if entries, ok = e.captureTier(&buf, e.tierOf(wk, t, false), nsIndex, entries); !ok {
-				wk.mu.Unlock()
-				return nil, 0, nil, false
-			}
+			entries = e.captureTier(&buf, e.tierOf(wk, t, false), &nsAt, entries)
 		}
-		if !captureGroups(&buf, wk.hyb, nsIndex) {
-			wk.mu.Unlock()
-			return nil, 0, nil, false
-		}
+		captureGroups(&buf, wk.hyb, &nsAt)
 		wk.mu.Unlock()
 		count++
 	}
-	return names, count, buf.Bytes(), true
+	body = buf.Bytes()
+	byID := e.namespaceNames()
+	rank := map[uint32]uint32{}
+	for _, at := range nsAt {
+		id := binary.LittleEndian.Uint32(body[at:])
+		if _, ok := rank[id]; !ok {
+			name, ok := byID[id]
+			if !ok {
+				panic("engine: a captured block's namespace has no name")
+			}
+			rank[id] = 0
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	ids := make(map[string]uint32, len(rank))
+	for id := range rank {
+		ids[byID[id]] = id
+	}
+	for i, name := range names {
+		rank[ids[name]] = uint32(i + 1)
+	}
+	for _, at := range nsAt {
+		binary.LittleEndian.PutUint32(body[at:], rank[binary.LittleEndian.Uint32(body[at:])])
+	}
+	return names, count, body
 }
 
-// captureTier appends one tier's count and entries (c nil: none) to buf; ok is false when
-// a block's namespace is not in nsIndex (see captureWorkers). entries is scratch.
-func (e *Engine) captureTier(buf *bytes.Buffer, c *worker, nsIndex map[uint32]uint32, entries []seqSlot) (_ []seqSlot, ok bool) {
+// captureTier appends one tier's count and entries (c nil: none) to buf, each block's
+// namespace as its id, whose offset in buf goes to nsAt when it is not the default
+// namespace. entries is scratch.
+func (e *Engine) captureTier(buf *bytes.Buffer, c *worker, nsAt *[]int, entries []seqSlot) []seqSlot {
 	entries = entries[:0]
 	if c != nil {
 		for _, s := range c.seqs.slots {
@@ -190,30 +202,17 @@ func (e *Engine) captureTier(buf *bytes.Buffer, c *worker, nsIndex map[uint32]ui
 		if r.parent != 0 {
 			parent = c.keys.recs[r.parent-1].prefix()
 		}
-		var ns uint32
 		if k.ns != 0 {
-			var known bool
-			if ns, known = nsIndex[k.ns]; !known {
-				return entries, false
-			}
+			*nsAt = append(*nsAt, buf.Len()+28)
 		}
 		binary.LittleEndian.PutUint64(scratch[0:], s.seq(&e.seed))
 		binary.LittleEndian.PutUint64(scratch[8:], k.prefix)
 		binary.LittleEndian.PutUint64(scratch[16:], parent)
 		binary.LittleEndian.PutUint32(scratch[24:], k.pos)
-		binary.LittleEndian.PutUint32(scratch[28:], ns)
+		binary.LittleEndian.PutUint32(scratch[28:], k.ns)
 		buf.Write(scratch[:])
 	}
-	return entries, true
-}
-
-func (e *Engine) namespaceNames() []string {
-	var out []string
-	e.namespaces.Range(func(k, _ any) bool {
-		out = append(out, k.(string))
-		return true
-	})
-	return out
+	return entries
 }
 
 // WriteSnapshotFile writes a snapshot to path atomically: to a temporary file in the
@@ -354,7 +353,9 @@ func (e *Engine) load(p *snapReader, tiers Tier, groups, marks bool) error {
 			return p.err
 		}
 		prevNS = name
-		nsIDs[i] = e.namespaceID(name, nsIntern)
+		if nsIDs[i] = e.namespaceID(name, nsIntern); nsIDs[i] == 0 {
+			return fmt.Errorf("%w: its namespaces take more than Config.NamespaceBytes (%d)", ErrSnapshot, e.cfg.NamespaceBytes)
+		}
 	}
 	workers := p.u32()
 	prev := ""

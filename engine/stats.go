@@ -34,6 +34,12 @@ type Stats struct {
 	// ProducerWaits counts how often an event had to wait for room in a full shard ring,
 	// and ProducerWaitNanos how long, in total.
 	ProducerWaits, ProducerWaitNanos uint64
+	// Namespaces is the number of interned namespace names and NamespaceBytes their
+	// accounted bytes (at most Config.NamespaceBytes); NamespacesDropped counts the names
+	// sweeps dropped because nothing used them, NamespacesRefused the stored events and
+	// predictions refused because the table was full (namespaces.go).
+	Namespaces, NamespaceBytes           int64
+	NamespacesDropped, NamespacesRefused uint64
 	// DenseLandings is how many leading positions a sharded query's first wave probes
 	// one by one: 8 while the recent queries' scores make that cheaper, else 16
 	// (DESIGN.md, "The runtime").
@@ -67,6 +73,10 @@ func (e *Engine) Stats() Stats {
 		QueryRounds:            e.queryRounds.Load(),
 		QueryProbes:            e.queryProbes.Load(),
 		DenseLandings:          int(e.dense.Load()),
+		Namespaces:             e.ns.count.Load(),
+		NamespaceBytes:         e.ns.bytes.Load(),
+		NamespacesDropped:      e.ns.dropped.Load(),
+		NamespacesRefused:      e.ns.refused.Load(),
 		Shards:                 make([]ShardStats, len(e.shards)),
 	}
 	for t := range st.TierBlocks {
