@@ -19,8 +19,8 @@ import (
 // jump sizes, one event a call and in batches.
 func TestDifferentialHybrid(t *testing.T) {
 	n := 2500
-	if testing.Short() {
-		n = 800
+	if testing.Short() || raceEnabled { // the race detector's pass checks ownership, not coverage
+		n = 700
 	}
 	for _, shards := range []int{0, 1, 2, 3} {
 		for _, jump := range []int{1, 4, 64} {
