@@ -230,8 +230,10 @@
 // (invalid, or claiming another engine's worker id or endpoint) is logged and counted
 // (change "rejected") while its other engines apply. At start, a discovery file that
 // is missing, does not parse or lists an invalid engine fails New; /readyz waits for
-// every source's first list. Engines added at runtime are not in a snapshot's plan:
-// after a restart they sync from scratch once they are added again.
+// every source's first list. kvindex serve --snapshot plans the discovery file's
+// engines with the configured ones (they resume from their cursors after a restart);
+// engines added later (the admin API, Kubernetes, /register) are not in a snapshot's
+// plan: after a restart they sync from scratch once they are added again.
 //
 // # Mooncake indexer API
 //

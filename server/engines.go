@@ -221,7 +221,7 @@ func (s *Server) addEngine(source, tenant string, e EngineConfig) (workers []str
 	if err != nil {
 		return nil, false, err
 	}
-	en, err := s.newEntry(source, key, e, pubs, nil)
+	en, err := s.newEntry(source, key, e, pubs, s.resume)
 	if err != nil {
 		return nil, false, err
 	}
@@ -364,7 +364,7 @@ func (s *Server) SetEngines(source string, specs []EngineConfig) (EngineChanges,
 	var news []*engineEntry
 	for _, a := range adds {
 		key := engineKey(a.spec)
-		en, err := s.newEntry(source, key, a.spec, a.pubs, nil)
+		en, err := s.newEntry(source, key, a.spec, a.pubs, s.resume)
 		if err != nil {
 			reject(key, err) // unreachable: the planner built these configs
 			continue

@@ -39,7 +39,8 @@ type Options struct {
 	// Config.GRPC.Listen.
 	GRPCListener net.Listener
 	// Resume gives workers their subscriber.Config.Resume checkpoint (Index restored
-	// from a snapshot that holds them as of it).
+	// from a snapshot that holds them as of it): the configuration's and those of the
+	// engines a source adds before Start (the discovery file's).
 	Resume map[string]subscriber.Checkpoint
 	// Collectors are served in /metrics beside the server's own (kvindex serve's
 	// snapshot counters).
@@ -86,9 +87,10 @@ type Server struct {
 	engMu       sync.Mutex
 	entries     map[string]*engineEntry // by key
 	entrySeq    uint64
-	queryWins   map[string]*queryWindow // by model
-	runCtx      context.Context         // the subscribers' parent; nil before Start
-	closed      bool                    // Shutdown has begun: no more changes
+	queryWins   map[string]*queryWindow          // by model
+	runCtx      context.Context                  // the subscribers' parent; nil before Start
+	closed      bool                             // Shutdown has begun: no more changes
+	resume      map[string]subscriber.Checkpoint // Options.Resume, for engines added before Start
 	engChanges  *prometheus.CounterVec
 	// The discovery sources (discovery.go), fixed by New: their states and loops.
 	discovery []*discoveryState
@@ -173,6 +175,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		log:       log,
 		eng:       eng,
 		entries:   map[string]*engineEntry{},
+		resume:    opts.Resume,
 		queryWins: map[string]*queryWindow{},
 		ln:        opts.Listener,
 		grpcLn:    opts.GRPCListener,
@@ -188,7 +191,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 				own = append(own, p)
 			}
 		}
-		en, err := s.newEntry(SourceConfig, engineKey(e), e, own, opts.Resume)
+		en, err := s.newEntry(SourceConfig, engineKey(e), e, own, s.resume)
 		if err != nil {
 			if opts.Index == nil {
 				eng.Close()
@@ -271,6 +274,7 @@ func (s *Server) Start() error {
 	s.stopSubs = cancel
 	s.engMu.Lock()
 	s.runCtx = ctx
+	s.resume = nil // a checkpoint is the restored snapshot's: engines added later start afresh
 	for _, en := range s.sortedEntries() {
 		s.launchLocked(en)
 	}

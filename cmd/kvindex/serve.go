@@ -259,7 +259,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 	}
 	var zmqEng *engine.Engine // ZeroMQ mode with --snapshot: the restored engine, closed here
 	if *natsURL == "" && *snapshot != "" {
-		eng, cps, err := restoreZMQSnapshot(*snapshot, cfg, log)
+		eng, cps, err := restoreZMQSnapshot(*snapshot, withFileEngines(cfg), log)
 		if err != nil {
 			fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
 			return 1

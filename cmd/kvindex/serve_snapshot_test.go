@@ -134,3 +134,85 @@ func TestServeSnapshotZMQResume(t *testing.T) {
 	}
 	stop()
 }
+
+// TestServeSnapshotResumesFileEngines: an engine of the --engines-file is in the
+// snapshot's plan like a configured one: after a restart its worker resumes from its
+// cursor by replay (live with every block), where a restart without the snapshot finds
+// the engine's buffer too short and the worker stale.
+func TestServeSnapshotResumesFileEngines(t *testing.T) {
+	pubtest.Require(t)
+	pub, err := pubtest.Start(pubtest.Options{BufferSteps: 2, Bind: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	r := pub.Ranks[0]
+	dir := t.TempDir()
+	snap, file := filepath.Join(dir, "index.snap"), filepath.Join(dir, "engines.json")
+	spec, _ := json.Marshal([]server.EngineConfig{{Endpoint: r.Endpoint, ReplayEndpoint: r.ReplayEndpoint, Worker: "w", Model: "m", BlockSize: 4}})
+	if err := os.WriteFile(file, spec, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(i int, send bool) {
+		t.Helper()
+		ev := pubtest.Event{Type: "BlockStored", BlockHashes: []uint64{uint64(100 + i)}, TokenIDs: []uint32{uint32(i), 3, 5, 7}, BlockSize: 4}
+		if i > 0 {
+			p := uint64(100 + i - 1)
+			ev.Parent = &p
+		}
+		if _, err := pub.Publish(0, send, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(extra ...string) (addr string, stop func()) {
+		t.Helper()
+		args := append([]string{"--listen", "127.0.0.1:0", "--log-level", "warn", "--grace", "1h", "--engines-file", file}, extra...)
+		var out, errOut syncBuffer
+		done, cancel := background(t, func(ctx context.Context) int { return serveMain(ctx, args, &out, &errOut) })
+		addr = waitListening(t, &out, &errOut)
+		return addr, func() {
+			cancel()
+			if code := <-done; code != 0 {
+				t.Fatalf("serve exit %d: %s", code, errOut.String())
+			}
+		}
+	}
+	waitWorker := func(addr, state string, seq int64, size int) { // seq -1: none yet
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			resp, err := http.Get("http://" + addr + "/v1/workers")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ws struct{ Workers []server.WorkerInfo }
+			err = json.NewDecoder(resp.Body).Decode(&ws)
+			resp.Body.Close()
+			if err == nil && len(ws.Workers) == 1 {
+				w := ws.Workers[0]
+				atSeq := (seq < 0 && w.LastSeq == nil) || (w.LastSeq != nil && int64(*w.LastSeq) == seq)
+				if w.State == state && atSeq && w.Size != nil && *w.Size == size {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("worker %+v, want %s at seq %d with %d blocks", w, state, seq, size)
+				}
+			}
+			time.Sleep(10 * time.Millisecond) // bounded poll of a condition
+		}
+	}
+	addr, stop := run("--snapshot", snap, "--snapshot-interval", "0")
+	waitWorker(addr, "live", -1, 0) // synced on an empty buffer; then live batches:
+	for i := range 4 {
+		publish(i, true)
+	}
+	waitWorker(addr, "live", 3, 4)
+	stop()
+	publish(4, false) // while serve is down: buffered only; the buffer now holds 3 and 4
+	addr, stop = run("--snapshot", snap, "--snapshot-interval", "0")
+	waitWorker(addr, "live", 4, 5)
+	stop()
+	addr, stop = run() // no snapshot: the buffer lacks batches 0-2
+	waitWorker(addr, "stale", 4, 0)
+	stop()
+}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -124,4 +125,26 @@ func (m *snapshotMetrics) note(err error) error {
 	m.writes.WithLabelValues("ok").Inc()
 	m.last.Set(float64(time.Now().UnixNano()) / 1e9)
 	return nil
+}
+
+// withFileEngines returns cfg with the engines of its discovery file added, for the
+// snapshot's plan: they are served from the start (server.New reads the file too), so
+// their workers keep their blocks and resume from their cursors like the configured
+// ones. A file that does not read or validate with the rest leaves cfg as it is (New
+// then says what is wrong with it).
+func withFileEngines(cfg server.Config) server.Config {
+	fd := cfg.Discovery.File
+	if fd == nil {
+		return cfg
+	}
+	es, err := server.ReadEnginesFile(fd.Path)
+	if err != nil {
+		return cfg
+	}
+	plan := cfg
+	plan.Engines = append(slices.Clone(cfg.Engines), es...)
+	if plan.Validate() != nil {
+		return cfg
+	}
+	return plan
 }
