@@ -85,6 +85,27 @@ func (c *ApproxCache) Match(worker string, content []uint64) int {
 	return n
 }
 
+// MatchAll sets dst[i] to Match(workers[i], content) for every worker, computing the
+// request's prefix keys once, and returns dst (grown when short).
+func (c *ApproxCache) MatchAll(workers []string, content []uint64, dst []int) []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	dst = append(dst[:0], make([]int, len(workers))...)
+	chain := c.chainLocked(content)
+	for i, w := range workers {
+		s := c.workers[w]
+		if s == nil {
+			continue
+		}
+		n := 0
+		for n < len(chain) && s.has(chain[n]) {
+			n++
+		}
+		dst[i] = n
+	}
+	return dst
+}
+
 // Forget drops everything recorded for worker (it left, or restarted).
 func (c *ApproxCache) Forget(worker string) {
 	c.mu.Lock()

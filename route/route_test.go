@@ -255,6 +255,9 @@ func TestApproxCacheModel(t *testing.T) {
 		if got := c.Match("w", req); got != want {
 			t.Fatalf("step %d: match %d, want %d", step, got, want)
 		}
+		if all := c.MatchAll([]string{"other", "w"}, req, nil); all[0] != 0 || all[1] != want {
+			t.Fatalf("step %d: MatchAll %v, want [0 %d]", step, all, want)
+		}
 		if rng.IntN(2) == 0 {
 			c.Record("w", req)
 			for i := len(keys) - 1; i >= 0; i-- {
@@ -273,6 +276,7 @@ func TestApproxCacheModel(t *testing.T) {
 		if c.Match("other", req) != 0 {
 			t.Fatal("a worker never recorded matched")
 		}
+
 	}
 	if _, err := NewApproxCache(0); !errors.Is(err, ErrConfig) {
 		t.Fatalf("capacity 0: %v", err)

@@ -628,9 +628,7 @@ func (f *fleet) route(i int) error {
 			}
 		}
 		if rep.lru != nil {
-			for k, n := range f.name {
-				f.overlaps[k] = rep.lru.Match(n, r.Blocks)
-			}
+			f.overlaps = rep.lru.MatchAll(f.name, r.Blocks, f.overlaps)
 		}
 	}
 	for k, n := range f.name {

@@ -65,7 +65,7 @@ func (m *mockEngine) offload(hash uint64, md blockMeta, em emitter) error {
 		if !md.hasParent {
 			return false
 		}
-		_, onDevice := m.cached[md.parent]
+		_, onDevice := m.cached.get(md.parent)
 		return !onDevice && !h.holds(md.parent)
 	}
 	if orphan() {

@@ -52,9 +52,9 @@ type mockEngine struct {
 	blockSize   int
 	chunkTokens int
 	blocks      []pblock
-	free        lruList // the blocks no running request holds
-	cached      map[uint64]int32
-	inUse       int // the blocks running requests hold (capacity - inUse are on free)
+	free        lruList   // the blocks no running request holds
+	cached      hashTable // engine hash -> the first block cached under it
+	inUse       int       // the blocks running requests hold (capacity - inUse are on free)
 
 	// With a host tier (host != nil), meta[b] is what device block b's stored event
 	// named, so that its eviction can offload it; orphans counts the evicted blocks
@@ -78,7 +78,7 @@ func newMockEngine(name string, noneHash uint64, capacity, hostCapacity, blockSi
 		name: name, noneHash: noneHash, blockSize: blockSize, chunkTokens: chunkTokens,
 		blocks: make([]pblock, capacity),
 		free:   newLRUList(capacity),
-		cached: make(map[uint64]int32, capacity),
+		cached: newHashTable(capacity),
 	}
 	if hostCapacity > 0 {
 		m.host = newHostTier(hostCapacity)
@@ -99,9 +99,9 @@ func (m *mockEngine) cache(b int32, h, c, parent uint64, hasParent bool) {
 	}
 	m.blocks[b].hash, m.blocks[b].hashed, m.blocks[b].dup = h, true, none
 	m.blocks[b].gen++
-	first, ok := m.cached[h]
+	first, ok := m.cached.get(h)
 	if !ok {
-		m.cached[h] = b
+		m.cached.set(h, b)
 		return
 	}
 	for m.blocks[first].dup != none {
@@ -113,12 +113,12 @@ func (m *mockEngine) cache(b int32, h, c, parent uint64, hasParent bool) {
 // uncache forgets block b's hash.
 func (m *mockEngine) uncache(b int32) {
 	h := m.blocks[b].hash
-	first := m.cached[h]
+	first, _ := m.cached.get(h)
 	if first == b {
 		if d := m.blocks[b].dup; d != none {
-			m.cached[h] = d
+			m.cached.set(h, d)
 		} else {
-			delete(m.cached, h)
+			m.cached.del(h)
 		}
 	} else {
 		for m.blocks[first].dup != b {
@@ -180,14 +180,14 @@ func (m *mockEngine) serve(r *Request, em emitter) (served, error) {
 	}
 	var out served
 	for out.hit < len(m.hashes) {
-		if _, ok := m.cached[m.hashes[out.hit]]; !ok {
+		if _, ok := m.cached.get(m.hashes[out.hit]); !ok {
 			break
 		}
 		out.hit++
 	}
 	if m.host != nil {
 		for n := out.hit; n < len(m.hashes); n++ {
-			if _, ok := m.cached[m.hashes[n]]; !ok && !m.host.holds(m.hashes[n]) {
+			if _, ok := m.cached.get(m.hashes[n]); !ok && !m.host.holds(m.hashes[n]) {
 				break
 			}
 			out.hostHit++
@@ -201,7 +201,7 @@ func (m *mockEngine) serve(r *Request, em emitter) (served, error) {
 	m.req = m.req[:0]
 	m.onDev = m.onDev[:0]
 	for _, h := range m.hashes[:out.reused] {
-		b, ok := m.cached[h]
+		b, ok := m.cached.get(h)
 		m.onDev = append(m.onDev, ok)
 		if !ok {
 			m.host.touch(h)
@@ -310,5 +310,5 @@ func (m *mockEngine) held() (hashes, blocks int) {
 			blocks++
 		}
 	}
-	return len(m.cached), blocks
+	return m.cached.len(), blocks
 }

@@ -217,7 +217,7 @@ func checkMockInvariants(t *testing.T, m *mockEngine) {
 		t.Fatalf("%d blocks queued, want %d", seen, len(m.blocks))
 	}
 	hashed := 0
-	for h, first := range m.cached {
+	for h, first := range m.cached.all {
 		for b := first; b != none; b = m.blocks[b].dup {
 			if !m.blocks[b].hashed || m.blocks[b].hash != h {
 				t.Fatalf("block %d is cached under %x but holds %x", b, h, m.blocks[b].hash)
@@ -301,7 +301,7 @@ func (m *mockEngine) tierPrefix(blocks []uint64) [engine.NumTiers]int {
 	device := true
 	for _, c := range blocks {
 		p = engineHash(p, c)
-		_, onDev := m.cached[p]
+		_, onDev := m.cached.get(p)
 		if !onDev && (m.host == nil || !m.host.holds(p)) {
 			break
 		}

@@ -220,7 +220,7 @@ func (e *timedEngine) prefixHit(j *job) int {
 	}
 	j.memo, j.memoGen = j.memo[:k], j.memoGen[:k]
 	for k < full {
-		b, ok := e.m.cached[j.hashes[k]]
+		b, ok := e.m.cached.get(j.hashes[k])
 		if !ok {
 			break
 		}
@@ -318,14 +318,16 @@ func (e *timedEngine) schedule(now time.Duration, first admitted) (time.Duration
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		j := e.running[i]
 		n := min(j.seqLen-j.computed, budget)
-		before := e.st.preemptions
-		ok, err := e.grow(now, i, j.computed+n)
-		if err != nil {
-			return 0, err
-		}
-		preempted = preempted || e.st.preemptions > before
-		if !ok {
-			break
+		if (j.computed+n+e.p.blockSize-1)/e.p.blockSize > len(j.blocks) {
+			before := e.st.preemptions
+			ok, err := e.grow(now, i, j.computed+n)
+			if err != nil {
+				return 0, err
+			}
+			preempted = preempted || e.st.preemptions > before
+			if !ok {
+				break
+			}
 		}
 		j.step = n
 		e.batch = append(e.batch, j)

@@ -397,8 +397,8 @@ type runJob struct {
 
 // runAll runs the jobs on w, parallel of them at once, each result in its job; the job
 // alone (the one that measures the index; -1 for none) runs first, by itself, so that
-// its timings are its own.
-func runAll(w *sim.Workload, jobs []*runJob, alone, parallel int) error {
+// its timings are its own. beside runs with the others.
+func runAll(w *sim.Workload, jobs []*runJob, alone, parallel int, beside func()) error {
 	ctx := context.Background()
 	run := func(j *runJob) { j.res, j.err = sim.Simulate(ctx, w, j.rt, j.cfg) }
 	if alone >= 0 {
@@ -409,6 +409,11 @@ func runAll(w *sim.Workload, jobs []*runJob, alone, parallel int) error {
 	}
 	work := make(chan *runJob)
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		beside()
+	}()
 	for range max(1, parallel) {
 		wg.Add(1)
 		go func() {
@@ -461,11 +466,10 @@ func simulateTimed(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, c
 			out.Cluster.Rate = sim.DefaultTimedRate
 		}
 	}
-	refs := sim.Reference(w, cfg)
-	out.References = toReferencesJSON(refs)
 
 	var jobs []*runJob
 	alone := -1
+	shared := parallel > 1
 	for k := range points {
 		for _, rt := range rts {
 			c := cfg
@@ -475,12 +479,22 @@ func simulateTimed(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, c
 				c.MeasureMemory = true
 				alone = len(jobs)
 			}
+			if i := len(jobs); i != alone && shared && c.Engine.Shards == 0 {
+				// The runs that share the CPUs take one index shard each: two at a
+				// time with the default shards would keep six goroutines busy on two
+				// cores, and the switching cost more than the shards gave.
+				c.Engine.Shards = 1
+			}
 			jobs = append(jobs, &runJob{rt: rt, cfg: c})
 		}
 	}
-	if err := runAll(w, jobs, alone, parallel); err != nil {
+	// The references are computed beside the simulations that share the CPU, not
+	// beside the one that measures the index.
+	var refs sim.References
+	if err := runAll(w, jobs, alone, parallel, func() { refs = sim.Reference(w, cfg) }); err != nil {
 		return err
 	}
+	out.References = toReferencesJSON(refs)
 	if sw.key == "" {
 		for i, j := range jobs {
 			out.Policies = append(out.Policies, toTimedPolicyJSON(j.res, i == alone))
