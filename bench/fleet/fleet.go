@@ -48,6 +48,9 @@ const MaxEngines = 16384
 const Model = "fleet"
 
 func (c FleetConfig) withDefaults() FleetConfig {
+	if c.Workload.SystemPrompts == 0 {
+		c.Workload.SystemPrompts = max(32, c.Engines/4)
+	}
 	c.Workload = c.Workload.withDefaults()
 	if c.BufferSteps == 0 {
 		c.BufferSteps = 256

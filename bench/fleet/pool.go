@@ -112,8 +112,11 @@ type Workload struct {
 	// Capacity is each engine's cache, in blocks. Default 1024.
 	Capacity int
 	// SystemPrompts is the number of system prompts in the fleet; SystemBlocks their
-	// length; SystemsPerEngine how many of them one engine's sessions use. Defaults
-	// 32, 8 and 4.
+	// length; SystemsPerEngine how many of them one engine's sessions use. Defaults:
+	// FleetConfig sets SystemPrompts to Engines/4 (at least 32), so that a prompt is
+	// cached on about 16 engines, as a KV-aware router's placement keeps a prefix on a
+	// few engines (spread evenly, a prompt of 32 would be on every sixteenth engine: at
+	// 2,048 engines, 256 matches per answer); 8 and 4.
 	SystemPrompts, SystemBlocks, SystemsPerEngine int
 	// Sessions is the number of open sessions per engine. Default 8.
 	Sessions int

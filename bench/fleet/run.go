@@ -572,7 +572,8 @@ func (r *runner) judge(l *Level, warmup bool, res DriveResult) {
 	l.Held = len(l.Why) == 0
 }
 
-// sampler records a process's peak RSS, fds and threads every 500ms.
+// sampler records a process's peak RSS, fds and threads every second (listing 4,000
+// descriptors is not free).
 type sampler struct {
 	pid                int
 	maxRSS             int64
@@ -580,7 +581,7 @@ type sampler struct {
 }
 
 func (s *sampler) run(ctx context.Context) {
-	t := time.NewTicker(500 * time.Millisecond)
+	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		if st, err := readProc(s.pid); err == nil {
