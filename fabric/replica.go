@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/atomicfile"
 	"github.com/kvindex/kvindex/internal/namespace"
 )
 
@@ -115,6 +116,11 @@ func (r *Replica) Start(ctx context.Context, snapshotPath string) error {
 	}
 	r.created = info.Created
 	if snapshotPath != "" {
+		if _, _, isObject, err := objectLocation(snapshotPath); err == nil && !isObject {
+			if n, err := atomicfile.RemoveStale(snapshotPath); n > 0 || err != nil {
+				r.cfg.Logger.Info("snapshot: removed the temporary files of an interrupted write", "files", n, "err", err)
+			}
+		}
 		var snap *snapshot
 		bucket, name, isObject, err := objectLocation(snapshotPath)
 		switch {

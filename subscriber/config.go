@@ -207,7 +207,8 @@ type Config struct {
 	Diagnose DiagnoseConfig
 	// Resume, when set, starts the subscriber at this checkpoint instead of from
 	// nothing: the index already holds the worker's blocks as of it (restored from a
-	// snapshot taken as Subscriber.Checkpoint describes).
+	// snapshot of an index this worker's subscriber fed: CheckpointAt of the worker's
+	// engine.Position).
 	Resume *Checkpoint
 }
 

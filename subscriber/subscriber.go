@@ -75,13 +75,9 @@ type Subscriber struct {
 	running atomic.Bool
 	warns   warnLimiter
 
-	// Checkpoint seqlock (see Checkpoint): steps is odd while the owner changes the
-	// worker in the index, cp is the state as of the last even value.
-	steps     atomic.Uint64
-	stepDepth int // owner only: nesting of beginStep
-	cpMu      sync.Mutex
-	cp        Checkpoint
-	cpHas     bool
+	// resumeAfter is the Config.Resume checkpoint's Cursor until the first catch-up
+	// has applied the rest of its batch (owner only).
+	resumeAfter uint64
 
 	mu  sync.Mutex
 	pub Status
@@ -125,8 +121,7 @@ func New(cfg Config) (*Subscriber, error) {
 		// Resuming from a snapshot of the index: the worker's blocks are there as of
 		// batch r.Seq; the first catch-up checks the engine still has that batch (by
 		// its digest) and replays what followed.
-		s.has, s.last, s.digest, s.exact = true, r.Seq, r.Digest, r.Exact
-		s.cp, s.cpHas = *r, true
+		s.has, s.last, s.digest, s.exact, s.resumeAfter = true, r.Seq, r.Digest, r.Exact, r.Cursor
 	}
 	s.local = Status{
 		Worker:         cfg.Worker,
@@ -205,48 +200,49 @@ type badBatch struct{ seq, digest uint64 }
 
 const maxBadSeen = 256
 
-// Checkpoint is where a subscriber's worker stands in its publisher's stream: the last
-// batch applied (its sequence and the xxh3 of its payload) and whether the index holds
-// exactly the worker's blocks. A snapshot of the index taken while the checkpoint did
-// not change (Subscriber.Checkpoint reports it) resumes the worker through
-// Config.Resume: the first catch-up verifies the batch and replays what followed.
+// Checkpoint is where a subscriber's worker stands in its publisher's stream, as the
+// index records it: the batch of the last event applied (its sequence and the xxh3 of
+// its payload), the event's SourceCursor in it, and whether the index then held exactly
+// the worker's blocks. Every event a subscriber applies carries its position (Cursor
+// SourceCursor(seq, i), Mark the digest and exactness, see Mark), which the engine keeps
+// with the worker's blocks under the worker's lock; so a snapshot holds each worker's
+// checkpoint with the blocks it describes (engine.Engine.Positions, CheckpointAt), in
+// one file, however busy the worker was while it was written. Config.Resume starts a
+// subscriber there: the first catch-up verifies the batch by its digest, applies the
+// batch's events after Cursor and replays what followed.
 type Checkpoint struct {
 	Seq    uint64 `json:"seq"`
 	Digest uint64 `json:"digest"`
 	Exact  bool   `json:"exact"`
+	// Cursor is the SourceCursor of the last event of batch Seq the index holds; 0
+	// means the whole batch.
+	Cursor uint64 `json:"cursor,omitempty"`
 }
 
-// Checkpoint returns the worker's checkpoint (ok false when no batch is applied: there
-// is nothing to resume) and a version: take it before and after capturing the index; if
-// both versions are equal and even, no change to the worker ran in between, and the
-// capture holds exactly the worker's state at the checkpoint. Safe for concurrent use.
-func (s *Subscriber) Checkpoint() (cp Checkpoint, ok bool, version uint64) {
-	version = s.steps.Load()
-	s.cpMu.Lock()
-	cp, ok = s.cp, s.cpHas
-	s.cpMu.Unlock()
-	if s.steps.Load() != version {
-		version |= 1 // changed while read: report it as in progress
+// Mark is the engine.Event Mark of an event from a batch whose payload has xxh3 digest
+// while the index is exact or not: the digest with its lowest bit replaced by
+// exactness (the continuity check compares the other 63 bits). Never 0 for an exact
+// index; a made-up event (Mark 0) leaves the worker no checkpoint.
+func Mark(digest uint64, exact bool) uint64 {
+	if exact {
+		return digest | 1
 	}
-	return cp, ok, version
+	return digest &^ 1
 }
 
-// beginStep and endStep bracket every change of the worker in the index (owner only;
-// nested calls count once).
-func (s *Subscriber) beginStep() {
-	if s.stepDepth++; s.stepDepth == 1 {
-		s.steps.Add(1)
+// CheckpointAt returns the checkpoint a worker's position in an index describes, and
+// false when it describes none: no event of a batch applied since the worker's last
+// clear (a restarted or invalidated worker, or one fed by something else than a
+// Subscriber).
+func CheckpointAt(p engine.Position) (Checkpoint, bool) {
+	if p.Cursor>>24 == 0 || p.Mark == 0 {
+		return Checkpoint{}, false
 	}
+	return Checkpoint{Seq: p.Cursor>>24 - 1, Digest: p.Mark, Exact: p.Mark&1 == 1, Cursor: p.Cursor}, true
 }
 
-func (s *Subscriber) endStep() {
-	if s.stepDepth--; s.stepDepth == 0 {
-		s.cpMu.Lock()
-		s.cp, s.cpHas = Checkpoint{Seq: s.last, Digest: s.digest, Exact: s.exact}, s.has
-		s.cpMu.Unlock()
-		s.steps.Add(1)
-	}
-}
+// sameBatch reports whether two batch digests match in the bits a Mark keeps.
+func sameBatch(a, b uint64) bool { return (a^b)&^1 == 0 }
 
 // errFatal marks an error that ends Run: the index is closed or failed.
 type errFatal struct{ err error }
@@ -369,8 +365,6 @@ func (s *Subscriber) checkGrace() error {
 	if s.graceLeft() != 0 {
 		return nil
 	}
-	s.beginStep()
-	defer s.endStep()
 	s.removed = true
 	s.local.Removals++
 	s.has, s.exact, s.synced = false, true, false
@@ -760,7 +754,15 @@ func (s *Subscriber) catchUpResult(ctx context.Context) (catchResult, error) {
 			if first {
 				first = false
 				if s.has && seq <= s.last {
-					if seq == s.last && xxh3.Hash(payload) == s.digest {
+					if seq == s.last && sameBatch(xxh3.Hash(payload), s.digest) {
+						if after := s.resumeAfter; after != 0 {
+							// Resumed from a snapshot cut inside this batch: the
+							// index holds its events up to after.
+							s.resumeAfter = 0
+							if applyErr = s.applyBatchAfter(seq, payload, after); applyErr != nil {
+								return false
+							}
+						}
 						return true // continuity verified
 					}
 					restart = true
@@ -868,8 +870,6 @@ func (s *Subscriber) replayed(seq uint64, payload []byte) (hole bool, err error)
 // restart handles a publisher that restarted: a new engine process starts with an
 // empty cache, so the worker is cleared and its sequence forgotten; the state is exact.
 func (s *Subscriber) restart(why string) error {
-	s.beginStep()
-	defer s.endStep()
 	s.local.Restarts++
 	s.cfg.Logger.Info("publisher restart detected", "worker", s.cfg.Worker, "why", why)
 	s.has, s.exact, s.connFloor = false, true, -1
@@ -879,8 +879,6 @@ func (s *Subscriber) restart(why string) error {
 // invalidate clears the worker and marks it stale: the index keeps only what it can
 // vouch for.
 func (s *Subscriber) invalidate() error {
-	s.beginStep()
-	defer s.endStep()
 	s.local.Invalidations++
 	s.exact = false
 	return s.apply(&engine.Event{Kind: engine.EventCleared, Worker: s.cfg.Worker})
@@ -901,10 +899,8 @@ func (s *Subscriber) resync(ctx context.Context) error {
 				return false
 			}
 			started = true
-			s.beginStep()
 			applyErr = s.apply(&engine.Event{Kind: engine.EventCleared, Worker: s.cfg.Worker})
 			s.has, s.exact = false, true
-			s.endStep()
 			if applyErr != nil {
 				return false
 			}
@@ -947,8 +943,13 @@ func (s *Subscriber) apply(ev *engine.Event) error {
 // applyBatch decodes one batch and applies its events; the batch's sequence becomes
 // the last applied one whatever its content.
 func (s *Subscriber) applyBatch(seq uint64, payload []byte) error {
-	s.beginStep()
-	defer s.endStep()
+	return s.applyBatchAfter(seq, payload, 0)
+}
+
+// applyBatchAfter is applyBatch for a batch the index holds up to the event whose
+// SourceCursor is after (0: none of it): the events up to it are skipped.
+func (s *Subscriber) applyBatchAfter(seq uint64, payload []byte, after uint64) error {
+	s.resumeAfter = 0 // a batch applied: the resumed one is behind
 	s.has, s.last, s.digest = true, seq, xxh3.Hash(payload)
 	s.local.Batches++
 	if err := s.dec.Decode(payload, &s.batch); err != nil {
@@ -974,7 +975,11 @@ func (s *Subscriber) applyBatch(seq uint64, payload []byte) error {
 		return nil
 	}
 	for i := range b.Events {
-		if err := s.applyEvent(&b.Events[i], SourceCursor(seq, i), now); err != nil {
+		c := SourceCursor(seq, i)
+		if c <= after {
+			continue
+		}
+		if err := s.applyEvent(&b.Events[i], c, now); err != nil {
 			return err
 		}
 	}
@@ -1038,7 +1043,8 @@ func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64, now time.Time)
 		s.diag.forget(e) // a copy's removal leaves the hash valid on the other tiers
 	}
 	ev := &s.ev
-	*ev = engine.Event{Worker: s.cfg.Worker, Cursor: cursor}
+	// A clear from the publisher leaves the index exact (applied below).
+	*ev = engine.Event{Worker: s.cfg.Worker, Cursor: cursor, Mark: Mark(s.digest, s.exact || e.Kind == kvevents.Cleared)}
 	copied := false
 	switch e.Kind {
 	case kvevents.Stored:

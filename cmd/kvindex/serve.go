@@ -124,7 +124,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 	natsURL := fs.String("nats", "", natsHelp+": follow a kvindex relay's stream there instead of (or besides) ZeroMQ engines")
 	stream := fs.String("stream", fabric.DefaultStream, "with --nats: "+streamHelp)
 	modelsFlag := fs.String("models", "", "with --nats: models served from the stream and their block sizes, as NAME=BLOCKSIZE,...")
-	snapshot := fs.String("snapshot", "", "snapshot file (with --nats also jetstream-object://BUCKET/NAME to share it through NATS): restored at start (a bad one falls back to a full sync), written every --snapshot-interval and at shutdown (its directory must be writable at start; a failed final write exits 1; kvindex_snapshot_writes_total counts them); in ZeroMQ mode FILE.cursors holds each worker's stream position, and workers resume by replay from it")
+	snapshot := fs.String("snapshot", "", "snapshot file (with --nats also jetstream-object://BUCKET/NAME to share it through NATS): restored at start (a bad one falls back to a full sync), written every --snapshot-interval and at shutdown (its directory must be writable at start; a failed final write exits 1; kvindex_snapshot_writes_total counts them); in ZeroMQ mode each worker's stream position travels in it, and workers resume by replay from there")
 	snapEvery := fs.Duration("snapshot-interval", 5*time.Minute, "with --snapshot: how often to write the snapshot")
 	tiersFlag := fs.String("tiers", "", "media mapped to storage tiers, over the defaults (\"\" and GPU device; CPU, CPU_TIER1, CPU_PINNED host; STORAGE, FS, OBJ, DISK, CPU_TIER2, EXTERNAL disk), as MEDIUM=TIER,... with TIER device, host or disk (config: tiers)")
 	weightsFlag := fs.String("tier-weights", "", "default weights of a device, host and disk block in /v1/match's weighted score, as D,H,DISK in [0, 1] (default 1,0.75,0.25; config: tier_weights)")
@@ -286,7 +286,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 		if zmqEng != nil {
 			stopSnaps()
 			// The subscribers have stopped: this snapshot is their exact position.
-			if serr := snapStats.note(writeZMQSnapshot(*snapshot, zmqEng, s.Subscribers())); serr != nil {
+			if serr := snapStats.note(writeZMQSnapshot(*snapshot, zmqEng)); serr != nil {
 				err = errors.Join(err, fmt.Errorf("final snapshot: %w", serr))
 			}
 		}
@@ -307,7 +307,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 			for {
 				select {
 				case <-t.C:
-					if err := snapStats.note(writeZMQSnapshot(*snapshot, zmqEng, s.Subscribers())); err != nil {
+					if err := snapStats.note(writeZMQSnapshot(*snapshot, zmqEng)); err != nil {
 						log.Warn("snapshot", "err", err)
 					}
 				case <-stop:

@@ -1,6 +1,6 @@
 // Package atomicfile replaces a file so that a crash leaves either the old content or
-// the new, never a torn mix: the engine's snapshot files, the fabric replica's snapshots
-// and kvindex serve's cursor files are written through it. Any goroutine may call it;
+// the new, never a torn mix: the engine's snapshot files and the fabric replica's
+// snapshots are written through it, and RemoveStale clears what a killed writer left. Any goroutine may call it;
 // two writers of one path race as two renames do (the last one wins).
 package atomicfile
 
@@ -18,7 +18,7 @@ import (
 // the temporary file is removed, path is untouched and the error is returned.
 func Write(path string, write func(io.Writer) error) (err error) {
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
+	f, err := os.CreateTemp(dir, tempPattern(path))
 	if err != nil {
 		return err
 	}
@@ -45,6 +45,28 @@ func Write(path string, write func(io.Writer) error) (err error) {
 		return err
 	}
 	return syncDir(dir)
+}
+
+// tempPattern is the name of Write's temporary files for path (os.CreateTemp's
+// pattern: the star becomes random digits).
+func tempPattern(path string) string { return filepath.Base(path) + ".tmp-*" }
+
+// RemoveStale removes the temporary files a Write of path left behind when its process
+// was killed mid-write, and returns how many it removed. Call it before any Write of
+// path starts (a writer's own temporary file matches too).
+func RemoveStale(path string) (int, error) {
+	stale, err := filepath.Glob(filepath.Join(filepath.Dir(path), tempPattern(path)))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, f := range stale {
+		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // syncDir makes a rename in dir durable. A directory that cannot be opened for syncing

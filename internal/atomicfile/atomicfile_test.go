@@ -42,3 +42,23 @@ func TestWrite(t *testing.T) {
 
 	require.Error(t, Write(filepath.Join(dir, "missing", "x"), put("x")))
 }
+
+// TestRemoveStale: the temporary files of writes killed midway are removed, nothing
+// else is (the file itself, another file's temporaries).
+func TestRemoveStale(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.snap")
+	for _, name := range []string{"state.snap", "state.snap.tmp-123", "state.snap.tmp-9", "other.snap.tmp-1", "state.snapx"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o600))
+	}
+	n, err := RemoveStale(path)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var left []string
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	require.Equal(t, []string{"other.snap.tmp-1", "state.snap", "state.snapx"}, left)
+}
