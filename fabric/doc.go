@@ -23,12 +23,19 @@
 // sequence of the last message applied (LastApplied); it also keeps each worker's
 // last sequence and skips a message whose sequence it has already applied, so that
 // no event is applied twice. Snapshot writes the index (engine.WriteSnapshot), the
-// resume point, the worker sequences and the models the replica follows in one
-// checksummed file; Start restores from it and consumes from the next message, or
-// replays the whole stream when the file is refused (ErrSnapshot: truncated, corrupted,
+// resume point, each worker's sequence and model and the models the replica follows
+// in one checksummed file (format version 3; version 2, without the workers' models,
+// is read too); Start restores from it and consumes from the next message, or replays
+// the whole stream when the file is refused (ErrSnapshot: truncated, corrupted,
 // written for another stream or another set of models, or older than the stream's
 // retention).
 //
 // Every replica applies the same messages in the same order, so replicas converge to
 // identical state (byte-identical engine snapshots).
+//
+// What a replica shows: Stats (stream position, messages pending behind it, the last
+// message's lag behind the stream) and Workers (each worker's model, last sequence,
+// events by kind, lag, and whether its relay removed it), read under the replica's
+// lock; kvindex serve --nats lists them in /v1/workers and /metrics. Both are bounded
+// by the workers the stream names, as the worker sequences are.
 package fabric

@@ -56,6 +56,34 @@ type ReplicaStats struct {
 	// (the replica then replayed the stream from its start).
 	Restored    bool
 	SnapshotErr error
+	// Pending is how many messages of the replica's subjects the stream held past the
+	// last one applied, as of that message (its delivery's pending count): the replica's
+	// lag behind the stream, in messages. Lag is the last message's apply time minus
+	// the time the stream stored it; LastAt when it was applied (zero before one).
+	Pending uint64
+	Lag     time.Duration
+	LastAt  time.Time
+}
+
+// ReplicaWorker is what a replica knows of one worker of its stream (Replica.Workers).
+type ReplicaWorker struct {
+	Worker string
+	// Model is the model whose subject carried the worker's last message.
+	Model string
+	// Seq is the worker sequence of the last message applied (0: none numbered).
+	Seq uint64
+	// Stored, Removed, Cleared and Copied count the worker's events applied, by kind;
+	// Rejected those of them the index refused; Duplicates messages skipped as applied
+	// already; Gaps messages more than one past the worker's last sequence. They count
+	// from the replica's start (a snapshot keeps only Seq and Model).
+	Stored, Removed, Cleared, Copied, Rejected, Duplicates, Gaps uint64
+	// LastAt is when the replica applied the worker's last message (zero: none since
+	// Start); Lag that message's apply time minus the time the stream stored it.
+	LastAt time.Time
+	Lag    time.Duration
+	// Gone says the worker's last event removed it from the index: its relay gave up
+	// on its engine (the grace period passed). Its next event brings it back.
+	Gone bool
 }
 
 // Replica is a router's copy of the index fed from the stream (the serve side). It
@@ -70,7 +98,8 @@ type Replica struct {
 	mu        sync.Mutex
 	eng       *engine.Engine
 	workerSeq map[string]uint64
-	models    map[string]string // subject token -> model name (checkSubject's memo)
+	workers   map[string]*ReplicaWorker // what Workers reports, by worker
+	models    map[string]string         // subject token -> model name (checkSubject's memo)
 	stats     ReplicaStats
 	created   time.Time // the stream's creation time (identifies it across re-creation)
 	closed    bool
@@ -87,7 +116,7 @@ func NewReplica(nc *nats.Conn, cfg ReplicaConfig) *Replica {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Replica{nc: nc, cfg: cfg, workerSeq: map[string]uint64{}, models: map[string]string{}}
+	return &Replica{nc: nc, cfg: cfg, workerSeq: map[string]uint64{}, workers: map[string]*ReplicaWorker{}, models: map[string]string{}}
 }
 
 // Start builds the index and starts consuming. With snapshotPath set and the file
@@ -147,6 +176,9 @@ func (r *Replica) Start(ctx context.Context, snapshotPath string) error {
 			err = fmt.Errorf("%w: resumes at %d, the stream's oldest message is %d", ErrSnapshot, snap.last+1, info.State.FirstSeq)
 		case err == nil:
 			r.eng, r.workerSeq, r.stats.Restored = snap.eng, snap.workers, true
+			for w, seq := range snap.workers {
+				r.workers[w] = &ReplicaWorker{Worker: w, Model: snap.workerModels[w], Seq: seq}
+			}
 			r.stats.LastApplied = snap.last
 			r.last.Store(snap.last)
 		}
@@ -199,11 +231,14 @@ func (r *Replica) handle(msg jetstream.Msg) {
 	if seq <= r.stats.LastApplied {
 		return // redelivered after a consumer reset
 	}
-	r.apply(seq, msg.Subject(), msg.Data())
+	now := time.Now()
+	r.stats.Pending, r.stats.LastAt, r.stats.Lag = meta.NumPending, now, now.Sub(meta.Timestamp)
+	r.apply(seq, msg.Subject(), msg.Data(), now, r.stats.Lag)
 }
 
-// apply applies the message at stream sequence seq, published to subject. r.mu is held.
-func (r *Replica) apply(seq uint64, subject string, data []byte) {
+// apply applies the message at stream sequence seq, published to subject, at now, lag
+// after the stream stored it. r.mu is held.
+func (r *Replica) apply(seq uint64, subject string, data []byte, now time.Time, lag time.Duration) {
 	defer func() {
 		r.stats.LastApplied = seq
 		r.last.Store(seq)
@@ -215,25 +250,36 @@ func (r *Replica) apply(seq uint64, subject string, data []byte) {
 		return
 	}
 	ev := &m.Event
-	if why := r.checkSubject(subject, ev); why != "" {
+	model, why := r.checkSubject(subject, ev)
+	if why != "" {
 		r.stats.Foreign++
 		r.cfg.Logger.Warn("message foreign to its subject skipped", "seq", seq, "subject", subject, "why", why)
 		return
 	}
+	w := r.workers[ev.Worker]
+	if w == nil {
+		w = &ReplicaWorker{Worker: ev.Worker}
+		r.workers[ev.Worker] = w
+	}
+	w.Model, w.LastAt, w.Lag = model, now, lag
 	if ws := m.WorkerSeq; ws != 0 {
 		last := r.workerSeq[ev.Worker]
 		if ws <= last {
 			r.stats.Duplicates++
+			w.Duplicates++
 			return
 		}
 		if ws > last+1 && last != 0 {
 			r.stats.Gaps++
+			w.Gaps++
 		}
 		r.workerSeq[ev.Worker] = ws
+		w.Seq = ws
 	}
 	ev.Cursor = seq
 	err := r.eng.Apply(ev)
 	r.stats.Applied++
+	w.count(ev.Kind, err)
 	switch {
 	case err == nil:
 	case engine.IsRejection(err):
@@ -244,23 +290,44 @@ func (r *Replica) apply(seq uint64, subject string, data []byte) {
 	}
 }
 
-// checkSubject says why ev does not belong to subject (prefix.<model>.<worker>, see
-// Subject), or "" when it does: its worker is the subject's and its namespace is one of
-// the subject's model's. r.mu is held.
-func (r *Replica) checkSubject(subject string, ev *engine.Event) string {
+// count counts an applied event of kind that the index answered with err.
+func (w *ReplicaWorker) count(kind engine.EventKind, err error) {
+	if err != nil {
+		if engine.IsRejection(err) {
+			w.Rejected++
+		}
+		return
+	}
+	switch kind {
+	case engine.EventStored:
+		w.Stored++
+	case engine.EventRemoved:
+		w.Removed++
+	case engine.EventCleared:
+		w.Cleared++
+	case engine.EventCopied:
+		w.Copied++
+	}
+	w.Gone = kind == engine.EventRemoveWorker
+}
+
+// checkSubject returns the model of subject (prefix.<model>.<worker>, see Subject) and
+// says why ev does not belong to it, or "" when it does: its worker is the subject's
+// and its namespace is one of the subject's model's. r.mu is held.
+func (r *Replica) checkSubject(subject string, ev *engine.Event) (model, why string) {
 	rest, ok := strings.CutPrefix(subject, r.cfg.Stream.SubjectPrefix+".")
 	mtok, wtok, ok2 := strings.Cut(rest, ".")
 	if !ok || !ok2 {
-		return "not a subject of the stream's prefix"
+		return "", "not a subject of the stream's prefix"
 	}
 	if !tokenIs(wtok, ev.Worker) {
-		return "the subject names another worker"
+		return "", "the subject names another worker"
 	}
-	model, ok := r.models[mtok]
+	model, ok = r.models[mtok]
 	if !ok {
 		name, err := untoken(mtok)
 		if err != nil {
-			return "the subject's model is not a token"
+			return "", "the subject's model is not a token"
 		}
 		if len(r.models) >= maxModelTokens {
 			clear(r.models)
@@ -269,9 +336,9 @@ func (r *Replica) checkSubject(subject string, ev *engine.Event) string {
 		r.models[mtok] = model
 	}
 	if ev.Kind == engine.EventStored && !namespace.In(model, ev.Namespace) { // only stores have one
-		return "the namespace is not one of the subject's model's"
+		return model, "the namespace is not one of the subject's model's"
 	}
-	return ""
+	return model, ""
 }
 
 // maxModelTokens bounds the replica's memo of decoded model tokens.
@@ -299,6 +366,19 @@ func (r *Replica) Stats() ReplicaStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.stats
+}
+
+// Workers returns every worker the replica has seen a message of (or restored from its
+// snapshot), by name.
+func (r *Replica) Workers() []ReplicaWorker {
+	r.mu.Lock()
+	out := make([]ReplicaWorker, 0, len(r.workers))
+	for _, w := range r.workers {
+		out = append(out, *w)
+	}
+	r.mu.Unlock()
+	slices.SortFunc(out, func(a, b ReplicaWorker) int { return strings.Compare(a.Worker, b.Worker) })
+	return out
 }
 
 // WaitFor waits until the replica has applied stream sequence seq, ctx ends or the
@@ -331,7 +411,11 @@ func (r *Replica) Snapshot(path string) error {
 	if r.eng == nil || r.closed {
 		return errors.New("fabric: snapshot of a replica not running")
 	}
-	snap := &snapshot{eng: r.eng, last: r.stats.LastApplied, created: r.created, workers: r.workerSeq, models: modelSet(r.cfg.Models)}
+	wm := make(map[string]string, len(r.workers))
+	for name, w := range r.workers {
+		wm[name] = w.Model
+	}
+	snap := &snapshot{eng: r.eng, last: r.stats.LastApplied, created: r.created, workers: r.workerSeq, workerModels: wm, models: modelSet(r.cfg.Models)}
 	bucket, name, isObject, err := objectLocation(path)
 	if err != nil {
 		return err

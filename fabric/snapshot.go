@@ -23,9 +23,11 @@ var ErrSnapshot = errors.New("fabric: snapshot refused")
 
 const (
 	snapMagic = "KVFABSN\x00"
-	// snapVersion 2 records the replica's models; a version 1 snapshot, which does
-	// not, is refused (the replica replays the stream).
-	snapVersion = 2
+	// snapVersion 3 records each worker's model (what Replica.Workers reports);
+	// version 2, which does not, is still read (the workers' models then show once
+	// they publish again). Version 2 added the replica's models; a version 1
+	// snapshot, which lacks them, is refused (the replica replays the stream).
+	snapVersion = 3
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -35,6 +37,8 @@ type snapshot struct {
 	last    uint64
 	created time.Time
 	workers map[string]uint64
+	// workerModels is each worker's model (version 3; nil from a version 2 file).
+	workerModels map[string]string
 	// models are the models whose subjects the replica followed, sorted (empty:
 	// every model). The snapshot describes the stream up to last for those subjects
 	// only, so it is restored only into a replica following the same models.
@@ -51,17 +55,20 @@ func modelSet(models []string) []string {
 // encodeSnapshot lays a replica snapshot out as
 //
 //	magic | version u32 | last u64 | created unix-nanos i64 | nmodels u32 |
-//	(len u32, name)* sorted | nworkers u32 | (len u32, name, seq u64)* sorted by name |
-//	engine snapshot length u64 |
+//	(len u32, name)* sorted | nworkers u32 | (len u32, name, seq u64, len u32, model)*
+//	sorted by name (version 2: no model) | engine snapshot length u64 |
 //	engine snapshot (engine.WriteSnapshot) | CRC-32C of all the above u32
 //
 // all little-endian.
-func encodeSnapshot(s *snapshot) ([]byte, error) {
+func encodeSnapshot(s *snapshot) ([]byte, error) { return encodeSnapshotAs(s, snapVersion) }
+
+// encodeSnapshotAs encodes s in format version (2 or 3; tests write version 2).
+func encodeSnapshotAs(s *snapshot, version uint32) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString(snapMagic)
 	le := binary.LittleEndian
 	var tmp []byte
-	tmp = le.AppendUint32(tmp, snapVersion)
+	tmp = le.AppendUint32(tmp, version)
 	tmp = le.AppendUint64(tmp, s.last)
 	tmp = le.AppendUint64(tmp, uint64(s.created.UnixNano()))
 	tmp = le.AppendUint32(tmp, uint32(len(s.models)))
@@ -79,6 +86,11 @@ func encodeSnapshot(s *snapshot) ([]byte, error) {
 		tmp = le.AppendUint32(tmp, uint32(len(n)))
 		tmp = append(tmp, n...)
 		tmp = le.AppendUint64(tmp, s.workers[n])
+		if version >= 3 {
+			m := s.workerModels[n]
+			tmp = le.AppendUint32(tmp, uint32(len(m)))
+			tmp = append(tmp, m...)
+		}
 	}
 	b.Write(tmp)
 	lenAt := b.Len()
@@ -148,13 +160,15 @@ func decodeSnapshot(data []byte, cfg engine.Config) (*snapshot, error) {
 	if hdr == nil {
 		return bad("truncated header")
 	}
-	if v := le.Uint32(hdr); v != snapVersion {
-		return bad("version %d, this build reads version %d", v, snapVersion)
+	version := le.Uint32(hdr)
+	if version != snapVersion && version != 2 {
+		return bad("version %d, this build reads versions 2 and %d", version, snapVersion)
 	}
 	s := &snapshot{
-		last:    le.Uint64(hdr[4:]),
-		created: time.Unix(0, int64(le.Uint64(hdr[12:]))),
-		workers: map[string]uint64{},
+		last:         le.Uint64(hdr[4:]),
+		created:      time.Unix(0, int64(le.Uint64(hdr[12:]))),
+		workers:      map[string]uint64{},
+		workerModels: map[string]string{},
 	}
 	l := take(4)
 	if l == nil {
@@ -190,6 +204,17 @@ func decodeSnapshot(data []byte, cfg engine.Config) (*snapshot, error) {
 			return bad("truncated worker table")
 		}
 		s.workers[string(name)] = le.Uint64(seq)
+		if version >= 3 {
+			l := take(4)
+			if l == nil {
+				return bad("truncated worker table")
+			}
+			model := take(uint64(le.Uint32(l)))
+			if model == nil {
+				return bad("truncated worker table")
+			}
+			s.workerModels[string(name)] = string(model)
+		}
 	}
 	l = take(8)
 	if l == nil || le.Uint64(l) != uint64(len(p)) {

@@ -865,6 +865,33 @@ func (s *Server) workerInfos(sizer WorkerSizer, now time.Time) []WorkerInfo {
 		}
 		out = append(out, wi)
 	}
+	for _, wi := range s.fedWorkers(f) {
+		if sizer != nil {
+			n, _ := sizer.WorkerSize(wi.Worker)
+			wi.Size = &n
+		}
+		out = append(out, wi)
+	}
+	return out
+}
+
+// fedWorkers returns Options.Workers' list without the workers the server subscribes
+// to or serves from predictions (they are listed as such), each with a Rejected map.
+func (s *Server) fedWorkers(f *fleet) []WorkerInfo {
+	if s.extWorkers == nil {
+		return nil
+	}
+	ws := s.extWorkers()
+	out := ws[:0]
+	for _, wi := range ws {
+		if f.byWorker[wi.Worker] != nil || f.approx[wi.Worker] != nil {
+			continue
+		}
+		if wi.Rejected == nil {
+			wi.Rejected = map[string]uint64{}
+		}
+		out = append(out, wi)
+	}
 	return out
 }
 

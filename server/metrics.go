@@ -59,7 +59,7 @@ func newCollector(s *Server) *collector {
 		peersRefused:      d("peers_refused_total", "Connections closed by the ZMTP guard: a frame past the message cap, a malformed handshake, too many connections.", w...),
 		state:             d("worker_state", "1 for the worker's current subscriber state.", "worker", "state"),
 		lastSeq:           d("worker_last_seq", "Sequence number of the last applied batch (-1: none).", w...),
-		lag:               d("worker_lag_seconds", "Apply time minus the batch's timestamp, for the last batch.", w...),
+		lag:               d("worker_lag_seconds", "Apply time minus the batch's timestamp, for the last batch (a stream-fed worker: minus the time the stream stored its last message).", w...),
 		workerBlocks:      d("worker_blocks", "Blocks the worker holds in the index.", w...),
 		workers:           d("workers", "Workers known to the index."),
 		blocks:            d("blocks", "(worker, block) pairs held."),
@@ -136,6 +136,28 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(c.lastSeq, seq, w)
 		gauge(c.lag, st.Lag.Seconds(), w)
+		if sizer != nil {
+			if n, ok := sizer.WorkerSize(w); ok {
+				gauge(c.workerBlocks, float64(n), w)
+			}
+		}
+	}
+	// Workers fed from elsewhere (Options.Workers): the series their source knows.
+	for _, wi := range c.s.fedWorkers(c.s.fleet()) {
+		w := wi.Worker
+		counter(c.applied, wi.Events.Stored, w, "stored")
+		counter(c.applied, wi.Events.Removed, w, "removed")
+		counter(c.applied, wi.Events.Cleared, w, "cleared")
+		counter(c.applied, wi.Events.Copied, w, "copied")
+		counter(c.duplicates, wi.Duplicates, w)
+		counter(c.gapsDetected, wi.Gaps.Detected, w)
+		gauge(c.state, 1, w, wi.State)
+		seq := -1.0
+		if wi.LastSeq != nil {
+			seq = float64(*wi.LastSeq)
+		}
+		gauge(c.lastSeq, seq, w)
+		gauge(c.lag, wi.LagSeconds, w)
 		if sizer != nil {
 			if n, ok := sizer.WorkerSize(w); ok {
 				gauge(c.workerBlocks, float64(n), w)

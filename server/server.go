@@ -45,6 +45,12 @@ type Options struct {
 	// Collectors are served in /metrics beside the server's own (kvindex serve's
 	// snapshot counters).
 	Collectors []prometheus.Collector
+	// Workers, with Index, lists the workers that feed Index from elsewhere (a NATS
+	// replica's, fed by a relay): /v1/workers, gRPC Workers and /metrics (state, last
+	// sequence, lag, events, blocks) show them after the subscribed ones; the server
+	// fills in Size and skips a worker it subscribes to itself. Handlers call it on
+	// their own goroutines: it must be safe for concurrent use.
+	Workers func() []WorkerInfo
 }
 
 // WorkerSizer reports how many blocks a worker holds. The index implements it when it
@@ -114,8 +120,9 @@ type Server struct {
 
 	// external is set when the engine belongs to the caller (Options.Index); extReady is
 	// Options.Ready.
-	external bool
-	extReady func() bool
+	external   bool
+	extReady   func() bool
+	extWorkers func() []WorkerInfo // Options.Workers; nil when none
 
 	started  atomic.Bool
 	draining atomic.Bool
@@ -167,22 +174,23 @@ func New(cfg Config, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err) // plan checked it: unreachable
 	}
 	s := &Server{
-		replays:   replays,
-		weights:   weights,
-		external:  opts.Index != nil,
-		extReady:  opts.Ready,
-		cfg:       cfg,
-		log:       log,
-		eng:       eng,
-		entries:   map[string]*engineEntry{},
-		resume:    opts.Resume,
-		queryWins: map[string]*queryWindow{},
-		ln:        opts.Listener,
-		grpcLn:    opts.GRPCListener,
-		errc:      make(chan error, len(pubs)+1),
-		now:       time.Now,
-		logged:    map[problemKey]time.Time{},
-		stopDiag:  make(chan struct{}),
+		replays:    replays,
+		weights:    weights,
+		external:   opts.Index != nil,
+		extReady:   opts.Ready,
+		extWorkers: opts.Workers,
+		cfg:        cfg,
+		log:        log,
+		eng:        eng,
+		entries:    map[string]*engineEntry{},
+		resume:     opts.Resume,
+		queryWins:  map[string]*queryWindow{},
+		ln:         opts.Listener,
+		grpcLn:     opts.GRPCListener,
+		errc:       make(chan error, len(pubs)+1),
+		now:        time.Now,
+		logged:     map[problemKey]time.Time{},
+		stopDiag:   make(chan struct{}),
 	}
 	for i, e := range cfg.Engines {
 		var own []publisher

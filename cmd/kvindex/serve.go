@@ -256,6 +256,8 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 		}()
 		opts.Index = rep.engine
 		opts.Ready = rep.caughtUp
+		opts.Workers = rep.workers
+		opts.Collectors = append(opts.Collectors, newReplicaCollector(rep), newNATSCollector(rep.nc))
 	}
 	var zmqEng *engine.Engine // ZeroMQ mode with --snapshot: the restored engine, closed here
 	if *natsURL == "" && *snapshot != "" {
@@ -351,6 +353,7 @@ wait:
 // replicaFeed is serve's NATS side: a fabric.Replica applying the relay's stream to the
 // engine the HTTP server answers from.
 type replicaFeed struct {
+	nc     *nats.Conn
 	rep    *fabric.Replica
 	engine *engine.Engine
 	target uint64 // the stream's last sequence when serve started
@@ -385,7 +388,7 @@ func startReplica(ctx context.Context, log *slog.Logger, url, stream string, cfg
 		Stream: sc, Models: models, Logger: log.With("component", "replica"),
 		Engine: cfg.Index.Engine(),
 	})
-	feed := &replicaFeed{rep: rep}
+	feed := &replicaFeed{nc: nc, rep: rep}
 	if js, err := jetstream.New(nc); err == nil {
 		name := stream
 		if name == "" {

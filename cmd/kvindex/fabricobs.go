@@ -1,0 +1,358 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kvindex/kvindex/fabric"
+	"github.com/kvindex/kvindex/internal/buildinfo"
+	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/server"
+	"github.com/kvindex/kvindex/subscriber"
+)
+
+// What a relay and a NATS replica show of the fleet: the replica's workers in serve's
+// /v1/workers and both sides' series in /metrics, and the relay's own health and
+// metrics endpoints. Everything here reads counters at request or scrape time; nothing
+// runs on the event path.
+
+// defaultConnectTimeout bounds how long relay keeps trying to reach NATS and create
+// its stream at start before it gives up with the reason (--connect-timeout).
+const defaultConnectTimeout = 10 * time.Second
+
+// connectNATS dials url until it answers or timeout passes, backing off from 100 ms to
+// 2 s between attempts, and returns the connection (which then reconnects by itself
+// for as long as the process runs) or the last attempt's error with the attempts made.
+// A server that is down at start is a configuration error far more often than a
+// transient one: the caller exits instead of waiting silently.
+func connectNATS(ctx context.Context, url, name string, timeout time.Duration, log *slog.Logger) (*nats.Conn, error) {
+	start := time.Now()
+	deadline := start.Add(timeout)
+	wait := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		dial := min(2*time.Second, max(time.Until(deadline), 100*time.Millisecond))
+		nc, err := nats.Connect(url, nats.Name(name), nats.Timeout(dial), nats.MaxReconnects(-1),
+			nats.ReconnectWait(250*time.Millisecond))
+		if err == nil {
+			return nc, nil
+		}
+		if time.Now().Add(wait).After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("no NATS server at %s after %d attempts in %v: %w", url, attempt, time.Since(start).Round(time.Millisecond), err)
+		}
+		log.Warn("NATS not reachable; retrying", "url", url, "attempt", attempt, "err", err, "wait", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// natsState names a connection's state for /readyz ("connected", "reconnecting", ...).
+func natsState(nc *nats.Conn) string {
+	switch nc.Status() {
+	case nats.CONNECTED:
+		return "connected"
+	case nats.RECONNECTING:
+		return "reconnecting"
+	case nats.CONNECTING:
+		return "connecting"
+	case nats.CLOSED:
+		return "closed"
+	case nats.DRAINING_PUBS, nats.DRAINING_SUBS:
+		return "draining"
+	}
+	return "disconnected"
+}
+
+// The states of a stream-fed worker in serve's /v1/workers and kvindex_worker_state.
+const (
+	// fedSyncing: the replica is still applying what the stream held when serve
+	// started.
+	fedSyncing = "syncing"
+	// fedReplicated: caught up; the worker's events arrive as its relay publishes
+	// them (the state /v1/match reports for a stream-fed worker).
+	fedReplicated = "replicated"
+	// fedRemoved: the worker's last event removed it (its relay gave up on the engine).
+	fedRemoved = "removed"
+)
+
+// workers lists the replica's workers for server.Options.Workers.
+func (r *replicaFeed) workers() []server.WorkerInfo {
+	syncing := r.rep.LastApplied() < r.target
+	connected := r.nc.IsConnected()
+	now := time.Now()
+	ws := r.rep.Workers()
+	out := make([]server.WorkerInfo, 0, len(ws))
+	for _, w := range ws {
+		wi := server.WorkerInfo{Worker: w.Worker, Model: w.Model, State: fedReplicated, Connected: connected,
+			Duplicates: w.Duplicates, LagSeconds: w.Lag.Seconds(), Rejected: map[string]uint64{}}
+		switch {
+		case w.Gone:
+			wi.State = fedRemoved
+		case syncing:
+			wi.State = fedSyncing
+		}
+		wi.Synced = wi.State != fedSyncing
+		if w.Seq != 0 {
+			seq := w.Seq
+			wi.LastSeq = &seq
+		}
+		if !w.LastAt.IsZero() {
+			idle := now.Sub(w.LastAt).Seconds()
+			wi.IdleSeconds = &idle
+		}
+		wi.Gaps.Detected = w.Gaps
+		wi.Events.Stored, wi.Events.Removed, wi.Events.Cleared, wi.Events.Copied = w.Stored, w.Removed, w.Cleared, w.Copied
+		if w.Rejected > 0 {
+			wi.Rejected["index"] = w.Rejected
+		}
+		out = append(out, wi)
+	}
+	return out
+}
+
+// desc is a kvindex_ series description.
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("kvindex_"+name, help, labels, nil)
+}
+
+// natsCollector exports a NATS connection's state (kvindex_nats_*), for relay and
+// serve --nats alike.
+type natsCollector struct {
+	nc                             *nats.Conn
+	connected, reconnects, bytesIn *prometheus.Desc
+}
+
+func newNATSCollector(nc *nats.Conn) *natsCollector {
+	return &natsCollector{nc: nc,
+		connected:  desc("nats_connected", "1 while the NATS connection is up."),
+		reconnects: desc("nats_reconnects_total", "Times the NATS connection was re-established."),
+		bytesIn:    desc("nats_bytes_total", "Bytes over the NATS connection, by direction (in, out).", "direction"),
+	}
+}
+
+func (c *natsCollector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
+
+func (c *natsCollector) Collect(ch chan<- prometheus.Metric) {
+	up := 0.0
+	if c.nc.IsConnected() {
+		up = 1
+	}
+	st := c.nc.Stats()
+	ch <- prometheus.MustNewConstMetric(c.connected, prometheus.GaugeValue, up)
+	ch <- prometheus.MustNewConstMetric(c.reconnects, prometheus.CounterValue, float64(st.Reconnects))
+	ch <- prometheus.MustNewConstMetric(c.bytesIn, prometheus.CounterValue, float64(st.InBytes), "in")
+	ch <- prometheus.MustNewConstMetric(c.bytesIn, prometheus.CounterValue, float64(st.OutBytes), "out")
+}
+
+// replicaCollector exports a replica's stream position and lag (kvindex_stream_*).
+type replicaCollector struct {
+	feed                                    *replicaFeed
+	lastApplied, target, pending, lag, idle *prometheus.Desc
+	messages, gaps                          *prometheus.Desc
+}
+
+func newReplicaCollector(feed *replicaFeed) *replicaCollector {
+	return &replicaCollector{feed: feed,
+		lastApplied: desc("stream_last_applied_sequence", "Stream sequence of the last message the replica applied."),
+		target:      desc("stream_start_sequence", "The stream's last sequence when serve started: /readyz waits until it is applied."),
+		pending:     desc("stream_pending_messages", "Messages of the replica's models the stream held past the last one applied, as of that message: the replica's lag in messages."),
+		lag:         desc("stream_lag_seconds", "Apply time of the last message minus the time the stream stored it."),
+		idle:        desc("stream_idle_seconds", "Time since the replica applied a message (-1: none since start)."),
+		messages:    desc("stream_messages_total", "Stream messages the replica consumed, by result (applied, rejected by the index, duplicate, malformed, foreign to their subject).", "result"),
+		gaps:        desc("stream_gaps_total", "Messages whose worker sequence skipped ahead of the worker's last."),
+	}
+}
+
+func (c *replicaCollector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
+
+func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.feed.rep.Stats()
+	g := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+	}
+	n := func(d *prometheus.Desc, v uint64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
+	}
+	g(c.lastApplied, float64(st.LastApplied))
+	g(c.target, float64(c.feed.target))
+	g(c.pending, float64(st.Pending))
+	g(c.lag, st.Lag.Seconds())
+	idle := -1.0
+	if !st.LastAt.IsZero() {
+		idle = time.Since(st.LastAt).Seconds()
+	}
+	g(c.idle, idle)
+	n(c.messages, st.Applied-st.Rejected, "applied")
+	n(c.messages, st.Rejected, "rejected")
+	n(c.messages, st.Duplicates, "duplicate")
+	n(c.messages, st.Malformed, "malformed")
+	n(c.messages, st.Foreign, "foreign")
+	n(c.gaps, st.Gaps)
+}
+
+// buildInfo is kvindex_build_info for the relay (serve's comes from package server).
+func buildInfo() prometheus.Collector {
+	info := buildinfo.Read()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "kvindex_build_info",
+		Help: "Always 1; the labels name the running binary's version, VCS revision and Go toolchain.",
+		ConstLabels: prometheus.Labels{
+			"version": info.Version, "revision": info.Revision, "goversion": info.GoVersion,
+		},
+	})
+	g.Set(1)
+	return g
+}
+
+// relayCollector exports what a relay published and dropped (kvindex_relay_*) and its
+// subscribers' worker series.
+type relayCollector struct {
+	pub                                   *fabric.Publisher
+	subs                                  []*subscriber.Subscriber
+	published, duplicates, skipped, retry *prometheus.Desc
+	dropped, events, state, lastSeq, lag  *prometheus.Desc
+	gapsDetected, gapsRecovered, gapsLost *prometheus.Desc
+}
+
+func newRelayCollector(pub *fabric.Publisher, subs []*subscriber.Subscriber) *relayCollector {
+	w := "worker"
+	return &relayCollector{pub: pub, subs: subs,
+		published:     desc("relay_published_total", "Events the stream stored."),
+		duplicates:    desc("relay_duplicates_total", "Events the stream acknowledged as duplicates of stored ones (its deduplication window)."),
+		skipped:       desc("relay_skipped_total", "Events not sent because the stream already held them (a restarted relay's replayed history)."),
+		retry:         desc("relay_publish_retries_total", "Publish attempts that failed and were retried."),
+		dropped:       desc("relay_dropped_total", "Engine events not published, by worker and reason (decoder rejections, filters).", w, "reason"),
+		events:        desc("relay_events_total", "Engine events handed to the stream, by worker and kind.", w, "kind"),
+		state:         desc("worker_state", "1 for the worker's current subscriber state.", w, "state"),
+		lastSeq:       desc("worker_last_seq", "Sequence number of the worker's last batch published (-1: none).", w),
+		lag:           desc("worker_lag_seconds", "The time the stream acknowledged the worker's last batch minus the batch's engine timestamp: the stream's lag behind the engine.", w),
+		gapsDetected:  desc("gaps_detected_total", "Missing sequence ranges detected.", w),
+		gapsRecovered: desc("gaps_recovered_total", "Missing sequence ranges filled by replay.", w),
+		gapsLost:      desc("gaps_unrecoverable_total", "Missing sequence ranges no longer buffered (the worker was cleared).", w),
+	}
+}
+
+func (c *relayCollector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
+
+func (c *relayCollector) Collect(ch chan<- prometheus.Metric) {
+	g := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+	}
+	n := func(d *prometheus.Desc, v uint64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
+	}
+	ps := c.pub.Stats()
+	n(c.published, ps.Published)
+	n(c.duplicates, ps.Duplicates)
+	n(c.skipped, ps.Skipped)
+	n(c.retry, ps.Retries)
+	for _, sub := range c.subs {
+		st := sub.Status()
+		w := st.Worker
+		for r := subscriber.Reason(0); r < subscriber.NumReasons; r++ {
+			n(c.dropped, st.Rejected[r], w, r.String())
+		}
+		for r := kvevents.Reason(0); r < kvevents.NumReasons; r++ {
+			n(c.dropped, st.DecoderRejected[r], w, subscriber.DecoderReasonName(r))
+		}
+		n(c.events, st.Stored, w, "stored")
+		n(c.events, st.Removed, w, "removed")
+		n(c.events, st.Cleared, w, "cleared")
+		n(c.events, st.Copied, w, "copied")
+		for _, s := range subscriber.States() {
+			v := 0.0
+			if s == st.State {
+				v = 1
+			}
+			g(c.state, v, w, s.String())
+		}
+		seq := -1.0
+		if st.HasSeq {
+			seq = float64(st.LastSeq)
+		}
+		g(c.lastSeq, seq, w)
+		g(c.lag, st.Lag.Seconds(), w)
+		n(c.gapsDetected, st.GapsDetected, w)
+		n(c.gapsRecovered, st.GapsRecovered, w)
+		n(c.gapsLost, st.GapsUnrecoverable, w)
+	}
+}
+
+// relayHTTP serves the relay's /healthz, /readyz and /metrics on ln until Close.
+//
+// /healthz is liveness: 200 while the NATS connection is not closed for good (it
+// reconnects by itself otherwise). /readyz is 200 once NATS is connected and every
+// subscriber has synced (or its engine was removed after the grace period), 503 with
+// what it waits for otherwise.
+type relayHTTP struct {
+	srv  *http.Server
+	done chan error
+}
+
+func startRelayHTTP(ln net.Listener, nc *nats.Conn, pub *fabric.Publisher, subs []*subscriber.Subscriber) (*relayHTTP, error) {
+	reg := prometheus.NewRegistry()
+	for _, c := range []prometheus.Collector{newRelayCollector(pub, subs), newNATSCollector(nc), buildInfo()} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if nc.IsClosed() {
+			writeJSONStatus(w, http.StatusServiceUnavailable, map[string]string{"status": "unhealthy", "nats": "closed"})
+			return
+		}
+		writeJSONStatus(w, http.StatusOK, map[string]string{"status": "ok", "nats": natsState(nc)})
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		var waiting []string
+		if !nc.IsConnected() {
+			waiting = append(waiting, "nats ("+natsState(nc)+")")
+		}
+		for _, sub := range subs {
+			if st := sub.Status(); !st.Synced && st.State != subscriber.StateRemoved {
+				waiting = append(waiting, st.Worker+" ("+st.State.String()+")")
+			}
+		}
+		if len(waiting) > 0 {
+			writeJSONStatus(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "waiting": waiting})
+			return
+		}
+		writeJSONStatus(w, http.StatusOK, map[string]any{"ready": true})
+	})
+	h := &relayHTTP{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, done: make(chan error, 1)}
+	go func() { h.done <- h.srv.Serve(ln) }()
+	return h, nil
+}
+
+// Close stops serving and waits for the serving goroutine.
+func (h *relayHTTP) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := h.srv.Shutdown(ctx)
+	if serr := <-h.done; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return err
+}
+
+func writeJSONStatus(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
