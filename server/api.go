@@ -20,6 +20,7 @@ import (
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/hash"
 	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/route"
 	"github.com/kvindex/kvindex/subscriber"
 )
 
@@ -38,7 +39,9 @@ const (
 )
 
 // Policies lists the policies.
-func Policies() []string { return []string{PolicyLongestPrefix, PolicyRoundRobin, PolicyRandom} }
+func Policies() []string {
+	return []string{PolicyLongestPrefix, PolicyRoundRobin, PolicyRandom, PolicyCost, PolicyScorer}
+}
 
 // U64 is an unsigned 64-bit integer that JSON may carry as a number or, for clients
 // whose numbers are float64 (JavaScript), as a decimal or 0x-prefixed hex string.
@@ -94,6 +97,14 @@ type MatchRequest struct {
 	// this request: a device, a host and a disk block's value in the weighted score,
 	// three numbers in [0, 1]. Absent or null: the server's.
 	TierWeights []float64 `json:"tier_weights,omitempty"`
+	// Pick counts the pick as routed: its prompt's load goes against the picked worker
+	// (the cost and scorer policies read it) until POST /v1/finished names RequestID
+	// (given, at most 256 bytes, or made up and returned in the pick).
+	Pick      bool   `json:"pick,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+	// Load is the caller's own view of the workers' load, by worker id; its fields
+	// replace the server's tracked ones (pick.go, WorkerLoad).
+	Load map[string]WorkerLoad `json:"load,omitempty"`
 }
 
 // RoutedRequest is the body of POST /v1/routed: the caller sent a request to Worker, so
@@ -112,6 +123,9 @@ type RoutedRequest struct {
 	// TTLms is the prediction's lifetime in milliseconds; 0 or absent: the server's
 	// default (index.prediction_ttl). At most 600000.
 	TTLms uint64 `json:"ttl_ms,omitempty"`
+	// RequestID, when given, also counts the request's load against Worker until POST
+	// /v1/finished names it (the cost and scorer policies read it).
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // RoutedResponse is the answer of POST /v1/routed.
@@ -156,6 +170,9 @@ type Pick struct {
 	// Weighted is the picked worker's weighted score (0 when it matched nothing).
 	Weighted float64 `json:"weighted"`
 	Reason   string  `json:"reason"`
+	// RequestID names the pick counted as routed ("pick": true), for its POST
+	// /v1/finished report.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // MatchResponse is the answer of POST /v1/match.
@@ -231,6 +248,7 @@ func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/match", s.instrument("match", methods(s.handleMatch, http.MethodPost)))
 	mux.Handle("/v1/routed", s.instrument("routed", methods(s.handleRouted, http.MethodPost)))
+	mux.Handle("/v1/finished", s.instrument("finished", methods(s.handleFinished, http.MethodPost)))
 	mux.Handle("/v1/workers", s.instrument("workers", methods(s.handleWorkers, http.MethodGet)))
 	mux.Handle("/v1/engines", s.instrument("engines", methods(s.handleEngines, http.MethodGet, http.MethodPost)))
 	mux.Handle("/v1/engines/{key}", s.instrument("engine", methods(s.handleEngine, http.MethodDelete)))
@@ -532,7 +550,15 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := MatchResponse{Model: m.name, Namespace: ns, Blocks: len(q), TierWeights: weights,
 		Matches: s.matches(found, weights, make([]Match, 0, len(found)))}
-	resp.Pick = s.pick(m, policy, resp.Matches)
+	opts, code, err := httpPickOpts(&sc.req, q, m)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, code, "%v", err)
+		return
+	}
+	if resp.Pick, err = s.choose(m, policy, resp.Matches, opts); err != nil {
+		trackError(w, err)
+		return
+	}
 	s.noteMatch(m, len(q), len(found), resp.Pick)
 	if resp.Pick != nil {
 		if sc.req.Record && len(q) > 0 {
@@ -614,7 +640,7 @@ func (s *Server) resolvePolicy(policy string) (string, error) {
 		policy = s.cfg.Policy
 	}
 	switch policy {
-	case PolicyLongestPrefix, PolicyRoundRobin, PolicyRandom:
+	case PolicyLongestPrefix, PolicyRoundRobin, PolicyRandom, PolicyCost, PolicyScorer:
 		return policy, nil
 	}
 	return "", fmt.Errorf("unknown policy %q (want one of %v)", policy, Policies())
@@ -681,6 +707,24 @@ func (s *Server) handleRouted(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(s.cfg.QueryTimeout))
 	defer cancel()
+	if id := sc.req.RequestID; id != "" {
+		tokens := len(q) * m.blockSize
+		if sc.req.HasTokens {
+			tokens = len(sc.req.Tokens)
+		}
+		if err := checkRequestID(id); err != nil {
+			writeError(w, http.StatusBadRequest, "bad_request_id", "%v", err)
+			return
+		}
+		if err := s.trackRouted(ctx, m, ns, worker, id, q, tokens); err != nil {
+			if errors.Is(err, route.ErrDuplicate) || errors.Is(err, route.ErrFull) {
+				trackError(w, err)
+			} else {
+				writeError(w, http.StatusServiceUnavailable, "unavailable", "find matches: %v", err)
+			}
+			return
+		}
+	}
 	if err := s.eng.Predict(ctx, worker, ns, q, ttl); err != nil {
 		s.predictError(w, err)
 		return

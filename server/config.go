@@ -61,9 +61,11 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Durat
 type Config struct {
 	// Listen is the HTTP API's address. Default 127.0.0.1:8080.
 	Listen string `json:"listen,omitempty"`
-	// Policy is the default routing policy of /v1/match: "longest-prefix" (default) or
-	// "round-robin".
+	// Policy is the default routing policy of /v1/match: "longest-prefix" (default),
+	// "round-robin", "random", or the load-aware "cost" and "scorer" (pick.go).
 	Policy string `json:"policy,omitempty"`
+	// Routing configures the load-aware policies.
+	Routing RoutingConfig `json:"routing,omitempty"`
 	// BlockSize is the block size of engines that do not set their own. Default 16.
 	BlockSize int `json:"block_size,omitempty"`
 	// MaxBodyBytes bounds a request body. Default 1 MiB.
@@ -444,6 +446,9 @@ func (c Config) planner() (*planner, error) {
 	}
 	if !slices.Contains(Policies(), c.Policy) {
 		return nil, bad("policy %q: want one of %v", c.Policy, Policies())
+	}
+	if _, err := newRouting(c.Routing, nil); err != nil {
+		return nil, bad("%v", err)
 	}
 	if err := hash.CheckBlockSize(c.BlockSize); err != nil {
 		return nil, bad("block_size: %v", err)

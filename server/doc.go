@@ -147,7 +147,13 @@
 //	                  or "lora_name" / "cache_salt"; "policy"; with tokens, "extra_keys":
 //	                  per-block lists of multimodal identifiers (extrakeys.go); "record":
 //	                  true records the pick as a prediction (as /v1/routed, default TTL);
-//	                  "tier_weights": [1, 0.5, 0] this request's weights (# Tiers).
+//	                  "tier_weights": [1, 0.5, 0] this request's weights (# Tiers);
+//	                  "pick": true counts the pick as routed (its load goes against the
+//	                  worker until /v1/finished names "request_id", given or returned in
+//	                  the pick); "load": {"pod-7": {"waiting": 3, "kv_util": 0.4, ...}}
+//	                  the caller's own view of the workers' load (pick.go, WorkerLoad).
+//	                  The policies "cost" and "scorer" (package route, the code kvindex
+//	                  sim runs) weigh that load against the cache.
 //	   200 {"model": "llama-3-8b", "namespace": "model=llama-3-8b;", "blocks": 3,
 //	        "matches": [{"worker": "pod-7#dp0", "score": 3, "tiers": [1, 3, 3],
 //	                     "weighted": 2.5, "size": 1200, "predicted": 0, "state": "live"}],
@@ -159,7 +165,11 @@
 //	                  namespace fields): the caller sent this request to worker, one of
 //	                  the model's; the index counts it as a prediction (engine.Predict)
 //	                  for ttl_ms (0: index.prediction_ttl, at most 600000).
+//	                  With "request_id" it also counts the request's load, as "pick".
 //	   200 {"model", "namespace", "worker", "blocks", "ttl_ms"}
+//	POST /v1/finished {"request_id", "first_token": false}: the request got its first
+//	                  token (its prefill leaves the load) or is done (all of it leaves).
+//	   200 {"request_id", "known"}
 //	GET /v1/workers   {"workers": [{"worker", "endpoint", "model", "dp_rank", "state",
 //	                  "synced", "connected", "size", "last_seq", "gaps": {"detected",
 //	                  "recovered", "unrecoverable"}, "restarts", "replays", "duplicates",
@@ -272,14 +282,17 @@
 // serve --grpc ADDR), from the same engine and subscribers:
 //
 //	kvindex.v1.Index/Match     MatchRequest{model, tokens | content_hashes, namespace,
-//	                           lora_name, cache_salt, policy, record, tier_weights}
+//	                           lora_name, cache_salt, policy, record, tier_weights,
+//	                           pick, request_id, load}
 //	                           -> MatchResponse (matches with tiers and weighted), as
 //	                           /v1/match;
 //	                           errors INVALID_ARGUMENT, UNAVAILABLE, RESOURCE_EXHAUSTED
 //	kvindex.v1.Index/Workers   -> WorkersResponse, as /v1/workers
 //	kvindex.v1.Index/Routed    RoutedRequest{model, worker, tokens | content_hashes,
-//	                           namespace, lora_name, cache_salt, ttl_ms} -> RoutedResponse,
-//	                           as /v1/routed
+//	                           namespace, lora_name, cache_salt, ttl_ms, request_id}
+//	                           -> RoutedResponse, as /v1/routed
+//	kvindex.v1.Index/Finished  FinishedRequest{request_id, first_token} ->
+//	                           FinishedResponse{known}, as /v1/finished
 //	grpc.health.v1.Health/Check  service "": liveness (/healthz);
 //	                           service "kvindex.v1.Index": readiness (/readyz)
 //

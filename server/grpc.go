@@ -230,10 +230,17 @@ func (g *grpcService) Match(ctx context.Context, req *kvindexv1.MatchRequest) (*
 		resp.Matches = append(resp.Matches, &kvindexv1.Match{Worker: mt.Worker, Score: int32(mt.Score), Size: int32(mt.Size),
 			State: mt.State, Predicted: int32(mt.Predicted), Tiers: tiers, Weighted: mt.Weighted})
 	}
-	p := s.pick(m, policy, matches)
+	opts, err := grpcPickOpts(req, q, m)
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.choose(m, policy, matches, opts)
+	if err != nil {
+		return nil, trackStatus(err)
+	}
 	s.noteMatch(m, len(q), len(found), p)
 	if p != nil {
-		resp.Pick = &kvindexv1.Pick{Worker: p.Worker, Policy: p.Policy, Score: int32(p.Score), Reason: p.Reason, Weighted: p.Weighted}
+		resp.Pick = &kvindexv1.Pick{Worker: p.Worker, Policy: p.Policy, Score: int32(p.Score), Reason: p.Reason, Weighted: p.Weighted, RequestId: p.RequestID}
 		if req.GetRecord() && len(q) > 0 {
 			if err := s.eng.Predict(qctx, p.Worker, ns, q, 0); err != nil {
 				return nil, predictStatus(err)
@@ -307,6 +314,9 @@ func (g *grpcService) Routed(ctx context.Context, req *kvindexv1.RoutedRequest) 
 	}
 	qctx, cancel := context.WithTimeout(ctx, time.Duration(s.cfg.QueryTimeout))
 	defer cancel()
+	if err := s.grpcTrackRouted(qctx, m, ns, worker, req, q); err != nil {
+		return nil, err
+	}
 	if err := s.eng.Predict(qctx, worker, ns, q, ttl); err != nil {
 		return nil, predictStatus(err)
 	}

@@ -37,6 +37,12 @@ type matchReq struct {
 	// prediction's lifetime in milliseconds (0: the server's default).
 	Worker string
 	TTLms  uint64
+	// Pick (match only) counts the pick as routed; RequestID names the request for
+	// its finished report (match and routed); Load (match only) is the raw JSON of the
+	// caller's per-worker load, nil when absent (pick.go reads both).
+	Pick      bool
+	RequestID string
+	Load      []byte
 }
 
 var errSyntax = errors.New("invalid JSON")
@@ -50,9 +56,10 @@ const (
 // requestFields are the fields of each kind, each with its bit in the duplicate check.
 var requestFields = [2]map[string]uint32{
 	kindMatch: {"model": 1, "namespace": 2, "lora_name": 4, "cache_salt": 8, "policy": 16,
-		"tokens": 32, "content_hashes": 64, "extra_keys": 128, "record": 256, "tier_weights": 512},
+		"tokens": 32, "content_hashes": 64, "extra_keys": 128, "record": 256, "tier_weights": 512,
+		"pick": 1024, "request_id": 2048, "load": 4096},
 	kindRouted: {"model": 1, "namespace": 2, "lora_name": 4, "cache_salt": 8, "worker": 16,
-		"tokens": 32, "content_hashes": 64, "extra_keys": 128, "ttl_ms": 256},
+		"tokens": 32, "content_hashes": 64, "extra_keys": 128, "ttl_ms": 256, "request_id": 512},
 }
 
 // decodeMatch reads a match request from b into *rp, reusing its slices' memory.
@@ -105,17 +112,35 @@ func decodeRequest(b []byte, rp *matchReq, kind int) (err error) {
 		switch key {
 		case "worker":
 			str = &r.Worker
-		case "record":
+		case "record", "pick":
+			v := false
 			switch {
 			case hasPrefix(b[i:], "true"):
-				r.Record, i = true, i+4
+				v, i = true, i+4
 			case hasPrefix(b[i:], "false"):
 				i += 5
 			case hasPrefix(b[i:], "null"):
 				i += 4
 			default:
-				return errors.New("record: want true or false")
+				return fmt.Errorf("%s: want true or false", key)
 			}
+			if key == "record" {
+				r.Record = v
+			} else {
+				r.Pick = v
+			}
+		case "request_id":
+			str = &r.RequestID
+		case "load":
+			end, err := scanValue(b, i)
+			if err != nil {
+				return fmt.Errorf("load: %w", err)
+			}
+			raw := b[i:end]
+			if !bytes.Equal(raw, []byte("null")) && (len(raw) == 0 || raw[0] != '{') {
+				return errors.New("load: want null or an object")
+			}
+			r.Load, i = raw, end
 		case "tier_weights":
 			r.HasWeights, i, err = parseWeightList(b, i, &r.Weights)
 			if err != nil {

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -58,12 +59,20 @@ func FuzzDecodeMatch(f *testing.F) {
 		`{"tokens":[1],"tier_weights":[ 0 , 1e-3,-0.0E+1 ]}`,
 		`{"tokens":[1],"tier_weights":null,"record":true}`,
 		`{"tokens":[1],"tier_weights":[1,2]}`,
+		`{"tokens":[1,2],"policy":"cost","pick":true,"request_id":"r-1","load":{"a":{"waiting":3,"kv_util":0.5},"b":{}}}`,
+		`{"tokens":[1,2],"pick":false,"load":null,"request_id":null}`,
+		`{"tokens":[1,2],"load":{"a":{"tokens":-1}}}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var r matchReq
 		if decodeMatch(b, &r) != nil {
+			return
+		}
+		// The handler reads "load" next: what it refuses, the request is refused for.
+		loads, err := parseLoads(r.Load)
+		if err != nil {
 			return
 		}
 		var want MatchRequest
@@ -90,8 +99,17 @@ func FuzzDecodeMatch(f *testing.F) {
 		if !slices.Equal(r.Tokens, toks) || !slices.Equal(r.Hashes, hs) {
 			t.Fatalf("%q: arrays %v %v vs %v %v", b, r.Tokens, r.Hashes, toks, hs)
 		}
-		if r.Record != want.Record {
-			t.Fatalf("%q: record %v vs %v", b, r.Record, want.Record)
+		if r.Record != want.Record || r.Pick != want.Pick || r.RequestID != want.RequestID {
+			t.Fatalf("%q: record, pick, request_id %v %v %q vs %v %v %q", b, r.Record, r.Pick, r.RequestID, want.Record, want.Pick, want.RequestID)
+		}
+		if len(loads) != len(want.Load) {
+			t.Fatalf("%q: load %v vs %v", b, loads, want.Load)
+		}
+		for w, l := range loads {
+			wl, ok := want.Load[w]
+			if !ok || !reflect.DeepEqual(*l, wl) {
+				t.Fatalf("%q: load of %q %+v vs %+v", b, w, l, wl)
+			}
 		}
 		if r.HasWeights != (want.TierWeights != nil) || (r.HasWeights && !slices.Equal(r.Weights[:], want.TierWeights)) {
 			t.Fatalf("%q: tier_weights %v %v vs %v", b, r.HasWeights, r.Weights, want.TierWeights)
@@ -139,6 +157,7 @@ func FuzzDecodeRouted(f *testing.F) {
 		`{"model":"m","worker":"w","content_hashes":[1,"2","0x3"],"ttl_ms":null,"namespace":"lora=a"}`,
 		`{"worker":"w\"x","tokens":[1],"ttl_ms":600000}`,
 		`{"worker":"w","tokens":[1],"ttl_ms":1,"ttl_ms":2}`,
+		`{"worker":"w","tokens":[1],"request_id":"x"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -154,7 +173,7 @@ func FuzzDecodeRouted(f *testing.F) {
 			t.Fatalf("%q: accepted here, encoding/json says %v", b, err)
 		}
 		if r.Model != want.Model || r.Worker != want.Worker || r.Namespace != want.Namespace ||
-			r.LoraName != want.LoraName || r.CacheSalt != want.CacheSalt || r.TTLms != want.TTLms {
+			r.LoraName != want.LoraName || r.CacheSalt != want.CacheSalt || r.TTLms != want.TTLms || r.RequestID != want.RequestID {
 			t.Fatalf("%q: fields %+v vs %+v", b, r, want)
 		}
 		if r.TTLms > 600000 {

@@ -128,6 +128,7 @@ type Server struct {
 	draining atomic.Bool
 	ready    atomic.Bool
 	rr       atomic.Uint64
+	routing  *routing // the load-aware policies and their load (pick.go)
 	shutOnce sync.Once
 	shutErr  error
 
@@ -191,6 +192,12 @@ func New(cfg Config, opts Options) (*Server, error) {
 		now:        time.Now,
 		logged:     map[problemKey]time.Time{},
 		stopDiag:   make(chan struct{}),
+	}
+	if s.routing, err = newRouting(cfg.Routing, func() time.Time { return s.now() }); err != nil {
+		if opts.Index == nil {
+			eng.Close()
+		}
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err) // plan checked it: unreachable
 	}
 	for i, e := range cfg.Engines {
 		var own []publisher

@@ -43,14 +43,23 @@ type MatchRequest struct {
 	Namespace string `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	LoraName  string `protobuf:"bytes,5,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
 	CacheSalt string `protobuf:"bytes,6,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
-	// policy: "longest-prefix", "round-robin" or "random"; empty: the server's default.
+	// policy: "longest-prefix", "round-robin", "random", or the load-aware "cost" and
+	// "scorer"; empty: the server's default.
 	Policy string `protobuf:"bytes,7,opt,name=policy,proto3" json:"policy,omitempty"`
 	// record records the pick as a prediction (as Routed would, default TTL).
 	Record bool `protobuf:"varint,8,opt,name=record,proto3" json:"record,omitempty"`
 	// tier_weights overrides the server's tier weights for this request: the value of a
 	// device, a host and a disk block in the weighted score, exactly three numbers in
 	// [0, 1]. Empty: the server's (its config's tier_weights, default 1, 0.75, 0.25).
-	TierWeights   []float64 `protobuf:"fixed64,9,rep,packed,name=tier_weights,json=tierWeights,proto3" json:"tier_weights,omitempty"`
+	TierWeights []float64 `protobuf:"fixed64,9,rep,packed,name=tier_weights,json=tierWeights,proto3" json:"tier_weights,omitempty"`
+	// pick counts the pick as routed: its load goes against the picked worker until
+	// Finished names request_id (this one, at most 256 bytes, or one made up and
+	// returned in the pick).
+	Pick      bool   `protobuf:"varint,10,opt,name=pick,proto3" json:"pick,omitempty"`
+	RequestId string `protobuf:"bytes,11,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// load: the caller's own view of the workers' load, by worker id; the fields it
+	// sets replace the server's tracked ones.
+	Load          map[string]*WorkerLoad `protobuf:"bytes,12,rep,name=load,proto3" json:"load,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -148,6 +157,112 @@ func (x *MatchRequest) GetTierWeights() []float64 {
 	return nil
 }
 
+func (x *MatchRequest) GetPick() bool {
+	if x != nil {
+		return x.Pick
+	}
+	return false
+}
+
+func (x *MatchRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *MatchRequest) GetLoad() map[string]*WorkerLoad {
+	if x != nil {
+		return x.Load
+	}
+	return nil
+}
+
+// WorkerLoad is one worker's load as the caller knows it (see the HTTP API's "load").
+type WorkerLoad struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Requests      *int32                 `protobuf:"varint,1,opt,name=requests,proto3,oneof" json:"requests,omitempty"`
+	Tokens        *int64                 `protobuf:"varint,2,opt,name=tokens,proto3,oneof" json:"tokens,omitempty"`
+	PrefillTokens *int64                 `protobuf:"varint,3,opt,name=prefill_tokens,json=prefillTokens,proto3,oneof" json:"prefill_tokens,omitempty"`
+	ActiveBlocks  *int64                 `protobuf:"varint,4,opt,name=active_blocks,json=activeBlocks,proto3,oneof" json:"active_blocks,omitempty"`
+	Waiting       *int32                 `protobuf:"varint,5,opt,name=waiting,proto3,oneof" json:"waiting,omitempty"`
+	KvUtil        *float64               `protobuf:"fixed64,6,opt,name=kv_util,json=kvUtil,proto3,oneof" json:"kv_util,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerLoad) Reset() {
+	*x = WorkerLoad{}
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerLoad) ProtoMessage() {}
+
+func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerLoad.ProtoReflect.Descriptor instead.
+func (*WorkerLoad) Descriptor() ([]byte, []int) {
+	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *WorkerLoad) GetRequests() int32 {
+	if x != nil && x.Requests != nil {
+		return *x.Requests
+	}
+	return 0
+}
+
+func (x *WorkerLoad) GetTokens() int64 {
+	if x != nil && x.Tokens != nil {
+		return *x.Tokens
+	}
+	return 0
+}
+
+func (x *WorkerLoad) GetPrefillTokens() int64 {
+	if x != nil && x.PrefillTokens != nil {
+		return *x.PrefillTokens
+	}
+	return 0
+}
+
+func (x *WorkerLoad) GetActiveBlocks() int64 {
+	if x != nil && x.ActiveBlocks != nil {
+		return *x.ActiveBlocks
+	}
+	return 0
+}
+
+func (x *WorkerLoad) GetWaiting() int32 {
+	if x != nil && x.Waiting != nil {
+		return *x.Waiting
+	}
+	return 0
+}
+
+func (x *WorkerLoad) GetKvUtil() float64 {
+	if x != nil && x.KvUtil != nil {
+		return *x.KvUtil
+	}
+	return 0
+}
+
 type Match struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Worker string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
@@ -172,7 +287,7 @@ type Match struct {
 
 func (x *Match) Reset() {
 	*x = Match{}
-	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[1]
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -184,7 +299,7 @@ func (x *Match) String() string {
 func (*Match) ProtoMessage() {}
 
 func (x *Match) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[1]
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -197,7 +312,7 @@ func (x *Match) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Match.ProtoReflect.Descriptor instead.
 func (*Match) Descriptor() ([]byte, []int) {
-	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{1}
+	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Match) GetWorker() string {
@@ -256,14 +371,16 @@ type Pick struct {
 	Score  int32                  `protobuf:"varint,3,opt,name=score,proto3" json:"score,omitempty"`
 	Reason string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	// weighted: the picked worker's weighted score (0 when it matched nothing).
-	Weighted      float64 `protobuf:"fixed64,5,opt,name=weighted,proto3" json:"weighted,omitempty"`
+	Weighted float64 `protobuf:"fixed64,5,opt,name=weighted,proto3" json:"weighted,omitempty"`
+	// request_id: the pick counted as routed (pick set), for its Finished report.
+	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Pick) Reset() {
 	*x = Pick{}
-	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[2]
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -275,7 +392,7 @@ func (x *Pick) String() string {
 func (*Pick) ProtoMessage() {}
 
 func (x *Pick) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[2]
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -288,7 +405,7 @@ func (x *Pick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pick.ProtoReflect.Descriptor instead.
 func (*Pick) Descriptor() ([]byte, []int) {
-	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{2}
+	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Pick) GetWorker() string {
@@ -326,6 +443,13 @@ func (x *Pick) GetWeighted() float64 {
 	return 0
 }
 
+func (x *Pick) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 type MatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Model string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
@@ -347,7 +471,7 @@ type MatchResponse struct {
 
 func (x *MatchResponse) Reset() {
 	*x = MatchResponse{}
-	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[3]
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -359,7 +483,7 @@ func (x *MatchResponse) String() string {
 func (*MatchResponse) ProtoMessage() {}
 
 func (x *MatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[3]
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -372,7 +496,7 @@ func (x *MatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MatchResponse.ProtoReflect.Descriptor instead.
 func (*MatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{3}
+	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MatchResponse) GetModel() string {
@@ -436,14 +560,17 @@ type RoutedRequest struct {
 	LoraName      string   `protobuf:"bytes,6,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
 	CacheSalt     string   `protobuf:"bytes,7,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
 	// ttl_ms: the prediction's lifetime; 0: the server's default (index.prediction_ttl).
-	TtlMs         uint32 `protobuf:"varint,8,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	TtlMs uint32 `protobuf:"varint,8,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// request_id, when set, also counts the request's load against worker until
+	// Finished names it.
+	RequestId     string `protobuf:"bytes,9,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RoutedRequest) Reset() {
 	*x = RoutedRequest{}
-	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[4]
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -455,7 +582,7 @@ func (x *RoutedRequest) String() string {
 func (*RoutedRequest) ProtoMessage() {}
 
 func (x *RoutedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[4]
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -468,7 +595,7 @@ func (x *RoutedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutedRequest.ProtoReflect.Descriptor instead.
 func (*RoutedRequest) Descriptor() ([]byte, []int) {
-	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{4}
+	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RoutedRequest) GetModel() string {
@@ -527,6 +654,13 @@ func (x *RoutedRequest) GetTtlMs() uint32 {
 	return 0
 }
 
+func (x *RoutedRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 type RoutedResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Model     string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
@@ -542,7 +676,7 @@ type RoutedResponse struct {
 
 func (x *RoutedResponse) Reset() {
 	*x = RoutedResponse{}
-	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[5]
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -554,7 +688,7 @@ func (x *RoutedResponse) String() string {
 func (*RoutedResponse) ProtoMessage() {}
 
 func (x *RoutedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[5]
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -567,7 +701,7 @@ func (x *RoutedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutedResponse.ProtoReflect.Descriptor instead.
 func (*RoutedResponse) Descriptor() ([]byte, []int) {
-	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{5}
+	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RoutedResponse) GetModel() string {
@@ -605,6 +739,105 @@ func (x *RoutedResponse) GetTtlMs() int64 {
 	return 0
 }
 
+type FinishedRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// first_token: the request got its first token (its prefill is done); false: it is
+	// done.
+	FirstToken    bool `protobuf:"varint,2,opt,name=first_token,json=firstToken,proto3" json:"first_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinishedRequest) Reset() {
+	*x = FinishedRequest{}
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinishedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinishedRequest) ProtoMessage() {}
+
+func (x *FinishedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinishedRequest.ProtoReflect.Descriptor instead.
+func (*FinishedRequest) Descriptor() ([]byte, []int) {
+	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *FinishedRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *FinishedRequest) GetFirstToken() bool {
+	if x != nil {
+		return x.FirstToken
+	}
+	return false
+}
+
+type FinishedResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// known: the request was in flight.
+	Known         bool `protobuf:"varint,1,opt,name=known,proto3" json:"known,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinishedResponse) Reset() {
+	*x = FinishedResponse{}
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinishedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinishedResponse) ProtoMessage() {}
+
+func (x *FinishedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinishedResponse.ProtoReflect.Descriptor instead.
+func (*FinishedResponse) Descriptor() ([]byte, []int) {
+	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *FinishedResponse) GetKnown() bool {
+	if x != nil {
+		return x.Known
+	}
+	return false
+}
+
 type WorkersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -613,7 +846,7 @@ type WorkersRequest struct {
 
 func (x *WorkersRequest) Reset() {
 	*x = WorkersRequest{}
-	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[6]
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +858,7 @@ func (x *WorkersRequest) String() string {
 func (*WorkersRequest) ProtoMessage() {}
 
 func (x *WorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[6]
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +871,7 @@ func (x *WorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersRequest.ProtoReflect.Descriptor instead.
 func (*WorkersRequest) Descriptor() ([]byte, []int) {
-	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{6}
+	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{9}
 }
 
 type Worker struct {
@@ -670,7 +903,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[7]
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +915,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[7]
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +928,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{7}
+	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Worker) GetWorker() string {
@@ -840,7 +1073,7 @@ type WorkersResponse struct {
 
 func (x *WorkersResponse) Reset() {
 	*x = WorkersResponse{}
-	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[8]
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +1085,7 @@ func (x *WorkersResponse) String() string {
 func (*WorkersResponse) ProtoMessage() {}
 
 func (x *WorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[8]
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +1098,7 @@ func (x *WorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersResponse.ProtoReflect.Descriptor instead.
 func (*WorkersResponse) Descriptor() ([]byte, []int) {
-	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{8}
+	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WorkersResponse) GetWorkers() []*Worker {
@@ -880,7 +1113,7 @@ var File_api_kvindexv1_kvindex_proto protoreflect.FileDescriptor
 const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	"\n" +
 	"\x1bapi/kvindexv1/kvindex.proto\x12\n" +
-	"kvindex.v1\"\x90\x02\n" +
+	"kvindex.v1\"\xcc\x03\n" +
 	"\fMatchRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06tokens\x18\x02 \x03(\rR\x06tokens\x12%\n" +
@@ -891,7 +1124,31 @@ const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	"cache_salt\x18\x06 \x01(\tR\tcacheSalt\x12\x16\n" +
 	"\x06policy\x18\a \x01(\tR\x06policy\x12\x16\n" +
 	"\x06record\x18\b \x01(\bR\x06record\x12!\n" +
-	"\ftier_weights\x18\t \x03(\x01R\vtierWeights\"\xaf\x01\n" +
+	"\ftier_weights\x18\t \x03(\x01R\vtierWeights\x12\x12\n" +
+	"\x04pick\x18\n" +
+	" \x01(\bR\x04pick\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\v \x01(\tR\trequestId\x126\n" +
+	"\x04load\x18\f \x03(\v2\".kvindex.v1.MatchRequest.LoadEntryR\x04load\x1aO\n" +
+	"\tLoadEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.kvindex.v1.WorkerLoadR\x05value:\x028\x01\"\xb2\x02\n" +
+	"\n" +
+	"WorkerLoad\x12\x1f\n" +
+	"\brequests\x18\x01 \x01(\x05H\x00R\brequests\x88\x01\x01\x12\x1b\n" +
+	"\x06tokens\x18\x02 \x01(\x03H\x01R\x06tokens\x88\x01\x01\x12*\n" +
+	"\x0eprefill_tokens\x18\x03 \x01(\x03H\x02R\rprefillTokens\x88\x01\x01\x12(\n" +
+	"\ractive_blocks\x18\x04 \x01(\x03H\x03R\factiveBlocks\x88\x01\x01\x12\x1d\n" +
+	"\awaiting\x18\x05 \x01(\x05H\x04R\awaiting\x88\x01\x01\x12\x1c\n" +
+	"\akv_util\x18\x06 \x01(\x01H\x05R\x06kvUtil\x88\x01\x01B\v\n" +
+	"\t_requestsB\t\n" +
+	"\a_tokensB\x11\n" +
+	"\x0f_prefill_tokensB\x10\n" +
+	"\x0e_active_blocksB\n" +
+	"\n" +
+	"\b_waitingB\n" +
+	"\n" +
+	"\b_kv_util\"\xaf\x01\n" +
 	"\x05Match\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x14\n" +
 	"\x05score\x18\x02 \x01(\x05R\x05score\x12\x12\n" +
@@ -899,13 +1156,15 @@ const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	"\x05state\x18\x04 \x01(\tR\x05state\x12\x1c\n" +
 	"\tpredicted\x18\x05 \x01(\x05R\tpredicted\x12\x14\n" +
 	"\x05tiers\x18\x06 \x03(\x05R\x05tiers\x12\x1a\n" +
-	"\bweighted\x18\a \x01(\x01R\bweighted\"\x80\x01\n" +
+	"\bweighted\x18\a \x01(\x01R\bweighted\"\x9f\x01\n" +
 	"\x04Pick\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x14\n" +
 	"\x05score\x18\x03 \x01(\x05R\x05score\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1a\n" +
-	"\bweighted\x18\x05 \x01(\x01R\bweighted\"\xed\x01\n" +
+	"\bweighted\x18\x05 \x01(\x01R\bweighted\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\"\xed\x01\n" +
 	"\rMatchResponse\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x16\n" +
@@ -913,7 +1172,7 @@ const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	"\amatches\x18\x04 \x03(\v2\x11.kvindex.v1.MatchR\amatches\x12$\n" +
 	"\x04pick\x18\x05 \x01(\v2\x10.kvindex.v1.PickR\x04pick\x12\x1a\n" +
 	"\brecorded\x18\x06 \x01(\bR\brecorded\x12!\n" +
-	"\ftier_weights\x18\a \x03(\x01R\vtierWeights\"\xed\x01\n" +
+	"\ftier_weights\x18\a \x03(\x01R\vtierWeights\"\x8c\x02\n" +
 	"\rRoutedRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x16\n" +
@@ -923,13 +1182,22 @@ const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	"\tlora_name\x18\x06 \x01(\tR\bloraName\x12\x1d\n" +
 	"\n" +
 	"cache_salt\x18\a \x01(\tR\tcacheSalt\x12\x15\n" +
-	"\x06ttl_ms\x18\b \x01(\rR\x05ttlMs\"\x8b\x01\n" +
+	"\x06ttl_ms\x18\b \x01(\rR\x05ttlMs\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\t \x01(\tR\trequestId\"\x8b\x01\n" +
 	"\x0eRoutedResponse\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06worker\x18\x03 \x01(\tR\x06worker\x12\x16\n" +
 	"\x06blocks\x18\x04 \x01(\x05R\x06blocks\x12\x15\n" +
-	"\x06ttl_ms\x18\x05 \x01(\x03R\x05ttlMs\"\x10\n" +
+	"\x06ttl_ms\x18\x05 \x01(\x03R\x05ttlMs\"Q\n" +
+	"\x0fFinishedRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n" +
+	"\vfirst_token\x18\x02 \x01(\bR\n" +
+	"firstToken\"(\n" +
+	"\x10FinishedResponse\x12\x14\n" +
+	"\x05known\x18\x01 \x01(\bR\x05known\"\x10\n" +
 	"\x0eWorkersRequest\"\xb3\x04\n" +
 	"\x06Worker\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1a\n" +
@@ -955,11 +1223,12 @@ const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	"\n" +
 	"last_error\x18\x13 \x01(\tR\tlastError\"?\n" +
 	"\x0fWorkersResponse\x12,\n" +
-	"\aworkers\x18\x01 \x03(\v2\x12.kvindex.v1.WorkerR\aworkers2\xca\x01\n" +
+	"\aworkers\x18\x01 \x03(\v2\x12.kvindex.v1.WorkerR\aworkers2\x91\x02\n" +
 	"\x05Index\x12<\n" +
 	"\x05Match\x12\x18.kvindex.v1.MatchRequest\x1a\x19.kvindex.v1.MatchResponse\x12B\n" +
 	"\aWorkers\x12\x1a.kvindex.v1.WorkersRequest\x1a\x1b.kvindex.v1.WorkersResponse\x12?\n" +
-	"\x06Routed\x12\x19.kvindex.v1.RoutedRequest\x1a\x1a.kvindex.v1.RoutedResponseB*Z(github.com/kvindex/kvindex/api/kvindexv1b\x06proto3"
+	"\x06Routed\x12\x19.kvindex.v1.RoutedRequest\x1a\x1a.kvindex.v1.RoutedResponse\x12E\n" +
+	"\bFinished\x12\x1b.kvindex.v1.FinishedRequest\x1a\x1c.kvindex.v1.FinishedResponseB*Z(github.com/kvindex/kvindex/api/kvindexv1b\x06proto3"
 
 var (
 	file_api_kvindexv1_kvindex_proto_rawDescOnce sync.Once
@@ -973,33 +1242,41 @@ func file_api_kvindexv1_kvindex_proto_rawDescGZIP() []byte {
 	return file_api_kvindexv1_kvindex_proto_rawDescData
 }
 
-var file_api_kvindexv1_kvindex_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_api_kvindexv1_kvindex_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_api_kvindexv1_kvindex_proto_goTypes = []any{
-	(*MatchRequest)(nil),    // 0: kvindex.v1.MatchRequest
-	(*Match)(nil),           // 1: kvindex.v1.Match
-	(*Pick)(nil),            // 2: kvindex.v1.Pick
-	(*MatchResponse)(nil),   // 3: kvindex.v1.MatchResponse
-	(*RoutedRequest)(nil),   // 4: kvindex.v1.RoutedRequest
-	(*RoutedResponse)(nil),  // 5: kvindex.v1.RoutedResponse
-	(*WorkersRequest)(nil),  // 6: kvindex.v1.WorkersRequest
-	(*Worker)(nil),          // 7: kvindex.v1.Worker
-	(*WorkersResponse)(nil), // 8: kvindex.v1.WorkersResponse
+	(*MatchRequest)(nil),     // 0: kvindex.v1.MatchRequest
+	(*WorkerLoad)(nil),       // 1: kvindex.v1.WorkerLoad
+	(*Match)(nil),            // 2: kvindex.v1.Match
+	(*Pick)(nil),             // 3: kvindex.v1.Pick
+	(*MatchResponse)(nil),    // 4: kvindex.v1.MatchResponse
+	(*RoutedRequest)(nil),    // 5: kvindex.v1.RoutedRequest
+	(*RoutedResponse)(nil),   // 6: kvindex.v1.RoutedResponse
+	(*FinishedRequest)(nil),  // 7: kvindex.v1.FinishedRequest
+	(*FinishedResponse)(nil), // 8: kvindex.v1.FinishedResponse
+	(*WorkersRequest)(nil),   // 9: kvindex.v1.WorkersRequest
+	(*Worker)(nil),           // 10: kvindex.v1.Worker
+	(*WorkersResponse)(nil),  // 11: kvindex.v1.WorkersResponse
+	nil,                      // 12: kvindex.v1.MatchRequest.LoadEntry
 }
 var file_api_kvindexv1_kvindex_proto_depIdxs = []int32{
-	1, // 0: kvindex.v1.MatchResponse.matches:type_name -> kvindex.v1.Match
-	2, // 1: kvindex.v1.MatchResponse.pick:type_name -> kvindex.v1.Pick
-	7, // 2: kvindex.v1.WorkersResponse.workers:type_name -> kvindex.v1.Worker
-	0, // 3: kvindex.v1.Index.Match:input_type -> kvindex.v1.MatchRequest
-	6, // 4: kvindex.v1.Index.Workers:input_type -> kvindex.v1.WorkersRequest
-	4, // 5: kvindex.v1.Index.Routed:input_type -> kvindex.v1.RoutedRequest
-	3, // 6: kvindex.v1.Index.Match:output_type -> kvindex.v1.MatchResponse
-	8, // 7: kvindex.v1.Index.Workers:output_type -> kvindex.v1.WorkersResponse
-	5, // 8: kvindex.v1.Index.Routed:output_type -> kvindex.v1.RoutedResponse
-	6, // [6:9] is the sub-list for method output_type
-	3, // [3:6] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	12, // 0: kvindex.v1.MatchRequest.load:type_name -> kvindex.v1.MatchRequest.LoadEntry
+	2,  // 1: kvindex.v1.MatchResponse.matches:type_name -> kvindex.v1.Match
+	3,  // 2: kvindex.v1.MatchResponse.pick:type_name -> kvindex.v1.Pick
+	10, // 3: kvindex.v1.WorkersResponse.workers:type_name -> kvindex.v1.Worker
+	1,  // 4: kvindex.v1.MatchRequest.LoadEntry.value:type_name -> kvindex.v1.WorkerLoad
+	0,  // 5: kvindex.v1.Index.Match:input_type -> kvindex.v1.MatchRequest
+	9,  // 6: kvindex.v1.Index.Workers:input_type -> kvindex.v1.WorkersRequest
+	5,  // 7: kvindex.v1.Index.Routed:input_type -> kvindex.v1.RoutedRequest
+	7,  // 8: kvindex.v1.Index.Finished:input_type -> kvindex.v1.FinishedRequest
+	4,  // 9: kvindex.v1.Index.Match:output_type -> kvindex.v1.MatchResponse
+	11, // 10: kvindex.v1.Index.Workers:output_type -> kvindex.v1.WorkersResponse
+	6,  // 11: kvindex.v1.Index.Routed:output_type -> kvindex.v1.RoutedResponse
+	8,  // 12: kvindex.v1.Index.Finished:output_type -> kvindex.v1.FinishedResponse
+	9,  // [9:13] is the sub-list for method output_type
+	5,  // [5:9] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_api_kvindexv1_kvindex_proto_init() }
@@ -1007,13 +1284,14 @@ func file_api_kvindexv1_kvindex_proto_init() {
 	if File_api_kvindexv1_kvindex_proto != nil {
 		return
 	}
+	file_api_kvindexv1_kvindex_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_kvindexv1_kvindex_proto_rawDesc), len(file_api_kvindexv1_kvindex_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

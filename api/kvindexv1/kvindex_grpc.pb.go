@@ -27,9 +27,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Index_Match_FullMethodName   = "/kvindex.v1.Index/Match"
-	Index_Workers_FullMethodName = "/kvindex.v1.Index/Workers"
-	Index_Routed_FullMethodName  = "/kvindex.v1.Index/Routed"
+	Index_Match_FullMethodName    = "/kvindex.v1.Index/Match"
+	Index_Workers_FullMethodName  = "/kvindex.v1.Index/Workers"
+	Index_Routed_FullMethodName   = "/kvindex.v1.Index/Routed"
+	Index_Finished_FullMethodName = "/kvindex.v1.Index/Finished"
 )
 
 // IndexClient is the client API for Index service.
@@ -47,6 +48,10 @@ type IndexClient interface {
 	// events confirm or contradict it or the TTL ends. Errors: INVALID_ARGUMENT (bad
 	// query, unknown model or worker, TTL above 600000 ms), UNAVAILABLE.
 	Routed(ctx context.Context, in *RoutedRequest, opts ...grpc.CallOption) (*RoutedResponse, error)
+	// Finished says a request counted as routed (Match with pick set, or Routed with a
+	// request_id) got its first token or is done (POST /v1/finished): its load leaves
+	// its worker. Errors: INVALID_ARGUMENT (no request_id, or one above 256 bytes).
+	Finished(ctx context.Context, in *FinishedRequest, opts ...grpc.CallOption) (*FinishedResponse, error)
 }
 
 type indexClient struct {
@@ -87,6 +92,16 @@ func (c *indexClient) Routed(ctx context.Context, in *RoutedRequest, opts ...grp
 	return out, nil
 }
 
+func (c *indexClient) Finished(ctx context.Context, in *FinishedRequest, opts ...grpc.CallOption) (*FinishedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FinishedResponse)
+	err := c.cc.Invoke(ctx, Index_Finished_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // IndexServer is the server API for Index service.
 // All implementations must embed UnimplementedIndexServer
 // for forward compatibility.
@@ -102,6 +117,10 @@ type IndexServer interface {
 	// events confirm or contradict it or the TTL ends. Errors: INVALID_ARGUMENT (bad
 	// query, unknown model or worker, TTL above 600000 ms), UNAVAILABLE.
 	Routed(context.Context, *RoutedRequest) (*RoutedResponse, error)
+	// Finished says a request counted as routed (Match with pick set, or Routed with a
+	// request_id) got its first token or is done (POST /v1/finished): its load leaves
+	// its worker. Errors: INVALID_ARGUMENT (no request_id, or one above 256 bytes).
+	Finished(context.Context, *FinishedRequest) (*FinishedResponse, error)
 	mustEmbedUnimplementedIndexServer()
 }
 
@@ -120,6 +139,9 @@ func (UnimplementedIndexServer) Workers(context.Context, *WorkersRequest) (*Work
 }
 func (UnimplementedIndexServer) Routed(context.Context, *RoutedRequest) (*RoutedResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Routed not implemented")
+}
+func (UnimplementedIndexServer) Finished(context.Context, *FinishedRequest) (*FinishedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Finished not implemented")
 }
 func (UnimplementedIndexServer) mustEmbedUnimplementedIndexServer() {}
 func (UnimplementedIndexServer) testEmbeddedByValue()               {}
@@ -196,6 +218,24 @@ func _Index_Routed_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Index_Finished_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FinishedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IndexServer).Finished(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Index_Finished_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IndexServer).Finished(ctx, req.(*FinishedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Index_ServiceDesc is the grpc.ServiceDesc for Index service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -214,6 +254,10 @@ var Index_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Routed",
 			Handler:    _Index_Routed_Handler,
+		},
+		{
+			MethodName: "Finished",
+			Handler:    _Index_Finished_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,370 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvindex/kvindex/route"
+)
+
+// The load-aware policies of /v1/match: package route's, the code `kvindex sim` runs.
+const (
+	// PolicyCost is route.Cost (Dynamo's KV router): the least overlap-weighted
+	// prefill blocks plus decode blocks, from the load the server tracks (or the
+	// caller sends).
+	PolicyCost = "cost"
+	// PolicyScorer is route.Scorer (llm-d's weighted scorers): prefix share, KV
+	// utilisation and queue depth, from the load the caller sends.
+	PolicyScorer = "scorer"
+)
+
+// RoutingConfig configures the load-aware policies (config key "routing"). Zero fields
+// take their defaults.
+type RoutingConfig struct {
+	// OverlapWeight is cost's weight of a prefill block against a decode block
+	// (default 1, Dynamo's).
+	OverlapWeight float64 `json:"overlap_weight,omitempty"`
+	// PrefixWeight, KVWeight and QueueWeight are scorer's (defaults 2, 1, 1, llm-d's).
+	PrefixWeight float64 `json:"prefix_weight,omitempty"`
+	KVWeight     float64 `json:"kv_weight,omitempty"`
+	QueueWeight  float64 `json:"queue_weight,omitempty"`
+	// MaxInFlight bounds the routed requests the server tracks (default 1,048,576).
+	MaxInFlight int `json:"max_in_flight,omitempty"`
+	// InFlightTTL forgets a routed request that no finished report ended (default
+	// 10m): a lost report must not count against a worker forever.
+	InFlightTTL Duration `json:"in_flight_ttl,omitempty"`
+}
+
+// MaxRequestIDBytes bounds a request id.
+const MaxRequestIDBytes = 256
+
+// routing is the server's load-aware picking: the policies and the load it tracks.
+// Safe for concurrent use: the policies are values and the tracker locks itself.
+type routing struct {
+	cost    route.Cost
+	scorer  route.Scorer
+	tracker *route.Tracker[string]
+	seq     atomic.Uint64 // the ids of the picks the caller did not name
+}
+
+func newRouting(c RoutingConfig, now func() time.Time) (*routing, error) {
+	cost, err := route.NewCost(c.OverlapWeight)
+	if err != nil {
+		return nil, fmt.Errorf("routing: %w", err)
+	}
+	scorer, err := route.NewScorer(c.PrefixWeight, c.KVWeight, c.QueueWeight)
+	if err != nil {
+		return nil, fmt.Errorf("routing: %w", err)
+	}
+	tr, err := route.NewTracker[string](route.TrackerConfig{MaxInFlight: c.MaxInFlight, TTL: time.Duration(c.InFlightTTL), Now: now})
+	if err != nil {
+		return nil, fmt.Errorf("routing: %w", err)
+	}
+	return &routing{cost: cost, scorer: scorer, tracker: tr}, nil
+}
+
+// WorkerLoad is the load of one worker a caller may send with a match request
+// ("load": {WORKER: {...}}): what its own router knows, or what the engine reports.
+// Given fields replace the server's tracked ones for that worker.
+type WorkerLoad struct {
+	// Requests and Tokens: requests in flight on the worker and their prompt tokens.
+	Requests *int   `json:"requests,omitempty"`
+	Tokens   *int64 `json:"tokens,omitempty"`
+	// PrefillTokens: prompt tokens still to prefill; ActiveBlocks: KV blocks of the
+	// requests in flight.
+	PrefillTokens *int64 `json:"prefill_tokens,omitempty"`
+	ActiveBlocks  *int64 `json:"active_blocks,omitempty"`
+	// Waiting: requests queued at the engine; KVUtil: its KV cache use in [0, 1].
+	Waiting *int     `json:"waiting,omitempty"`
+	KVUtil  *float64 `json:"kv_util,omitempty"`
+}
+
+// maxLoadValue bounds every count a caller sends.
+const maxLoadValue = 1 << 40
+
+func (l *WorkerLoad) check() error {
+	for _, v := range []*int64{l.Tokens, l.PrefillTokens, l.ActiveBlocks} {
+		if v != nil && (*v < 0 || *v > maxLoadValue) {
+			return fmt.Errorf("counts must be in 0..%d", int64(maxLoadValue))
+		}
+	}
+	for _, v := range []*int{l.Requests, l.Waiting} {
+		if v != nil && (*v < 0 || *v > 1<<30) {
+			return fmt.Errorf("counts must be in 0..%d", 1<<30)
+		}
+	}
+	if l.KVUtil != nil && !(*l.KVUtil >= 0 && *l.KVUtil <= 1) {
+		return errors.New("kv_util must be in [0, 1]")
+	}
+	return nil
+}
+
+// apply lays the caller's fields over the tracked load.
+func (l *WorkerLoad) apply(dst *route.Load) {
+	if l == nil {
+		return
+	}
+	if l.Requests != nil {
+		dst.Requests = *l.Requests
+	}
+	if l.Tokens != nil {
+		dst.Tokens = *l.Tokens
+	}
+	if l.PrefillTokens != nil {
+		dst.PrefillTokens = *l.PrefillTokens
+	}
+	if l.ActiveBlocks != nil {
+		dst.ActiveBlocks = *l.ActiveBlocks
+	}
+	if l.Waiting != nil {
+		dst.Waiting = *l.Waiting
+	}
+	if l.KVUtil != nil {
+		dst.KVUtil = *l.KVUtil
+	}
+}
+
+// parseLoads reads a request's "load" object (raw JSON, strict: unknown fields and
+// values out of range are errors).
+func parseLoads(raw []byte) (map[string]*WorkerLoad, error) {
+	if raw == nil || bytes.Equal(raw, []byte("null")) {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var loads map[string]*WorkerLoad
+	if err := dec.Decode(&loads); err != nil {
+		return nil, fmt.Errorf("load: %v", err)
+	}
+	for w, l := range loads {
+		if l == nil {
+			return nil, fmt.Errorf("load: worker %q: want an object", w)
+		}
+		if err := l.check(); err != nil {
+			return nil, fmt.Errorf("load: worker %q: %v", w, err)
+		}
+	}
+	return loads, nil
+}
+
+// loadPick picks with a load-aware policy among the model's pickable workers: each
+// worker's overlap is its weighted score (blocks, each at its tier's weight), its load
+// what the server tracks with the caller's fields laid over. nil when no worker may be
+// picked.
+func (s *Server) loadPick(m *model, policy string, matches []Match, tokens int, loads map[string]*WorkerLoad) *Pick {
+	cands := s.candidates(m, matches, loads)
+	if len(cands) == 0 {
+		return nil
+	}
+	byWorker := make(map[string]*Match, len(matches))
+	for i := range matches {
+		byWorker[matches[i].Worker] = &matches[i]
+	}
+	cs := make([]route.Candidate, len(cands))
+	for i, w := range cands {
+		l := s.routing.tracker.Load(w)
+		// Without the engine's queue, the queue score counts the requests in flight
+		// the server tracks (llm-d's active-request scorer does the same).
+		l.Waiting = l.Requests
+		loads[w].apply(&l)
+		cs[i].Load = l
+		if mt := byWorker[w]; mt != nil {
+			cs[i].Overlap = int(math.Floor(mt.Weighted + 1e-9))
+		}
+	}
+	req := route.Request{Tokens: tokens, BlockSize: m.blockSize}
+	var p route.Policy = s.routing.cost
+	if policy == PolicyScorer {
+		p = s.routing.scorer
+	}
+	k := p.Pick(req, cs, rand.Uint64())
+	pick := &Pick{Worker: cands[k], Policy: policy, Reason: reasonFor(policy, cs[k])}
+	if mt := byWorker[cands[k]]; mt != nil {
+		pick.Score, pick.Weighted = mt.Score, mt.Weighted
+	}
+	return pick
+}
+
+func reasonFor(policy string, c route.Candidate) string {
+	if policy == PolicyScorer {
+		return fmt.Sprintf("highest score: %d cached blocks, %d waiting, KV %.0f%% used", c.Overlap, c.Load.Waiting, 100*c.Load.KVUtil)
+	}
+	return fmt.Sprintf("least cost: %d cached blocks, %d prefill tokens and %d active blocks in flight", c.Overlap, c.Load.PrefillTokens, c.Load.ActiveBlocks)
+}
+
+// pickOpts are what a match request asks of its pick beyond the policy, HTTP and gRPC
+// alike.
+type pickOpts struct {
+	track  bool   // "pick": true: count the pick as routed
+	id     string // its request id ("": make one up)
+	tokens int    // the prompt's tokens
+	loads  map[string]*WorkerLoad
+}
+
+// httpPickOpts reads a match request's pick options, checking them.
+func httpPickOpts(req *matchReq, q []uint64, m *model) (pickOpts, string, error) {
+	loads, err := parseLoads(req.Load)
+	if err != nil {
+		return pickOpts{}, "bad_load", err
+	}
+	if err := checkRequestID(req.RequestID); err != nil {
+		return pickOpts{}, "bad_request_id", err
+	}
+	o := pickOpts{track: req.Pick, id: req.RequestID, tokens: len(q) * m.blockSize, loads: loads}
+	if req.HasTokens {
+		o.tokens = len(req.Tokens)
+	}
+	return o, "", nil
+}
+
+// choose makes a match request's pick: with a load-aware policy (cost, scorer) or the
+// others', and, when asked, counts it as routed under its request id.
+func (s *Server) choose(m *model, policy string, matches []Match, o pickOpts) (*Pick, error) {
+	var p *Pick
+	if policy == PolicyCost || policy == PolicyScorer {
+		p = s.loadPick(m, policy, matches, o.tokens, o.loads)
+	} else {
+		p = s.pick(m, policy, matches)
+	}
+	if p == nil || !o.track {
+		return p, nil
+	}
+	id, err := s.track(p, o.id, o.tokens, m)
+	if err != nil {
+		return nil, err
+	}
+	p.RequestID = id
+	return p, nil
+}
+
+// trackRouted counts a request the caller routed itself (POST /v1/routed with a
+// request_id) against its worker, with the prefix the worker holds before it.
+func (s *Server) trackRouted(ctx context.Context, m *model, ns, worker, id string, q []uint64, tokens int) error {
+	found, err := s.eng.FindMatchesIn(ctx, ns, q, nil)
+	if err != nil {
+		return err
+	}
+	cached := 0
+	for i := range found {
+		if found[i].Worker == worker {
+			cached = int(math.Floor(found[i].Weighted(s.weights)+1e-9)) * m.blockSize
+		}
+	}
+	return s.routing.tracker.Routed(id, worker, tokens, min(cached, tokens), m.blockSize)
+}
+
+// candidates are the model's pickable workers: its eligible subscribed workers and its
+// approximate ones, as the other policies' fallback takes them; with an index fed by
+// another process, which alone knows the workers, also the ones the query matched and
+// the ones the caller sent load for. In id order.
+func (s *Server) candidates(m *model, matches []Match, loads map[string]*WorkerLoad) []string {
+	var out []string
+	for _, sub := range m.subs {
+		if eligible(sub.State()) {
+			out = append(out, sub.Worker())
+		}
+	}
+	out = append(out, m.approx...)
+	if s.external {
+		for i := range matches {
+			out = append(out, matches[i].Worker)
+		}
+		for w := range loads {
+			out = append(out, w)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// track counts a pick as routed when the caller asked for it ("pick": true), under the
+// caller's request id or a new one, and returns the id ("" when not tracked).
+func (s *Server) track(pick *Pick, id string, tokens int, m *model) (string, error) {
+	if id == "" {
+		id = "kvindex-" + strconv.FormatUint(s.routing.seq.Add(1), 10)
+	}
+	cached := int(math.Floor(pick.Weighted+1e-9)) * m.blockSize
+	if err := s.routing.tracker.Routed(id, pick.Worker, tokens, cached, m.blockSize); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// trackError answers a failed track.
+func trackError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, route.ErrDuplicate):
+		writeError(w, http.StatusConflict, "duplicate_request_id", "request_id is already in flight")
+	case errors.Is(err, route.ErrFull):
+		writeError(w, http.StatusServiceUnavailable, "too_many_in_flight", "%v", err)
+	default:
+		writeError(w, http.StatusBadRequest, "bad_request_id", "%v", err)
+	}
+}
+
+// checkRequestID bounds a caller's request id.
+func checkRequestID(id string) error {
+	if len(id) > MaxRequestIDBytes {
+		return fmt.Errorf("request_id of %d bytes exceeds %d", len(id), MaxRequestIDBytes)
+	}
+	return nil
+}
+
+// FinishedRequest is the body of POST /v1/finished: a request routed with "pick": true
+// (or POST /v1/routed with a request_id) got its first token (FirstToken) or is done
+// (default), so its load leaves its worker.
+type FinishedRequest struct {
+	RequestID  string `json:"request_id"`
+	FirstToken bool   `json:"first_token,omitempty"`
+}
+
+// FinishedResponse is the answer of POST /v1/finished.
+type FinishedResponse struct {
+	RequestID string `json:"request_id"`
+	// Known says the request was in flight (false: never routed, already finished,
+	// or forgotten after routing.in_flight_ttl).
+	Known bool `json:"known"`
+}
+
+func (s *Server) handleFinished(w http.ResponseWriter, r *http.Request) {
+	sc := scratchPool.Get().(*matchScratch)
+	defer sc.release()
+	sc.body.Reset()
+	if !s.readBody(w, r, &sc.body) {
+		return
+	}
+	dec := json.NewDecoder(bytes.NewReader(sc.body.Bytes()))
+	dec.DisallowUnknownFields()
+	var req FinishedRequest
+	if err := dec.Decode(&req); err != nil || dec.More() {
+		writeError(w, http.StatusBadRequest, "bad_json", "invalid request: want {\"request_id\": ID, \"first_token\": false}")
+		return
+	}
+	if req.RequestID == "" {
+		writeError(w, http.StatusBadRequest, "bad_request_id", "request_id is required")
+		return
+	}
+	if err := checkRequestID(req.RequestID); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request_id", "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, FinishedResponse{RequestID: req.RequestID, Known: s.finished(req.RequestID, req.FirstToken)})
+}
+
+// finished applies a finished (or first-token) report.
+func (s *Server) finished(id string, firstToken bool) bool {
+	if firstToken {
+		return s.routing.tracker.FirstToken(id)
+	}
+	return s.routing.tracker.Finished(id)
+}
