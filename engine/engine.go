@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/kvindex/kvindex/internal/invariants"
 	"github.com/kvindex/kvindex/internal/table"
 	"github.com/kvindex/kvindex/ringbuf"
 )
@@ -474,6 +475,9 @@ func (e *Engine) Apply(ev *Event) error {
 	}
 	gone, err := e.applyLocked(w, ev)
 	if !gone {
+		if invariants.Enabled {
+			w.mustCheck(e, false)
+		}
 		if ferr := w.flush(e); err == nil {
 			err = ferr
 		}
@@ -528,6 +532,9 @@ func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
 		if apply && w != nil {
 			var gone bool
 			gone, err = e.applyLocked(w, ev)
+			if invariants.Enabled && !gone {
+				w.mustCheck(e, false)
+			}
 			switch {
 			case gone:
 				e.unlock(w) // flushed already

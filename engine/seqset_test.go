@@ -69,7 +69,7 @@ func TestKeyRecordCounts(t *testing.T) {
 }
 
 func testKeyRecordCounts(t *testing.T, k key) {
-	var kt keyTable
+	kt := keyTable{full: true}
 	seed := table.SeedFrom(2)
 	rid := kt.findOrAdd(&seed, k)
 	var seqs, kids uint32
@@ -130,7 +130,7 @@ func testKeyRecordCounts(t *testing.T, k key) {
 func TestKeyTableAgainstMap(t *testing.T) {
 	r := rand.New(rand.NewPCG(8, 9))
 	seed := table.SeedFrom(3)
-	var kt keyTable
+	kt := keyTable{full: true}
 	type counts struct{ seqs, kids uint32 }
 	model := map[key]uint32{}
 	cnt := map[uint32]counts{}
@@ -206,7 +206,7 @@ func TestKeyIndexLongRun(t *testing.T) {
 			keys = append(keys, k)
 		}
 	}
-	var kt keyTable
+	kt := keyTable{full: true}
 	rids := map[key]uint32{}
 	for _, k := range keys {
 		rid := kt.findOrAdd(&seed, k)

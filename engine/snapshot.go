@@ -377,8 +377,15 @@ func (e *Engine) load(p *snapReader, tiers Tier, groups, marks bool) error {
 		prev = name
 		w := e.lockLive(name, true, nil, out)
 		w.cursor, w.mark = cursor, mark
+		// The entries come in seq order, children before parents as often as not, so
+		// every record is found by key while they load (a full table); a worker without
+		// other tiers then indexes only what its parents cannot reach.
+		w.keys.full = true
 		for t := Tier(0); t < tiers && p.err == nil; t++ {
 			e.loadTier(p, w, t, nsCount, nsIDs)
+		}
+		if w.tl.Load() == nil {
+			w.keys.setFull(&e.seed, false)
 		}
 		if groups && p.err == nil {
 			e.loadGroups(p, w, nsCount, nsIDs)

@@ -4,18 +4,32 @@ import "github.com/kvindex/kvindex/internal/table"
 
 // A worker's bookkeeping is two tables over one slab of key records:
 //
-//   - keyTable.recs, the slab: one 16-byte record per key (namespace, position, prefix)
+//   - keyTable.recs, the slab: one 20-byte record per key (namespace, position, prefix)
 //     the worker holds or keeps as a ghost, at a stable index (its record id) until it
 //     is deleted; a deleted record goes on a free list and is reused.
-//   - keyTable.idx: key -> record id, 6-byte slots (the id, its distance from home and
-//     an 8-bit hash tag), so a probe compares tags and reads the slab only for records
-//     that match (one in 256 of the others).
 //   - seqTable: engine hash -> record id, 12-byte slots.
+//   - keyTable.idx: key -> record id for the records that cannot be reached from their
+//     parent's record, 6-byte slots (the id, its distance from home and an 8-bit hash
+//     tag), so a probe compares tags and reads the slab only for records that match (one
+//     in 256 of the others).
 //
 // A record names its parent key by record id, so a removal finds the parent's child
-// count without hashing, and a snapshot reads the parent's prefix from it. All of it is
-// owned by whoever holds the worker's mutex. The tables are built from package
-// internal/table (seeded hash, sizing, backward-shift deletion) like shard.Index.
+// count without hashing, and a snapshot reads the parent's prefix from it. A parent
+// names its child the same way while it has exactly one held child: a store that
+// extends a chain finds the key it stores (or learns that it is new) in the parent's
+// record, which it updates anyway, instead of in a third table, and a removal that
+// drops a leaf unlinks it there. The key index holds only the rest (keyTable.inIdx):
+// roots, ghosts, and the held children of branch points, whose parent's child word
+// says so (childIndexed). On the trace-driven logs that is a few percent of the records
+// (one branch point per conversation, past the shared system prompt), and the event
+// path touches two tables per stored block (the seq table and the positional index)
+// instead of three. A worker with tier components (tiers.go) looks keys up by key alone
+// (a store whose parent is on another tier, a copy, a query's tier walk), so its tables
+// index every record (keyTable.full), as Restore's do while it loads.
+//
+// All of it is owned by whoever holds the worker's mutex. The tables are built from
+// package internal/table (seeded hash, sizing, backward-shift deletion) like
+// shard.Index.
 
 // tableFloor is the size below which a worker's tables do not shrink, so a worker that
 // stores and evicts a few blocks in a loop does not reallocate.
@@ -170,6 +184,10 @@ func (t *seqTable) insertAt(i, d uint64, e seqSlot) {
 //     through this key) and it is kept so that a refill of this key reconnects them.
 //   - parent is the record id + 1 of the parent key while this key is held at a
 //     position > 0, else 0. A held key's parent record exists: its kids count is > 0.
+//   - child says where this key's held children are: 0 while it has none, the record
+//     id + 1 of its one held child when that child is linked here and not in the key
+//     index, and childIndexed when every held child is in the key index (a branch point,
+//     or a record of a full table). child != 0 exactly while kids > 0.
 //
 // One word, st, packs the key's location and both counts for the common case, with a
 // way out for the rest, so that nothing is bounded by the packing:
@@ -187,13 +205,18 @@ func (t *seqTable) insertAt(i, d uint64, e seqSlot) {
 //     set, which no live record has) and chains the free list through parent.
 //
 // Read the packed fields through keyTable (pos, ns, key, is, seqs, kids, addSeqs,
-// addKids). A record with seqs == 0 and kids == 0 is deleted. 16 bytes instead of the
-// 20 of separate location and count words: 4 bytes less per membership.
+// addKids). A record with seqs == 0 and kids == 0 is deleted. 20 bytes instead of the
+// 24 of separate location and count words: 4 bytes less per membership.
 type keyRec struct {
 	plo, phi uint32 // prefix
 	parent   uint32
 	st       uint32 // kids<<stKidShift | seqs<<stSeqShift | location, or stFree
+	child    uint32
 }
+
+// childIndexed in a record's child word says that its held children are in the key
+// index.
+const childIndexed = ^uint32(0)
 
 // The state word of a key record. On the trace-driven logs every record stays packed
 // but each worker's few branch points with more than cntKidMax children (the ends of
@@ -273,6 +296,14 @@ type keyTable struct {
 	ext  *keyExt
 	free uint32 // record id + 1 of the first free record, 0 if none
 	n    int32  // live records (int32 keeps the worker struct in a smaller size class)
+	nidx int32  // records in idx
+	// ghosts counts the records with seqs == 0 (kept for their held children): they
+	// are all in idx, and while there are none a key that its parent's record does not
+	// name has no record.
+	ghosts int32
+	// full makes every record go in idx, so that any key can be looked up (find) and
+	// not only from its parent's record: the tables of a worker with tier components.
+	full bool
 }
 
 // keyExt is the part of a key table that records do not pack.
@@ -450,28 +481,71 @@ func keyTag(fp uint64) uint8 { return uint8(fp) }
 // nearer to its home than the probe is, and a deletion shifts back only up to the first
 // slot at its home, which keeps the dense index's long runs cheap.
 
-// findOrAdd returns the record id of k, creating a record with zero counts (which the
-// caller must make non-empty before any other table operation). It may move the slab:
-// pointers into recs do not survive it.
-func (t *keyTable) findOrAdd(seed *table.Seed, k key) uint32 {
-	return t.findOrAddFP(seed, k, seed.Hash128(k.prefix, k.loc()))
+// fpOf is k's fingerprint, the key index's hash of k (Engine.fingerprint, the same
+// hash as the positional index's).
+func fpOf(seed *table.Seed, k key) uint64 { return seed.Hash128(k.prefix, k.loc()) }
+
+// inIdx reports whether live record rid belongs in the key index: every record of a full
+// table; else a root, a ghost, or a held key whose parent's held children are indexed.
+// A held key at a position > 0 whose parent's child word names it is reached from the
+// parent's record instead.
+func (t *keyTable) inIdx(rid uint32) bool {
+	if t.full || t.seqs(rid) == 0 {
+		return true
+	}
+	p := t.recs[rid].parent
+	return p == 0 || t.recs[p-1].child == childIndexed
 }
 
-// findOrAddFP is findOrAdd for a caller that has k's fingerprint fp.
-func (t *keyTable) findOrAddFP(seed *table.Seed, k key, fp uint64) uint32 {
-	if table.FullDense(int(t.n), len(t.idx)) {
-		t.resizeIdx(seed, table.Grown(len(t.idx)))
+// lookup returns the record of k, whose fingerprint is fp, if the table has one (held
+// or a ghost). parent is the record id + 1 of k's parent key, which must exist, when k
+// is not a root; 0 for a root, or when the caller does not know it (full tables only).
+// A held k at a position > 0 is its parent's linked child or, when its parent's
+// children are indexed, in the index; a ghost is in the index.
+func (t *keyTable) lookup(k key, fp uint64, parent uint32) (uint32, bool) {
+	if k.pos > 0 && parent != 0 && !t.full {
+		switch c := t.recs[parent-1].child; {
+		case c == childIndexed:
+		case c != 0 && t.is(c-1, k, t.locOf(k, false)):
+			return c - 1, true
+		case t.ghosts == 0:
+			return 0, false
+		}
 	}
-	tag := keyTag(fp)
-	loc := t.locOf(k, false)
-	i, d, rid, found := t.probe(k, loc, fp, tag)
-	if found {
+	return t.findFP(k, fp)
+}
+
+// find returns the record id of k if the key index has it: any record of a full table,
+// a root or a ghost of any table.
+func (t *keyTable) find(seed *table.Seed, k key) (uint32, bool) { return t.findFP(k, fpOf(seed, k)) }
+
+func (t *keyTable) findFP(k key, fp uint64) (uint32, bool) {
+	if len(t.idx) == 0 {
+		return 0, false
+	}
+	_, _, rid, ok := t.probe(k, t.locOf(k, false), fp, keyTag(fp))
+	return rid, ok
+}
+
+// findOrAdd returns the record id of k in a full table, creating a record with zero
+// counts, in the index (which the caller must make non-empty before any other table
+// operation). It may move the slab: pointers into recs do not survive it.
+func (t *keyTable) findOrAdd(seed *table.Seed, k key) uint32 {
+	fp := fpOf(seed, k)
+	if rid, ok := t.findFP(k, fp); ok {
 		return rid
 	}
-	if loc == locWide {
-		loc = t.locOf(k, true) // a namespace new to the worker gets a local id
-	}
+	rid := t.newRec(k)
+	t.index(seed, rid, k, fp)
+	return rid
+}
+
+// newRec creates a record of k with zero counts and no links, not in the index, and
+// returns its id. It may move the slab.
+func (t *keyTable) newRec(k key) uint32 {
+	loc := t.locOf(k, true) // a namespace new to the worker gets a local id
 	r := keyRec{plo: uint32(k.prefix), phi: uint32(k.prefix >> 32), st: loc}
+	var rid uint32
 	if t.free != 0 {
 		rid = t.free - 1
 		t.free = t.recs[rid].parent
@@ -487,18 +561,48 @@ func (t *keyTable) findOrAddFP(seed *table.Seed, k key, fp uint64) uint32 {
 		t.extra().wide[rid] = wideRec{pos: k.pos, ns: k.ns}
 	}
 	t.n++
-	if !t.shiftIn(i, newKeySlot(rid, d, tag)) {
-		// A probe run would outgrow dist: grow. The new record is live in the slab, so
-		// the rebuild indexes it.
+	return rid
+}
+
+// index puts record rid, of key k and fingerprint fp, in the key index unless it is
+// there already. The record's state must already say it belongs there (inIdx): a
+// growth rebuilds the index from the slab, and a rebuild puts in every such record.
+func (t *keyTable) index(seed *table.Seed, rid uint32, k key, fp uint64) {
+	if table.FullDense(int(t.nidx), len(t.idx)) {
 		t.resizeIdx(seed, table.Grown(len(t.idx)))
 	}
-	return rid
+	tag := keyTag(fp)
+	i, d, _, found := t.probe(k, t.locOf(k, false), fp, tag)
+	if found {
+		return
+	}
+	t.nidx++
+	if !t.shiftIn(i, newKeySlot(rid, d, tag)) {
+		// A probe run would outgrow dist: grow (the rebuild indexes rid).
+		t.resizeIdx(seed, table.Grown(len(t.idx)))
+	}
+}
+
+// release frees record rid, which has no counts left and is not in the index.
+func (t *keyTable) release(rid uint32) {
+	if t.recs[rid].loc() == locWide {
+		delete(t.ext.wide, rid) // its counts are 0: inline
+	}
+	t.recs[rid] = keyRec{st: stFree, parent: t.free}
+	t.free = rid + 1
+	t.n--
+}
+
+// del deletes record rid of a full table, which the caller has just made empty.
+func (t *keyTable) del(seed *table.Seed, rid uint32) {
+	t.unindex(rid, fpOf(seed, t.key(rid)))
+	t.release(rid)
 }
 
 // growRecs makes room for more records: an eighth more (at least slabStep), instead of
 // the quarter that append gives a large slice, since a slab, unlike an open-addressing
 // table, is full up to its length, and the slack past it is all its overhead. Growth
-// copies the slab (16-byte records), about eight copies per record over its life.
+// copies the slab (20-byte records), about eight copies per record over its life.
 func (t *keyTable) growRecs() {
 	n := len(t.recs)
 	recs := make([]keyRec, n, n+max(n/8, slabStep))
@@ -578,17 +682,16 @@ func (t *keyTable) place(i uint64, e keySlot) bool {
 	}
 }
 
-// del deletes record rid, which the caller has just made empty. Records do not move.
-func (t *keyTable) del(seed *table.Seed, rid uint32) {
-	t.delFP(rid, seed.Hash128(t.recs[rid].prefix(), t.key(rid).loc()))
-}
-
-// delFP is del for a caller that has the record's fingerprint fp. The slots after it
-// shift back, each one step nearer to its home, up to the first one at its home.
-func (t *keyTable) delFP(rid uint32, fp uint64) {
+// unindex takes record rid, whose fingerprint is fp and which is in the key index, out
+// of it. The slots after it shift back, each one step nearer to its home, up to the
+// first one at its home.
+func (t *keyTable) unindex(rid uint32, fp uint64) {
 	n := len(t.idx)
 	i := table.Home(fp, n)
 	for t.idx[i].ref() != rid+1 {
+		if t.idx[i].ref() == 0 {
+			panic("engine: worker key index lost a record")
+		}
 		i = table.Next(i, n)
 	}
 	for {
@@ -602,12 +705,7 @@ func (t *keyTable) delFP(rid uint32, fp uint64) {
 		i = j
 	}
 	t.idx[i] = keySlot{}
-	if t.recs[rid].loc() == locWide {
-		delete(t.ext.wide, rid) // its counts are 0: inline
-	}
-	t.recs[rid] = keyRec{st: stFree, parent: t.free}
-	t.free = rid + 1
-	t.n--
+	t.nidx--
 }
 
 // resizeIdx rebuilds the key index with at least c slots from the slab: the slots store
@@ -623,25 +721,72 @@ func (t *keyTable) resizeIdx(seed *table.Seed, c int) {
 	}
 }
 
-// reindex indexes every live record in the (empty) index; false if a run outgrew dist.
+// reindex indexes every live record that belongs in the (empty) index (inIdx); false
+// if a run outgrew dist.
 func (t *keyTable) reindex(seed *table.Seed) bool {
 	n := len(t.idx)
+	t.nidx = 0
 	for rid := range t.recs {
-		if t.recs[rid].free() {
+		if t.recs[rid].free() || !t.inIdx(uint32(rid)) {
 			continue
 		}
-		fp := seed.Hash128(t.recs[rid].prefix(), t.key(uint32(rid)).loc())
+		fp := fpOf(seed, t.key(uint32(rid)))
 		if !t.place(table.Home(fp, n), newKeySlot(uint32(rid), 0, keyTag(fp))) {
 			return false
 		}
+		t.nidx++
 	}
 	return true
+}
+
+// relink recomputes every record's child word from the parent links (a parent with one
+// held child links it, unless the table is full; one with more indexes them), recounts
+// the ghosts and rebuilds the key index: after compact renumbers the records, and when
+// a table becomes full or partial (setFull).
+func (t *keyTable) relink(seed *table.Seed) {
+	t.ghosts = 0
+	for i := range t.recs {
+		t.recs[i].child = 0
+	}
+	for i := range t.recs {
+		r := &t.recs[i]
+		switch {
+		case r.free():
+		case t.seqs(uint32(i)) == 0:
+			t.ghosts++
+		case r.parent != 0:
+			if p := &t.recs[r.parent-1]; t.full || p.child != 0 {
+				p.child = childIndexed
+			} else {
+				p.child = uint32(i) + 1
+			}
+		}
+	}
+	n := 0
+	for i := range t.recs {
+		if !t.recs[i].free() && t.inIdx(uint32(i)) {
+			n++
+		}
+	}
+	t.resizeIdx(seed, table.ForEntries(n))
+}
+
+// setFull makes the table index every record (full) or only those its parents cannot
+// reach (not full). O(records).
+func (t *keyTable) setFull(seed *table.Seed, full bool) {
+	if t.full == full {
+		return
+	}
+	t.full = full
+	if t.n > 0 {
+		t.relink(seed)
+	}
 }
 
 // sparse reports whether the slab or the index is mostly empty, so that compact would
 // give memory back.
 func (t *keyTable) sparse() bool {
-	return table.Sparse(int(t.n), len(t.idx), tableFloor) || len(t.recs) > tableFloor && int(t.n)*4 < len(t.recs)
+	return table.Sparse(int(t.nidx), len(t.idx), tableFloor) || len(t.recs) > tableFloor && int(t.n)*4 < len(t.recs)
 }
 
 // probes returns the number of slots a lookup of seq reads (a measure of how well the
@@ -659,7 +804,7 @@ func (t *seqTable) probes(seed *table.Seed, seq uint64) int {
 
 // probes returns the number of key-index slots a lookup of k reads.
 func (t *keyTable) probes(seed *table.Seed, k key) int {
-	fp := seed.Hash128(k.prefix, k.loc())
+	fp := fpOf(seed, k)
 	_, d, _, _ := t.probe(k, t.locOf(k, false), fp, keyTag(fp))
 	return int(d) + 1
 }

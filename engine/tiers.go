@@ -108,6 +108,9 @@ func (e *Engine) tierOf(w *worker, t Tier, create bool) *worker {
 		if !create {
 			return nil
 		}
+		// Its tiers look keys up by key alone (parentOf's fallback, copies, tierLengths):
+		// the device table indexes every record from now on.
+		w.keys.setFull(&e.seed, true)
 		tl = &tierLink{primary: w}
 		w.tl.Store(tl)
 	}
@@ -155,23 +158,15 @@ func (e *Engine) registerComponent(p *worker, tl *tierLink, t Tier) *worker {
 	e.regMu.Lock()
 	defer e.regMu.Unlock()
 	c := &worker{name: p.name, tier: t}
+	c.keys.full = true
 	c.tl.Store(tl)
 	c.wid = e.allocIDLocked()
 	(*e.slots.Load())[c.wid].Store(c)
 	return c
 }
 
-// find returns the record id of k if the table has a record for it (held or a ghost).
-func (t *keyTable) find(seed *table.Seed, k key) (uint32, bool) {
-	if len(t.idx) == 0 {
-		return 0, false
-	}
-	fp := seed.Hash128(k.prefix, k.loc())
-	_, _, rid, ok := t.probe(k, t.locOf(k, false), fp, keyTag(fp))
-	return rid, ok
-}
-
-// holds reports whether w (whose lock the caller holds) holds key k.
+// holds reports whether w (whose lock the caller holds, and whose tables are full: it
+// has tier components) holds key k.
 func (w *worker) holds(seed *table.Seed, k key) bool {
 	rid, ok := w.keys.find(seed, k)
 	return ok && w.keys.seqs(rid) > 0

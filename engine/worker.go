@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/kvindex/kvindex/internal/invariants"
 	"github.com/kvindex/kvindex/internal/table"
 	"github.com/kvindex/kvindex/shard"
 )
@@ -192,27 +193,70 @@ func (w *worker) store(e *Engine, ns uint32, p parentRef, blocks []Block) {
 
 // addKey counts one more engine hash under k and returns k's record id. The parent key
 // has prefix parentPrefix and, when the caller knows it, record id parent-1 (parent ==
-// 0: look it up, creating a ghost if the worker does not have it, as Restore needs when
-// it loads children before parents).
+// 0: look it up by key, creating a ghost if the worker does not have it, as a store
+// whose parent is on another tier and Restore, which loads children before parents,
+// need; full tables only).
 func (w *worker) addKey(e *Engine, k key, parentPrefix uint64, parent uint32) uint32 {
+	t := &w.keys
 	seed := &e.seed
 	fp := e.fingerprint(k)
-	rid := w.keys.findOrAddFP(seed, k, fp)
-	if w.keys.addSeqs(rid, 1) > 1 {
+	var pk key
+	newParent := false
+	if k.pos > 0 && parent == 0 {
+		pk = key{prefix: parentPrefix, pos: k.pos - 1, ns: k.ns}
+		p, ok := t.find(seed, pk)
+		if !ok {
+			p, newParent = t.newRec(pk), true
+		}
+		parent = p + 1
+	}
+	rid, found := t.lookup(k, fp, parent)
+	if found && t.seqs(rid) > 0 {
+		t.addSeqs(rid, 1) // held already (and so is its parent's record: newParent is false)
 		return rid
 	}
-	// The key became held: its children that were holes are reconnected, it tells the
+	// The key becomes held: its children that were holes are reconnected, it tells the
 	// index, and it becomes a child of its parent key.
-	w.holes -= int32(w.keys.kids(rid))
+	if found {
+		t.ghosts--
+	} else {
+		rid = t.newRec(k) // (may move the slab)
+	}
+	t.addSeqs(rid, 1)
+	w.holes -= int32(t.kids(rid))
 	w.emitFP(e, opAdd, fp)
-	if k.pos > 0 {
-		if parent == 0 {
-			parent = w.keys.findOrAdd(seed, key{prefix: parentPrefix, pos: k.pos - 1, ns: k.ns}) + 1
+	if k.pos == 0 {
+		if !found {
+			t.index(seed, rid, k, fp)
 		}
-		w.keys.recs[rid].parent = parent // findOrAdd may have moved the slab
-		w.keys.addKids(parent-1, 1)
-		if w.keys.seqs(parent-1) == 0 {
-			w.holes++
+		return rid
+	}
+	t.recs[rid].parent = parent
+	t.addKids(parent-1, 1)
+	if t.seqs(parent-1) == 0 {
+		w.holes++
+	}
+	if newParent {
+		t.ghosts++
+		t.index(seed, parent-1, pk, fpOf(seed, pk))
+	}
+	// Attach the key under its parent: linked while it is the one held child (a found
+	// ghost is in the index already), indexed with its siblings past that.
+	p := &t.recs[parent-1]
+	switch c := p.child; {
+	case c == 0 && !found && !t.full:
+		p.child = rid + 1
+	case c == 0 || c == childIndexed:
+		p.child = childIndexed
+		if !found {
+			t.index(seed, rid, k, fp)
+		}
+	default: // the parent's linked child is c-1: both go in the index
+		p.child = childIndexed
+		ck := t.key(c - 1)
+		t.index(seed, c-1, ck, fpOf(seed, ck))
+		if !found {
+			t.index(seed, rid, k, fp)
 		}
 	}
 	return rid
@@ -220,32 +264,50 @@ func (w *worker) addKey(e *Engine, k key, parentPrefix uint64, parent uint32) ui
 
 // dropKey counts one engine hash less under record rid, which must be held.
 func (w *worker) dropKey(e *Engine, rid uint32) {
-	if w.keys.addSeqs(rid, -1) > 0 { // addSeqs panics if rid was not held
+	t := &w.keys
+	if t.addSeqs(rid, -1) > 0 { // addSeqs panics if rid was not held
 		return
 	}
-	kids := w.keys.kids(rid)
+	kids := t.kids(rid)
 	w.holes += int32(kids)
-	k := w.keys.key(rid)
-	r := &w.keys.recs[rid]
+	k := t.key(rid)
 	fp := e.fingerprint(k)
 	w.emitFP(e, opRemove, fp)
-	parent := r.parent
-	r.parent = 0
-	if kids == 0 {
-		w.keys.delFP(rid, fp)
-	}
+	parent := t.recs[rid].parent
+	t.recs[rid].parent = 0
+	indexed := true // whether rid is in the key index
 	if k.pos > 0 {
 		if parent == 0 {
 			panic("engine: worker key table lost a parent key")
 		}
-		pk := w.keys.addKids(parent-1, -1)
-		if w.keys.seqs(parent-1) == 0 {
-			w.holes-- // the dropped key was itself a hole
-			if pk == 0 {
-				w.keys.del(&e.seed, parent-1)
+		p := parent - 1
+		if t.recs[p].child == rid+1 {
+			indexed = false // it was its parent's linked child
+		}
+		pk := t.addKids(p, -1)
+		if pk == 0 {
+			t.recs[p].child = 0
+		}
+		if t.seqs(p) == 0 {
+			w.holes--    // the dropped key was itself a hole
+			if pk == 0 { // the parent was a ghost kept for its held children, now none
+				t.ghosts--
+				t.del(&e.seed, p)
 			}
 		}
 	}
+	if kids > 0 {
+		// rid stays as a ghost, which a refill must find: the index has every ghost.
+		t.ghosts++
+		if !indexed {
+			t.index(&e.seed, rid, k, fp)
+		}
+		return
+	}
+	if indexed {
+		t.unindex(rid, fp)
+	}
+	t.release(rid)
 }
 
 // remove drops seqs the worker holds and returns how many it did not hold.
@@ -269,8 +331,9 @@ func (w *worker) remove(e *Engine, seqs []uint64) (skipped int) {
 // otherwise). O(records); it runs only once the tables are mostly empty.
 func (w *worker) compact(seed *table.Seed) {
 	old := w.keys.recs
+	full := w.keys.full
 	if w.keys.n == 0 {
-		w.keys = keyTable{}
+		w.keys = keyTable{full: full}
 		return
 	}
 	ids := make([]uint32, len(old)) // per old record id: new id + 1
@@ -295,8 +358,8 @@ func (w *worker) compact(seed *table.Seed) {
 		}
 		ext.wide = wide
 	}
-	w.keys = keyTable{recs: recs, ext: ext, n: int32(len(recs))}
-	w.keys.resizeIdx(seed, table.ForEntries(len(recs)))
+	w.keys = keyTable{recs: recs, ext: ext, n: int32(len(recs)), full: full}
+	w.keys.relink(seed)
 	for i := range w.seqs.slots {
 		if s := &w.seqs.slots[i]; s.ref != 0 {
 			s.ref = ids[s.ref-1]
@@ -331,7 +394,7 @@ func (w *worker) clear(e *Engine) {
 		}
 	}
 	w.seqs = seqTable{}
-	w.keys = keyTable{}
+	w.keys = keyTable{full: w.keys.full}
 	w.holes = 0
 }
 
@@ -367,6 +430,9 @@ func (w *worker) flush(e *Engine) error {
 	} else {
 		w.publish(e)
 		w.components(func(_ Tier, c *worker) { c.publish(e) })
+	}
+	if invariants.Enabled {
+		w.mustCheck(e, true)
 	}
 	if o.events != 0 {
 		e.events.Add(o.events)
