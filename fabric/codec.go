@@ -11,10 +11,26 @@ import (
 
 // Message is one normalised engine event as it travels through the stream: the event
 // and its position in its worker's event sequence (1, 2, 3, ... as the relay numbered
-// them; 0 means unnumbered, never deduplicated by a replica).
+// them; 0 means unnumbered, never deduplicated by a replica). An event too large for one
+// NATS message travels in parts, all with the event's WorkerSeq, each a valid event of
+// its own: a store's blocks in runs, each run's parent the previous run's last block; a
+// removal's or copy's seqs in runs. A part carries the event's items (blocks or seqs)
+// from Offset on, of Total in the event; Total 0 is a whole event. Parts say where
+// they lie rather than their number, so that a relay that sends an event again after a
+// restart, cut in other places (another max_payload), overlaps what a replica applied
+// instead of contradicting it.
 type Message struct {
-	WorkerSeq uint64
-	Event     engine.Event
+	WorkerSeq     uint64
+	Offset, Total uint32
+	Event         engine.Event
+}
+
+// items returns how many blocks (a store) or seqs (a removal, a copy) ev carries.
+func items(ev *engine.Event) int {
+	if ev.Kind == engine.EventStored {
+		return len(ev.Blocks)
+	}
+	return len(ev.Seqs)
 }
 
 // codecVersion is the first byte of every encoded message.
@@ -37,15 +53,23 @@ var ErrMalformed = errors.New("fabric: malformed message")
 // device, for every message written before tiers, so those decode as before). A
 // decoder from before tiers refuses a message with tier bits (unknown flags) rather
 // than take a host or disk event for a device one.
+//
+// Bit 3 marks a part of a split event: its offset and the event's total follow the
+// worker sequence (a decoder from before splitting refuses it, as above).
 const (
 	flagHasParent = 1
 	flagTierShift = 1
 	flagTierMask  = 3 << flagTierShift
+	flagPart      = 1 << 3
 )
+
+// MaxSplitTotal bounds the items of a split event.
+const MaxSplitTotal = engine.MaxDepth
 
 // AppendMessage appends the binary form of m to dst:
 //
-//	version u8 | kind u8 | flags u8 (HasParent, tier) | workerSeq uvarint | worker (uvarint len, bytes)
+//	version u8 | kind u8 | flags u8 (HasParent, tier, part) | workerSeq uvarint |
+//	[offset uvarint | total uvarint, with the part flag] | worker (uvarint len, bytes)
 //	| namespace (uvarint len, bytes) | parent u64le | nblocks uvarint | (content u64le,
 //	seq u64le)* | nseqs uvarint | seq u64le*
 //
@@ -57,8 +81,15 @@ func AppendMessage(dst []byte, m *Message) []byte {
 		flags |= flagHasParent
 	}
 	flags |= byte(ev.Tier) << flagTierShift & flagTierMask
+	if m.Total != 0 {
+		flags |= flagPart
+	}
 	dst = append(dst, codecVersion, byte(ev.Kind), flags)
 	dst = binary.AppendUvarint(dst, m.WorkerSeq)
+	if m.Total != 0 {
+		dst = binary.AppendUvarint(dst, uint64(m.Offset))
+		dst = binary.AppendUvarint(dst, uint64(m.Total))
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(ev.Worker)))
 	dst = append(dst, ev.Worker...)
 	dst = binary.AppendUvarint(dst, uint64(len(ev.Namespace)))
@@ -163,7 +194,7 @@ func DecodeMessage(b []byte, m *Message) error {
 		if kind < engine.EventStored || kind > engine.EventCopied {
 			d.fail("unknown kind %d", kind)
 		}
-		if flags&^(flagHasParent|flagTierMask) != 0 {
+		if flags&^(flagHasParent|flagTierMask|flagPart) != 0 {
 			d.fail("unknown flags %#x", flags)
 		}
 		if t := flags & flagTierMask >> flagTierShift; t >= engine.NumTiers {
@@ -171,6 +202,13 @@ func DecodeMessage(b []byte, m *Message) error {
 		}
 	}
 	seq := d.uvarint()
+	var offset, total uint64
+	if flags&flagPart != 0 {
+		offset, total = d.uvarint(), d.uvarint()
+		if d.err == nil && (total > MaxSplitTotal || offset >= total) {
+			d.fail("part at %d of %d", offset, total)
+		}
+	}
 	worker := d.str("worker")
 	ns := d.str("namespace")
 	parent := d.u64()
@@ -205,11 +243,18 @@ func DecodeMessage(b []byte, m *Message) error {
 	if ns2 == 0 {
 		seqs = nil
 	}
-	m.WorkerSeq = seq
+	m.WorkerSeq, m.Offset, m.Total = seq, uint32(offset), uint32(total)
 	m.Event = engine.Event{
 		Kind: kind, Worker: worker, Namespace: ns,
 		Parent: parent, HasParent: flags&flagHasParent != 0,
 		Blocks: blocks, Seqs: seqs, Tier: engine.Tier(flags & flagTierMask >> flagTierShift),
+	}
+	if total != 0 {
+		// A part: of a kind that splits, its items inside the event, fewer than all.
+		n := uint64(items(&m.Event))
+		if kind != engine.EventStored && kind != engine.EventRemoved && kind != engine.EventCopied || n == 0 || offset+n > total || n == total {
+			return fmt.Errorf("%w: a part of %d items at %d of %d, kind %d", ErrMalformed, n, offset, total, kind)
+		}
 	}
 	return nil
 }
@@ -273,4 +318,10 @@ func Subject(prefix, model, worker string) string {
 // models too, as the engine keys workers by name alone.
 func MsgID(worker string, seq uint64) string {
 	return Token(worker) + ":" + fmt.Sprint(seq)
+}
+
+// partMsgID is the message id of the part at offset of a split event: MsgID + "." +
+// offset.
+func partMsgID(worker string, seq uint64, offset uint32) string {
+	return MsgID(worker, seq) + "." + fmt.Sprint(offset)
 }

@@ -19,6 +19,8 @@ func sampleMessages() []Message {
 			Parent: 5, HasParent: true, Blocks: []engine.Block{{Content: 3, Seq: 6}}}},
 		{WorkerSeq: 11, Event: engine.Event{Kind: engine.EventRemoved, Worker: "t", Tier: engine.TierDisk, Seqs: []uint64{6}}},
 		{WorkerSeq: 12, Event: engine.Event{Kind: engine.EventCopied, Worker: "t", Tier: engine.TierHost, Seqs: []uint64{1, 2}}},
+		{WorkerSeq: 13, Offset: 2, Total: 3, Event: engine.Event{Kind: engine.EventStored, Worker: "t", Parent: 6, HasParent: true,
+			Blocks: []engine.Block{{Content: 3, Seq: 7}}}},
 	}
 }
 
@@ -39,6 +41,24 @@ func TestCodecRoundTrip(t *testing.T) {
 		}
 		if err := DecodeMessage(append(b, 0), &got); !errors.Is(err, ErrMalformed) {
 			t.Fatalf("trailing byte accepted: %v", err)
+		}
+	}
+}
+
+// A part outside its event, as large as it, of a kind that does not split, or of an
+// event past MaxSplitTotal is refused.
+func TestCodecRefusesBadParts(t *testing.T) {
+	blocks := []engine.Block{{Content: 1, Seq: 1}, {Content: 2, Seq: 2}}
+	for _, m := range []Message{
+		{WorkerSeq: 1, Offset: 2, Total: 3, Event: engine.Event{Kind: engine.EventStored, Worker: "w", Blocks: blocks}},
+		{WorkerSeq: 1, Offset: 0, Total: 2, Event: engine.Event{Kind: engine.EventStored, Worker: "w", Blocks: blocks}},
+		{WorkerSeq: 1, Offset: 3, Total: 3, Event: engine.Event{Kind: engine.EventRemoved, Worker: "w", Seqs: []uint64{1}}},
+		{WorkerSeq: 1, Offset: 0, Total: MaxSplitTotal + 1, Event: engine.Event{Kind: engine.EventRemoved, Worker: "w", Seqs: []uint64{1}}},
+		{WorkerSeq: 1, Offset: 0, Total: 5, Event: engine.Event{Kind: engine.EventCleared, Worker: "w"}},
+	} {
+		var got Message
+		if err := DecodeMessage(AppendMessage(nil, &m), &got); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("%+v accepted: %v", m, err)
 		}
 	}
 }

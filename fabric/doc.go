@@ -17,6 +17,17 @@
 // skips, counting it in ReplicaStats.Foreign, a message whose subject names another
 // worker than the message or a model whose namespaces do not hold the message's.
 //
+// An event larger than a message may be (the server's max_payload, headers included)
+// travels in parts, each a valid event that says which of the event's items it carries
+// (Message.Offset, Total); an event that cannot fit even split (its names alone) is
+// refused with ErrTooLarge and counted, and a relay goes on with the next one.
+//
+// Stream messages are input from whoever may publish on the stream's subjects: a
+// replica bounds what they make it hold. A worker's sequence may run at most MaxSeqGap
+// past its last (its first at most its stream sequence), the workers it follows are at
+// most MaxWorkers, and the namespaces are the engine's bounded table; every skipped
+// message is counted in ReplicaStats and warned about at a bounded rate.
+//
 // A replica consumes the stream with an ordered consumer from a start sequence and
 // applies each message with engine.Event.Cursor set to its stream sequence. All
 // workers interleave in one stream, so the replica's resume point is the stream

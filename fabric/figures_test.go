@@ -81,7 +81,7 @@ func figureSnapshot(t *testing.T, target int) {
 	t.Logf("built %d memberships (%d blocks, %d workers, %d index entries) in %v", st.Memberships, st.Blocks, st.Workers, st.IndexEntries, time.Since(start))
 	path := filepath.Join(t.TempDir(), "r.snap")
 	start = time.Now()
-	if err := writeSnapshot(path, &snapshot{eng: e, last: uint64(perWorker), created: time.Unix(1, 0), workers: map[string]uint64{}}); err != nil {
+	if err := writeSnapshot(path, &snapshot{eng: e, last: uint64(perWorker), created: time.Unix(1, 0), workers: map[string]workerState{}}); err != nil {
 		t.Fatal(err)
 	}
 	wt := time.Since(start)

@@ -11,8 +11,9 @@ import (
 // model's namespace (replay.ModelEvent: the one a replica serving model queries),
 // numbering each worker's events 1, 2, 3, ... in log order. The numbering depends on
 // the log alone, so publishing the same log again (a relay restarted from the
-// beginning of its input) adds nothing to the stream. It returns how many events it
-// handed to the publisher.
+// beginning of its input) adds nothing to the stream. An event the publisher refuses
+// (Refusal: too large even split, malformed) is counted in its Stats and skipped. It
+// returns how many events it handed to the publisher.
 func PublishOps(ctx context.Context, p *Publisher, model string, ops []oplog.Op) (int, error) {
 	seqs := map[string]uint64{}
 	n := 0
@@ -22,7 +23,7 @@ func PublishOps(ctx context.Context, p *Publisher, model string, ops []oplog.Op)
 			continue
 		}
 		seqs[ev.Worker]++
-		if err := p.Publish(ctx, model, &ev, seqs[ev.Worker]); err != nil {
+		if err := p.Publish(ctx, model, &ev, seqs[ev.Worker]); err != nil && !Refusal(err) {
 			return n, err
 		}
 		n++

@@ -2,6 +2,7 @@ package fabric
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -97,7 +98,16 @@ type PublisherConfig struct {
 	AttemptTimeout time.Duration
 	// Logger receives retries. Default: discard.
 	Logger *slog.Logger
+	// MaxMessageBytes bounds one message (its headers included) below the server's
+	// max_payload, which is the default and the most it may be: an event that does not
+	// fit is split into parts that do (Message.Total), and one that cannot be split to
+	// fit (its names alone are too long) is refused with ErrTooLarge.
+	MaxMessageBytes int
 }
+
+// ErrTooLarge refuses an event whose message cannot fit the server's max_payload even
+// split: its worker or namespace name alone is too long.
+var ErrTooLarge = errors.New("fabric: event too large for a message")
 
 // PublisherStats counts what a Publisher did.
 type PublisherStats struct {
@@ -105,12 +115,16 @@ type PublisherStats struct {
 	// duplicates of stored ones (dedup window); Skipped those not sent at all because the
 	// stream already held the worker's sequence; Retries failed attempts.
 	Published, Duplicates, Skipped, Retries uint64
+	// Split counts events published in parts (each part counts in Published);
+	// Refused events refused whole: too large (ErrTooLarge) or malformed (ErrMalformed).
+	Split, Refused uint64
 }
 
 // Publisher publishes normalised engine events to the stream (the relay side). It is
 // safe for concurrent use; events of one worker must be published in order, from one
 // goroutine at a time.
 type Publisher struct {
+	nc     *nats.Conn
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	cfg    PublisherConfig
@@ -136,7 +150,7 @@ func NewPublisher(ctx context.Context, nc *nats.Conn, cfg PublisherConfig) (*Pub
 	if err != nil {
 		return nil, err
 	}
-	p := &Publisher{js: js, cfg: cfg, last: map[string]uint64{}, lastSrc: map[string]uint64{}}
+	p := &Publisher{nc: nc, js: js, cfg: cfg, last: map[string]uint64{}, lastSrc: map[string]uint64{}}
 	err = p.retry(ctx, func(actx context.Context) error {
 		s, err := EnsureStream(actx, js, cfg.Stream)
 		p.stream = s
@@ -209,6 +223,9 @@ func (p *Publisher) lastSeq(ctx context.Context, subj string) (uint64, error) {
 			return fmt.Errorf("last message of %s: %w", subj, err)
 		}
 		v = m.WorkerSeq
+		if m.Total != 0 && int(m.Offset)+items(&m.Event) < int(m.Total) {
+			v-- // a relay stopped inside a split event: send it again (replicas skip what they hold)
+		}
 		if src, err := strconv.ParseUint(raw.Header.Get(sourceHeader), 10, 64); err == nil {
 			p.mu.Lock()
 			if _, ok := p.lastSrc[subj]; !ok {
@@ -247,18 +264,11 @@ func (p *Publisher) Next(ctx context.Context, model, worker string) (uint64, err
 // an unnumbered event (never skipped, never deduplicated). Publish retries until the
 // stream acknowledges or ctx ends.
 func (p *Publisher) Publish(ctx context.Context, model string, ev *engine.Event, workerSeq uint64) error {
-	if ev.Worker == "" {
-		return fmt.Errorf("%w: empty worker", ErrMalformed)
-	}
-	if ev.Tier >= engine.NumTiers {
-		// The flags byte has two tier bits: AppendMessage would keep the low ones and
-		// replicas would apply the event on another tier.
-		return fmt.Errorf("%w: unknown tier %d", ErrMalformed, ev.Tier)
-	}
-	if ev.Kind == engine.EventStored && !namespace.In(model, ev.Namespace) {
-		// Replicas serving model answer from model's namespaces only (and skip such a
-		// message as foreign to its subject): published, it could never match.
-		return fmt.Errorf("%w: namespace %q is not one of model %q's (subscriber.Namespace)", ErrMalformed, ev.Namespace, model)
+	if err := p.check(model, ev); err != nil {
+		p.mu.Lock()
+		p.stats.Refused++
+		p.mu.Unlock()
+		return err
 	}
 	subj := Subject(p.cfg.Stream.SubjectPrefix, model, ev.Worker)
 	if workerSeq != 0 {
@@ -281,15 +291,101 @@ func (p *Publisher) Publish(ctx context.Context, model string, ev *engine.Event,
 	m := Message{WorkerSeq: workerSeq, Event: *ev}
 	m.Event.Cursor = 0
 	*bp = AppendMessage((*bp)[:0], &m)
-	msg := &nats.Msg{Subject: subj, Data: *bp, Header: nats.Header{}}
+	header := nats.Header{}
 	if ev.Cursor != 0 {
 		// The event's position in its source (subscriber.SourceCursor), so that a
 		// restarted relay knows which of the engine's replayed events it already sent.
-		msg.Header.Set(sourceHeader, strconv.FormatUint(ev.Cursor, 10))
+		header.Set(sourceHeader, strconv.FormatUint(ev.Cursor, 10))
 	}
+	limit := p.maxMessage()
+	// The headers count in max_payload: the longest message id is a part's.
+	room := limit - headerBytes(header, p.cfg.Stream.Name, partMsgID(ev.Worker, workerSeq, MaxSplitTotal))
+	if len(*bp) <= room {
+		id := ""
+		if workerSeq != 0 {
+			id = MsgID(ev.Worker, workerSeq)
+		}
+		if err := p.send(ctx, &nats.Msg{Subject: subj, Data: *bp, Header: header}, id); err != nil {
+			return err
+		}
+	} else {
+		parts, err := splitMessage(&m, room)
+		if err != nil {
+			p.mu.Lock()
+			p.stats.Refused++
+			p.mu.Unlock()
+			return fmt.Errorf("%w: %d bytes, at most %d a message (max_payload %d): %v", ErrTooLarge, len(*bp), room, limit, err)
+		}
+		for i := range parts {
+			*bp = AppendMessage((*bp)[:0], &parts[i])
+			if err := p.send(ctx, &nats.Msg{Subject: subj, Data: *bp, Header: header}, partMsgID(ev.Worker, workerSeq, parts[i].Offset)); err != nil {
+				return err
+			}
+		}
+		p.mu.Lock()
+		p.stats.Split++
+		p.mu.Unlock()
+	}
+	if workerSeq != 0 && !p.cfg.NoResume {
+		p.mu.Lock()
+		p.last[subj] = workerSeq
+		p.mu.Unlock()
+	}
+	return nil
+}
+
+// check refuses an event no replica could apply as sent (ErrMalformed).
+func (p *Publisher) check(model string, ev *engine.Event) error {
+	switch {
+	case ev.Worker == "":
+		return fmt.Errorf("%w: empty worker", ErrMalformed)
+	case ev.Tier >= engine.NumTiers:
+		// The flags byte has two tier bits: AppendMessage would keep the low ones and
+		// replicas would apply the event on another tier.
+		return fmt.Errorf("%w: unknown tier %d", ErrMalformed, ev.Tier)
+	case ev.Kind < engine.EventStored || ev.Kind > engine.EventCopied:
+		return fmt.Errorf("%w: event kind %d does not travel in the stream", ErrMalformed, ev.Kind)
+	case ev.Kind == engine.EventStored && !namespace.In(model, ev.Namespace):
+		// Replicas serving model answer from model's namespaces only (and skip such a
+		// message as foreign to its subject): published, it could never match.
+		return fmt.Errorf("%w: namespace %q is not one of model %q's (subscriber.Namespace)", ErrMalformed, ev.Namespace, model)
+	case len(ev.Worker) > MaxNameBytes || len(ev.Namespace) > MaxNameBytes:
+		return fmt.Errorf("%w: a name longer than %d bytes", ErrMalformed, MaxNameBytes)
+	}
+	return nil
+}
+
+// maxMessage is the largest message the publisher sends, headers included.
+func (p *Publisher) maxMessage() int {
+	limit := int(p.nc.MaxPayload())
+	if limit <= 0 { // not connected yet: NATS's default
+		limit = 1 << 20
+	}
+	if c := p.cfg.MaxMessageBytes; c > 0 && c < limit {
+		limit = c
+	}
+	return limit
+}
+
+// headerBytes is the size of a message's headers on the wire once the publisher has
+// added the message id and the expected stream (NATS/1.0 line, "key: value" lines,
+// blank line), with room to spare.
+func headerBytes(h nats.Header, stream, msgID string) int {
+	n := len("NATS/1.0\r\n\r\n") + 64
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n + len(jetstream.MsgIDHeader) + len(msgID) + 4 + len(jetstream.ExpectedStreamHeader) + len(stream) + 4
+}
+
+// send publishes one message (with message id id, none when empty), retrying, and
+// counts it.
+func (p *Publisher) send(ctx context.Context, msg *nats.Msg, id string) error {
 	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(p.cfg.Stream.Name)}
-	if workerSeq != 0 {
-		opts = append(opts, jetstream.WithMsgID(MsgID(ev.Worker, workerSeq)))
+	if id != "" {
+		opts = append(opts, jetstream.WithMsgID(id))
 	}
 	var ack *jetstream.PubAck
 	err := p.retry(ctx, func(actx context.Context) error {
@@ -306,12 +402,57 @@ func (p *Publisher) Publish(ctx context.Context, model string, ev *engine.Event,
 	} else {
 		p.stats.Published++
 	}
-	if workerSeq != 0 && !p.cfg.NoResume {
-		p.last[subj] = workerSeq
-	}
 	p.mu.Unlock()
 	return nil
 }
+
+// splitMessage cuts m into parts whose encodings fit room bytes each: a store's blocks
+// in runs (each run's parent the previous run's last block), a removal's or copy's seqs
+// in runs. An event that has neither, or whose fixed part alone does not fit, cannot
+// be split.
+func splitMessage(m *Message, room int) ([]Message, error) {
+	ev := &m.Event
+	var n, per int
+	switch ev.Kind {
+	case engine.EventStored:
+		n, per = len(ev.Blocks), 16
+	case engine.EventRemoved, engine.EventCopied:
+		n, per = len(ev.Seqs), 8
+	default:
+		return nil, errors.New("only stores, removals and copies can be split")
+	}
+	bare := *m
+	bare.Offset, bare.Total = MaxSplitTotal-1, MaxSplitTotal
+	bare.Event.Blocks, bare.Event.Seqs = nil, nil
+	// The fixed part, with the widest part fields and counts.
+	fixed := len(AppendMessage(nil, &bare)) + 2*binary.MaxVarintLen64
+	each := (room - fixed) / per
+	if each < 1 {
+		return nil, fmt.Errorf("its names and header take %d bytes", fixed)
+	}
+	if n > MaxSplitTotal {
+		return nil, fmt.Errorf("%d items (at most %d)", n, MaxSplitTotal)
+	}
+	parts := make([]Message, (n+each-1)/each)
+	for i := range parts {
+		lo, hi := i*each, min((i+1)*each, n)
+		pm := Message{WorkerSeq: m.WorkerSeq, Offset: uint32(lo), Total: uint32(n), Event: *ev}
+		if ev.Kind == engine.EventStored {
+			pm.Event.Blocks = ev.Blocks[lo:hi]
+			if i > 0 {
+				pm.Event.Parent, pm.Event.HasParent = ev.Blocks[lo-1].Seq, true
+			}
+		} else {
+			pm.Event.Seqs = ev.Seqs[lo:hi]
+		}
+		parts[i] = pm
+	}
+	return parts, nil
+}
+
+// Refusal reports whether a Publish error refuses that one event (ErrTooLarge,
+// ErrMalformed): the publisher can go on with the next.
+func Refusal(err error) bool { return errors.Is(err, ErrTooLarge) || errors.Is(err, ErrMalformed) }
 
 // sourceHeader carries an event's source position (subscriber.SourceCursor).
 const sourceHeader = "Kvindex-Source"
@@ -359,6 +500,11 @@ func (a *IndexAdapter) Apply(ev *engine.Event) error {
 		}
 	}
 	if err := a.p.Publish(a.ctx, a.model, ev, seq); err != nil {
+		if Refusal(err) {
+			// One event the stream cannot carry: the subscriber counts it as rejected
+			// and goes on (the relay must not stop the fleet's events for it).
+			return fmt.Errorf("%w: %w", engine.ErrInvalidEvent, err)
+		}
 		return err
 	}
 	a.p.mu.Lock()

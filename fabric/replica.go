@@ -18,6 +18,7 @@ import (
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/internal/atomicfile"
 	"github.com/kvindex/kvindex/internal/namespace"
+	"github.com/kvindex/kvindex/internal/warnlimit"
 )
 
 // ReplicaConfig configures a Replica. Zero fields take their defaults.
@@ -33,9 +34,29 @@ type ReplicaConfig struct {
 	// MaxSnapshotBytes bounds a snapshot (file or object) read by Start. Default 0: no
 	// bound.
 	MaxSnapshotBytes int64
-	// Logger receives snapshot fallbacks and consumer errors. Default: discard.
+	// MaxWorkers bounds the workers the replica follows (the workers a stream's
+	// messages can create): a message of a new worker past it is skipped
+	// (ReplicaStats.TooManyWorkers), after the workers that were removed make room.
+	// Default DefaultMaxWorkers.
+	MaxWorkers int
+	// MaxSeqGap bounds how far past a worker's last sequence a message's may be: one
+	// further is refused (ReplicaStats.SeqRefused), so that one message claiming
+	// sequence 2^64-1 cannot make every later event of its worker a duplicate. A
+	// worker's first message may carry at most its own stream sequence (a relay numbers
+	// each worker's events from 1, one stream message each). Default DefaultMaxSeqGap.
+	MaxSeqGap uint64
+	// Logger receives snapshot fallbacks and consumer errors, and the skipped messages'
+	// warnings (at most 20 at once, then one a second). Default: discard.
 	Logger *slog.Logger
 }
+
+// Defaults of ReplicaConfig.
+const (
+	DefaultMaxWorkers = 1 << 16
+	// DefaultMaxSeqGap is far more messages than a relay loses to a stream's retention
+	// while a replica follows it.
+	DefaultMaxSeqGap = 1 << 20
+)
 
 // ReplicaStats counts what a Replica did.
 type ReplicaStats struct {
@@ -46,8 +67,12 @@ type ReplicaStats struct {
 	// skipped because their worker sequence was already applied; Malformed counts
 	// undecodable messages (skipped).
 	Applied, Rejected, Duplicates, Malformed uint64
-	// Gaps counts messages whose worker sequence was more than one past the last.
+	// Gaps counts messages whose worker sequence was more than one past the last (or
+	// a part past the next of a split event).
 	Gaps uint64
+	// SeqRefused counts messages skipped for a worker sequence past MaxSeqGap;
+	// TooManyWorkers messages of a new worker past MaxWorkers.
+	SeqRefused, TooManyWorkers uint64
 	// Foreign counts messages skipped because their subject names another worker than
 	// the message, or a model whose namespaces (subscriber.Namespace) do not hold the
 	// message's: applied, they could never be matched by a query for their model.
@@ -97,7 +122,7 @@ type Replica struct {
 	// mu serialises applying messages, Snapshot and Close.
 	mu        sync.Mutex
 	eng       *engine.Engine
-	workerSeq map[string]uint64
+	workerSeq map[string]workerState    // every worker seen; at most MaxWorkers
 	workers   map[string]*ReplicaWorker // what Workers reports, by worker
 	models    map[string]string         // subject token -> model name (checkSubject's memo)
 	stats     ReplicaStats
@@ -105,6 +130,7 @@ type Replica struct {
 	closed    bool
 	fatal     error
 	msg       Message
+	warns     warnlimit.Limiter
 
 	last atomic.Uint64
 	cc   jetstream.ConsumeContext
@@ -116,7 +142,35 @@ func NewReplica(nc *nats.Conn, cfg ReplicaConfig) *Replica {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Replica{nc: nc, cfg: cfg, workerSeq: map[string]uint64{}, workers: map[string]*ReplicaWorker{}, models: map[string]string{}}
+	if cfg.MaxWorkers <= 0 {
+		cfg.MaxWorkers = DefaultMaxWorkers
+	}
+	if cfg.MaxSeqGap == 0 {
+		cfg.MaxSeqGap = DefaultMaxSeqGap
+	}
+	return &Replica{nc: nc, cfg: cfg, workerSeq: map[string]workerState{}, workers: map[string]*ReplicaWorker{}, models: map[string]string{}}
+}
+
+// workerState is where a worker stands in the stream: the sequence of its last event
+// applied and, while that event was split and not all its parts are applied, the
+// next part's offset; removed says its last event removed it (its entry goes first when
+// MaxWorkers is reached).
+type workerState struct {
+	seq     uint64
+	next    uint32
+	removed bool
+}
+
+// warn logs a skipped message's warning, rate-limited.
+func (r *Replica) warn(msg string, args ...any) {
+	ok, suppressed := r.warns.Allow(time.Now())
+	if !ok {
+		return
+	}
+	if suppressed > 0 {
+		args = append(args, "suppressed", suppressed)
+	}
+	r.cfg.Logger.Warn(msg, args...)
 }
 
 // Start builds the index and starts consuming. With snapshotPath set and the file
@@ -176,8 +230,8 @@ func (r *Replica) Start(ctx context.Context, snapshotPath string) error {
 			err = fmt.Errorf("%w: resumes at %d, the stream's oldest message is %d", ErrSnapshot, snap.last+1, info.State.FirstSeq)
 		case err == nil:
 			r.eng, r.workerSeq, r.stats.Restored = snap.eng, snap.workers, true
-			for w, seq := range snap.workers {
-				r.workers[w] = &ReplicaWorker{Worker: w, Model: snap.workerModels[w], Seq: seq}
+			for w, st := range snap.workers {
+				r.workers[w] = &ReplicaWorker{Worker: w, Model: snap.workerModels[w], Seq: st.seq, Gone: st.removed}
 			}
 			r.stats.LastApplied = snap.last
 			r.last.Store(snap.last)
@@ -246,14 +300,18 @@ func (r *Replica) apply(seq uint64, subject string, data []byte, now time.Time, 
 	m := &r.msg
 	if err := DecodeMessage(data, m); err != nil {
 		r.stats.Malformed++
-		r.cfg.Logger.Warn("undecodable message skipped", "seq", seq, "err", err)
+		r.warn("undecodable message skipped", "seq", seq, "err", err)
 		return
 	}
 	ev := &m.Event
 	model, why := r.checkSubject(subject, ev)
 	if why != "" {
 		r.stats.Foreign++
-		r.cfg.Logger.Warn("message foreign to its subject skipped", "seq", seq, "subject", subject, "why", why)
+		r.warn("message foreign to its subject skipped", "seq", seq, "subject", subject, "why", why)
+		return
+	}
+	verdict := r.admit(seq, m)
+	if verdict == admitRefused {
 		return
 	}
 	w := r.workers[ev.Worker]
@@ -262,19 +320,15 @@ func (r *Replica) apply(seq uint64, subject string, data []byte, now time.Time, 
 		r.workers[ev.Worker] = w
 	}
 	w.Model, w.LastAt, w.Lag = model, now, lag
-	if ws := m.WorkerSeq; ws != 0 {
-		last := r.workerSeq[ev.Worker]
-		if ws <= last {
-			r.stats.Duplicates++
-			w.Duplicates++
-			return
-		}
-		if ws > last+1 && last != 0 {
-			r.stats.Gaps++
-			w.Gaps++
-		}
-		r.workerSeq[ev.Worker] = ws
-		w.Seq = ws
+	switch verdict {
+	case admitDuplicate:
+		w.Duplicates++
+		return
+	case admitGap:
+		w.Gaps++
+	}
+	if m.WorkerSeq != 0 {
+		w.Seq = m.WorkerSeq
 	}
 	ev.Cursor = seq
 	err := r.eng.Apply(ev)
@@ -288,6 +342,87 @@ func (r *Replica) apply(seq uint64, subject string, data []byte, now time.Time, 
 		r.fatal = err
 		r.cfg.Logger.Error("index failed; replica stopped", "err", err)
 	}
+}
+
+// What admit says of a message.
+type admitVerdict uint8
+
+const (
+	admitApply     admitVerdict = iota
+	admitGap                    // apply it; a message is missing before it
+	admitDuplicate              // skip it: applied already
+	admitRefused                // skip it: past MaxSeqGap or MaxWorkers
+)
+
+// admit checks message m, at stream sequence seq, against its worker's state, records
+// it and counts what it skips. A part sent again, cut elsewhere, is trimmed to what the
+// replica lacks. r.mu is held.
+func (r *Replica) admit(seq uint64, m *Message) admitVerdict {
+	w := m.Event.Worker
+	st, known := r.workerSeq[w]
+	if !known && !r.makeRoom() {
+		r.stats.TooManyWorkers++
+		r.warn("message of a new worker skipped: the replica follows MaxWorkers workers", "seq", seq, "max_workers", r.cfg.MaxWorkers)
+		return admitRefused
+	}
+	verdict := admitApply
+	if ws := m.WorkerSeq; ws != 0 {
+		limit := seq // a worker's first message: its events are numbered from 1
+		if st.seq != 0 {
+			limit = st.seq + min(r.cfg.MaxSeqGap, ^uint64(0)-st.seq)
+		}
+		end := m.Offset + uint32(items(&m.Event)) // a whole event: Offset 0
+		switch {
+		case ws < st.seq || ws == st.seq && (st.next == 0 || end <= st.next):
+			r.stats.Duplicates++
+			return admitDuplicate
+		case ws > limit:
+			r.stats.SeqRefused++
+			r.warn("message with a worker sequence too far ahead skipped", "seq", seq, "worker_seq", ws, "last", st.seq, "max_seq_gap", r.cfg.MaxSeqGap)
+			return admitRefused
+		case ws == st.seq && m.Offset < st.next:
+			trimPart(m, st.next-m.Offset) // sent again, cut elsewhere: the rest is new
+		case ws == st.seq && m.Offset > st.next, ws > st.seq && st.seq != 0 && (ws > st.seq+1 || st.next != 0 || m.Offset != 0):
+			r.stats.Gaps++ // a part or an event is missing between this one and the last
+			verdict = admitGap
+		}
+		st.seq, st.next = ws, 0
+		if m.Total != 0 && end < m.Total {
+			st.next = end
+		}
+	}
+	st.removed = m.Event.Kind == engine.EventRemoveWorker
+	r.workerSeq[w] = st
+	return verdict
+}
+
+// trimPart drops the first k items of part m, which a replica already applied: a
+// store's next block then hangs under the last one dropped.
+func trimPart(m *Message, k uint32) {
+	ev := &m.Event
+	if ev.Kind == engine.EventStored {
+		ev.Parent, ev.HasParent = ev.Blocks[k-1].Seq, true
+		ev.Blocks = ev.Blocks[k:]
+	} else {
+		ev.Seqs = ev.Seqs[k:]
+	}
+	m.Offset += k
+}
+
+// makeRoom reports whether a new worker may be followed: under MaxWorkers, or after
+// forgetting a removed one. r.mu is held.
+func (r *Replica) makeRoom() bool {
+	if len(r.workerSeq) < r.cfg.MaxWorkers {
+		return true
+	}
+	for w, st := range r.workerSeq {
+		if st.removed {
+			delete(r.workerSeq, w)
+			delete(r.workers, w)
+			return true
+		}
+	}
+	return false
 }
 
 // count counts an applied event of kind that the index answered with err.

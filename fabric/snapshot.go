@@ -23,11 +23,13 @@ var ErrSnapshot = errors.New("fabric: snapshot refused")
 
 const (
 	snapMagic = "KVFABSN\x00"
-	// snapVersion 3 records each worker's model (what Replica.Workers reports);
-	// version 2, which does not, is still read (the workers' models then show once
-	// they publish again). Version 2 added the replica's models; a version 1
-	// snapshot, which lacks them, is refused (the replica replays the stream).
-	snapVersion = 3
+	// snapVersion 4 records each worker's next part of a split event and whether
+	// its last event removed it; version 3, which does not (a worker then stands at a
+	// whole event), is still read, as is version 2, which lacks the workers' models
+	// too (they show once the workers publish again). Version 2 added the replica's
+	// models; a version 1 snapshot, which lacks them, is refused (the replica replays
+	// the stream).
+	snapVersion = 4
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -36,7 +38,7 @@ type snapshot struct {
 	eng     *engine.Engine
 	last    uint64
 	created time.Time
-	workers map[string]uint64
+	workers map[string]workerState
 	// workerModels is each worker's model (version 3; nil from a version 2 file).
 	workerModels map[string]string
 	// models are the models whose subjects the replica followed, sorted (empty:
@@ -55,14 +57,15 @@ func modelSet(models []string) []string {
 // encodeSnapshot lays a replica snapshot out as
 //
 //	magic | version u32 | last u64 | created unix-nanos i64 | nmodels u32 |
-//	(len u32, name)* sorted | nworkers u32 | (len u32, name, seq u64, len u32, model)*
-//	sorted by name (version 2: no model) | engine snapshot length u64 |
+//	(len u32, name)* sorted | nworkers u32 | (len u32, name, seq u64, len u32, model,
+//	next part u32, removed u8)* sorted by name (version 3: no next part nor removed;
+//	version 2: no model either) | engine snapshot length u64 |
 //	engine snapshot (engine.WriteSnapshot) | CRC-32C of all the above u32
 //
 // all little-endian.
 func encodeSnapshot(s *snapshot) ([]byte, error) { return encodeSnapshotAs(s, snapVersion) }
 
-// encodeSnapshotAs encodes s in format version (2 or 3; tests write version 2).
+// encodeSnapshotAs encodes s in format version (2 to 4; tests write older ones).
 func encodeSnapshotAs(s *snapshot, version uint32) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString(snapMagic)
@@ -85,11 +88,16 @@ func encodeSnapshotAs(s *snapshot, version uint32) ([]byte, error) {
 	for _, n := range names {
 		tmp = le.AppendUint32(tmp, uint32(len(n)))
 		tmp = append(tmp, n...)
-		tmp = le.AppendUint64(tmp, s.workers[n])
+		st := s.workers[n]
+		tmp = le.AppendUint64(tmp, st.seq)
 		if version >= 3 {
 			m := s.workerModels[n]
 			tmp = le.AppendUint32(tmp, uint32(len(m)))
 			tmp = append(tmp, m...)
+		}
+		if version >= 4 {
+			tmp = le.AppendUint32(tmp, st.next)
+			tmp = append(tmp, b2u8(st.removed))
 		}
 	}
 	b.Write(tmp)
@@ -132,6 +140,13 @@ func readSnapshot(path string, cfg engine.Config, maxBytes int64) (*snapshot, er
 	return decodeSnapshot(data, cfg)
 }
 
+func b2u8(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func decodeSnapshot(data []byte, cfg engine.Config) (*snapshot, error) {
 	bad := func(format string, args ...any) (*snapshot, error) {
 		return nil, fmt.Errorf("%w: %s", ErrSnapshot, fmt.Sprintf(format, args...))
@@ -161,13 +176,13 @@ func decodeSnapshot(data []byte, cfg engine.Config) (*snapshot, error) {
 		return bad("truncated header")
 	}
 	version := le.Uint32(hdr)
-	if version != snapVersion && version != 2 {
-		return bad("version %d, this build reads versions 2 and %d", version, snapVersion)
+	if version < 2 || version > snapVersion {
+		return bad("version %d, this build reads versions 2 to %d", version, snapVersion)
 	}
 	s := &snapshot{
 		last:         le.Uint64(hdr[4:]),
 		created:      time.Unix(0, int64(le.Uint64(hdr[12:]))),
-		workers:      map[string]uint64{},
+		workers:      map[string]workerState{},
 		workerModels: map[string]string{},
 	}
 	l := take(4)
@@ -203,7 +218,7 @@ func decodeSnapshot(data []byte, cfg engine.Config) (*snapshot, error) {
 		if name == nil || seq == nil {
 			return bad("truncated worker table")
 		}
-		s.workers[string(name)] = le.Uint64(seq)
+		st := workerState{seq: le.Uint64(seq)}
 		if version >= 3 {
 			l := take(4)
 			if l == nil {
@@ -215,6 +230,17 @@ func decodeSnapshot(data []byte, cfg engine.Config) (*snapshot, error) {
 			}
 			s.workerModels[string(name)] = string(model)
 		}
+		if version >= 4 {
+			x := take(4 + 1)
+			if x == nil {
+				return bad("truncated worker table")
+			}
+			if x[4] > 1 {
+				return bad("worker table: removed flag %d", x[4])
+			}
+			st.next, st.removed = le.Uint32(x), x[4] == 1
+		}
+		s.workers[string(name)] = st
 	}
 	l = take(8)
 	if l == nil || le.Uint64(l) != uint64(len(p)) {

@@ -88,7 +88,7 @@ func TestReplicaWorkers(t *testing.T) {
 	if err := r.Snapshot(snap); err != nil {
 		t.Fatal(err)
 	}
-	check := func(name string, r *Replica, models bool) {
+	check := func(name string, r *Replica, models, gone bool) {
 		t.Helper()
 		got := r.Workers()
 		if len(got) != len(want) {
@@ -103,16 +103,32 @@ func TestReplicaWorkers(t *testing.T) {
 			if models {
 				wm = w.Model
 			}
-			if g != (ReplicaWorker{Worker: w.Worker, Model: wm, Seq: w.Seq}) {
+			if g != (ReplicaWorker{Worker: w.Worker, Model: wm, Seq: w.Seq, Gone: gone && w.Gone}) {
 				t.Errorf("%s: %+v, want %s of model %q at %d", name, g, g.Worker, wm, w.Seq)
 			}
 		}
 	}
-	r3 := newReplica(t, ctx, nc, ReplicaConfig{Stream: sc, Models: []string{testModel, "other"}}, snap)
+	r4 := newReplica(t, ctx, nc, ReplicaConfig{Stream: sc, Models: []string{testModel, "other"}}, snap)
+	if st := r4.Stats(); !st.Restored {
+		t.Fatalf("version 4 snapshot refused: %v", st.SnapshotErr)
+	}
+	check("version 4", r4, true, true)
+
+	r.mu.Lock()
+	v3, err := encodeSnapshotAs(&snapshot{eng: r.eng, last: r.stats.LastApplied, created: r.created, workers: r.workerSeq, workerModels: models(r), models: modelSet(r.cfg.Models)}, 3)
+	r.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap3 := filepath.Join(t.TempDir(), "v3.snap")
+	if err := os.WriteFile(snap3, v3, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r3 := newReplica(t, ctx, nc, ReplicaConfig{Stream: sc, Models: []string{testModel, "other"}}, snap3)
 	if st := r3.Stats(); !st.Restored {
 		t.Fatalf("version 3 snapshot refused: %v", st.SnapshotErr)
 	}
-	check("version 3", r3, true)
+	check("version 3", r3, true, false)
 
 	r.mu.Lock()
 	v2, err := encodeSnapshotAs(&snapshot{eng: r.eng, last: r.stats.LastApplied, created: r.created, workers: r.workerSeq, models: modelSet(r.cfg.Models)}, 2)
@@ -128,5 +144,14 @@ func TestReplicaWorkers(t *testing.T) {
 	if st := r2.Stats(); !st.Restored {
 		t.Fatalf("version 2 snapshot refused: %v", st.SnapshotErr)
 	}
-	check("version 2", r2, false)
+	check("version 2", r2, false, false)
+}
+
+// models returns each worker's model as r knows it. r.mu is held.
+func models(r *Replica) map[string]string {
+	out := map[string]string{}
+	for name, w := range r.workers {
+		out[name] = w.Model
+	}
+	return out
 }

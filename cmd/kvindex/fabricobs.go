@@ -172,7 +172,7 @@ func newReplicaCollector(feed *replicaFeed) *replicaCollector {
 		pending:     desc("stream_pending_messages", "Messages of the replica's models the stream held past the last one applied, as of that message: the replica's lag in messages."),
 		lag:         desc("stream_lag_seconds", "Apply time of the last message minus the time the stream stored it."),
 		idle:        desc("stream_idle_seconds", "Time since the replica applied a message (-1: none since start)."),
-		messages:    desc("stream_messages_total", "Stream messages the replica consumed, by result (applied, rejected by the index, duplicate, malformed, foreign to their subject).", "result"),
+		messages:    desc("stream_messages_total", "Stream messages the replica consumed, by result (applied, rejected by the index, duplicate, malformed, foreign to their subject, seq_refused: a worker sequence past max_seq_gap, too_many_workers: a new worker past max_workers).", "result"),
 		gaps:        desc("stream_gaps_total", "Messages whose worker sequence skipped ahead of the worker's last."),
 	}
 }
@@ -198,6 +198,8 @@ func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
 	g(c.idle, idle)
 	n(c.messages, st.Applied-st.Rejected, "applied")
 	n(c.messages, st.Rejected, "rejected")
+	n(c.messages, st.SeqRefused, "seq_refused")
+	n(c.messages, st.TooManyWorkers, "too_many_workers")
 	n(c.messages, st.Duplicates, "duplicate")
 	n(c.messages, st.Malformed, "malformed")
 	n(c.messages, st.Foreign, "foreign")
@@ -224,6 +226,7 @@ type relayCollector struct {
 	pub                                   *fabric.Publisher
 	subs                                  []*subscriber.Subscriber
 	published, duplicates, skipped, retry *prometheus.Desc
+	split, refused                        *prometheus.Desc
 	dropped, events, state, lastSeq, lag  *prometheus.Desc
 	gapsDetected, gapsRecovered, gapsLost *prometheus.Desc
 }
@@ -235,6 +238,8 @@ func newRelayCollector(pub *fabric.Publisher, subs []*subscriber.Subscriber) *re
 		duplicates:    desc("relay_duplicates_total", "Events the stream acknowledged as duplicates of stored ones (its deduplication window)."),
 		skipped:       desc("relay_skipped_total", "Events not sent because the stream already held them (a restarted relay's replayed history)."),
 		retry:         desc("relay_publish_retries_total", "Publish attempts that failed and were retried."),
+		split:         desc("relay_split_total", "Events published in parts because one message would exceed the server's max_payload."),
+		refused:       desc("relay_refused_total", "Events not published because they cannot fit a message even split (their names alone), or are malformed."),
 		dropped:       desc("relay_dropped_total", "Engine events not published, by worker and reason (decoder rejections, filters).", w, "reason"),
 		events:        desc("relay_events_total", "Engine events handed to the stream, by worker and kind.", w, "kind"),
 		state:         desc("worker_state", "1 for the worker's current subscriber state.", w, "state"),
@@ -260,6 +265,8 @@ func (c *relayCollector) Collect(ch chan<- prometheus.Metric) {
 	n(c.duplicates, ps.Duplicates)
 	n(c.skipped, ps.Skipped)
 	n(c.retry, ps.Retries)
+	n(c.split, ps.Split)
+	n(c.refused, ps.Refused)
 	for _, sub := range c.subs {
 		st := sub.Status()
 		w := st.Worker

@@ -182,8 +182,8 @@ func relayConnect(ctx context.Context, url string, timeout time.Duration, pc fab
 func relayOps(ctx context.Context, p *fabric.Publisher, nc *nats.Conn, model string, ops []oplog.Op, stdout io.Writer, fail func(int, string, ...any) int) int {
 	n, err := fabric.PublishOps(ctx, p, model, ops)
 	st := p.Stats()
-	fmt.Fprintf(stdout, "kvindex relay: %d events: %d published, %d already in the stream, %d deduplicated by it\n",
-		n, st.Published, st.Skipped, st.Duplicates)
+	fmt.Fprintf(stdout, "kvindex relay: %d events: %d published, %d already in the stream, %d deduplicated by it, %d split to fit max_payload, %d refused\n",
+		n, st.Published, st.Skipped, st.Duplicates, st.Split, st.Refused)
 	if err != nil {
 		return fail(1, "%v", err)
 	}

@@ -138,3 +138,45 @@ func postMatch(t *testing.T, hc *http.Client, addr, model string, q []uint64) se
 	}
 	return got
 }
+
+// TestRelaySplitsPastMaxPayload: a store of 66,000 blocks (a ~1.05M-token prefill at
+// block size 16, inside MaxEventBlocks and the frame cap) is over NATS's default 1 MiB
+// max_payload. `kvindex relay --ops` publishes it in parts and exits 0 (it exited 1 with
+// "nats: maximum payload exceeded", and so did every restart), and a `serve --nats`
+// replica matches all of it.
+func TestRelaySplitsPastMaxPayload(t *testing.T) {
+	url := relayNATS(t)
+	const n = 66000
+	op := oplog.Op{Kind: oplog.Stored, Worker: "prefill"}
+	q := make([]uint64, n)
+	for i := range n {
+		op.Blocks = append(op.Blocks, [2]uint64{uint64(i%97 + 1), uint64(i + 1)})
+		q[i] = uint64(i%97 + 1)
+	}
+	path := filepath.Join(t.TempDir(), "big.jsonl")
+	if err := os.WriteFile(path, oplog.Append(nil, op), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, "relay", "--nats", url, "--ops", path, "--model", "m")
+	if code != 0 || !strings.Contains(stdout, "1 split to fit max_payload, 0 refused") {
+		t.Fatalf("relay: exit %d\n%s%s", code, stdout, stderr)
+	}
+	var out, errOut syncBuffer
+	done, stop := background(t, func(ctx context.Context) int {
+		return serveMain(ctx, []string{"--nats", url, "--models", "m=16", "--listen", "127.0.0.1:0", "--log-level", "warn"}, &out, &errOut)
+	})
+	addr := waitListening(t, &out, &errOut)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	waitReady(t, hc, addr, &errOut)
+	got := postMatch(t, hc, addr, "m", q[:60000]) // under max_query_blocks (65,536)
+	if len(got.Matches) != 1 || got.Matches[0].Score != 60000 || got.Matches[0].Size != n {
+		t.Fatalf("matches %+v, want prefill scoring 60000, holding %d blocks", got.Matches, n)
+	}
+	tr.CloseIdleConnections()
+	stop()
+	if code := <-done; code != 0 {
+		t.Fatalf("serve: exit %d, stderr %q", code, errOut.String())
+	}
+}
