@@ -196,6 +196,9 @@ loadtest:
 loadgen: publisher-deps
 	$(GO) run ./bench/loadgen --out bench/loadgen/RESULTS.md
 
-## demo: the main job on the embedded default workload.
+## demo: try serve locally: simulated vLLM engines publishing into a serve on
+## 127.0.0.1:8080 (DEMO_FLAGS, e.g. --listen 127.0.0.1:9000), and three curl lines to
+## ask it (docs/engines.md). The simulator is `go run ./cmd/kvindex sim`.
+DEMO_FLAGS ?=
 demo:
-	$(GO) run ./cmd/kvindex sim
+	$(GO) run ./cmd/kvindex demo $(DEMO_FLAGS)

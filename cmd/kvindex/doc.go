@@ -6,6 +6,7 @@
 //	kvindex replay    apply an op log and check every query's expected answer
 //	kvindex bench     measure the engine against its baselines (and, with --peers, SMG's indexes) on an op log
 //	kvindex serve     follow engines' KV events (ZeroMQ or NATS) and answer routing queries over HTTP and gRPC
+//	kvindex demo      try serve locally: simulated vLLM engines publishing into a serve, and three curl lines to ask it
 //	kvindex relay     follow engines' KV events (or an op log) and publish them to NATS JetStream
 //	kvindex doctor    check engines for a few seconds: what they publish, what is wrong
 //	kvindex loadtest  load-test serve with a simulated fleet of engines: ingest rate held with nothing lost

@@ -59,8 +59,13 @@ import select
 import sys
 import time
 
-import msgpack
-import zmq
+try:
+    import msgpack
+    import zmq
+except ImportError as e:  # say how to get them, not just what is missing
+    sys.exit("publisher.py: %s: it needs pyzmq and msgpack: `make publisher-deps` installs "
+             "Debian's python3-zmq and python3-msgpack for /usr/bin/python3 (run this script "
+             "with it), or `python3 -m pip install pyzmq msgpack` for another python3" % e)
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 
