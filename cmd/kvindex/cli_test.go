@@ -111,7 +111,7 @@ var sharedFlagExceptions = map[string]string{
 	// health and metrics endpoints only where asked.
 	// loadtest loads serve with many engines; demo starts a few to read about.
 	"engines": "loadtest: 64; demo: 4",
-	"listen": "serve: the API, default 127.0.0.1:8080; relay: /healthz, /readyz, /metrics, off unless given",
+	"listen":  "serve: the API, default 127.0.0.1:8080; relay: /healthz, /readyz, /metrics, off unless given",
 }
 
 // flagLine matches one flag of PrintDefaults' output: "  -name type" (no type for a
