@@ -107,11 +107,11 @@ var sharedFlagExceptions = map[string]string{
 	// The same D,H,DISK weights; serve's default comes from its config file (the flag
 	// replaces it), sim and gen-ops have none, so their flag default is the value.
 	"tier-weights": "serve: \"\" (the config's tier_weights); sim/gen-ops: 1,0.75,0.25",
-	// serve always serves its API (on 127.0.0.1:8080 unless told); a relay serves its
-	// health and metrics endpoints only where asked.
 	// loadtest loads serve with many engines; demo starts a few to read about.
 	"engines": "loadtest: 64; demo: 4",
-	"listen":  "serve: the API, default 127.0.0.1:8080; relay: /healthz, /readyz, /metrics, off unless given",
+	// serve always serves its API (on 127.0.0.1:8080 unless told); a relay serves its
+	// health and metrics endpoints only where asked.
+	"listen": "serve: the API, default 127.0.0.1:8080; relay: /healthz, /readyz, /metrics, off unless given",
 }
 
 // flagLine matches one flag of PrintDefaults' output: "  -name type" (no type for a
