@@ -20,13 +20,14 @@ type FleetConfig struct {
 	// Workload shapes each engine's requests and cache.
 	Workload Workload
 	// BufferSteps is each engine's replay buffer, in batches (vLLM's buffer_steps,
-	// 10,000 by default there). Default 256: at 2,048 engines the buffers then hold
-	// about 300 MB of payloads in the load generator.
+	// 10,000 by default there). Default: vLLM's for up to 52 engines, then as many as
+	// keep the fleet's buffers near 512 MiB of payloads (about 1 KiB a batch), at least
+	// 256: 1,024 at 512 engines, 256 at 2,048.
 	BufferSteps int
 	// HWMBytes is each PUB connection's send queue in bytes: past it live messages
 	// are dropped, as a PUB socket at its high-water mark drops them (vLLM's hwm is
-	// 100,000 messages; a byte bound keeps the generator's memory bounded at 2,048
-	// engines). Default 1 MiB.
+	// 100,000 messages; a byte bound keeps the generator's memory bounded). Default:
+	// 256 MiB over the fleet, between 1 and 16 MiB a connection.
 	HWMBytes int
 	// Encoding of the events: EncodingMap (vLLM v0.26.0, default) or EncodingArray.
 	Encoding string
@@ -52,11 +53,12 @@ func (c FleetConfig) withDefaults() FleetConfig {
 		c.Workload.SystemPrompts = max(32, c.Engines/4)
 	}
 	c.Workload = c.Workload.withDefaults()
+	n := max(c.Engines, 1)
 	if c.BufferSteps == 0 {
-		c.BufferSteps = 256
+		c.BufferSteps = min(10000, max(256, (512<<10)/n))
 	}
 	if c.HWMBytes == 0 {
-		c.HWMBytes = 1 << 20
+		c.HWMBytes = min(16<<20, max(1<<20, (256<<20)/n))
 	}
 	if c.Encoding == "" {
 		c.Encoding = EncodingMap
