@@ -22,6 +22,10 @@ var (
 	ErrQueryTooLong = errors.New("engine: query too long")
 	// ErrInvalidConfig wraps every Config validation failure.
 	ErrInvalidConfig = errors.New("engine: invalid config")
+	// ErrNamespaceTableFull rejects a stored event or prediction that would intern a
+	// namespace past Config.NamespaceBytes; it wraps ErrInvalidEvent. It lasts until a
+	// sweep drops the names nothing uses (namespaces.go): a caller may retry later.
+	ErrNamespaceTableFull = fmt.Errorf("%w: the namespace table is full", ErrInvalidEvent)
 	// ErrShardFailed is returned once a shard goroutine has panicked; the engine is then
 	// closed and its answers can no longer be vouched for.
 	ErrShardFailed = errors.New("engine: shard failed")

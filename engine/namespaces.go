@@ -158,7 +158,7 @@ func (e *Engine) eventNamespace(name string) (uint32, error) {
 		return id, nil
 	}
 	e.rejInvalid.Add(1)
-	return 0, fmt.Errorf("%w: the namespace table is full (Config.NamespaceBytes %d)", ErrInvalidEvent, e.cfg.NamespaceBytes)
+	return 0, fmt.Errorf("%w (Config.NamespaceBytes %d)", ErrNamespaceTableFull, e.cfg.NamespaceBytes)
 }
 
 // maybeSweepNamespaces runs a sweep when one is due: one atomic load otherwise. Called

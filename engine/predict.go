@@ -197,7 +197,7 @@ func (e *Engine) predict(ctx context.Context, worker, namespace string, content 
 		// prediction lock: a sweep reads the predictions under it (namespaces.go).
 		// Predictions (a client's word, unlike events) may fill half the table.
 		if ns = e.namespaceID(namespace, nsPredicted); ns == 0 {
-			return bad("the namespace table is full (Config.NamespaceBytes %d, half of it for predictions)", e.cfg.NamespaceBytes)
+			return fmt.Errorf("%w (Config.NamespaceBytes %d, half of it for predictions)", ErrNamespaceTableFull, e.cfg.NamespaceBytes)
 		}
 	}
 	root := e.fingerprint(key{prefix: content[0], ns: ns})

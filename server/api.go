@@ -268,9 +268,16 @@ func (s *Server) routes() http.Handler {
 
 // RequestNamespace is the index namespace of a query: subscriber.Namespace(model, ns)
 // where ns is namespace, or built from a LoRA name and a cache salt as kvevents does.
+//
+// The namespace is at most engine.MaxNamespaceLen bytes (1 KiB: LoRA names and cache
+// salts are tens of bytes): a longer one is an error, checked on the raw fields before
+// anything is built from them.
 func RequestNamespace(model, namespace, loraName, cacheSalt string) (string, error) {
 	if namespace != "" && (loraName != "" || cacheSalt != "") {
 		return "", errors.New("give namespace, or lora_name/cache_salt, not both")
+	}
+	if n := len(model) + len(namespace) + len(loraName) + len(cacheSalt); n > engine.MaxNamespaceLen {
+		return "", fmt.Errorf("%w: model, namespace, lora_name and cache_salt take %d bytes", errNamespaceTooLong, n)
 	}
 	ns := namespace
 	if loraName != "" || cacheSalt != "" {
@@ -278,8 +285,15 @@ func RequestNamespace(model, namespace, loraName, cacheSalt string) (string, err
 	} else if err := checkNamespace(ns); err != nil {
 		return "", err
 	}
-	return subscriber.Namespace(model, ns), nil
+	full := subscriber.Namespace(model, ns)
+	if len(full) > engine.MaxNamespaceLen {
+		return "", fmt.Errorf("%w: %d bytes escaped", errNamespaceTooLong, len(full))
+	}
+	return full, nil
 }
+
+// errNamespaceTooLong refuses a request whose namespace is over engine.MaxNamespaceLen.
+var errNamespaceTooLong = fmt.Errorf("namespace longer than %d bytes", engine.MaxNamespaceLen)
 
 // checkNamespace reports whether ns is a namespace kvevents can give an event: "",
 // "lora=NAME", "lora_id=ID", "salt=SALT", or a lora part and a salt part joined by ';',
@@ -396,6 +410,9 @@ var scratchPool = sync.Pool{New: func() any { return new(matchScratch) }}
 
 // readBody reads a request body within the size limit, answering the error itself.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) bool {
+	if n := r.ContentLength; n > 0 && n <= s.cfg.MaxBodyBytes {
+		buf.Grow(int(n) + bytes.MinRead) // ReadFrom keeps MinRead free: the buffer never doubles
+	}
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err == nil {
 		return true
@@ -660,6 +677,10 @@ func (s *Server) predictError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusServiceUnavailable, "timeout", "predict: %v", err)
 	case errors.Is(err, engine.ErrClosed) || errors.Is(err, engine.ErrShardFailed):
 		writeError(w, http.StatusServiceUnavailable, "unavailable", "index unavailable: %v", err)
+	case errors.Is(err, engine.ErrNamespaceTableFull):
+		// A sweep makes room once the namespaces nobody uses are gone.
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "namespaces_full", "%v", err)
 	case engine.IsRejection(err) || errors.Is(err, engine.ErrQueryTooLong):
 		writeError(w, http.StatusBadRequest, "bad_prediction", "%v", err)
 	default:

@@ -26,6 +26,7 @@ const (
 	DefaultBlockSize      = 16
 	DefaultPolicy         = PolicyLongestPrefix
 	DefaultMaxBodyBytes   = 1 << 20
+	MaxMaxBodyBytes       = 64 << 20
 	DefaultMaxQueryBlocks = 1 << 16
 	DefaultQueryTimeout   = 2 * time.Second
 	DefaultDrainTimeout   = 10 * time.Second
@@ -68,7 +69,7 @@ type Config struct {
 	Routing RoutingConfig `json:"routing,omitempty"`
 	// BlockSize is the block size of engines that do not set their own. Default 16.
 	BlockSize int `json:"block_size,omitempty"`
-	// MaxBodyBytes bounds a request body. Default 1 MiB.
+	// MaxBodyBytes bounds a request body. Default 1 MiB, at most 64 MiB.
 	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
 	// MaxQueryBlocks bounds the blocks of one query. Default 65536.
 	MaxQueryBlocks int `json:"max_query_blocks,omitempty"`
@@ -97,6 +98,9 @@ type Config struct {
 	// MaxMessageBytes): a peer declaring a larger frame is refused before anything is
 	// allocated. Default 16 MiB.
 	MaxMessageBytes int `json:"max_message_bytes,omitempty"`
+	// Limits bounds what clients of the HTTP and gRPC APIs can make serve hold: the
+	// connections, and the request bytes in flight per connection and in all (admit.go).
+	Limits LimitsConfig `json:"limits,omitzero"`
 	// Index configures the engine (zero: engine defaults).
 	Index IndexConfig `json:"index,omitzero"`
 	// Engines are the publishers to follow. At least one, unless Models or a
@@ -454,8 +458,8 @@ func (c Config) planner() (*planner, error) {
 		return nil, bad("block_size: %v", err)
 	}
 	switch {
-	case c.MaxBodyBytes < 64:
-		return nil, bad("max_body_bytes %d: want >= 64", c.MaxBodyBytes)
+	case c.MaxBodyBytes < 64 || c.MaxBodyBytes > MaxMaxBodyBytes:
+		return nil, bad("max_body_bytes %d: want 64..%d", c.MaxBodyBytes, MaxMaxBodyBytes)
 	case c.MaxQueryBlocks < 1 || c.MaxQueryBlocks >= engine.MaxDepth:
 		return nil, bad("max_query_blocks %d out of range", c.MaxQueryBlocks)
 	case c.QueryTimeout < 0 || c.DrainTimeout < 0 || c.ReplayTimeout < 0 || c.ReconnectMin < 0 || c.ReconnectMax < 0:
@@ -470,6 +474,13 @@ func (c Config) planner() (*planner, error) {
 		return nil, bad("index: %v", err)
 	}
 	if err := c.GRPC.validate(); err != nil {
+		return nil, err
+	}
+	largest := c.MaxBodyBytes
+	if c.GRPC.Listen != "" {
+		largest = max(largest, int64(c.GRPC.withDefaults().MaxMessageBytes))
+	}
+	if err := c.Limits.validate(largest); err != nil {
 		return nil, err
 	}
 	if err := c.Discovery.validate(); err != nil {

@@ -32,10 +32,17 @@ import (
 // the same prompt with the same images matches, the same placeholder tokens with another
 // image do not. The golden vectors are in testdata/vllmhash/vectors.json ("contents").
 
-// Bounds of extra keys in one request.
+// Bounds of extra keys in one request. They hold before anything is decoded: the
+// entries are counted (at most one per block of the query) and each entry's JSON is
+// bounded (maxEntryJSON) by a scan of the raw value, and only then is each entry decoded,
+// one at a time, so a hostile list costs what its query's blocks allow (an oversized
+// list of 1 MiB cost ~0.4 s of CPU and ~35 MB when the whole value was decoded first).
 const (
 	maxExtraDepth = 8
 	maxKeyBytes   = 4096 // CBOR bytes per block
+	// maxEntryJSON bounds one entry's JSON: every CBOR key byte is at most six JSON
+	// bytes (a \u00XX escape, a hex digit pair is two) plus punctuation.
+	maxEntryJSON = 8 * maxKeyBytes
 )
 
 // scanValue returns the offset past the JSON value at b[i] (strings, arrays, objects and
@@ -88,19 +95,19 @@ func parseExtraKeys(raw []byte, nb int) ([][]byte, error) {
 	if bytes.Equal(raw, []byte("null")) {
 		return nil, nil
 	}
-	// One decode of the whole (body-bounded, already validated) value: numbers stay
-	// json.Number so integers of 64 bits are exact.
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var blocks []any
-	if err := dec.Decode(&blocks); err != nil {
-		return nil, fmt.Errorf("want an array with one entry per block: %v", err)
+	entries, err := splitEntries(raw, nb)
+	if err != nil {
+		return nil, err
 	}
-	if len(blocks) > nb {
-		return nil, fmt.Errorf("%d entries for %d blocks", len(blocks), nb)
-	}
-	out := make([][]byte, len(blocks))
-	for i, v := range blocks {
+	out := make([][]byte, len(entries))
+	for i, e := range entries {
+		// Numbers stay json.Number, so integers of 64 bits are exact.
+		dec := json.NewDecoder(bytes.NewReader(e))
+		dec.UseNumber()
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return nil, fmt.Errorf("entry %d: %v", i, err)
+		}
 		if v == nil {
 			continue
 		}
@@ -121,6 +128,52 @@ func parseExtraKeys(raw []byte, nb int) ([][]byte, error) {
 		out[i] = key
 	}
 	return out, nil
+}
+
+// splitEntries returns the raw JSON of each entry of the array raw, refusing more than
+// nb entries, or an entry over maxEntryJSON bytes, as soon as the scan meets it.
+func splitEntries(raw []byte, nb int) ([][]byte, error) {
+	const want = "want an array with one entry per block"
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '[' {
+		return nil, fmt.Errorf("%s", want)
+	}
+	i = skipSpace(raw, i+1)
+	var out [][]byte
+	done := func(i int) ([][]byte, error) {
+		if skipSpace(raw, i+1) != len(raw) {
+			return nil, fmt.Errorf("%s: trailing data at offset %d", want, i+1)
+		}
+		return out, nil
+	}
+	if i < len(raw) && raw[i] == ']' {
+		return done(i)
+	}
+	for {
+		if len(out) == nb {
+			return nil, fmt.Errorf("more than %d entries for %d blocks", nb, nb)
+		}
+		end, err := scanValue(raw, i)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", want, err)
+		}
+		if end == i {
+			return nil, fmt.Errorf("%s: empty entry at offset %d", want, i)
+		}
+		if end-i > maxEntryJSON {
+			return nil, fmt.Errorf("entry %d: %d bytes of JSON (at most %d)", len(out), end-i, maxEntryJSON)
+		}
+		out = append(out, raw[i:end])
+		i = skipSpace(raw, end)
+		switch {
+		case i < len(raw) && raw[i] == ',':
+			i = skipSpace(raw, i+1)
+		case i < len(raw) && raw[i] == ']':
+			return done(i)
+		default:
+			return nil, fmt.Errorf("%s: want ',' or ']' at offset %d", want, i)
+		}
+	}
 }
 
 // appendKey appends the canonical CBOR of one JSON key value.

@@ -31,6 +31,9 @@ import (
 // time of one query (Config.QueryTimeout), and pings (a peer pinging more often than
 // every 10 s is disconnected).
 
+// Each call also reserves its largest message from the connection's and the server's
+// in-flight budgets before grpc-go reads it (admit.go), and connections are bounded.
+
 // GRPCServiceName is the Index service's full name; its health status is readiness.
 const GRPCServiceName = "kvindex.v1.Index"
 
@@ -100,6 +103,8 @@ func (s *Server) newGRPCServer() *grpc.Server {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: time.Minute, Timeout: 20 * time.Second}),
 		grpc.ChainUnaryInterceptor(s.grpcMetrics),
+		grpc.InTapHandle(s.admit.grpcTap(int64(g.MaxMessageBytes))),
+		grpc.StatsHandler(grpcStats{s.admit}),
 	)
 	svc := &grpcService{s: s}
 	kvindexv1.RegisterIndexServer(srv, svc)
@@ -136,7 +141,7 @@ func (s *Server) startGRPC(ln net.Listener) error {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.grpcSrv.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := s.grpcSrv.Serve(s.admit.limit(ln, "grpc")); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			s.report(fmt.Errorf("server: grpc serve: %w", err))
 		}
 	}()
@@ -273,6 +278,8 @@ func (s *Server) grpcQuery(m *model, tokens []uint32, hashes []uint64, sc *match
 // predictStatus maps a failed Predict to its gRPC status.
 func predictStatus(err error) error {
 	switch {
+	case errors.Is(err, engine.ErrNamespaceTableFull):
+		return status.Errorf(codes.ResourceExhausted, "predict: %v", err)
 	case engine.IsRejection(err) || errors.Is(err, engine.ErrQueryTooLong):
 		return status.Errorf(codes.InvalidArgument, "predict: %v", err)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||

@@ -107,6 +107,7 @@ type Server struct {
 	requests    *prometheus.CounterVec
 	inFlight    prometheus.Gauge
 	handler     http.Handler
+	admit       *admission // request budgets and connection limits (admit.go)
 
 	ln      net.Listener
 	httpSrv *http.Server
@@ -216,7 +217,9 @@ func New(cfg Config, opts Options) (*Server, error) {
 		s.insertLocked(en) // nothing else can see s yet
 	}
 	s.publishLocked()
+	s.admit = newAdmission(cfg.Limits)
 	s.initMetrics()
+	s.reg.MustRegister(s.admit.metrics()...)
 	for _, c := range opts.Collectors {
 		if err := s.reg.Register(c); err != nil {
 			if opts.Index == nil {
@@ -231,7 +234,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		}
 		return nil, err
 	}
-	s.handler = s.routes()
+	s.handler = s.admit.httpHandler(s.routes(), cfg.MaxBodyBytes)
 	return s, nil
 }
 
@@ -313,12 +316,13 @@ func (s *Server) Start() error {
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
+		ConnContext:       s.admit.connContext,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.httpSrv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.httpSrv.Serve(s.admit.limit(s.ln, "http")); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.report(fmt.Errorf("server: serve: %w", err))
 		}
 	}()

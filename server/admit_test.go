@@ -1,0 +1,256 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/server"
+)
+
+// holdBody opens a connection to addr and sends a request declaring a body of n bytes
+// whose first byte only it sends: the server holds the request, and its reservation,
+// until the connection closes. It returns the connection.
+func holdBody(t *testing.T, addr string, n int) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "POST /v1/match HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", n)
+	return c
+}
+
+// metric reads one series' value from /metrics (-1 when absent).
+func metric(c *client, series string) float64 {
+	for _, line := range strings.Split(c.text("/metrics"), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			var f float64
+			fmt.Sscan(v, &f)
+			return f
+		}
+	}
+	return -1
+}
+
+// waitMetric polls /metrics until series has value want.
+func waitMetric(t *testing.T, c *client, series string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for metric(c, series) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %v, want %v", series, metric(c, series), want)
+		}
+		time.Sleep(5 * time.Millisecond) // bounded poll of a condition
+	}
+}
+
+// TestHTTPInFlightBudget: slow 1 MiB bodies (a client that declares the body and sends
+// one byte) each hold their reservation; once the server's budget (4 MiB here) is
+// taken, the next request with a body is refused at once with 503 and Retry-After,
+// without a byte of it read, while requests without a body and the held ones' peers are
+// untouched. Before, 1,000 such bodies held 2.7 GB for 30 s. Closing them gives the
+// budget back.
+func TestHTTPInFlightBudget(t *testing.T) {
+	_, c := start(t, server.Config{Listen: "127.0.0.1:0", Models: map[string]int{"m": 4},
+		Limits: server.LimitsConfig{InFlightBytes: 4 << 20, ConnInFlightBytes: 2 << 20}})
+	c.waitReady(t)
+	addr := strings.TrimPrefix(c.base, "http://")
+	var held []net.Conn
+	for range 4 {
+		held = append(held, holdBody(t, addr, 1<<20))
+	}
+	waitMetric(t, c, "kvindex_in_flight_bytes", 4<<20)
+	var e struct{ Error, Message string }
+	resp, err := http.Post(c.base+"/v1/match", "application/json", strings.NewReader(`{"model":"m","content_hashes":[1]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || !bytes.Contains(b, []byte("overloaded")) {
+		t.Fatalf("past the budget: %d %q (Retry-After %q)", resp.StatusCode, b, resp.Header.Get("Retry-After"))
+	}
+	if code := c.do("GET", "/v1/workers", "", nil); code != 200 {
+		t.Fatalf("a request without a body: %d", code)
+	}
+	if got := metric(c, `kvindex_requests_shed_total{api="http",reason="server_budget"}`); got != 1 {
+		t.Fatalf("shed counter %v, want 1", got)
+	}
+	for _, h := range held {
+		h.Close()
+	}
+	waitMetric(t, c, "kvindex_in_flight_bytes", 0)
+	if code := c.do("POST", "/v1/match", `{"model":"m","content_hashes":[1]}`, &e); code != 200 {
+		t.Fatalf("after the slow bodies left: %d %+v", code, e)
+	}
+}
+
+// TestConnectionLimit: past limits.max_connections, a connection is closed as soon as
+// it is accepted (and counted); the open ones keep working.
+func TestConnectionLimit(t *testing.T) {
+	_, c := start(t, server.Config{Listen: "127.0.0.1:0", Models: map[string]int{"m": 4},
+		Limits: server.LimitsConfig{MaxConnections: 3}})
+	c.waitReady(t) // the client's own keep-alive connection is one
+	addr := strings.TrimPrefix(c.base, "http://")
+	for range 2 {
+		holdBody(t, addr, 10)
+	}
+	extra, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	_ = extra.SetReadDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(extra, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	if n, err := extra.Read(make([]byte, 1)); err == nil {
+		t.Fatalf("a connection past the limit was served (%d bytes)", n)
+	}
+	if got := metric(c, `kvindex_requests_shed_total{api="http",reason="connections"}`); got < 1 {
+		t.Fatalf("shed counter %v", got)
+	}
+}
+
+// grpcRaw is an HTTP/2 connection to a gRPC server written frame by frame, as a hostile
+// client would.
+type grpcRaw struct {
+	t    *testing.T
+	conn net.Conn
+	fr   *http2.Framer
+	hbuf bytes.Buffer
+	enc  *hpack.Encoder
+	next uint32
+}
+
+func dialGRPCRaw(t *testing.T, addr string) *grpcRaw {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	g := &grpcRaw{t: t, conn: conn, fr: http2.NewFramer(conn, bufio.NewReader(conn)), next: 1}
+	g.enc = hpack.NewEncoder(&g.hbuf)
+	if err := g.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// open starts a Match call whose message declares n bytes and sends only its prefix.
+func (g *grpcRaw) open(n uint32) uint32 {
+	g.t.Helper()
+	id := g.next
+	g.next += 2
+	g.hbuf.Reset()
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/kvindex.v1.Index/Match"},
+		{":authority", "x"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		_ = g.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := g.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: g.hbuf.Bytes(), EndHeaders: true}); err != nil {
+		g.t.Fatal(err)
+	}
+	var prefix [5]byte
+	binary.BigEndian.PutUint32(prefix[1:], n)
+	if err := g.fr.WriteData(id, false, prefix[:]); err != nil {
+		g.t.Fatal(err)
+	}
+	return id
+}
+
+// status reads frames until stream id ends and returns its grpc-status ("" if the
+// stream was reset).
+func (g *grpcRaw) status(id uint32) string {
+	g.t.Helper()
+	dec := hpack.NewDecoder(4096, nil)
+	for {
+		f, err := g.fr.ReadFrame()
+		if err != nil {
+			g.t.Fatalf("stream %d: %v", id, err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				_ = g.fr.WriteSettingsAck()
+			}
+		case *http2.RSTStreamFrame:
+			if f.StreamID == id {
+				return ""
+			}
+		case *http2.HeadersFrame:
+			if f.StreamID != id {
+				continue
+			}
+			fields, err := dec.DecodeFull(f.HeaderBlockFragment())
+			if err != nil {
+				g.t.Fatal(err)
+			}
+			for _, hf := range fields {
+				if hf.Name == "grpc-status" {
+					return hf.Value
+				}
+			}
+		}
+	}
+}
+
+// TestGRPCInFlightBudget: calls whose message declares the largest size and never
+// finishes (128 of them held ~530 MB per connection, 4 connections 2.1 GB) each hold
+// a reservation: past a connection's budget the next call on it is refused with
+// RESOURCE_EXHAUSTED, past the server's with UNAVAILABLE, before grpc-go allocates its
+// message; closing the connections gives everything back.
+func TestGRPCInFlightBudget(t *testing.T) {
+	index, err := engine.New(engine.Config{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer index.Close()
+	s, err := server.New(server.Config{Listen: "127.0.0.1:0", Models: map[string]int{"m": 4},
+		GRPC:   server.GRPCConfig{Listen: "127.0.0.1:0", MaxMessageBytes: 1 << 20},
+		Limits: server.LimitsConfig{InFlightBytes: 3 << 20, ConnInFlightBytes: 2 << 20}}, server.Options{Index: index})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	c := newClient(t, s.Addr())
+	a := dialGRPCRaw(t, s.GRPCAddr())
+	a.open(1 << 20)
+	a.open(1 << 20)
+	if got := a.status(a.open(1 << 20)); got != "8" { // RESOURCE_EXHAUSTED
+		t.Fatalf("a third call on a connection holding 2 MiB: status %q, want 8", got)
+	}
+	b := dialGRPCRaw(t, s.GRPCAddr())
+	b.open(1 << 20)
+	if got := b.status(b.open(1 << 20)); got != "14" { // UNAVAILABLE
+		t.Fatalf("a call past the server's 3 MiB: status %q, want 14", got)
+	}
+	waitMetric(t, c, "kvindex_in_flight_bytes", 3<<20)
+	for _, want := range []string{`{api="grpc",reason="connection_budget"} 1`, `{api="grpc",reason="server_budget"} 1`} {
+		if !strings.Contains(c.text("/metrics"), "kvindex_requests_shed_total"+want) {
+			t.Fatalf("metrics lack kvindex_requests_shed_total%s", want)
+		}
+	}
+	a.conn.Close()
+	b.conn.Close()
+	waitMetric(t, c, "kvindex_in_flight_bytes", 0)
+}
