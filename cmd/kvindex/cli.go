@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	iofs "io/fs"
+	"log/slog"
 	"strings"
 
 	"github.com/kvindex/kvindex/internal/buildinfo"
@@ -133,7 +134,7 @@ func register(name string, c command) {
 const (
 	shardsHelp   = "index shard goroutines (0 = default: GOMAXPROCS, at most 8)"
 	jumpHelp     = "index jump-search stride in blocks (0 = default 64)"
-	engineHelp   = "an engine to follow (repeatable; worker=ID,model=NAME without endpoint: an engine without events, served from predictions): endpoint=tcp://HOST:PORT[,replay=tcp://HOST:PORT][,worker=ID][,model=NAME][,block_size=N][,dp_ranks=N][,dp_rank_start=N|,dp_rank=R (this rank only, on endpoint itself)][,topic=T][,bind=true][,media=GPU|CPU][,hash_seed=PYTHONHASHSEED][,hash_algo=sha256|sha256_cbor][,hash_sample=N][,kv_groups=0|2][,kv_group_kinds=full_attention]"
+	engineHelp   = "an engine to follow (repeatable; worker=ID,model=NAME without endpoint: an engine without events, served from predictions): endpoint=tcp://HOST:PORT[,replay=tcp://HOST:PORT][,worker=ID][,model=NAME][,block_size=N][,dp_ranks=N][,dp_rank_start=N|,dp_rank=R (this rank only, on endpoint itself)][,topic=T][,bind=true][,media=GPU|CPU (only these media, |-separated)][,hash_seed=PYTHONHASHSEED][,hash_algo=sha256 or sha256_cbor][,hash_sample=N][,kv_groups=0|2 (only these group indexes, |-separated)][,kv_group_kinds=full_attention (|-separated)]"
 	natsHelp     = "NATS server URL(s), comma-separated"
 	graceHelp    = "remove an engine unreachable this long (default 60s; negative: never)"
 	logLevelHelp = "debug, info, warn or error"
@@ -141,6 +142,16 @@ const (
 	maxMessageHelp = "largest ZeroMQ message accepted from an engine; a peer declaring more is refused before any allocation (default 16 MiB)"
 	streamHelp     = "JetStream stream name"
 )
+
+// parseLogLevel parses a --log-level value; its error names the values logLevelHelp
+// lists (slog's own says only "unknown name").
+func parseLogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("%q: want %s", s, logLevelHelp)
+	}
+	return l, nil
+}
 
 // newFlags returns the flag set of command name. Its Usage prints the command's synopsis,
 // description and flags to the flag set's output.

@@ -54,8 +54,8 @@ func demoMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "kvindex demo: "+format+"\n", a...)
 		return code
 	}
-	var level slog.Level
-	switch err := level.UnmarshalText([]byte(*logLevel)); {
+	level, err := parseLogLevel(*logLevel)
+	switch {
 	case *engines < 1 || *engines > 64:
 		return fail(2, "--engines %d: want 1..64", *engines)
 	case !(*rate > 0 && *rate <= 10000):

@@ -38,7 +38,7 @@ func doctorMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	blockSize := fs.Int("block-size", 0, "block size of engines that set none (default 16)")
 	dur := fs.Duration("for", 5*time.Second, "how long to follow the engines (an idle engine publishes nothing: send it a request meanwhile)")
 	hashSeed := fs.String("hash-seed", "", "check every engine's block hashes as vLLM computes them with this PYTHONHASHSEED (engines' hash_seed= overrides)")
-	hashAlgo := fs.String("hash-algo", "", "with --hash-seed: the engines' prefix_caching_hash_algo, sha256 (default) or sha256_cbor")
+	hashAlgo := fs.String("hash-algo", "", "with --hash-seed: the engines' prefix_caching_hash_algo: sha256 (default) or sha256_cbor")
 	asJSON := fs.Bool("json", false, "print one JSON object per engine instead of text")
 	var engines engineFlags
 	fs.Var(&engines, "engine", engineHelp)

@@ -58,8 +58,8 @@ func relayMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	case *connectTimeout <= 0:
 		return fail(2, "--connect-timeout must be positive")
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+	level, err := parseLogLevel(*logLevel)
+	if err != nil {
 		return fail(2, "--log-level: %v", err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))

@@ -134,8 +134,8 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 	if code, ok := parseFlags(fs, args, stdout); !ok {
 		return code
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+	level, err := parseLogLevel(*logLevel)
+	if err != nil {
 		fmt.Fprintf(stderr, "kvindex serve: --log-level: %v\n", err)
 		return 2
 	}

@@ -698,7 +698,15 @@ func writeTimedChart(path string, out timedJSON, sw timedSweep) error {
 			}
 			lines = append(lines, out.Sweep[0].Policies[i].Name, pts)
 		}
-		return p, plotutil.AddLinePoints(p, lines...)
+		if err := plotutil.AddLinePoints(p, lines...); err != nil {
+			return nil, err
+		}
+		if logY && p.Y.Max <= p.Y.Min {
+			// Every point alike (a run too small to queue): gonum pads an empty
+			// range by 1 either side, below 0, which a log scale cannot draw.
+			p.Y.Min, p.Y.Max = p.Y.Min/10, p.Y.Max*10
+		}
+		return p, nil
 	}
 	ttft, err := panel("p90 time to first token", "seconds (log scale)", func(p timedPolicyJSON) float64 { return p.TTFTp90 }, true)
 	if err != nil {
