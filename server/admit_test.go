@@ -16,8 +16,10 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/kvindex/kvindex/api/kvindexv1"
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/server"
+	"github.com/kvindex/kvindex/subscriber"
 )
 
 // holdBody opens a connection to addr and sends a request declaring a body of n bytes
@@ -253,4 +255,55 @@ func TestGRPCInFlightBudget(t *testing.T) {
 	a.conn.Close()
 	b.conn.Close()
 	waitMetric(t, c, "kvindex_in_flight_bytes", 0)
+}
+
+// TestMatchTopK: /v1/match and gRPC Match answer at most max_matches matches, best
+// first, and fewer with top_k; matches_total says how many workers matched, and the
+// pick is made from all of them. Before, every matching worker was in every answer (a
+// 5.4 MB answer at 50,000 workers).
+func TestMatchTopK(t *testing.T) {
+	f := startGRPC(t, server.Config{MaxMatches: 3})
+	ns := subscriber.Namespace("m", "")
+	for w := range 5 {
+		var blocks []engine.Block
+		for i := 0; i <= w; i++ {
+			blocks = append(blocks, engine.Block{Content: uint64(i + 1), Seq: uint64(i + 1)})
+		}
+		if err := f.index.Apply(&engine.Event{Kind: engine.EventStored, Worker: fmt.Sprintf("w%d", w), Namespace: ns, Blocks: blocks}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.index.Barrier(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	q := []uint64{1, 2, 3, 4, 5}
+	for _, c := range []struct {
+		topK  uint32
+		names []string
+	}{{0, []string{"w4", "w3", "w2"}}, {2, []string{"w4", "w3"}}, {9, []string{"w4", "w3", "w2"}}} {
+		var got server.MatchResponse
+		body := fmt.Sprintf(`{"model":"m","content_hashes":[1,2,3,4,5],"top_k":%d}`, c.topK)
+		if code := f.http.do("POST", "/v1/match", body, &got); code != 200 {
+			t.Fatalf("top_k %d: %d", c.topK, code)
+		}
+		g, err := f.raw.Match(context.Background(), &kvindexv1.MatchRequest{Model: "m", ContentHashes: q, TopK: c.topK})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.MatchesTotal != 5 || g.GetMatchesTotal() != 5 || len(got.Matches) != len(c.names) || len(g.GetMatches()) != len(c.names) {
+			t.Fatalf("top_k %d: %d of %d over HTTP, %d of %d over gRPC", c.topK, len(got.Matches), got.MatchesTotal, len(g.GetMatches()), g.GetMatchesTotal())
+		}
+		for i, name := range c.names {
+			if got.Matches[i].Worker != name || g.GetMatches()[i].GetWorker() != name {
+				t.Fatalf("top_k %d: match %d is %s / %s, want %s", c.topK, i, got.Matches[i].Worker, g.GetMatches()[i].GetWorker(), name)
+			}
+		}
+		if got.Pick == nil || got.Pick.Worker != "w4" {
+			t.Fatalf("pick %+v", got.Pick)
+		}
+	}
+	var e struct{ Error, Code string }
+	if code := f.http.do("POST", "/v1/match", `{"model":"m","content_hashes":[1],"top_k":-1}`, &e); code != 400 {
+		t.Fatalf("top_k -1: %d %+v", code, e)
+	}
 }

@@ -181,9 +181,12 @@ type MatchResponse struct {
 	Namespace string `json:"namespace"`
 	// Blocks is the number of full blocks in the query.
 	Blocks int `json:"blocks"`
-	// Matches lists every worker with score >= 1, best first: weighted descending,
-	// then score descending, then worker id.
+	// Matches lists the workers with score >= 1, best first: weighted descending,
+	// then score descending, then worker id; at most the request's top_k (and the
+	// server's max_matches) of them.
 	Matches []Match `json:"matches"`
+	// MatchesTotal is how many workers matched, Matches' length before top_k.
+	MatchesTotal int `json:"matches_total"`
 	// TierWeights are the weights the weighted scores were computed with.
 	TierWeights engine.Weights `json:"tier_weights"`
 	// Pick is null when the model has no eligible (live or stale) worker.
@@ -586,7 +589,19 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 			resp.Recorded = true
 		}
 	}
+	resp.MatchesTotal = len(resp.Matches)
+	resp.Matches = resp.Matches[:s.topK(sc.req.TopK, len(resp.Matches))]
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// topK is how many of n matches an answer carries: the request's top_k (0: none
+// asked), at most Config.MaxMatches. The pick is made from all of them first.
+func (s *Server) topK(asked uint64, n int) int {
+	k := uint64(s.cfg.MaxMatches)
+	if asked > 0 {
+		k = min(k, asked)
+	}
+	return int(min(uint64(n), k))
 }
 
 // matches appends the API's matches for the engine's answer to dst, in the order the

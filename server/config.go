@@ -27,6 +27,8 @@ const (
 	DefaultPolicy         = PolicyLongestPrefix
 	DefaultMaxBodyBytes   = 1 << 20
 	MaxMaxBodyBytes       = 64 << 20
+	DefaultMaxMatches     = 1024
+	MaxMaxMatches         = 1 << 20
 	DefaultMaxQueryBlocks = 1 << 16
 	DefaultQueryTimeout   = 2 * time.Second
 	DefaultDrainTimeout   = 10 * time.Second
@@ -71,6 +73,11 @@ type Config struct {
 	BlockSize int `json:"block_size,omitempty"`
 	// MaxBodyBytes bounds a request body. Default 1 MiB, at most 64 MiB.
 	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
+	// MaxMatches bounds the matches one /v1/match (or gRPC Match) answers, best first:
+	// a request's top_k asks for fewer; matches_total says how many workers matched.
+	// Default 1024 (about 110 KB of JSON; 50,000 matching workers were a 5.4 MB
+	// answer), at most 1<<20.
+	MaxMatches int `json:"max_matches,omitempty"`
 	// MaxQueryBlocks bounds the blocks of one query. Default 65536.
 	MaxQueryBlocks int `json:"max_query_blocks,omitempty"`
 	// QueryTimeout bounds one find-matches call. Default 2s.
@@ -355,6 +362,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxQueryBlocks == 0 {
 		c.MaxQueryBlocks = DefaultMaxQueryBlocks
 	}
+	if c.MaxMatches == 0 {
+		c.MaxMatches = DefaultMaxMatches
+	}
 	if c.QueryTimeout == 0 {
 		c.QueryTimeout = Duration(DefaultQueryTimeout)
 	}
@@ -460,6 +470,8 @@ func (c Config) planner() (*planner, error) {
 	switch {
 	case c.MaxBodyBytes < 64 || c.MaxBodyBytes > MaxMaxBodyBytes:
 		return nil, bad("max_body_bytes %d: want 64..%d", c.MaxBodyBytes, MaxMaxBodyBytes)
+	case c.MaxMatches < 1 || c.MaxMatches > MaxMaxMatches:
+		return nil, bad("max_matches %d: want 1..%d", c.MaxMatches, MaxMaxMatches)
 	case c.MaxQueryBlocks < 1 || c.MaxQueryBlocks >= engine.MaxDepth:
 		return nil, bad("max_query_blocks %d out of range", c.MaxQueryBlocks)
 	case c.QueryTimeout < 0 || c.DrainTimeout < 0 || c.ReplayTimeout < 0 || c.ReconnectMin < 0 || c.ReconnectMax < 0:

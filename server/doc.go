@@ -39,7 +39,11 @@
 //	  "listen": "127.0.0.1:8080",       HTTP address
 //	  "policy": "longest-prefix",       or "round-robin", "random"
 //	  "block_size": 16,                 default for engines that set none
-//	  "max_body_bytes": 1048576,        "max_query_blocks": 65536,
+//	  "max_body_bytes": 1048576,        at most 64 MiB; "max_query_blocks": 65536,
+//	  "max_matches": 1024,              matches in one answer at most (top_k asks fewer)
+//	  "limits": {"max_connections": 1024,         per API (HTTP, gRPC); closed on accept past it
+//	             "in_flight_bytes": 134217728,    request bytes held at once, HTTP and gRPC
+//	             "conn_in_flight_bytes": 16777216}, ... per connection (admit.go)
 //	  "query_timeout": "2s",            "drain_timeout": "10s",
 //	  "grace_period": "60s",            unreachable this long: worker removed ("-1s": never)
 //	  "replay_timeout": "5s",           "reconnect_min": "100ms", "reconnect_max": "5s",
@@ -151,7 +155,8 @@
 //	                  "pick": true counts the pick as routed (its load goes against the
 //	                  worker until /v1/finished names "request_id", given or returned in
 //	                  the pick); "load": {"pod-7": {"waiting": 3, "kv_util": 0.4, ...}}
-//	                  the caller's own view of the workers' load (pick.go, WorkerLoad).
+//	                  the caller's own view of the workers' load (pick.go, WorkerLoad);
+//	                  "top_k": at most this many matches (default and cap max_matches).
 //	                  The policies "cost" and "scorer" (package route, the code kvindex
 //	                  sim runs) weigh that load against the cache.
 //	   200 {"model": "llama-3-8b", "namespace": "model=llama-3-8b;", "blocks": 3,
@@ -160,7 +165,7 @@
 //	        "tier_weights": [1, 0.75, 0.25],
 //	        "pick": {"worker": "pod-7#dp0", "policy": "longest-prefix", "score": 3,
 //	                 "weighted": 2.5, "reason": "longest cached prefix"},
-//	        "recorded": true}
+//	        "recorded": true, "matches_total": 1}
 //	POST /v1/routed   {"model", "worker", "tokens" | "content_hashes", "ttl_ms"} (and the
 //	                  namespace fields): the caller sent this request to worker, one of
 //	                  the model's; the index counts it as a prediction (engine.Predict)
@@ -188,7 +193,9 @@
 //
 // Errors are {"error": "...", "code": "..."} with 400 (bad_json, unknown_model,
 // bad_query, bad_policy, bad_namespace, bad_tier_weights, query_too_long, bad_worker,
-// unknown_worker, bad_prediction), 404, 405, 413 (body_too_large) or 503. Request bodies are read
+// unknown_worker, bad_prediction), 404, 405, 413 (body_too_large), 429 (too_many_in_flight:
+// the connection's in-flight bytes) or 503 (overloaded: the server's in-flight bytes;
+// namespaces_full: the namespace table, until a sweep; both with Retry-After). Request bodies are read
 // strictly: an unknown field, a key given twice, a wrong type or trailing data is
 // bad_json.
 //

@@ -99,6 +99,7 @@ func Example() {
 	//       "state": "replicated"
 	//     }
 	//   ],
+	//   "matches_total": 2,
 	//   "tier_weights": [
 	//     1,
 	//     0.75,

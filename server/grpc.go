@@ -253,6 +253,8 @@ func (g *grpcService) Match(ctx context.Context, req *kvindexv1.MatchRequest) (*
 			resp.Recorded = true
 		}
 	}
+	resp.MatchesTotal = int32(len(resp.Matches))
+	resp.Matches = resp.Matches[:s.topK(uint64(req.GetTopK()), len(resp.Matches))]
 	return resp, nil
 }
 

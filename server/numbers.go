@@ -43,6 +43,8 @@ type matchReq struct {
 	Pick      bool
 	RequestID string
 	Load      []byte
+	// TopK (match only) bounds the matches answered (0: Config.MaxMatches).
+	TopK uint64
 }
 
 var errSyntax = errors.New("invalid JSON")
@@ -57,7 +59,7 @@ const (
 var requestFields = [2]map[string]uint32{
 	kindMatch: {"model": 1, "namespace": 2, "lora_name": 4, "cache_salt": 8, "policy": 16,
 		"tokens": 32, "content_hashes": 64, "extra_keys": 128, "record": 256, "tier_weights": 512,
-		"pick": 1024, "request_id": 2048, "load": 4096},
+		"pick": 1024, "request_id": 2048, "load": 4096, "top_k": 8192},
 	kindRouted: {"model": 1, "namespace": 2, "lora_name": 4, "cache_salt": 8, "worker": 16,
 		"tokens": 32, "content_hashes": 64, "extra_keys": 128, "ttl_ms": 256, "request_id": 512},
 }
@@ -146,6 +148,23 @@ func decodeRequest(b []byte, rp *matchReq, kind int) (err error) {
 			if err != nil {
 				return fmt.Errorf("tier_weights: %w", err)
 			}
+		case "top_k":
+			if hasPrefix(b[i:], "null") {
+				i += 4
+				break
+			}
+			j := i
+			for j < len(b) && b[j] != ',' && b[j] != '}' && !isSpace(b[j]) {
+				j++
+			}
+			v, err := parseUint(b[i:j], false)
+			if err == nil && v > MaxMaxMatches {
+				err = fmt.Errorf("%d exceeds %d", v, MaxMaxMatches)
+			}
+			if err != nil {
+				return fmt.Errorf("top_k: %w", err)
+			}
+			r.TopK, i = v, j
 		case "ttl_ms":
 			if hasPrefix(b[i:], "null") {
 				i += 4

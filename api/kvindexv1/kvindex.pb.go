@@ -59,7 +59,10 @@ type MatchRequest struct {
 	RequestId string `protobuf:"bytes,11,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// load: the caller's own view of the workers' load, by worker id; the fields it
 	// sets replace the server's tracked ones.
-	Load          map[string]*WorkerLoad `protobuf:"bytes,12,rep,name=load,proto3" json:"load,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Load map[string]*WorkerLoad `protobuf:"bytes,12,rep,name=load,proto3" json:"load,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// top_k bounds the matches answered (best first; 0: the server's max_matches,
+	// which also caps it). The pick is made from every match.
+	TopK          uint32 `protobuf:"varint,13,opt,name=top_k,json=topK,proto3" json:"top_k,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -176,6 +179,13 @@ func (x *MatchRequest) GetLoad() map[string]*WorkerLoad {
 		return x.Load
 	}
 	return nil
+}
+
+func (x *MatchRequest) GetTopK() uint32 {
+	if x != nil {
+		return x.TopK
+	}
+	return 0
 }
 
 // WorkerLoad is one worker's load as the caller knows it (see the HTTP API's "load").
@@ -464,7 +474,9 @@ type MatchResponse struct {
 	// recorded: the pick was recorded as a prediction (record set).
 	Recorded bool `protobuf:"varint,6,opt,name=recorded,proto3" json:"recorded,omitempty"`
 	// tier_weights: the weights the weighted scores were computed with.
-	TierWeights   []float64 `protobuf:"fixed64,7,rep,packed,name=tier_weights,json=tierWeights,proto3" json:"tier_weights,omitempty"`
+	TierWeights []float64 `protobuf:"fixed64,7,rep,packed,name=tier_weights,json=tierWeights,proto3" json:"tier_weights,omitempty"`
+	// matches_total: how many workers matched, matches' length before top_k.
+	MatchesTotal  int32 `protobuf:"varint,8,opt,name=matches_total,json=matchesTotal,proto3" json:"matches_total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -546,6 +558,13 @@ func (x *MatchResponse) GetTierWeights() []float64 {
 		return x.TierWeights
 	}
 	return nil
+}
+
+func (x *MatchResponse) GetMatchesTotal() int32 {
+	if x != nil {
+		return x.MatchesTotal
+	}
+	return 0
 }
 
 type RoutedRequest struct {
@@ -1113,7 +1132,7 @@ var File_api_kvindexv1_kvindex_proto protoreflect.FileDescriptor
 const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	"\n" +
 	"\x1bapi/kvindexv1/kvindex.proto\x12\n" +
-	"kvindex.v1\"\xcc\x03\n" +
+	"kvindex.v1\"\xe1\x03\n" +
 	"\fMatchRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06tokens\x18\x02 \x03(\rR\x06tokens\x12%\n" +
@@ -1129,7 +1148,8 @@ const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	" \x01(\bR\x04pick\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\v \x01(\tR\trequestId\x126\n" +
-	"\x04load\x18\f \x03(\v2\".kvindex.v1.MatchRequest.LoadEntryR\x04load\x1aO\n" +
+	"\x04load\x18\f \x03(\v2\".kvindex.v1.MatchRequest.LoadEntryR\x04load\x12\x13\n" +
+	"\x05top_k\x18\r \x01(\rR\x04topK\x1aO\n" +
 	"\tLoadEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
 	"\x05value\x18\x02 \x01(\v2\x16.kvindex.v1.WorkerLoadR\x05value:\x028\x01\"\xb2\x02\n" +
@@ -1164,7 +1184,7 @@ const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1a\n" +
 	"\bweighted\x18\x05 \x01(\x01R\bweighted\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x06 \x01(\tR\trequestId\"\xed\x01\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\"\x92\x02\n" +
 	"\rMatchResponse\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x16\n" +
@@ -1172,7 +1192,8 @@ const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	"\amatches\x18\x04 \x03(\v2\x11.kvindex.v1.MatchR\amatches\x12$\n" +
 	"\x04pick\x18\x05 \x01(\v2\x10.kvindex.v1.PickR\x04pick\x12\x1a\n" +
 	"\brecorded\x18\x06 \x01(\bR\brecorded\x12!\n" +
-	"\ftier_weights\x18\a \x03(\x01R\vtierWeights\"\x8c\x02\n" +
+	"\ftier_weights\x18\a \x03(\x01R\vtierWeights\x12#\n" +
+	"\rmatches_total\x18\b \x01(\x05R\fmatchesTotal\"\x8c\x02\n" +
 	"\rRoutedRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x16\n" +
