@@ -476,27 +476,30 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return err
 		}
-		w, wi, err := f.workload(sim.DefaultRequests)
-		if err != nil {
-			return err
-		}
-		cfg := f.config()
 		check := sp.caps
 		if len(check) == 0 {
 			check = []int{f.capacity}
 		}
+		// The fleet's bounds first: they need no workload, which can take seconds.
 		for _, c := range check {
 			if int64(f.workers)*(int64(c)+int64(f.hostCapacity)) > sim.MaxFleetBlocks {
 				return usageErr("--workers %d x (capacity %d + --host-capacity %d): more than %d blocks in all", f.workers, c, f.hostCapacity, sim.MaxFleetBlocks)
-			}
-			if c < w.MaxBlocks {
-				return usageErr("capacity %d blocks per worker cannot hold the longest request (%d blocks of %d tokens); raise --capacity or the sweep's capacities",
-					c, w.MaxBlocks, w.BlockSize)
 			}
 		}
 		for _, h := range sp.hosts {
 			if int64(f.workers)*(int64(f.capacity)+int64(h)) > sim.MaxFleetBlocks {
 				return usageErr("--workers %d x (capacity %d + host capacity %d): more than %d blocks in all", f.workers, f.capacity, h, sim.MaxFleetBlocks)
+			}
+		}
+		w, wi, err := f.workload(sim.DefaultRequests)
+		if err != nil {
+			return err
+		}
+		cfg := f.config()
+		for _, c := range check {
+			if c < w.MaxBlocks {
+				return usageErr("capacity %d blocks per worker cannot hold the longest request (%d blocks of %d tokens); raise --capacity or the sweep's capacities",
+					c, w.MaxBlocks, w.BlockSize)
 			}
 		}
 		return simulate(stdout, stderr, w, wi, cfg, pols, sp, *chart, *asJSON, *forceProgress)

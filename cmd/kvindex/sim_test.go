@@ -584,7 +584,7 @@ func TestSimTimedSweep(t *testing.T) {
 	dir := t.TempDir()
 	for _, ext := range []string{".svg", ".png"} {
 		chart := filepath.Join(dir, "load"+ext)
-		code, out, errs := runCLI(t, append([]string{"sim", "--sweep", "speedup=0.25,1", "--chart", chart, "--policies", "kv-aware-scorer,random"}, quickSim...)...)
+		code, out, errs := runCLI(t, append(append([]string{"sim", "--sweep", "speedup=0.25,1", "--chart", chart, "--policies", "kv-aware-scorer,random"}, quickSim...), "--requests", "150")...)
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, errs)
 		}
@@ -602,7 +602,7 @@ func TestSimTimedSweep(t *testing.T) {
 			t.Fatalf("%s is not a chart: %q", chart, b[:min(len(b), 64)])
 		}
 	}
-	code, out, errs := runCLI(t, append([]string{"sim", "--json", "--sweep", "routers=1,3", "--chart", filepath.Join(dir, "r.png"), "--policies", "approximate"}, quickSim...)...)
+	code, out, errs := runCLI(t, append(append([]string{"sim", "--json", "--sweep", "routers=1,3", "--chart", filepath.Join(dir, "r.png"), "--policies", "approximate"}, quickSim...), "--requests", "150")...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}

@@ -253,6 +253,13 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 		}
 		cost, costName = p, "profile "+tf.profile
 	}
+	if sw.key == "capacity" {
+		for _, c := range sw.vals {
+			if int64(f.workers)*int64(c) > sim.MaxFleetBlocks {
+				return usageErr("--workers %d x capacity %d: more than %d blocks in all", f.workers, int64(c), sim.MaxFleetBlocks)
+			}
+		}
+	}
 	w, wi, err := f.workload(sim.DefaultRequests)
 	if err != nil {
 		return err
