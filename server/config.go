@@ -297,11 +297,21 @@ type EngineConfig struct {
 	HashCheck *HashCheckConfig `json:"hash_check,omitempty"`
 }
 
-// DecodeConfig reads a JSON configuration strictly (unknown fields and trailing data
-// are errors) without validating it.
+// DecodeConfig reads a JSON configuration strictly (unknown fields, keys given twice in
+// one object and trailing data are errors) without validating it.
 func DecodeConfig(r io.Reader) (Config, error) {
 	var c Config
-	dec := json.NewDecoder(r)
+	b, err := io.ReadAll(io.LimitReader(r, maxConfigBytes+1))
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if len(b) > maxConfigBytes {
+		return Config{}, fmt.Errorf("%w: more than %d bytes", ErrConfig, maxConfigBytes)
+	}
+	if err := checkDuplicateKeys(b); err != nil {
+		return Config{}, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
 		return Config{}, fmt.Errorf("%w: %v", ErrConfig, err)
@@ -311,6 +321,9 @@ func DecodeConfig(r io.Reader) (Config, error) {
 	}
 	return c, nil
 }
+
+// maxConfigBytes bounds a configuration file (a fleet of 10,000 engines is ~3 MB).
+const maxConfigBytes = 64 << 20
 
 // ParseConfig is DecodeConfig, then Validate.
 func ParseConfig(r io.Reader) (Config, error) {

@@ -67,6 +67,16 @@ func TestConfigValidation(t *testing.T) {
 		{`{"engines":[{"endpoint":"tcp://h:1"}]} {}`, "trailing"},
 		{`{"engines":[{"endpoint":"tcp://h:1"}],"max_concurrent_replays":-1}`, "max_concurrent_replays"},
 		{`{"engines":[{"endpoint":"tcp://h:1"}],"max_concurrent_replays":65537}`, "max_concurrent_replays"},
+		// Bounds that a typo or a hostile file could push to a spin or an unbounded
+		// allocation: accepted before.
+		{`{"engines":[{"endpoint":"tcp://h:1"}],"reconnect_min":"1ns"}`, "ReconnectMin"},
+		{`{"engines":[{"endpoint":"tcp://h:1"}],"tail_check":"1us"}`, "TailCheck"},
+		{`{"engines":[{"endpoint":"tcp://h:1"}],"replay_timeout":"10us"}`, "ReplayTimeout"},
+		{`{"engines":[{"endpoint":"tcp://h:1"}],"max_body_bytes":1099511627776}`, "max_body_bytes"},
+		{`{"engines":[{"endpoint":"tcp://h:1"}],"listen":"127.0.0.1:1","listen":"0.0.0.0:80"}`, `key "listen" given twice`},
+		{`{"engines":[{"endpoint":"tcp://h:1","model":"a","model":"b"}]}`, `key "model" given twice`},
+		{`{"engines":[{"endpoint":"tcp://h:1"}],"limits":{"in_flight_bytes":1024}}`, "in_flight_bytes"},
+		{`{"engines":[{"endpoint":"tcp://h:1"}],"max_matches":-1}`, "max_matches"},
 	} {
 		_, err := server.ParseConfig(strings.NewReader(tc.json))
 		if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), tc.want) {

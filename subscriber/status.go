@@ -161,6 +161,9 @@ type Status struct {
 	// Config.MaxMessageBytes, a malformed greeting or handshake, too many connections on
 	// a bound socket.
 	PeersRefused uint64
+	// LastRefusal is why the last refused peer was refused ("" when none was): the
+	// frame size past MaxMessageBytes, the handshake, the connection bound.
+	LastRefusal string
 
 	Rejected        [NumReasons]uint64
 	DecoderRejected [kvevents.NumReasons]uint64

@@ -66,6 +66,7 @@ type Subscriber struct {
 	// count of peers they refused (written from zmq4's goroutines).
 	subGuard, dealerGuard *guard
 	refused               atomic.Uint64
+	lastRefusal           atomic.Pointer[string] // the last refusal's reason
 
 	diag *diagState // diagnose.go
 
@@ -146,13 +147,18 @@ func (s *Subscriber) Status() Status {
 	s.mu.Lock()
 	st := s.pub
 	s.mu.Unlock()
-	st.PeersRefused = s.refused.Load() // refusals happen in zmq4's goroutines, at any time
+	st.PeersRefused = s.refused.Load()
+	if m := s.lastRefusal.Load(); m != nil {
+		st.LastRefusal = *m
+	} // refusals happen in zmq4's goroutines, at any time
 	return st
 }
 
 // peerRefused counts and logs a peer the ZMTP guard refused: once per connection, from
 // whichever goroutine read it.
 func (s *Subscriber) peerRefused(err error) {
+	msg := err.Error()
+	s.lastRefusal.Store(&msg)
 	s.refused.Add(1)
 	s.warn("peer refused; connection closed", "err", err)
 }

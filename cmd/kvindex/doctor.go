@@ -40,6 +40,7 @@ func doctorMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	hashSeed := fs.String("hash-seed", "", "check every engine's block hashes as vLLM computes them with this PYTHONHASHSEED (engines' hash_seed= overrides)")
 	hashAlgo := fs.String("hash-algo", "", "with --hash-seed: the engines' prefix_caching_hash_algo: sha256 (default) or sha256_cbor")
 	asJSON := fs.Bool("json", false, "print one JSON object per engine instead of text")
+	maxMsg := fs.Int("max-message-bytes", 0, maxMessageHelp+", as kvindex serve's")
 	var engines engineFlags
 	fs.Var(&engines, "engine", engineHelp)
 	if code, ok := parseFlags(fs, args, stdout); !ok {
@@ -55,6 +56,9 @@ func doctorMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	if *blockSize != 0 {
 		cfg.BlockSize = *blockSize
+	}
+	if *maxMsg != 0 {
+		cfg.MaxMessageBytes = *maxMsg
 	}
 	cfg.Engines = append(cfg.Engines, engines...)
 	if *hashSeed != "" {
@@ -270,6 +274,13 @@ func diagnoseOne(s *subscriber.Subscriber, c subscriber.Config, now time.Time) f
 	if n := st.DecoderRejected[kvevents.ReasonMalformedEvent] + st.Rejected[subscriber.ReasonMalformedBatch]; n > 0 {
 		add("malformed", fmt.Sprintf("%d batches or events could not be decoded", n),
 			"the publisher speaks another wire format than vLLM's or SGLang's msgpack EventBatch; see kvindex's kvevents package")
+	}
+	if st.PeersRefused > 0 {
+		hint := "the peer on the endpoint is not a vLLM/SGLang ZMTP publisher, or a bound endpoint has too many connections"
+		if strings.Contains(st.LastRefusal, "-byte cap") {
+			hint = "the engine sends batches larger than max_message_bytes (serve and doctor --max-message-bytes, default 16 MiB): raise it above the engine's largest batch, or make the engine publish smaller batches"
+		}
+		add("peer_refused", fmt.Sprintf("%d connections refused by the frame guard; the last: %s", st.PeersRefused, st.LastRefusal), hint)
 	}
 	if st.Rejected[subscriber.ReasonRankMismatch] > 0 {
 		add("rank_mismatch", fmt.Sprintf("%d events carried another data-parallel rank", st.Rejected[subscriber.ReasonRankMismatch]),

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"strings"
 	"testing"
 
+	"github.com/kvindex/kvindex/internal/zmtptest"
 	"github.com/kvindex/kvindex/subscriber/pubtest"
 	"github.com/kvindex/kvindex/vllmhash"
 )
@@ -110,5 +112,26 @@ func TestDoctorUsage(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := doctorMain(context.Background(), []string{"-h"}, &out, &errb); code != 0 {
 		t.Errorf("-h: exit %d, want 0", code)
+	}
+}
+
+// TestDoctorReportsFrameRefusal: a peer whose frame declares more than
+// --max-message-bytes is refused by the frame guard; doctor says so, why, and what to
+// raise (it reported the engine as unreachable, or as nothing, before).
+func TestDoctorReportsFrameRefusal(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{}, 64)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		zmtptest.ServeHostile(l, append(zmtptest.Ready("PUB"), zmtptest.LongHeader(0x00, 1<<30)...), closed)
+	}()
+	defer func() { l.Close(); <-served }()
+	code, out := doctor(t, "--engine", "endpoint=tcp://"+l.Addr().String()+",worker=big,model=m", "--for", "1s", "--max-message-bytes", "1048576")
+	if code != 1 || !strings.Contains(out, "peer_refused") || !strings.Contains(out, "-byte cap") || !strings.Contains(out, "max_message_bytes") {
+		t.Fatalf("exit %d:\n%s", code, out)
 	}
 }

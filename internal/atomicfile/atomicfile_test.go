@@ -62,3 +62,16 @@ func TestRemoveStale(t *testing.T) {
 	}
 	require.Equal(t, []string{"other.snap.tmp-1", "state.snap", "state.snapx"}, left)
 }
+
+// TestWriteIsPrivate: the file Write leaves is readable by its owner only (a snapshot
+// carries the engine's prefix-chain key), whatever the umask, and replacing a file
+// keeps it so.
+func TestWriteIsPrivate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "index.snap")
+	for range 2 {
+		require.NoError(t, Write(path, func(w io.Writer) error { _, err := io.WriteString(w, "key"); return err }))
+		st, err := os.Stat(path)
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+	}
+}
