@@ -40,7 +40,7 @@ func doctorMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	hashSeed := fs.String("hash-seed", "", "check every engine's block hashes as vLLM computes them with this PYTHONHASHSEED (engines' hash_seed= overrides)")
 	hashAlgo := fs.String("hash-algo", "", "with --hash-seed: the engines' prefix_caching_hash_algo: sha256 (default) or sha256_cbor")
 	asJSON := fs.Bool("json", false, "print one JSON object per engine instead of text")
-	maxMsg := fs.Int("max-message-bytes", 0, maxMessageHelp+", as kvindex serve's")
+	maxMsg := fs.Int("max-message-bytes", 0, "as kvindex serve: "+maxMessageHelp)
 	var engines engineFlags
 	fs.Var(&engines, "engine", engineHelp)
 	if code, ok := parseFlags(fs, args, stdout); !ok {
