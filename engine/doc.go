@@ -26,10 +26,11 @@
 // position and prefix) and the positional index, partitioned over shard goroutines:
 //
 //	caller goroutines                         shard goroutines (one per Config.Shards)
-//	Store/Remove/Clear/Apply/ApplyBatch       own one shard.Index each, no locks
+//	Store/Remove/Clear/Apply/ApplyBatch       each owns a shard.Index (its token)
 //	  worker mutex -> per-worker tables  ---> MPSC ring (bounded, backpressure) ---+
 //	                                                                              v
-//	FindMatches: prefix hashes, landings ---> query channel (probe batches) ---> answer
+//	FindMatches: prefix hashes, landings ---> token between two slices: read here,
+//	                                          or query channel (probe batches) ---> answer
 //	  <-------------- member lists (round 1), first misses per candidate (round 2)
 //
 // Ownership rules:
@@ -41,9 +42,13 @@
 //     synchronously.
 //   - Each key (namespace, position, prefix hash) belongs to one shard, chosen by its
 //     fingerprint (a hash of the key keyed by the engine's random seed, which is also
-//     the key's name in the shard's table); only that shard's goroutine touches its
-//     table. Membership changes reach it through its ring, in each worker's event
-//     order, queries through its channel.
+//     the key's name in the shard's table). The table belongs to the holder of the
+//     shard's token: the shard's goroutine, which applies the membership changes that
+//     reach it through its ring, in each worker's event order, and answers the probe
+//     batches sent on its channel; or a querying goroutine that takes the token between
+//     two of the goroutine's slices of 16 changes to read its own batch there, which it
+//     does unless the shard is a quarter of its ring behind (then it sends the batch
+//     and waits, so that queries that never block cannot keep the CPUs from the events).
 //   - A worker's size and gap flag are atomics written under its mutex and read by
 //     queries without it.
 //   - A worker that declared KV-cache groups keeps their blocks in its own per-group

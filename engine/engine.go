@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -103,6 +104,9 @@ type Engine struct {
 
 	// locked guards shards[0].idx when cfg.LockedIndex is set (the benchmark baseline).
 	locked sync.RWMutex
+	// spinFor says whether a querier may spin for a busy shard's table (shardLoop.serve):
+	// only when the shard's goroutine can run meanwhile, with GOMAXPROCS > 1 at New.
+	spinFor bool
 
 	// seed keys every table hash of this engine (see table.Seed); drawn at New.
 	seed table.Seed
@@ -139,7 +143,7 @@ func newEngine(cfg Config, seed table.Seed, ch chain) (*Engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, done: make(chan struct{}), seed: seed, chain: ch}
+	e := &Engine{cfg: cfg, done: make(chan struct{}), seed: seed, chain: ch, spinFor: runtime.GOMAXPROCS(0) > 1}
 	e.dense.Store(denseLandings)
 	e.byName.init()
 	e.ns.init(cfg.NamespaceBytes)

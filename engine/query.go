@@ -101,7 +101,8 @@ type query struct {
 	nshard    int       // the engine's shards: sub[s] and sub[nshard+s] go to shard s
 	alt       int       // 0 or nshard: the half of sub that add fills
 	wx, wstep int       // the landings so far end at wx; the next stride is wstep
-	rounds    int       // round trips waited for (Stats.QueryRounds)
+	rounds    int       // rounds of probes answered (Stats.QueryRounds)
+	asked     bool      // some batch went to a shard since the last gather
 	landings  []int
 	cands     []candidate
 	seen      idSet       // the members of the last position read
@@ -1119,9 +1120,11 @@ func (e *Engine) scatter(ctx context.Context, q *query) error {
 	return e.gather(ctx, q, sent)
 }
 
-// send sends every batch with unanswered probes to its shard (sharded engines only) and
-// returns how many it sent. Until gather has received that many answers, the batches
-// belong to the shards: the caller may hash (extend) but not add probes.
+// send answers every batch with unanswered probes (sharded engines only): on the
+// caller's goroutine when it gets the shard's table between two of its slices (serve),
+// else by sending it to the shard. It returns how many it sent. Until gather has
+// received that many answers, the sent batches belong to the shards: the caller may
+// hash (extend) but not add probes.
 func (e *Engine) send(ctx context.Context, q *query) (sent int, err error) {
 	for i := range q.sub {
 		b := &q.sub[i]
@@ -1129,6 +1132,11 @@ func (e *Engine) send(ctx context.Context, q *query) (sent int, err error) {
 			continue
 		}
 		sh := e.shards[i%q.nshard]
+		q.asked = true
+		if sh.serve(b) {
+			b.settle()
+			continue
+		}
 		b.flying = true // (a failed send leaves it set: the query is abandoned then)
 		// A send to a channel with room costs a fraction of a three-way select.
 		select {
@@ -1154,8 +1162,9 @@ func (q *query) answered() int { return len(q.done) }
 
 // gather waits for the answers to the sent batches sent.
 func (e *Engine) gather(ctx context.Context, q *query, sent int) error {
-	if sent > 0 {
+	if q.asked {
 		q.rounds++
+		q.asked = false
 	}
 	// The answers usually arrive within a microsecond or two: poll for them before
 	// parking, which would cost a thread wake-up on the way back.

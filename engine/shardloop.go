@@ -102,21 +102,25 @@ func (t *barrierTable) drop(id uint32) {
 	t.mu.Unlock()
 }
 
-// eventBatch is the number of deltas a shard applies between looks at its query channel:
-// it bounds how long a query waits behind event traffic. With the yield below, 64 gave
-// find-matches p99 under events at 2 shards of 22.5-37.2 us against 29.3-149 us for 128
-// (three alternated rounds of the command at yieldBatches; 32 gave 21.0-35.0), event
-// throughput within the rounds' spread.
+// eventBatch is the number of deltas a shard pops from its ring at once (it applies them
+// in slices of letInEvery, answering queries between them). With the yield below, 64
+// gave find-matches p99 under events at 2 shards of 22.5-37.2 us against 29.3-149 us for
+// 128, when queries were answered between whole batches (three alternated rounds of the
+// command at yieldBatches; 32 gave 21.0-35.0), event throughput within the rounds'
+// spread.
 const eventBatch = 64
 
 // shardLoop is one shard: the goroutine that owns a shard.Index.
 //
-// Ownership: on a sharded engine idx and buf are touched only by run; ring and queries
-// are the only ways in. On the locked index there is no run: idx belongs to e.locked
-// (event appliers write it under the write lock, queries read it under the read lock,
-// many at once), so fill and scan write nothing of the shard's but its atomic counters,
-// and a scan's scratch lives in the probe batch. The counters are written by run (or
-// the locked index's callers) and read by Stats.
+// Ownership: on a sharded engine idx belongs to whoever holds own: run, which holds it
+// while it applies deltas and answers the batches sent on queries, and lets it go
+// between slices of letInEvery deltas when a querier waits for it (want), or a querying
+// goroutine that took it between two slices to answer its own batch (serve), reading
+// only. buf and the ring's consumer side are run's alone. On the locked index there is
+// no run: idx belongs to e.locked (event appliers write it under the write lock,
+// queries read it under the read lock, many at once), so fill and scan write nothing of
+// the shard's but its atomic counters, and a scan's scratch lives in the probe batch.
+// The counters are written by idx's holder and read by Stats.
 type shardLoop struct {
 	e       *Engine
 	id      int
@@ -124,6 +128,14 @@ type shardLoop struct {
 	ring    *ringbuf.Ring[delta]
 	queries chan *probeBatch
 	buf     []delta
+
+	// own is idx's token on a sharded engine (see Ownership); want counts the queriers
+	// waiting for it, and runWants says that run waits for it (lock). behind is the
+	// ring backlog past which queriers hand their batches over (serve).
+	own      sync.Mutex
+	want     atomic.Int32
+	runWants atomic.Bool
+	behind   int
 
 	applied     atomic.Uint64
 	probes      atomic.Uint64
@@ -141,6 +153,7 @@ func newShardLoop(e *Engine, id int, r *ringbuf.Ring[delta]) *shardLoop {
 		ring:    r,
 		queries: make(chan *probeBatch, e.cfg.QueryQueue),
 		buf:     make([]delta, eventBatch),
+		behind:  r.Cap() / 4,
 	}
 }
 
@@ -155,9 +168,15 @@ func (s *shardLoop) run() {
 	for {
 		// TryPopBatch while busy: only the PopBatch right before parking tells the
 		// producers that the shard may sleep (see ringbuf.Ring.TryPopBatch).
+		s.lock()
 		n := s.ring.TryPopBatch(s.buf)
 		if n > 0 {
-			s.apply(s.buf[:n])
+			s.applySliced(s.buf[:n])
+		}
+		answered := s.drainQueries()
+		s.own.Unlock()
+		if n > 0 {
+			s.letIn()
 			if busy++; busy == yieldBatches {
 				busy = 0
 				runtime.Gosched()
@@ -165,30 +184,121 @@ func (s *shardLoop) run() {
 		} else {
 			busy = 0
 		}
-		answered := s.drainQueries()
 		if n > 0 || answered {
 			continue
 		}
 		if s.spin() {
 			continue
 		}
-		if n := s.ring.PopBatch(s.buf); n > 0 {
-			s.apply(s.buf[:n])
+		s.lock()
+		if n = s.ring.PopBatch(s.buf); n > 0 {
+			s.applySliced(s.buf[:n])
+		}
+		s.own.Unlock()
+		if n > 0 {
 			continue
 		}
 		select {
 		case <-s.ring.Doorbell():
 		case b := <-s.queries:
+			s.lock()
 			s.answer(b)
+			s.own.Unlock()
 		case <-s.e.done:
 			// Apply what is already queued so barrier tokens in it are acknowledged, then
 			// stop; queries still queued are failed by their callers, who see done.
+			s.lock()
 			for n := s.ring.PopBatch(s.buf); n > 0; n = s.ring.PopBatch(s.buf) {
 				s.apply(s.buf[:n])
 			}
+			s.own.Unlock()
 			return
 		}
 	}
+}
+
+// letInEvery is how many deltas run applies, at most, between two looks at whether a
+// querier waits for the table's token.
+const letInEvery = 16
+
+// applySliced is apply for run, which holds own: every letInEvery deltas it answers the
+// batches sent to it and lets a waiting querier in (letIn) before going on, so that a
+// query waits behind at most that much event work (about a microsecond).
+func (s *shardLoop) applySliced(ds []delta) {
+	for len(ds) > letInEvery {
+		s.apply(ds[:letInEvery])
+		ds = ds[letInEvery:]
+		if len(s.queries) > 0 {
+			s.drainQueries()
+		}
+		if s.want.Load() != 0 {
+			s.own.Unlock()
+			s.letIn()
+			s.lock()
+		}
+	}
+	s.apply(ds)
+}
+
+// letInSpins bounds how long run, between two slices, waits for the queriers that want
+// the token: a querier that is running takes it within a few loads of its own, and one
+// that is not (descheduled) must not hold up the shard's events. The wait spins on the
+// CPU, without the scheduler: the querier it waits for runs on another one.
+const letInSpins = 64
+
+// letIn waits, briefly, until no querier wants the token. Called without own.
+func (s *shardLoop) letIn() {
+	for i := 0; i < letInSpins && s.want.Load() != 0; i++ {
+	}
+}
+
+// lock takes own for run. While run waits for it, queriers do not take it (serve checks
+// runWants), so run gets it as soon as the querier holding it lets go: a stream of
+// queries cannot starve the shard's events, which get a slice after each let-in.
+func (s *shardLoop) lock() {
+	s.runWants.Store(true)
+	s.own.Lock()
+	s.runWants.Store(false)
+}
+
+// serveSpins bounds how many times serve tries the token while run holds it. run lets
+// a waiting querier in within letInEvery deltas (a microsecond or so); a querier that
+// does not get the token by then sends its batch on the channel instead.
+const serveSpins = 1 << 12
+
+// serve answers b on the caller's goroutine if it gets the table's token, and reports
+// whether it did: the querier then reads the table as its owner, between two of run's
+// slices, with no hand-off to the shard's goroutine and back (two wake-ups, each
+// microseconds on a busy machine). It spins for the token only where the shard's
+// goroutine can run meanwhile (GOMAXPROCS > 1). Sharded engines only.
+//
+// A shard more than behind deltas behind (a quarter of its ring) gets the batch on its
+// channel instead, and the querier waits: queriers that never block would otherwise
+// keep the CPUs from the shard's goroutine and the producers, and the events would
+// fall behind (kvindex bench's find-matches under load, two queriers and a streamer on
+// two CPUs: 17.5k events/s meanwhile at one shard without the rule, 839k with it, 778k
+// with every batch sent; the queries 731k, 323k and 234k a second).
+func (s *shardLoop) serve(b *probeBatch) bool {
+	if s.ring.Len() > s.behind {
+		return false
+	}
+	if s.runWants.Load() || !s.own.TryLock() {
+		if !s.e.spinFor {
+			return false
+		}
+		s.want.Add(1)
+		got := false
+		for i := 0; i < serveSpins && !got; i++ {
+			got = !s.runWants.Load() && s.own.TryLock()
+		}
+		s.want.Add(-1)
+		if !got {
+			return false
+		}
+	}
+	s.fill(b)
+	s.own.Unlock()
+	return true
 }
 
 func (s *shardLoop) apply(ds []delta) {
@@ -251,14 +361,16 @@ const yieldBatches = 2
 const spinPolls = 64
 
 // spin polls the ring and the query channel for a short while and reports whether it
-// found work (already handled, for queries).
+// found work (already handled, for queries). Called without own.
 func (s *shardLoop) spin() bool {
 	for i := 0; i < spinPolls; i++ {
 		if s.ring.Len() > 0 {
 			return true
 		}
 		if len(s.queries) > 0 {
-			s.answer(<-s.queries)
+			s.lock()
+			s.drainQueries()
+			s.own.Unlock()
 			return true
 		}
 		runtime.Gosched()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -301,6 +302,11 @@ func RestoreBytes(cfg Config, data []byte) (*Engine, error) {
 		return nil, err
 	}
 	if err := e.load(p, tiers, groups, marks); err != nil {
+		e.Close()
+		return nil, err
+	}
+	// A restored engine starts at rest: its first query sees every block it loaded.
+	if err := e.Barrier(context.Background()); err != nil {
 		e.Close()
 		return nil, err
 	}

@@ -25,11 +25,12 @@ type Stats struct {
 	// Queries counts FindMatches calls with a non-empty query; Abandoned counts those
 	// that ended early through their context or Close.
 	Queries, Abandoned uint64
-	// QueryRounds counts the scatter/gather round trips to the shards that queries
-	// waited for (a wave sent before the answers to the one before counts with it),
-	// and QueryProbes the positions they probed, both counted as each query ends; the
-	// locked baseline counts neither. Per query, they are the work that a query's latency
-	// follows on a sharded engine, read without a clock.
+	// QueryRounds counts the rounds of probes that queries had answered by the shards
+	// (each batch read on the querying goroutine or sent to its shard and waited for; a
+	// wave sent before the answers to the one before counts with it), and QueryProbes
+	// the positions they probed, both counted as each query ends; the locked baseline
+	// counts neither. Per query, they are the work that a query's latency follows on a
+	// sharded engine, read without a clock.
 	QueryRounds, QueryProbes uint64
 	// ProducerWaits counts how often an event had to wait for room in a full shard ring,
 	// and ProducerWaitNanos how long, in total.
