@@ -19,7 +19,7 @@ SHARED      ?= ../shared
 FUZZTIME    ?=
 fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 
-.PHONY: shared-note soak test unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
+.PHONY: shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
 
 ## test: everything CI runs: lint, race-enabled unit tests, conformance replays, short fuzzing.
 test: shared-note lint build386 race conformance fuzz
@@ -37,9 +37,20 @@ publisher-deps:
 unit: publisher-deps
 	$(GO) test -short ./...
 
+## race: the race detector over every package, at the sizes package internal/testsize
+## gives it (a sequential replay is ten times slower under the detector and gives it
+## nothing to find), then those sequential checks at full size without it.
 race: publisher-deps
 	$(GO) test -race -count=1 ./...
 	$(GO) test -count=1 -run '^TestFloodRSSBounded$$' ./subscriber/
+	$(GO) test -count=1 -run '^TestReferenceModelConformance$$' ./internal/replay/
+	$(GO) test -count=1 -run '^(TestConformance|TestDifferentialRandom)$$' ./bench/radix/
+
+## test-long: every test at its full size under the race detector (KVINDEX_TEST_LONG=1:
+## the histories, logs and sweeps make test shortens; see internal/testsize). CI may
+## skip it.
+test-long: publisher-deps
+	KVINDEX_TEST_LONG=1 $(GO) test -race -count=1 -timeout 60m ./...
 
 lint: fmt-check vet staticcheck tidy-check proto-check
 

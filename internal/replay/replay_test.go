@@ -3,13 +3,16 @@ package replay
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/testsize"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -30,23 +33,52 @@ func conformanceDir(t *testing.T) string {
 	return ""
 }
 
+// logs caches the parsed golden logs: both tests read them, and under the race
+// detector parsing them is a sixth of the package's time.
+var logs struct {
+	once sync.Once
+	ops  map[string][]oplog.Op
+	err  error
+}
+
 func loadLogs(t *testing.T) map[string][]oplog.Op {
 	dir := conformanceDir(t)
-	files, _ := filepath.Glob(filepath.Join(dir, "*.jsonl"))
-	logs := map[string][]oplog.Op{}
-	for _, f := range files {
-		if testing.Short() && filepath.Base(f) == "trace_conversation.jsonl" {
-			continue
+	logs.once.Do(func() {
+		files, _ := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+		logs.ops = map[string][]oplog.Op{}
+		for _, f := range files {
+			fh, err := os.Open(f)
+			if err != nil {
+				logs.err = err
+				return
+			}
+			ops, err := oplog.ReadAll(fh)
+			fh.Close()
+			if err != nil {
+				logs.err = fmt.Errorf("%s: %w", f, err)
+				return
+			}
+			logs.ops[filepath.Base(f)] = ops
 		}
-		fh, err := os.Open(f)
-		require.NoError(t, err)
-		ops, err := oplog.ReadAll(fh)
-		fh.Close()
-		require.NoError(t, err, f)
-		logs[filepath.Base(f)] = ops
+	})
+	require.NoError(t, logs.err)
+	out := maps.Clone(logs.ops)
+	if testing.Short() {
+		delete(out, traceLog)
 	}
-	return logs
+	return out
 }
+
+// traceLog is the largest golden log (19 MB, 40,000 queries): under the race detector
+// TestConformance replays it in one configuration and the other logs in four of six
+// (testsize; make test-long replays all six, and make conformance every log through the
+// CLI at every shard count and jump without the detector).
+const traceLog = "trace_conversation.jsonl"
+
+// modelOpsUnderRace bounds the logs TestReferenceModelConformance checks under the race
+// detector: the model is sequential, the detector finds nothing in it and makes it ten
+// times slower. make test checks every log without the detector (Makefile, race).
+const modelOpsUnderRace = 2000
 
 // TestConformance replays every golden log at shard counts 1 and 4 and jump sizes 1, 4
 // and 64: every expected answer must match exactly.
@@ -55,6 +87,11 @@ func TestConformance(t *testing.T) {
 	for name, ops := range logs {
 		for _, shards := range []int{1, 4} {
 			for _, jump := range []int{1, 4, 64} {
+				if !testsize.Full() && (shards == 1 && jump != 64 || name == traceLog && (shards != 4 || jump != 64)) {
+					// Under the race detector: one shard at the default jump (the jump
+					// changes no goroutine's work), the trace at 4 shards only.
+					continue
+				}
 				t.Run(fmt.Sprintf("%s/shards=%d/jump=%d", name, shards, jump), func(t *testing.T) {
 					t.Parallel()
 					// Alternate between per-event calls and ApplyBatch.
@@ -73,6 +110,10 @@ func TestConformance(t *testing.T) {
 // logs, so the differential tests compare the engine with something known to be right.
 func TestReferenceModelConformance(t *testing.T) {
 	for name, ops := range loadLogs(t) {
+		if len(ops) > modelOpsUnderRace && !testsize.Full() {
+			t.Logf("%s (%d ops) skipped under the race detector: make test checks it without", name, len(ops))
+			continue
+		}
 		m := refmodel.New()
 		for _, op := range ops {
 			if op.Kind != oplog.Query {
