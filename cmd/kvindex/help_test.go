@@ -242,6 +242,8 @@ func valueArgs(t *testing.T, l valueList, v string) []string {
 		return []string{"--tiers", "NVME=" + v}
 	case l.flag == "chart":
 		return []string{"--sweep", "speedup=1,2", "--policies", "random", "--chart", filepath.Join(t.TempDir(), "chart"+v)}
+	case l.flag == "workload" && v == "shared-context":
+		return []string{"--workload", v, "--groups", "2", "--users", "2"} // a tiny one
 	case l.flag == "sweep":
 		if a, ok := sweepSamples[v]; ok {
 			return append(a, "--policies", "random", "--chart", filepath.Join(t.TempDir(), "chart.svg"))
