@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -145,5 +146,20 @@ func TestDemoEnginesOnly(t *testing.T) {
 	stop()
 	if code := waitExit(t, done, "demo", &errOut); code != 0 {
 		t.Fatalf("demo exit %d: %s", code, errOut.String())
+	}
+}
+
+// TestTraceMissingSaysWhere: a --trace file that does not exist is a runtime failure
+// whose message says where the public Mooncake traces are (it named only the path).
+func TestTraceMissingSaysWhere(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "conversation_trace.jsonl")
+	for _, args := range [][]string{
+		{"sim", "--trace", missing},
+		{"gen-ops", "--trace", missing, "--out", filepath.Join(t.TempDir(), "ops.jsonl")},
+	} {
+		code, _, stderr := runCLI(t, args...)
+		if code != 1 || !strings.Contains(stderr, missing) || !strings.Contains(stderr, traceURL) {
+			t.Errorf("%v: exit %d, stderr %q; want 1, the path and %s", args, code, stderr, traceURL)
+		}
 	}
 }

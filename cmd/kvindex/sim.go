@@ -70,7 +70,7 @@ func (f *simFlags) register(fs *flag.FlagSet, requestsHelp string, capacity int,
 	fs.IntVar(&f.jump, "jump", 0, jumpHelp)
 	fs.IntVar(&f.chunk, "chunk", sim.DefaultChunkTokens, "tokens per engine step (vLLM's max_num_batched_tokens: the prefill chunk; one stored event per chunk)")
 	fs.IntVar(&f.sessions, "sessions", sim.DefaultSessions, "built-in workload: live conversations")
-	fs.StringVar(&f.trace, "trace", "", "Mooncake FAST'25 trace (JSONL) instead of the built-in workload")
+	fs.StringVar(&f.trace, "trace", "", "Mooncake FAST'25 trace (JSONL) instead of the built-in workload (README: where to get one)")
 	fs.StringVar(&f.kind, "workload", "built-in", "built-in (multi-turn conversations) or shared-context (llm-d's benchmark shape: --groups customers' contexts shared by --users each)")
 	fs.IntVar(&f.groups, "groups", 150, "shared-context: customers, each with a context of its own")
 	fs.IntVar(&f.groupTokens, "group-tokens", 6000, "shared-context: tokens of a customer's context")
@@ -193,7 +193,7 @@ func (f *simFlags) workload(defRequests int) (*sim.Workload, workloadInfo, error
 	}
 	fh, err := os.Open(f.trace)
 	if err != nil {
-		return nil, workloadInfo{}, err
+		return nil, workloadInfo{}, traceNotFound(err)
 	}
 	defer fh.Close()
 	recs, err := sim.ReadTrace(fh, f.requests)
