@@ -145,7 +145,8 @@ type valueList struct {
 	cmd, flag string
 	key       string // the --engine spec key the values are for, or ""
 	values    []string
-	phrase    string // as the help has it
+	phrase    string   // as the help has it
+	needs     []string // flags the values need ("with --zero-time: a, b or c")
 }
 
 var (
@@ -163,6 +164,8 @@ var (
 	keyList = regexp.MustCompile(`,([a-z_]+)=([\w.-]+(?:\|[\w.-]+)+) \(`)
 	// "speedup=X1,X2,..." in --sweep
 	sweepKey = regexp.MustCompile(`\b([a-z][a-z-]*)=[A-Z]\w*,`)
+	// "with --zero-time: " right before a list
+	withFlag = regexp.MustCompile(`with (--[a-z][\w-]*):? ?$`)
 	dropNote = regexp.MustCompile(` \([^()]*(?:\([^()]*\)[^()]*)*\)`)
 )
 
@@ -180,11 +183,29 @@ func valueLists(name string, h commandHelp) []valueList {
 	for _, f := range h.order {
 		help := strings.TrimSpace(h.flags[f].help)
 		seen := map[string]bool{}
+		var needs []string // of the list being added, from where it starts
 		add := func(key, phrase string, values []string) {
 			if !seen[key+phrase] {
 				seen[key+phrase] = true
-				out = append(out, valueList{cmd: name, flag: f, key: key, values: values, phrase: phrase})
+				out = append(out, valueList{cmd: name, flag: f, key: key, values: values, phrase: phrase, needs: needs})
 			}
+		}
+		// addAt adds the list the regexp's group 1 (and 2) captured at m.
+		addAt := func(m []int, split bool) {
+			needs = nil
+			if w := withFlag.FindStringSubmatch(help[:m[2]]); w != nil {
+				needs = []string{w[1]}
+			}
+			phrase := help[m[2]:m[3]]
+			switch {
+			case len(m) > 4:
+				add("", help[m[0]:m[1]], []string{phrase, help[m[4]:m[5]]})
+			case split:
+				add("", phrase, splitList(phrase))
+			default:
+				add("", phrase, []string{phrase})
+			}
+			needs = nil
 		}
 		for _, m := range keyOr.FindAllStringSubmatch(help, -1) {
 			add(m[1], m[0], []string{m[2], m[3]})
@@ -205,17 +226,17 @@ func valueLists(name string, h commandHelp) []valueList {
 		if f == "engine" {
 			continue // its keys' values above; the rest is the spec's syntax
 		}
-		for _, m := range orList.FindAllStringSubmatch(help, -1) {
-			add("", m[1], splitList(m[1]))
+		for _, m := range orList.FindAllStringSubmatchIndex(help, -1) {
+			addAt(m, true)
 		}
-		for _, m := range colonList.FindAllStringSubmatch(help, -1) {
-			add("", m[1], splitList(m[1]))
+		for _, m := range colonList.FindAllStringSubmatchIndex(help, -1) {
+			addAt(m, true)
 		}
-		for _, m := range orPair.FindAllStringSubmatch(help, -1) {
-			add("", m[0], []string{m[1], m[2]})
+		for _, m := range orPair.FindAllStringSubmatchIndex(help, -1) {
+			addAt(m, false)
 		}
-		for _, m := range commaValue.FindAllStringSubmatch(help, -1) {
-			add("", m[1], []string{m[1]})
+		for _, m := range commaValue.FindAllStringSubmatchIndex(help, -1) {
+			addAt(m, false)
 		}
 	}
 	return out
@@ -235,6 +256,10 @@ var sweepSamples = map[string][]string{
 
 // valueArgs is the command line that gives l's flag value v.
 func valueArgs(t *testing.T, l valueList, v string) []string {
+	return append(slices.Clone(l.needs), flagArgs(t, l, v)...)
+}
+
+func flagArgs(t *testing.T, l valueList, v string) []string {
 	switch {
 	case l.key != "":
 		return []string{"--engine", "endpoint=tcp://127.0.0.1:1," + l.key + "=" + v}
@@ -308,7 +333,7 @@ func TestHelpValuesAreAccepted(t *testing.T) {
 		return lists[i].cmd+lists[i].flag+lists[i].phrase < lists[j].cmd+lists[j].flag+lists[j].phrase
 	})
 	for _, l := range lists {
-		t.Logf("%s --%s %s: %q", l.cmd, l.flag, l.key, l.values)
+		t.Logf("%s --%s %s: %q %v", l.cmd, l.flag, l.key, l.values, l.needs)
 		h := parseHelp(t, l.cmd).flags[l.flag]
 		tries := l.values
 		if isListFlag(h) {

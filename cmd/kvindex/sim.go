@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -346,6 +347,43 @@ func toPolicyJSON(r sim.Result, measured, tiered bool) policyJSON {
 	return pj
 }
 
+// timedPolicyNames and zeroTimePolicyNames are the policies of each model, as --policies
+// spells them.
+func timedPolicyNames() []string {
+	var names []string
+	for _, r := range sim.Routings() {
+		names = append(names, r.Name)
+	}
+	return names
+}
+
+func zeroTimePolicyNames() []string {
+	var names []string
+	for _, p := range sim.Policies() {
+		names = append(names, p.String())
+	}
+	return names
+}
+
+// policiesHelp is --policies' help: every policy of both models, so that the help lists
+// what the errors of parsePolicies and parseRoutings accept.
+func policiesHelp() string {
+	return "comma-separated routing policies to compare: " + strings.Join(timedPolicyNames(), ", ") +
+		" (default: every one); with --zero-time: " + strings.Join(zeroTimePolicyNames(), ", ") +
+		" (default " + zeroTimePolicies + ")"
+}
+
+// onlyIn lists the names of b that a does not have.
+func onlyIn(b, a []string) []string {
+	var out []string
+	for _, n := range b {
+		if !slices.Contains(a, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // parsePolicies reads a comma-separated policy list.
 func parsePolicies(s string) ([]sim.Policy, error) {
 	var out []sim.Policy
@@ -353,7 +391,9 @@ func parsePolicies(s string) ([]sim.Policy, error) {
 	for _, name := range strings.Split(s, ",") {
 		p, err := sim.ParsePolicy(strings.TrimSpace(name))
 		if err != nil {
-			return nil, usageErr("--policies: unknown policy %q with --zero-time (want a comma-separated list of kv-aware, kv-aware-predict, approximate, random, round-robin, least-loaded, kv-weighted, kv-any-tier)", name)
+			zt := zeroTimePolicyNames()
+			return nil, usageErr("--policies: unknown policy %q with --zero-time (want a comma-separated list of %s; %s run under time only, without --zero-time)",
+				name, strings.Join(zt, ", "), strings.Join(onlyIn(timedPolicyNames(), zt), ", "))
 		}
 		if !seen[p] {
 			seen[p] = true
@@ -432,7 +472,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	f.registerTiming(fs)
 	var tf timedFlags
 	tf.register(fs)
-	policies := fs.String("policies", "", "comma-separated routing policies to compare (default: every one; with --zero-time "+zeroTimePolicies+")")
+	policies := fs.String("policies", "", policiesHelp())
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the tables")
 	forceProgress := fs.Bool("progress", false, "show a progress bar on stderr even when it is not a terminal")
 	sweep := fs.String("sweep", "", "rerun every policy at each point and chart the outcomes: speedup=X1,X2,..., routers=N1,N2,..., capacity=A,B,... or event-delay=D1,D2,...; with --zero-time capacity=, event-delay= or host-capacity=H1,H2,... (hit rates; host-capacity: the prefill work, policies default to "+tierPolicies+")")

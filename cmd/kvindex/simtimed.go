@@ -123,11 +123,9 @@ func parseRoutings(s string) ([]sim.Routing, error) {
 		name = strings.TrimSpace(name)
 		r, err := sim.ParseRouting(name)
 		if err != nil {
-			var names []string
-			for _, r := range sim.Routings() {
-				names = append(names, r.Name)
-			}
-			return nil, usageErr("--policies: unknown policy %q (want a comma-separated list of %s)", name, strings.Join(names, ", "))
+			names := timedPolicyNames()
+			return nil, usageErr("--policies: unknown policy %q (want a comma-separated list of %s; %s need --zero-time)",
+				name, strings.Join(names, ", "), strings.Join(onlyIn(zeroTimePolicyNames(), names), ", "))
 		}
 		if !seen[name] {
 			seen[name] = true
