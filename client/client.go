@@ -14,9 +14,14 @@
 // Match sends a MatchRequest as it is: its TierWeights (device, host, disk, each in
 // [0, 1]) override the server's tier weights for that request.
 //
-// A Client is safe for concurrent use; share one per server. Dial uses plaintext
-// (the server has no TLS of its own: put it behind a mesh or proxy that terminates TLS
-// when the network is not trusted); pass grpc.WithTransportCredentials to change that.
+// A Client is safe for concurrent use; share one per server. Dial uses plaintext unless
+// given options: a server with TLS (serve --tls-cert) takes
+// grpc.WithTransportCredentials(credentials.NewTLS(...)), one that checks bearer tokens
+// (serve --auth-token-file) BearerToken too:
+//
+//	c, err := client.Dial("kvindex:9090",
+//		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool})),
+//		client.BearerToken(token))
 package client
 
 import (
@@ -56,6 +61,30 @@ func Dial(target string, opts ...grpc.DialOption) (*Client, error) {
 	c.conn = conn
 	return c, nil
 }
+
+// BearerToken sends token with every call ("authorization: Bearer TOKEN" metadata, as
+// kvindex serve --auth-token-file checks); grpc-go refuses it over a plaintext
+// connection, where it would travel in clear.
+func BearerToken(token string) grpc.DialOption {
+	return grpc.WithPerRPCCredentials(tokenCreds{token: token, secure: true})
+}
+
+// BearerTokenInsecure is BearerToken over plaintext too: for loopback or a network that
+// is trusted already.
+func BearerTokenInsecure(token string) grpc.DialOption {
+	return grpc.WithPerRPCCredentials(tokenCreds{token: token})
+}
+
+type tokenCreds struct {
+	token  string
+	secure bool
+}
+
+func (c tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + c.token}, nil
+}
+
+func (c tokenCreds) RequireTransportSecurity() bool { return c.secure }
 
 // New returns a Client on a connection the caller owns (Close does not close it).
 func New(conn grpc.ClientConnInterface) *Client {

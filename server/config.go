@@ -105,6 +105,10 @@ type Config struct {
 	// MaxMessageBytes): a peer declaring a larger frame is refused before anything is
 	// allocated. Default 16 MiB.
 	MaxMessageBytes int `json:"max_message_bytes,omitempty"`
+	// Auth configures TLS and client authentication (bearer tokens, client
+	// certificates) for the HTTP and gRPC APIs (auth.go); required on a non-loopback
+	// address unless auth.allow_unauthenticated.
+	Auth AuthConfig `json:"auth,omitzero"`
 	// Limits bounds what clients of the HTTP and gRPC APIs can make serve hold: the
 	// connections, and the request bytes in flight per connection and in all (admit.go).
 	Limits LimitsConfig `json:"limits,omitzero"`
@@ -506,6 +510,9 @@ func (c Config) planner() (*planner, error) {
 		largest = max(largest, int64(c.GRPC.withDefaults().MaxMessageBytes))
 	}
 	if err := c.Limits.validate(largest); err != nil {
+		return nil, err
+	}
+	if err := c.Auth.validate(); err != nil {
 		return nil, err
 	}
 	if err := c.Discovery.validate(); err != nil {

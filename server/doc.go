@@ -41,6 +41,11 @@
 //	  "block_size": 16,                 default for engines that set none
 //	  "max_body_bytes": 1048576,        at most 64 MiB; "max_query_blocks": 65536,
 //	  "max_matches": 1024,              matches in one answer at most (top_k asks fewer)
+//	  "auth": {"tls_cert_file": "", "tls_key_file": "",   TLS for HTTP and gRPC (auth.go)
+//	           "client_ca_file": "",                       mutual TLS: client certificates
+//	           "token_file": "",                           bearer tokens, one a line
+//	           "allow_unauthenticated": false},            needed on a non-loopback address
+//	                                                       that authenticates nobody
 //	  "limits": {"max_connections": 1024,         per API (HTTP, gRPC); closed on accept past it
 //	             "in_flight_bytes": 134217728,    request bytes held at once, HTTP and gRPC
 //	             "conn_in_flight_bytes": 16777216}, ... per connection (admit.go)
@@ -193,7 +198,7 @@
 //
 // Errors are {"error": "...", "code": "..."} with 400 (bad_json, unknown_model,
 // bad_query, bad_policy, bad_namespace, bad_tier_weights, query_too_long, bad_worker,
-// unknown_worker, bad_prediction), 404, 405, 413 (body_too_large), 429 (too_many_in_flight:
+// unknown_worker, bad_prediction), 401 (unauthenticated: auth.token_file), 404, 405, 413 (body_too_large), 429 (too_many_in_flight:
 // the connection's in-flight bytes) or 503 (overloaded: the server's in-flight bytes;
 // namespaces_full: the namespace table, until a sweep; both with Retry-After). Request bodies are read
 // strictly: an unknown field, a key given twice, a wrong type or trailing data is

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
@@ -94,18 +95,22 @@ type grpcService struct {
 // newGRPCServer builds the gRPC server with its bounds, services and metrics.
 func (s *Server) newGRPCServer() *grpc.Server {
 	g := s.cfg.GRPC.withDefaults()
-	srv := grpc.NewServer(
+	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(g.MaxMessageBytes),
 		grpc.MaxSendMsgSize(g.MaxMessageBytes),
 		grpc.MaxConcurrentStreams(g.MaxConcurrentStreams),
 		grpc.MaxHeaderListSize(grpcMaxHeaderListBytes),
-		grpc.ConnectionTimeout(5*time.Second),
+		grpc.ConnectionTimeout(5 * time.Second),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: time.Minute, Timeout: 20 * time.Second}),
-		grpc.ChainUnaryInterceptor(s.grpcMetrics),
+		grpc.ChainUnaryInterceptor(s.grpcMetrics, s.access.grpcUnary),
 		grpc.InTapHandle(s.admit.grpcTap(int64(g.MaxMessageBytes))),
 		grpc.StatsHandler(grpcStats{s.admit}),
-	)
+	}
+	if s.access.tls != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.access.tls.Clone())))
+	}
+	srv := grpc.NewServer(opts...)
 	svc := &grpcService{s: s}
 	kvindexv1.RegisterIndexServer(srv, svc)
 	grpc_health_v1.RegisterHealthServer(srv, svc)

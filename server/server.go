@@ -108,6 +108,7 @@ type Server struct {
 	inFlight    prometheus.Gauge
 	handler     http.Handler
 	admit       *admission // request budgets and connection limits (admit.go)
+	access      *access    // TLS and client authentication (auth.go)
 
 	ln      net.Listener
 	httpSrv *http.Server
@@ -218,8 +219,15 @@ func New(cfg Config, opts Options) (*Server, error) {
 	}
 	s.publishLocked()
 	s.admit = newAdmission(cfg.Limits)
+	if s.access, err = newAccess(cfg.Auth); err != nil {
+		if opts.Index == nil {
+			eng.Close()
+		}
+		return nil, err
+	}
 	s.initMetrics()
 	s.reg.MustRegister(s.admit.metrics()...)
+	s.reg.MustRegister(s.access.failures)
 	for _, c := range opts.Collectors {
 		if err := s.reg.Register(c); err != nil {
 			if opts.Index == nil {
@@ -234,7 +242,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		}
 		return nil, err
 	}
-	s.handler = s.admit.httpHandler(s.routes(), cfg.MaxBodyBytes)
+	s.handler = s.access.httpHandler(s.admit.httpHandler(s.routes(), cfg.MaxBodyBytes))
 	return s, nil
 }
 
@@ -281,6 +289,23 @@ func (s *Server) Start() error {
 	if !s.started.CompareAndSwap(false, true) || s.draining.Load() {
 		return ErrServerState
 	}
+	for _, err := range []error{
+		checkListener(s.cfg.Auth, s.ln), checkListener(s.cfg.Auth, s.grpcLn),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	if s.ln == nil {
+		if err := checkListen(s.cfg.Auth, s.cfg.Listen); err != nil {
+			return err
+		}
+	}
+	if s.grpcLn == nil {
+		if err := checkListen(s.cfg.Auth, s.cfg.GRPC.Listen); err != nil {
+			return err
+		}
+	}
 	if s.ln == nil {
 		ln, err := net.Listen("tcp", s.cfg.Listen)
 		if err != nil {
@@ -319,10 +344,15 @@ func (s *Server) Start() error {
 		ConnContext:       s.admit.connContext,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+	serve := s.httpSrv.Serve
+	if s.access.tls != nil {
+		s.httpSrv.TLSConfig = s.access.tls.Clone()
+		serve = func(ln net.Listener) error { return s.httpSrv.ServeTLS(ln, "", "") }
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.httpSrv.Serve(s.admit.limit(s.ln, "http")); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(s.admit.limit(s.ln, "http")); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.report(fmt.Errorf("server: serve: %w", err))
 		}
 	}()

@@ -127,6 +127,11 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 	snapshot := fs.String("snapshot", "", "snapshot file (with --nats also jetstream-object://BUCKET/NAME to share it through NATS): restored at start (a bad one falls back to a full sync), written every --snapshot-interval and at shutdown (its directory must be writable at start; a failed final write exits 1; kvindex_snapshot_writes_total counts them); in ZeroMQ mode each worker's stream position travels in it, and workers resume by replay from there")
 	snapEvery := fs.Duration("snapshot-interval", 5*time.Minute, "with --snapshot: how often to write the snapshot")
 	tiersFlag := fs.String("tiers", "", "media mapped to storage tiers, over the defaults (\"\" and GPU device; CPU, CPU_TIER1, CPU_PINNED host; STORAGE, FS, OBJ, DISK, CPU_TIER2, EXTERNAL disk), as MEDIUM=TIER,... with TIER device, host or disk (config: tiers)")
+	tlsCert := fs.String("tls-cert", "", "serve HTTP and gRPC over TLS with this certificate chain (PEM; with --tls-key; config: auth.tls_cert_file)")
+	tlsKey := fs.String("tls-key", "", "the --tls-cert key (PEM; config: auth.tls_key_file)")
+	clientCA := fs.String("tls-client-ca", "", "require client certificates signed by these CAs (PEM; mutual TLS; config: auth.client_ca_file)")
+	tokenFile := fs.String("auth-token-file", "", "require \"Authorization: Bearer TOKEN\" (gRPC: authorization metadata) with a token of this file, one a line; /healthz and /readyz stay open (config: auth.token_file)")
+	allowUnauth := fs.Bool("allow-unauthenticated", false, "serve a non-loopback address without authenticating clients (otherwise serve refuses to start; config: auth.allow_unauthenticated)")
 	weightsFlag := fs.String("tier-weights", "", "default weights of a device, host and disk block in /v1/match's weighted score, as D,H,DISK in [0, 1] (default 1,0.75,0.25; config: tier_weights)")
 	enginesFile := fs.String("engines-file", "", "also follow the engines listed in this JSON file (an array of config \"engines\" entries), re-read when it changes (config: discovery.file)")
 	var engines engineFlags
@@ -168,6 +173,16 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 				cfg.MaxMessageBytes = *maxMsg
 			case "grpc":
 				cfg.GRPC.Listen = *grpcListen
+			case "tls-cert":
+				cfg.Auth.TLSCertFile = *tlsCert
+			case "tls-key":
+				cfg.Auth.TLSKeyFile = *tlsKey
+			case "tls-client-ca":
+				cfg.Auth.ClientCAFile = *clientCA
+			case "auth-token-file":
+				cfg.Auth.TokenFile = *tokenFile
+			case "allow-unauthenticated":
+				cfg.Auth.AllowUnauthenticated = *allowUnauth
 			}
 		})
 		cfg.Engines = append(cfg.Engines, engines...)
