@@ -86,8 +86,18 @@ type Config struct {
 	QueryQueue int
 	// LockedIndex replaces the shard goroutines with a single index guarded by one
 	// sync.RWMutex: event callers apply their deltas under the write lock and queries
-	// probe under the read lock. It exists as the baseline the benchmarks compare the
-	// sharded runtime with; Shards must be 0 or 1 with it.
+	// probe under the read lock, on their own goroutines. Shards must be 0 or 1 with it.
+	//
+	// Choose it on a machine of a few cores where query latency matters most and events
+	// come from one or two ingesters: it answers at rest in about half the sharded
+	// engine's time (no probe batches, a gallop over the index instead of jump search),
+	// holds the least memory, and an event is visible to every query that starts after
+	// its call returns, with no Barrier. Keep the sharded default when events come from
+	// many ingesters or must not wait for queries: every event takes the write lock, so
+	// a busy query load slows events several times over (on two cores, with two
+	// queriers, 84-167k events/s meanwhile against 194-517k at one shard), and with more cores
+	// the shards apply events in parallel. BENCHMARKS.md ("LockedIndex or shards") has
+	// the figures and their command.
 	LockedIndex bool
 	// SpecChain makes the engine name positions by SPEC's XXH3 prefix chain
 	// (hash.Next) instead of its own keyed chain, which a query computes about five

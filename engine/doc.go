@@ -86,5 +86,7 @@
 // seeded per engine, so a client cannot aim keys at one probe run. The jump search only skips a stride for a
 // worker whose held keys are prefix-closed (no holes), which the worker's state tracks
 // exactly; DESIGN.md has the argument. Config.LockedIndex runs the same index behind one RWMutex instead of
-// shard goroutines, as a benchmark baseline; its queries read the index directly.
+// shard goroutines: a supported mode for small machines and query-heavy loads, whose
+// events apply on their callers' goroutines and whose queries read the index directly
+// (Config.LockedIndex says when to choose it).
 package engine

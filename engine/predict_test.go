@@ -188,9 +188,19 @@ func TestFindMatchesZeroAllocsWithPredictions(t *testing.T) {
 }
 
 // TestPredictConcurrent runs predictions, events and queries of the same workers from
-// several goroutines (for -race) and checks the table drains once everything expires.
+// several goroutines (for -race) and checks the table drains once everything expires,
+// on a sharded engine and on the locked index.
 func TestPredictConcurrent(t *testing.T) {
-	e, clock := newPredEngine(t, engine.Config{Shards: 3, PredictionsPerWorker: 4, PredictedBlocks: 200})
+	for _, cfg := range []engine.Config{{Shards: 3}, {LockedIndex: true}} {
+		t.Run(fmt.Sprintf("locked=%v", cfg.LockedIndex), func(t *testing.T) {
+			cfg.PredictionsPerWorker, cfg.PredictedBlocks = 4, 200
+			testPredictConcurrent(t, cfg)
+		})
+	}
+}
+
+func testPredictConcurrent(t *testing.T, cfg engine.Config) {
+	e, clock := newPredEngine(t, cfg)
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
 		wg.Add(1)

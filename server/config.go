@@ -240,6 +240,10 @@ type IndexConfig struct {
 	// PredictionsPerWorker and PredictedBlocks bound the predictions (engine.Config).
 	PredictionsPerWorker int `json:"predictions_per_worker,omitempty"`
 	PredictedBlocks      int `json:"predicted_blocks,omitempty"`
+	// Locked runs the index behind one lock instead of shard goroutines
+	// (engine.Config.LockedIndex, which says when to choose it): the fastest queries on
+	// a machine of a few cores with a modest event rate. Shards must be 0 or 1 with it.
+	Locked bool `json:"locked,omitempty"`
 	// SpecChain makes the index name positions by SPEC's public XXH3 prefix chain
 	// instead of its own keyed one (engine.Config.SpecChain): snapshots then carry no
 	// key and are byte-identical across replicas fed the same events; deep queries
@@ -250,7 +254,7 @@ type IndexConfig struct {
 
 // Engine returns the engine configuration.
 func (c IndexConfig) Engine() engine.Config {
-	return engine.Config{Shards: c.Shards, JumpSize: c.JumpSize, QueueSize: c.QueueSize,
+	return engine.Config{Shards: c.Shards, LockedIndex: c.Locked, JumpSize: c.JumpSize, QueueSize: c.QueueSize,
 		PredictionTTL: time.Duration(c.PredictionTTL), PredictionsPerWorker: c.PredictionsPerWorker,
 		PredictedBlocks: c.PredictedBlocks, SpecChain: c.SpecChain}
 }

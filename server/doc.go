@@ -57,6 +57,7 @@
 //	  "max_concurrent_replays": 32,     replays at once over all engines (a stall makes
 //	                                    every engine's subscriber replay at the same time)
 //	  "index": {"shards": 0, "jump_size": 0, "queue_size": 0,
+//	            "locked": false,            true: one locked index, no shard goroutines
 //	            "prediction_ttl": "2s",             predictions without ttl_ms
 //	            "predictions_per_worker": 64, "predicted_blocks": 1048576,
 //	            "spec_chain": false},       true: SPEC's XXH3 prefix chain, key-free snapshots

@@ -64,6 +64,7 @@ func TestConfigValidation(t *testing.T) {
 		{`{"engines":[{"endpoint":"tcp://h:1","dp_ranks":2},{"endpoint":"tcp://h:2"}]}`, "endpoint \"tcp://h:2\" also used"},
 		{`{"engines":[{"endpoint":"tcp://h:1"}],"index":{"queue_size":3}}`, "QueueSize"},
 		{`{"engines":[{"endpoint":"tcp://h:1"}],"index":{"shards":256,"queue_size":16777216}}`, "Shards x QueueSize"},
+		{`{"engines":[{"endpoint":"tcp://h:1"}],"index":{"locked":true,"shards":2}}`, "LockedIndex needs Shards = 1"},
 		{`{"engines":[{"endpoint":"tcp://h:1"}]} {}`, "trailing"},
 		{`{"engines":[{"endpoint":"tcp://h:1"}],"max_concurrent_replays":-1}`, "max_concurrent_replays"},
 		{`{"engines":[{"endpoint":"tcp://h:1"}],"max_concurrent_replays":65537}`, "max_concurrent_replays"},
@@ -263,7 +264,15 @@ func TestAPIErrorsAndProbes(t *testing.T) {
 	}
 }
 
+// TestEndToEnd runs serve's whole path against a publisher, on the sharded index and on
+// the locked one (index.locked).
 func TestEndToEnd(t *testing.T) {
+	for _, index := range []string{`{"shards": 2}`, `{"locked": true}`} {
+		t.Run(index, func(t *testing.T) { testEndToEnd(t, index) })
+	}
+}
+
+func testEndToEnd(t *testing.T, index string) {
 	pubtest.Require(t)
 	pub, err := pubtest.Start(pubtest.Options{Ranks: 2, ConsecutivePorts: true, Bind: true})
 	if err != nil {
@@ -274,9 +283,9 @@ func TestEndToEnd(t *testing.T) {
 		"listen": "127.0.0.1:0",
 		"reconnect_min": "10ms",
 		"reconnect_max": "100ms",
-		"index": {"shards": 2},
+		"index": %s,
 		"engines": [{"endpoint": %q, "replay_endpoint": %q, "worker": "pod-0", "model": "llama", "block_size": 4, "dp_ranks": 2}]
-	}`, pub.Ranks[0].Endpoint, pub.Ranks[0].ReplayEndpoint)
+	}`, index, pub.Ranks[0].Endpoint, pub.Ranks[0].ReplayEndpoint)
 	cfg, err := server.ParseConfig(strings.NewReader(cfgJSON))
 	if err != nil {
 		t.Fatal(err)

@@ -62,7 +62,7 @@ func init() {
 		summary:  "measure the engine against its baselines (and, with --peers, SMG's indexes) on an op log",
 		synopsis: "[--ops FILE] [flags]",
 		about: "Measures, in one process and on the same op stream, the sharded engine at each shard\n" +
-			"count, the engine's LockedIndex baseline and a mutex-guarded radix tree: event\n" +
+			"count, the engine's locked index (Config.LockedIndex) and a mutex-guarded radix tree: event\n" +
 			"throughput (1..P producers), find-matches latency under event load and at rest,\n" +
 			"allocations per op and bytes per membership. Every implementation is first checked\n" +
 			"against the stream's expected answers.\n\n" +

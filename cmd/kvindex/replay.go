@@ -47,7 +47,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "end with one JSON object instead of the text summary")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the replay (parsing excluded) to this file")
 	repeat := fs.Int("repeat", 1, "replay the log this many times on fresh engines and report the median run")
-	locked := fs.Bool("locked", false, "replay on the LockedIndex baseline (one RWMutex-guarded index, no shard goroutines) instead")
+	locked := fs.Bool("locked", false, "replay on the locked index (Config.LockedIndex: one RWMutex-guarded index, no shard goroutines) instead")
 	specChain := fs.Bool("spec-chain", false, "name positions by SPEC's XXH3 prefix chain instead of the engine's keyed chain (Config.SpecChain): same answers, slower deep queries")
 	batch := fs.Bool("batch", true, "apply the events between two queries with one ApplyBatch call, as an ingester does with an engine's event batch (false: one call per event)")
 	if code, ok := parseFlags(fs, args, stdout); !ok {

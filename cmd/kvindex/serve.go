@@ -114,6 +114,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 	policy := fs.String("policy", "", "default routing policy: "+strings.Join(server.Policies(), ", "))
 	blockSize := fs.Int("block-size", 0, "block size of engines that set none (default 16)")
 	shards := fs.Int("shards", 0, shardsHelp)
+	locked := fs.Bool("locked", false, "run the index behind one lock instead of shard goroutines (index.locked; engine.Config.LockedIndex says when to choose it)")
 	jump := fs.Int("jump", 0, jumpHelp)
 	grace := fs.Duration("grace", 0, graceHelp)
 	drain := fs.Duration("drain-timeout", 0, "wait this long for in-flight requests at shutdown (default 10s)")
@@ -161,6 +162,8 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 				cfg.BlockSize = *blockSize
 			case "shards":
 				cfg.Index.Shards = *shards
+			case "locked":
+				cfg.Index.Locked = *locked
 			case "jump":
 				cfg.Index.JumpSize = *jump
 			case "grace":
