@@ -35,14 +35,14 @@ const defaultConnectTimeout = 10 * time.Second
 // for as long as the process runs) or the last attempt's error with the attempts made.
 // A server that is down at start is a configuration error far more often than a
 // transient one: the caller exits instead of waiting silently.
-func connectNATS(ctx context.Context, url, name string, timeout time.Duration, log *slog.Logger) (*nats.Conn, error) {
+func connectNATS(ctx context.Context, url, name string, timeout time.Duration, log *slog.Logger, auth ...nats.Option) (*nats.Conn, error) {
 	start := time.Now()
 	deadline := start.Add(timeout)
 	wait := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		dial := min(2*time.Second, max(time.Until(deadline), 100*time.Millisecond))
-		nc, err := nats.Connect(url, nats.Name(name), nats.Timeout(dial), nats.MaxReconnects(-1),
-			nats.ReconnectWait(250*time.Millisecond))
+		nc, err := nats.Connect(url, append([]nats.Option{nats.Name(name), nats.Timeout(dial), nats.MaxReconnects(-1),
+			nats.ReconnectWait(250 * time.Millisecond)}, auth...)...)
 		if err == nil {
 			return nc, nil
 		}

@@ -40,6 +40,7 @@ func relayMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	logLevel := fs.String("log-level", "info", logLevelHelp)
 	tiersFlag := fs.String("tiers", "", "media mapped to storage tiers over the defaults, as MEDIUM=TIER,... (as kvindex serve --tiers)")
 	listen := fs.String("listen", "", "serve /healthz, /readyz and /metrics (published, dropped, stream lag per worker) at this address, e.g. 127.0.0.1:9091 (default: none)")
+	natsAuth := natsAuthFlags(fs)
 	connectTimeout := fs.Duration("connect-timeout", defaultConnectTimeout, "at start, keep trying to reach NATS and create the stream this long, then exit 1 with the reason")
 	var engines engineFlags
 	fs.Var(&engines, "engine", engineHelp)
@@ -57,6 +58,10 @@ func relayMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return fail(2, "give either --ops or at least one --engine")
 	case *connectTimeout <= 0:
 		return fail(2, "--connect-timeout must be positive")
+	}
+	natsOpts, err := natsAuth.Options()
+	if err != nil {
+		return fail(2, "%v", err)
 	}
 	level, err := parseLogLevel(*logLevel)
 	if err != nil {
@@ -100,7 +105,7 @@ func relayMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	nc, p, err := relayConnect(ctx, *url, *connectTimeout, fabric.PublisherConfig{
 		Stream: fabric.StreamConfig{Name: *stream, SubjectPrefix: *prefix, Memory: *memory, Duplicates: *dups, MaxAge: *maxAge},
 		Logger: log,
-	}, log)
+	}, log, natsOpts)
 	if err != nil {
 		return fail(1, "%v", err)
 	}
@@ -159,10 +164,10 @@ func relayMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // relayConnect reaches NATS and ensures the stream, trying for at most timeout: a
 // server that is down, or one without JetStream, ends the relay with the reason rather
 // than a silent wait.
-func relayConnect(ctx context.Context, url string, timeout time.Duration, pc fabric.PublisherConfig, log *slog.Logger) (*nats.Conn, *fabric.Publisher, error) {
+func relayConnect(ctx context.Context, url string, timeout time.Duration, pc fabric.PublisherConfig, log *slog.Logger, natsOpts []nats.Option) (*nats.Conn, *fabric.Publisher, error) {
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	nc, err := connectNATS(cctx, url, "kvindex relay", timeout, log)
+	nc, err := connectNATS(cctx, url, "kvindex relay", timeout, log, natsOpts...)
 	if err != nil {
 		return nil, nil, err
 	}

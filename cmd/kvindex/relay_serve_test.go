@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
+
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
 	"github.com/kvindex/kvindex/server"
@@ -173,6 +175,58 @@ func TestRelaySplitsPastMaxPayload(t *testing.T) {
 	got := postMatch(t, hc, addr, "m", q[:60000]) // under max_query_blocks (65,536)
 	if len(got.Matches) != 1 || got.Matches[0].Score != 60000 || got.Matches[0].Size != n {
 		t.Fatalf("matches %+v, want prefill scoring 60000, holding %d blocks", got.Matches, n)
+	}
+	tr.CloseIdleConnections()
+	stop()
+	if code := <-done; code != 0 {
+		t.Fatalf("serve: exit %d, stderr %q", code, errOut.String())
+	}
+}
+
+// TestRelayServeNATSCredentials: against a NATS server that requires a user and a
+// password, relay --ops and serve --nats connect with --nats-user and
+// --nats-password-file and serve matches the log; without them relay exits 1 (before,
+// neither had a way to give credentials).
+func TestRelayServeNATSCredentials(t *testing.T) {
+	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+		NoLog: true, NoSigs: true, Username: "kvindex", Password: "not-on-the-command-line"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	url := s.ClientURL()
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "pw")
+	log := filepath.Join(dir, "ops.jsonl")
+	op := oplog.Op{Kind: oplog.Stored, Worker: "w", Blocks: [][2]uint64{{7, 1}, {8, 2}}}
+	if err := os.WriteFile(pw, []byte("not-on-the-command-line\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(log, oplog.Append(nil, op), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runCLI(t, "relay", "--nats", url, "--ops", log, "--model", "m", "--connect-timeout", "300ms"); code != 1 {
+		t.Fatalf("relay without credentials: exit %d (%s)", code, stderr)
+	}
+	creds := []string{"--nats-user", "kvindex", "--nats-password-file", pw}
+	if code, stdout, stderr := runCLI(t, append([]string{"relay", "--nats", url, "--ops", log, "--model", "m"}, creds...)...); code != 0 {
+		t.Fatalf("relay: exit %d\n%s%s", code, stdout, stderr)
+	}
+	var out, errOut syncBuffer
+	done, stop := background(t, func(ctx context.Context) int {
+		return serveMain(ctx, append([]string{"--nats", url, "--models", "m=16", "--listen", "127.0.0.1:0", "--log-level", "warn"}, creds...), &out, &errOut)
+	})
+	addr := waitListening(t, &out, &errOut)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	waitReady(t, hc, addr, &errOut)
+	if got := postMatch(t, hc, addr, "m", []uint64{7, 8}); len(got.Matches) != 1 || got.Matches[0].Score != 2 {
+		t.Fatalf("matches %+v", got.Matches)
 	}
 	tr.CloseIdleConnections()
 	stop()

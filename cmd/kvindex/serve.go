@@ -122,6 +122,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 	maxMsg := fs.Int("max-message-bytes", 0, maxMessageHelp)
 	logLevel := fs.String("log-level", "info", logLevelHelp)
 	check := fs.Bool("check", false, "validate the configuration, print it and exit")
+	natsAuth := natsAuthFlags(fs)
 	natsURL := fs.String("nats", "", natsHelp+": follow a kvindex relay's stream there instead of (or besides) ZeroMQ engines")
 	stream := fs.String("stream", fabric.DefaultStream, "with --nats: "+streamHelp)
 	modelsFlag := fs.String("models", "", "with --nats: models served from the stream and their block sizes, as NAME=BLOCKSIZE,...")
@@ -261,7 +262,12 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	opts := server.Options{Logger: log, Listener: httpLn, GRPCListener: grpcLn, Collectors: snapStats.collectors()}
 	if *natsURL != "" {
-		rep, closeRep, err := startReplica(ctx, log, *natsURL, *stream, cfg, *snapshot, *snapEvery, snapStats)
+		natsOpts, err := natsAuth.Options()
+		if err != nil {
+			fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
+			return 2
+		}
+		rep, closeRep, err := startReplica(ctx, log, *natsURL, *stream, cfg, *snapshot, *snapEvery, snapStats, natsOpts)
 		if err != nil {
 			fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
 			return 1
@@ -392,8 +398,8 @@ func (r *replicaFeed) caughtUp() bool {
 // startReplica connects to NATS, starts a replica of the stream (from the snapshot when
 // one is given and sound) and, with a snapshot path, writes it periodically. The returned
 // function writes a last snapshot, closes everything and returns the snapshot's error.
-func startReplica(ctx context.Context, log *slog.Logger, url, stream string, cfg server.Config, snapshot string, every time.Duration, stats *snapshotMetrics) (*replicaFeed, func() error, error) {
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.Name("kvindex serve"))
+func startReplica(ctx context.Context, log *slog.Logger, url, stream string, cfg server.Config, snapshot string, every time.Duration, stats *snapshotMetrics, auth []nats.Option) (*replicaFeed, func() error, error) {
+	nc, err := nats.Connect(url, append([]nats.Option{nats.MaxReconnects(-1), nats.Name("kvindex serve")}, auth...)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--nats: %w", err)
 	}
