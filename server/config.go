@@ -289,6 +289,9 @@ type EngineConfig struct {
 	// Bind listens on Endpoint for an engine that connects (vLLM connects when its
 	// endpoint names a host rather than '*').
 	Bind bool `json:"bind,omitempty"`
+	// AllowedPeers, with bind, are the only addresses (IPs, CIDR prefixes) that may
+	// connect (subscriber.Config.AllowedPeers); empty: any.
+	AllowedPeers []string `json:"allowed_peers,omitempty"`
 	// Media, when set, lists the only media accepted, each of which must have a tier
 	// (Config.Tiers or its defaults); "*" accepts every medium, those without a tier on
 	// the device tier. Default: every medium with a tier. ["", "GPU"] indexes device
@@ -637,6 +640,7 @@ func (p *planner) subscriberConfig(e EngineConfig, ep, rep, worker string, r int
 		Endpoint:        ep,
 		ReplayEndpoint:  rep,
 		Bind:            e.Bind,
+		AllowedPeers:    e.AllowedPeers,
 		Topic:           e.Topic,
 		Worker:          worker,
 		Model:           e.Model,

@@ -136,6 +136,14 @@ type Config struct {
 	// A bound endpoint must serve exactly one publisher: sequence numbers of two
 	// publishers on one socket cannot be told apart.
 	Bind bool
+	// AllowedPeers, with Bind, lists the IP addresses and CIDR prefixes ("10.0.3.7",
+	// "10.0.0.0/16") allowed to connect; another peer is closed on accept and counted
+	// in Status.PeersRefused. Empty: any peer, so anyone who reaches the port can
+	// inject or clear the worker's blocks. ZMTP's CURVE encryption and authentication is
+	// not available (go-zeromq/zmq4 implements the NULL and PLAIN mechanisms only):
+	// where the network is not trusted, use dial mode (the engine binds, and only the
+	// routers may reach its port) or a tunnel.
+	AllowedPeers []string
 	// Topic is the SUB prefix filter; "" receives every topic (vLLM's default topic).
 	Topic string
 	// Worker is the worker id the events are applied under. Required.
@@ -256,6 +264,14 @@ func (c Config) validate() error {
 	}
 	if err := CheckEndpoint(c.Endpoint, !c.Bind); err != nil {
 		return bad("Endpoint: %v", err)
+	}
+	if len(c.AllowedPeers) > 0 {
+		if !c.Bind {
+			return bad("AllowedPeers needs Bind (a dialled publisher is the one we chose)")
+		}
+		if _, err := ParsePeers(c.AllowedPeers); err != nil {
+			return bad("%v", err)
+		}
 	}
 	if c.ReplayEndpoint != "" {
 		if err := CheckEndpoint(c.ReplayEndpoint, true); err != nil {

@@ -86,6 +86,13 @@
 // unreachable for longer than Grace has its worker removed from the index; when it comes
 // back it is synced from scratch.
 //
+// A bound socket trusts whoever connects unless Config.AllowedPeers names the addresses
+// that may; it holds at most eight connections, and when full a new one takes the place
+// of the connection idle longest (two seconds at least), so idle connections cannot lock
+// the real publisher out. ZMTP CURVE is not available (go-zeromq/zmq4 has the NULL and
+// PLAIN mechanisms only): on an untrusted network prefer dial mode, where the subscriber
+// chooses its peer, with the engine's port reachable by the routers only.
+//
 // # Hostile peers
 //
 // Anything that can reach an engine's PUB or replay port, or a bound endpoint, can talk

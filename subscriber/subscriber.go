@@ -115,6 +115,7 @@ func New(cfg Config) (*Subscriber, error) {
 	}
 	s.subGuard = &guard{self: zmq4.Sub, maxMsg: uint64(cfg.MaxMessageBytes), handshake: cfg.ReplayTimeout,
 		maxConns: maxBoundConns, refused: s.peerRefused}
+	s.subGuard.allowed, _ = ParsePeers(cfg.AllowedPeers) // validated
 	s.dealerGuard = &guard{self: zmq4.Dealer, maxMsg: uint64(cfg.MaxMessageBytes), handshake: cfg.ReplayTimeout,
 		maxConns: 1, refused: s.peerRefused}
 	s.replay = s.zmqReplay

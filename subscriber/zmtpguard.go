@@ -41,8 +41,12 @@ import (
 //     socket type compatible with ours;
 //   - a message frame before the handshake, reserved flag bits, a message of more than
 //     maxMessageFrames frames, or whose frames add up past the per-message cap;
-//   - on a bound socket, a connection past guard.maxConns open at once (the endpoint
-//     serves one publisher; each connection may hold one capped frame in zmq4).
+//   - on a bound socket, a peer whose address is not in Config.AllowedPeers (when set),
+//     and a connection past guard.maxConns open at once (the endpoint serves one
+//     publisher; each connection may hold one capped frame in zmq4) unless the open
+//     connection idle longest has been idle evictIdle or more: that one is closed to make
+//     room, so idle connections cannot lock the real publisher out (it reconnects, and
+//     it is the one that sends).
 //
 // A peer that does not finish the handshake within guard.handshake is cut off too (zmq4
 // would wait forever, holding its accept loop or the dialling goroutine).
@@ -62,6 +66,9 @@ const (
 	maxMessageFrames = 16
 	// maxBoundConns bounds the connections a bound SUB socket holds at once.
 	maxBoundConns = 8
+	// evictIdle is how long a bound socket's connection must have passed no byte
+	// before a new one may take its place when the socket is full.
+	evictIdle = 2 * time.Second
 
 	// readBufferBytes is each guarded connection's read buffer. zmq4 reads a message
 	// as a 2-byte header, then the body, then the next header, each straight from the
@@ -91,8 +98,74 @@ type guard struct {
 	handshake time.Duration   // bound on greeting + READY
 	maxConns  int64           // bound socket: connections open at once
 	refused   func(err error) // called once per refused connection, from any goroutine
+	allowed   []*net.IPNet    // bound socket: the peers accepted (nil: any)
 
 	live atomic.Int64 // guarded connections not yet closed
+	// conns are the bound socket's open connections, for eviction (Accept and Close).
+	mu    sync.Mutex
+	conns map[*guardConn]struct{}
+}
+
+// admits reports whether the peer at addr may connect to a bound socket.
+func (g *guard) admits(addr net.Addr) bool {
+	if g.allowed == nil {
+		return true
+	}
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return true // a Unix socket's peers are the host's processes
+	}
+	for _, n := range g.allowed {
+		if n.Contains(tcp.IP) {
+			return true
+		}
+	}
+	return false
+}
+
+// evictIdlest closes the open connection idle longest if it has been idle evictIdle,
+// and reports whether it did.
+func (g *guard) evictIdlest(now int64) bool {
+	g.mu.Lock()
+	var oldest *guardConn
+	for c := range g.conns {
+		if oldest == nil || c.active.Load() < oldest.active.Load() {
+			oldest = c
+		}
+	}
+	g.mu.Unlock()
+	if oldest == nil || now-oldest.active.Load() < int64(evictIdle) {
+		return false
+	}
+	g.refused(fmt.Errorf("%w: %s: idle for %v while the bound socket was full; closed for a new connection",
+		ErrPeerRefused, oldest.RemoteAddr(), time.Duration(now-oldest.active.Load()).Round(time.Millisecond)))
+	_ = oldest.Close()
+	return true
+}
+
+// ParsePeers parses a bound socket's allowed peers: IP addresses and CIDR prefixes.
+func ParsePeers(peers []string) ([]*net.IPNet, error) {
+	var out []*net.IPNet
+	for _, p := range peers {
+		if !strings.Contains(p, "/") {
+			ip := net.ParseIP(p)
+			if ip == nil {
+				return nil, fmt.Errorf("allowed peer %q is not an IP address or a CIDR prefix", p)
+			}
+			bits := 8 * len(ip.To16())
+			if ip.To4() != nil {
+				ip, bits = ip.To4(), 32
+			}
+			out = append(out, &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)})
+			continue
+		}
+		_, n, err := net.ParseCIDR(p)
+		if err != nil {
+			return nil, fmt.Errorf("allowed peer %q: %v", p, err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // guards maps the ids embedded in guarded endpoints to their guards while zmq4 dials
@@ -225,6 +298,14 @@ func (l *guardListener) Accept() (net.Conn, error) {
 			continue
 		}
 		backoff = 0
+		if !l.g.admits(c.RemoteAddr()) {
+			_ = c.Close()
+			l.g.refused(fmt.Errorf("%w: %s: not an allowed peer of this bound socket", ErrPeerRefused, c.RemoteAddr()))
+			continue
+		}
+		if l.g.live.Load() >= l.g.maxConns {
+			l.g.evictIdlest(time.Now().UnixNano())
+		}
 		if l.g.live.Add(1) > l.g.maxConns {
 			l.g.live.Add(-1)
 			_ = c.Close()
@@ -232,7 +313,14 @@ func (l *guardListener) Accept() (net.Conn, error) {
 				ErrPeerRefused, c.RemoteAddr(), l.g.maxConns))
 			continue
 		}
-		return newGuardConn(c, l.g), nil
+		gc := newGuardConn(c, l.g)
+		l.g.mu.Lock()
+		if l.g.conns == nil {
+			l.g.conns = map[*guardConn]struct{}{}
+		}
+		l.g.conns[gc] = struct{}{}
+		l.g.mu.Unlock()
+		return gc, nil
 	}
 }
 
@@ -262,10 +350,14 @@ type guardConn struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	// active is when the connection last passed bytes (Unix nanoseconds; any
+	// goroutine reads it for eviction).
+	active atomic.Int64
 }
 
 func newGuardConn(c net.Conn, g *guard) *guardConn {
 	gc := &guardConn{Conn: c, g: g, br: bufio.NewReaderSize(c, readBufferBytes), buf: make([]byte, zmtpGreetingLen)}
+	gc.active.Store(time.Now().UnixNano())
 	if g.handshake > 0 {
 		_ = c.SetDeadline(time.Now().Add(g.handshake))
 	}
@@ -278,6 +370,9 @@ func (c *guardConn) Close() error {
 	c.closeOnce.Do(func() {
 		c.closeErr = c.Conn.Close()
 		c.g.live.Add(-1)
+		c.g.mu.Lock()
+		delete(c.g.conns, c)
+		c.g.mu.Unlock()
 	})
 	return c.closeErr
 }
@@ -312,6 +407,9 @@ func (c *guardConn) Read(p []byte) (int, error) {
 	}
 	n, err := c.br.Read(p)
 	c.bodyLeft -= uint64(n)
+	if n > 0 {
+		c.active.Store(time.Now().UnixNano())
+	}
 	if err != nil {
 		c.fail(err)
 	}

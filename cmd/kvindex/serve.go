@@ -68,6 +68,8 @@ func (e *engineFlags) Set(spec string) error {
 			c.DPRank = &r
 		case "bind":
 			c.Bind, err = strconv.ParseBool(v)
+		case "allowed_peers":
+			c.AllowedPeers = strings.Split(v, "|")
 		case "media":
 			c.Media = strings.Split(v, "|")
 		case "hash_seed":
@@ -88,7 +90,7 @@ func (e *engineFlags) Set(spec string) error {
 		case "kv_group_kinds":
 			c.KVGroupKinds = strings.Split(v, "|")
 		default:
-			return fmt.Errorf("unknown key %q (want endpoint, replay, worker, model, block_size, dp_ranks, dp_rank_start, dp_rank, topic, bind, media, hash_seed, hash_algo, hash_sample, kv_groups, kv_group_kinds)", k)
+			return fmt.Errorf("unknown key %q (want endpoint, replay, worker, model, block_size, dp_ranks, dp_rank_start, dp_rank, topic, bind, allowed_peers, media, hash_seed, hash_algo, hash_sample, kv_groups, kv_group_kinds)", k)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %v", k, err)
