@@ -598,3 +598,47 @@ func commonPrefix(a, b []uint64) int {
 	}
 	return n
 }
+
+// WorkerPrediction is one worker's predicted length for a query (PredictedIn).
+type WorkerPrediction struct {
+	// Worker is the worker's id as given to Predict.
+	Worker string
+	// Blocks is the longest common prefix of the query with any of the worker's live
+	// predictions in the query's namespace: at least 1.
+	Blocks int
+}
+
+// PredictedIn appends to dst, for every worker with a live prediction in namespace that
+// shares at least the query's first block, its predicted length, whatever its confirmed
+// score (FindMatchesIn merges the two, so a prediction shorter than the confirmed
+// blocks does not show there): the score a router falls back to when it cannot trust a
+// worker's events (package server's trust states). The order is unspecified. It reads
+// the prediction table under its read lock, allocates nothing beyond dst's growth, and
+// answers an empty query, an unknown namespace and an engine without predictions with
+// dst unchanged; it never blocks on the shards and answers after Close too.
+func (e *Engine) PredictedIn(namespace string, content []uint64, dst []WorkerPrediction) []WorkerPrediction {
+	p := &e.preds
+	if len(content) == 0 || p.live.Load() == 0 {
+		return dst
+	}
+	ns := uint32(0)
+	if namespace != "" {
+		if ns = e.namespaceID(namespace, nsFind); ns == 0 {
+			return dst
+		}
+	}
+	root := e.fingerprint(key{prefix: content[0], ns: ns})
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	r := p.roots[root]
+	if r == nil {
+		return dst
+	}
+	now := e.now()
+	for k := range r.ws {
+		if n := p.bestPrefix(r.ws[k].ids, ns, content, now); n > 0 {
+			dst = append(dst, WorkerPrediction{Worker: r.ws[k].w.name, Blocks: n})
+		}
+	}
+	return dst
+}

@@ -3,6 +3,8 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -359,4 +361,44 @@ func TestEventZeroAllocsWithPredictions(t *testing.T) {
 	})
 	require.Zero(t, allocs)
 	require.Equal(t, 4, e.PredictionStats().Predictions)
+}
+
+// TestPredictedIn: a worker's predicted length for a query, whatever its confirmed
+// score (FindMatches reports only the part of a prediction beyond the confirmed
+// blocks), in the query's namespace, live predictions only, without allocating.
+func TestPredictedIn(t *testing.T) {
+	e, clock := newPredEngine(t, engine.Config{Shards: 2})
+	sorted := func(ps []engine.WorkerPrediction) []engine.WorkerPrediction {
+		slices.SortFunc(ps, func(a, b engine.WorkerPrediction) int { return strings.Compare(a.Worker, b.Worker) })
+		return ps
+	}
+	require.Empty(t, e.PredictedIn("", []uint64{1, 2}, nil)) // no prediction at all
+	// a: 4 confirmed blocks and a 2-block prediction; b: a prediction only, of 3 blocks
+	// of which the query shares 2; c: two predictions, the longer shared one counts;
+	// d: another namespace; x: another first block.
+	require.NoError(t, e.Store("a", chain(10, 1, 2, 3, 4)))
+	require.NoError(t, e.Predict(ctx, "a", "", []uint64{1, 2}, time.Second))
+	require.NoError(t, e.Predict(ctx, "b", "", []uint64{1, 2, 7}, time.Second))
+	require.NoError(t, e.Predict(ctx, "c", "", []uint64{1, 9}, time.Second))
+	require.NoError(t, e.Predict(ctx, "c", "", []uint64{1, 2, 3, 8}, 2*time.Second))
+	require.NoError(t, e.Predict(ctx, "d", "ns", []uint64{1, 2, 3, 4}, time.Second))
+	require.NoError(t, e.Predict(ctx, "x", "", []uint64{5, 2, 3}, time.Second))
+	q := []uint64{1, 2, 3, 4, 5}
+	require.Equal(t, []engine.WorkerPrediction{{Worker: "a", Blocks: 2}, {Worker: "b", Blocks: 2}, {Worker: "c", Blocks: 3}},
+		sorted(e.PredictedIn("", q, nil)))
+	// FindMatches merges: a's confirmed 4 hide its prediction.
+	require.Equal(t, engine.Match{Worker: "a", Score: 4, Size: 4, Tiers: [3]int{4, 4, 4}}, match(t, e, "", q...)[0])
+	require.Equal(t, []engine.WorkerPrediction{{Worker: "d", Blocks: 4}}, e.PredictedIn("ns", q, nil))
+	require.Empty(t, e.PredictedIn("nowhere", q, nil))
+	require.Empty(t, e.PredictedIn("", nil, nil))
+	// dst is appended to.
+	got := e.PredictedIn("ns", q, []engine.WorkerPrediction{{Worker: "keep", Blocks: 9}})
+	require.Equal(t, []engine.WorkerPrediction{{Worker: "keep", Blocks: 9}, {Worker: "d", Blocks: 4}}, got)
+	// Expired predictions do not count: c's longer one outlives the others.
+	clock.advance(time.Second)
+	require.Equal(t, []engine.WorkerPrediction{{Worker: "c", Blocks: 3}}, e.PredictedIn("", q, nil))
+	if !raceEnabled {
+		dst := make([]engine.WorkerPrediction, 0, 8)
+		require.Zero(t, testing.AllocsPerRun(100, func() { dst = e.PredictedIn("", q, dst[:0]) }))
+	}
 }
