@@ -43,6 +43,7 @@ unit: publisher-deps
 race: publisher-deps
 	$(GO) test -race -count=1 ./...
 	$(GO) test -count=1 -run '^TestFloodRSSBounded$$' ./subscriber/
+	$(GO) test -count=1 -run '^TestMemoryBudget$$' ./server/
 	$(GO) test -count=1 -run '^TestReferenceModelConformance$$' ./internal/replay/
 	$(GO) test -count=1 -run '^(TestConformance|TestDifferentialRandom)$$' ./bench/radix/
 
@@ -137,12 +138,14 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzWatchStream$$' -fuzztime $(call fuzzbudget,20000x) ./internal/kube/
 	$(GO) test -run '^$$' -fuzz '^FuzzMooncake$$' -fuzztime $(call fuzzbudget,15000x) ./server/
 
-## soak: a bounded soak (SOAK, default 3m) of publisher churn, restarts, gaps, hostile
-## peers and queries through real libzmq; resources stay flat, answers equal the model.
-## Not part of make test.
+## soak: bounded soaks (SOAK each, default 3m): publisher churn, restarts, gaps, hostile
+## peers and queries through real libzmq (subscriber); serve's API under every
+## client-facing attack at once while events and checked queries go on (server).
+## Resources stay flat, answers equal the model. Not part of make test.
 SOAK ?= 3m
 soak: publisher-deps
 	KVINDEX_SOAK=$(SOAK) KVINDEX_REQUIRE_PUBLISHER=1 $(GO) test -count=1 -run '^TestSoak$$' -timeout 30m -v ./subscriber/
+	KVINDEX_SOAK=$(SOAK) $(GO) test -count=1 -run '^TestServeSoak$$' -timeout 30m -v ./server/
 
 ## stress: the long concurrency stress (many producers and readers, all shard counts).
 stress:

@@ -240,6 +240,9 @@ type IndexConfig struct {
 	// PredictionsPerWorker and PredictedBlocks bound the predictions (engine.Config).
 	PredictionsPerWorker int `json:"predictions_per_worker,omitempty"`
 	PredictedBlocks      int `json:"predicted_blocks,omitempty"`
+	// NamespaceBytes bounds the namespace table (engine.Config.NamespaceBytes):
+	// LoRA adapters and cache salts the index names. Default 64 MiB.
+	NamespaceBytes int64 `json:"namespace_bytes,omitempty"`
 	// Locked runs the index behind one lock instead of shard goroutines
 	// (engine.Config.LockedIndex, which says when to choose it): the fastest queries on
 	// a machine of a few cores with a modest event rate. Shards must be 0 or 1 with it.
@@ -256,7 +259,7 @@ type IndexConfig struct {
 func (c IndexConfig) Engine() engine.Config {
 	return engine.Config{Shards: c.Shards, LockedIndex: c.Locked, JumpSize: c.JumpSize, QueueSize: c.QueueSize,
 		PredictionTTL: time.Duration(c.PredictionTTL), PredictionsPerWorker: c.PredictionsPerWorker,
-		PredictedBlocks: c.PredictedBlocks, SpecChain: c.SpecChain}
+		PredictedBlocks: c.PredictedBlocks, SpecChain: c.SpecChain, NamespaceBytes: c.NamespaceBytes}
 }
 
 // EngineConfig describes one engine: its endpoints, identity and model.

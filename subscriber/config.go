@@ -30,6 +30,10 @@ type Index interface {
 	Apply(ev *engine.Event) error
 }
 
+// MaxBoundConns bounds the connections a bound socket (Config.Bind) holds at once: the
+// endpoint serves one publisher, and each connection may hold one capped frame.
+const MaxBoundConns = 8
+
 // MinInterval is the shortest reconnect backoff, replay timeout, resync interval and
 // tail check a Config may set: shorter ones only spin.
 const MinInterval = time.Millisecond

@@ -65,7 +65,7 @@ const (
 	// frame, so empty frames must be bounded too.
 	maxMessageFrames = 16
 	// maxBoundConns bounds the connections a bound SUB socket holds at once.
-	maxBoundConns = 8
+	maxBoundConns = MaxBoundConns
 	// evictIdle is how long a bound socket's connection must have passed no byte
 	// before a new one may take its place when the socket is full.
 	evictIdle = 2 * time.Second
