@@ -12,6 +12,7 @@ import (
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/internal/namespace"
 	"github.com/kvindex/kvindex/internal/replay"
+	"github.com/kvindex/kvindex/internal/testsize"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -303,8 +304,8 @@ func TestBadSnapshotFallsBack(t *testing.T) {
 func TestFaults(t *testing.T) {
 	ctx := testCtx(t)
 	ns := startNATS(t)
-	h := randomHistory(6, 4000)
-	sc := StreamConfig{} // file storage
+	h := randomHistory(6, testsize.Pick(4000, 2000)) // make test-long: 4,000
+	sc := StreamConfig{}                             // file storage
 	snap := filepath.Join(t.TempDir(), "b.snap")
 
 	relay := func(ctx context.Context, ops int) (*Publisher, error) {

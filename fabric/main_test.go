@@ -18,6 +18,7 @@ import (
 	"github.com/kvindex/kvindex/internal/namespace"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/testsize"
 )
 
 // TestMain checks for leaked goroutines as goleak.VerifyTestMain does, but gives them
@@ -250,5 +251,11 @@ func memoryStream(t testing.TB, seed uint64, n int) (context.Context, *natsServe
 	ns := startNATS(t)
 	nc := ns.connect(t)
 	sc := StreamConfig{Memory: true}
+	// Under the race detector (make test) a history of more than 1,000 events is half
+	// as long: the goroutines that meet in these tests (publisher, consumer, snapshot)
+	// meet as often in the first half; make test-long runs the full ones (testsize).
+	if n > 1000 {
+		n = testsize.Pick(n, n/2)
+	}
 	return ctx, ns, nc, randomHistory(seed, n), sc, newPublisher(t, ctx, nc, PublisherConfig{Stream: sc})
 }
