@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/stats"
@@ -255,6 +256,25 @@ func (a *admission) grpcTap(n int64) tap.ServerInHandle {
 	}
 }
 
+// grpcRelease returns a unary call's reservation as soon as its handler returns, before
+// grpc-go writes the response (grpc.UnaryInterceptor): the client may start its next
+// call the moment it reads the answer, and that call must find this one's bytes free,
+// or a client that keeps the advertised number of calls in flight is refused now and
+// then. grpcStats returns the reservation of a call that never reached a handler.
+func (a *admission) grpcRelease(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	resp, err := h(ctx, req)
+	a.releaseCall(ctx)
+	return resp, err
+}
+
+// grpcStreams is how many calls one gRPC connection may have in flight: the configured
+// bound, at most the connection's budget over the largest message (at least one), so
+// that a client that honours the advertised SETTINGS_MAX_CONCURRENT_STREAMS (grpc-go's
+// does: it queues calls past it) is never refused for its connection's budget.
+func (a *admission) grpcStreams(configured uint32, maxMessage int64) uint32 {
+	return min(configured, uint32(min(max(1, a.limits.ConnInFlightBytes/maxMessage), int64(configured))))
+}
+
 // grpcStats returns a call's reservation when the call ends (grpc.StatsHandler).
 type grpcStats struct{ a *admission }
 
@@ -263,11 +283,15 @@ func (g grpcStats) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	if _, end := s.(*stats.End); !end {
 		return
 	}
+	g.a.releaseCall(ctx)
+}
+
+// releaseCall returns ctx's call reservation, once.
+func (a *admission) releaseCall(ctx context.Context) {
 	res, _ := ctx.Value(grpcReservationKey{}).(*grpcReservation)
 	if res == nil || res.done.Swap(true) {
 		return
 	}
-	a := g.a
 	a.mu.Lock()
 	a.release(&res.conn.budget, res.n)
 	if res.conn.calls--; res.conn.calls == 0 && a.grpcConns[res.addr] == res.conn {

@@ -55,7 +55,9 @@ type GRPCConfig struct {
 	// 64 MiB: a 4 MiB request holds a query of about a million tokens.
 	MaxMessageBytes int `json:"max_message_bytes,omitempty"`
 	// MaxConcurrentStreams bounds the calls one connection may have in flight. Default
-	// 128, at most 65536.
+	// 128, at most 65536; the server advertises at most limits.conn_in_flight_bytes /
+	// MaxMessageBytes (4 with the defaults), so that a client's calls queue on its side
+	// rather than being refused for the connection's budget (admit.go).
 	MaxConcurrentStreams uint32 `json:"max_concurrent_streams,omitempty"`
 }
 
@@ -98,12 +100,12 @@ func (s *Server) newGRPCServer() *grpc.Server {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(g.MaxMessageBytes),
 		grpc.MaxSendMsgSize(g.MaxMessageBytes),
-		grpc.MaxConcurrentStreams(g.MaxConcurrentStreams),
+		grpc.MaxConcurrentStreams(s.admit.grpcStreams(g.MaxConcurrentStreams, int64(g.MaxMessageBytes))),
 		grpc.MaxHeaderListSize(grpcMaxHeaderListBytes),
 		grpc.ConnectionTimeout(5 * time.Second),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: time.Minute, Timeout: 20 * time.Second}),
-		grpc.ChainUnaryInterceptor(s.grpcMetrics, s.access.grpcUnary),
+		grpc.ChainUnaryInterceptor(s.grpcMetrics, s.access.grpcUnary, s.admit.grpcRelease),
 		grpc.InTapHandle(s.admit.grpcTap(int64(g.MaxMessageBytes))),
 		grpc.StatsHandler(grpcStats{s.admit}),
 	}
