@@ -340,3 +340,26 @@ func TestGRPCClientQueuesPastStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLongNamespaceRefused: a cache salt (or LoRA name, or namespace) that makes a
+// namespace longer than engine.MaxNamespaceLen is refused with 400 before anything is
+// built from it (a salt of 400,000 ';' escaped to 1.2 MB, was interned for good, written
+// into the snapshot, and made the next restart refuse it); the namespace table shows in
+// /metrics.
+func TestLongNamespaceRefused(t *testing.T) {
+	_, c := start(t, server.Config{Listen: "127.0.0.1:0", Engines: []server.EngineConfig{{Worker: "w", Model: "m", BlockSize: 4}}})
+	c.waitReady(t)
+	var e struct{ Error, Code string }
+	for _, salt := range []string{strings.Repeat(";", 400000), strings.Repeat("s", engine.MaxNamespaceLen)} {
+		body := fmt.Sprintf(`{"model":"m","worker":"w","content_hashes":[1],"cache_salt":%q}`, salt)
+		if code := c.do("POST", "/v1/routed", body, &e); code != 400 || e.Code != "bad_namespace" {
+			t.Fatalf("salt of %d bytes: %d %+v", len(salt), code, e)
+		}
+	}
+	if code := c.do("POST", "/v1/routed", `{"model":"m","worker":"w","content_hashes":[1],"cache_salt":"ok"}`, &e); code != 200 {
+		t.Fatalf("a short salt: %d %+v", code, e)
+	}
+	if got := metric(c, "kvindex_index_namespaces"); got != 1 {
+		t.Fatalf("kvindex_index_namespaces %v, want 1", got)
+	}
+}

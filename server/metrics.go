@@ -29,6 +29,7 @@ type collector struct {
 	queries, abandoned                                *prometheus.Desc
 	queueLen, shardApplied, producerWaits, waitSecs   *prometheus.Desc
 	predictions, predictedBlocks                      *prometheus.Desc
+	namespaces, namespaceBytes, nsDropped, nsRefused  *prometheus.Desc
 	replaySlots, replaysWaited                        *prometheus.Desc
 }
 
@@ -77,6 +78,10 @@ func newCollector(s *Server) *collector {
 		shardApplied:      d("shard_applied_total", "Deltas applied by each shard.", "shard"),
 		producerWaits:     d("producer_waits_total", "Times an event producer waited for room in a full shard ring."),
 		waitSecs:          d("producer_wait_seconds_total", "Time event producers spent waiting for full shard rings."),
+		namespaces:        d("index_namespaces", "Namespace names (models, LoRA adapters, cache salts) the index has interned."),
+		namespaceBytes:    d("index_namespace_bytes", "Accounted bytes of the interned namespace names, out of index.namespace_bytes."),
+		nsDropped:         d("index_namespaces_dropped_total", "Namespace names dropped because no block and no live prediction used them."),
+		nsRefused:         d("index_namespaces_refused_total", "Stored events and predictions refused because the namespace table was full."),
 		predictions:       d("predictions", "Predictions held (POST /v1/routed, record; expired ones not yet freed included)."),
 		predictedBlocks:   d("predicted_blocks", "Blocks in the predictions held."),
 		replaySlots:       d("replays_in_progress", "Replays running (state running) and waiting for one of the max_concurrent_replays slots (state waiting).", "state"),
@@ -191,6 +196,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.replaySlots, float64(rs.Running), "running")
 	gauge(c.replaySlots, float64(rs.Waiting), "waiting")
 	counter(c.replaysWaited, rs.Waited)
+	gauge(c.namespaces, float64(es.Namespaces))
+	gauge(c.namespaceBytes, float64(es.NamespaceBytes))
+	counter(c.nsDropped, es.NamespacesDropped)
+	counter(c.nsRefused, es.NamespacesRefused)
 	ps := c.s.eng.PredictionStats()
 	gauge(c.predictions, float64(ps.Predictions))
 	gauge(c.predictedBlocks, float64(ps.Blocks))
