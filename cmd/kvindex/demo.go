@@ -165,7 +165,7 @@ func matchBody(prompt []uint32) string {
 
 // printCurls prints the three lines a newcomer tries first.
 func printCurls(w io.Writer, addr string, prompt []uint32) {
-	fmt.Fprintf(w, "Try:\n\n  curl -s http://%s/v1/workers\n  curl -s http://%s/v1/match -d '%s'\n  curl -s http://%s/metrics | grep -E '^kvindex_(blocks|events_applied_total)'\n\nCtrl-C stops it.\n",
+	fmt.Fprintf(w, "Try:\n\n  curl -s http://%s/v1/workers\n  curl -s http://%s/v1/match -d '%s'\n  curl -s http://%s/metrics | grep -E '^kvindex_(blocks|events_applied_total\\{kind=\"stored\")'\n\nCtrl-C stops it.\n",
 		addr, addr, matchBody(prompt), addr)
 }
 
