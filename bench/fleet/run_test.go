@@ -19,7 +19,8 @@ func small() Config {
 	}
 }
 
-// held fails the test for every level (warm-up included) that lost anything.
+// held fails the test for every level (warm-up included) that published nothing or
+// lost anything.
 func held(t *testing.T, rep *Report) {
 	t.Helper()
 	levels := rep.Levels
@@ -34,8 +35,11 @@ func held(t *testing.T, rep *Report) {
 		if l.Loss > 0 || l.Unrecoverable > 0 || l.Stale > 0 || l.SizeMismatch > 0 {
 			t.Errorf("level at %.0f/s lost something: %v", l.Offered, l.Why)
 		}
-		if l.Published == 0 || l.AppliedRate == 0 {
-			t.Errorf("level at %.0f/s published %d, applied %.0f/s", l.Offered, l.Published, l.AppliedRate)
+		// What serve applied while the level ran (AppliedRate) depends on the machine: on
+		// a loaded one a short level's batches may all be applied in the drain. That
+		// every published batch was applied by the drain's end is Loss.
+		if l.Published == 0 {
+			t.Errorf("level at %.0f/s published nothing", l.Offered)
 		}
 	}
 }
