@@ -143,6 +143,9 @@ type hybridKey struct {
 
 // hybrid is a declared worker's groups, owned by the worker's mutex.
 type hybrid struct {
+	// unit and decl are the declaration as given (Groups and snapshots return it).
+	unit   int
+	decl   []Group
 	rules  []groupRule
 	cut    int // lcm of the spans: cuts are multiples of it
 	groups []hybridGroup
@@ -158,8 +161,8 @@ type hybridGroup struct {
 	held [NumTiers]map[hybridKey]int32
 }
 
-func newHybrid(rules []groupRule) *hybrid {
-	h := &hybrid{rules: rules, cut: 1, groups: make([]hybridGroup, len(rules))}
+func newHybrid(unit int, decl []Group, rules []groupRule) *hybrid {
+	h := &hybrid{unit: unit, decl: slices.Clone(decl), rules: rules, cut: 1, groups: make([]hybridGroup, len(rules))}
 	for _, r := range rules {
 		h.cut = lcm(h.cut, r.span)
 	}
@@ -279,7 +282,7 @@ func (e *Engine) declareLocked(w *worker, ev *Event) error {
 	e.dropHybridLocked(w, true)
 	w.clearTiers(e)
 	if !dense(rules) {
-		w.hyb = newHybrid(rules)
+		w.hyb = newHybrid(ev.Unit, ev.Groups, rules)
 		e.listHybrid(w, true)
 	}
 	w.out.events++
@@ -575,17 +578,18 @@ func captureGroups(buf *bytes.Buffer, h *hybrid, nsAt *[]int) {
 		buf.Write(b[:4])
 		return
 	}
-	binary.LittleEndian.PutUint32(b[:4], uint32(len(h.rules)))
-	buf.Write(b[:4])
+	binary.LittleEndian.PutUint32(b[:4], uint32(len(h.decl)))
+	binary.LittleEndian.PutUint32(b[4:], uint32(h.unit))
+	buf.Write(b[:8])
 	type entry struct {
 		seq uint64
 		k   hybridKey
 	}
 	var entries []entry
-	for _, r := range h.rules {
-		binary.LittleEndian.PutUint32(b[0:], uint32(r.kind))
-		binary.LittleEndian.PutUint32(b[4:], uint32(r.span))
-		binary.LittleEndian.PutUint32(b[8:], uint32(r.lookback))
+	for _, g := range h.decl {
+		binary.LittleEndian.PutUint32(b[0:], uint32(g.Kind))
+		binary.LittleEndian.PutUint32(b[4:], uint32(g.BlockSize))
+		binary.LittleEndian.PutUint32(b[8:], uint32(g.Window))
 		buf.Write(b[:12])
 	}
 	for i := range h.rules {
@@ -612,48 +616,44 @@ func captureGroups(buf *bytes.Buffer, h *hybrid, nsAt *[]int) {
 }
 
 // loadGroups reads a worker's groups field of a snapshot into w (locked); a failure is
-// left in p.err. A snapshot's declaration is checked as an event's is (kinds, spans,
-// lookbacks, the group count), and a dense declaration is refused: the writer never
-// emits one.
+// left in p.err. A snapshot's declaration is checked as an event's is
+// (validateGroups), and a dense declaration is refused: the writer never emits one.
 func (e *Engine) loadGroups(p *snapReader, w *worker, nsCount uint32, nsIDs []uint32) {
 	n := p.u32()
 	if p.err != nil || n == 0 {
 		return
 	}
-	if n > MaxGroups {
-		p.fail(fmt.Sprintf("worker %q: %d groups", w.name, n))
+	unit := p.u32()
+	if n > MaxGroups || unit > 1<<30 {
+		p.fail(fmt.Sprintf("worker %q: %d groups of unit %d", w.name, n, unit))
 		return
 	}
 	if w.seqs.n != 0 || w.tl.Load() != nil {
 		p.fail(fmt.Sprintf("worker %q: blocks outside its groups", w.name))
 		return
 	}
-	rules := make([]groupRule, n)
-	for i := range rules {
-		r := groupRule{kind: GroupKind(p.u32()), span: int(p.u32()), lookback: int(p.u32())}
+	decl := make([]Group, n)
+	for i := range decl {
+		kind, bs, win := p.u32(), p.u32(), p.u32()
 		if p.err != nil {
 			return
 		}
-		valid := r.span >= 1 && r.span <= MaxGroupSpan
-		switch r.kind {
-		case GroupFull, GroupMamba:
-			valid = valid && r.lookback == 0
-		case GroupSlidingWindow:
-			valid = valid && r.lookback >= 1 && r.lookback <= MaxDepth
-		default:
-			valid = false
-		}
-		if !valid {
+		if kind > 255 || bs > 1<<30 || win > 1<<30 {
 			p.fail(fmt.Sprintf("worker %q: group %d malformed", w.name, i))
 			return
 		}
-		rules[i] = r
+		decl[i] = Group{Kind: GroupKind(kind), BlockSize: int(bs), Window: int(win)}
+	}
+	rules, err := validateGroups(int(unit), decl)
+	if err != nil {
+		p.fail(fmt.Sprintf("worker %q: %v", w.name, err))
+		return
 	}
 	if dense(rules) {
 		p.fail(fmt.Sprintf("worker %q: a dense declaration", w.name))
 		return
 	}
-	h := newHybrid(rules)
+	h := newHybrid(int(unit), decl, rules)
 	for gi, r := range rules {
 		for t := range Tier(NumTiers) {
 			cnt := p.u64()
@@ -690,4 +690,22 @@ func (e *Engine) loadGroups(p *snapReader, w *worker, nsCount uint32, nsIDs []ui
 	w.hyb = h
 	e.listHybrid(w, true)
 	e.publishHybrid(w, h, [NumTiers]int{})
+}
+
+// Groups returns the KV-cache groups the worker declared (EventGroups) and the unit
+// they were declared in; ok is false for an unknown worker and for one that declared
+// none (or one full group of the unit, which is the same). An ingester that resumes a
+// worker restored from a snapshot asks it, so as not to declare again (which would drop
+// the worker's blocks).
+func (e *Engine) Groups(worker string) (unit int, groups []Group, ok bool) {
+	w := e.lookup(worker)
+	if w == nil {
+		return 0, nil, false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.dead || w.hyb == nil {
+		return 0, nil, false
+	}
+	return w.hyb.unit, slices.Clone(w.hyb.decl), true
 }

@@ -153,3 +153,28 @@ func BenchmarkHybridQuery(b *testing.B) {
 		e.Close()
 	}
 }
+
+// TestGroupsOf: Groups returns a worker's declaration as given, through a snapshot; a
+// dense declaration, an undeclared worker and an unknown one have none.
+func TestGroupsOf(t *testing.T) {
+	e := newEngine(t, engine.Config{Shards: 1})
+	decl := []engine.Group{{Kind: engine.GroupFull, BlockSize: 16}, {Kind: engine.GroupSlidingWindow, BlockSize: 32, Window: 100}, {Kind: engine.GroupMamba, BlockSize: 64}}
+	require.NoError(t, e.Apply(&engine.Event{Kind: engine.EventGroups, Worker: "h", Unit: 16, Groups: decl}))
+	require.NoError(t, e.Apply(&engine.Event{Kind: engine.EventGroups, Worker: "d", Unit: 16, Groups: decl[:1]}))
+	require.NoError(t, e.Store("p", []engine.Block{{Content: 1, Seq: 1}}))
+	var snap bytes.Buffer
+	require.NoError(t, e.WriteSnapshot(&snap))
+	r, err := engine.Restore(engine.Config{Shards: 1}, &snap, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { r.Close() })
+	for _, x := range []*engine.Engine{e, r} {
+		unit, got, ok := x.Groups("h")
+		require.True(t, ok)
+		require.Equal(t, 16, unit)
+		require.Equal(t, decl, got)
+		for _, w := range []string{"d", "p", "nobody"} {
+			_, _, ok := x.Groups(w)
+			require.False(t, ok, w)
+		}
+	}
+}

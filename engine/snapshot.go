@@ -32,8 +32,9 @@ import (
 //	           (the worker's Position),
 //	           per tier (device, host, disk): count u64,
 //	             count entries sorted by seq: seq u64, prefix u64, parent u64, pos u32, ns u32
-//	           groups u32: 0 for a worker without KV-cache groups, else its groups
-//	             (groups.go): per group kind u32, span u32, lookback u32; then per group,
+//	           groups u32: 0 for a worker without KV-cache groups, else the number of
+//	             its groups (groups.go), then the declaration's unit u32 and per group
+//	             kind u32, block size u32, window u32 (as EventGroups gave them); then per group,
 //	             per tier: count u64, count entries sorted by seq: seq u64, prefix u64,
 //	             end u32, ns u32
 //	crc      u32: CRC-32C (Castagnoli) of every byte before it
