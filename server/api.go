@@ -160,6 +160,10 @@ type Match struct {
 	// State is the worker's subscriber state (live, stale, disconnected, ...), or
 	// "approximate" for a worker without events.
 	State string `json:"state"`
+	// Trust is the trust state the score came from (trust.go): "exact" (the worker's
+	// events), "degraded" (the index merged with predictions: a lower bound) or
+	// "approximate" (predictions alone).
+	Trust string `json:"trust"`
 }
 
 // Pick is the worker the policy chose.
@@ -569,7 +573,7 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp := MatchResponse{Model: m.name, Namespace: ns, Blocks: len(q), TierWeights: weights,
-		Matches: s.matches(found, weights, make([]Match, 0, len(found)))}
+		Matches: s.matches(ns, q, found, weights, make([]Match, 0, len(found)))}
 	opts, code, err := httpPickOpts(&sc.req, q, m)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, code, "%v", err)
@@ -610,16 +614,28 @@ func (s *Server) topK(asked uint64, n int) int {
 //
 // A worker the server does not serve is left out: one whose engine was just removed
 // (its blocks are leaving the index) or whose predictions outlive it (a removed engine
-// without events).
-func (s *Server) matches(found []engine.Match, w engine.Weights, dst []Match) []Match {
+// without events). Each match is scored from its worker's trust state (trust.go; ns
+// and q are the query's, for the predictions of approximate workers), which it names:
+// an approximate worker without a prediction for the query is left out too.
+func (s *Server) matches(ns string, q []uint64, found []engine.Match, w engine.Weights, dst []Match) []Match {
+	fl := s.fleet()
+	ts := s.newTrustScorer(fl, ns, q)
+	defer ts.done()
 	for i := range found {
-		f := &found[i]
+		f := found[i]
 		state := s.workerState(f.Worker)
 		if state == stateUnknown {
 			continue
 		}
+		t := s.scoredTrust(fl, ts.lowered, f.Worker)
+		if !ts.rescore(&f, t) {
+			continue
+		}
+		if t != trustExact {
+			s.trust.fallback[t].Inc()
+		}
 		dst = append(dst, Match{Worker: f.Worker, Score: f.Score, Tiers: f.Tiers, Weighted: f.Weighted(w),
-			Size: f.Size, Predicted: f.Predicted, State: state})
+			Size: f.Size, Predicted: f.Predicted, State: state, Trust: t.String()})
 	}
 	slices.SortFunc(dst, func(a, b Match) int {
 		switch {
@@ -842,8 +858,11 @@ type WorkerInfo struct {
 	Model          string `json:"model"`
 	DPRank         int    `json:"dp_rank"`
 	State          string `json:"state"`
-	Synced         bool   `json:"synced"`
-	Connected      bool   `json:"connected"`
+	// Trust is the worker's diagnosed trust state (trust.go): where its scores come
+	// from, unless trust.off keeps them on the index.
+	Trust     string `json:"trust"`
+	Synced    bool   `json:"synced"`
+	Connected bool   `json:"connected"`
 	// Size is the number of blocks the index holds for the worker; null when the index
 	// cannot tell.
 	Size *int `json:"size"`
@@ -881,7 +900,7 @@ func (s *Server) workerInfo(sub *subscriber.Subscriber, sizer WorkerSizer, now t
 	st := sub.Status()
 	wi := WorkerInfo{
 		Worker: st.Worker, Endpoint: st.Endpoint, ReplayEndpoint: st.ReplayEndpoint, Model: st.Model,
-		DPRank: st.DPRank, State: st.State.String(), Synced: st.Synced, Connected: st.Connected,
+		DPRank: st.DPRank, State: st.State.String(), Trust: s.workerTrust(st.Worker), Synced: st.Synced, Connected: st.Connected,
 		Restarts: st.Restarts, Replays: st.Replays, Duplicates: st.Duplicates, Batches: st.Batches,
 		LagSeconds: st.Lag.Seconds(), LastError: st.LastError, Rejected: map[string]uint64{},
 	}
@@ -938,7 +957,7 @@ func (s *Server) workerInfos(sizer WorkerSizer, now time.Time) []WorkerInfo {
 	for _, name := range slices.Sorted(maps.Keys(f.approx)) {
 		// A worker without events: only its model, state and size (0 unless a relay
 		// feeds the index) mean anything.
-		wi := WorkerInfo{Worker: name, Model: f.approx[name].name, State: stateApproximate, Rejected: map[string]uint64{}}
+		wi := WorkerInfo{Worker: name, Model: f.approx[name].name, State: stateApproximate, Trust: TrustApproximate, Rejected: map[string]uint64{}}
 		if sizer != nil {
 			n, _ := sizer.WorkerSize(name)
 			wi.Size = &n
@@ -969,6 +988,9 @@ func (s *Server) fedWorkers(f *fleet) []WorkerInfo {
 		}
 		if wi.Rejected == nil {
 			wi.Rejected = map[string]uint64{}
+		}
+		if wi.Trust == "" {
+			wi.Trust = TrustExact // its relay vouches for its stream
 		}
 		out = append(out, wi)
 	}

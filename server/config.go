@@ -127,6 +127,9 @@ type Config struct {
 	GRPC GRPCConfig `json:"grpc,omitzero"`
 	// Diagnose sets the thresholds of the silent-miss diagnostics (diagnose.go).
 	Diagnose DiagnoseConfig `json:"diagnose,omitzero"`
+	// Trust configures the fallback to predictions for workers whose events the
+	// index cannot vouch for (trust.go); on unless Trust.Off.
+	Trust TrustConfig `json:"trust,omitzero"`
 	// Tiers maps media (an event's medium) to the index's storage tiers, "device",
 	// "host" or "disk", over the defaults (subscriber.DefaultTiers: "" and "GPU"
 	// device; "CPU", "CPU_TIER1", "CPU_PINNED" host; "STORAGE", "FS", "OBJ", "DISK",
@@ -513,6 +516,9 @@ func (c Config) planner() (*planner, error) {
 		return nil, bad("index: %v", err)
 	}
 	if err := c.GRPC.validate(); err != nil {
+		return nil, err
+	}
+	if err := c.Trust.validate(); err != nil {
 		return nil, err
 	}
 	largest := c.MaxBodyBytes

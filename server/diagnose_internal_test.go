@@ -22,7 +22,8 @@ import (
 
 // In-process tests of the server's diagnostics on a fake clock: the server is built but
 // not started (its subscriber never connects), and blocks are stored into its index
-// directly under the subscriber's worker id, as the subscriber would.
+// directly under the subscriber's worker id, as the subscriber would. trust.off keeps
+// the never-connected worker scored from the index (trust_test.go has the fallback).
 
 type clock struct{ t time.Time }
 
@@ -30,7 +31,7 @@ func (c *clock) now() time.Time { return c.t }
 
 func newDiagServer(t *testing.T, logTo *bytes.Buffer) (*Server, *clock) {
 	t.Helper()
-	cfg := Config{Engines: []EngineConfig{{Endpoint: "tcp://127.0.0.1:1", Worker: "pod-0", Model: "m", BlockSize: 4}}}
+	cfg := Config{Engines: []EngineConfig{{Endpoint: "tcp://127.0.0.1:1", Worker: "pod-0", Model: "m", BlockSize: 4}}, Trust: TrustConfig{Off: true}}
 	opts := Options{}
 	if logTo != nil {
 		opts.Logger = slog.New(slog.NewTextHandler(logTo, nil))

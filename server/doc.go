@@ -100,7 +100,9 @@
 //	      "api_server": "", "token_file": "", "ca_file": ""}},     in-cluster defaults
 //	  "diagnose": {"no_events_after": "2m", "idle_after": "5m", "window": "1m",
 //	    "parent_miss_rate": 0.05, "unmatched_rate": 0.95, "min_samples": 8,
-//	    "log_interval": "5m"}
+//	    "log_interval": "5m"},
+//	  "trust": {"off": false,           true: the index scores every worker (# Trust states)
+//	    "interval": "1s"}               how often problems are diagnosed for it
 //	}
 //
 // Worker ids: the configured worker (or the endpoint) when dp_ranks is 0; with dp_ranks
@@ -167,7 +169,8 @@
 //	                  sim runs) weigh that load against the cache.
 //	   200 {"model": "llama-3-8b", "namespace": "model=llama-3-8b;", "blocks": 3,
 //	        "matches": [{"worker": "pod-7#dp0", "score": 3, "tiers": [1, 3, 3],
-//	                     "weighted": 2.5, "size": 1200, "predicted": 0, "state": "live"}],
+//	                     "weighted": 2.5, "size": 1200, "predicted": 0, "state": "live",
+//	                     "trust": "exact"}],
 //	        "tier_weights": [1, 0.75, 0.25],
 //	        "pick": {"worker": "pod-7#dp0", "policy": "longest-prefix", "score": 3,
 //	                 "weighted": 2.5, "reason": "longest cached prefix"},
@@ -182,7 +185,7 @@
 //	                  token (its prefill leaves the load) or is done (all of it leaves).
 //	   200 {"request_id", "known"}
 //	GET /v1/workers   {"workers": [{"worker", "endpoint", "model", "dp_rank", "state",
-//	                  "synced", "connected", "size", "last_seq", "gaps": {"detected",
+//	                  "trust", "synced", "connected", "size", "last_seq", "gaps": {"detected",
 //	                  "recovered", "unrecoverable"}, "restarts", "replays", "duplicates",
 //	                  "batches", "events": {...}, "rejected": {reason: n}, "lag_seconds",
 //	                  "idle_seconds", "last_error", "diagnostics": {"problems": [{"code",
@@ -327,6 +330,47 @@
 // every log_interval while it lasts, and an info line when it is over (checked every 10
 // s). README.md, "When routing silently stops using the cache", says what to do about
 // each.
+//
+// # Trust states
+//
+// Every match says where its score came from ("trust"; gRPC Match.trust), and every
+// /v1/workers entry the worker's diagnosed state (kvindex_worker_trust{worker,state}: 1
+// for it, 0 for the others). The states, from the subscriber's state and its problems
+// (trust.go decides; the problems are re-diagnosed every trust.interval):
+//
+//	exact        the stream is healthy: subscriber live, none of the problems below.
+//	             Score: the index's, with predictions filling in until the worker's
+//	             events arrive ("predicted" says how much), as always.
+//	degraded     the stream delivers, but the index holds only part of the worker's
+//	             blocks: subscriber stale (history that could not be replayed), or
+//	             stores rejected (parent_not_found, block_size_mismatch). What the index
+//	             holds the worker holds, so the score is the index merged with the
+//	             predictions (the longer of the two): a lower bound.
+//	approximate  the index cannot vouch for the worker: no events at all (an engine
+//	             without an endpoint, no_events), events stopped while it serves
+//	             (events_stopped), block hashes that do not follow from its tokens
+//	             (hash_mismatch: the engine cached under inputs the index does not
+//	             see), or no usable stream (connecting, syncing, disconnected). Score:
+//	             its predictions alone (/v1/routed, "record"), all of it "predicted";
+//	             the index's blocks for it count for nothing, and without a live
+//	             prediction sharing the query's first block it is not among the matches.
+//
+// A worker is exact again as soon as the cause is over: its subscriber live again (a
+// reconnection, a resync after a gap, the engine clearing its cache or restarting) and
+// the problem gone from the diagnostics (an event arrives; a window passes without a
+// mismatch or a rejected store). A change of a worker's problem-driven state is logged;
+// kvindex_trust_fallback_matches_total{trust} counts the matches scored below exact.
+// The Mooncake API's counts are scored the same way (its shape has no field to name
+// the state). A worker fed by a relay (serve --nats) is exact: the relay, which runs its
+// subscriber, vouches for its stream.
+//
+// The fallback is on by default: a worker the diagnostics flag is otherwise scored from
+// a state known to be wrong (an events_stopped worker keeps the credit of blocks it
+// evicted long ago, and a router routes to it forever), and the thresholds behind the
+// flags are minutes long, so a healthy fleet never sees it. "trust": {"off": true}
+// (kvindex serve --no-trust-fallback) scores every worker from the index again: its
+// matches then say "exact" (engines without events still "approximate"), while
+// /v1/workers and kvindex_worker_trust keep the diagnosed state.
 //
 // A worker is eligible for a pick while its subscriber is live or stale (connected and
 // synced). "size" in /v1/workers is filled when the index implements WorkerSizer, else

@@ -83,7 +83,8 @@ func Example() {
 	//       "weighted": 2.5,
 	//       "size": 3,
 	//       "predicted": 0,
-	//       "state": "replicated"
+	//       "state": "replicated",
+	//       "trust": "exact"
 	//     },
 	//     {
 	//       "worker": "pod-7",
@@ -96,7 +97,8 @@ func Example() {
 	//       "weighted": 2,
 	//       "size": 2,
 	//       "predicted": 0,
-	//       "state": "replicated"
+	//       "state": "replicated",
+	//       "trust": "exact"
 	//     }
 	//   ],
 	//   "matches_total": 2,

@@ -230,7 +230,7 @@ func (g *grpcService) Match(ctx context.Context, req *kvindexv1.MatchRequest) (*
 			return nil, status.Errorf(codes.Internal, "find matches: %v", err)
 		}
 	}
-	matches := s.matches(found, weights, make([]Match, 0, len(found)))
+	matches := s.matches(ns, q, found, weights, make([]Match, 0, len(found)))
 	resp := &kvindexv1.MatchResponse{Model: m.name, Namespace: ns, Blocks: int32(len(q)),
 		Matches: make([]*kvindexv1.Match, 0, len(found)), TierWeights: weights[:]}
 	for i := range matches {
@@ -240,7 +240,7 @@ func (g *grpcService) Match(ctx context.Context, req *kvindexv1.MatchRequest) (*
 			tiers[t] = int32(n)
 		}
 		resp.Matches = append(resp.Matches, &kvindexv1.Match{Worker: mt.Worker, Score: int32(mt.Score), Size: int32(mt.Size),
-			State: mt.State, Predicted: int32(mt.Predicted), Tiers: tiers, Weighted: mt.Weighted})
+			State: mt.State, Predicted: int32(mt.Predicted), Tiers: tiers, Weighted: mt.Weighted, Trust: mt.Trust})
 	}
 	opts, err := grpcPickOpts(req, q, m)
 	if err != nil {
@@ -366,7 +366,7 @@ func (g *grpcService) Workers(ctx context.Context, _ *kvindexv1.WorkersRequest) 
 		wi := &infos[i]
 		w := &kvindexv1.Worker{
 			Worker: wi.Worker, Endpoint: wi.Endpoint, ReplayEndpoint: wi.ReplayEndpoint, Model: wi.Model,
-			DpRank: int32(wi.DPRank), State: wi.State, Synced: wi.Synced, Connected: wi.Connected,
+			DpRank: int32(wi.DPRank), State: wi.State, Trust: wi.Trust, Synced: wi.Synced, Connected: wi.Connected,
 			GapsDetected: wi.Gaps.Detected, GapsRecovered: wi.Gaps.Recovered, GapsUnrecoverable: wi.Gaps.Unrecoverable,
 			Restarts: wi.Restarts, Replays: wi.Replays, Batches: wi.Batches, LagSeconds: wi.LagSeconds, LastError: wi.LastError,
 		}

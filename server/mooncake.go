@@ -438,6 +438,7 @@ func (s *Server) mooncakeQuery(ctx context.Context, req *MooncakeQuery, byHash b
 			return nil, http.StatusServiceUnavailable, fmt.Errorf("%w: %v", errUnavailable, err)
 		}
 		s.noteQuery(m, len(found) > 0)
+		found = s.trustFound(ns, q, found)
 	}
 	return s.mooncakeAnswer(m, tenant, string(req.InstanceID), media, found), http.StatusOK, nil
 }

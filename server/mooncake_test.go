@@ -213,9 +213,11 @@ func TestMooncakeRFCExamples(t *testing.T) {
 // TestMooncakeFoldsRanks: an engine's data-parallel ranks (dp_ranks) answer as one
 // instance with per-rank counts, beside a single-rank engine and one served from
 // predictions; tenants, the instance filter, the medium filter and lora_id select
-// what they name. The index is fed directly, as a subscriber would.
+// what they name. The index is fed directly, as a subscriber would; the subscribers
+// never connect, so trust.off keeps their scores on the index (trust_test.go has the
+// fallback).
 func TestMooncakeFoldsRanks(t *testing.T) {
-	cfg := server.Config{Listen: "127.0.0.1:0", Engines: []server.EngineConfig{
+	cfg := server.Config{Listen: "127.0.0.1:0", Trust: server.TrustConfig{Off: true}, Engines: []server.EngineConfig{
 		{Endpoint: "tcp://" + deadPort(t), Worker: "pod", Model: "m", BlockSize: 4, DPRanks: 3},
 		{Endpoint: "tcp://" + deadPort(t), Worker: "solo", Model: "m", BlockSize: 4},
 		{Worker: "approx", Model: "m", BlockSize: 4},

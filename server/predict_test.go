@@ -37,7 +37,7 @@ func TestApproximateEngines(t *testing.T) {
 	// A sibling request follows the first one: all of its score predicted.
 	c.do("POST", "/v1/match", `{"model":"m","tokens":[1,2,3,4,9,9]}`, &resp)
 	if resp.Pick == nil || resp.Pick.Worker != first || len(resp.Matches) != 1 ||
-		resp.Matches[0] != (server.Match{Worker: first, Score: 2, Tiers: [3]int{2, 2, 2}, Weighted: 2, Predicted: 2, State: "approximate"}) {
+		resp.Matches[0] != (server.Match{Worker: first, Score: 2, Tiers: [3]int{2, 2, 2}, Weighted: 2, Predicted: 2, State: "approximate", Trust: "approximate"}) {
 		t.Fatalf("sibling: %+v", resp)
 	}
 	// POST /v1/routed records the caller's own decision, in content hashes too.

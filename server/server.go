@@ -140,6 +140,9 @@ type Server struct {
 	logMu    sync.Mutex
 	logged   map[problemKey]time.Time
 	stopDiag chan struct{}
+
+	// trust is the workers' trust bookkeeping (trust.go).
+	trust trustTable
 }
 
 // New validates cfg and builds the server: the engine and the subscribers (not yet
@@ -265,6 +268,7 @@ func (s *Server) initMetrics() {
 		Name: "kvindex_engine_changes_total",
 		Help: "Engines added, removed, replaced (changed spec) or rejected at runtime, by source (config, api, a discovery source).",
 	}, []string{"source", "change"})
+	s.reg.MustRegister(s.initTrust(), newTrustCollector(s))
 	s.reg.MustRegister(s.findLatency, s.requests, s.inFlight, s.engChanges, newEngineCollector(s), newDiscoveryCollector(s), newCollector(s), newDiagCollector(s), buildInfoGauge(),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
@@ -333,6 +337,11 @@ func (s *Server) Start() error {
 	go func() {
 		defer s.wg.Done()
 		s.diagnoseLoop(s.stopDiag)
+	}()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.trustLoop(s.stopDiag)
 	}()
 	s.httpSrv = &http.Server{
 		Handler:           s.handler,

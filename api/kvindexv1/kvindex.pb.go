@@ -290,7 +290,11 @@ type Match struct {
 	Tiers []int32 `protobuf:"varint,6,rep,packed,name=tiers,proto3" json:"tiers,omitempty"`
 	// weighted: the weighted score, each leading block at the weight of the fastest
 	// tier holding it.
-	Weighted      float64 `protobuf:"fixed64,7,opt,name=weighted,proto3" json:"weighted,omitempty"`
+	Weighted float64 `protobuf:"fixed64,7,opt,name=weighted,proto3" json:"weighted,omitempty"`
+	// trust: the trust state the score came from: "exact" (the worker's events),
+	// "degraded" (the index merged with predictions: a lower bound), "approximate"
+	// (predictions alone). See server/doc.go, "Trust states".
+	Trust         string `protobuf:"bytes,8,opt,name=trust,proto3" json:"trust,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -372,6 +376,13 @@ func (x *Match) GetWeighted() float64 {
 		return x.Weighted
 	}
 	return 0
+}
+
+func (x *Match) GetTrust() string {
+	if x != nil {
+		return x.Trust
+	}
+	return ""
 }
 
 type Pick struct {
@@ -916,8 +927,10 @@ type Worker struct {
 	Batches           uint64  `protobuf:"varint,17,opt,name=batches,proto3" json:"batches,omitempty"`
 	LagSeconds        float64 `protobuf:"fixed64,18,opt,name=lag_seconds,json=lagSeconds,proto3" json:"lag_seconds,omitempty"`
 	LastError         string  `protobuf:"bytes,19,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// trust: the worker's diagnosed trust state (exact, degraded, approximate).
+	Trust         string `protobuf:"bytes,20,opt,name=trust,proto3" json:"trust,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Worker) Reset() {
@@ -1083,6 +1096,13 @@ func (x *Worker) GetLastError() string {
 	return ""
 }
 
+func (x *Worker) GetTrust() string {
+	if x != nil {
+		return x.Trust
+	}
+	return ""
+}
+
 type WorkersResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Workers       []*Worker              `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
@@ -1168,7 +1188,7 @@ const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	"\n" +
 	"\b_waitingB\n" +
 	"\n" +
-	"\b_kv_util\"\xaf\x01\n" +
+	"\b_kv_util\"\xc5\x01\n" +
 	"\x05Match\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x14\n" +
 	"\x05score\x18\x02 \x01(\x05R\x05score\x12\x12\n" +
@@ -1176,7 +1196,8 @@ const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	"\x05state\x18\x04 \x01(\tR\x05state\x12\x1c\n" +
 	"\tpredicted\x18\x05 \x01(\x05R\tpredicted\x12\x14\n" +
 	"\x05tiers\x18\x06 \x03(\x05R\x05tiers\x12\x1a\n" +
-	"\bweighted\x18\a \x01(\x01R\bweighted\"\x9f\x01\n" +
+	"\bweighted\x18\a \x01(\x01R\bweighted\x12\x14\n" +
+	"\x05trust\x18\b \x01(\tR\x05trust\"\x9f\x01\n" +
 	"\x04Pick\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x14\n" +
@@ -1219,7 +1240,7 @@ const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	"firstToken\"(\n" +
 	"\x10FinishedResponse\x12\x14\n" +
 	"\x05known\x18\x01 \x01(\bR\x05known\"\x10\n" +
-	"\x0eWorkersRequest\"\xb3\x04\n" +
+	"\x0eWorkersRequest\"\xc9\x04\n" +
 	"\x06Worker\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12'\n" +
@@ -1242,7 +1263,8 @@ const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	"\vlag_seconds\x18\x12 \x01(\x01R\n" +
 	"lagSeconds\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\x13 \x01(\tR\tlastError\"?\n" +
+	"last_error\x18\x13 \x01(\tR\tlastError\x12\x14\n" +
+	"\x05trust\x18\x14 \x01(\tR\x05trust\"?\n" +
 	"\x0fWorkersResponse\x12,\n" +
 	"\aworkers\x18\x01 \x03(\v2\x12.kvindex.v1.WorkerR\aworkers2\x91\x02\n" +
 	"\x05Index\x12<\n" +

@@ -137,6 +137,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 	tokenFile := fs.String("auth-token-file", "", "require \"Authorization: Bearer TOKEN\" (gRPC: authorization metadata) with a token of this file, one a line; /healthz and /readyz stay open (config: auth.token_file)")
 	allowUnauth := fs.Bool("allow-unauthenticated", false, "serve a non-loopback address without authenticating clients (otherwise serve refuses to start; config: auth.allow_unauthenticated)")
 	weightsFlag := fs.String("tier-weights", "", "default weights of a device, host and disk block in /v1/match's weighted score, as D,H,DISK in [0, 1] (default 1,0.75,0.25; config: tier_weights)")
+	noTrust := fs.Bool("no-trust-fallback", false, "score every worker from the index, even one whose events the diagnostics say it cannot vouch for (otherwise such a worker is scored from the router's predictions and its matches say trust degraded or approximate; config: trust.off)")
 	enginesFile := fs.String("engines-file", "", "also follow the engines listed in this JSON file (an array of config \"engines\" entries), re-read when it changes (config: discovery.file)")
 	var engines engineFlags
 	fs.Var(&engines, "engine", engineHelp)
@@ -189,6 +190,8 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 				cfg.Auth.TokenFile = *tokenFile
 			case "allow-unauthenticated":
 				cfg.Auth.AllowUnauthenticated = *allowUnauth
+			case "no-trust-fallback":
+				cfg.Trust.Off = *noTrust
 			}
 		})
 		cfg.Engines = append(cfg.Engines, engines...)
