@@ -78,9 +78,23 @@ type Config struct {
 	// such an event is rejected (ReasonTokenCountMismatch), as before. Default false:
 	// a consumer must know that Contents may then be empty.
 	HashOnly bool
+	// Units, with BlockSize, accepts stored events whose block_size is a multiple of
+	// BlockSize (at most MaxUnitsPerBlock of it): a hybrid model's KV-cache group with
+	// larger blocks (a Mamba group of 64 tokens beside full attention of 16). Such a
+	// block's Contents are its units' content hashes, block_size/BlockSize a block, so
+	// that they match a router's hashes cut at BlockSize. A block of several units with
+	// extra keys is rejected (ReasonBlockSizeMismatch): its keys name the block, not
+	// its units. Default false.
+	Units bool
 }
 
+// MaxUnitsPerBlock bounds a block's units under Config.Units.
+const MaxUnitsPerBlock = 1 << 12
+
 func (c Config) validate() error {
+	if c.Units && c.BlockSize == 0 {
+		return fmt.Errorf("%w: Units needs a BlockSize (the unit)", ErrConfig)
+	}
 	if c.BlockSize != 0 {
 		if err := hash.CheckBlockSize(c.BlockSize); err != nil {
 			return fmt.Errorf("%w: BlockSize: %w", ErrConfig, err)
@@ -325,6 +339,7 @@ const (
 	fSpecKind
 	fLocality
 	fCacheSalt
+	fWindow
 	numFields
 	fNone = numFields
 )
@@ -343,6 +358,7 @@ var fieldNames = [numFields]string{
 	fSpecKind:    "kv_cache_spec_kind",
 	fLocality:    "locality",
 	fCacheSalt:   "cache_salt",
+	fWindow:      "kv_cache_spec_sliding_window",
 }
 
 func fieldByName(k []byte) field {
@@ -373,17 +389,18 @@ func fieldByName(k []byte) field {
 		return fLocality
 	case "cache_salt":
 		return fCacheSalt
+	case "kv_cache_spec_sliding_window":
+		return fWindow
 	}
 	return fNone
 }
 
 // Positional layouts (package documentation, "Wire format"): element i of an array event holds layout[i].
 // Fields appended in later versions come last; elements past a layout are ignored, and
-// elements a shorter (older) array lacks are absent. kv_cache_spec_sliding_window ([11])
-// is not decoded.
+// elements a shorter (older) array lacks are absent.
 var (
 	storedLayout = [...]field{fType, fBlockHashes, fParent, fTokenIDs, fBlockSize, fLoraID,
-		fMedium, fLoraName, fExtraKeys, fGroupIdx, fSpecKind}
+		fMedium, fLoraName, fExtraKeys, fGroupIdx, fSpecKind, fWindow}
 	removedLayout = [...]field{fType, fBlockHashes, fMedium, fGroupIdx}
 )
 
@@ -588,7 +605,7 @@ func (d *Decoder) stored(ev *Event, payload []byte, at *[numFields]int, b *Batch
 	// An empty token_ids is a hash-only store (Config.HashOnly) once block_hashes turns
 	// out not to be empty; its block size names no content, so it is not checked.
 	hashOnly := nt == 0 && d.cfg.HashOnly
-	if d.cfg.BlockSize != 0 && bs != d.cfg.BlockSize && !hashOnly {
+	if !d.sizeFits(bs) && !hashOnly {
 		return d.blockSizeMismatch(bs)
 	}
 	ev.BlockSize = bs
@@ -619,7 +636,7 @@ func (d *Decoder) stored(ev *Event, payload []byte, at *[numFields]int, b *Batch
 		ev.Contents = b.contents[contentStart:contentStart:contentStart]
 		return 0, "", true
 	}
-	if d.cfg.BlockSize != 0 && bs != d.cfg.BlockSize { // an empty store of another size
+	if !d.sizeFits(bs) { // an empty store of another size
 		b.seqs = b.seqs[:seqStart]
 		return d.blockSizeMismatch(bs)
 	}
@@ -640,6 +657,11 @@ func (d *Decoder) stored(ev *Event, payload []byte, at *[numFields]int, b *Batch
 		d.tokens = append(d.tokens, uint32(v))
 	}
 	keyed := false
+	if ev.ExtraKeys && at[fExtraKeys] >= 0 && bs != d.cfg.BlockSize && d.cfg.Units {
+		b.seqs = b.seqs[:seqStart]
+		d.rejBS = bs
+		return ReasonBlockSizeMismatch, "extra keys on blocks of " + strconv.Itoa(bs/d.cfg.BlockSize) + " units: they name the block, not its units", false
+	}
 	if ev.ExtraKeys && at[fExtraKeys] >= 0 {
 		if reason, detail, ok := d.blockExtras(ev, b, payload, at[fExtraKeys], nb, d.lora); !ok {
 			b.seqs = b.seqs[:seqStart]
@@ -654,6 +676,13 @@ func (d *Decoder) stored(ev *Event, payload []byte, at *[numFields]int, b *Batch
 	ev.Seqs = b.seqs[seqStart:len(b.seqs):len(b.seqs)]
 	ev.Contents = b.contents[contentStart:len(b.contents):len(b.contents)]
 	return 0, "", true
+}
+
+// sizeFits reports whether a store of block size bs is accepted: any size without
+// Config.BlockSize, that size, or under Config.Units a multiple of it.
+func (d *Decoder) sizeFits(bs int) bool {
+	u := d.cfg.BlockSize
+	return u == 0 || bs == u || d.cfg.Units && bs%u == 0 && bs/u <= MaxUnitsPerBlock
 }
 
 // blockSizeMismatch rejects a store of block size bs (not Config.BlockSize), keeping bs
@@ -759,6 +788,16 @@ func (d *Decoder) optional(ev *Event, payload []byte, at *[numFields]int, store 
 			return reason, detail, false
 		}
 		ev.SpecKind = d.str(s)
+	}
+	if off := at[fWindow]; off >= 0 {
+		r := d.at(payload, off)
+		if !r.nilNext() {
+			w, e := r.intIn(0, math.MaxInt32)
+			if e != rOK {
+				return malformed(fWindow, &r, "int in [0, 2^31) or nil")
+			}
+			ev.SlidingWindow, ev.HasSlidingWindow = int(w), true
+		}
 	}
 	if off := at[fExtraKeys]; off >= 0 {
 		r := d.at(payload, off)

@@ -648,3 +648,59 @@ func TestHashOnlyStores(t *testing.T) {
 	require.False(t, b.Events[2].HashOnly)
 	require.Len(t, b.Events[2].Contents, 1)
 }
+
+// TestUnits: with Config.Units a store of a group whose blocks span several units (a
+// hybrid model's Mamba group of 16 tokens beside full attention of 4) is accepted and
+// each block carries its units' content hashes; a size that is not a multiple of the
+// unit, and extra keys on a block of several units, are rejected. The sliding window
+// of a store decodes from its array slot [11] and its map key.
+func TestUnits(t *testing.T) {
+	tok := make([]uint32, 32)
+	for i := range tok {
+		tok[i] = uint32(1000 + i)
+	}
+	arr := func(bs int, n int) mp { // a 12-slot store of n blocks of bs tokens, group 1
+		return mp{}.Arr(12).Str("BlockStored").Uints(seqs(n)...).Nil().Tokens(tok[:n*bs]).Uint(uint64(bs)).Nil().Str("GPU").Nil().Nil().
+			Uint(1).Str("sliding_window").Uint(48)
+	}
+	d := mustNew(t, Config{BlockSize: 4, Units: true})
+	var b Batch
+	require.NoError(t, d.Decode(batch(-1, arr(16, 2), arr(4, 3), arr(6, 1)), &b))
+	require.Equal(t, 1, b.RejectedCount, "block size 6 is no multiple of 4")
+	require.Equal(t, ReasonBlockSizeMismatch, b.Rejected[0].Reason)
+	require.Len(t, b.Events, 2)
+	var want []uint64
+	for i := 0; i < 32; i += 4 {
+		want = append(want, hash.Content(tok[i:i+4]))
+	}
+	got := b.Events[0]
+	require.Equal(t, want, got.Contents, "8 units of the two 16-token blocks")
+	require.Equal(t, 16, got.BlockSize)
+	require.True(t, got.HasSlidingWindow)
+	require.Equal(t, 48, got.SlidingWindow)
+	require.Equal(t, "sliding_window", got.SpecKind)
+	require.Equal(t, want[:3], b.Events[1].Contents, "blocks of the unit: one content each")
+
+	// Without Units the larger block is a mismatch, as before; Units needs a unit.
+	plain := mustNew(t, Config{BlockSize: 4})
+	require.NoError(t, plain.Decode(batch(-1, arr(16, 2)), &b))
+	require.Equal(t, 1, b.RejectedCount)
+	_, err := New(Config{Units: true})
+	require.ErrorIs(t, err, ErrConfig)
+
+	// Extra keys name a block, not its units.
+	keyed := mp{}.Map(7).Str("type").Str("BlockStored").Str("block_hashes").Uints(1).Str("parent_block_hash").Nil().
+		Str("token_ids").Tokens(tok[:8]).Str("block_size").Uint(8).Str("extra_keys").Arr(1).Arr(1).Str("salt").
+		Str("kv_cache_spec_sliding_window").Nil()
+	require.NoError(t, d.Decode(batch(-1, keyed), &b))
+	require.Equal(t, 1, b.RejectedCount)
+	require.Contains(t, b.Rejected[0].Detail, "extra keys on blocks of 2 units")
+}
+
+func seqs(n int) []uint64 {
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = uint64(i + 1)
+	}
+	return out
+}

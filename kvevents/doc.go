@@ -43,8 +43,8 @@
 //     BlockStoredWithMetadata (SGLang #30827), BlockRemoved, AllBlocksCleared. Other tags
 //     are counted (Batch.UnknownTypes, Stats.UnknownTypes) and skipped.
 //   - Fields: block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium,
-//     lora_name, extra_keys, group_idx, kv_cache_spec_kind, locality, cache_salt. Unknown
-//     map keys (session_id, kv_cache_spec_sliding_window, block_mm_infos, ...) and extra
+//     lora_name, extra_keys, group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window,
+//     locality, cache_salt. Unknown map keys (session_id, block_mm_infos, ...) and extra
 //     trailing array elements are skipped; fields missing from a shorter (older) array or
 //     omitted from a map (omit_defaults) are taken as nil.
 //   - Positional slot 7 is vLLM's lora_name (str or nil) and, in SGLang's
@@ -133,10 +133,11 @@
 //
 // # Not decoded
 //
-// kv_cache_spec_sliding_window and session_id. Hybrid models emit events per KV-cache
-// group: GroupIdx, SpecKind and BlockSize are exposed and the caller chooses which groups
-// to index (package subscriber's GroupFilter; Config.BlockSize rejects groups with another
-// block size, and EventError.BlockSize says which).
+// session_id. Hybrid models emit events per KV-cache group: GroupIdx, SpecKind,
+// SlidingWindow and BlockSize are exposed and the caller chooses which groups to index
+// and how (package subscriber's GroupFilter). Config.BlockSize rejects groups with
+// another block size, and EventError.BlockSize says which; with Config.Units a group
+// whose block size is a multiple of it is accepted and its blocks are cut into units.
 //
 // # Wire format
 //

@@ -42,7 +42,9 @@ type Event struct {
 
 	// Contents (Stored only) holds the content hash of each block:
 	// Contents[i] = hash.Content(token_ids[i*BlockSize : (i+1)*BlockSize]), so
-	// len(Contents) == len(Seqs) (except for a HashOnly store, which has none).
+	// len(Contents) == len(Seqs) (except for a HashOnly store, which has none). Under
+	// Config.Units, a block larger than the unit has one content hash per unit, cut at
+	// Config.BlockSize: len(Contents) == len(Seqs) * BlockSize / Config.BlockSize.
 	Contents []uint64
 
 	// HashOnly (Stored, with Config.HashOnly only) marks a store that names its blocks
@@ -77,6 +79,11 @@ type Event struct {
 	// SpecKind is kv_cache_spec_kind ("full_attention", "sliding_window", ...), "" when
 	// nil or absent (Stored only).
 	SpecKind string
+
+	// SlidingWindow is kv_cache_spec_sliding_window, a sliding-window group's window in
+	// tokens (Stored only); HasSlidingWindow is false when nil or absent.
+	SlidingWindow    int
+	HasSlidingWindow bool
 
 	// Locality is "LOCAL" or "REMOTE" (vLLM v0.26.0+), "" when nil or absent.
 	Locality string

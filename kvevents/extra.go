@@ -169,6 +169,12 @@ func (d *Decoder) blockExtras(ev *Event, b *Batch, payload []byte, off, nb int, 
 // hash.Content of its tokens, or hash.ContentExtra with its content key when it has one
 // (keyed true: d.keys/d.keyEnds were filled by blockExtras).
 func (d *Decoder) contentsOf(b *Batch, bs, nb int, keyed bool) {
+	if u := d.cfg.BlockSize; d.cfg.Units && bs != u { // units of a larger block (Config.Units; no keys)
+		for i := 0; i < nb*bs; i += u {
+			b.contents = append(b.contents, hash.Content(d.tokens[i:i+u]))
+		}
+		return
+	}
 	from := 0
 	for i := 0; i < nb; i++ {
 		tok := d.tokens[i*bs : (i+1)*bs]

@@ -23,10 +23,15 @@ func FuzzDecode(f *testing.F) {
 
 	small := Limits{MaxPayloadBytes: 4096, MaxEvents: 16, MaxBlocksPerEvent: 8, MaxTokensPerEvent: 32, MaxDepth: 6}
 	f.Fuzz(func(t *testing.T, payload []byte) {
-		for _, lim := range []Limits{{}, small} {
+		for i, lim := range []Limits{{}, small, {}} {
 			l := lim.withDefaults()
-			// The small limits also take hash-only stores (vLLM's offloading connector).
-			d := mustNew(t, Config{Limits: lim, Verbatim: lim == Limits{}, HashOnly: lim != Limits{}})
+			// The small limits also take hash-only stores (vLLM's offloading connector);
+			// the third decoder cuts blocks into units of 1 token (Config.Units).
+			cfg := Config{Limits: lim, Verbatim: i == 0, HashOnly: i == 1}
+			if i == 2 {
+				cfg.BlockSize, cfg.Units = 1, true
+			}
+			d := mustNew(t, cfg)
 			var b Batch
 			err := d.Decode(payload, &b)
 			if err != nil {
@@ -41,7 +46,7 @@ func FuzzDecode(f *testing.F) {
 				}
 				continue
 			}
-			checkBounds(t, payload, l, &b)
+			checkBounds(t, payload, l, &b, cfg.BlockSize)
 			first := snapshot(&b)
 			if err := d.Decode(payload, &b); err != nil {
 				t.Fatalf("second decode failed: %v", err)
@@ -58,7 +63,7 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
-func checkBounds(t *testing.T, payload []byte, l Limits, b *Batch) {
+func checkBounds(t *testing.T, payload []byte, l Limits, b *Batch, unit int) {
 	t.Helper()
 	if len(payload) > l.MaxPayloadBytes {
 		t.Fatalf("payload of %d bytes accepted, limit %d", len(payload), l.MaxPayloadBytes)
@@ -84,7 +89,11 @@ func checkBounds(t *testing.T, payload []byte, l Limits, b *Batch) {
 				}
 				break
 			}
-			if len(e.Contents) != len(e.Seqs) {
+			if unit != 0 {
+				if per := e.BlockSize / unit; len(e.Contents) != len(e.Seqs)*per {
+					t.Fatalf("%d contents for %d seqs of %d units", len(e.Contents), len(e.Seqs), per)
+				}
+			} else if len(e.Contents) != len(e.Seqs) {
 				t.Fatalf("%d contents for %d seqs", len(e.Contents), len(e.Seqs))
 			}
 			if e.BlockSize < 1 || len(e.Seqs)*e.BlockSize > l.MaxTokensPerEvent {
