@@ -78,7 +78,7 @@ func NewWorkload(name string, ops []oplog.Op) *Workload {
 	return w
 }
 
-// ReadWorkload reads a JSON Lines op log (README, "The op log") and prepares it.
+// ReadWorkload reads a JSON Lines op log (docs/oplog.md) and prepares it.
 func ReadWorkload(path string) (*Workload, error) {
 	f, err := os.Open(path)
 	if err != nil {

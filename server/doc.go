@@ -328,7 +328,7 @@
 // kvindex_worker_problem{worker,model,problem} and kvindex_model_problem{model,problem}
 // (1 while active), and in the log: a warning when a problem appears, repeated at most
 // every log_interval while it lasts, and an info line when it is over (checked every 10
-// s). README.md, "When routing silently stops using the cache", says what to do about
+// s). docs/diagnostics.md, "When routing silently stops using the cache", says what to do about
 // each.
 //
 // # Trust states

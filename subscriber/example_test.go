@@ -15,7 +15,7 @@ import (
 	"github.com/kvindex/kvindex/subscriber"
 )
 
-// Embedding the index in a Go router: followAndMatch (the README's "Embedding in a Go
+// Embedding the index in a Go router: followAndMatch (docs/library.md's "Embedding in a Go
 // router" shows the same function) follows a stand-in vLLM engine and answers a
 // request's prefix query.
 func Example() {

@@ -2,7 +2,7 @@
 // tree over content hashes guarded by one sync.Mutex, the design of llm-d's KV-cache
 // indexer and NVIDIA Dynamo's KvIndexer.
 //
-// It answers exactly what the engine answers (README, "What the answers mean"; the
+// It answers exactly what the engine answers (docs/semantics.md; the
 // differential tests check it against internal/refmodel and every conformance log), so
 // benchmarks compare designs, never semantics.
 //

@@ -46,14 +46,14 @@ func init() {
 		summary:  "write the simulated fleet's event stream as an op log (input of replay and bench)",
 		synopsis: "--out FILE [flags]",
 		about: "Writes the stream `kvindex sim` produces under one policy as an op log (JSON Lines,\n" +
-			"see the README): a query before each request, then the stored/removed events of the\n" +
+			"see docs/oplog.md): a query before each request, then the stored/removed events of the\n" +
 			"engine that served it.",
 		run: runGenOps,
 	})
 	register("replay", command{
 		summary:  "apply an op log and check every query's expected answer",
 		synopsis: "--ops FILE [flags]",
-		about: "Applies an op log (JSON Lines, see the README) to a fresh engine and checks each\n" +
+		about: "Applies an op log (JSON Lines, see docs/oplog.md) to a fresh engine and checks each\n" +
 			"query's expected answer; reports throughput, find-matches latency and memory per\n" +
 			"membership. Exits 1 when an answer is wrong or a line is malformed.",
 		run: runReplay,

@@ -41,7 +41,7 @@ type replayJSON struct {
 
 func runReplay(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("replay", stderr)
-	file := fs.String("ops", "", "op log to replay (JSON Lines, see README); required")
+	file := fs.String("ops", "", "op log to replay (JSON Lines, see docs/oplog.md); required")
 	shards := fs.Int("shards", 0, shardsHelp)
 	jump := fs.Int("jump", 0, jumpHelp)
 	asJSON := fs.Bool("json", false, "end with one JSON object instead of the text summary")

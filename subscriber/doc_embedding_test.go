@@ -6,11 +6,11 @@ import (
 	"testing"
 )
 
-// TestREADMEEmbeddingCompiles: the README's "Embedding in a Go router" code is
+// TestDocEmbeddingCompiles: docs/library.md's "Embedding in a Go router" code is
 // followAndMatch of example_test.go, character for character, so it compiles and runs
 // (Example) with every go test.
-func TestREADMEEmbeddingCompiles(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+func TestDocEmbeddingCompiles(t *testing.T) {
+	readme, err := os.ReadFile("../docs/library.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,6 +26,6 @@ func TestREADMEEmbeddingCompiles(t *testing.T) {
 	}
 	code := s[i+len(begin) : j]
 	if !strings.Contains(string(readme), "```go\n"+code+"```\n") {
-		t.Fatalf("README.md's embedding code differs from followAndMatch in example_test.go; paste this:\n```go\n%s```", code)
+		t.Fatalf("docs/library.md's embedding code differs from followAndMatch in example_test.go; paste this:\n```go\n%s```", code)
 	}
 }
