@@ -709,3 +709,13 @@ func (e *Engine) Groups(worker string) (unit int, groups []Group, ok bool) {
 	}
 	return w.hyb.unit, slices.Clone(w.hyb.decl), true
 }
+
+// ValidateGroups checks a declaration of groups in unit (the index's block size, in
+// tokens) as an EventGroups event would be checked, without an engine: a configuration
+// that declares a model's groups up front is refused at start, not at its first event.
+func ValidateGroups(unit int, groups []Group) error {
+	if _, err := validateGroups(unit, groups); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidEvent, err)
+	}
+	return nil
+}

@@ -310,8 +310,41 @@ type EngineConfig struct {
 	// alike on every engine of a model. See subscriber.GroupFilter.
 	KVGroupKinds []string `json:"kv_group_kinds,omitempty"`
 	KVGroups     []int    `json:"kv_groups,omitempty"`
+	// KVHybrid indexes every KV-cache group of a hybrid model under its kind's reuse
+	// rule (full attention: every block before the cut; sliding window: the window's
+	// last tokens before it; Mamba: a state exactly at it), the groups learned from the
+	// events (subscriber.GroupFilter.Hybrid). KVGroupSpecs declares them instead, in
+	// group_idx order, and implies KVHybrid: a worker restored from a snapshot keeps
+	// its blocks only under a declared spec. Neither goes with KVGroupKinds or
+	// KVGroups, which select groups instead.
+	KVHybrid     bool          `json:"kv_hybrid,omitempty"`
+	KVGroupSpecs []KVGroupSpec `json:"kv_group_specs,omitempty"`
 	// HashCheck, when set, recomputes the engine's block hashes.
 	HashCheck *HashCheckConfig `json:"hash_check,omitempty"`
+}
+
+// KVGroupSpec is one KV-cache group of a hybrid model (EngineConfig.KVGroupSpecs).
+type KVGroupSpec struct {
+	// Kind is "full" (full or MLA attention), "sliding_window" or "mamba".
+	Kind string `json:"kind"`
+	// BlockSize is the group's block size in tokens, a multiple of the engine's
+	// block_size.
+	BlockSize int `json:"block_size"`
+	// Window is a sliding-window group's window in tokens.
+	Window int `json:"window,omitempty"`
+}
+
+// groups returns the specs as the index declares them.
+func kvGroups(specs []KVGroupSpec) ([]engine.Group, error) {
+	var out []engine.Group
+	for i, g := range specs {
+		k, err := engine.ParseGroupKind(g.Kind)
+		if err != nil {
+			return nil, fmt.Errorf("kv_group_specs[%d]: %w", i, err)
+		}
+		out = append(out, engine.Group{Kind: k, BlockSize: g.BlockSize, Window: g.Window})
+	}
+	return out, nil
 }
 
 // DecodeConfig reads a JSON configuration strictly (unknown fields, keys given twice in
@@ -629,6 +662,11 @@ func (p *planner) engine(e EngineConfig, i int, where string) ([]publisher, erro
 		}
 		seenW[w], seenE[ep] = true, true
 		sc := p.subscriberConfig(e, ep, rep, w, r)
+		decl, err := kvGroups(e.KVGroupSpecs)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, where, err)
+		}
+		sc.Groups.Declared = decl
 		if _, err := subscriber.New(sc); err != nil {
 			return nil, fmt.Errorf("%w: %s (rank %d): %w", ErrConfig, where, r, err)
 		}
@@ -658,7 +696,7 @@ func (p *planner) subscriberConfig(e EngineConfig, ep, rep, worker string, r int
 		Media:           e.Media,
 		Tiers:           p.tiers,
 		SkipExtraKeys:   e.SkipExtraKeys,
-		Groups:          subscriber.GroupFilter{Kinds: e.KVGroupKinds, Groups: e.KVGroups},
+		Groups:          subscriber.GroupFilter{Kinds: e.KVGroupKinds, Groups: e.KVGroups, Hybrid: e.KVHybrid},
 		Diagnose:        c.Diagnose.subscriber(),
 		ReplayTimeout:   time.Duration(c.ReplayTimeout),
 		ReconnectMin:    time.Duration(c.ReconnectMin),
@@ -684,8 +722,8 @@ func approxPublisher(e EngineConfig, where string, i int, workers map[string]str
 	switch {
 	case e.Worker == "":
 		return publisher{}, bad("%s: an engine without an endpoint (served from predictions alone) needs a worker; %s.endpoint is required to follow events", where, where)
-	case e.ReplayEndpoint != "" || e.DPRanks != 0 || e.DPRankStart != 0 || e.DPRank != nil || e.Bind || e.Topic != "" || e.HashCheck != nil:
-		return publisher{}, bad("%s: replay_endpoint, dp_ranks, dp_rank, bind, topic and hash_check need an endpoint", where)
+	case e.ReplayEndpoint != "" || e.DPRanks != 0 || e.DPRankStart != 0 || e.DPRank != nil || e.Bind || e.Topic != "" || e.HashCheck != nil || e.KVHybrid || len(e.KVGroupSpecs) > 0:
+		return publisher{}, bad("%s: replay_endpoint, dp_ranks, dp_rank, bind, topic, hash_check, kv_hybrid and kv_group_specs need an endpoint", where)
 	}
 	if j, dup := workers[e.Worker]; dup {
 		return publisher{}, bad("%s: worker id %q also used by %s", where, e.Worker, j)

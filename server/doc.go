@@ -83,6 +83,10 @@
 //	    "skip_extra_keys": false,
 //	    "kv_group_kinds": ["full_attention", "mla_attention"],   hybrid models: groups indexed
 //	    "kv_groups": [0],                           or by group_idx (overrides the kinds)
+//	    "kv_hybrid": false,                         or every group under its reuse rule
+//	    "kv_group_specs": [{"kind": "full", "block_size": 16},   declared, in group_idx
+//	      {"kind": "sliding_window", "block_size": 16, "window": 4096}],   order (implies
+//	                                                kv_hybrid; kept across warm restarts)
 //	    "hash_check": {"seed": "0", "algo": "sha256", "sample_every": 1}
 //	                                                check vLLM's block hashes (algo: the
 //	                                                engine's prefix_caching_hash_algo,

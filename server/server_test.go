@@ -77,6 +77,12 @@ func TestConfigValidation(t *testing.T) {
 		{`{"engines":[{"endpoint":"tcp://h:1"}],"listen":"127.0.0.1:1","listen":"0.0.0.0:80"}`, `key "listen" given twice`},
 		{`{"engines":[{"endpoint":"tcp://h:1","model":"a","model":"b"}]}`, `key "model" given twice`},
 		{`{"engines":[{"endpoint":"tcp://h:1"}],"limits":{"in_flight_bytes":1024}}`, "in_flight_bytes"},
+		// Hybrid models: a declaration the index would refuse, or a selection beside it.
+		{`{"engines":[{"endpoint":"tcp://h:1","kv_group_specs":[{"kind":"full","block_size":16},{"kind":"attention","block_size":16}]}]}`, "kv_group_specs[1]: engine: invalid event: unknown group kind"},
+		{`{"engines":[{"endpoint":"tcp://h:1","kv_group_specs":[{"kind":"sliding_window","block_size":16}]}]}`, "sliding window of 0 tokens"},
+		{`{"engines":[{"endpoint":"tcp://h:1","kv_group_specs":[{"kind":"mamba","block_size":24}]}]}`, "not a multiple of the unit"},
+		{`{"engines":[{"endpoint":"tcp://h:1","kv_hybrid":true,"kv_groups":[0]}]}`, "Groups.Hybrid indexes every group"},
+		{`{"engines":[{"worker":"x","model":"m","kv_hybrid":true}]}`, "kv_hybrid and kv_group_specs need an endpoint"},
 		{`{"engines":[{"endpoint":"tcp://h:1"}],"max_matches":-1}`, "max_matches"},
 	} {
 		_, err := server.ParseConfig(strings.NewReader(tc.json))

@@ -312,7 +312,7 @@ func (c Config) validate() error {
 	if _, _, err := c.mediaTiers(); err != nil {
 		return bad("%v", err)
 	}
-	for _, err := range []error{c.Groups.validate(), c.HashCheck.validate(), c.Diagnose.validate()} {
+	for _, err := range []error{c.Groups.validate(c.BlockSize), c.HashCheck.validate(), c.Diagnose.validate()} {
 		if err != nil {
 			return bad("%v", err)
 		}

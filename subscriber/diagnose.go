@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/vllmhash"
 )
@@ -144,13 +145,29 @@ type GroupFilter struct {
 	// Groups, when not empty, lists the group_idx values indexed instead, whatever their
 	// kind (for engines that publish group_idx without kv_cache_spec_kind).
 	Groups []int
+	// Hybrid indexes every group of a hybrid model under its kind's reuse rule instead
+	// of selecting groups (Kinds and Groups must then be empty): the worker's groups are
+	// declared to the index (engine.EventGroups), learned from its stored events'
+	// group_idx, kv_cache_spec_kind, block_size and kv_cache_spec_sliding_window, and a
+	// match is the longest cut every group accepts. See hybrid.go's comment for how a
+	// group first seen late is handled. Needs Config.BlockSize, the index's unit.
+	Hybrid bool
+	// Declared, when not empty, is the model's declaration, group_idx i being
+	// Declared[i] (block sizes in tokens, multiples of Config.BlockSize): nothing is
+	// learned, and a worker restored from a snapshot with the same declaration keeps
+	// its blocks. Implies Hybrid.
+	Declared []engine.Group
 }
 
 // DefaultGroupKinds are the KV-cache spec kinds indexed by default.
 func DefaultGroupKinds() []string { return []string{"full_attention", "mla_attention"} }
 
 func (g GroupFilter) withDefaults() GroupFilter {
-	if len(g.Kinds) == 0 {
+	g.Declared = slices.Clone(g.Declared)
+	if len(g.Declared) > 0 {
+		g.Hybrid = true
+	}
+	if len(g.Kinds) == 0 && !g.Hybrid {
 		g.Kinds = DefaultGroupKinds()
 	} else {
 		g.Kinds = slices.Clone(g.Kinds)
@@ -159,7 +176,20 @@ func (g GroupFilter) withDefaults() GroupFilter {
 	return g
 }
 
-func (g GroupFilter) validate() error {
+func (g GroupFilter) validate(unit int) error {
+	if g.Hybrid {
+		switch {
+		case len(g.Kinds) > 0 || len(g.Groups) > 0:
+			return fmt.Errorf("Groups.Hybrid indexes every group by its kind's rule: Groups.Kinds and Groups.Groups select groups instead; set one or the other")
+		case unit < 1:
+			return fmt.Errorf("Groups.Hybrid needs BlockSize, the index's unit of blocks")
+		}
+		if len(g.Declared) > 0 {
+			if err := engine.ValidateGroups(unit, g.Declared); err != nil {
+				return fmt.Errorf("Groups.Declared: %w", err)
+			}
+		}
+	}
 	if len(g.Kinds) > 64 || len(g.Groups) > 1024 {
 		return fmt.Errorf("Groups.Kinds, Groups.Groups: at most 64 kinds and 1024 group indices")
 	}

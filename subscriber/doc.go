@@ -194,6 +194,17 @@
 // full-attention blocks. testdata/hybrid-stream.hex is a recorded stream of such a
 // model.
 //
+// GroupFilter.Hybrid indexes every group under its reuse rule instead (hybrid.go): the
+// subscriber declares the worker's groups to the index (engine.EventGroups), from
+// GroupFilter.Declared or learned from each batch's stores before its events are
+// applied, and hands the index each group's events; the index scores the longest cut
+// every group accepts. A model that proves dense is never declared. A group first seen
+// after blocks are held redeclares, which drops them: the worker is invalidated until a
+// resync from sequence 0 (Status.GroupDeclarations, Invalidations). Kinds the index has
+// no rule for (cross attention, chunked local attention) are skipped and counted as
+// above. TestHybridDifferential checks four model shapes, learned and declared, against
+// the reference model.
+//
 // # Alternatives rejected
 //
 // Reading the payload's data_parallel_rank to route several ranks through one socket:

@@ -146,6 +146,9 @@ type Status struct {
 	GapsRecovered     uint64 // ... filled by replay
 	GapsUnrecoverable uint64 // ... not buffered any more: the worker was invalidated
 	Invalidations     uint64 // times the worker was cleared and marked stale
+	// GroupDeclarations counts the KV-cache group declarations sent to the index
+	// (GroupFilter.Hybrid): one for a hybrid model, more if groups appeared late.
+	GroupDeclarations uint64
 	Replays           uint64 // replay requests sent
 	ReplayFailures    uint64 // replays that failed (dial, timeout, bad reply)
 	TailChecks        uint64 // catch-ups after the live stream went quiet (Config.TailCheck)

@@ -68,7 +68,8 @@ type Subscriber struct {
 	refused               atomic.Uint64
 	lastRefusal           atomic.Pointer[string] // the last refusal's reason
 
-	diag *diagState // diagnose.go
+	diag *diagState   // diagnose.go
+	hyb  *hybridState // hybrid.go; nil unless Config.Groups.Hybrid
 
 	replay replayFunc // zmqReplay; tests substitute it
 	now    func() time.Time
@@ -93,7 +94,7 @@ func New(cfg Config) (*Subscriber, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	dec, err := kvevents.New(kvevents.Config{BlockSize: cfg.BlockSize, Limits: cfg.Limits, Verbatim: cfg.HashCheck.Enabled, HashOnly: true})
+	dec, err := kvevents.New(kvevents.Config{BlockSize: cfg.BlockSize, Limits: cfg.Limits, Verbatim: cfg.HashCheck.Enabled, HashOnly: true, Units: cfg.Groups.Hybrid})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
@@ -112,6 +113,7 @@ func New(cfg Config) (*Subscriber, error) {
 		exact:     true,
 		now:       time.Now,
 		diag:      newDiagState(&cfg),
+		hyb:       newHybridState(&cfg),
 	}
 	s.subGuard = &guard{self: zmq4.Sub, maxMsg: uint64(cfg.MaxMessageBytes), handshake: cfg.ReplayTimeout,
 		maxConns: maxBoundConns, refused: s.peerRefused}
@@ -124,6 +126,9 @@ func New(cfg Config) (*Subscriber, error) {
 		// batch r.Seq; the first catch-up checks the engine still has that batch (by
 		// its digest) and replays what followed.
 		s.has, s.last, s.digest, s.exact, s.resumeAfter = true, r.Seq, r.Digest, r.Exact, r.Cursor
+		if s.hyb != nil {
+			s.hyb.resume(cfg.Index, cfg.Worker)
+		}
 	}
 	s.local = Status{
 		Worker:         cfg.Worker,
@@ -934,6 +939,16 @@ func (s *Subscriber) resync(ctx context.Context) error {
 // apply hands one event to the index; index failures are fatal.
 func (s *Subscriber) apply(ev *engine.Event) error {
 	err := s.cfg.Index.Apply(ev)
+	if h := s.hyb; h != nil && err == nil {
+		switch ev.Kind {
+		case engine.EventStored:
+			h.held = true
+		case engine.EventCleared:
+			h.held = false
+		case engine.EventRemoveWorker: // the index forgets the declaration too
+			h.held, h.sent = false, isDense(h.unit, h.decl)
+		}
+	}
 	switch {
 	case err == nil:
 		return nil
@@ -980,6 +995,11 @@ func (s *Subscriber) applyBatchAfter(seq uint64, payload []byte, after uint64) e
 	if b.HasDPRank && b.DPRank != s.cfg.DPRank {
 		s.local.Rejected[ReasonRankMismatch] += uint64(len(b.Events))
 		return nil
+	}
+	if s.hyb != nil {
+		if err := s.hybridBatch(b); err != nil {
+			return err
+		}
 	}
 	for i := range b.Events {
 		c := SourceCursor(seq, i)
@@ -1034,10 +1054,12 @@ func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64, now time.Time)
 		s.local.Rejected[ReasonMedium]++
 		return nil
 	}
-	if ok, label := s.diag.indexed(e); !ok {
-		s.local.Rejected[ReasonKVGroup]++
-		s.diag.skipGroup(label)
-		return nil
+	if s.hyb == nil {
+		if ok, label := s.diag.indexed(e); !ok {
+			s.local.Rejected[ReasonKVGroup]++
+			s.diag.skipGroup(label)
+			return nil
+		}
 	}
 	if e.HashOnly && tier == engine.TierDevice {
 		// No content and no faster tier to copy from: indexing it would need positions
@@ -1045,7 +1067,9 @@ func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64, now time.Time)
 		s.local.Rejected[ReasonHashOnly]++
 		return nil
 	}
-	s.diag.checkHashes(e, now)
+	if s.hyb == nil || e.BlockSize == s.cfg.BlockSize || e.BlockSize == 0 {
+		s.diag.checkHashes(e, now) // a larger group block's hash covers its units' tokens
+	}
 	if tier == engine.TierDevice {
 		s.diag.forget(e) // a copy's removal leaves the hash valid on the other tiers
 	}
@@ -1086,6 +1110,9 @@ func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64, now time.Time)
 		ev.Kind = engine.EventCleared
 	default:
 		s.local.Rejected[ReasonUnknownType]++
+		return nil
+	}
+	if s.hyb != nil && ev.Kind != engine.EventCleared && !s.hybridEvent(e, ev) {
 		return nil
 	}
 	before := s.local.Rejected

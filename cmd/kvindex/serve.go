@@ -89,8 +89,12 @@ func (e *engineFlags) Set(spec string) error {
 			}
 		case "kv_group_kinds":
 			c.KVGroupKinds = strings.Split(v, "|")
+		case "kv_hybrid":
+			c.KVHybrid, err = strconv.ParseBool(v)
+		case "kv_group_specs":
+			c.KVGroupSpecs, err = parseGroupSpecs(v)
 		default:
-			return fmt.Errorf("unknown key %q (want endpoint, replay, worker, model, block_size, dp_ranks, dp_rank_start, dp_rank, topic, bind, allowed_peers, media, hash_seed, hash_algo, hash_sample, kv_groups, kv_group_kinds)", k)
+			return fmt.Errorf("unknown key %q (want endpoint, replay, worker, model, block_size, dp_ranks, dp_rank_start, dp_rank, topic, bind, allowed_peers, media, hash_seed, hash_algo, hash_sample, kv_groups, kv_group_kinds, kv_hybrid, kv_group_specs)", k)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %v", k, err)
@@ -108,6 +112,30 @@ func (e *engineFlags) Set(spec string) error {
 // snapshot directory that does not exist included) and 1 for a runtime failure: an
 // address in use at start (startup.go), a fatal error while serving, a final snapshot
 // that could not be written.
+// parseGroupSpecs reads kv_group_specs=KIND:BLOCK_SIZE[:WINDOW]|...: a hybrid model's
+// KV-cache groups in group_idx order.
+func parseGroupSpecs(v string) ([]server.KVGroupSpec, error) {
+	var out []server.KVGroupSpec
+	for _, g := range strings.Split(v, "|") {
+		f := strings.Split(g, ":")
+		if len(f) < 2 || len(f) > 3 {
+			return nil, fmt.Errorf("group %q: want KIND:BLOCK_SIZE or sliding_window:BLOCK_SIZE:WINDOW", g)
+		}
+		spec := server.KVGroupSpec{Kind: f[0]}
+		var err error
+		if spec.BlockSize, err = strconv.Atoi(f[1]); err != nil {
+			return nil, fmt.Errorf("group %q: block size: %v", g, err)
+		}
+		if len(f) == 3 {
+			if spec.Window, err = strconv.Atoi(f[2]); err != nil {
+				return nil, fmt.Errorf("group %q: window: %v", g, err)
+			}
+		}
+		out = append(out, spec)
+	}
+	return out, nil
+}
+
 func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
 	fs := newFlags("serve", stderr)
 	cfgPath := fs.String("config", "", "JSON configuration file (see package server's documentation); flags override it; SIGHUP re-reads it: engines are added, removed and replaced, other changed settings are logged as needing a restart")

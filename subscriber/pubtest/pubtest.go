@@ -300,6 +300,12 @@ type Event struct {
 	LoraName    string   `json:"lora_name,omitempty"`
 	Medium      string   `json:"medium,omitempty"`
 	Encoding    string   `json:"encoding,omitempty"`
+	// GroupIdx, SpecKind and SlidingWindow are a hybrid model's KV-cache group
+	// (group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window); a nil GroupIdx
+	// leaves the three out, as engines before hybrid groups do.
+	GroupIdx      *int   `json:"group_idx,omitempty"`
+	SpecKind      string `json:"kv_cache_spec_kind,omitempty"`
+	SlidingWindow int    `json:"kv_cache_spec_sliding_window,omitempty"`
 }
 
 // FromOp turns a non-query op of an op log into the wire event an engine would publish

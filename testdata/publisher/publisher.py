@@ -26,7 +26,9 @@ Modes:
           EVENT: {"type": "BlockStored", "block_hashes": [...], "parent_block_hash": int|null,
                   "token_ids": [...], "block_size": B, "lora_name": str|null, "medium": str|null,
                   "encoding": "array"|"map"}  (encoding defaults to --encoding)
-                 {"type": "BlockRemoved", "block_hashes": [...], "medium": ...}
+                  with "group_idx": G, "kv_cache_spec_kind": K, "kv_cache_spec_sliding_window": W
+                  for a hybrid model's group (extra_keys null, slots [8]-[11] in arrays)
+                 {"type": "BlockRemoved", "block_hashes": [...], "medium": ..., "group_idx": G}
                  {"type": "AllBlocksCleared"}
       {"cmd": "raw", "rank": 0, "frames_hex": ["..", ".."]}  send arbitrary frames live
       {"cmd": "resend", "rank": 0, "seq": N}   send a buffered batch again, live
@@ -72,6 +74,7 @@ END_SEQ = (-1).to_bytes(8, "big", signed=True)
 STORED_FIELDS = ["block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
                  "medium", "lora_name"]
 REMOVED_FIELDS = ["block_hashes", "medium"]
+HYBRID_STORED_FIELDS = ["extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window"]
 REQUIRED = {"BlockStored": set(STORED_FIELDS), "BlockRemoved": {"block_hashes", "medium"},
             "AllBlocksCleared": set()}
 
@@ -125,10 +128,18 @@ def encode_event(ev, default_encoding):
             "lora_name": ev.get("lora_name"),
         }
         fields = STORED_FIELDS
+        if "group_idx" in ev:  # a hybrid model's group (vLLM PR #40984: slots [8]-[11])
+            vals.update({"extra_keys": None, "group_idx": ev["group_idx"],
+                         "kv_cache_spec_kind": ev.get("kv_cache_spec_kind"),
+                         "kv_cache_spec_sliding_window": ev.get("kv_cache_spec_sliding_window")})
+            fields = STORED_FIELDS + HYBRID_STORED_FIELDS
     elif typ == "BlockRemoved":
         vals = {"block_hashes": [hash_value(h) for h in ev.get("block_hashes", [])],
                 "medium": ev.get("medium", "GPU")}
         fields = REMOVED_FIELDS
+        if "group_idx" in ev:
+            vals["group_idx"] = ev["group_idx"]
+            fields = REMOVED_FIELDS + ["group_idx"]
     elif typ == "AllBlocksCleared":
         vals, fields = {}, []
     else:
