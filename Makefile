@@ -19,10 +19,23 @@ SHARED      ?= ../shared
 FUZZTIME    ?=
 fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 
-.PHONY: shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
+.PHONY: docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
 
 ## test: everything CI runs: lint, race-enabled unit tests, conformance replays, short fuzzing.
-test: shared-note lint build386 race conformance fuzz
+test: shared-note lint build386 race conformance fuzz docs-check
+
+## docs: regenerate the figure blocks of README.md and docs/*.md (each block's marker
+## names the command that prints it; internal/docsgen).
+DOCS ?= README.md $(wildcard docs/*.md)
+docs:
+	$(GO) run ./internal/docsgen -write $(DOCS)
+
+## docs-check: the figure blocks equal what their commands print now (timings and memory,
+## marked volatile, up to their digits), every text block names its command, and every
+## documented kvindex command line parses (TestDocCommandsParse). About 40 s.
+docs-check:
+	$(GO) run ./internal/docsgen $(DOCS)
+	$(GO) test -count=1 -run '^TestDocCommandsParse' ./cmd/kvindex/
 
 ## shared-note: one line saying which tests skip when $(SHARED) (traces, conformance logs,
 ## EVENTS.md; not shipped to users) is absent.
