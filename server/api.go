@@ -18,9 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kvindex/kvindex/engine"
-	"github.com/kvindex/kvindex/hash"
 	"github.com/kvindex/kvindex/kvevents"
-	"github.com/kvindex/kvindex/route"
 	"github.com/kvindex/kvindex/subscriber"
 )
 
@@ -404,11 +402,11 @@ func (s *Server) resolveModel(name string) (*model, error) {
 	return m, nil
 }
 
-// matchScratch is one request's reusable memory.
+// matchScratch is one request's reusable memory: the HTTP body and its decoded
+// request, the query's hashes and the engine's matches (gRPC uses the last two).
 type matchScratch struct {
 	body  bytes.Buffer
 	req   matchReq
-	toks  []uint32
 	q     []uint64
 	found []engine.Match
 }
@@ -442,159 +440,51 @@ func (sc *matchScratch) release() {
 	}
 }
 
-// readQuery reads a match or routed request's body, model and namespace and checks the
-// query's shape, answering every error itself (ok false). The handler checks its own
-// fields next and only then calls hashQuery, so a request that is refused anyway costs
-// no hashing.
-func (s *Server) readQuery(w http.ResponseWriter, r *http.Request, sc *matchScratch, kind int) (m *model, ns string, ok bool) {
+// readRequest reads a match or routed request's body and decodes it into sc.req,
+// answering every error itself (ok false). What it decodes is checked by the pipeline
+// (match.go).
+func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, sc *matchScratch, kind int) bool {
 	sc.body.Reset()
 	if !s.readBody(w, r, &sc.body) {
-		return nil, "", false
+		return false
 	}
 	if sc.body.Len() == 0 {
 		writeError(w, http.StatusBadRequest, "bad_json", "empty request body")
-		return nil, "", false
+		return false
 	}
 	if err := decodeRequest(sc.body.Bytes(), &sc.req, kind); err != nil {
 		writeError(w, http.StatusBadRequest, "bad_json", "invalid request: %v", err)
-		return nil, "", false
+		return false
 	}
-	req := &sc.req
-	m, err := s.resolveModel(req.Model)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "unknown_model", "%v", err)
-		return nil, "", false
-	}
-	ns, err = RequestNamespace(m.name, req.Namespace, req.LoraName, req.CacheSalt)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "bad_namespace", "%v", err)
-		return nil, "", false
-	}
-	if code, err := s.checkQuery(m, req.HasTokens, req.HasHashes, len(req.Tokens), len(req.Hashes)); err != nil {
-		writeError(w, http.StatusBadRequest, code, "%v", err)
-		return nil, "", false
-	}
-	return m, ns, true
+	return true
 }
 
-// hashQuery returns the query's content hashes: the request's own, or its tokens (and
-// extra keys) hashed in blocks of the model's size, answering every error itself.
-func (s *Server) hashQuery(w http.ResponseWriter, sc *matchScratch, m *model) (q []uint64, ok bool) {
-	req := &sc.req
-	hasTokens, tokens64 := req.HasTokens, req.Tokens
-	var err error
-	q = req.Hashes
-	if hasTokens {
-		toks := sc.toks[:0]
-		for _, t := range tokens64 {
-			toks = append(toks, uint32(t))
-		}
-		sc.toks = toks
-		if req.ExtraKeys != nil {
-			keys, err := parseExtraKeys(req.ExtraKeys, len(toks)/m.blockSize)
-			if err != nil {
-				writeError(w, http.StatusBadRequest, "bad_extra_keys", "extra_keys: %v", err)
-				return nil, false
-			}
-			q = contentsWithKeys(sc.q[:0], toks, m.blockSize, keys)
-		} else {
-			q, err = hash.Blocks(sc.q[:0], toks, m.blockSize)
-		}
-		sc.q = q
-		if err != nil {
-			writeError(w, http.StatusInternalServerError, "internal", "%v", err)
-			return nil, false
-		}
-	} else if req.ExtraKeys != nil {
-		writeError(w, http.StatusBadRequest, "bad_query", "extra_keys needs tokens (with content_hashes, hash them in: hash.ContentExtra)")
-		return nil, false
-	}
-	return q, true
+// query is a decoded request's query, for the pipeline.
+func (req *matchReq) query() queryInput {
+	return queryInput{model: req.Model, namespace: req.Namespace, loraName: req.LoraName, cacheSalt: req.CacheSalt,
+		tokens: req.Tokens, hashes: req.Hashes, hasTokens: req.HasTokens, hasHashes: req.HasHashes, extraKeys: req.ExtraKeys}
 }
 
-// checkQuery checks a query's shape before any of it is hashed, for HTTP and gRPC alike:
-// exactly one of tokens and content hashes (has: the field was given, an empty list
-// included), of at most MaxQueryBlocks blocks. code is the HTTP error code.
-func (s *Server) checkQuery(m *model, hasTokens, hasHashes bool, nTokens, nHashes int) (code string, err error) {
-	switch {
-	case hasTokens && hasHashes:
-		return "bad_query", errors.New("give tokens or content_hashes, not both")
-	case !hasTokens && !hasHashes:
-		return "bad_query", errors.New("tokens or content_hashes is required")
-	}
-	blocks := nHashes
-	if hasTokens {
-		blocks = nTokens / m.blockSize
-	}
-	if blocks > s.cfg.MaxQueryBlocks {
-		return "query_too_long", fmt.Errorf("query of %d blocks exceeds %d", blocks, s.cfg.MaxQueryBlocks)
-	}
-	return "", nil
-}
-
+// handleMatch is POST /v1/match: the body decoded, the pipeline run (match.go).
 func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 	sc := scratchPool.Get().(*matchScratch)
 	defer sc.release()
-	m, ns, ok := s.readQuery(w, r, sc, kindMatch)
-	if !ok {
+	if !s.readRequest(w, r, sc, kindMatch) {
 		return
 	}
-	policy, err := s.resolvePolicy(sc.req.Policy)
+	req := &sc.req
+	loads, err := decodeLoads(req.Load)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "bad_policy", "%v", err)
+		writeError(w, http.StatusBadRequest, "bad_load", "%v", err)
 		return
 	}
-	weights := s.weights
-	if sc.req.HasWeights {
-		if weights, err = parseWeights(sc.req.Weights[:], "tier_weights"); err != nil {
-			writeError(w, http.StatusBadRequest, "bad_tier_weights", "%v", err)
-			return
-		}
-	}
-	q, ok := s.hashQuery(w, sc, m)
-	if !ok {
+	in := matchInput{queryInput: req.query(), policy: req.Policy, weights: req.Weights[:], nWeights: req.NWeights,
+		hasWeights: req.HasWeights, topK: req.TopK, record: req.Record, pick: req.Pick, requestID: req.RequestID, loads: loads}
+	var resp MatchResponse
+	if e := s.match(r.Context(), &in, sc, &resp); e != nil {
+		writeAPIError(w, e)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(s.cfg.QueryTimeout))
-	defer cancel()
-	start := time.Now()
-	found, err := s.eng.FindMatchesIn(ctx, ns, q, sc.found[:0])
-	sc.found = found
-	s.findLatency.Observe(time.Since(start).Seconds())
-	if err != nil {
-		switch {
-		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-			writeError(w, http.StatusServiceUnavailable, "timeout", "find matches: %v", err)
-		case errors.Is(err, engine.ErrClosed) || errors.Is(err, engine.ErrShardFailed):
-			writeError(w, http.StatusServiceUnavailable, "unavailable", "index unavailable: %v", err)
-		default:
-			writeError(w, http.StatusInternalServerError, "internal", "find matches: %v", err)
-		}
-		return
-	}
-	resp := MatchResponse{Model: m.name, Namespace: ns, Blocks: len(q), TierWeights: weights,
-		Matches: s.matches(ns, q, found, weights, make([]Match, 0, len(found)))}
-	opts, code, err := httpPickOpts(&sc.req, q, m)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, code, "%v", err)
-		return
-	}
-	if resp.Pick, err = s.choose(m, policy, resp.Matches, opts); err != nil {
-		trackError(w, err)
-		return
-	}
-	s.noteMatch(m, len(q), len(found), resp.Pick)
-	if resp.Pick != nil {
-		if sc.req.Record && len(q) > 0 {
-			if err := s.eng.Predict(ctx, resp.Pick.Worker, ns, q, 0); err != nil {
-				s.predictError(w, err)
-				return
-			}
-			resp.Recorded = true
-		}
-	}
-	resp.MatchesTotal = len(resp.Matches)
-	resp.Matches = resp.Matches[:s.topK(sc.req.TopK, len(resp.Matches))]
 	writeJSON(w, http.StatusOK, resp)
 }
 
@@ -682,7 +572,7 @@ func (s *Server) noteMatch(m *model, blocks, found int, pick *Pick) {
 }
 
 // resolvePolicy returns a match request's policy (the configured one when empty), or an
-// error naming the known ones: the one check of HTTP and gRPC Match.
+// error naming the known ones.
 func (s *Server) resolvePolicy(policy string) (string, error) {
 	if policy == "" {
 		policy = s.cfg.Policy
@@ -701,24 +591,6 @@ const (
 	stateUnknown     = "unknown"
 )
 
-// predictError answers a failed Predict.
-func (s *Server) predictError(w http.ResponseWriter, err error) {
-	switch {
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		writeError(w, http.StatusServiceUnavailable, "timeout", "predict: %v", err)
-	case errors.Is(err, engine.ErrClosed) || errors.Is(err, engine.ErrShardFailed):
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "index unavailable: %v", err)
-	case errors.Is(err, engine.ErrNamespaceTableFull):
-		// A sweep makes room once the namespaces nobody uses are gone.
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "namespaces_full", "%v", err)
-	case engine.IsRejection(err) || errors.Is(err, engine.ErrQueryTooLong):
-		writeError(w, http.StatusBadRequest, "bad_prediction", "%v", err)
-	default:
-		writeError(w, http.StatusInternalServerError, "internal", "predict: %v", err)
-	}
-}
-
 // servesWorker reports whether worker is one of model m's workers (any worker when the
 // index is fed by another process, which knows them).
 func (s *Server) servesWorker(m *model, worker string) bool {
@@ -732,56 +604,22 @@ func (s *Server) servesWorker(m *model, worker string) bool {
 	return s.external
 }
 
-// handleRouted records a routing decision as a prediction.
+// handleRouted is POST /v1/routed: a routing decision recorded as a prediction
+// (match.go's routed).
 func (s *Server) handleRouted(w http.ResponseWriter, r *http.Request) {
 	sc := scratchPool.Get().(*matchScratch)
 	defer sc.release()
-	m, ns, ok := s.readQuery(w, r, sc, kindRouted)
-	if !ok {
+	if !s.readRequest(w, r, sc, kindRouted) {
 		return
 	}
-	worker := sc.req.Worker
-	if worker == "" {
-		writeError(w, http.StatusBadRequest, "bad_worker", "worker is required")
+	req := &sc.req
+	in := routedInput{queryInput: req.query(), worker: req.Worker, ttlMs: req.TTLms, requestID: req.RequestID}
+	resp, e := s.routed(r.Context(), &in, sc)
+	if e != nil {
+		writeAPIError(w, e)
 		return
 	}
-	if !s.servesWorker(m, worker) {
-		writeError(w, http.StatusBadRequest, "unknown_worker", "worker %q is not a worker of model %q", worker, m.name)
-		return
-	}
-	q, ok := s.hashQuery(w, sc, m)
-	if !ok {
-		return
-	}
-	ttl := time.Duration(sc.req.TTLms) * time.Millisecond
-	if ttl == 0 {
-		ttl = s.eng.Config().PredictionTTL
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(s.cfg.QueryTimeout))
-	defer cancel()
-	if id := sc.req.RequestID; id != "" {
-		tokens := len(q) * m.blockSize
-		if sc.req.HasTokens {
-			tokens = len(sc.req.Tokens)
-		}
-		if err := checkRequestID(id); err != nil {
-			writeError(w, http.StatusBadRequest, "bad_request_id", "%v", err)
-			return
-		}
-		if err := s.trackRouted(ctx, m, ns, worker, id, q, tokens); err != nil {
-			if errors.Is(err, route.ErrDuplicate) || errors.Is(err, route.ErrFull) {
-				trackError(w, err)
-			} else {
-				writeError(w, http.StatusServiceUnavailable, "unavailable", "find matches: %v", err)
-			}
-			return
-		}
-	}
-	if err := s.eng.Predict(ctx, worker, ns, q, ttl); err != nil {
-		s.predictError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, RoutedResponse{Model: m.name, Namespace: ns, Worker: worker, Blocks: len(q), TTLms: ttl.Milliseconds()})
+	writeJSON(w, http.StatusOK, resp)
 }
 
 // eligible reports whether a worker may be picked: its subscriber is connected and

@@ -205,8 +205,9 @@
 //	                  kvindex_index_skipped_copies_total, events_applied_total{kind="copied"}
 //
 // Errors are {"error": "...", "code": "..."} with 400 (bad_json, unknown_model,
-// bad_query, bad_policy, bad_namespace, bad_tier_weights, query_too_long, bad_worker,
-// unknown_worker, bad_prediction), 401 (unauthenticated: auth.token_file), 404, 405, 413 (body_too_large), 429 (too_many_in_flight:
+// bad_query, bad_policy, bad_namespace, bad_tier_weights, bad_top_k, bad_load,
+// bad_request_id, bad_extra_keys, query_too_long, bad_worker, unknown_worker, bad_ttl,
+// bad_prediction), 409 (duplicate_request_id), 401 (unauthenticated: auth.token_file), 404, 405, 413 (body_too_large), 429 (too_many_in_flight:
 // the connection's in-flight bytes) or 503 (overloaded: the server's in-flight bytes;
 // namespaces_full: the namespace table, until a sweep; both with Retry-After). Request bodies are read
 // strictly: an unknown field, a key given twice, a wrong type or trailing data is
@@ -306,7 +307,8 @@
 //	                           pick, request_id, load}
 //	                           -> MatchResponse (matches with tiers and weighted), as
 //	                           /v1/match;
-//	                           errors INVALID_ARGUMENT, UNAVAILABLE, RESOURCE_EXHAUSTED
+//	                           errors INVALID_ARGUMENT, ALREADY_EXISTS, UNAVAILABLE,
+//	                           RESOURCE_EXHAUSTED
 //	kvindex.v1.Index/Workers   -> WorkersResponse, as /v1/workers
 //	kvindex.v1.Index/Routed    RoutedRequest{model, worker, tokens | content_hashes,
 //	                           namespace, lora_name, cache_salt, ttl_ms, request_id}
@@ -321,8 +323,16 @@
 // connection (max_concurrent_streams, announced in HTTP/2 SETTINGS), the header list
 // (16 KiB), pings (more often than every 10 s closes the connection), and, as over
 // HTTP, query blocks and query time. Calls are counted in /metrics as
-// kvindex_grpc_requests_total{method, code}. There is no TLS of its own. Not in this version: a
-// "routed" call for the index's predictions (the engine makes none yet).
+// kvindex_grpc_requests_total{method, code}. TLS and client authentication are the
+// HTTP API's (auth).
+//
+// Match and Routed run the HTTP handlers' pipeline (match.go): a transport only decodes
+// the request and encodes the answer, so both check a request in one order and refuse
+// it with one message (HTTP's error, the gRPC status's message), the HTTP status and
+// code going with INVALID_ARGUMENT (400), ALREADY_EXISTS (409), RESOURCE_EXHAUSTED
+// (namespaces_full, too_many_in_flight) or UNAVAILABLE (503)
+// (TestPipelineSameOverHTTPAndGRPC). The Mooncake /query shares its engine step and
+// trust states.
 //
 // # Diagnostics
 //

@@ -16,8 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvindex/kvindex/api/kvindexv1"
-	"github.com/kvindex/kvindex/engine"
-	"github.com/kvindex/kvindex/hash"
 )
 
 // The gRPC API (api/kvindexv1/kvindex.proto) answers what the HTTP API answers, from
@@ -188,53 +186,62 @@ func (s *Server) GRPCAddr() string {
 	return s.grpcLn.Addr().String()
 }
 
-// Match is POST /v1/match over gRPC.
+// Match is POST /v1/match over gRPC: the request decoded, the pipeline run (match.go).
 func (g *grpcService) Match(ctx context.Context, req *kvindexv1.MatchRequest) (*kvindexv1.MatchResponse, error) {
-	s := g.s
-	m, err := s.resolveModel(req.GetModel())
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
-	}
-	ns, err := RequestNamespace(m.name, req.GetNamespace(), req.GetLoraName(), req.GetCacheSalt())
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
-	}
-	policy, err := s.resolvePolicy(req.GetPolicy())
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
-	}
-	weights := s.weights
-	if w := req.GetTierWeights(); len(w) > 0 { // proto3: empty is unset
-		if weights, err = parseWeights(w, "tier_weights"); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "%v", err)
-		}
-	}
+	in := grpcMatchInput(req)
 	sc := scratchPool.Get().(*matchScratch) // the HTTP handlers' pool: q and found are reused
 	defer sc.release()
-	q, err := s.grpcQuery(m, req.GetTokens(), req.GetContentHashes(), sc)
-	if err != nil {
-		return nil, err
+	var resp MatchResponse
+	if e := g.s.match(ctx, &in, sc, &resp); e != nil {
+		return nil, e.grpcStatus()
 	}
-	qctx, cancel := context.WithTimeout(ctx, time.Duration(s.cfg.QueryTimeout))
-	defer cancel()
-	start := time.Now()
-	found, err := s.eng.FindMatchesIn(qctx, ns, q, sc.found[:0])
-	sc.found = found
-	s.findLatency.Observe(time.Since(start).Seconds())
-	if err != nil {
-		switch {
-		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-			errors.Is(err, engine.ErrClosed) || errors.Is(err, engine.ErrShardFailed):
-			return nil, status.Errorf(codes.Unavailable, "find matches: %v", err)
-		default:
-			return nil, status.Errorf(codes.Internal, "find matches: %v", err)
+	return grpcMatchResponse(&resp), nil
+}
+
+// grpcQuery is a Match or Routed request's query, for the pipeline: protobuf cannot
+// tell an empty list from none, so an empty one counts as not given.
+func grpcQuery(model, namespace, loraName, cacheSalt string, tokens []uint32, hashes []uint64) queryInput {
+	return queryInput{model: model, namespace: namespace, loraName: loraName, cacheSalt: cacheSalt,
+		tokens: tokens, hashes: hashes, hasTokens: len(tokens) > 0, hasHashes: len(hashes) > 0}
+}
+
+// grpcMatchInput decodes a Match request for the pipeline.
+func grpcMatchInput(req *kvindexv1.MatchRequest) matchInput {
+	in := matchInput{
+		queryInput: grpcQuery(req.GetModel(), req.GetNamespace(), req.GetLoraName(), req.GetCacheSalt(), req.GetTokens(), req.GetContentHashes()),
+		policy:     req.GetPolicy(), topK: uint64(req.GetTopK()), record: req.GetRecord(), pick: req.GetPick(), requestID: req.GetRequestId(),
+	}
+	if w := req.GetTierWeights(); len(w) > 0 { // proto3: empty is unset
+		in.weights, in.nWeights, in.hasWeights = w, len(w), true
+	}
+	if lm := req.GetLoad(); len(lm) > 0 {
+		in.loads = make(map[string]*WorkerLoad, len(lm))
+		for w, l := range lm {
+			if l == nil {
+				continue
+			}
+			wl := &WorkerLoad{Tokens: l.Tokens, PrefillTokens: l.PrefillTokens, ActiveBlocks: l.ActiveBlocks, KVUtil: l.KvUtil}
+			if l.Requests != nil {
+				v := int(*l.Requests)
+				wl.Requests = &v
+			}
+			if l.Waiting != nil {
+				v := int(*l.Waiting)
+				wl.Waiting = &v
+			}
+			in.loads[w] = wl
 		}
 	}
-	matches := s.matches(ns, q, found, weights, make([]Match, 0, len(found)))
-	resp := &kvindexv1.MatchResponse{Model: m.name, Namespace: ns, Blocks: int32(len(q)),
-		Matches: make([]*kvindexv1.Match, 0, len(found)), TierWeights: weights[:]}
-	for i := range matches {
-		mt := &matches[i]
+	return in
+}
+
+// grpcMatchResponse encodes the pipeline's answer.
+func grpcMatchResponse(r *MatchResponse) *kvindexv1.MatchResponse {
+	resp := &kvindexv1.MatchResponse{Model: r.Model, Namespace: r.Namespace, Blocks: int32(r.Blocks),
+		Matches: make([]*kvindexv1.Match, 0, len(r.Matches)), MatchesTotal: int32(r.MatchesTotal),
+		TierWeights: r.TierWeights[:], Recorded: r.Recorded}
+	for i := range r.Matches {
+		mt := &r.Matches[i]
 		tiers := make([]int32, len(mt.Tiers))
 		for t, n := range mt.Tiers {
 			tiers[t] = int32(n)
@@ -242,101 +249,25 @@ func (g *grpcService) Match(ctx context.Context, req *kvindexv1.MatchRequest) (*
 		resp.Matches = append(resp.Matches, &kvindexv1.Match{Worker: mt.Worker, Score: int32(mt.Score), Size: int32(mt.Size),
 			State: mt.State, Predicted: int32(mt.Predicted), Tiers: tiers, Weighted: mt.Weighted, Trust: mt.Trust})
 	}
-	opts, err := grpcPickOpts(req, q, m)
-	if err != nil {
-		return nil, err
-	}
-	p, err := s.choose(m, policy, matches, opts)
-	if err != nil {
-		return nil, trackStatus(err)
-	}
-	s.noteMatch(m, len(q), len(found), p)
-	if p != nil {
+	if p := r.Pick; p != nil {
 		resp.Pick = &kvindexv1.Pick{Worker: p.Worker, Policy: p.Policy, Score: int32(p.Score), Reason: p.Reason, Weighted: p.Weighted, RequestId: p.RequestID}
-		if req.GetRecord() && len(q) > 0 {
-			if err := s.eng.Predict(qctx, p.Worker, ns, q, 0); err != nil {
-				return nil, predictStatus(err)
-			}
-			resp.Recorded = true
-		}
 	}
-	resp.MatchesTotal = int32(len(resp.Matches))
-	resp.Matches = resp.Matches[:s.topK(uint64(req.GetTopK()), len(resp.Matches))]
-	return resp, nil
+	return resp
 }
 
-// grpcQuery checks a Match or Routed request's query (checkQuery: proto3 cannot tell an
-// empty list from none, so an empty one counts as not given) and returns its block
-// content hashes (tokens hashed into sc.q; given hashes as they are, never kept in sc),
-// or the request's gRPC status.
-func (s *Server) grpcQuery(m *model, tokens []uint32, hashes []uint64, sc *matchScratch) ([]uint64, error) {
-	if _, err := s.checkQuery(m, len(tokens) > 0, len(hashes) > 0, len(tokens), len(hashes)); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
-	}
-	if len(tokens) == 0 {
-		return hashes, nil
-	}
-	q, err := hash.Blocks(sc.q[:0], tokens, m.blockSize)
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "%v", err)
-	}
-	sc.q = q
-	return q, nil
-}
-
-// predictStatus maps a failed Predict to its gRPC status.
-func predictStatus(err error) error {
-	switch {
-	case errors.Is(err, engine.ErrNamespaceTableFull):
-		return status.Errorf(codes.ResourceExhausted, "predict: %v", err)
-	case engine.IsRejection(err) || errors.Is(err, engine.ErrQueryTooLong):
-		return status.Errorf(codes.InvalidArgument, "predict: %v", err)
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-		errors.Is(err, engine.ErrClosed) || errors.Is(err, engine.ErrShardFailed):
-		return status.Errorf(codes.Unavailable, "predict: %v", err)
-	}
-	return status.Errorf(codes.Internal, "predict: %v", err)
-}
-
-// Routed is POST /v1/routed over gRPC.
+// Routed is POST /v1/routed over gRPC (match.go's routed).
 func (g *grpcService) Routed(ctx context.Context, req *kvindexv1.RoutedRequest) (*kvindexv1.RoutedResponse, error) {
-	s := g.s
-	m, err := s.resolveModel(req.GetModel())
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
-	}
-	ns, err := RequestNamespace(m.name, req.GetNamespace(), req.GetLoraName(), req.GetCacheSalt())
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
-	}
-	worker := req.GetWorker()
-	switch {
-	case worker == "":
-		return nil, status.Error(codes.InvalidArgument, "worker is required")
-	case !s.servesWorker(m, worker):
-		return nil, status.Errorf(codes.InvalidArgument, "worker %q is not a worker of model %q", worker, m.name)
-	case time.Duration(req.GetTtlMs())*time.Millisecond > engine.MaxPredictionTTL:
-		return nil, status.Errorf(codes.InvalidArgument, "ttl_ms %d exceeds %d", req.GetTtlMs(), engine.MaxPredictionTTL.Milliseconds())
+	in := routedInput{
+		queryInput: grpcQuery(req.GetModel(), req.GetNamespace(), req.GetLoraName(), req.GetCacheSalt(), req.GetTokens(), req.GetContentHashes()),
+		worker:     req.GetWorker(), ttlMs: uint64(req.GetTtlMs()), requestID: req.GetRequestId(),
 	}
 	sc := scratchPool.Get().(*matchScratch)
 	defer sc.release()
-	q, err := s.grpcQuery(m, req.GetTokens(), req.GetContentHashes(), sc)
-	if err != nil {
-		return nil, err
+	r, e := g.s.routed(ctx, &in, sc)
+	if e != nil {
+		return nil, e.grpcStatus()
 	}
-	ttl := time.Duration(req.GetTtlMs()) * time.Millisecond
-	if ttl == 0 {
-		ttl = s.eng.Config().PredictionTTL
-	}
-	qctx, cancel := context.WithTimeout(ctx, time.Duration(s.cfg.QueryTimeout))
-	defer cancel()
-	if err := s.grpcTrackRouted(qctx, m, ns, worker, req, q); err != nil {
-		return nil, err
-	}
-	if err := s.eng.Predict(qctx, worker, ns, q, ttl); err != nil {
-		return nil, predictStatus(err)
-	}
-	return &kvindexv1.RoutedResponse{Model: m.name, Namespace: ns, Worker: worker, Blocks: int32(len(q)), TtlMs: ttl.Milliseconds()}, nil
+	return &kvindexv1.RoutedResponse{Model: r.Model, Namespace: r.Namespace, Worker: r.Worker, Blocks: int32(r.Blocks), TtlMs: r.TTLms}, nil
 }
 
 // workerState is the state a match reports for worker, as /v1/match does.

@@ -339,15 +339,17 @@ func (s *Server) handleMooncakeQuery(byHash bool) http.HandlerFunc {
 	}
 }
 
-// errUnavailable marks an index that cannot answer (closed, failed, timed out).
-var errUnavailable = errors.New("index unavailable")
-
+// mooncakeCode is an error's code: "unavailable" for an index that cannot answer
+// (closed, failed, timed out), the engine step's own code for its other errors.
 func mooncakeCode(status int, err error) string {
+	var ae *apiError
 	switch {
 	case status == http.StatusServiceUnavailable:
 		return "unavailable"
 	case errors.Is(err, errQueryTooLong):
 		return "query_too_long"
+	case errors.As(err, &ae):
+		return ae.code
 	}
 	return "bad_query"
 }
@@ -428,14 +430,9 @@ func (s *Server) mooncakeQuery(ctx context.Context, req *MooncakeQuery, byHash b
 	if len(q) > 0 {
 		qctx, cancel := context.WithTimeout(ctx, time.Duration(s.cfg.QueryTimeout))
 		defer cancel()
-		start := time.Now()
-		found, err = s.eng.FindMatchesIn(qctx, ns, q, nil)
-		s.findLatency.Observe(time.Since(start).Seconds())
-		if err != nil {
-			if errors.Is(err, engine.ErrQueryTooLong) {
-				return nil, http.StatusBadRequest, fmt.Errorf("%w: %v", errQueryTooLong, err)
-			}
-			return nil, http.StatusServiceUnavailable, fmt.Errorf("%w: %v", errUnavailable, err)
+		var e *apiError
+		if found, e = s.find(qctx, ns, q, nil); e != nil { // the match pipeline's engine step (match.go)
+			return nil, e.status, e
 		}
 		s.noteQuery(m, len(found) > 0)
 		found = s.trustFound(ns, q, found)

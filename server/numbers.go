@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 	"unicode/utf8"
 
 	"github.com/kvindex/kvindex/engine"
@@ -23,18 +22,22 @@ import (
 type matchReq struct {
 	Model, Namespace, LoraName, CacheSalt, Policy string
 
-	Tokens, Hashes       []uint64
+	Tokens               []uint32
+	Hashes               []uint64
 	HasTokens, HasHashes bool
 	// ExtraKeys is the raw JSON of extra_keys (extrakeys.go), nil when absent.
 	ExtraKeys []byte
 	// Record (match only) asks to record the pick as a prediction.
 	Record bool
-	// Weights (match only) are tier_weights when HasWeights: exactly three numbers,
-	// checked against [0, 1] by the handler (parseWeights).
+	// Weights (match only) are tier_weights when HasWeights: NWeights numbers, the
+	// first engine.NumTiers of them kept; the pipeline checks the count and the range
+	// (match.go), as it does a gRPC request's.
 	Weights    [engine.NumTiers]float64
+	NWeights   int
 	HasWeights bool
 	// Worker and TTLms (routed only): the worker a request was sent to and the
-	// prediction's lifetime in milliseconds (0: the server's default).
+	// prediction's lifetime in milliseconds (0: the server's default; the pipeline
+	// checks its bound).
 	Worker string
 	TTLms  uint64
 	// Pick (match only) counts the pick as routed; RequestID names the request for
@@ -43,7 +46,8 @@ type matchReq struct {
 	Pick      bool
 	RequestID string
 	Load      []byte
-	// TopK (match only) bounds the matches answered (0: Config.MaxMatches).
+	// TopK (match only) bounds the matches answered (0: Config.MaxMatches); the
+	// pipeline checks it against MaxMaxMatches.
 	TopK uint64
 }
 
@@ -144,7 +148,7 @@ func decodeRequest(b []byte, rp *matchReq, kind int) (err error) {
 			}
 			r.Load, i = raw, end
 		case "tier_weights":
-			r.HasWeights, i, err = parseWeightList(b, i, &r.Weights)
+			r.HasWeights, r.NWeights, i, err = parseWeightList(b, i, &r.Weights)
 			if err != nil {
 				return fmt.Errorf("tier_weights: %w", err)
 			}
@@ -158,9 +162,6 @@ func decodeRequest(b []byte, rp *matchReq, kind int) (err error) {
 				j++
 			}
 			v, err := parseUint(b[i:j], false)
-			if err == nil && v > MaxMaxMatches {
-				err = fmt.Errorf("%d exceeds %d", v, MaxMaxMatches)
-			}
 			if err != nil {
 				return fmt.Errorf("top_k: %w", err)
 			}
@@ -175,9 +176,6 @@ func decodeRequest(b []byte, rp *matchReq, kind int) (err error) {
 				j++
 			}
 			v, err := parseUint(b[i:j], false)
-			if err == nil && v > uint64(engine.MaxPredictionTTL/time.Millisecond) {
-				err = fmt.Errorf("%d exceeds %d", v, engine.MaxPredictionTTL/time.Millisecond)
-			}
 			if err != nil {
 				return fmt.Errorf("ttl_ms: %w", err)
 			}
@@ -289,10 +287,10 @@ func stringValue(lit []byte) (string, error) {
 }
 
 // parseNumbers reads the JSON array at b[i], appending its elements to dst, and returns
-// the offset past it. Elements are non-negative integers no larger than max; with
-// allowStrings, also strings holding a decimal or 0x-prefixed hexadecimal integer. null
-// is an absent list (has false).
-func parseNumbers(b []byte, i int, max uint64, allowStrings bool, dst []uint64) (vals []uint64, has bool, end int, err error) {
+// the offset past it. Elements are non-negative integers no larger than max (which T
+// holds); with allowStrings, also strings holding a decimal or 0x-prefixed hexadecimal
+// integer. null is an absent list (has false).
+func parseNumbers[T uint32 | uint64](b []byte, i int, max uint64, allowStrings bool, dst []T) (vals []T, has bool, end int, err error) {
 	if hasPrefix(b[i:], "null") {
 		return dst, false, i + 4, nil
 	}
@@ -300,7 +298,7 @@ func parseNumbers(b []byte, i int, max uint64, allowStrings bool, dst []uint64) 
 		return dst, false, i, errors.New("want an array")
 	}
 	if dst == nil {
-		dst = []uint64{}
+		dst = []T{}
 	}
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == ']' {
@@ -338,7 +336,7 @@ func parseNumbers(b []byte, i int, max uint64, allowStrings bool, dst []uint64) 
 		if err != nil {
 			return dst, false, i, fmt.Errorf("element %d: %v", n, err)
 		}
-		dst = append(dst, v)
+		dst = append(dst, T(v))
 		i = skipSpace(b, i)
 		if i >= len(b) {
 			return dst, false, i, fmt.Errorf("%w: unterminated array", errSyntax)
@@ -354,48 +352,48 @@ func parseNumbers(b []byte, i int, max uint64, allowStrings bool, dst []uint64) 
 	}
 }
 
-// parseWeightList reads the JSON array of exactly len(*w) numbers at b[i] into *w and
-// returns the offset past it; null is an absent list (has false). The numbers are JSON
-// numbers (no strings, no NaN or Infinity); their range is the caller's to check.
-func parseWeightList(b []byte, i int, w *[engine.NumTiers]float64) (has bool, end int, err error) {
+// parseWeightList reads the JSON array of numbers at b[i], keeping the first len(*w) of
+// them in *w, and returns how many it holds and the offset past it; null is an absent
+// list (has false). The numbers are JSON numbers (no strings, no NaN or Infinity);
+// their count and range are the pipeline's to check (match.go).
+func parseWeightList(b []byte, i int, w *[engine.NumTiers]float64) (has bool, n, end int, err error) {
 	if hasPrefix(b[i:], "null") {
-		return false, i + 4, nil
+		return false, 0, i + 4, nil
 	}
 	if i >= len(b) || b[i] != '[' {
-		return false, i, fmt.Errorf("want an array of %d numbers", len(w))
+		return false, 0, i, errors.New("want an array of numbers")
 	}
 	i = skipSpace(b, i+1)
-	for n := 0; ; n++ {
-		if n == len(w) {
-			return false, i, fmt.Errorf("more than %d numbers (device, host, disk)", len(w))
-		}
+	if i < len(b) && b[i] == ']' {
+		return true, 0, i + 1, nil
+	}
+	for ; ; n++ {
 		j := i
 		for j < len(b) && b[j] != ',' && b[j] != ']' && !isSpace(b[j]) {
 			j++
 		}
 		num := b[i:j]
 		if !jsonNumber(num) {
-			return false, i, fmt.Errorf("element %d: %q is not a number", n, num)
+			return false, 0, i, fmt.Errorf("element %d: %q is not a number", n, num)
 		}
 		v, perr := strconv.ParseFloat(string(num), 64)
 		if perr != nil {
-			return false, i, fmt.Errorf("element %d: %q is out of range", n, num)
+			return false, 0, i, fmt.Errorf("element %d: %q is out of range", n, num)
 		}
-		w[n] = v
+		if n < len(w) {
+			w[n] = v
+		}
 		i = skipSpace(b, j)
 		if i >= len(b) {
-			return false, i, fmt.Errorf("%w: unterminated array", errSyntax)
+			return false, 0, i, fmt.Errorf("%w: unterminated array", errSyntax)
 		}
 		switch b[i] {
 		case ',':
 			i = skipSpace(b, i+1)
 		case ']':
-			if n+1 != len(w) {
-				return false, i, fmt.Errorf("%d numbers, want %d (device, host, disk)", n+1, len(w))
-			}
-			return true, i + 1, nil
+			return true, n + 1, i + 1, nil
 		default:
-			return false, i, fmt.Errorf("%w in array at offset %d", errSyntax, i)
+			return false, 0, i, fmt.Errorf("%w in array at offset %d", errSyntax, i)
 		}
 	}
 }

@@ -134,9 +134,9 @@ func (l *WorkerLoad) apply(dst *route.Load) {
 	}
 }
 
-// parseLoads reads a request's "load" object (raw JSON, strict: unknown fields and
-// values out of range are errors).
-func parseLoads(raw []byte) (map[string]*WorkerLoad, error) {
+// decodeLoads reads a request's "load" object (raw JSON, strict: unknown fields are
+// errors, and so is a worker given null); the pipeline checks the values (checkLoads).
+func decodeLoads(raw []byte) (map[string]*WorkerLoad, error) {
 	if raw == nil || bytes.Equal(raw, []byte("null")) {
 		return nil, nil
 	}
@@ -149,9 +149,6 @@ func parseLoads(raw []byte) (map[string]*WorkerLoad, error) {
 	for w, l := range loads {
 		if l == nil {
 			return nil, fmt.Errorf("load: worker %q: want an object", w)
-		}
-		if err := l.check(); err != nil {
-			return nil, fmt.Errorf("load: worker %q: %v", w, err)
 		}
 	}
 	return loads, nil
@@ -202,29 +199,13 @@ func reasonFor(policy string, c route.Candidate) string {
 	return fmt.Sprintf("least cost: %d cached blocks, %d prefill tokens and %d active blocks in flight", c.Overlap, c.Load.PrefillTokens, c.Load.ActiveBlocks)
 }
 
-// pickOpts are what a match request asks of its pick beyond the policy, HTTP and gRPC
-// alike.
+// pickOpts are what a match request asks of its pick beyond the policy (the pipeline
+// fills them, match.go).
 type pickOpts struct {
 	track  bool   // "pick": true: count the pick as routed
 	id     string // its request id ("": make one up)
 	tokens int    // the prompt's tokens
 	loads  map[string]*WorkerLoad
-}
-
-// httpPickOpts reads a match request's pick options, checking them.
-func httpPickOpts(req *matchReq, q []uint64, m *model) (pickOpts, string, error) {
-	loads, err := parseLoads(req.Load)
-	if err != nil {
-		return pickOpts{}, "bad_load", err
-	}
-	if err := checkRequestID(req.RequestID); err != nil {
-		return pickOpts{}, "bad_request_id", err
-	}
-	o := pickOpts{track: req.Pick, id: req.RequestID, tokens: len(q) * m.blockSize, loads: loads}
-	if req.HasTokens {
-		o.tokens = len(req.Tokens)
-	}
-	return o, "", nil
 }
 
 // choose makes a match request's pick: with a load-aware policy (cost, scorer) or the
@@ -298,18 +279,6 @@ func (s *Server) track(pick *Pick, id string, tokens int, m *model) (string, err
 		return "", err
 	}
 	return id, nil
-}
-
-// trackError answers a failed track.
-func trackError(w http.ResponseWriter, err error) {
-	switch {
-	case errors.Is(err, route.ErrDuplicate):
-		writeError(w, http.StatusConflict, "duplicate_request_id", "request_id is already in flight")
-	case errors.Is(err, route.ErrFull):
-		writeError(w, http.StatusServiceUnavailable, "too_many_in_flight", "%v", err)
-	default:
-		writeError(w, http.StatusBadRequest, "bad_request_id", "%v", err)
-	}
 }
 
 // checkRequestID bounds a caller's request id.

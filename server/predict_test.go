@@ -75,7 +75,7 @@ func TestRoutedRejects(t *testing.T) {
 		{`{"model":"m","worker":"a","tokens":[1,2],"policy":"random"}`, "bad_json"},       // a match field
 		{`{"model":"m","worker":"a","tokens":[1,2],"record":true}`, "bad_json"},           // a match field
 		{`{"model":"m","worker":"a","tokens":[1,2],"ttl_ms":-1}`, "bad_json"},             // negative
-		{`{"model":"m","worker":"a","tokens":[1,2],"ttl_ms":600001}`, "bad_json"},         // too long
+		{`{"model":"m","worker":"a","tokens":[1,2],"ttl_ms":600001}`, "bad_ttl"},          // too long
 		{`{"model":"m","worker":"a","tokens":[1,2],"ttl_ms":"5"}`, "bad_json"},            // a string
 		{`{"model":"m","worker":"a","tokens":[1,2]} x`, "bad_json"},                       // trailing data
 		{`{"model":"m","tokens":[1,2]}`, "bad_worker"},                                    // no worker
