@@ -13,7 +13,13 @@
 // # What it owns
 //
 // The engine, the subscribers, the HTTP server (and, when configured, the gRPC server),
-// the discovery goroutines (one per source) and a Prometheus registry. Nothing else
+// the discovery goroutines (one per source), a Prometheus registry, and with
+// Options.Snapshot the warm restart (snapshot.go: the index restored by New from one
+// atomic file, written every interval and by Shutdown, each worker resuming from the
+// checkpoint that travels with its blocks), with Options.Replica the NATS replica feed
+// (replica.go: a fabric.Replica of a kvindex relay's stream, its snapshot, workers and
+// kvindex_stream_* series). kvindex serve parses flags into Config and Options; the
+// rest is here. Nothing else
 // writes the engine: each worker's events come from its own subscriber goroutine, in
 // order; removing an engine stops its subscriber before its workers leave the index.
 //

@@ -280,7 +280,7 @@ func (s *Server) workerState(worker string) string {
 		return stateApproximate
 	}
 	if s.external {
-		return "replicated" // fed by another process (a relay), which vouches for it
+		return fedReplicated // fed by another process (a relay), which vouches for it
 	}
 	return stateUnknown
 }

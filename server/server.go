@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/fabric"
 	"github.com/kvindex/kvindex/subscriber"
 )
 
@@ -51,6 +53,29 @@ type Options struct {
 	// fills in Size and skips a worker it subscribes to itself. Handlers call it on
 	// their own goroutines: it must be safe for concurrent use.
 	Workers func() []WorkerInfo
+	// Snapshot is the warm restart (snapshot.go): the index restored from its file by
+	// New, written every Interval and by Shutdown. Not with Index.
+	Snapshot SnapshotOptions
+	// Replica, when set, feeds the index from a kvindex relay's NATS stream
+	// (replica.go) for Config.Models, besides any engines the configuration lists;
+	// Ready and Workers are then the replica's. Not with Index.
+	Replica *ReplicaOptions
+	// Context bounds what New does on the network (the replica's connection and
+	// start). Default: context.Background().
+	Context context.Context
+}
+
+// check refuses options that contradict each other.
+func (o *Options) check() error {
+	switch {
+	case o.Index != nil && (o.Snapshot.Path != "" || o.Replica != nil):
+		return fmt.Errorf("%w: Options.Index with Options.Snapshot or Options.Replica (they build the index)", ErrConfig)
+	case o.Replica != nil && o.Replica.URL == "":
+		return fmt.Errorf("%w: Options.Replica needs a NATS URL", ErrConfig)
+	case o.Replica == nil && strings.HasPrefix(o.Snapshot.Path, fabric.ObjectScheme):
+		return fmt.Errorf("%w: a %s snapshot needs Options.Replica", ErrConfig, fabric.ObjectScheme)
+	}
+	return nil
 }
 
 // WorkerSizer reports how many blocks a worker holds. The index implements it when it
@@ -120,11 +145,19 @@ type Server struct {
 	wg       sync.WaitGroup
 	errc     chan error
 
-	// external is set when the engine belongs to the caller (Options.Index); extReady is
-	// Options.Ready.
+	// external is set when another process feeds the engine (Options.Index, a NATS
+	// replica); extReady is Options.Ready (the replica's caughtUp), extWorkers
+	// Options.Workers (the replica's workers). ownsEngine says Shutdown closes the
+	// engine (not Options.Index's, nor the replica's, which closes its own).
 	external   bool
+	ownsEngine bool
 	extReady   func() bool
-	extWorkers func() []WorkerInfo // Options.Workers; nil when none
+	extWorkers func() []WorkerInfo // nil when none
+
+	// warm is the warm restart (snapshot.go; write nil: no snapshot); feed the NATS
+	// replica (replica.go; nil: none).
+	warm *warmRestart
+	feed *replicaFeed
 
 	started  atomic.Bool
 	draining atomic.Bool
@@ -145,25 +178,65 @@ type Server struct {
 	trust trustTable
 }
 
-// New validates cfg and builds the server: the engine and the subscribers (not yet
-// running). Close it with Shutdown, even if it was never started.
-func New(cfg Config, opts Options) (*Server, error) {
+// New validates cfg and builds the server: the engine (restored from Options.Snapshot,
+// or the replica's, Options.Replica) and the subscribers (not yet running). Close it
+// with Shutdown, even if it was never started.
+func New(cfg Config, opts Options) (s *Server, err error) {
 	pubs, err := cfg.plan()
 	if err != nil {
 		return nil, err
 	}
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
+	if err := checkSnapshotDir(opts.Snapshot.Path); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	plan := cfg // the configuration as given, for the snapshot's plan
 	cfg = cfg.withDefaults()
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	eng := opts.Index
-	if eng == nil {
-		eng, err = engine.New(cfg.Index.Engine())
-		if err != nil {
+	ctx := opts.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	warm := newWarmRestart(opts.Snapshot)
+	eng, resume, ready, workers := opts.Index, opts.Resume, opts.Ready, opts.Workers
+	var feed *replicaFeed
+	switch path := opts.Snapshot.Path; {
+	case opts.Replica != nil:
+		if feed, err = startReplica(ctx, log, *opts.Replica, cfg, path); err != nil {
+			return nil, err
+		}
+		eng, ready, workers = feed.engine, feed.caughtUp, feed.workers
+		if path != "" {
+			warm.write = func() error { return feed.rep.Snapshot(path) }
+		}
+	case path != "":
+		if eng, resume, err = restoreSnapshot(path, withFileEngines(plan), log); err != nil {
+			return nil, err
+		}
+		restored := eng
+		warm.write = func() error { return restored.WriteSnapshotFile(path) }
+	case eng == nil:
+		if eng, err = engine.New(cfg.Index.Engine()); err != nil {
 			return nil, fmt.Errorf("%w: index: %v", ErrConfig, err)
 		}
 	}
+	owns := opts.Index == nil && feed == nil
+	defer func() {
+		if err == nil {
+			return
+		}
+		if owns {
+			eng.Close()
+		}
+		if feed != nil {
+			feed.close()
+		}
+	}()
 	weights, err := cfg.weights()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err) // plan checked it: unreachable
@@ -174,22 +247,22 @@ func New(cfg Config, opts Options) (*Server, error) {
 	}
 	replays, err := subscriber.NewReplayLimiter(nrep)
 	if err != nil {
-		if opts.Index == nil {
-			eng.Close()
-		}
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err) // plan checked it: unreachable
 	}
-	s := &Server{
+	s = &Server{
 		replays:    replays,
 		weights:    weights,
-		external:   opts.Index != nil,
-		extReady:   opts.Ready,
-		extWorkers: opts.Workers,
+		external:   opts.Index != nil || feed != nil,
+		ownsEngine: owns,
+		extReady:   ready,
+		extWorkers: workers,
+		warm:       warm,
+		feed:       feed,
 		cfg:        cfg,
 		log:        log,
 		eng:        eng,
 		entries:    map[string]*engineEntry{},
-		resume:     opts.Resume,
+		resume:     resume,
 		queryWins:  map[string]*queryWindow{},
 		ln:         opts.Listener,
 		grpcLn:     opts.GRPCListener,
@@ -199,9 +272,6 @@ func New(cfg Config, opts Options) (*Server, error) {
 		stopDiag:   make(chan struct{}),
 	}
 	if s.routing, err = newRouting(cfg.Routing, func() time.Time { return s.now() }); err != nil {
-		if opts.Index == nil {
-			eng.Close()
-		}
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err) // plan checked it: unreachable
 	}
 	for i, e := range cfg.Engines {
@@ -213,9 +283,6 @@ func New(cfg Config, opts Options) (*Server, error) {
 		}
 		en, err := s.newEntry(SourceConfig, engineKey(e), e, own, s.resume)
 		if err != nil {
-			if opts.Index == nil {
-				eng.Close()
-			}
 			return nil, err
 		}
 		s.insertLocked(en) // nothing else can see s yet
@@ -223,26 +290,21 @@ func New(cfg Config, opts Options) (*Server, error) {
 	s.publishLocked()
 	s.admit = newAdmission(cfg.Limits)
 	if s.access, err = newAccess(cfg.Auth); err != nil {
-		if opts.Index == nil {
-			eng.Close()
-		}
 		return nil, err
 	}
 	s.initMetrics()
 	s.reg.MustRegister(s.admit.metrics()...)
 	s.reg.MustRegister(s.access.failures)
+	s.reg.MustRegister(warm.collectors()...)
+	if feed != nil {
+		s.reg.MustRegister(feed.collectors()...)
+	}
 	for _, c := range opts.Collectors {
 		if err := s.reg.Register(c); err != nil {
-			if opts.Index == nil {
-				eng.Close()
-			}
 			return nil, fmt.Errorf("server: Options.Collectors: %w", err)
 		}
 	}
 	if err := s.initDiscovery(); err != nil {
-		if opts.Index == nil {
-			eng.Close()
-		}
 		return nil, err
 	}
 	s.handler = s.access.httpHandler(s.admit.httpHandler(s.routes(), cfg.MaxBodyBytes))
@@ -333,6 +395,13 @@ func (s *Server) Start() error {
 			run(ctx)
 		}()
 	}
+	if s.warm.write != nil && s.warm.opts.Interval > 0 {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.warm.loop(ctx, s.log)
+		}()
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -389,8 +458,9 @@ func (s *Server) Addr() string {
 }
 
 // Shutdown drains: /readyz turns 503 at once, the HTTP server stops accepting and waits
-// for in-flight requests (until ctx ends, then closes them), the subscribers stop, and
-// the engine closes. Idempotent; later calls return the first call's result.
+// for in-flight requests (until ctx ends, then closes them), the subscribers stop, the
+// last snapshot is written (Options.Snapshot; its failure is the error), the replica
+// closes, and the engine closes. Idempotent; later calls return the first call's result.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutOnce.Do(func() {
 		s.draining.Store(true)
@@ -414,7 +484,19 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			close(s.stopDiag)
 		}
 		s.wg.Wait()
-		if !s.external {
+		// The subscribers and the replica's writers have stopped: the last snapshot is
+		// their exact position.
+		if s.warm.write != nil {
+			if err := s.warm.snapshot(); err != nil {
+				errs = append(errs, fmt.Errorf("server: final snapshot: %w", err))
+			}
+		}
+		if s.feed != nil {
+			if err := s.feed.close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if s.ownsEngine {
 			if err := s.eng.Close(); err != nil {
 				errs = append(errs, err)
 			}

@@ -21,10 +21,10 @@ import (
 	"github.com/kvindex/kvindex/subscriber"
 )
 
-// What a relay and a NATS replica show of the fleet: the replica's workers in serve's
-// /v1/workers and both sides' series in /metrics, and the relay's own health and
-// metrics endpoints. Everything here reads counters at request or scrape time; nothing
-// runs on the event path.
+// What a relay shows of the fleet: its series in /metrics and its own health and
+// metrics endpoints (serve's NATS replica shows its own: package server's replica.go).
+// Everything here reads counters at request or scrape time; nothing runs on the event
+// path.
 
 // defaultConnectTimeout bounds how long relay keeps trying to reach NATS and create
 // its stream at start before it gives up with the reason (--connect-timeout).
@@ -77,133 +77,9 @@ func natsState(nc *nats.Conn) string {
 	return "disconnected"
 }
 
-// The states of a stream-fed worker in serve's /v1/workers and kvindex_worker_state.
-const (
-	// fedSyncing: the replica is still applying what the stream held when serve
-	// started.
-	fedSyncing = "syncing"
-	// fedReplicated: caught up; the worker's events arrive as its relay publishes
-	// them (the state /v1/match reports for a stream-fed worker).
-	fedReplicated = "replicated"
-	// fedRemoved: the worker's last event removed it (its relay gave up on the engine).
-	fedRemoved = "removed"
-)
-
-// workers lists the replica's workers for server.Options.Workers.
-func (r *replicaFeed) workers() []server.WorkerInfo {
-	syncing := r.rep.LastApplied() < r.target
-	connected := r.nc.IsConnected()
-	now := time.Now()
-	ws := r.rep.Workers()
-	out := make([]server.WorkerInfo, 0, len(ws))
-	for _, w := range ws {
-		wi := server.WorkerInfo{Worker: w.Worker, Model: w.Model, State: fedReplicated, Connected: connected,
-			Duplicates: w.Duplicates, LagSeconds: w.Lag.Seconds(), Rejected: map[string]uint64{}}
-		switch {
-		case w.Gone:
-			wi.State = fedRemoved
-		case syncing:
-			wi.State = fedSyncing
-		}
-		wi.Synced = wi.State != fedSyncing
-		if w.Seq != 0 {
-			seq := w.Seq
-			wi.LastSeq = &seq
-		}
-		if !w.LastAt.IsZero() {
-			idle := now.Sub(w.LastAt).Seconds()
-			wi.IdleSeconds = &idle
-		}
-		wi.Gaps.Detected = w.Gaps
-		wi.Events.Stored, wi.Events.Removed, wi.Events.Cleared, wi.Events.Copied = w.Stored, w.Removed, w.Cleared, w.Copied
-		if w.Rejected > 0 {
-			wi.Rejected["index"] = w.Rejected
-		}
-		out = append(out, wi)
-	}
-	return out
-}
-
 // desc is a kvindex_ series description.
 func desc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc("kvindex_"+name, help, labels, nil)
-}
-
-// natsCollector exports a NATS connection's state (kvindex_nats_*), for relay and
-// serve --nats alike.
-type natsCollector struct {
-	nc                             *nats.Conn
-	connected, reconnects, bytesIn *prometheus.Desc
-}
-
-func newNATSCollector(nc *nats.Conn) *natsCollector {
-	return &natsCollector{nc: nc,
-		connected:  desc("nats_connected", "1 while the NATS connection is up."),
-		reconnects: desc("nats_reconnects_total", "Times the NATS connection was re-established."),
-		bytesIn:    desc("nats_bytes_total", "Bytes over the NATS connection, by direction (in, out).", "direction"),
-	}
-}
-
-func (c *natsCollector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
-
-func (c *natsCollector) Collect(ch chan<- prometheus.Metric) {
-	up := 0.0
-	if c.nc.IsConnected() {
-		up = 1
-	}
-	st := c.nc.Stats()
-	ch <- prometheus.MustNewConstMetric(c.connected, prometheus.GaugeValue, up)
-	ch <- prometheus.MustNewConstMetric(c.reconnects, prometheus.CounterValue, float64(st.Reconnects))
-	ch <- prometheus.MustNewConstMetric(c.bytesIn, prometheus.CounterValue, float64(st.InBytes), "in")
-	ch <- prometheus.MustNewConstMetric(c.bytesIn, prometheus.CounterValue, float64(st.OutBytes), "out")
-}
-
-// replicaCollector exports a replica's stream position and lag (kvindex_stream_*).
-type replicaCollector struct {
-	feed                                    *replicaFeed
-	lastApplied, target, pending, lag, idle *prometheus.Desc
-	messages, gaps                          *prometheus.Desc
-}
-
-func newReplicaCollector(feed *replicaFeed) *replicaCollector {
-	return &replicaCollector{feed: feed,
-		lastApplied: desc("stream_last_applied_sequence", "Stream sequence of the last message the replica applied."),
-		target:      desc("stream_start_sequence", "The stream's last sequence when serve started: /readyz waits until it is applied."),
-		pending:     desc("stream_pending_messages", "Messages of the replica's models the stream held past the last one applied, as of that message: the replica's lag in messages."),
-		lag:         desc("stream_lag_seconds", "Apply time of the last message minus the time the stream stored it."),
-		idle:        desc("stream_idle_seconds", "Time since the replica applied a message (-1: none since start)."),
-		messages:    desc("stream_messages_total", "Stream messages the replica consumed, by result (applied, rejected by the index, duplicate, malformed, foreign to their subject, seq_refused: a worker sequence past max_seq_gap, too_many_workers: a new worker past max_workers).", "result"),
-		gaps:        desc("stream_gaps_total", "Messages whose worker sequence skipped ahead of the worker's last."),
-	}
-}
-
-func (c *replicaCollector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
-
-func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.feed.rep.Stats()
-	g := func(d *prometheus.Desc, v float64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
-	}
-	n := func(d *prometheus.Desc, v uint64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
-	}
-	g(c.lastApplied, float64(st.LastApplied))
-	g(c.target, float64(c.feed.target))
-	g(c.pending, float64(st.Pending))
-	g(c.lag, st.Lag.Seconds())
-	idle := -1.0
-	if !st.LastAt.IsZero() {
-		idle = time.Since(st.LastAt).Seconds()
-	}
-	g(c.idle, idle)
-	n(c.messages, st.Applied-st.Rejected, "applied")
-	n(c.messages, st.Rejected, "rejected")
-	n(c.messages, st.SeqRefused, "seq_refused")
-	n(c.messages, st.TooManyWorkers, "too_many_workers")
-	n(c.messages, st.Duplicates, "duplicate")
-	n(c.messages, st.Malformed, "malformed")
-	n(c.messages, st.Foreign, "foreign")
-	n(c.gaps, st.Gaps)
 }
 
 // buildInfo is kvindex_build_info for the relay (serve's comes from package server).
@@ -312,7 +188,7 @@ type relayHTTP struct {
 
 func startRelayHTTP(ln net.Listener, nc *nats.Conn, pub *fabric.Publisher, subs []*subscriber.Subscriber) (*relayHTTP, error) {
 	reg := prometheus.NewRegistry()
-	for _, c := range []prometheus.Collector{newRelayCollector(pub, subs), newNATSCollector(nc), buildInfo()} {
+	for _, c := range []prometheus.Collector{newRelayCollector(pub, subs), server.NewNATSCollector(nc), buildInfo()} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -312,9 +312,9 @@ func TestServeNATSWorkers(t *testing.T) {
 		if c == nil {
 			t.Fatalf("unknown worker %+v", w)
 		}
-		state := fedReplicated
+		state := "replicated"
 		if c.gone { // the log ends by removing some workers
-			state = fedRemoved
+			state = "removed"
 			removed++
 		}
 		switch {
@@ -352,9 +352,9 @@ func TestServeNATSWorkers(t *testing.T) {
 		if got := met[fmt.Sprintf(`kvindex_worker_last_seq{worker=%q}`, w)]; got != float64(c.seq) {
 			t.Errorf("kvindex_worker_last_seq{worker=%q} = %v, want %d", w, got, c.seq)
 		}
-		state := fedReplicated
+		state := "replicated"
 		if c.gone {
-			state = fedRemoved
+			state = "removed"
 		}
 		if got := met[fmt.Sprintf(`kvindex_worker_state{state=%q,worker=%q}`, state, w)]; got != 1 {
 			t.Errorf("%s not %s in /metrics", w, state)

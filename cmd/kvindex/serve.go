@@ -15,11 +15,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/fabric"
 	"github.com/kvindex/kvindex/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // engineFlags collects repeated --engine specs.
@@ -268,11 +266,15 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 		_ = enc.Encode(cfg)
 		return 0
 	}
-	// What the server will need later, checked now (startup.go).
-	if err := checkSnapshotDir(*snapshot); err != nil {
-		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
-		return 2
+	var natsOpts []nats.Option
+	if *natsURL != "" {
+		if natsOpts, err = natsAuth.Options(); err != nil {
+			fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
+			return 2
+		}
 	}
+	// What the server will need later, checked now (startup.go; the snapshot's
+	// directory is checked by server.New).
 	if err := checkBinds(cfg); err != nil {
 		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
 		return 1
@@ -282,98 +284,37 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
 		return 1
 	}
-	served := false // the server owns the listeners once New succeeds
-	defer func() {
-		if !served {
-			httpLn.Close()
-			if grpcLn != nil {
-				grpcLn.Close()
-			}
-		}
-	}()
-	snapStats := newSnapshotMetrics()
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	opts := server.Options{Logger: log, Listener: httpLn, GRPCListener: grpcLn, Collectors: snapStats.collectors()}
+	opts := server.Options{Logger: log, Listener: httpLn, GRPCListener: grpcLn, Context: ctx,
+		Snapshot: server.SnapshotOptions{Path: *snapshot, Interval: *snapEvery}}
 	if *natsURL != "" {
-		natsOpts, err := natsAuth.Options()
-		if err != nil {
-			fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
-			return 2
-		}
-		rep, closeRep, err := startReplica(ctx, log, *natsURL, *stream, cfg, *snapshot, *snapEvery, snapStats, natsOpts)
-		if err != nil {
-			fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
-			return 1
-		}
-		defer func() {
-			if err := closeRep(); err != nil {
-				fmt.Fprintf(stderr, "kvindex serve: final snapshot: %v\n", err)
-				code = 1
-			}
-		}()
-		opts.Index = rep.engine
-		opts.Ready = rep.caughtUp
-		opts.Workers = rep.workers
-		opts.Collectors = append(opts.Collectors, newReplicaCollector(rep), newNATSCollector(rep.nc))
-	}
-	var zmqEng *engine.Engine // ZeroMQ mode with --snapshot: the restored engine, closed here
-	if *natsURL == "" && *snapshot != "" {
-		eng, cps, err := restoreZMQSnapshot(*snapshot, withFileEngines(cfg), log)
-		if err != nil {
-			fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
-			return 1
-		}
-		zmqEng = eng
-		defer eng.Close()
-		opts.Index, opts.Resume = eng, cps
+		opts.Replica = &server.ReplicaOptions{URL: *natsURL, Stream: *stream, NATS: natsOpts}
 	}
 	s, err := server.New(cfg, opts)
 	if err != nil {
+		httpLn.Close()
+		if grpcLn != nil {
+			grpcLn.Close()
+		}
 		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
+		if errors.Is(err, server.ErrReplica) {
+			return 1 // NATS unreachable, or its stream: a runtime failure
+		}
 		return 2
 	}
-	served = true
 	drainTimeout := server.DefaultDrainTimeout
 	if cfg.DrainTimeout > 0 {
 		drainTimeout = time.Duration(cfg.DrainTimeout)
 	}
-	stopSnaps := func() {}
 	shutdown := func() error {
 		sctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 		defer cancel()
-		err := s.Shutdown(sctx)
-		if zmqEng != nil {
-			stopSnaps()
-			// The subscribers have stopped: this snapshot is their exact position.
-			if serr := snapStats.note(writeZMQSnapshot(*snapshot, zmqEng)); serr != nil {
-				err = errors.Join(err, fmt.Errorf("final snapshot: %w", serr))
-			}
-		}
-		return err
+		return s.Shutdown(sctx)
 	}
 	if err := s.Start(); err != nil {
 		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
 		_ = shutdown()
 		return 1
-	}
-	if zmqEng != nil && *snapEvery > 0 {
-		stop, done := make(chan struct{}), make(chan struct{})
-		stopSnaps = func() { close(stop); <-done }
-		go func() {
-			defer close(done)
-			t := time.NewTicker(*snapEvery)
-			defer t.Stop()
-			for {
-				select {
-				case <-t.C:
-					if err := snapStats.note(writeZMQSnapshot(*snapshot, zmqEng)); err != nil {
-						log.Warn("snapshot", "err", err)
-					}
-				case <-stop:
-					return
-				}
-			}
-		}()
 	}
 	// SIGHUP reloads --config (reload.go); the handler is in place before serve says it
 	// listens.
@@ -405,96 +346,6 @@ wait:
 	}
 	fmt.Fprintln(stdout, "kvindex serve: stopped")
 	return code
-}
-
-// replicaFeed is serve's NATS side: a fabric.Replica applying the relay's stream to the
-// engine the HTTP server answers from.
-type replicaFeed struct {
-	nc     *nats.Conn
-	rep    *fabric.Replica
-	engine *engine.Engine
-	target uint64 // the stream's last sequence when serve started
-}
-
-// caughtUp reports whether the replica has applied everything the stream held at start.
-// It takes a barrier before saying so: applied events reach the shards asynchronously,
-// and a ready server must answer from all of them.
-func (r *replicaFeed) caughtUp() bool {
-	if r.rep.LastApplied() < r.target || r.rep.Err() != nil {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return r.engine.Barrier(ctx) == nil
-}
-
-// startReplica connects to NATS, starts a replica of the stream (from the snapshot when
-// one is given and sound) and, with a snapshot path, writes it periodically. The returned
-// function writes a last snapshot, closes everything and returns the snapshot's error.
-func startReplica(ctx context.Context, log *slog.Logger, url, stream string, cfg server.Config, snapshot string, every time.Duration, stats *snapshotMetrics, auth []nats.Option) (*replicaFeed, func() error, error) {
-	nc, err := nats.Connect(url, append([]nats.Option{nats.MaxReconnects(-1), nats.Name("kvindex serve")}, auth...)...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--nats: %w", err)
-	}
-	sc := fabric.StreamConfig{Name: stream}
-	models := make([]string, 0, len(cfg.Models))
-	for m := range cfg.Models {
-		models = append(models, m)
-	}
-	rep := fabric.NewReplica(nc, fabric.ReplicaConfig{
-		Stream: sc, Models: models, Logger: log.With("component", "replica"),
-		Engine: cfg.Index.Engine(),
-	})
-	feed := &replicaFeed{nc: nc, rep: rep}
-	if js, err := jetstream.New(nc); err == nil {
-		name := stream
-		if name == "" {
-			name = fabric.DefaultStream
-		}
-		if st, err := js.Stream(ctx, name); err == nil {
-			if info, err := st.Info(ctx); err == nil {
-				feed.target = info.State.LastSeq
-			}
-		}
-	}
-	if err := rep.Start(ctx, snapshot); err != nil {
-		rep.Close()
-		nc.Close()
-		return nil, nil, fmt.Errorf("--nats: %w", err)
-	}
-	feed.engine = rep.Engine()
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if snapshot == "" || every <= 0 {
-			<-stop
-			return
-		}
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				if err := stats.note(rep.Snapshot(snapshot)); err != nil {
-					log.Warn("snapshot", "err", err)
-				}
-			case <-stop:
-				return
-			}
-		}
-	}()
-	return feed, func() error {
-		close(stop)
-		<-done
-		var err error
-		if snapshot != "" {
-			err = stats.note(rep.Snapshot(snapshot))
-		}
-		rep.Close()
-		nc.Close()
-		return err
-	}, nil
 }
 
 // tierFlags merges --tiers (MEDIUM=TIER,...: entries over the config's tiers) and

@@ -31,7 +31,7 @@ func TestServeStartupChecks(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"--engine", engine, "--snapshot", filepath.Join(dir, "missing", "x.snap")}, 2, "--snapshot: directory"},
+		{[]string{"--engine", engine, "--snapshot", filepath.Join(dir, "missing", "x.snap")}, 2, "snapshot: directory"},
 		{[]string{"--engine", engine, "--snapshot", dir}, 2, "is a directory"},
 		{[]string{"--engine", engine, "--listen", busy}, 1, "address already in use"},
 		{[]string{"--engine", engine, "--listen", "127.0.0.1:0", "--grpc", busy}, 1, "--grpc " + busy},
