@@ -3,6 +3,8 @@ package fabric
 import (
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,5 +54,28 @@ func TestReplicaWarningsRateLimited(t *testing.T) {
 	limit := int64(warnlimit.Burst) + int64(elapsed/warnlimit.Every) + 1
 	if n := warns.Load(); n < 1 || n > limit {
 		t.Fatalf("%d warnings for %d bad messages in %v, want 1 to %d", n, bad, elapsed, limit)
+	}
+}
+
+// TestReplicaRemovesStaleTemp: Start removes the temporary files a killed Snapshot
+// write left beside the snapshot (FILE.tmp-*), and its next Snapshot leaves one file.
+func TestReplicaRemovesStaleTemp(t *testing.T) {
+	ctx, _, nc, _, sc, _ := memoryStream(t, 24, 10)
+	dir := t.TempDir()
+	snap := filepath.Join(dir, "r.snap")
+	for _, stale := range []string{"r.snap.tmp-1", "r.snap.tmp-77"} {
+		if err := os.WriteFile(filepath.Join(dir, stale), []byte("half a snapshot"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := newReplica(t, ctx, nc, ReplicaConfig{Stream: sc}, snap)
+	if es, err := os.ReadDir(dir); err != nil || len(es) != 0 {
+		t.Fatalf("after Start: %v %v, want the temporary files gone", es, err)
+	}
+	if err := r.Snapshot(snap); err != nil {
+		t.Fatal(err)
+	}
+	if es, err := os.ReadDir(dir); err != nil || len(es) != 1 || es[0].Name() != "r.snap" {
+		t.Fatalf("after Snapshot: %v %v, want r.snap alone", es, err)
 	}
 }
