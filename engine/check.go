@@ -25,6 +25,11 @@ func (w *worker) check(seed *table.Seed, published bool) error {
 	if err := w.checkTier(seed, published); err != nil {
 		return fmt.Errorf("worker %q, device tier: %w", w.name, err)
 	}
+	if w.hyb != nil {
+		if err := w.hyb.checkDigest(); err != nil {
+			return fmt.Errorf("worker %q: %w", w.name, err)
+		}
+	}
 	var err error
 	w.components(func(t Tier, c *worker) {
 		if err == nil {
@@ -54,6 +59,9 @@ func (w *worker) checkTier(seed *table.Seed, published bool) error {
 		if !r.free() && w.keys.seqs(uint32(i)) > 0 && r.parent != 0 && w.keys.seqs(r.parent-1) == 0 {
 			holes++
 		}
+	}
+	if err := w.checkDigest(seed); err != nil {
+		return err
 	}
 	switch {
 	case holes != w.holes:

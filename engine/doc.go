@@ -18,7 +18,9 @@
 // EventCopied); a match then gives its length per tier (Match.Tiers) and a weighted
 // score (Match.Weighted; tiers.go). Hybrid models (sliding-window or Mamba layers beside
 // full attention) declare their KV-cache groups with an EventGroups event; a match is
-// then the longest cut every group accepts (groups.go).
+// then the longest cut every group accepts (groups.go). Digest gives an
+// order-independent digest of what a worker holds, per namespace too, so that replicas
+// fed the same events can tell which workers they disagree on (digest.go).
 //
 // # What it owns
 //

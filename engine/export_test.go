@@ -20,3 +20,20 @@ func SetSpeculation(e *Engine, always bool) {
 // SweepNamespaces runs a namespace sweep now (namespaces.go), whenever the last one ran;
 // false when another sweep or a snapshot's capture holds the sweep's lock.
 func SweepNamespaces(e *Engine) bool { return e.sweepNamespaces(true) }
+
+// CheckWorkers runs the structural checks of every worker's bookkeeping (check.go),
+// digests recounted from scratch included, each under the worker's lock.
+func CheckWorkers(e *Engine) error {
+	ws := e.workers()
+	for i := range ws {
+		if w := ws[i].Load(); w != nil && !w.isComponent() {
+			w.mu.Lock()
+			err := w.check(&e.seed, true)
+			w.mu.Unlock()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

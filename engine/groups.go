@@ -159,6 +159,8 @@ type hybrid struct {
 type hybridGroup struct {
 	seqs [NumTiers]map[uint64]hybridKey
 	held [NumTiers]map[hybridKey]int32
+	// dg is the digest of each tier's entries (digest.go).
+	dg [NumTiers]digests
 }
 
 func newHybrid(unit int, decl []Group, rules []groupRule) *hybrid {
@@ -301,6 +303,7 @@ func (e *Engine) dropHybridLocked(w *worker, forget bool) {
 		for t := range NumTiers {
 			clear(h.groups[i].seqs[t])
 			clear(h.groups[i].held[t])
+			h.groups[i].dg[t].reset()
 		}
 	}
 	h.n, h.tn = 0, [NumTiers]int{}
@@ -405,12 +408,14 @@ func (h *hybrid) put(gi int, t Tier, seq uint64, k hybridKey) {
 			return
 		}
 		h.unhold(g, t, old)
+		g.dg[t].add(old.ns, digestTerm(seq, old.end), -1)
 	} else {
 		h.n++
 		h.tn[t]++
 	}
 	g.seqs[t][seq] = k
 	g.held[t][k]++
+	g.dg[t].add(k.ns, digestTerm(seq, k.end), 1)
 }
 
 func (h *hybrid) unhold(g *hybridGroup, t Tier, k hybridKey) {
@@ -432,6 +437,7 @@ func (h *hybrid) remove(gi int, t Tier, seqs []uint64) (skipped int) {
 		}
 		delete(g.seqs[t], s)
 		h.unhold(g, t, k)
+		g.dg[t].add(k.ns, digestTerm(s, k.end), -1)
 		h.n--
 		h.tn[t]--
 	}

@@ -458,6 +458,7 @@ func (e *Engine) loadTier(p *snapReader, w *worker, t Tier, nsCount uint32, nsID
 		parents[k] = parent
 		si, sh, _ := w.seqs.locate(&e.seed, seq) // seqs ascend: never found
 		w.seqs.setAt(si, sh, w.addKey(e, k, parent, 0))
+		w.dg.add(ns, digestTerm(seq, pos), 1)
 	}
 }
 

@@ -371,9 +371,12 @@ func (w *worker) storeKey(e *Engine, seq uint64, k key, parentPrefix uint64) {
 		if w.keys.is(old, k, w.keys.locOf(k, false)) {
 			return
 		}
+		ok := w.keys.key(old)
+		w.dg.add(ok.ns, digestTerm(seq, ok.pos), -1)
 		w.dropKey(e, old)
 	}
 	w.seqs.setAt(si, sh, w.addKey(e, k, parentPrefix, 0))
+	w.dg.add(k.ns, digestTerm(seq, k.pos), 1)
 }
 
 // has reports whether the table holds seq.

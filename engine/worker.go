@@ -47,6 +47,8 @@ type worker struct {
 	// hybSize is its entry count, written under mu and read without it.
 	hyb     *hybrid
 	hybSize atomic.Int64
+	// dg is the digest of this tier's entries (digest.go).
+	dg digests
 	// out is the scratch of the events being applied, lent by the caller that locked the
 	// worker for events (lockLive; Apply and ApplyBatch take one from the engine's pool
 	// per call) and taken back at unlock, so an idle worker holds none: 100,000 workers
@@ -166,6 +168,7 @@ type parentRef struct {
 func (w *worker) store(e *Engine, ns uint32, p parentRef, blocks []Block) {
 	seed := &e.seed
 	prefix, pos, ref := p.prefix, p.pos, p.ref
+	var dc digestCell // the entries this event adds to namespace ns
 	for i, b := range blocks {
 		parentPrefix := prefix
 		var k key
@@ -183,12 +186,17 @@ func (w *worker) store(e *Engine, ns uint32, p parentRef, blocks []Block) {
 				ref = old + 1
 				continue // a duplicate never inflates anything
 			}
+			ok := w.keys.key(old)
+			w.dg.add(ok.ns, digestTerm(b.Seq, ok.pos), -1)
 			w.dropKey(e, old) // last write wins: the seq moves
 		}
 		rid := w.addKey(e, k, parentPrefix, ref) // a root ignores its parent
 		ref = rid + 1
 		w.seqs.setAt(si, sh, rid)
+		dc.sum += digestTerm(b.Seq, k.pos)
+		dc.n++
 	}
+	w.dg.addCell(ns, dc)
 }
 
 // addKey counts one more engine hash under k and returns k's record id. The parent key
@@ -312,14 +320,24 @@ func (w *worker) dropKey(e *Engine, rid uint32) {
 
 // remove drops seqs the worker holds and returns how many it did not hold.
 func (w *worker) remove(e *Engine, seqs []uint64) (skipped int) {
+	var dc digestCell // the entries dropped from namespace dns since the last change of namespace
+	var dns uint32
 	for _, s := range seqs {
 		rid, ok := w.seqs.del(&e.seed, s)
 		if !ok {
 			skipped++
 			continue
 		}
+		if k := w.keys.key(rid); k.ns == dns {
+			dc.sum -= digestTerm(s, k.pos)
+			dc.n--
+		} else {
+			w.dg.addCell(dns, dc)
+			dc, dns = digestCell{sum: -digestTerm(s, k.pos), n: -1}, k.ns
+		}
 		w.dropKey(e, rid)
 	}
+	w.dg.addCell(dns, dc)
 	if w.keys.sparse() {
 		w.compact(&e.seed)
 	}
@@ -396,6 +414,7 @@ func (w *worker) clear(e *Engine) {
 	w.seqs = seqTable{}
 	w.keys = keyTable{full: w.keys.full}
 	w.holes = 0
+	w.dg.reset()
 }
 
 // emitFP queues a delta of the key whose fingerprint is fp for the key's shard.

@@ -72,6 +72,7 @@ func (w *worker) size() int {
 type Model struct {
 	nodes   map[nodeKey]uint32
 	next    uint32
+	depth   []uint32 // per node id, its depth in units (the virtual root, 0, is at 0)
 	workers map[string]*worker
 	// tiered is set once an event of another tier than the device's was applied: the
 	// answers then carry per-tier lengths (Expect).
@@ -81,7 +82,7 @@ type Model struct {
 
 // New returns an empty model.
 func New() *Model {
-	return &Model{nodes: map[nodeKey]uint32{}, next: 1, workers: map[string]*worker{}}
+	return &Model{nodes: map[nodeKey]uint32{}, next: 1, depth: []uint32{0}, workers: map[string]*worker{}}
 }
 
 func (m *Model) intern(parent uint32, c uint64) uint32 {
@@ -92,6 +93,7 @@ func (m *Model) intern(parent uint32, c uint64) uint32 {
 	n := m.next
 	m.next++
 	m.nodes[k] = n
+	m.depth = append(m.depth, m.depth[parent]+1)
 	return n
 }
 
@@ -374,6 +376,44 @@ func (m *Model) Size(name string) (int, bool) {
 		return 0, false
 	}
 	return w.size(), true
+}
+
+// Holding is one entry a worker holds: an engine hash in a KV-cache group (0 for a
+// worker that declared none), on a tier, at a depth (its prefix's length in units).
+type Holding struct {
+	Group, Tier int
+	Seq         uint64
+	Depth       int
+	// Node names the prefix (a trie node of this model): equal nodes, equal prefixes.
+	Node uint32
+}
+
+// Held returns what a worker holds, sorted by group, tier and seq (nil for an unknown
+// worker).
+func (m *Model) Held(name string) []Holding {
+	w := m.workers[name]
+	if w == nil {
+		return nil
+	}
+	var out []Holding
+	for g := range w.groups {
+		for t := range w.groups[g] {
+			for seq, n := range w.groups[g][t] {
+				out = append(out, Holding{Group: g, Tier: t, Seq: seq, Depth: int(m.depth[n]), Node: n})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Group != b.Group {
+			return a.Group < b.Group
+		}
+		if a.Tier != b.Tier {
+			return a.Tier < b.Tier
+		}
+		return a.Seq < b.Seq
+	})
+	return out
 }
 
 // Workers returns the known workers' names, sorted.
