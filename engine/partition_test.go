@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/internal/oplog"
+	"github.com/kvindex/kvindex/internal/testsize"
 )
 
 // TestPartitionBalance replays the trace-driven conformance log on engines of 2, 4 and 8
@@ -19,6 +20,9 @@ import (
 // DESIGN.md ("Shards own keys, hashed") shows, where the partitions by position and by
 // stride that were measured against this one, and not kept, are given too.
 func TestPartitionBalance(t *testing.T) {
+	if !testsize.Full() {
+		t.Skip("sequential: the race detector adds nothing; make race runs it without the detector, make test-long with it")
+	}
 	path := filepath.Join("..", "..", "shared", "conformance", "trace_conversation.jsonl")
 	f, err := os.Open(path)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/testsize"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,9 +19,11 @@ import (
 // order holds) against many query goroutines, on rings of capacity 2 so backpressure
 // always engages, at every shard count and jump size, with a random GOMAXPROCS. After a
 // barrier the engine must equal the reference model on every query of the history.
-// KVINDEX_STRESS=long (make stress) makes it much longer.
+// KVINDEX_STRESS=long (make stress) makes it much longer. make test runs histories of
+// 700 ops (every configuration, every interleaving the detector watches), make
+// test-long 1,500.
 func TestStress(t *testing.T) {
-	ops, rounds := 1500, 1
+	ops, rounds := testsize.Pick(1500, 700), 1
 	if os.Getenv("KVINDEX_STRESS") == "long" {
 		ops, rounds = 20000, 3
 	} else if testing.Short() {

@@ -15,6 +15,7 @@ import (
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/replay"
+	"github.com/kvindex/kvindex/internal/testsize"
 )
 
 // small is a built-in workload that runs in well under a second and fills a fleet of
@@ -207,6 +208,9 @@ func TestRunStopsWithContext(t *testing.T) {
 // the op log gen-ops writes, expectations included, replays through the engine with no
 // failure, at several shard counts and jump sizes.
 func TestWriteOpsReplays(t *testing.T) {
+	if !testsize.Full() {
+		t.Skip("sequential: the race detector adds nothing; make race runs it without the detector, make test-long with it")
+	}
 	w := small(t, 700)
 	if testing.Short() {
 		w = w.Head(300)
@@ -297,6 +301,9 @@ var traceCluster = Config{Workers: 8, Capacity: 4096, ChunkTokens: 8192, EventDe
 // blake2b), but every count its README gives must come out exactly, and, when the log is
 // present, the op stream must have the same shape line by line and the same answers.
 func TestTraceClusterMatchesConformanceLog(t *testing.T) {
+	if !testsize.Full() {
+		t.Skip("sequential: the race detector adds nothing; make race runs it without the detector, make test-long with it")
+	}
 	w, err := FromTrace("conversation", conversationTrace(t, 750), 64)
 	if err != nil {
 		t.Fatal(err)
