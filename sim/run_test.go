@@ -48,6 +48,7 @@ func comparable(r Result) Result {
 func untiered() []Policy { return Policies()[:KVWeighted] }
 
 func TestRunIsDeterministic(t *testing.T) {
+	sequential(t)
 	w := small(t, 800)
 	for _, p := range append(untiered(), KVWeighted) {
 		cfg := smallCluster
@@ -98,6 +99,7 @@ func TestRunIsDeterministic(t *testing.T) {
 }
 
 func TestRunKVAwareWins(t *testing.T) {
+	sequential(t)
 	w := small(t, 1500)
 	ceil := InfiniteCache(w)
 	res := map[Policy]Result{}
@@ -204,13 +206,22 @@ func TestRunStopsWithContext(t *testing.T) {
 	}
 }
 
+// sequential skips a test of the simulation alone under the race detector in make test:
+// package sim starts no goroutine (the engine's shards are the engine's tests' to race),
+// so the detector adds nothing but a 5-10x slowdown there. make race runs package sim
+// again without the detector, make test-long with it.
+func sequential(t *testing.T) {
+	t.Helper()
+	if !testsize.Full() {
+		t.Skip("sequential: make race runs it without the race detector, make test-long with it")
+	}
+}
+
 // TestWriteOpsReplays checks the simulator's event stream against the reference model:
 // the op log gen-ops writes, expectations included, replays through the engine with no
 // failure, at several shard counts and jump sizes.
 func TestWriteOpsReplays(t *testing.T) {
-	if !testsize.Full() {
-		t.Skip("sequential: the race detector adds nothing; make race runs it without the detector, make test-long with it")
-	}
+	sequential(t)
 	w := small(t, 700)
 	if testing.Short() {
 		w = w.Head(300)
@@ -301,9 +312,7 @@ var traceCluster = Config{Workers: 8, Capacity: 4096, ChunkTokens: 8192, EventDe
 // blake2b), but every count its README gives must come out exactly, and, when the log is
 // present, the op stream must have the same shape line by line and the same answers.
 func TestTraceClusterMatchesConformanceLog(t *testing.T) {
-	if !testsize.Full() {
-		t.Skip("sequential: the race detector adds nothing; make race runs it without the detector, make test-long with it")
-	}
+	sequential(t)
 	w, err := FromTrace("conversation", conversationTrace(t, 750), 64)
 	if err != nil {
 		t.Fatal(err)
@@ -386,6 +395,7 @@ func TestTraceClusterMatchesConformanceLog(t *testing.T) {
 // TestHostTier checks the tiered runs' accounting, and that without a host tier the
 // three kv-aware scorings are one policy: every tier's prefix is the device's.
 func TestHostTier(t *testing.T) {
+	sequential(t)
 	w := small(t, 500)
 	run := func(p Policy, host int) Result {
 		t.Helper()

@@ -21,6 +21,7 @@ import (
 // again), which pin more blocks while they decode, round-robin stays within half a
 // point.
 func TestTimedMatchesZeroTimeAtVanishingLoad(t *testing.T) {
+	sequential(t)
 	w, err := Generate(GenConfig{Seed: 3, Requests: 500, Sessions: 24})
 	if err != nil {
 		t.Fatal(err)
