@@ -19,10 +19,10 @@ SHARED      ?= ../shared
 FUZZTIME    ?=
 fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 
-
 .PHONY: build386-all docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
 
-## test: everything CI runs: lint, race-enabled unit tests, conformance replays, short fuzzing.
+## test: everything CI runs: lint, race-enabled unit tests, conformance replays, short
+## fuzzing, the docs check.
 test: shared-note lint build386 race conformance fuzz docs-check
 
 ## docs: regenerate the figure blocks of README.md and docs/*.md (each block's marker
@@ -64,8 +64,8 @@ race: publisher-deps
 	$(GO) test -count=1 ./sim/
 
 ## test-long: every test at its full size under the race detector (KVINDEX_TEST_LONG=1:
-## the histories, logs and sweeps make test shortens; see internal/testsize). CI may
-## skip it.
+## the histories, logs and sweeps make test shortens; see internal/testsize), and every
+## package vetted on 386 (build386-all). CI may skip it.
 test-long: publisher-deps build386-all
 	KVINDEX_TEST_LONG=1 $(GO) test -race -count=1 -timeout 60m ./...
 
