@@ -732,6 +732,9 @@ type WorkerInfo struct {
 	// Diagnostics lists the worker's problems (why routing may ignore its cache) and
 	// the counters behind them; see diagnose.go.
 	Diagnostics *WorkerDiag `json:"diagnostics"`
+	// Digest is the order-independent digest of what the index holds for the worker,
+	// per namespace too (digest.go).
+	Digest *DigestInfo `json:"digest,omitempty"`
 }
 
 func (s *Server) workerInfo(sub *subscriber.Subscriber, sizer WorkerSizer, now time.Time) WorkerInfo {
@@ -809,6 +812,7 @@ func (s *Server) workerInfos(sizer WorkerSizer, now time.Time) []WorkerInfo {
 		}
 		out = append(out, wi)
 	}
+	withDigests(out, s.digestsOf())
 	return out
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -306,6 +308,13 @@ func (g *grpcService) Workers(ctx context.Context, _ *kvindexv1.WorkersRequest) 
 		}
 		if wi.LastSeq != nil {
 			w.HasSeq, w.LastSeq = true, *wi.LastSeq
+		}
+		if d, err := wi.Digest.WorkerDigest(); err == nil {
+			w.Digest, w.DigestBlocks = d.Sum, int64(d.Blocks)
+			for _, ns := range slices.Sorted(maps.Keys(d.Namespaces)) {
+				nd := d.Namespaces[ns]
+				w.NamespaceDigests = append(w.NamespaceDigests, &kvindexv1.NamespaceDigest{Namespace: ns, Digest: nd.Sum, Blocks: int64(nd.Blocks)})
+			}
 		}
 		out.Workers = append(out.Workers, w)
 	}

@@ -330,7 +330,7 @@ func (s *Server) initMetrics() {
 		Name: "kvindex_engine_changes_total",
 		Help: "Engines added, removed, replaced (changed spec) or rejected at runtime, by source (config, api, a discovery source).",
 	}, []string{"source", "change"})
-	s.reg.MustRegister(s.initTrust(), newTrustCollector(s))
+	s.reg.MustRegister(s.initTrust(), newTrustCollector(s), newDigestCollector(s))
 	s.reg.MustRegister(s.findLatency, s.requests, s.inFlight, s.engChanges, newEngineCollector(s), newDiscoveryCollector(s), newCollector(s), newDiagCollector(s), buildInfoGauge(),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }

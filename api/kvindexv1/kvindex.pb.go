@@ -928,9 +928,15 @@ type Worker struct {
 	LagSeconds        float64 `protobuf:"fixed64,18,opt,name=lag_seconds,json=lagSeconds,proto3" json:"lag_seconds,omitempty"`
 	LastError         string  `protobuf:"bytes,19,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	// trust: the worker's diagnosed trust state (exact, degraded, approximate).
-	Trust         string `protobuf:"bytes,20,opt,name=trust,proto3" json:"trust,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Trust string `protobuf:"bytes,20,opt,name=trust,proto3" json:"trust,omitempty"`
+	// digest: the order-independent digest of what the index holds for the worker
+	// (/v1/workers' digest.sum as a number); digest_blocks the entries it covers.
+	Digest       uint64 `protobuf:"varint,21,opt,name=digest,proto3" json:"digest,omitempty"`
+	DigestBlocks int64  `protobuf:"varint,22,opt,name=digest_blocks,json=digestBlocks,proto3" json:"digest_blocks,omitempty"`
+	// namespace_digests: the digest per namespace the worker holds blocks in.
+	NamespaceDigests []*NamespaceDigest `protobuf:"bytes,23,rep,name=namespace_digests,json=namespaceDigests,proto3" json:"namespace_digests,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Worker) Reset() {
@@ -1103,6 +1109,89 @@ func (x *Worker) GetTrust() string {
 	return ""
 }
 
+func (x *Worker) GetDigest() uint64 {
+	if x != nil {
+		return x.Digest
+	}
+	return 0
+}
+
+func (x *Worker) GetDigestBlocks() int64 {
+	if x != nil {
+		return x.DigestBlocks
+	}
+	return 0
+}
+
+func (x *Worker) GetNamespaceDigests() []*NamespaceDigest {
+	if x != nil {
+		return x.NamespaceDigests
+	}
+	return nil
+}
+
+// NamespaceDigest is one namespace's part of a worker's digest ("" is the default
+// namespace).
+type NamespaceDigest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Digest        uint64                 `protobuf:"varint,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	Blocks        int64                  `protobuf:"varint,3,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NamespaceDigest) Reset() {
+	*x = NamespaceDigest{}
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NamespaceDigest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NamespaceDigest) ProtoMessage() {}
+
+func (x *NamespaceDigest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NamespaceDigest.ProtoReflect.Descriptor instead.
+func (*NamespaceDigest) Descriptor() ([]byte, []int) {
+	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *NamespaceDigest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *NamespaceDigest) GetDigest() uint64 {
+	if x != nil {
+		return x.Digest
+	}
+	return 0
+}
+
+func (x *NamespaceDigest) GetBlocks() int64 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
 type WorkersResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Workers       []*Worker              `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
@@ -1112,7 +1201,7 @@ type WorkersResponse struct {
 
 func (x *WorkersResponse) Reset() {
 	*x = WorkersResponse{}
-	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[11]
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1124,7 +1213,7 @@ func (x *WorkersResponse) String() string {
 func (*WorkersResponse) ProtoMessage() {}
 
 func (x *WorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[11]
+	mi := &file_api_kvindexv1_kvindex_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1137,7 +1226,7 @@ func (x *WorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersResponse.ProtoReflect.Descriptor instead.
 func (*WorkersResponse) Descriptor() ([]byte, []int) {
-	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{11}
+	return file_api_kvindexv1_kvindex_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WorkersResponse) GetWorkers() []*Worker {
@@ -1240,7 +1329,7 @@ const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	"firstToken\"(\n" +
 	"\x10FinishedResponse\x12\x14\n" +
 	"\x05known\x18\x01 \x01(\bR\x05known\"\x10\n" +
-	"\x0eWorkersRequest\"\xc9\x04\n" +
+	"\x0eWorkersRequest\"\xd0\x05\n" +
 	"\x06Worker\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12'\n" +
@@ -1264,7 +1353,14 @@ const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	"lagSeconds\x12\x1d\n" +
 	"\n" +
 	"last_error\x18\x13 \x01(\tR\tlastError\x12\x14\n" +
-	"\x05trust\x18\x14 \x01(\tR\x05trust\"?\n" +
+	"\x05trust\x18\x14 \x01(\tR\x05trust\x12\x16\n" +
+	"\x06digest\x18\x15 \x01(\x04R\x06digest\x12#\n" +
+	"\rdigest_blocks\x18\x16 \x01(\x03R\fdigestBlocks\x12H\n" +
+	"\x11namespace_digests\x18\x17 \x03(\v2\x1b.kvindex.v1.NamespaceDigestR\x10namespaceDigests\"_\n" +
+	"\x0fNamespaceDigest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\x04R\x06digest\x12\x16\n" +
+	"\x06blocks\x18\x03 \x01(\x03R\x06blocks\"?\n" +
 	"\x0fWorkersResponse\x12,\n" +
 	"\aworkers\x18\x01 \x03(\v2\x12.kvindex.v1.WorkerR\aworkers2\x91\x02\n" +
 	"\x05Index\x12<\n" +
@@ -1285,7 +1381,7 @@ func file_api_kvindexv1_kvindex_proto_rawDescGZIP() []byte {
 	return file_api_kvindexv1_kvindex_proto_rawDescData
 }
 
-var file_api_kvindexv1_kvindex_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_api_kvindexv1_kvindex_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_api_kvindexv1_kvindex_proto_goTypes = []any{
 	(*MatchRequest)(nil),     // 0: kvindex.v1.MatchRequest
 	(*WorkerLoad)(nil),       // 1: kvindex.v1.WorkerLoad
@@ -1298,28 +1394,30 @@ var file_api_kvindexv1_kvindex_proto_goTypes = []any{
 	(*FinishedResponse)(nil), // 8: kvindex.v1.FinishedResponse
 	(*WorkersRequest)(nil),   // 9: kvindex.v1.WorkersRequest
 	(*Worker)(nil),           // 10: kvindex.v1.Worker
-	(*WorkersResponse)(nil),  // 11: kvindex.v1.WorkersResponse
-	nil,                      // 12: kvindex.v1.MatchRequest.LoadEntry
+	(*NamespaceDigest)(nil),  // 11: kvindex.v1.NamespaceDigest
+	(*WorkersResponse)(nil),  // 12: kvindex.v1.WorkersResponse
+	nil,                      // 13: kvindex.v1.MatchRequest.LoadEntry
 }
 var file_api_kvindexv1_kvindex_proto_depIdxs = []int32{
-	12, // 0: kvindex.v1.MatchRequest.load:type_name -> kvindex.v1.MatchRequest.LoadEntry
+	13, // 0: kvindex.v1.MatchRequest.load:type_name -> kvindex.v1.MatchRequest.LoadEntry
 	2,  // 1: kvindex.v1.MatchResponse.matches:type_name -> kvindex.v1.Match
 	3,  // 2: kvindex.v1.MatchResponse.pick:type_name -> kvindex.v1.Pick
-	10, // 3: kvindex.v1.WorkersResponse.workers:type_name -> kvindex.v1.Worker
-	1,  // 4: kvindex.v1.MatchRequest.LoadEntry.value:type_name -> kvindex.v1.WorkerLoad
-	0,  // 5: kvindex.v1.Index.Match:input_type -> kvindex.v1.MatchRequest
-	9,  // 6: kvindex.v1.Index.Workers:input_type -> kvindex.v1.WorkersRequest
-	5,  // 7: kvindex.v1.Index.Routed:input_type -> kvindex.v1.RoutedRequest
-	7,  // 8: kvindex.v1.Index.Finished:input_type -> kvindex.v1.FinishedRequest
-	4,  // 9: kvindex.v1.Index.Match:output_type -> kvindex.v1.MatchResponse
-	11, // 10: kvindex.v1.Index.Workers:output_type -> kvindex.v1.WorkersResponse
-	6,  // 11: kvindex.v1.Index.Routed:output_type -> kvindex.v1.RoutedResponse
-	8,  // 12: kvindex.v1.Index.Finished:output_type -> kvindex.v1.FinishedResponse
-	9,  // [9:13] is the sub-list for method output_type
-	5,  // [5:9] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	11, // 3: kvindex.v1.Worker.namespace_digests:type_name -> kvindex.v1.NamespaceDigest
+	10, // 4: kvindex.v1.WorkersResponse.workers:type_name -> kvindex.v1.Worker
+	1,  // 5: kvindex.v1.MatchRequest.LoadEntry.value:type_name -> kvindex.v1.WorkerLoad
+	0,  // 6: kvindex.v1.Index.Match:input_type -> kvindex.v1.MatchRequest
+	9,  // 7: kvindex.v1.Index.Workers:input_type -> kvindex.v1.WorkersRequest
+	5,  // 8: kvindex.v1.Index.Routed:input_type -> kvindex.v1.RoutedRequest
+	7,  // 9: kvindex.v1.Index.Finished:input_type -> kvindex.v1.FinishedRequest
+	4,  // 10: kvindex.v1.Index.Match:output_type -> kvindex.v1.MatchResponse
+	12, // 11: kvindex.v1.Index.Workers:output_type -> kvindex.v1.WorkersResponse
+	6,  // 12: kvindex.v1.Index.Routed:output_type -> kvindex.v1.RoutedResponse
+	8,  // 13: kvindex.v1.Index.Finished:output_type -> kvindex.v1.FinishedResponse
+	10, // [10:14] is the sub-list for method output_type
+	6,  // [6:10] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_api_kvindexv1_kvindex_proto_init() }
@@ -1334,7 +1432,7 @@ func file_api_kvindexv1_kvindex_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_kvindexv1_kvindex_proto_rawDesc), len(file_api_kvindexv1_kvindex_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

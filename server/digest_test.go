@@ -1,0 +1,89 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	kvindexv1 "github.com/kvindex/kvindex/api/kvindexv1"
+	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/server"
+)
+
+// TestWorkerDigests: /v1/workers and gRPC Workers carry each worker's digest (and its
+// namespaces'), equal to the index's engine.Digest, and /metrics has
+// kvindex_worker_digest{worker}; a worker the index does not know has the empty digest.
+func TestWorkerDigests(t *testing.T) {
+	index, err := engine.New(engine.Config{Shards: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { index.Close() })
+	for i, ns := range []string{"", "m", "m", "n;salt=x"} {
+		blocks := []engine.Block{{Content: uint64(i), Seq: uint64(10 * i)}, {Content: 7, Seq: uint64(10*i + 1)}}
+		require.NoError(t, index.Apply(&engine.Event{Kind: engine.EventStored, Worker: fmt.Sprintf("w%d", i%2), Namespace: ns, Blocks: blocks}))
+	}
+	bl := bufconn.Listen(1 << 20)
+	s, err := server.New(server.Config{Listen: "127.0.0.1:0", Models: map[string]int{"m": 4}}, server.Options{
+		Index: index, GRPCListener: bl,
+		Workers: func() []server.WorkerInfo {
+			return []server.WorkerInfo{{Worker: "w0"}, {Worker: "w1"}, {Worker: "none"}}
+		},
+	})
+	require.NoError(t, err)
+	require.NoError(t, s.Start())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, s.Shutdown(ctx))
+	})
+	var out struct{ Workers []server.WorkerInfo }
+	require.Equal(t, 200, newClient(t, s.Addr()).do("GET", "/v1/workers", "", &out))
+	require.Len(t, out.Workers, 3)
+	for _, wi := range out.Workers {
+		want, ok := index.Digest(wi.Worker)
+		if !ok {
+			want = engine.WorkerDigest{Namespaces: map[string]engine.Digest{}}
+		}
+		got, err := wi.Digest.WorkerDigest()
+		require.NoError(t, err)
+		require.Equal(t, want, got, wi.Worker)
+	}
+	w1, _ := index.Digest("w1")
+	require.Len(t, w1.Namespaces, 2)
+
+	conn, err := grpc.NewClient("passthrough:///bufconn",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return bl.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	resp, err := kvindexv1.NewIndexClient(conn).Workers(context.Background(), &kvindexv1.WorkersRequest{})
+	require.NoError(t, err)
+	require.Len(t, resp.Workers, 3)
+	for _, w := range resp.Workers {
+		want, _ := index.Digest(w.Worker)
+		require.Equal(t, want.Sum, w.Digest, w.Worker)
+		require.Equal(t, int64(want.Blocks), w.DigestBlocks)
+		require.Len(t, w.NamespaceDigests, len(want.Namespaces))
+		for _, nd := range w.NamespaceDigests {
+			require.Equal(t, want.Namespaces[nd.Namespace].Sum, nd.Digest)
+		}
+	}
+
+	var line string
+	for _, l := range strings.Split(newClient(t, s.Addr()).text("/metrics"), "\n") {
+		if strings.HasPrefix(l, `kvindex_worker_digest{worker="w1"} `) {
+			line = l
+		}
+	}
+	v, err := strconv.ParseFloat(strings.Fields(line + " x")[1], 64)
+	require.NoError(t, err, "line %q", line)
+	require.Equal(t, float64(w1.Sum>>12), v)
+}
