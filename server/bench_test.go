@@ -19,11 +19,15 @@ import (
 // hashing (tokens form), find-matches and encoding, for a 400-block query against 4
 // workers that hold it in part (engines without events, their blocks stored directly).
 func BenchmarkMatchHandler(b *testing.B) {
-	cfg := server.Config{Listen: "127.0.0.1:0", MaxBodyBytes: 8 << 20}
-	for w := range 4 {
-		cfg.Engines = append(cfg.Engines, server.EngineConfig{Worker: "w" + strconv.Itoa(w), Model: "m", BlockSize: 16})
+	// Four workers fed from elsewhere (as a NATS replica's are), exact: engines
+	// without events would be approximate, scored from predictions alone.
+	cfg := server.Config{Listen: "127.0.0.1:0", MaxBodyBytes: 8 << 20, Models: map[string]int{"m": 16}}
+	index, err := engine.New(engine.Config{})
+	if err != nil {
+		b.Fatal(err)
 	}
-	s, err := server.New(cfg, server.Options{})
+	defer index.Close()
+	s, err := server.New(cfg, server.Options{Index: index})
 	if err != nil {
 		b.Fatal(err)
 	}

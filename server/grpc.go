@@ -272,6 +272,15 @@ func (g *grpcService) Routed(ctx context.Context, req *kvindexv1.RoutedRequest) 
 	return &kvindexv1.RoutedResponse{Model: r.Model, Namespace: r.Namespace, Worker: r.Worker, Blocks: int32(r.Blocks), TtlMs: r.TTLms}, nil
 }
 
+// Finished is POST /v1/finished over gRPC.
+func (g *grpcService) Finished(_ context.Context, req *kvindexv1.FinishedRequest) (*kvindexv1.FinishedResponse, error) {
+	known, e := g.s.finished(req.GetRequestId(), req.GetFirstToken())
+	if e != nil {
+		return nil, e.grpcStatus()
+	}
+	return &kvindexv1.FinishedResponse{Known: known}, nil
+}
+
 // workerState is the state a match reports for worker, as /v1/match does.
 func (s *Server) workerState(worker string) string {
 	f := s.fleet()

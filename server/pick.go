@@ -319,21 +319,25 @@ func (s *Server) handleFinished(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_json", "invalid request: want {\"request_id\": ID, \"first_token\": false}")
 		return
 	}
-	if req.RequestID == "" {
-		writeError(w, http.StatusBadRequest, "bad_request_id", "request_id is required")
+	known, e := s.finished(req.RequestID, req.FirstToken)
+	if e != nil {
+		writeAPIError(w, e)
 		return
 	}
-	if err := checkRequestID(req.RequestID); err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request_id", "%v", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, FinishedResponse{RequestID: req.RequestID, Known: s.finished(req.RequestID, req.FirstToken)})
+	writeJSON(w, http.StatusOK, FinishedResponse{RequestID: req.RequestID, Known: known})
 }
 
-// finished applies a finished (or first-token) report.
-func (s *Server) finished(id string, firstToken bool) bool {
-	if firstToken {
-		return s.routing.tracker.FirstToken(id)
+// finished checks and applies a finished (or first-token) report, HTTP and gRPC alike:
+// known says the request was in flight.
+func (s *Server) finished(id string, firstToken bool) (known bool, e *apiError) {
+	if id == "" {
+		return false, badRequest("bad_request_id", errors.New("request_id is required"))
 	}
-	return s.routing.tracker.Finished(id)
+	if err := checkRequestID(id); err != nil {
+		return false, badRequest("bad_request_id", err)
+	}
+	if firstToken {
+		return s.routing.tracker.FirstToken(id), nil
+	}
+	return s.routing.tracker.Finished(id), nil
 }

@@ -193,6 +193,16 @@ func TestPipelineSameOverHTTPAndGRPC(t *testing.T) {
 			t.Fatalf("gRPC duplicate: %v", gs)
 		}
 	}
+	// A finished report's request id, checked alike.
+	for _, id := range []string{"", strings.Repeat("r", 257)} {
+		var e struct{ Error, Code string }
+		body, _ := json.Marshal(map[string]string{"request_id": id})
+		st := f.http.do("POST", "/v1/finished", string(body), &e)
+		gs := status.Convert(func() error { _, err := f.raw.Finished(ctx, &kvindexv1.FinishedRequest{RequestId: id}); return err }())
+		if st != http.StatusBadRequest || e.Code != "bad_request_id" || gs.Code() != codes.InvalidArgument || gs.Message() != e.Error {
+			t.Fatalf("finished %q: HTTP %d %+v, gRPC %v", id, st, e, gs)
+		}
+	}
 	// The engine closed under the server: the engine step's refusal, alike.
 	if err := f.index.Close(); err != nil {
 		t.Fatal(err)
