@@ -134,18 +134,16 @@ build386-all:
 
 ## conformance: replays every golden op log through the kvindex CLI at shards 1, 2, 3, 4
 ## and 8 and on the locked baseline, at jumps 1, 4 and 64, and on the locked baseline with
-## SPEC's prefix chain (--spec-chain) at the same jumps: the repository's own logs
-## (testdata/demo.jsonl, testdata/tiers.jsonl) always, the shared ones (hybrid/ included)
-## where present (skipped, with a notice, where they are absent).
+## SPEC's prefix chain (--spec-chain) at the same jumps (scripts/conformance.sh, a log per
+## CPU at a time): the repository's own logs (testdata/demo.jsonl, testdata/tiers.jsonl)
+## always, the shared ones (hybrid/ included) where present (skipped, with a notice, where
+## they are absent).
 conformance:
 	@logs="testdata/demo.jsonl testdata/tiers.jsonl"; \
 	if ls $(SHARED)/conformance/*.jsonl >/dev/null 2>&1; then logs="$$logs $$(ls $(SHARED)/conformance/*.jsonl $(SHARED)/conformance/hybrid/*.jsonl 2>/dev/null)"; \
 	else echo "SKIP shared conformance logs: $(SHARED)/conformance not found"; fi; \
 	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && $(GO) build -o $$tmp/kvindex ./cmd/kvindex && \
-	fail=0; for f in $$logs; do for s in 1 2 3 4 8 locked locked-spec; do for j in 1 4 64; do \
-		case $$s in locked) impl=--locked;; locked-spec) impl="--locked --spec-chain";; *) impl="--shards $$s";; esac; \
-		out=$$($$tmp/kvindex replay --ops $$f $$impl --jump $$j --json) || { echo "FAIL $$f $$impl jump=$$j"; echo "$$out"; fail=1; }; \
-	done; done; echo "ok   $$(basename $$f)"; done; exit $$fail
+	bash scripts/conformance.sh $$tmp/kvindex $$logs
 
 ## fuzz: a short run of every fuzz target (see FUZZTIME above).
 fuzz:

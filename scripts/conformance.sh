@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# conformance.sh KVINDEX LOG...: replays each golden op log through the kvindex binary
+# KVINDEX at shards 1, 2, 3, 4 and 8, on the locked index and on the locked index with
+# SPEC's prefix chain, each at jumps 1, 4 and 64; every query's expected answer must come
+# out (kvindex replay exits 1 otherwise). Logs run JOBS at a time (default: the CPUs),
+# each log's 21 replays one after the other; a line per log says ok or what failed.
+# Exits 1 when any replay failed. `make conformance` runs it.
+set -uo pipefail
+bin=$1
+shift
+jobs=${JOBS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+one() { # one LOG RESULT: every configuration of one log; RESULT gets its report
+	local f=$1 res=$2 fail=0 s j impl out
+	for s in 1 2 3 4 8 locked locked-spec; do
+		for j in 1 4 64; do
+			case $s in
+			locked) impl=--locked ;;
+			locked-spec) impl="--locked --spec-chain" ;;
+			*) impl="--shards $s" ;;
+			esac
+			# shellcheck disable=SC2086 # impl is two words for locked-spec
+			if ! out=$("$bin" replay --ops "$f" $impl --jump "$j" --json 2>&1); then
+				printf 'FAIL %s %s jump=%s\n%s\n' "$f" "$impl" "$j" "$out" >>"$res"
+				fail=1
+			fi
+		done
+	done
+	if [ $fail = 0 ]; then echo "ok   $(basename "$f")" >>"$res"; fi
+}
+
+i=0
+for f in "$@"; do
+	while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+	one "$f" "$tmp/$(printf %04d $i)" &
+	i=$((i + 1))
+done
+wait
+cat "$tmp"/* 2>/dev/null
+! grep -q '^FAIL' "$tmp"/* 2>/dev/null
