@@ -297,6 +297,12 @@ func (r *Replica) apply(seq uint64, subject string, data []byte, now time.Time, 
 		r.stats.LastApplied = seq
 		r.last.Store(seq)
 	}()
+	r.applyMsg(seq, subject, data, now, lag)
+}
+
+// applyMsg is apply without moving the replica's position (Resync replays messages
+// behind it). r.mu is held.
+func (r *Replica) applyMsg(seq uint64, subject string, data []byte, now time.Time, lag time.Duration) {
 	m := &r.msg
 	if err := DecodeMessage(data, m); err != nil {
 		r.stats.Malformed++

@@ -259,3 +259,14 @@ func decodeSnapshot(data []byte, cfg engine.Config) (*snapshot, error) {
 	s.eng = eng
 	return s, nil
 }
+
+// RestoreSnapshot reads a replica snapshot file (Replica.Snapshot) and returns its
+// index, for tools that inspect one (kvindex doctor --compare). Errors wrap ErrSnapshot,
+// except a missing file (os.ErrNotExist).
+func RestoreSnapshot(path string, cfg engine.Config, maxBytes int64) (*engine.Engine, error) {
+	s, err := readSnapshot(path, cfg, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	return s.eng, nil
+}

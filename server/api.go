@@ -255,6 +255,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/v1/routed", s.instrument("routed", methods(s.handleRouted, http.MethodPost)))
 	mux.Handle("/v1/finished", s.instrument("finished", methods(s.handleFinished, http.MethodPost)))
 	mux.Handle("/v1/workers", s.instrument("workers", methods(s.handleWorkers, http.MethodGet)))
+	mux.Handle("/v1/workers/{worker}/resync", s.instrument("resync", methods(s.handleResync, http.MethodPost)))
 	mux.Handle("/v1/engines", s.instrument("engines", methods(s.handleEngines, http.MethodGet, http.MethodPost)))
 	mux.Handle("/v1/engines/{key}", s.instrument("engine", methods(s.handleEngine, http.MethodDelete)))
 	mux.Handle("/register", s.instrument("mooncake_register", methods(s.handleMooncakeRegister, http.MethodPost)))

@@ -1,10 +1,13 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -115,4 +118,45 @@ func (c *digestCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, w := range slices.Sorted(maps.Keys(ds)) {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(ds[w].Sum>>12), w)
 	}
+}
+
+// ResyncInfo is the answer of POST /v1/workers/{worker}/resync.
+type ResyncInfo struct {
+	Worker string `json:"worker"`
+	// Messages and Applied count the worker's stream messages the replay read and
+	// applied; Complete is false when the stream's retention dropped its first
+	// messages (fabric.ResyncResult).
+	Messages uint64      `json:"messages"`
+	Applied  uint64      `json:"applied"`
+	Complete bool        `json:"complete"`
+	Digest   *DigestInfo `json:"digest"`
+}
+
+// resyncTimeout bounds one resync's replay.
+const resyncTimeout = 2 * time.Minute
+
+// handleResync rebuilds one worker of a NATS replica from its stream
+// (fabric.Replica.Resync): what kvindex doctor --compare --resync asks of the replica
+// whose digest differs. A server that follows its engines over ZeroMQ answers 501: its
+// subscribers rebuild a stale worker from the engine's replay themselves.
+func (s *Server) handleResync(w http.ResponseWriter, r *http.Request) {
+	worker := r.PathValue("worker")
+	if worker == "" {
+		writeError(w, http.StatusBadRequest, "bad_request", "no worker in the path")
+		return
+	}
+	if s.feed == nil {
+		writeError(w, http.StatusNotImplemented, "not_supported", "only a NATS replica (serve --nats) resyncs a worker on request")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), resyncTimeout)
+	defer cancel()
+	res, err := s.feed.rep.Resync(ctx, worker)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "resync_failed", "%v", err)
+		return
+	}
+	s.log.Info("worker resynced from the stream", "worker", worker, "messages", res.Messages, "applied", res.Applied, "complete", res.Complete)
+	d, _ := s.eng.Digest(worker)
+	writeJSON(w, http.StatusOK, ResyncInfo{Worker: worker, Messages: res.Messages, Applied: res.Applied, Complete: res.Complete, Digest: NewDigestInfo(d)})
 }

@@ -77,6 +77,11 @@ func TestWorkerDigests(t *testing.T) {
 		}
 	}
 
+	// Only a NATS replica resyncs on request.
+	var refusal struct{ Code string }
+	require.Equal(t, 501, newClient(t, s.Addr()).do("POST", "/v1/workers/w0/resync", "", &refusal))
+	require.Equal(t, "not_supported", refusal.Code)
+
 	var line string
 	for _, l := range strings.Split(newClient(t, s.Addr()).text("/metrics"), "\n") {
 		if strings.HasPrefix(l, `kvindex_worker_digest{worker="w1"} `) {

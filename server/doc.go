@@ -200,9 +200,14 @@
 //	                  "batches", "events": {...}, "rejected": {reason: n}, "lag_seconds",
 //	                  "idle_seconds", "last_error", "diagnostics": {"problems": [{"code",
 //	                  "message", "hint"}], "live_since", "last_event", "hash_check",
-//	                  "skipped_kv_groups", ...}}],
+//	                  "skipped_kv_groups", ...}, "digest": {"sum", "blocks",
+//	                  "namespaces": {ns: {"sum", "blocks"}}}}],
 //	                  "models": [{"model", "block_size", "queries", "unmatched",
 //	                  "problems"}]}
+//	POST /v1/workers/{worker}/resync (a NATS replica only; else 501 not_supported):
+//	                  the replica forgets the worker and replays its messages from the
+//	                  stream's start up to its position (fabric.Replica.Resync)
+//	   200 {"worker", "messages", "applied", "complete", "digest"}
 //	GET /healthz      200 {"status": "ok"} while the index answers (a barrier), else 503
 //	GET /readyz       200 {"ready": true} once every engine rank has synced or been
 //	                  removed after the grace period (latched),
@@ -218,6 +223,22 @@
 // namespaces_full: the namespace table, until a sweep; both with Retry-After). Request bodies are read
 // strictly: an unknown field, a key given twice, a wrong type or trailing data is
 // bad_json.
+//
+// # Replica digests
+//
+// Each /v1/workers entry (and gRPC Worker: digest, digest_blocks, namespace_digests)
+// carries the order-independent digest of what the index holds for the worker
+// (engine.Digest: each entry's namespace, tier, KV-cache group, engine hash and
+// position, summed; "sum" in 16 hex digits), over all of it and per namespace, and
+// /metrics has kvindex_worker_digest{worker}, its top 52 bits (exact in a float64). Two
+// replicas that applied the same events for a worker report the same digest, whatever
+// their shard counts, chain keys or the order their workers' events interleaved in;
+// kvindex doctor --compare SOURCE1 SOURCE2 (each a serve URL or a snapshot file) prints
+// the workers whose digests differ, and with --resync has SOURCE1, a NATS replica,
+// rebuild each of them from the stream (POST /v1/workers/{worker}/resync; the replica
+// applies nothing else meanwhile). A server that follows its engines over ZeroMQ
+// rebuilds a stale worker from the engine's replay by itself (its subscribers'
+// resync.interval), and answers the resync endpoint 501.
 //
 // An engine without an endpoint ({"worker": W, "model": M}, or --engine
 // worker=W,model=M) publishes no events: it runs no subscriber, is always pickable, and

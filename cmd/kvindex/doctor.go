@@ -19,10 +19,12 @@ import (
 
 func init() {
 	register("doctor", command{
-		summary:  "check engines for a few seconds: what they publish, what is wrong",
-		synopsis: "[--config FILE] [--engine SPEC]... [--for 5s] [flags]",
+		summary:  "check engines for a few seconds: what they publish, what is wrong; or compare two replicas",
+		synopsis: "[--config FILE] [--engine SPEC]... [--for 5s] [flags] | --compare SOURCE1 SOURCE2 [--resync]",
 		about: "Connects to each engine's KV-event publisher, follows it (with its replay) for --for,\n" +
 			"and prints what it saw and which problems it found, with what to do about each.\n" +
+			"With --compare, reads the per-worker digests of two indexes (serve URLs or snapshot files)\n" +
+			"and prints the workers that differ; --resync then has SOURCE1, a NATS replica, rebuild them.\n" +
 			"Exit status 0: no problem; 1: problems (or a runtime failure); 2: bad usage.",
 		run: untilSignal(doctorMain),
 	})
@@ -33,7 +35,12 @@ func init() {
 // found: the silent-miss diagnostics of package subscriber, plus connection, replay,
 // gap and rejection findings. Exit status: 0 no problem, 1 problems found, 2 bad usage.
 func doctorMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if wantsCompare(args) {
+		return doctorCompare(ctx, args, stdout, stderr) // doctorcompare.go
+	}
 	fs := newFlags("doctor", stderr)
+	fs.Bool("compare", false, compareHelp)
+	fs.Bool("resync", false, "with --compare: ask SOURCE1, a NATS replica, to resync each worker that differs from its stream, then compare again")
 	cfgPath := fs.String("config", "", "JSON configuration file (see package server's documentation); flags override it")
 	blockSize := fs.Int("block-size", 0, "block size of engines that set none (default 16)")
 	dur := fs.Duration("for", 5*time.Second, "how long to follow the engines (an idle engine publishes nothing: send it a request meanwhile)")

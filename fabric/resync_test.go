@@ -1,0 +1,77 @@
+package fabric
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/namespace"
+)
+
+// TestReplicaResync: two replicas of one stream (one on SPEC's chain, one on its own
+// keyed chain) agree on every worker's digest; a block applied to one replica behind
+// the stream's back makes exactly that worker differ (engine.DiffDigests), and Resync
+// of the worker, run while the relay is still publishing, rebuilds it from the stream:
+// the digests agree again, and the resynced replica answers every query as the
+// reference model does (nothing lost, nothing applied twice).
+func TestReplicaResync(t *testing.T) {
+	ctx, ns, nc, h, sc, p := memoryStream(t, 11, 3000)
+	a := newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc}, "")
+	b := NewReplica(ns.connect(t), ReplicaConfig{Stream: sc, Models: []string{testModel}})
+	t.Cleanup(func() { b.Close() })
+	if err := b.Start(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	stray := func(worker string) {
+		t.Helper()
+		ev := engine.Event{Kind: engine.EventStored, Worker: worker, Namespace: namespace.Of(testModel, ""), Blocks: []engine.Block{{Content: 12345, Seq: 1 << 60}}}
+		if err := b.Engine().Apply(&ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	published := make(chan error, 1)
+	go func() {
+		_, err := PublishOps(ctx, p, testModel, h.ops)
+		published <- err
+	}()
+	waitApplied(t, ctx, b, uint64(len(h.ops)/3))
+	ws := b.Workers()
+	if len(ws) == 0 {
+		t.Fatal("no worker after a third of the stream")
+	}
+	victim := ws[0].Worker
+	stray(victim)
+	res, err := b.Resync(ctx, victim) // the relay is still publishing
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Complete || res.Messages == 0 {
+		t.Fatalf("resync %+v, want a complete replay of some messages", res)
+	}
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+	last := streamLast(t, ctx, nc, DefaultStream)
+	waitApplied(t, ctx, a, last)
+	waitApplied(t, ctx, b, last)
+	if diff := engine.DiffDigests(a.Engine().Digests(), b.Engine().Digests()); len(diff) != 0 {
+		t.Fatalf("after the resync, workers %q differ", diff)
+	}
+	m := h.model(len(h.ops))
+	checkModel(t, b.Engine(), h, m)
+
+	// At rest: the stray block is the one difference, and the resync its cure.
+	names := m.Workers()
+	second := names[len(names)-1]
+	stray(second)
+	if diff := engine.DiffDigests(a.Engine().Digests(), b.Engine().Digests()); !slices.Equal(diff, []string{second}) {
+		t.Fatalf("workers %q differ, want [%s]", diff, second)
+	}
+	if _, err := b.Resync(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	if diff := engine.DiffDigests(a.Engine().Digests(), b.Engine().Digests()); len(diff) != 0 {
+		t.Fatalf("after the second resync, workers %q differ", diff)
+	}
+	checkModel(t, b.Engine(), h, m)
+}
