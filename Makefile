@@ -60,7 +60,7 @@ race: publisher-deps
 	$(GO) test -count=1 -run '^TestMemoryBudget$$' ./server/
 	$(GO) test -count=1 -run '^TestReferenceModelConformance$$' ./internal/replay/
 	$(GO) test -count=1 -run '^(TestConformance|TestDifferentialRandom)$$' ./bench/radix/
-	$(GO) test -count=1 -run '^TestPartitionBalance$$' ./engine/
+	$(GO) test -count=1 -run '^(TestPartitionBalance|TestDifferential|TestDifferentialTiers|TestDifferentialPredictions)$$' ./engine/
 	$(GO) test -count=1 ./sim/
 
 ## test-long: every test at its full size under the race detector (KVINDEX_TEST_LONG=1:

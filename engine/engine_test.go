@@ -13,6 +13,7 @@ import (
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
 	"github.com/kvindex/kvindex/internal/replay"
+	"github.com/kvindex/kvindex/internal/testsize"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -134,7 +135,7 @@ func TestRejections(t *testing.T) {
 // TestDifferential replays long random histories on the engine and on the reference
 // model, comparing every query after a barrier, for several jump sizes and shard counts.
 func TestDifferential(t *testing.T) {
-	n := 6000
+	n := testsize.Pick(6000, 2000) // full size without the race detector (make race) or in make test-long
 	if testing.Short() {
 		n = 2000
 	}
@@ -257,7 +258,7 @@ func TestDifferentialEveryDepth(t *testing.T) {
 // stores and removals per tier, copies of held blocks to other tiers under parents held
 // elsewhere. Every answer's per-tier lengths are compared.
 func TestDifferentialTiers(t *testing.T) {
-	n := 6000
+	n := testsize.Pick(6000, 2000) // full size without the race detector (make race) or in make test-long
 	if testing.Short() {
 		n = 2000
 	}
@@ -676,7 +677,7 @@ func TestStatsCounters(t *testing.T) {
 // contradicted, expired, refreshed and evicted by both bounds, for event workers and for
 // one that sends no events) on the engine and on the reference model.
 func TestDifferentialPredictions(t *testing.T) {
-	n := 4000
+	n := testsize.Pick(4000, 1500) // full size without the race detector (make race) or in make test-long
 	if testing.Short() {
 		n = 1500
 	}
