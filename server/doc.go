@@ -236,7 +236,13 @@
 // kvindex doctor --compare SOURCE1 SOURCE2 (each a serve URL or a snapshot file) prints
 // the workers whose digests differ, and with --resync has SOURCE1, a NATS replica,
 // rebuild each of them from the stream (POST /v1/workers/{worker}/resync; the replica
-// applies nothing else meanwhile). A server that follows its engines over ZeroMQ
+// applies nothing else meanwhile). A replica given a peer (ReplicaOptions.Peer, serve
+// --peer URL) compares its digests with the peer's every PeerInterval, for the workers
+// both have applied to the same worker sequence (so lag is never a difference), and
+// with PeerResync (--peer-resync) rebuilds a worker found differing in two checks in a
+// row (peercheck.go; kvindex_replica_peer_checks_total{result},
+// kvindex_replica_peer_mismatches_total, kvindex_replica_resyncs_total{result}). A
+// server that follows its engines over ZeroMQ
 // rebuilds a stale worker from the engine's replay by itself (its subscribers'
 // resync.interval), and answers the resync endpoint 501.
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -38,6 +39,16 @@ type ReplicaOptions struct {
 	// NATS are the connection's options beyond the server's own (reconnect for ever,
 	// the client name): credentials and TLS (fabric.NATSAuth).
 	NATS []nats.Option
+	// Peer is another serve replica of the same stream ("http://host:8080"): every
+	// PeerInterval (default 30s) the replica compares its workers' digests with the
+	// peer's (peercheck.go). Empty: no peer check.
+	Peer         string
+	PeerInterval time.Duration
+	// PeerResync rebuilds from the stream each worker the peer check finds differing.
+	PeerResync bool
+	// PeerClient reads the peer's /v1/workers (TLS, credentials); nil: a plain client
+	// with a 10 s timeout.
+	PeerClient *http.Client
 }
 
 // The states of a stream-fed worker in /v1/workers and kvindex_worker_state.

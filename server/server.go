@@ -298,6 +298,11 @@ func New(cfg Config, opts Options) (s *Server, err error) {
 	s.reg.MustRegister(warm.collectors()...)
 	if feed != nil {
 		s.reg.MustRegister(feed.collectors()...)
+		if opts.Replica.Peer != "" {
+			p := newPeerCheck(*opts.Replica)
+			s.reg.MustRegister(p.collectors()...)
+			s.runners = append(s.runners, func(ctx context.Context) { p.run(ctx, s) })
+		}
 	}
 	for _, c := range opts.Collectors {
 		if err := s.reg.Register(c); err != nil {

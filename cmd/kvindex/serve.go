@@ -154,6 +154,9 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 	natsURL := fs.String("nats", "", natsHelp+": follow a kvindex relay's stream there instead of (or besides) ZeroMQ engines")
 	stream := fs.String("stream", fabric.DefaultStream, "with --nats: "+streamHelp)
 	modelsFlag := fs.String("models", "", "with --nats: models served from the stream and their block sizes, as NAME=BLOCKSIZE,...")
+	peer := fs.String("peer", "", "with --nats: another serve replica of the stream (http://HOST:PORT) whose worker digests this one compares with its own every --peer-interval (kvindex_replica_peer_checks_total, _peer_mismatches_total)")
+	peerEvery := fs.Duration("peer-interval", 30*time.Second, "with --peer: how often to compare")
+	peerResync := fs.Bool("peer-resync", false, "with --peer: rebuild from the stream each worker whose digest differs from the peer's at the same worker sequence in two checks in a row (kvindex_replica_resyncs_total)")
 	snapshot := fs.String("snapshot", "", "snapshot file (with --nats also jetstream-object://BUCKET/NAME to share it through NATS): restored at start (a bad one falls back to a full sync), written every --snapshot-interval and at shutdown (its directory must be writable at start; a failed final write exits 1; kvindex_snapshot_writes_total counts them); in ZeroMQ mode each worker's stream position travels in it, and workers resume by replay from there")
 	snapEvery := fs.Duration("snapshot-interval", 5*time.Minute, "with --snapshot: how often to write the snapshot")
 	tiersFlag := fs.String("tiers", "", "media mapped to storage tiers, over the defaults (\"\" and GPU device; CPU, CPU_TIER1, CPU_PINNED host; STORAGE, FS, OBJ, DISK, CPU_TIER2, EXTERNAL disk), as MEDIUM=TIER,... with TIER device, host or disk (config: tiers)")
@@ -252,6 +255,14 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 		fmt.Fprintln(stderr, "kvindex serve: --models, --stream and a jetstream-object:// snapshot need --nats")
 		return 2
 	}
+	if *natsURL == "" && *peer != "" {
+		fmt.Fprintln(stderr, "kvindex serve: --peer needs --nats")
+		return 2
+	}
+	if *peerEvery <= 0 {
+		fmt.Fprintln(stderr, "kvindex serve: --peer-interval must be positive")
+		return 2
+	}
 	if *natsURL != "" && len(cfg.Models) == 0 {
 		fmt.Fprintln(stderr, "kvindex serve: --nats needs --models NAME=BLOCKSIZE (or a models entry in the config)")
 		return 2
@@ -288,7 +299,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 	opts := server.Options{Logger: log, Listener: httpLn, GRPCListener: grpcLn, Context: ctx,
 		Snapshot: server.SnapshotOptions{Path: *snapshot, Interval: *snapEvery}}
 	if *natsURL != "" {
-		opts.Replica = &server.ReplicaOptions{URL: *natsURL, Stream: *stream, NATS: natsOpts}
+		opts.Replica = &server.ReplicaOptions{URL: *natsURL, Stream: *stream, NATS: natsOpts, Peer: *peer, PeerInterval: *peerEvery, PeerResync: *peerResync}
 	}
 	s, err := server.New(cfg, opts)
 	if err != nil {
