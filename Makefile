@@ -159,6 +159,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzGRPCMatch$$' -fuzztime $(call fuzzbudget,20000x) ./server/
 	$(GO) test -run '^$$' -fuzz '^FuzzWatchStream$$' -fuzztime $(call fuzzbudget,20000x) ./internal/kube/
 	$(GO) test -run '^$$' -fuzz '^FuzzMooncake$$' -fuzztime $(call fuzzbudget,15000x) ./server/
+	$(GO) test -run '^$$' -fuzz '^FuzzDigestInfo$$' -fuzztime $(call fuzzbudget,10000x) ./server/
 
 ## soak: bounded soaks (SOAK each, default 3m): publisher churn, restarts, gaps, hostile
 ## peers and queries through real libzmq (subscriber); serve's API under every

@@ -2,8 +2,10 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -81,6 +83,8 @@ func TestWorkerDigests(t *testing.T) {
 	var refusal struct{ Code string }
 	require.Equal(t, 501, newClient(t, s.Addr()).do("POST", "/v1/workers/w0/resync", "", &refusal))
 	require.Equal(t, "not_supported", refusal.Code)
+	require.Equal(t, 501, newClient(t, s.Addr()).do("POST", "/v1/workers/"+url.PathEscape("http://10.0.0.1:8000/x")+"/resync", "", &refusal),
+		"a worker id with slashes, escaped, is one path segment")
 
 	var line string
 	for _, l := range strings.Split(newClient(t, s.Addr()).text("/metrics"), "\n") {
@@ -91,4 +95,23 @@ func TestWorkerDigests(t *testing.T) {
 	v, err := strconv.ParseFloat(strings.Fields(line + " x")[1], 64)
 	require.NoError(t, err, "line %q", line)
 	require.Equal(t, float64(w1.Sum>>12), v)
+}
+
+// FuzzDigestInfo: a /v1/workers digest from the network (kvindex doctor --compare, the
+// peer check) decodes or fails, never panics; a digest written by NewDigestInfo reads
+// back as itself.
+func FuzzDigestInfo(f *testing.F) {
+	f.Add([]byte(`{"sum":"00000000000000ff","blocks":3,"namespaces":{"":{"sum":"00000000000000ff","blocks":3}}}`), uint64(7), 2)
+	f.Add([]byte(`{"sum":"zz","blocks":-1}`), uint64(0), 0)
+	f.Add([]byte(`{"sum":"+0000000000000ff"}`), ^uint64(0), 1<<40)
+	f.Fuzz(func(t *testing.T, data []byte, sum uint64, blocks int) {
+		var d server.DigestInfo
+		if json.Unmarshal(data, &d) == nil {
+			_, _ = d.WorkerDigest()
+		}
+		want := engine.WorkerDigest{Digest: engine.Digest{Sum: sum, Blocks: blocks}, Namespaces: map[string]engine.Digest{"m": {Sum: ^sum, Blocks: blocks}}}
+		got, err := server.NewDigestInfo(want).WorkerDigest()
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	})
 }
