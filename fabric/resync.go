@@ -14,14 +14,19 @@ type ResyncResult struct {
 	// Messages is how many of the worker's messages the replay read (up to the
 	// replica's position); Applied how many of them it applied.
 	Messages, Applied uint64
-	// Complete is false when the stream's retention has dropped its first messages:
-	// the worker's first events may be among them, and the replay cannot restore them.
+	// Complete says the stream still holds its first message (always true of a
+	// Resync that succeeded: a trimmed stream is refused with ErrStreamTrimmed).
 	Complete bool
 }
 
 // ErrResync wraps a failed Resync; the worker's index state is then what the replay
-// had applied when it failed (Resync again to retry).
+// had applied when it failed (Resync again to retry), or untouched when the failure is
+// ErrStreamTrimmed.
 var ErrResync = errors.New("fabric: resync")
+
+// ErrStreamTrimmed refuses a Resync on a stream whose retention has dropped its first
+// messages: the worker's first events may be among them. Nothing is changed.
+var ErrStreamTrimmed = errors.New("the stream's retention dropped its first messages")
 
 // Resync rebuilds one worker from the stream: the index forgets it (engine
 // RemoveWorker), and the worker's messages from the stream's start up to the replica's
@@ -46,6 +51,11 @@ func (r *Replica) Resync(ctx context.Context, worker string) (ResyncResult, erro
 		return res, fmt.Errorf("%w: stream %s: %w", ErrResync, r.cfg.Stream.Name, err)
 	}
 	res.Complete = info.State.FirstSeq <= 1
+	if !res.Complete {
+		// The worker's first events may be gone: a replay would lose what the replica
+		// holds of them (from a snapshot, say) rather than repair it.
+		return res, fmt.Errorf("%w: %w (its first message is %d)", ErrResync, ErrStreamTrimmed, info.State.FirstSeq)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {

@@ -1,6 +1,7 @@
 package fabric
 
 import (
+	"errors"
 	"slices"
 	"testing"
 
@@ -74,4 +75,32 @@ func TestReplicaResync(t *testing.T) {
 		t.Fatalf("after the second resync, workers %q differ", diff)
 	}
 	checkModel(t, b.Engine(), h, m)
+}
+
+// TestReplicaResyncRefusesTrimmedStream: on a stream whose retention dropped its first
+// messages, Resync refuses (ErrStreamTrimmed) and leaves the worker as it was.
+func TestReplicaResyncRefusesTrimmedStream(t *testing.T) {
+	ctx := testCtx(t)
+	ns := startNATS(t)
+	nc := ns.connect(t)
+	sc := StreamConfig{Memory: true, MaxBytes: 16 << 10}
+	p := newPublisher(t, ctx, nc, PublisherConfig{Stream: sc})
+	h := randomHistory(5, 600)
+	if _, err := PublishOps(ctx, p, testModel, h.ops); err != nil {
+		t.Fatal(err)
+	}
+	r := newReplica(t, ctx, ns.connect(t), ReplicaConfig{Stream: sc}, "")
+	waitApplied(t, ctx, r, streamLast(t, ctx, nc, DefaultStream))
+	ws := r.Workers()
+	if len(ws) == 0 {
+		t.Fatal("no worker in the stream's tail")
+	}
+	before := r.Engine().Digests()
+	_, err := r.Resync(ctx, ws[0].Worker)
+	if !errors.Is(err, ErrStreamTrimmed) || !errors.Is(err, ErrResync) {
+		t.Fatalf("resync of a trimmed stream: %v, want ErrStreamTrimmed", err)
+	}
+	if diff := engine.DiffDigests(before, r.Engine().Digests()); len(diff) != 0 {
+		t.Fatalf("a refused resync changed %q", diff)
+	}
 }

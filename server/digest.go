@@ -124,8 +124,8 @@ func (c *digestCollector) Collect(ch chan<- prometheus.Metric) {
 type ResyncInfo struct {
 	Worker string `json:"worker"`
 	// Messages and Applied count the worker's stream messages the replay read and
-	// applied; Complete is false when the stream's retention dropped its first
-	// messages (fabric.ResyncResult).
+	// applied (fabric.ResyncResult). A stream whose retention dropped its first
+	// messages is refused (503 resync_failed), the worker untouched.
 	Messages uint64      `json:"messages"`
 	Applied  uint64      `json:"applied"`
 	Complete bool        `json:"complete"`

@@ -206,7 +206,9 @@
 //	                  "problems"}]}
 //	POST /v1/workers/{worker}/resync (a NATS replica only; else 501 not_supported):
 //	                  the replica forgets the worker and replays its messages from the
-//	                  stream's start up to its position (fabric.Replica.Resync)
+//	                  stream's start up to its position (fabric.Replica.Resync); 503
+//	                  resync_failed, the worker untouched, on a stream whose retention
+//	                  dropped its first messages
 //	   200 {"worker", "messages", "applied", "complete", "digest"}
 //	GET /healthz      200 {"status": "ok"} while the index answers (a barrier), else 503
 //	GET /readyz       200 {"ready": true} once every engine rank has synced or been
