@@ -577,7 +577,8 @@ func (t *keyTable) index(seed *table.Seed, rid uint32, k key, fp uint64) {
 		return
 	}
 	t.nidx++
-	if !t.shiftIn(i, newKeySlot(rid, d, tag)) {
+	// (d past maxKeyDist would not fit the slot's dist byte: newKeySlot would wrap it.)
+	if d > maxKeyDist || !t.shiftIn(i, newKeySlot(rid, d, tag)) {
 		// A probe run would outgrow dist: grow (the rebuild indexes rid).
 		t.resizeIdx(seed, table.Grown(len(t.idx)))
 	}
