@@ -53,9 +53,12 @@ unit: publisher-deps
 
 ## race: the race detector over every package, at the sizes package internal/testsize
 ## gives it (a sequential replay is ten times slower under the detector and gives it
-## nothing to find), then those sequential checks at full size without it.
+## nothing to find), the engine's, the shards' and the tables' once more with their
+## invariants checked after every change (-tags invariants, package internal/invariants),
+## then those sequential checks at full size without it.
 race: publisher-deps
 	$(GO) test -race -count=1 ./...
+	$(GO) test -race -tags invariants -count=1 ./engine/... ./shard/... ./internal/table/... ./internal/invariants/
 	$(GO) test -count=1 -run '^TestFloodRSSBounded$$' ./subscriber/
 	$(GO) test -count=1 -run '^TestMemoryBudget$$' ./server/
 	$(GO) test -count=1 -run '^TestReferenceModelConformance$$' ./internal/replay/

@@ -9,6 +9,7 @@ import (
 // mustCheck panics with what broke if w's bookkeeping does not check (invariants
 // builds; see check).
 func (w *worker) mustCheck(e *Engine, published bool) {
+	w.owner.Check("worker event")
 	if err := w.check(&e.seed, published); err != nil {
 		panic("engine: invariant broken: " + err.Error())
 	}

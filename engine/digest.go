@@ -220,13 +220,13 @@ func (e *Engine) Digest(worker string) (WorkerDigest, bool) {
 		if w == nil {
 			return WorkerDigest{}, false
 		}
-		w.mu.Lock()
+		w.lockMu()
 		if w.dead { // removed since the lookup: look again
-			w.mu.Unlock()
+			w.unlockMu()
 			continue
 		}
 		d, _ := e.workerDigest(w, nil)
-		w.mu.Unlock()
+		w.unlockMu()
 		return d, true
 	}
 }
@@ -240,11 +240,11 @@ func (e *Engine) Digests() map[string]WorkerDigest {
 		if wk == nil || wk.isComponent() {
 			continue
 		}
-		wk.mu.Lock()
+		wk.lockMu()
 		if !wk.dead {
 			out[wk.name], names = e.workerDigest(wk, names)
 		}
-		wk.mu.Unlock()
+		wk.unlockMu()
 	}
 	return out
 }

@@ -327,7 +327,7 @@ func (e *Engine) getOutbox() *outbox {
 func (e *Engine) unlock(w *worker) {
 	w.out = nil
 	w.components(func(_ Tier, c *worker) { c.out = nil })
-	w.mu.Unlock()
+	w.unlockMu()
 }
 
 // lockLive locks the live worker named name (creating it when create is set), lends it
@@ -345,13 +345,13 @@ func (e *Engine) lockLive(name string, create bool, hint *worker, out *outbox) *
 				return nil
 			}
 		}
-		w.mu.Lock()
+		w.lockMu()
 		if !w.dead {
 			w.out = out
 			w.components(func(_ Tier, c *worker) { c.out = out })
 			return w
 		}
-		w.mu.Unlock()
+		w.unlockMu()
 	}
 }
 
@@ -643,6 +643,7 @@ func (e *Engine) lockFor(ev *Event, hint *worker, out *outbox) (w *worker, err e
 // which is then flushed already (its lock is still held). While the engine holds
 // predictions, the event also ends those it covers or contradicts (predict.go).
 func (e *Engine) applyLocked(w *worker, ev *Event) (gone bool, err error) {
+	w.owner.Check("worker event")
 	if groupedEvent(w, ev) {
 		return e.applyGrouped(w, ev) // groups.go
 	}

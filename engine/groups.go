@@ -486,8 +486,8 @@ func (e *Engine) withGroups(q *query, content []uint64, dst []Match, start int) 
 // hybridMatch scores declared worker w for the query, under w's mutex: per tier t, the
 // largest cut every group accepts counting the blocks held on tier t or a faster one.
 func (e *Engine) hybridMatch(q *query, w *worker, content []uint64) (Match, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.lockMu()
+	defer w.unlockMu()
 	h := w.hyb
 	if w.dead || h == nil || h.n == 0 {
 		return Match{}, false
@@ -708,8 +708,8 @@ func (e *Engine) Groups(worker string) (unit int, groups []Group, ok bool) {
 	if w == nil {
 		return 0, nil, false
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.lockMu()
+	defer w.unlockMu()
 	if w.dead || w.hyb == nil {
 		return 0, nil, false
 	}

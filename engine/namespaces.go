@@ -216,7 +216,7 @@ func (e *Engine) namespacesInUse() map[uint32]bool {
 		if wk == nil || wk.isComponent() {
 			continue
 		}
-		wk.mu.Lock()
+		wk.lockMu()
 		if !wk.dead {
 			for tr := range Tier(NumTiers) {
 				if c := e.tierOf(wk, tr, false); c != nil {
@@ -233,7 +233,7 @@ func (e *Engine) namespacesInUse() map[uint32]bool {
 				}
 			}
 		}
-		wk.mu.Unlock()
+		wk.unlockMu()
 	}
 	p := &e.preds
 	p.mu.Lock()

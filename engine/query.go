@@ -237,6 +237,7 @@ func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done 
 	slots := e.workers()
 	q.seen.grow(len(slots))
 	e.locked.RLock()
+	e.shards[0].owner.CheckFree("locked walk")
 	idx := e.shards[0].idx
 	buf := idx.AppendMembers(q.sub[0].out[:0], e.fingerprint(key{prefix: content[0], ns: q.ns}))
 	q.cands = q.cands[:0]

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/kvindex/kvindex/internal/invariants"
 	"github.com/kvindex/kvindex/ringbuf"
 	"github.com/kvindex/kvindex/shard"
 )
@@ -133,6 +134,7 @@ type shardLoop struct {
 	// waiting for it, and runWants says that run waits for it (lock). behind is the
 	// ring backlog past which queriers hand their batches over (serve).
 	own      sync.Mutex
+	owner    invariants.Owner // who holds own (or, locked, e.locked's write side): invariants builds
 	want     atomic.Int32
 	runWants atomic.Bool
 	behind   int
@@ -174,7 +176,7 @@ func (s *shardLoop) run() {
 			s.applySliced(s.buf[:n])
 		}
 		answered := s.drainQueries()
-		s.own.Unlock()
+		s.unlock()
 		if n > 0 {
 			s.letIn()
 			if busy++; busy == yieldBatches {
@@ -194,7 +196,7 @@ func (s *shardLoop) run() {
 		if n = s.ring.PopBatch(s.buf); n > 0 {
 			s.applySliced(s.buf[:n])
 		}
-		s.own.Unlock()
+		s.unlock()
 		if n > 0 {
 			continue
 		}
@@ -203,7 +205,7 @@ func (s *shardLoop) run() {
 		case b := <-s.queries:
 			s.lock()
 			s.answer(b)
-			s.own.Unlock()
+			s.unlock()
 		case <-s.e.done:
 			// Apply what is already queued so barrier tokens in it are acknowledged, then
 			// stop; queries still queued are failed by their callers, who see done.
@@ -211,7 +213,7 @@ func (s *shardLoop) run() {
 			for n := s.ring.PopBatch(s.buf); n > 0; n = s.ring.PopBatch(s.buf) {
 				s.apply(s.buf[:n])
 			}
-			s.own.Unlock()
+			s.unlock()
 			return
 		}
 	}
@@ -232,7 +234,7 @@ func (s *shardLoop) applySliced(ds []delta) {
 			s.drainQueries()
 		}
 		if s.want.Load() != 0 {
-			s.own.Unlock()
+			s.unlock()
 			s.letIn()
 			s.lock()
 		}
@@ -259,6 +261,13 @@ func (s *shardLoop) lock() {
 	s.runWants.Store(true)
 	s.own.Lock()
 	s.runWants.Store(false)
+	s.owner.Acquire()
+}
+
+// unlock lets own go (run's or a serving querier's).
+func (s *shardLoop) unlock() {
+	s.owner.Release()
+	s.own.Unlock()
 }
 
 // serveSpins bounds how many times serve tries the token while run holds it. run lets
@@ -296,12 +305,14 @@ func (s *shardLoop) serve(b *probeBatch) bool {
 			return false
 		}
 	}
+	s.owner.Acquire()
 	s.fill(b)
-	s.own.Unlock()
+	s.unlock()
 	return true
 }
 
 func (s *shardLoop) apply(ds []delta) {
+	s.owner.Check("shard apply")
 	counted := 0 // deltas of ds already added to applied
 	for i := range ds {
 		d := &ds[i]
@@ -370,7 +381,7 @@ func (s *shardLoop) spin() bool {
 		if len(s.queries) > 0 {
 			s.lock()
 			s.drainQueries()
-			s.own.Unlock()
+			s.unlock()
 			return true
 		}
 		runtime.Gosched()
@@ -400,6 +411,11 @@ func (s *shardLoop) answer(b *probeBatch) {
 
 // fill answers each probe of b with the members of its key, appended to b.out.
 func (s *shardLoop) fill(b *probeBatch) {
+	if s.e.cfg.LockedIndex {
+		s.owner.CheckFree("locked query") // readers share idx under the read lock
+	} else {
+		s.owner.Check("shard fill")
+	}
 	out := b.out
 	for i := b.start; i < len(b.probes); i++ {
 		p := &b.probes[i]

@@ -133,9 +133,9 @@ func (e *Engine) captureWorkers() (names []string, count uint32, body []byte) {
 	var entries []seqSlot
 	var nsAt []int
 	for _, wk := range workers {
-		wk.mu.Lock()
+		wk.lockMu()
 		if wk.dead {
-			wk.mu.Unlock()
+			wk.unlockMu()
 			continue
 		}
 		var hdr [8]byte
@@ -150,7 +150,7 @@ func (e *Engine) captureWorkers() (names []string, count uint32, body []byte) {
 			entries = e.captureTier(&buf, e.tierOf(wk, t, false), &nsAt, entries)
 		}
 		captureGroups(&buf, wk.hyb, &nsAt)
-		wk.mu.Unlock()
+		wk.unlockMu()
 		count++
 	}
 	body = buf.Bytes()
@@ -249,11 +249,11 @@ func (e *Engine) Positions() map[string]Position {
 		if wk == nil || wk.isComponent() {
 			continue
 		}
-		wk.mu.Lock()
+		wk.lockMu()
 		if !wk.dead {
 			out[wk.name] = Position{wk.cursor, wk.mark}
 		}
-		wk.mu.Unlock()
+		wk.unlockMu()
 	}
 	return out
 }

@@ -181,8 +181,8 @@ func (w *worker) holds(seed *table.Seed, k key) bool {
 // by position, while one of them holds the position. size is the worker's size at the
 // same moment.
 func (e *Engine) tierLengths(q *query, p *worker, content []uint64, g *tierGroup) (tiers [NumTiers]int, size int, ok bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.lockMu()
+	defer p.unlockMu()
 	if p.dead {
 		return tiers, 0, false
 	}

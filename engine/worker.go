@@ -33,6 +33,8 @@ type worker struct {
 	gappy atomic.Bool
 	// dead is set by RemoveWorker; a caller that finds it set looks the name up again.
 	dead bool
+	// owner records mu's holder in an invariants build (lockMu; empty otherwise).
+	owner invariants.Owner
 	// tier is the tier a component holds (TierDevice for a named worker).
 	tier Tier
 	// tl links a worker with its tier components (tiers.go); nil for a worker that has
@@ -54,6 +56,18 @@ type worker struct {
 	// per call) and taken back at unlock, so an idle worker holds none: 100,000 workers
 	// do not keep 100,000 delta buffers.
 	out *outbox
+}
+
+// lockMu takes w's mutex: the caller owns w's bookkeeping until unlockMu.
+func (w *worker) lockMu() {
+	w.mu.Lock()
+	w.owner.Acquire()
+}
+
+// unlockMu lets w's mutex go.
+func (w *worker) unlockMu() {
+	w.owner.Release()
+	w.mu.Unlock()
 }
 
 // outbox is a locked worker's scratch: the deltas of the events being applied, per
@@ -432,6 +446,7 @@ const maxPending = 1024
 // flush publishes this event's deltas to the shard rings and the worker's gap flag and
 // counters. Called with mu held, so one worker's deltas enter each ring in event order.
 func (w *worker) flush(e *Engine) error {
+	w.owner.Check("worker flush")
 	o := w.out
 	if e.cfg.LockedIndex && !e.hooks.dropDeltas {
 		// The locked index takes the flags with the deltas, under the write lock: a
@@ -440,9 +455,11 @@ func (w *worker) flush(e *Engine) error {
 		// published before the deltas, a flag cleared by an event that fills a hole
 		// would meet the index with the hole still in it.
 		e.locked.Lock()
+		e.shards[0].owner.Acquire()
 		e.shards[0].apply(o.pend[0])
 		w.publish(e)
 		w.components(func(_ Tier, c *worker) { c.publish(e) })
+		e.shards[0].owner.Release()
 		e.locked.Unlock()
 		o.pend[0] = o.pend[0][:0]
 		o.npend = 0

@@ -61,6 +61,9 @@ type Index struct {
 	ovfFree []uint32
 	// ovfCap is the total capacity of the overflow sets, kept so that Bytes is O(1).
 	ovfCap int
+	// changes counts the changes since the last full check (invariants builds only;
+	// see mustCheck).
+	changes int
 }
 
 // New returns an empty index sized for about hint keys.
@@ -122,6 +125,12 @@ func (x *Index) Capacity() int { return len(x.slots) }
 // whether it was not one already. The table grows at 13/16: a slot carries its hash, so the long runs of a
 // dense table are cheap to shift.
 func (x *Index) Add(fp uint64, wid uint32) bool {
+	added := x.add(fp, wid)
+	x.mustCheck(fp)
+	return added
+}
+
+func (x *Index) add(fp uint64, wid uint32) bool {
 	if table.FullDense(x.used, len(x.slots)) {
 		x.resize(table.Grown(len(x.slots)))
 	}
@@ -217,6 +226,12 @@ func (x *Index) newOverflow() uint32 {
 // Remove drops wid from the key with fingerprint fp and reports whether it was a
 // member. A key left with no members is deleted.
 func (x *Index) Remove(fp uint64, wid uint32) bool {
+	removed := x.remove(fp, wid)
+	x.mustCheck(fp)
+	return removed
+}
+
+func (x *Index) remove(fp uint64, wid uint32) bool {
 	i := x.find(fp)
 	if i < 0 {
 		return false

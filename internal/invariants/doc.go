@@ -10,5 +10,10 @@
 // internal/runtime/maps table_debug.go (checkInvariants per table). make test runs the
 // engine's and the shards' race tests once with the tag.
 //
-// Who may call what: anyone; the package holds no state.
+// Owner is the owner check: the holder of some owner-only state (a worker's mutex, a
+// shard's table token) records itself with Acquire, and each owner-only method calls
+// Check, which panics on any other goroutine (the goroutine id read from its stack, a
+// microsecond: invariants builds only). Without the tag Owner is an empty struct.
+//
+// Who may call what: anyone; the package holds no state (an Owner is its holder's).
 package invariants

@@ -22,6 +22,7 @@ package table
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"fmt"
 	"math/bits"
 )
 
@@ -209,4 +210,45 @@ func ShiftRight[S any](slots []S, i, j uint64) {
 	n := uint64(len(slots))
 	slots[0] = slots[n-1]
 	copy(slots[i+1:], slots[i:n-1])
+}
+
+// CheckRobinHood verifies a linear-probing table of n slots in Robin Hood order: at(i)
+// reports slot i's distance from its home and whether it is used. Every used slot past
+// its home follows a used slot at most one step nearer to its own home (so a lookup
+// that meets an entry nearer to its home than the probe has passed where its key would
+// be, and a backward-shift deletion stops at the first entry at its home), no entry
+// lies a whole table past its home, and used slots number want. It is a table's
+// checkInvariants core (Go's internal/runtime/maps table_debug.go is the model): O(n),
+// for tests and -tags invariants builds (package internal/invariants), never the hot
+// path.
+func CheckRobinHood(n, want int, at func(i uint64) (dist uint64, used bool)) error {
+	used := 0
+	for i := uint64(0); i < uint64(n); i++ {
+		d, ok := at(i)
+		if !ok {
+			continue
+		}
+		used++
+		if d >= uint64(n) {
+			return fmt.Errorf("table: slot %d lies %d past its home in a table of %d", i, d, n)
+		}
+		if d == 0 {
+			continue
+		}
+		prev := i - 1
+		if i == 0 {
+			prev = uint64(n - 1)
+		}
+		pd, pused := at(prev)
+		switch {
+		case !pused:
+			return fmt.Errorf("table: slot %d lies %d past its home after an empty slot", i, d)
+		case pd+1 < d:
+			return fmt.Errorf("table: slot %d lies %d past its home after a slot %d past its own", i, d, pd)
+		}
+	}
+	if used != want {
+		return fmt.Errorf("table: %d slots used, count says %d", used, want)
+	}
+	return nil
 }
