@@ -193,14 +193,14 @@ type floorReplay struct {
 type floorDelta struct {
 	k  uint64 // fingerprint
 	w  uint32
-	op uint8 // opAdd, opRemove, or 0 for a query probe
+	op uint8 // shard.OpAdd, shard.OpRemove, or 0 for a query probe
 }
 
 func (f *floorReplay) apply(d floorDelta) {
 	switch d.op {
-	case opAdd:
+	case shard.OpAdd:
 		f.idx.Add(d.k, d.w)
-	case opRemove:
+	case shard.OpRemove:
 		f.idx.Remove(d.k, d.w)
 	default:
 		f.out = f.idx.AppendMembers(f.out[:0], d.k)
@@ -247,13 +247,13 @@ func (f *floorReplay) run(ops []oplog.Op, record bool) time.Duration {
 					k = key{prefix: bl[0]}
 				}
 				w.put(bl[1], k)
-				emit(floorDelta{k: shard.Hash(floorSeed, shard.Key{Prefix: k.prefix, Pos: k.pos}), w: wid, op: opAdd})
+				emit(floorDelta{k: shard.Hash(floorSeed, shard.Key{Prefix: k.prefix, Pos: k.pos}), w: wid, op: shard.OpAdd})
 			}
 		case oplog.Removed:
 			for _, s := range op.Seqs {
 				if k, ok := w.get(s); ok {
 					w.del(s)
-					emit(floorDelta{k: shard.Hash(floorSeed, shard.Key{Prefix: k.prefix, Pos: k.pos}), w: wid, op: opRemove})
+					emit(floorDelta{k: shard.Hash(floorSeed, shard.Key{Prefix: k.prefix, Pos: k.pos}), w: wid, op: shard.OpRemove})
 				}
 			}
 		case oplog.Query:

@@ -10,6 +10,7 @@ import (
 	"github.com/kvindex/kvindex/internal/invariants"
 	"github.com/kvindex/kvindex/internal/table"
 	"github.com/kvindex/kvindex/ringbuf"
+	"github.com/kvindex/kvindex/shard"
 )
 
 // Block is one stored block: its content hash (see package hash) and the engine's opaque
@@ -53,7 +54,7 @@ type testHooks struct {
 // it (the package documentation says how far).
 type Engine struct {
 	cfg    Config
-	shards []*shardLoop
+	shards []*shard.Loop
 
 	closed atomic.Bool
 	done   chan struct{} // closed by Close or by a failed shard
@@ -96,15 +97,16 @@ type Engine struct {
 
 	qpool    sync.Pool
 	barriers sync.Pool
-	bars     barrierTable // the barrier tokens in the rings (shardloop.go)
-	outboxes sync.Pool    // of *outbox
+	bars     shard.Barriers // the barrier tokens in the rings (barrier.go)
+	outboxes sync.Pool      // of *outbox
 
 	// hooks are what tests and benchmarks set (before any call); zero in production.
 	hooks testHooks
 
-	// locked guards shards[0].idx when cfg.LockedIndex is set (the benchmark baseline).
+	// locked is shards[0]'s table token when cfg.LockedIndex is set (shard.Env.Locked):
+	// event appliers hold it to write, queries to read.
 	locked sync.RWMutex
-	// spinFor says whether a querier may spin for a busy shard's table (shardLoop.serve):
+	// spinFor says whether a querier may spin for a busy shard's table (shard.Loop.Serve):
 	// only when the shard's goroutine can run meanwhile, with GOMAXPROCS > 1 at New.
 	spinFor bool
 
@@ -149,7 +151,7 @@ func newEngine(cfg Config, seed table.Seed, ch chain) (*Engine, error) {
 	e.ns.init(cfg.NamespaceBytes)
 	empty := []atomic.Pointer[worker]{}
 	e.slots.Store(&empty)
-	e.shards = make([]*shardLoop, cfg.Shards)
+	e.shards = make([]*shard.Loop, cfg.Shards)
 	ringCells := cfg.QueueSize
 	if cfg.LockedIndex {
 		// The locked baseline applies deltas on the caller's goroutine and never pushes
@@ -157,18 +159,30 @@ func newEngine(cfg Config, seed table.Seed, ch chain) (*Engine, error) {
 		ringCells = 2
 	}
 	for i := range e.shards {
-		r, err := ringbuf.New[delta](ringCells)
+		r, err := ringbuf.New[shard.Delta](ringCells)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 		}
-		e.shards[i] = newShardLoop(e, i, r)
+		e.shards[i] = shard.NewLoop(r, shard.Env{
+			Done: e.done,
+			Fail: func(r any) {
+				e.shutdown(fmt.Errorf("%w: shard %d: %v", ErrShardFailed, i, r))
+			},
+			Barriers:   &e.bars,
+			SpinFor:    e.spinFor,
+			QueryQueue: cfg.QueryQueue,
+			Locked:     cfg.LockedIndex,
+		})
 	}
 	if cfg.LockedIndex {
 		return e, nil
 	}
 	for _, s := range e.shards {
 		e.wg.Add(1)
-		go s.run()
+		go func() {
+			defer e.wg.Done()
+			s.Run()
+		}()
 	}
 	return e, nil
 }
@@ -201,7 +215,7 @@ func (e *Engine) shutdown(cause error) {
 		// Rings close first: a push either lands before its ring closes (and the shard
 		// applies it while draining after done) or fails with ErrClosed.
 		for _, s := range e.shards {
-			s.ring.Close()
+			s.Ring().Close()
 		}
 		close(e.done)
 	})
@@ -254,7 +268,7 @@ func (e *Engine) allocIDLocked() uint32 {
 		wid = e.free[0].wid
 		e.free = e.free[1:]
 	} else {
-		if wid > maxID {
+		if wid > shard.MaxID {
 			// A worker id travels in a delta's 30 id bits. Ids are reused once retired, so
 			// this takes over a billion workers (and tier components) alive at once, each
 			// with hundreds of bytes of state: memory runs out long before.
@@ -285,7 +299,7 @@ type freeID struct {
 // query would credit them to the new worker.
 func (e *Engine) retired(f freeID) bool {
 	for i, s := range e.shards {
-		if s.applied.Load() < f.after[i] {
+		if s.Applied() < f.after[i] {
 			return false
 		}
 	}
@@ -309,7 +323,7 @@ func (e *Engine) freeIDLocked(w *worker) {
 	(*e.slots.Load())[w.wid].Store(nil)
 	f := freeID{wid: w.wid, after: make([]uint64, len(e.shards))}
 	for i, s := range e.shards {
-		f.after[i] = s.ring.Stats().Pushes
+		f.after[i] = s.Ring().Stats().Pushes
 	}
 	e.free = append(e.free, f)
 }
@@ -319,7 +333,7 @@ func (e *Engine) getOutbox() *outbox {
 	if o, _ := e.outboxes.Get().(*outbox); o != nil {
 		return o
 	}
-	return &outbox{pend: make([][]delta, len(e.shards))}
+	return &outbox{pend: make([][]shard.Delta, len(e.shards))}
 }
 
 // unlock takes back the outbox of a worker locked by lockLive (flushed, so empty) and

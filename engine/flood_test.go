@@ -83,7 +83,7 @@ func floodProbes(t *testing.T, seed table.Seed, contents, seqs []uint64) float64
 		}
 	}
 	w := e.lookup("victim")
-	idx := e.shards[0].idx
+	idx := e.shards[0].Index()
 	total := 0
 	for i := range contents {
 		k := key{prefix: contents[i]}

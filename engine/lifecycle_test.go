@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
+	"github.com/kvindex/kvindex/shard"
 	"github.com/stretchr/testify/require"
 )
 
@@ -19,17 +19,17 @@ import (
 // queued one more item behind it (a token nobody waits for), so that the stalled shard
 // is behind its ring and a Barrier cannot take its fast path.
 func stall(t *testing.T, e *Engine, s int) (release func()) {
-	b := &barrier{ack: make(chan struct{})}
-	require.NoError(t, e.shards[s].ring.Push(newDelta(opBarrier, 0, e.bars.add(b, 1))))
+	b := &shard.Barrier{Ack: make(chan struct{})}
+	require.NoError(t, e.shards[s].Ring().Push(shard.NewDelta(shard.OpBarrier, 0, e.bars.Add(b, 1))))
 	deadline := time.Now().Add(10 * time.Second)
-	for e.shards[s].ring.Len() > 0 {
+	for e.shards[s].Ring().Len() > 0 {
 		require.True(t, time.Now().Before(deadline), "shard %d never took the stall token", s)
 		runtime.Gosched()
 	}
-	filler := e.bars.add(&barrier{ack: make(chan struct{}, 1)}, 1)
-	e.bars.drop(filler)
-	require.NoError(t, e.shards[s].ring.Push(newDelta(opBarrier, 0, filler)))
-	return func() { <-b.ack }
+	filler := e.bars.Add(&shard.Barrier{Ack: make(chan struct{}, 1)}, 1)
+	e.bars.Drop(filler)
+	require.NoError(t, e.shards[s].Ring().Push(shard.NewDelta(shard.OpBarrier, 0, filler)))
+	return func() { <-b.Ack }
 }
 
 func TestCancelWhileShardIsBusy(t *testing.T) {
@@ -107,7 +107,7 @@ func TestShardPanicFailsCallersInsteadOfWedging(t *testing.T) {
 	require.NoError(t, err)
 	defer e.Close()
 	// Break the shard's invariant on purpose: remove a membership it never had.
-	require.NoError(t, e.shards[1].ring.Push(newDelta(opRemove, 42, 3)))
+	require.NoError(t, e.shards[1].Ring().Push(shard.NewDelta(shard.OpRemove, 42, 3)))
 	err = e.Barrier(context.Background())
 	require.ErrorIs(t, err, ErrShardFailed)
 	_, err = e.FindMatches(context.Background(), []uint64{1}, nil)
@@ -211,13 +211,13 @@ func TestBarrierTable(t *testing.T) {
 	defer e.Close()
 	for range 3 {
 		// A barrier that takes the slow path (its token through every ring).
-		b := &barrier{ack: make(chan struct{}, 3)}
-		id := e.bars.add(b, 3)
+		b := &shard.Barrier{Ack: make(chan struct{}, 3)}
+		id := e.bars.Add(b, 3)
 		for _, s := range e.shards {
-			require.NoError(t, s.ring.Push(newDelta(opBarrier, 0, id)))
+			require.NoError(t, s.Ring().Push(shard.NewDelta(shard.OpBarrier, 0, id)))
 		}
 		for range 3 {
-			<-b.ack
+			<-b.Ack
 		}
 	}
 	release := sync.OnceFunc(stall(t, e, 1))
@@ -227,28 +227,9 @@ func TestBarrierTable(t *testing.T) {
 	require.ErrorIs(t, e.Barrier(ctx), context.DeadlineExceeded) // shard 1 is stalled
 	release()
 	require.NoError(t, e.Barrier(context.Background()))
-	e.bars.mu.Lock()
-	require.Empty(t, e.bars.live, "every token acknowledged, none left in the table")
-	e.bars.mu.Unlock()
+	require.Zero(t, e.bars.Len(), "every token acknowledged, none left in the table")
 
-	id := e.bars.add(&barrier{ack: make(chan struct{})}, 1)
-	e.bars.drop(id)
-	require.Nil(t, e.bars.ack(id))
-}
-
-// TestDeltaLayout: a delta is 12 bytes, 4-byte aligned, so that a ring cell is 16, and
-// its op, id and fingerprint come back as given at the ends of their ranges.
-func TestDeltaLayout(t *testing.T) {
-	require.Equal(t, uintptr(12), unsafe.Sizeof(delta{}))
-	require.Equal(t, uintptr(4), unsafe.Alignof(delta{}))
-	for _, op := range []uint8{opAdd, opRemove, opBarrier} {
-		for _, id := range []uint32{0, 1, maxID} {
-			for _, fp := range []uint64{0, 1<<64 - 1, 0x8000_0001_7fff_fffe} {
-				d := newDelta(op, fp, id)
-				require.Equal(t, op, d.op())
-				require.Equal(t, id, d.id())
-				require.Equal(t, fp, d.fp())
-			}
-		}
-	}
+	id := e.bars.Add(&shard.Barrier{Ack: make(chan struct{})}, 1)
+	e.bars.Drop(id)
+	require.Nil(t, e.bars.Ack(id))
 }

@@ -32,47 +32,7 @@ type Match struct {
 	Tiers [NumTiers]int
 }
 
-// probe asks a shard for the members of one key, named by its fingerprint; the shard
-// fills off and n, which locate the answer in the batch's out buffer.
-type probe struct {
-	fp     uint64
-	off, n uint32
-}
-
-// probeBatch is one query's probes for one shard in one round. Ownership passes to the
-// shard when it is sent on the shard's query channel and back when the shard signals the
-// query's done channel.
-type probeBatch struct {
-	q      *query
-	start  int  // probes before start were answered in an earlier round
-	flying bool // sent and not yet gathered: the shard owns it
-	probes []probe
-	out    []uint32
-	// Round 2's scans (deciders): each asks the shard, for each of some workers, for the
-	// first position of its window, among the shard's positions of one run in position
-	// order, whose members lack the worker.
-	sdone int       // scans before sdone were answered in an earlier round
-	scans []scanReq // each names sfps[f0:f1] and the workers [w0:w1]
-	sfps  []uint64  // the scans' fingerprints
-	swids []uint32  // the scans' workers
-	swin  []int32   // per worker: its window, sfps[swin[2k]:swin[2k+1]]
-	smiss []int32   // the shard's answer: per worker, the index in sfps of its first miss, or < 0
-	// The caller's, which shards do not read: each fingerprint's position, and each
-	// worker's candidate.
-	sxs   []int32
-	scand []int32
-	// Scan's scratch, written by whoever answers the batch (its shard's goroutine, or
-	// the querying goroutine itself on the locked index) and by nobody else meanwhile:
-	// the member list read last, as a list and a set, and the scan's undecided workers.
-	members []uint32
-	seen    idSet
-	active  []int32
-}
-
-// scanReq is one scan of a probeBatch.
-type scanReq struct{ f0, f1, w0, w1 int32 }
-
-// probeAt says where a position's probe is: in q.sub[batch].probes[idx], if gen is the
+// probeAt says where a position's probe is: in q.sub[batch].Probes[idx], if gen is the
 // query's stamp (q.gen); otherwise the position was not probed by this call. Stamps
 // instead of a reset spare each call a write per hashed position (a first wave hashes
 // up to firstWave of them).
@@ -95,7 +55,7 @@ type query struct {
 	done      chan struct{}
 	ns        uint32
 	pre       []uint64 // prefix hash per position
-	sub       []probeBatch
+	sub       []shard.Batch
 	at        []probeAt // per hashed position: where its probe is, if it was probed
 	gen       uint32    // this call's stamp in at
 	nshard    int       // the engine's shards: sub[s] and sub[nshard+s] go to shard s
@@ -105,7 +65,7 @@ type query struct {
 	asked     bool      // some batch went to a shard since the last gather
 	landings  []int
 	cands     []candidate
-	seen      idSet       // the members of the last position read
+	seen      shard.IDSet // the members of the last position read
 	tgrp      []tierGroup // collectTiers' scratch: per primary id, its components' scores
 	tlist     []*worker   // collectTiers' scratch: the multi-tier workers met, in order
 	tpre      []uint64    // tierLengths' scratch: prefix hashes, as deep as it looked
@@ -121,9 +81,9 @@ func (e *Engine) getQuery() *query {
 	// Two batches per shard: a round can send the next wave while the shards still
 	// answer the one before (round).
 	n := len(e.shards)
-	q := &query{done: make(chan struct{}, 2*n), sub: make([]probeBatch, 2*n), nshard: n}
+	q := &query{done: make(chan struct{}, 2*n), sub: make([]shard.Batch, 2*n), nshard: n}
 	for i := range q.sub {
-		q.sub[i].q = q
+		q.sub[i].Done = q.done
 	}
 	return q
 }
@@ -207,7 +167,7 @@ func (e *Engine) countWork(q *query) {
 	}
 	probes := 0
 	for i := range q.sub {
-		probes += len(q.sub[i].probes) + len(q.sub[i].sfps)
+		probes += len(q.sub[i].Probes) + len(q.sub[i].SFPs)
 	}
 	e.queryRounds.Add(uint64(q.rounds))
 	e.queryProbes.Add(uint64(probes))
@@ -235,11 +195,10 @@ const walkLimit = denseLandings
 // cheaper on long matches, answers the query instead.
 func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done bool) {
 	slots := e.workers()
-	q.seen.grow(len(slots))
+	q.seen.Grow(len(slots))
 	e.locked.RLock()
-	e.shards[0].owner.CheckFree("locked walk")
-	idx := e.shards[0].idx
-	buf := idx.AppendMembers(q.sub[0].out[:0], e.fingerprint(key{prefix: content[0], ns: q.ns}))
+	idx := e.shards[0].Index()
+	buf := idx.AppendMembers(q.sub[0].Out[:0], e.fingerprint(key{prefix: content[0], ns: q.ns}))
 	q.cands = q.cands[:0]
 	gappy := false
 	for _, wid := range buf {
@@ -252,7 +211,7 @@ func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done 
 		}
 	}
 	if !gappy {
-		q.sub[0].out = e.gallop(q, idx, content, buf)
+		q.sub[0].Out = e.gallop(q, idx, content, buf)
 		e.locked.RUnlock()
 		return e.collect(q, content, dst), true
 	}
@@ -262,21 +221,21 @@ func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done 
 	for ; alive > 0 && x < len(content); x++ {
 		if x > walkLimit {
 			e.locked.RUnlock()
-			q.sub[0].out = buf
+			q.sub[0].Out = buf
 			return dst, false
 		}
 		h = e.chain.step(h, content[x], uint32(x))
 		buf = idx.AppendMembers(buf[:0], e.fingerprint(key{prefix: h, pos: uint32(x), ns: q.ns}))
-		q.seen.setTo(buf)
+		q.seen.SetTo(buf)
 		for i := range q.cands {
-			if c := &q.cands[i]; c.score == 0 && !q.seen.has(c.wid) {
+			if c := &q.cands[i]; c.score == 0 && !q.seen.Has(c.wid) {
 				c.score = x
 				alive--
 			}
 		}
 	}
 	e.locked.RUnlock()
-	q.sub[0].out = buf
+	q.sub[0].Out = buf
 	for i := range q.cands {
 		if c := &q.cands[i]; c.score == 0 {
 			c.score = x // held every position: x is the query's length
@@ -316,12 +275,12 @@ func (e *Engine) gallop(q *query, idx *shard.Index, content []uint64, buf []uint
 		h := pre[x]
 		q.pre = pre
 		buf = idx.AppendMembers(buf[:0], e.fingerprint(key{prefix: h, pos: uint32(x), ns: q.ns}))
-		q.seen.setTo(buf)
+		q.seen.SetTo(buf)
 		// Move the candidates that missed x to the front of the live ones: they held
 		// prev and missed x.
 		out := live
 		for i := live; i < len(q.cands); i++ {
-			if !q.seen.has(q.cands[i].wid) {
+			if !q.seen.Has(q.cands[i].wid) {
 				if i != out { // (a swap reorders the answer, which collect then sorts)
 					q.cands[i], q.cands[out] = q.cands[out], q.cands[i]
 				}
@@ -366,11 +325,11 @@ func (e *Engine) bisect(q *query, idx *shard.Index, cs []candidate, lo, hi int, 
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
 		buf = idx.AppendMembers(buf[:0], e.fingerprint(key{prefix: q.pre[mid], pos: uint32(mid), ns: q.ns}))
-		q.seen.setTo(buf)
+		q.seen.SetTo(buf)
 		// Missed mid: cs[:k], score in (lo, mid]; held it: cs[k:], score in (mid, hi].
 		k := 0
 		for i := range cs {
-			if !q.seen.has(cs[i].wid) {
+			if !q.seen.Has(cs[i].wid) {
 				if i != k {
 					cs[i], cs[k] = cs[k], cs[i]
 				}
@@ -411,7 +370,7 @@ func (e *Engine) landings(ctx context.Context, q *query, content []uint64) error
 	q.landings = append(q.landings[:0], 0)
 	slots := e.workers()
 	q.cands = q.cands[:0]
-	q.seen.grow(len(slots))
+	q.seen.Grow(len(slots))
 	dense := int(e.dense.Load())
 	locked := e.cfg.LockedIndex
 	hi := max(firstWave, J)
@@ -531,7 +490,7 @@ func (q *query) dropAt(from int) (alive int) {
 		q.stampMembers(q.landings[k])
 		for i := range q.cands {
 			c := &q.cands[i]
-			if c.alive && !q.seen.has(c.wid) {
+			if c.alive && !q.seen.Has(c.wid) {
 				c.alive, c.drop = false, k
 				alive--
 			}
@@ -600,19 +559,19 @@ func (e *Engine) scanCluster(q *query, g, h, lo, hi int) bool {
 	cl := q.cands[g:h]
 	var first [2 * MaxShards]int32 // each batch's sfps before the cluster's
 	for i := range q.sub {
-		first[i] = int32(len(q.sub[i].sfps))
+		first[i] = int32(len(q.sub[i].SFPs))
 	}
 	for x := lo; x < hi; x++ {
 		if !q.probed(x) {
 			fp := e.fingerprint(key{prefix: q.pre[x], pos: uint32(x), ns: q.ns})
 			b := &q.sub[e.ownerOf(fp)]
-			b.sfps = append(b.sfps, fp)
-			b.sxs = append(b.sxs, int32(x))
+			b.SFPs = append(b.SFPs, fp)
+			b.SXs = append(b.SXs, int32(x))
 			continue
 		}
 		q.stampMembers(x)
 		for i := range cl {
-			if c := &cl[i]; c.lo <= x && x < c.score && !q.seen.has(c.wid) {
+			if c := &cl[i]; c.lo <= x && x < c.score && !q.seen.Has(c.wid) {
 				c.score = x
 			}
 		}
@@ -620,12 +579,12 @@ func (e *Engine) scanCluster(q *query, g, h, lo, hi int) bool {
 	queued := false
 	for i := range q.sub {
 		b := &q.sub[i]
-		f0, f1 := first[i], int32(len(b.sfps))
+		f0, f1 := first[i], int32(len(b.SFPs))
 		if f0 == f1 {
 			continue
 		}
-		xs := b.sxs[f0:f1]
-		w0 := int32(len(b.swids))
+		xs := b.SXs[f0:f1]
+		w0 := int32(len(b.SWids))
 		for k := range cl {
 			c := &cl[k]
 			if c.lo >= c.hi {
@@ -636,13 +595,13 @@ func (e *Engine) scanCluster(q *query, g, h, lo, hi int) bool {
 			if a == z {
 				continue // nothing of its range, before a miss already found, is here
 			}
-			b.swids = append(b.swids, c.wid)
-			b.swin = append(b.swin, a, z)
-			b.smiss = append(b.smiss, -1)
-			b.scand = append(b.scand, int32(g+k))
+			b.SWids = append(b.SWids, c.wid)
+			b.SWin = append(b.SWin, a, z)
+			b.SMiss = append(b.SMiss, -1)
+			b.SCand = append(b.SCand, int32(g+k))
 		}
-		if w1 := int32(len(b.swids)); w1 > w0 {
-			b.scans = append(b.scans, scanReq{f0: f0, f1: f1, w0: w0, w1: w1})
+		if w1 := int32(len(b.SWids)); w1 > w0 {
+			b.Scans = append(b.Scans, shard.Scan{F0: f0, F1: f1, W0: w0, W1: w1})
 			queued = true
 		}
 	}
@@ -650,11 +609,11 @@ func (e *Engine) scanCluster(q *query, g, h, lo, hi int) bool {
 }
 
 // takeScans lowers each scanned candidate's score to the first miss a shard found.
-func (q *query) takeScans(b *probeBatch) {
-	for k, m := range b.smiss {
+func (q *query) takeScans(b *shard.Batch) {
+	for k, m := range b.SMiss {
 		if m >= 0 {
-			c := &q.cands[b.scand[k]]
-			if x := int(b.sxs[m]); x < c.score {
+			c := &q.cands[b.SCand[k]]
+			if x := int(b.SXs[m]); x < c.score {
 				c.score = x
 			}
 		}
@@ -714,7 +673,7 @@ func (e *Engine) narrow(ctx context.Context, q *query) error {
 				// A gappy candidate is not narrowed; one whose hi is at most x has its
 				// score bounded already.
 				if c := &q.cands[i]; !c.gappy && c.hi > x {
-					if q.seen.has(c.wid) {
+					if q.seen.Has(c.wid) {
 						c.lo = x + 1 // held x, so every position up to it
 					} else {
 						c.hi, c.score = x, x // its score is the first miss in [lo, x), or x
@@ -1042,9 +1001,9 @@ func (q *query) reset(c0 uint64) {
 	q.rounds = 0
 	for i := range q.sub {
 		b := &q.sub[i]
-		b.start, b.probes, b.out = 0, b.probes[:0], b.out[:0]
-		b.sdone, b.scans, b.sfps, b.swids, b.swin, b.smiss = 0, b.scans[:0], b.sfps[:0], b.swids[:0], b.swin[:0], b.smiss[:0]
-		b.sxs, b.scand = b.sxs[:0], b.scand[:0]
+		b.Start, b.Probes, b.Out = 0, b.Probes[:0], b.Out[:0]
+		b.SDone, b.Scans, b.SFPs, b.SWids, b.SWin, b.SMiss = 0, b.Scans[:0], b.SFPs[:0], b.SWids[:0], b.SWin[:0], b.SMiss[:0]
+		b.SXs, b.SCand = b.SXs[:0], b.SCand[:0]
 	}
 }
 
@@ -1054,8 +1013,8 @@ func (q *query) add(e *Engine, x int) {
 	s := e.ownerOf(fp)
 	bi := q.alt + s
 	b := &q.sub[bi]
-	q.at[x] = probeAt{gen: q.gen, batch: uint32(bi), idx: uint32(len(b.probes))}
-	b.probes = append(b.probes, probe{fp: fp})
+	q.at[x] = probeAt{gen: q.gen, batch: uint32(bi), idx: uint32(len(b.Probes))}
+	b.Probes = append(b.Probes, shard.Probe{FP: fp})
 }
 
 // probed reports whether position x (hashed) was probed by this call.
@@ -1065,53 +1024,20 @@ func (q *query) probed(x int) bool { return q.at[x].gen == q.gen }
 func (q *query) members(x int) []uint32 {
 	a := &q.at[x]
 	b := &q.sub[a.batch]
-	p := &b.probes[a.idx]
-	return b.out[p.off : p.off+p.n]
+	p := &b.Probes[a.idx]
+	return b.Out[p.Off : p.Off+p.N]
 }
 
-func (q *query) stampMembers(x int) { q.seen.setTo(q.members(x)) }
-
-// idSet is a set of worker ids that empties in O(1): an id is in it while its entry
-// holds the set's stamp. Queries and shards' scans put one member list at a time in
-// one, then test candidates against it.
-type idSet struct {
-	mark  []uint32
-	stamp uint32
-}
-
-// grow makes the set cover ids below n without growing again for each new id, so that
-// a growing fleet does not reallocate it on every query.
-func (s *idSet) grow(n int) {
-	if len(s.mark) < n {
-		s.mark = append(s.mark, make([]uint32, n+n/4-len(s.mark))...)
-	}
-}
-
-// setTo makes the set hold ids and nothing else.
-func (s *idSet) setTo(ids []uint32) {
-	if s.stamp++; s.stamp == 0 { // the stamps wrapped: start over
-		clear(s.mark)
-		s.stamp = 1
-	}
-	for _, id := range ids {
-		if int(id) >= len(s.mark) {
-			s.grow(int(id) + 1)
-		}
-		s.mark[id] = s.stamp
-	}
-}
-
-// has reports whether id is in the set.
-func (s *idSet) has(id uint32) bool { return int(id) < len(s.mark) && s.mark[id] == s.stamp }
+func (q *query) stampMembers(x int) { q.seen.SetTo(q.members(x)) }
 
 // scatter sends every batch with unanswered probes to its shard and waits for all of
 // them.
 func (e *Engine) scatter(ctx context.Context, q *query) error {
 	if e.cfg.LockedIndex {
 		e.locked.RLock()
-		e.shards[0].fill(&q.sub[0])
+		e.shards[0].FillShared(&q.sub[0])
 		e.locked.RUnlock()
-		q.sub[0].settle()
+		q.sub[0].Settle()
 		return nil
 	}
 	sent, err := e.send(ctx, q)
@@ -1122,32 +1048,32 @@ func (e *Engine) scatter(ctx context.Context, q *query) error {
 }
 
 // send answers every batch with unanswered probes (sharded engines only): on the
-// caller's goroutine when it gets the shard's table between two of its slices (serve),
+// caller's goroutine when it gets the shard's table between two of its slices (shard.Loop.Serve),
 // else by sending it to the shard. It returns how many it sent. Until gather has
 // received that many answers, the sent batches belong to the shards: the caller may
 // hash (extend) but not add probes.
 func (e *Engine) send(ctx context.Context, q *query) (sent int, err error) {
 	for i := range q.sub {
 		b := &q.sub[i]
-		if b.flying || b.start == len(b.probes) && b.sdone == len(b.scans) {
+		if b.Flying || b.Start == len(b.Probes) && b.SDone == len(b.Scans) {
 			continue
 		}
 		sh := e.shards[i%q.nshard]
 		q.asked = true
-		if sh.serve(b) {
-			b.settle()
+		if sh.Serve(b) {
+			b.Settle()
 			continue
 		}
-		b.flying = true // (a failed send leaves it set: the query is abandoned then)
+		b.Flying = true // (a failed send leaves it set: the query is abandoned then)
 		// A send to a channel with room costs a fraction of a three-way select.
 		select {
-		case sh.queries <- b:
+		case sh.Queries() <- b:
 			sent++
 			continue
 		default:
 		}
 		select {
-		case sh.queries <- b:
+		case sh.Queries() <- b:
 			sent++
 		case <-ctx.Done():
 			return sent, ctx.Err()
@@ -1187,10 +1113,7 @@ func (e *Engine) gather(ctx context.Context, q *query, sent int) error {
 		}
 	}
 	for i := range q.sub {
-		q.sub[i].settle()
+		q.sub[i].Settle()
 	}
 	return nil
 }
-
-// settle marks every probe and scan of b answered, and b back with the caller.
-func (b *probeBatch) settle() { b.start, b.sdone, b.flying = len(b.probes), len(b.scans), false }

@@ -84,21 +84,22 @@ func (e *Engine) Stats() Stats {
 		st.TierBlocks[t] = e.tierBlocks[t].Load()
 	}
 	for i, s := range e.shards {
-		rs := s.ring.Stats()
+		rs := s.Ring().Stats()
 		st.ProducerWaits += rs.FullWaits
 		st.ProducerWaitNanos += rs.WaitNanos
+		c := s.Counters()
 		ss := ShardStats{
-			Applied:     s.applied.Load(),
-			Batches:     s.batches.Load(),
-			Probes:      s.probes.Load(),
-			Entries:     s.entries.Load(),
-			Memberships: s.memberships.Load(),
-			QueueLen:    s.ring.Len(),
+			Applied:     c.Applied,
+			Batches:     c.Batches,
+			Probes:      c.Probes,
+			Entries:     c.Entries,
+			Memberships: c.Memberships,
+			QueueLen:    s.Ring().Len(),
 		}
 		st.Shards[i] = ss
 		st.Memberships += ss.Memberships
 		st.IndexEntries += ss.Entries
-		st.IndexBytes += s.bytes.Load()
+		st.IndexBytes += c.Bytes
 	}
 	return st
 }

@@ -82,7 +82,7 @@ type outbox struct {
 	// npend counts the deltas in pend.
 	npend int
 	// pend collects the deltas per shard until flush; reused across events.
-	pend [][]delta
+	pend [][]shard.Delta
 	// seen is the duplicate check's scratch set.
 	seen seqSet
 }
@@ -246,7 +246,7 @@ func (w *worker) addKey(e *Engine, k key, parentPrefix uint64, parent uint32) ui
 	}
 	t.addSeqs(rid, 1)
 	w.holes -= int32(t.kids(rid))
-	w.emitFP(e, opAdd, fp)
+	w.emitFP(e, shard.OpAdd, fp)
 	if k.pos == 0 {
 		if !found {
 			t.index(seed, rid, k, fp)
@@ -294,7 +294,7 @@ func (w *worker) dropKey(e *Engine, rid uint32) {
 	w.holes += int32(kids)
 	k := t.key(rid)
 	fp := e.fingerprint(k)
-	w.emitFP(e, opRemove, fp)
+	w.emitFP(e, shard.OpRemove, fp)
 	parent := t.recs[rid].parent
 	t.recs[rid].parent = 0
 	indexed := true // whether rid is in the key index
@@ -422,7 +422,7 @@ func (w *worker) clearTiers(e *Engine) {
 func (w *worker) clear(e *Engine) {
 	for i := range w.keys.recs {
 		if !w.keys.recs[i].free() && w.keys.seqs(uint32(i)) > 0 {
-			w.emitFP(e, opRemove, e.fingerprint(w.keys.key(uint32(i))))
+			w.emitFP(e, shard.OpRemove, e.fingerprint(w.keys.key(uint32(i))))
 		}
 	}
 	w.seqs = seqTable{}
@@ -435,7 +435,7 @@ func (w *worker) clear(e *Engine) {
 func (w *worker) emitFP(e *Engine, op uint8, fp uint64) {
 	s := e.ownerOf(fp)
 	o := w.out
-	o.pend[s] = append(o.pend[s], newDelta(op, fp, w.wid))
+	o.pend[s] = append(o.pend[s], shard.NewDelta(op, fp, w.wid))
 	o.npend++
 }
 
@@ -455,11 +455,9 @@ func (w *worker) flush(e *Engine) error {
 		// published before the deltas, a flag cleared by an event that fills a hole
 		// would meet the index with the hole still in it.
 		e.locked.Lock()
-		e.shards[0].owner.Acquire()
-		e.shards[0].apply(o.pend[0])
+		e.shards[0].ApplyLocked(o.pend[0])
 		w.publish(e)
 		w.components(func(_ Tier, c *worker) { c.publish(e) })
-		e.shards[0].owner.Release()
 		e.locked.Unlock()
 		o.pend[0] = o.pend[0][:0]
 		o.npend = 0
@@ -493,7 +491,7 @@ func (w *worker) flush(e *Engine) error {
 		if len(o.pend[s]) == 0 {
 			continue
 		}
-		if _, perr := e.shards[s].ring.PushBatch(o.pend[s]); perr != nil && err == nil {
+		if _, perr := e.shards[s].Ring().PushBatch(o.pend[s]); perr != nil && err == nil {
 			// A ring fails a push only once Close (or a failed shard) has closed it: the
 			// caller gets the engine's reason, as from every other call.
 			err = e.err()

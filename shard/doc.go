@@ -1,12 +1,30 @@
-// Package shard owns the positional index of one shard: a table from a key
-// (namespace, position, prefix hash) to the set of workers that hold at least one block
-// with that key.
+// Package shard is one shard of the engine's positional index, the whole actor: its
+// table from a key (namespace, position, prefix hash) to the set of workers that hold
+// at least one block with that key (Index), the goroutine that owns it (Loop.Run), the
+// deltas that reach it through its ring (Delta: membership changes and barrier
+// tokens, encoded in 12 bytes), the barrier acknowledgements (Barriers), and the probe
+// batches queries send it (Batch, with the scan scratch each batch carries).
+//
+//	event appliers (worker mutex held) --Delta--> ring --+
+//	Barrier callers ---------------------OpBarrier-----> |--> Loop.Run: Index
+//	queriers: Batch --> Queries channel, or Serve ------>+      acks Barriers, answers Batch.Done
 //
 // # Ownership
 //
-// An Index is owned by exactly one goroutine, the shard's run loop in package engine.
-// It has no locks and no atomics; nothing else may touch it. Callers elsewhere learn
-// what it holds only through messages answered by that goroutine.
+// One owner, in every mode: the holder of the shard's table token. On a sharded engine
+// that is Loop.Run's goroutine, which applies the ring's deltas in slices of 16 and
+// answers the batches sent on its channel, or, between two slices, a querying
+// goroutine that took the token to read its own batch (Loop.Serve). The locked engine
+// (engine.Config.LockedIndex) runs no Run: its RWMutex is the token, written by event
+// appliers under the write lock (Loop.ApplyLocked), read by any number of queriers
+// under the read lock (Loop.FillShared, Loop.Index), which is why a scan's scratch
+// belongs to the batch and not to the shard. An Index has no locks and no atomics; a
+// Loop's counters are atomics written by the table's holder and read by anyone
+// (Loop.Counters, Loop.Applied). A Batch belongs to its querier except while a shard
+// answers it. Barriers and the ring are safe for concurrent use. In a -tags invariants
+// build (package internal/invariants) the token's holder is recorded and every method
+// that touches the table checks it, and the table checks its structure after every
+// change (checkInvariants).
 //
 // # What it stores, and what it does not
 //

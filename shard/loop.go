@@ -1,107 +1,13 @@
-package engine
+package shard
 
 import (
-	"context"
-	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
 
 	"github.com/kvindex/kvindex/internal/invariants"
 	"github.com/kvindex/kvindex/ringbuf"
-	"github.com/kvindex/kvindex/shard"
 )
-
-const (
-	opAdd uint8 = iota + 1
-	opRemove
-	opBarrier
-)
-
-// delta is one message on a shard ring: a membership change of one worker at one key
-// (named by its fingerprint, see shard.Hash), or a barrier token (op opBarrier; its id
-// names the barrier in Engine.bars). It is 12 bytes, 4-byte aligned: the fingerprint in two
-// words and the op in the top two bits of the id's word, so that a ring cell (the
-// delta and its 4-byte sequence word) is 16 bytes, four deltas per cache line crossing
-// the cores. A delta holds no pointer, so the rings hold nothing the garbage collector
-// scans and storing a cell needs no write barrier.
-type delta struct {
-	lo, hi uint32 // fingerprint
-	w      uint32 // op<<opShift | id
-}
-
-// opShift places a delta's op above its id; ids (worker ids and barrier ids) are at
-// most maxID.
-const (
-	opShift = 30
-	maxID   = 1<<opShift - 1
-)
-
-func newDelta(op uint8, fp uint64, id uint32) delta {
-	return delta{lo: uint32(fp), hi: uint32(fp >> 32), w: uint32(op)<<opShift | id}
-}
-
-func (d *delta) op() uint8  { return uint8(d.w >> opShift) }
-func (d *delta) id() uint32 { return d.w & maxID }
-func (d *delta) fp() uint64 { return uint64(d.lo) | uint64(d.hi)<<32 }
-
-// barrier is a token that every shard acknowledges once it has applied everything its
-// ring held before the token.
-type barrier struct {
-	ack  chan struct{} // capacity = number of shards
-	left int           // shards yet to acknowledge; guarded by barrierTable.mu
-}
-
-// barrierTable names the barrier tokens in the rings by id. A token's last
-// acknowledgement removes it, so the table holds only barriers whose tokens are still
-// in some ring (an abandoned Barrier's too, until the shards reach its tokens).
-type barrierTable struct {
-	mu   sync.Mutex
-	next uint32
-	live map[uint32]*barrier
-}
-
-// add registers b, to be acknowledged by shards shards, and returns its id.
-func (t *barrierTable) add(b *barrier, shards int) uint32 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.live == nil {
-		t.live = make(map[uint32]*barrier)
-	}
-	for {
-		t.next = (t.next + 1) & maxID // a barrier's id travels in a delta's id bits
-		if _, taken := t.live[t.next]; !taken {
-			break // (an id is taken only by a token stuck in a ring 2^30 barriers ago)
-		}
-	}
-	b.left = shards
-	t.live[t.next] = b
-	return t.next
-}
-
-// ack takes one shard's acknowledgement of barrier id off the table and returns the
-// barrier to signal, or nil if the table no longer has it (a Barrier whose pushes
-// failed took it back). After the caller's signal the shard must not touch the
-// barrier: once every shard has signalled, the Barrier call reuses it.
-func (t *barrierTable) ack(id uint32) *barrier {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b := t.live[id]
-	if b == nil {
-		return nil
-	}
-	if b.left--; b.left == 0 {
-		delete(t.live, id)
-	}
-	return b
-}
-
-// drop removes barrier id, whose tokens did not all reach their rings.
-func (t *barrierTable) drop(id uint32) {
-	t.mu.Lock()
-	delete(t.live, id)
-	t.mu.Unlock()
-}
 
 // eventBatch is the number of deltas a shard pops from its ring at once (it applies them
 // in slices of letInEvery, answering queries between them). With the yield below, 64
@@ -111,30 +17,55 @@ func (t *barrierTable) drop(id uint32) {
 // spread.
 const eventBatch = 64
 
-// shardLoop is one shard: the goroutine that owns a shard.Index.
+// Env is what a Loop needs from its engine, given at NewLoop (pebble's commitEnv is
+// the model): read-only after that, shared by every shard of the engine.
+type Env struct {
+	// Done is closed when the engine stops (Close, or a failed shard): Run applies what
+	// its ring holds, so that the barrier tokens in it are acknowledged, and returns.
+	// Queries still queued are failed by their callers, who see Done too.
+	Done <-chan struct{}
+	// Fail is called on Run's goroutine, once, with what a panic in it recovered (a
+	// broken invariant: a duplicate add, the removal of an absent membership); Run then
+	// returns. The engine stops itself there.
+	Fail func(recovered any)
+	// Barriers names the barrier tokens the ring carries (acknowledged by Run).
+	Barriers *Barriers
+	// SpinFor says whether a querier may spin for a busy shard's table (Serve): only
+	// where the shard's goroutine can run meanwhile (GOMAXPROCS > 1).
+	SpinFor bool
+	// QueryQueue is the capacity of the shard's query channel.
+	QueryQueue int
+	// Locked says that the engine runs no shard goroutine: the table belongs to the
+	// engine's RWMutex (ApplyLocked under its write lock, FillShared and Index's readers
+	// under its read lock).
+	Locked bool
+}
+
+// Loop is one shard: its table and the goroutine that owns it (Run).
 //
-// Ownership: on a sharded engine idx belongs to whoever holds own: run, which holds it
-// while it applies deltas and answers the batches sent on queries, and lets it go
+// Ownership: on a sharded engine idx belongs to whoever holds own: Run, which holds it
+// while it applies deltas and answers the batches sent on Queries, and lets it go
 // between slices of letInEvery deltas when a querier waits for it (want), or a querying
-// goroutine that took it between two slices to answer its own batch (serve), reading
-// only. buf and the ring's consumer side are run's alone. On the locked index there is
-// no run: idx belongs to e.locked (event appliers write it under the write lock,
-// queries read it under the read lock, many at once), so fill and scan write nothing of
-// the shard's but its atomic counters, and a scan's scratch lives in the probe batch.
-// The counters are written by idx's holder and read by Stats.
-type shardLoop struct {
-	e       *Engine
-	id      int
-	idx     *shard.Index
-	ring    *ringbuf.Ring[delta]
-	queries chan *probeBatch
-	buf     []delta
+// goroutine that took it between two slices to answer its own batch (Serve), reading
+// only. buf and the ring's consumer side are Run's alone. On the locked index
+// (Env.Locked) there is no Run: idx belongs to the engine's RWMutex (event appliers
+// write it under the write lock with ApplyLocked, queries read it under the read lock
+// with FillShared and Index, many at once), so a fill writes nothing of the shard's but
+// its atomic counters, and a scan's scratch lives in the probe batch. The counters are
+// written by idx's holder and read by anyone (Counters, Applied). In an invariants
+// build owner records idx's holder and the methods that read or write idx check it.
+type Loop struct {
+	env     Env
+	idx     *Index
+	ring    *ringbuf.Ring[Delta]
+	queries chan *Batch
+	buf     []Delta
 
 	// own is idx's token on a sharded engine (see Ownership); want counts the queriers
-	// waiting for it, and runWants says that run waits for it (lock). behind is the
-	// ring backlog past which queriers hand their batches over (serve).
+	// waiting for it, and runWants says that Run waits for it (lock). behind is the
+	// ring backlog past which queriers hand their batches over (Serve).
 	own      sync.Mutex
-	owner    invariants.Owner // who holds own (or, locked, e.locked's write side): invariants builds
+	owner    invariants.Owner // idx's holder (own's, or the locked engine's writer): invariants builds
 	want     atomic.Int32
 	runWants atomic.Bool
 	behind   int
@@ -147,23 +78,72 @@ type shardLoop struct {
 	bytes       atomic.Int64
 }
 
-func newShardLoop(e *Engine, id int, r *ringbuf.Ring[delta]) *shardLoop {
-	return &shardLoop{
-		e:       e,
-		id:      id,
-		idx:     shard.New(1024),
+// NewLoop returns a shard fed by ring r, with an empty table. A sharded engine runs
+// its Run on a goroutine of its own.
+func NewLoop(r *ringbuf.Ring[Delta], env Env) *Loop {
+	return &Loop{
+		env:     env,
+		idx:     New(1024),
 		ring:    r,
-		queries: make(chan *probeBatch, e.cfg.QueryQueue),
-		buf:     make([]delta, eventBatch),
+		queries: make(chan *Batch, env.QueryQueue),
+		buf:     make([]Delta, eventBatch),
 		behind:  r.Cap() / 4,
 	}
 }
 
-func (s *shardLoop) run() {
-	defer s.e.wg.Done()
+// Ring is the shard's ring: producers (the event appliers, each under its worker's
+// mutex, and Barrier callers) push to it; Run consumes it.
+func (s *Loop) Ring() *ringbuf.Ring[Delta] { return s.ring }
+
+// Queries is the shard's query channel: a querier sends a batch it could not Serve and
+// owns it again once the shard signals the batch's Done. Run is its only receiver.
+func (s *Loop) Queries() chan<- *Batch { return s.queries }
+
+// Applied is the number of ring items (deltas and barrier tokens) the shard has
+// applied: a push that returned before a load of the ring's Pushes count is applied
+// once Applied reaches that count. Safe from any goroutine.
+func (s *Loop) Applied() uint64 { return s.applied.Load() }
+
+// Counters are a shard's published figures (the engine's Stats).
+type Counters struct {
+	Applied, Batches, Probes    uint64
+	Entries, Memberships, Bytes int64
+}
+
+// Counters returns the shard's figures as its table's holder last published them.
+// Safe from any goroutine.
+func (s *Loop) Counters() Counters {
+	return Counters{
+		Applied: s.applied.Load(), Batches: s.batches.Load(), Probes: s.probes.Load(),
+		Entries: s.entries.Load(), Memberships: s.memberships.Load(), Bytes: s.bytes.Load(),
+	}
+}
+
+// Index returns the shard's table, for a locked engine's reader under the engine's read
+// lock (the locked walk): the caller must not write it, nor keep it past the lock.
+func (s *Loop) Index() *Index {
+	s.owner.CheckFree("locked read")
+	return s.idx
+}
+
+// ApplyLocked applies ds on the caller's goroutine: a locked engine's event applier,
+// under the engine's write lock.
+func (s *Loop) ApplyLocked(ds []Delta) {
+	s.owner.Acquire()
+	s.apply(ds)
+	s.owner.Release()
+}
+
+// FillShared answers b on the caller's goroutine: a locked engine's querier, under the
+// engine's read lock (many at once: b carries its own scratch).
+func (s *Loop) FillShared(b *Batch) { s.fill(b) }
+
+// Run is the shard goroutine (sharded engines only): it applies the ring's deltas in
+// order and answers the batches sent on Queries, until Env.Done.
+func (s *Loop) Run() {
 	defer func() {
 		if r := recover(); r != nil {
-			s.e.shutdown(fmt.Errorf("%w: shard %d: %v", ErrShardFailed, s.id, r))
+			s.env.Fail(r)
 		}
 	}()
 	busy := 0 // batches applied since the ring was last found empty or the shard yielded
@@ -206,7 +186,7 @@ func (s *shardLoop) run() {
 			s.lock()
 			s.answer(b)
 			s.unlock()
-		case <-s.e.done:
+		case <-s.env.Done:
 			// Apply what is already queued so barrier tokens in it are acknowledged, then
 			// stop; queries still queued are failed by their callers, who see done.
 			s.lock()
@@ -226,7 +206,7 @@ const letInEvery = 16
 // applySliced is apply for run, which holds own: every letInEvery deltas it answers the
 // batches sent to it and lets a waiting querier in (letIn) before going on, so that a
 // query waits behind at most that much event work (about a microsecond).
-func (s *shardLoop) applySliced(ds []delta) {
+func (s *Loop) applySliced(ds []Delta) {
 	for len(ds) > letInEvery {
 		s.apply(ds[:letInEvery])
 		ds = ds[letInEvery:]
@@ -249,7 +229,7 @@ func (s *shardLoop) applySliced(ds []delta) {
 const letInSpins = 64
 
 // letIn waits, briefly, until no querier wants the token. Called without own.
-func (s *shardLoop) letIn() {
+func (s *Loop) letIn() {
 	for i := 0; i < letInSpins && s.want.Load() != 0; i++ {
 	}
 }
@@ -257,7 +237,7 @@ func (s *shardLoop) letIn() {
 // lock takes own for run. While run waits for it, queriers do not take it (serve checks
 // runWants), so run gets it as soon as the querier holding it lets go: a stream of
 // queries cannot starve the shard's events, which get a slice after each let-in.
-func (s *shardLoop) lock() {
+func (s *Loop) lock() {
 	s.runWants.Store(true)
 	s.own.Lock()
 	s.runWants.Store(false)
@@ -265,7 +245,7 @@ func (s *shardLoop) lock() {
 }
 
 // unlock lets own go (run's or a serving querier's).
-func (s *shardLoop) unlock() {
+func (s *Loop) unlock() {
 	s.owner.Release()
 	s.own.Unlock()
 }
@@ -287,12 +267,12 @@ const serveSpins = 1 << 12
 // fall behind (kvindex bench's find-matches under load, two queriers and a streamer on
 // two CPUs: 17.5k events/s meanwhile at one shard without the rule, 839k with it, 778k
 // with every batch sent; the queries 731k, 323k and 234k a second).
-func (s *shardLoop) serve(b *probeBatch) bool {
+func (s *Loop) Serve(b *Batch) bool {
 	if s.ring.Len() > s.behind {
 		return false
 	}
 	if s.runWants.Load() || !s.own.TryLock() {
-		if !s.e.spinFor {
+		if !s.env.SpinFor {
 			return false
 		}
 		s.want.Add(1)
@@ -311,29 +291,29 @@ func (s *shardLoop) serve(b *probeBatch) bool {
 	return true
 }
 
-func (s *shardLoop) apply(ds []delta) {
+func (s *Loop) apply(ds []Delta) {
 	s.owner.Check("shard apply")
 	counted := 0 // deltas of ds already added to applied
 	for i := range ds {
 		d := &ds[i]
-		switch d.op() {
-		case opAdd:
-			if !s.idx.Add(d.fp(), d.id()) {
-				panic("engine: duplicate membership add")
+		switch d.Op() {
+		case OpAdd:
+			if !s.idx.Add(d.FP(), d.ID()) {
+				panic("shard: duplicate membership add")
 			}
-		case opRemove:
-			if !s.idx.Remove(d.fp(), d.id()) {
-				panic("engine: removal of an absent membership")
+		case OpRemove:
+			if !s.idx.Remove(d.FP(), d.ID()) {
+				panic("shard: removal of an absent membership")
 			}
-		case opBarrier:
+		case OpBarrier:
 			// Publish the counters first, so Stats after a Barrier is exact, and the
 			// applied count up to the token: a Barrier that returns has every shard's
 			// count cover what it waited for, as retired ids and caughtUp assume.
 			s.publish()
 			s.applied.Add(uint64(i + 1 - counted))
 			counted = i + 1
-			if b := s.e.bars.ack(d.id()); b != nil {
-				b.ack <- struct{}{}
+			if b := s.env.Barriers.Ack(d.ID()); b != nil {
+				b.Ack <- struct{}{}
 			}
 		}
 	}
@@ -345,7 +325,7 @@ func (s *shardLoop) apply(ds []delta) {
 }
 
 // publish stores the index's counters where Stats reads them.
-func (s *shardLoop) publish() {
+func (s *Loop) publish() {
 	s.entries.Store(int64(s.idx.Len()))
 	s.memberships.Store(int64(s.idx.Memberships()))
 	s.bytes.Store(int64(s.idx.Bytes()))
@@ -373,7 +353,7 @@ const spinPolls = 64
 
 // spin polls the ring and the query channel for a short while and reports whether it
 // found work (already handled, for queries). Called without own.
-func (s *shardLoop) spin() bool {
+func (s *Loop) spin() bool {
 	for i := 0; i < spinPolls; i++ {
 		if s.ring.Len() > 0 {
 			return true
@@ -394,7 +374,7 @@ func (s *shardLoop) spin() bool {
 // length is one load, where a select with a default case costs a call into the
 // runtime's channel code: on the trace-driven replay at 2 shards, the loop polled an
 // empty channel so often that its selects were 8% of the CPU profile.
-func (s *shardLoop) drainQueries() bool {
+func (s *Loop) drainQueries() bool {
 	any := false
 	for len(s.queries) > 0 {
 		s.answer(<-s.queries)
@@ -404,29 +384,29 @@ func (s *shardLoop) drainQueries() bool {
 }
 
 // answer fills b and hands it back to the querying goroutine.
-func (s *shardLoop) answer(b *probeBatch) {
+func (s *Loop) answer(b *Batch) {
 	s.fill(b)
-	b.q.done <- struct{}{}
+	b.Done <- struct{}{}
 }
 
-// fill answers each probe of b with the members of its key, appended to b.out.
-func (s *shardLoop) fill(b *probeBatch) {
-	if s.e.cfg.LockedIndex {
+// fill answers each probe of b with the members of its key, appended to b.Out.
+func (s *Loop) fill(b *Batch) {
+	if s.env.Locked {
 		s.owner.CheckFree("locked query") // readers share idx under the read lock
 	} else {
 		s.owner.Check("shard fill")
 	}
-	out := b.out
-	for i := b.start; i < len(b.probes); i++ {
-		p := &b.probes[i]
+	out := b.Out
+	for i := b.Start; i < len(b.Probes); i++ {
+		p := &b.Probes[i]
 		off := len(out)
-		out = s.idx.AppendMembers(out, p.fp)
-		p.off, p.n = uint32(off), uint32(len(out)-off)
+		out = s.idx.AppendMembers(out, p.FP)
+		p.Off, p.N = uint32(off), uint32(len(out)-off)
 	}
-	b.out = out
-	n := len(b.probes) - b.start
-	for i := b.sdone; i < len(b.scans); i++ {
-		n += s.scan(b, &b.scans[i])
+	b.Out = out
+	n := len(b.Probes) - b.Start
+	for i := b.SDone; i < len(b.Scans); i++ {
+		n += s.scan(b, &b.Scans[i])
 	}
 	s.probes.Add(uint64(n))
 }
@@ -437,22 +417,22 @@ func (s *shardLoop) fill(b *probeBatch) {
 // met so far (4 bytes a worker id, per pooled query), as each query's own set does. The
 // scratch is the batch's, not the shard's: in locked mode many querying goroutines run
 // scan on one shard at once under the read lock, each with its own batch.
-func (s *shardLoop) stampMembers(b *probeBatch, fp uint64) {
+func (s *Loop) stampMembers(b *Batch, fp uint64) {
 	b.members = s.idx.AppendMembers(b.members[:0], fp)
-	b.seen.setTo(b.members)
+	b.seen.SetTo(b.members)
 }
 
-// scan answers one scan of b: for each of its workers, the index in b.sfps of the first
+// scan answers one scan of b: for each of its workers, the index in b.SFPs of the first
 // position of its window whose members lack the worker, reading the positions in order
 // and stopping once every worker has a miss or is past its window. It returns how many
 // positions it read.
-func (s *shardLoop) scan(b *probeBatch, sc *scanReq) int {
-	wids, miss, win := b.swids[sc.w0:sc.w1], b.smiss[sc.w0:sc.w1], b.swin[2*sc.w0:2*sc.w1]
+func (s *Loop) scan(b *Batch, sc *Scan) int {
+	wids, miss, win := b.SWids[sc.W0:sc.W1], b.SMiss[sc.W0:sc.W1], b.SWin[2*sc.W0:2*sc.W1]
 	if len(wids) == 1 {
 		read := 0
 		for i := win[0]; i < win[1]; i++ {
 			read++
-			if !s.idx.Has(b.sfps[i], wids[0]) {
+			if !s.idx.Has(b.SFPs[i], wids[0]) {
 				miss[0] = i
 				break
 			}
@@ -465,7 +445,7 @@ func (s *shardLoop) scan(b *probeBatch, sc *scanReq) int {
 	// still undecided there, not every worker of the scan.
 	active := b.active[:0]
 	next, read := 0, 0
-	for i := sc.f0; i < sc.f1 && (next < len(wids) || len(active) > 0); i++ {
+	for i := sc.F0; i < sc.F1 && (next < len(wids) || len(active) > 0); i++ {
 		for next < len(wids) && win[2*next] <= i {
 			if i < win[2*next+1] {
 				active = append(active, int32(next))
@@ -478,12 +458,12 @@ func (s *shardLoop) scan(b *probeBatch, sc *scanReq) int {
 			}
 			continue
 		}
-		s.stampMembers(b, b.sfps[i])
+		s.stampMembers(b, b.SFPs[i])
 		read++
 		keep := active[:0]
 		for _, k := range active {
 			switch {
-			case !b.seen.has(wids[k]):
+			case !b.seen.Has(wids[k]):
 				miss[k] = i
 			case i+1 < win[2*k+1]:
 				keep = append(keep, k)
@@ -493,74 +473,4 @@ func (s *shardLoop) scan(b *probeBatch, sc *scanReq) int {
 	}
 	b.active = active
 	return read
-}
-
-// Barrier returns once every event whose call returned before Barrier was called has
-// been applied by every shard: a query that starts after Barrier returns sees all of
-// them. It returns ctx.Err() if ctx ends first, or ErrClosed.
-func (e *Engine) Barrier(ctx context.Context) error {
-	if e.closed.Load() {
-		return e.err()
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if e.cfg.LockedIndex {
-		return nil // events are applied before their calls return
-	}
-	if e.caughtUp() {
-		return nil
-	}
-	b, _ := e.barriers.Get().(*barrier)
-	if b == nil {
-		b = &barrier{ack: make(chan struct{}, len(e.shards))}
-	}
-	id := e.bars.add(b, len(e.shards))
-	for _, s := range e.shards {
-		if err := s.ring.Push(newDelta(opBarrier, 0, id)); err != nil {
-			e.bars.drop(id) // b is abandoned: a shard that has its token finds no barrier
-			return e.err()
-		}
-	}
-	for range e.shards {
-		select {
-		case <-b.ack:
-		case <-ctx.Done():
-			return ctx.Err() // b is abandoned: late acks land in its buffer
-		case <-e.done:
-			return e.err()
-		}
-	}
-	e.barriers.Put(b)
-	return nil
-}
-
-// caughtUp reports whether every shard has applied every item its ring held when
-// caughtUp was called, polling briefly (as the shards do before they park). It is the
-// barrier's fast path: when the shards keep up with the producers, a Barrier costs a
-// few atomic loads instead of a token's round trip through every shard and the
-// wake-ups of a parked caller. A push that returned before the call reserved a position
-// below the ring's Pushes count, and positions are applied in order, so a shard whose
-// applied count reaches that target has applied the push.
-func (e *Engine) caughtUp() bool {
-	var target [MaxShards]uint64
-	for i, s := range e.shards {
-		target[i] = s.ring.Stats().Pushes
-	}
-	for spin := 0; ; spin++ {
-		done := true
-		for i, s := range e.shards {
-			if s.applied.Load() < target[i] {
-				done = false
-				break
-			}
-		}
-		if done {
-			return true
-		}
-		if spin == spinPolls {
-			return false
-		}
-		runtime.Gosched()
-	}
 }
