@@ -51,6 +51,8 @@
 //     two of the goroutine's slices of 16 changes to read its own batch there, which it
 //     does unless the shard is a quarter of its ring behind (then it sends the batch
 //     and waits, so that queries that never block cannot keep the CPUs from the events).
+//     Package shard is that actor whole (table, run loop, deltas, barrier acks, probe
+//     batches); on the locked index the engine's RWMutex is the token (shard.Env.Locked).
 //   - A worker's size and gap flag are atomics written under its mutex and read by
 //     queries without it.
 //   - A worker that declared KV-cache groups keeps their blocks in its own per-group
@@ -61,6 +63,25 @@
 //   - The predictions (predict.go) are one table behind an RWMutex: Predict and the
 //     events of workers with predictions write it, queries read it. An event takes it
 //     after its worker's mutex, never before.
+//   - The worker registry (names, ids, the free ids) belongs to the holder of regMu;
+//     its id -> worker cells are atomics read by queries without it, and the array of
+//     cells is replaced, never written past its length, when it grows.
+//   - The namespace table's ids and free lists belong to the holder of its mutex, a
+//     sweep to the holder of its sweep mutex; its name -> id map (a sync.Map) is read
+//     without a lock (namespaces.go).
+//   - A query's workspace (the pooled query, its probe batches) belongs to the calling
+//     goroutine, except a batch while a shard answers it (shard.Batch); an outbox (the
+//     deltas of the events being applied) belongs to whoever holds the worker it is
+//     lent to. The barrier table belongs to the holder of its mutex (shard.Barriers).
+//   - Counters (Stats) are atomics: each written by the owner of what it counts, read
+//     by anyone.
+//
+// With -tags invariants (package internal/invariants) owner-only methods check that
+// their goroutine holds the worker's mutex or the shard's token. TestOwnersRace (run
+// by make race) checks the rules against the race detector: for a worker's state, a
+// shard's table, a probe batch, the predictions and the registry, two goroutines that
+// are not the owner touching the state at once are reported as a data race, and the
+// owner's own accesses are not.
 //
 // # Who may call what
 //
