@@ -60,7 +60,8 @@
 //     queries read them under that mutex. The list of such workers is copied on write
 //     under the registry's mutex and read by queries with one atomic load, so dense
 //     workers pay nothing for groups.
-//   - The predictions (predict.go) are one table behind an RWMutex: Predict and the
+//   - The predictions (predict.go; the table is package engine/internal/predict) are
+//     one table behind an RWMutex, owned by its holder in every mode: Predict and the
 //     events of workers with predictions write it, queries read it. An event takes it
 //     after its worker's mutex, never before.
 //   - The worker registry (names, ids, the free ids) belongs to the holder of regMu;

@@ -337,13 +337,13 @@ func (e *Engine) listHybrid(w *worker, add bool) {
 
 // endPredictionsOf ends every prediction of the named worker.
 func (e *Engine) endPredictionsOf(name string) {
-	if e.preds.live.Load() == 0 {
+	if e.preds.Live() == 0 {
 		return
 	}
 	p := &e.preds
-	p.mu.Lock()
-	p.endWorker(name)
-	p.mu.Unlock()
+	p.Lock()
+	p.EndWorker(name)
+	p.Unlock()
 }
 
 // storeGroupLocked applies a stored event of one group of a declared worker: each block

@@ -236,12 +236,9 @@ func (e *Engine) namespacesInUse() map[uint32]bool {
 		wk.unlockMu()
 	}
 	p := &e.preds
-	p.mu.Lock()
-	p.sweep(e.now()) // the expired go now, and their names with them
-	for id := p.oldest; id != 0; id = p.ents[id].gnext {
-		used[p.ents[id].ns] = true
-	}
-	p.mu.Unlock()
+	p.Lock()
+	p.Namespaces(e.now(), used) // the expired go now, and their names with them
+	p.Unlock()
 	return used
 }
 

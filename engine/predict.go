@@ -3,11 +3,9 @@ package engine
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/kvindex/kvindex/engine/internal/predict"
 )
 
 // Predictions: a router that sends a request to a worker records that the worker is
@@ -39,13 +37,11 @@ import (
 //     with Score = max(c, p) and Predicted = Score - c. A worker known only through
 //     predictions has Size 0.
 //
-// Structure: one table behind an RWMutex (queries read, Predict and the events of
-// workers with predictions write), entries in a slab linked into three intrusive lists
-// (the engine's insertion order, the worker's insertion order, and the entries that share
-// the query's first key, found through a map keyed by that key's seeded fingerprint).
-// No goroutine and no timer: an expired entry is skipped by queries and freed by the
-// next Predict (oldest first) or by the bounds. While the engine holds no predictions
-// (live == 0) queries and events pay one atomic load.
+// Structure: the table is package engine/internal/predict, one owner (the holder of
+// its RWMutex: queries read, Predict and the events of workers with predictions write,
+// an event after its worker's mutex). This file is the engine's side: the checks of
+// Predict, the event hooks and the merge into answers. While the engine holds no
+// predictions (Live == 0) queries and events pay one atomic load.
 
 // Limits on the prediction configuration.
 const (
@@ -56,59 +52,6 @@ const (
 	// MaxPredictionTTL bounds Config.PredictionTTL and Predict's ttl.
 	MaxPredictionTTL = 10 * time.Minute
 )
-
-// predTable is the engine's prediction table.
-type predTable struct {
-	// live counts the entries in the slab, expired or not: 0 lets queries and events
-	// skip the table.
-	live atomic.Int64
-
-	mu sync.RWMutex
-	// ents is the slab; entry 0 is unused so that 0 can mean "none" in the links.
-	ents []predEnt
-	free uint32 // first free entry, chained through gnext
-	// oldest and newest delimit the engine-wide list in insertion order.
-	oldest, newest uint32
-	blocks         int
-	minExp         int64 // see sweep
-	byName         map[string]*predWorker
-	roots          map[uint64]*predRoot // fingerprint of (ns, 0, P[0]) -> its entries
-	// scratch of the event hooks, reused under mu.
-	ends []uint32
-}
-
-// predEnt is one prediction.
-type predEnt struct {
-	w       *predWorker
-	ns      uint32
-	content []uint64 // P; nil on a free entry
-	pre     []uint64 // P's prefix hashes, pre[i] = key prefix at position i
-	expires int64    // Unix nanoseconds
-	root    uint64   // the roots map's key
-	// links: engine-wide and per worker (entry ids, 0 = none)
-	gprev, gnext, wprev, wnext uint32
-}
-
-// predRoot holds the entries that share a first block, per worker, each worker's sorted
-// by content (slices.Compare): the longest common prefix of a query with any of them is
-// its longest common prefix with the live entry just before or just after the query's
-// place in that order, so a query costs a binary search per worker instead of a compare
-// per entry.
-type predRoot struct {
-	ws []predRootWorker
-}
-
-type predRootWorker struct {
-	w   *predWorker
-	ids []uint32
-}
-
-// predWorker is a worker's share of the table: its entries, oldest first.
-type predWorker struct {
-	name           string
-	n              int
-	oldest, newest uint32
-}
 
 // PredictionStats describes the prediction table.
 type PredictionStats struct {
@@ -122,9 +65,10 @@ type PredictionStats struct {
 // PredictionStats returns a snapshot of the prediction table.
 func (e *Engine) PredictionStats() PredictionStats {
 	p := &e.preds
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	return PredictionStats{Predictions: int(p.live.Load()), Blocks: p.blocks, Workers: len(p.byName)}
+	p.RLock()
+	defer p.RUnlock()
+	n, blocks, workers := p.Stats()
+	return PredictionStats{Predictions: n, Blocks: blocks, Workers: workers}
 }
 
 func (e *Engine) now() int64 {
@@ -189,8 +133,8 @@ func (e *Engine) predict(ctx context.Context, worker, namespace string, content 
 	e.chain.fill(pre, content, 1)
 
 	p := &e.preds
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.Lock()
+	defer p.Unlock()
 	ns := uint32(0)
 	if namespace != "" {
 		// A query in it must find it, so a new namespace is interned, under the
@@ -202,198 +146,8 @@ func (e *Engine) predict(ctx context.Context, worker, namespace string, content 
 	}
 	root := e.fingerprint(key{prefix: content[0], ns: ns})
 	now := e.now()
-	p.expire(now)
-	pw := p.byName[worker]
-	if pw == nil {
-		if p.byName == nil {
-			p.byName, p.roots = map[string]*predWorker{}, map[uint64]*predRoot{}
-		}
-		pw = &predWorker{name: strings.Clone(worker)}
-		p.byName[pw.name] = pw
-	}
-	// phase 1: a refresh replaces the same prediction
-	for id := pw.oldest; id != 0; id = p.ents[id].wnext {
-		if x := &p.ents[id]; x.ns == ns && slices.Equal(x.content, own) {
-			p.end(id)
-			break
-		}
-	}
-	// phase 2: make room (the worker's bound, then the engine's). The bounds count live
-	// predictions only, so expired ones are freed before a live one is evicted.
-	if pw.n >= e.cfg.PredictionsPerWorker {
-		for id := pw.oldest; id != 0; {
-			next := p.ents[id].wnext
-			if p.ents[id].expires <= now {
-				p.end(id)
-			}
-			id = next
-		}
-	}
-	for pw.n >= e.cfg.PredictionsPerWorker {
-		p.end(pw.oldest)
-	}
-	if p.blocks+len(own) > e.cfg.PredictedBlocks {
-		p.sweep(now)
-	}
-	for p.blocks+len(own) > e.cfg.PredictedBlocks {
-		p.end(p.oldest)
-	}
-	if p.byName[pw.name] != pw { // its last entry went in phase 2
-		p.byName[pw.name] = pw
-	}
-	// phase 3: insert as the newest of all three lists
-	id := p.alloc()
-	x := &p.ents[id]
-	*x = predEnt{w: pw, ns: ns, content: own, pre: pre, expires: now + int64(ttl), root: root}
-	x.gprev, p.newest = p.newest, id
-	if x.gprev != 0 {
-		p.ents[x.gprev].gnext = id
-	} else {
-		p.oldest = id
-	}
-	x.wprev, pw.newest = pw.newest, id
-	if x.wprev != 0 {
-		p.ents[x.wprev].wnext = id
-	} else {
-		pw.oldest = id
-	}
-	p.link(id)
-	pw.n++
-	p.blocks += len(own)
-	if p.live.Add(1) == 1 || x.expires < p.minExp {
-		p.minExp = x.expires
-	}
+	p.Insert(worker, ns, own, pre, root, now, now+int64(ttl), e.cfg.PredictionsPerWorker, e.cfg.PredictedBlocks)
 	return nil
-}
-
-// sweep frees every expired entry. It walks the whole table only when some entry may
-// have expired: minExp is at most the earliest expiry held (entries that end only raise
-// the true minimum), recomputed by each walk.
-func (p *predTable) sweep(now int64) {
-	if p.live.Load() == 0 || now < p.minExp {
-		return
-	}
-	minExp := int64(1<<63 - 1)
-	for id := p.oldest; id != 0; {
-		x := &p.ents[id]
-		next := x.gnext
-		if x.expires <= now {
-			p.end(id)
-		} else {
-			minExp = min(minExp, x.expires)
-		}
-		id = next
-	}
-	p.minExp = minExp
-}
-
-// link files entry id under its root, in its worker's content order.
-func (p *predTable) link(id uint32) {
-	x := &p.ents[id]
-	r := p.roots[x.root]
-	if r == nil {
-		r = &predRoot{}
-		p.roots[x.root] = r
-	}
-	k := slices.IndexFunc(r.ws, func(rw predRootWorker) bool { return rw.w == x.w })
-	if k < 0 {
-		r.ws = append(r.ws, predRootWorker{w: x.w})
-		k = len(r.ws) - 1
-	}
-	rw := &r.ws[k]
-	at, _ := slices.BinarySearchFunc(rw.ids, x.content, p.compare)
-	rw.ids = slices.Insert(rw.ids, at, id)
-}
-
-// unlink takes entry id out of its root.
-func (p *predTable) unlink(id uint32) {
-	x := &p.ents[id]
-	r := p.roots[x.root]
-	k := slices.IndexFunc(r.ws, func(rw predRootWorker) bool { return rw.w == x.w })
-	rw := &r.ws[k]
-	rw.ids = slices.Delete(rw.ids, slices.Index(rw.ids, id), slices.Index(rw.ids, id)+1)
-	if len(rw.ids) > 0 {
-		return
-	}
-	r.ws = slices.Delete(r.ws, k, k+1)
-	if len(r.ws) == 0 {
-		delete(p.roots, x.root)
-	}
-}
-
-// compare orders entry id against content (the roots' per-worker order).
-func (p *predTable) compare(id uint32, content []uint64) int {
-	return slices.Compare(p.ents[id].content, content)
-}
-
-// alloc returns a free entry id, growing the slab when none is free.
-func (p *predTable) alloc() uint32 {
-	if p.free != 0 {
-		id := p.free
-		p.free = p.ents[id].gnext
-		return id
-	}
-	if len(p.ents) == 0 {
-		p.ents = append(p.ents, predEnt{}) // id 0 means none
-	}
-	p.ents = append(p.ents, predEnt{})
-	return uint32(len(p.ents) - 1)
-}
-
-// end unlinks entry id from its lists and frees it. Called with mu held.
-func (p *predTable) end(id uint32) {
-	x := &p.ents[id]
-	pw := x.w
-	if x.gprev != 0 {
-		p.ents[x.gprev].gnext = x.gnext
-	} else {
-		p.oldest = x.gnext
-	}
-	if x.gnext != 0 {
-		p.ents[x.gnext].gprev = x.gprev
-	} else {
-		p.newest = x.gprev
-	}
-	if x.wprev != 0 {
-		p.ents[x.wprev].wnext = x.wnext
-	} else {
-		pw.oldest = x.wnext
-	}
-	if x.wnext != 0 {
-		p.ents[x.wnext].wprev = x.wprev
-	} else {
-		pw.newest = x.wprev
-	}
-	p.unlink(id)
-	pw.n--
-	if pw.n == 0 {
-		delete(p.byName, pw.name)
-	}
-	p.blocks -= len(x.content)
-	p.live.Add(-1)
-	*x = predEnt{gnext: p.free}
-	p.free = id
-	if p.live.Load() == 0 && len(p.ents) > 1024 {
-		p.ents, p.free = nil, 0 // give a burst's slab back
-	}
-}
-
-// expire frees the expired entries at the old end of the engine-wide list. An expired
-// entry behind a longer-lived older one waits for a later call or for the bounds;
-// queries skip it meanwhile.
-func (p *predTable) expire(now int64) {
-	for p.oldest != 0 && p.ents[p.oldest].expires <= now {
-		p.end(p.oldest)
-	}
-}
-
-// endWorker ends every prediction of the worker named name. Called with mu held.
-func (p *predTable) endWorker(name string) {
-	if pw := p.byName[name]; pw != nil {
-		for pw.n > 0 {
-			p.end(pw.oldest)
-		}
-	}
 }
 
 // predictedEvent applies an event to w (locked) when the engine holds predictions: the
@@ -408,22 +162,22 @@ func (e *Engine) predictedEvent(w *worker, ev *Event) (gone bool, err error) {
 	// do not serialise on the table. A Predict for w that slips in before the event is
 	// applied is then as if it came right after the event (its confirmed part covers it
 	// in queries anyway).
-	p.mu.RLock()
-	has := p.byName[w.name] != nil
-	p.mu.RUnlock()
+	p.RLock()
+	has := p.Has(w.name)
+	p.RUnlock()
 	if !has {
 		return e.applyEvent(w, ev)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	pw := p.byName[w.name]
+	p.Lock()
+	defer p.Unlock()
+	pw := p.Worker(w.name)
 	if pw == nil {
 		return e.applyEvent(w, ev)
 	}
-	p.ends = p.ends[:0]
+	p.ResetMarks()
 	switch ev.Kind {
 	case EventCleared, EventRemoveWorker:
-		p.endWorker(w.name)
+		p.EndWorker(w.name)
 	case EventRemoved:
 		// Before the removal: which of the removed seqs the worker holds at a key of a
 		// prediction.
@@ -433,26 +187,20 @@ func (e *Engine) predictedEvent(w *worker, ev *Event) (gone bool, err error) {
 				continue
 			}
 			k := w.keys.key(rid)
-			for id := pw.oldest; id != 0; id = p.ents[id].wnext {
-				if x := &p.ents[id]; x.ns == k.ns && int(k.pos) < len(x.pre) && x.pre[k.pos] == k.prefix {
-					p.ends = appendOnce(p.ends, id)
-				}
-			}
+			p.MarkHeld(pw, k.ns, k.pos, k.prefix)
 		}
 	case EventStored:
 		return e.confirmingStore(w, ev, pw)
 	}
 	gone, err = e.applyEvent(w, ev)
-	for _, id := range p.ends {
-		p.end(id)
-	}
+	p.EndMarked()
 	return gone, err
 }
 
 // confirmingStore applies a stored event and then ends the worker's predictions in its
 // namespace whose last key the event stored. The event's keys are computed from its
 // parent's key (read before the event, which may move the parent's seq) and its blocks.
-func (e *Engine) confirmingStore(w *worker, ev *Event, pw *predWorker) (bool, error) {
+func (e *Engine) confirmingStore(w *worker, ev *Event, pw *predict.Worker) (bool, error) {
 	p := &e.preds
 	var prefix uint64
 	var pos uint32
@@ -471,31 +219,17 @@ func (e *Engine) confirmingStore(w *worker, ev *Event, pw *predWorker) (bool, er
 	if ev.Namespace != "" {
 		ns = e.namespaceID(ev.Namespace, nsFind)
 	}
-	p.ends = p.ends[:0]
+	p.ResetMarks()
 	for i, b := range ev.Blocks {
 		if i == 0 && !ev.HasParent {
 			prefix = b.Content
 		} else {
 			prefix = e.chain.step(prefix, b.Content, pos+uint32(i))
 		}
-		at := int(pos) + i
-		for id := pw.oldest; id != 0; id = p.ents[id].wnext {
-			if x := &p.ents[id]; x.ns == ns && len(x.pre) == at+1 && x.pre[at] == prefix {
-				p.ends = appendOnce(p.ends, id)
-			}
-		}
+		p.MarkConfirmed(pw, ns, int(pos)+i, prefix)
 	}
-	for _, id := range p.ends {
-		p.end(id)
-	}
+	p.EndMarked()
 	return gone, nil
-}
-
-func appendOnce(s []uint32, id uint32) []uint32 {
-	if slices.Contains(s, id) {
-		return s
-	}
-	return append(s, id)
 }
 
 // predictionsFor ends the predictions of an event's worker that is not known to the
@@ -505,15 +239,9 @@ func (e *Engine) predictionsFor(ev *Event) {
 		return
 	}
 	p := &e.preds
-	p.mu.Lock()
-	p.endWorker(ev.Worker)
-	p.mu.Unlock()
-}
-
-// predHit is one worker's predicted length for a query.
-type predHit struct {
-	w *predWorker
-	n int
+	p.Lock()
+	p.EndWorker(ev.Worker)
+	p.Unlock()
 }
 
 // addPredicted merges the live predictions into a query's answer dst[start:] (sorted
@@ -524,79 +252,36 @@ type predHit struct {
 func (e *Engine) addPredicted(q *query, ns uint32, content []uint64, dst []Match, start int) []Match {
 	p := &e.preds
 	root := e.fingerprint(key{prefix: content[0], ns: ns})
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	r := p.roots[root]
-	if r == nil {
-		return dst
-	}
-	now := e.now()
-	hits := q.phits[:0]
-	for k := range r.ws {
-		if n := p.bestPrefix(r.ws[k].ids, ns, content, now); n > 0 {
-			hits = append(hits, predHit{w: r.ws[k].w, n: n})
-		}
-	}
+	p.RLock()
+	defer p.RUnlock()
+	hits := p.AppendHits(q.phits[:0], root, ns, content, e.now())
 	q.phits = hits
 	changed := false
 	for _, h := range hits {
 		i := start
-		for ; i < len(dst) && dst[i].Worker != h.w.name; i++ {
+		for ; i < len(dst) && dst[i].Worker != h.Worker; i++ {
 		}
 		if i < len(dst) {
-			if m := &dst[i]; h.n > m.Score {
-				m.Predicted, m.Score = h.n-m.Score, h.n
+			if m := &dst[i]; h.N > m.Score {
+				m.Predicted, m.Score = h.N-m.Score, h.N
 				changed = true
 			}
 			for t := range dst[i].Tiers {
-				dst[i].Tiers[t] = max(dst[i].Tiers[t], h.n) // predicted blocks are device blocks
+				dst[i].Tiers[t] = max(dst[i].Tiers[t], h.N) // predicted blocks are device blocks
 			}
 			continue
 		}
 		size := 0
-		if w := e.lookup(h.w.name); w != nil {
+		if w := e.lookup(h.Worker); w != nil {
 			size = w.totalSize()
 		}
-		dst = append(dst, Match{Worker: h.w.name, Score: h.n, Size: size, Predicted: h.n, Tiers: [NumTiers]int{h.n, h.n, h.n}})
+		dst = append(dst, Match{Worker: h.Worker, Score: h.N, Size: size, Predicted: h.N, Tiers: [NumTiers]int{h.N, h.N, h.N}})
 		changed = true
 	}
 	if changed {
 		q.sortMatches(dst[start:])
 	}
 	return dst
-}
-
-// bestPrefix returns the longest common prefix of content with the live entries of ids
-// (sorted by content) in namespace ns: the nearest live entry on each side of content's
-// place decides it.
-func (p *predTable) bestPrefix(ids []uint32, ns uint32, content []uint64, now int64) int {
-	at, _ := slices.BinarySearchFunc(ids, content, p.compare)
-	live := func(id uint32) bool { x := &p.ents[id]; return x.ns == ns && x.expires > now }
-	best := 0
-	for i := at; i < len(ids); i++ {
-		if live(ids[i]) {
-			best = commonPrefix(p.ents[ids[i]].content, content)
-			break
-		}
-	}
-	for i := at - 1; i >= 0; i-- {
-		if live(ids[i]) {
-			best = max(best, commonPrefix(p.ents[ids[i]].content, content))
-			break
-		}
-	}
-	return best
-}
-
-// commonPrefix returns the length of the longest common prefix of a and b.
-func commonPrefix(a, b []uint64) int {
-	n := min(len(a), len(b))
-	for i := 0; i < n; i++ {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return n
 }
 
 // WorkerPrediction is one worker's predicted length for a query (PredictedIn).
@@ -618,7 +303,7 @@ type WorkerPrediction struct {
 // dst unchanged; it never blocks on the shards and answers after Close too.
 func (e *Engine) PredictedIn(namespace string, content []uint64, dst []WorkerPrediction) []WorkerPrediction {
 	p := &e.preds
-	if len(content) == 0 || p.live.Load() == 0 {
+	if len(content) == 0 || p.Live() == 0 {
 		return dst
 	}
 	ns := uint32(0)
@@ -628,17 +313,9 @@ func (e *Engine) PredictedIn(namespace string, content []uint64, dst []WorkerPre
 		}
 	}
 	root := e.fingerprint(key{prefix: content[0], ns: ns})
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	r := p.roots[root]
-	if r == nil {
-		return dst
-	}
-	now := e.now()
-	for k := range r.ws {
-		if n := p.bestPrefix(r.ws[k].ids, ns, content, now); n > 0 {
-			dst = append(dst, WorkerPrediction{Worker: r.ws[k].w.name, Blocks: n})
-		}
-	}
-	return dst
+	p.RLock()
+	defer p.RUnlock()
+	return predict.AppendEach(p, dst, root, ns, content, e.now(), func(w string, n int) WorkerPrediction {
+		return WorkerPrediction{Worker: w, Blocks: n}
+	})
 }

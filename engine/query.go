@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync/atomic"
 
+	"github.com/kvindex/kvindex/engine/internal/predict"
 	"github.com/kvindex/kvindex/shard"
 )
 
@@ -70,8 +71,8 @@ type query struct {
 	tlist     []*worker   // collectTiers' scratch: the multi-tier workers met, in order
 	tpre      []uint64    // tierLengths' scratch: prefix hashes, as deep as it looked
 	tstamp    uint32
-	phits     []predHit  // addPredicted's scratch
-	skeys     []matchKey // sortByKeys' scratch
+	phits     []predict.Hit // addPredicted's scratch
+	skeys     []matchKey    // sortByKeys' scratch
 }
 
 func (e *Engine) getQuery() *query {
@@ -175,7 +176,7 @@ func (e *Engine) countWork(q *query) {
 
 // withPredictions adds the predictions to an answer while the engine holds any.
 func (e *Engine) withPredictions(q *query, content []uint64, dst []Match, start int) []Match {
-	if e.preds.live.Load() == 0 {
+	if e.preds.Live() == 0 {
 		return dst
 	}
 	return e.addPredicted(q, q.ns, content, dst, start)

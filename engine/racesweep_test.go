@@ -87,7 +87,10 @@ func TestRaceSweep(t *testing.T) {
 	// The prediction table belongs to the holder of its mutex: two writers without it.
 	t.Run("predictions", func(t *testing.T) {
 		e := newEngine(t, Config{Shards: 1})
-		racePair(func(int) { e.preds.alloc() })
+		racePair(func(i int) {
+			c := []uint64{uint64(i + 1)}
+			e.preds.Insert("w", 0, c, c, uint64(i+1), 0, 1<<62, 16, 1<<10)
+		})
 	})
 	// The worker registry's ids belong to the holder of regMu: two allocators without it.
 	t.Run("registry", func(t *testing.T) {
