@@ -54,13 +54,14 @@ unit: publisher-deps
 ## race: the race detector over every package, at the sizes package internal/testsize
 ## gives it (a sequential replay is ten times slower under the detector and gives it
 ## nothing to find), the engine's, the shards' and the tables' once more with their
-## invariants checked after every change (-tags invariants, package internal/invariants),
+## invariants checked after every change (-tags invariants, package internal/invariants;
+## -short: the histories that honour it shorter, as the checks recount after each event),
 ## the owners' race sweep (engine's TestOwnersRace: non-owners racing on each owner's
 ## state are reported by the detector), then those sequential checks at full size
 ## without it.
 race: publisher-deps
 	$(GO) test -race -count=1 ./...
-	$(GO) test -race -tags invariants -count=1 ./engine/... ./shard/... ./internal/table/... ./internal/invariants/
+	$(GO) test -race -short -tags invariants -count=1 ./engine/... ./shard/... ./internal/table/... ./internal/invariants/
 	KVINDEX_RACE_SWEEP=1 $(GO) test -count=1 -run '^TestOwnersRace$$' ./engine/
 	$(GO) test -count=1 -run '^TestFloodRSSBounded$$' ./subscriber/
 	$(GO) test -count=1 -run '^TestMemoryBudget$$' ./server/
