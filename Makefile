@@ -19,7 +19,7 @@ SHARED      ?= ../shared
 FUZZTIME    ?=
 fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 
-.PHONY: build386-all docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
+.PHONY: build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
 
 ## test: everything CI runs: lint, race-enabled unit tests, conformance replays, short
 ## fuzzing, the docs check.
@@ -72,9 +72,10 @@ race: publisher-deps
 
 ## test-long: every test at its full size under the race detector (KVINDEX_TEST_LONG=1:
 ## the histories, logs and sweeps make test shortens; see internal/testsize), and every
-## package vetted on 386 (build386-all). CI may skip it.
+## package vetted on 386 (build386-all), and every fuzz target (fuzz-long). CI may skip it.
 test-long: publisher-deps build386-all
 	KVINDEX_TEST_LONG=1 $(GO) test -race -count=1 -timeout 60m ./...
+	$(MAKE) fuzz-long
 
 lint: fmt-check vet staticcheck tidy-check proto-check
 
@@ -152,19 +153,24 @@ conformance:
 	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && $(GO) build -o $$tmp/kvindex ./cmd/kvindex && \
 	bash scripts/conformance.sh $$tmp/kvindex $$logs
 
-## fuzz: a short run of every fuzz target (see FUZZTIME above).
+## fuzz: a short run of every fuzz target of the index, the decoders and the subscribers
+## (see FUZZTIME above). fuzz-long adds server's request decoders (HTTP, gRPC, Mooncake),
+## whose instrumented build (gRPC, protobuf, Prometheus) is 77 s of CPU on a cold cache;
+## make test-long runs it, and their seed corpora run in every make test.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzBlocks$$' -fuzztime $(call fuzzbudget,30000x) ./hash/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(call fuzzbudget,60000x) ./internal/oplog/
 	$(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime $(call fuzzbudget,12000x) ./engine/
 	$(GO) test -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime $(call fuzzbudget,25000x) ./engine/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(call fuzzbudget,50000x) ./kvevents/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMatch$$' -fuzztime $(call fuzzbudget,25000x) ./server/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRouted$$' -fuzztime $(call fuzzbudget,25000x) ./server/
 	$(GO) test -run '^$$' -fuzz '^FuzzGuard$$' -fuzztime $(call fuzzbudget,50000x) ./subscriber/
 	$(GO) test -run '^$$' -fuzz '^FuzzApplyBatch$$' -fuzztime $(call fuzzbudget,20000x) ./subscriber/
-	$(GO) test -run '^$$' -fuzz '^FuzzGRPCMatch$$' -fuzztime $(call fuzzbudget,20000x) ./server/
 	$(GO) test -run '^$$' -fuzz '^FuzzWatchStream$$' -fuzztime $(call fuzzbudget,20000x) ./internal/kube/
+
+fuzz-long: fuzz
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMatch$$' -fuzztime $(call fuzzbudget,25000x) ./server/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRouted$$' -fuzztime $(call fuzzbudget,25000x) ./server/
+	$(GO) test -run '^$$' -fuzz '^FuzzGRPCMatch$$' -fuzztime $(call fuzzbudget,20000x) ./server/
 	$(GO) test -run '^$$' -fuzz '^FuzzMooncake$$' -fuzztime $(call fuzzbudget,15000x) ./server/
 	$(GO) test -run '^$$' -fuzz '^FuzzDigestInfo$$' -fuzztime $(call fuzzbudget,10000x) ./server/
 
