@@ -3,9 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
-	"math/bits"
+	"github.com/kvindex/kvindex/engine/internal/chain"
 	"math/rand/v2"
-	"sync"
 	"testing"
 
 	"github.com/kvindex/kvindex/hash"
@@ -14,28 +13,28 @@ import (
 )
 
 // TestChainFillIsSteps: fill (the query's loop, split at the precomputed multipliers)
-// equals step applied position by position, for both chains, across chainTable, from
+// equals step applied position by position, for both chains, across chain.TableMax, from
 // any starting position; the spec chain is SPEC's hash.Next.
 func TestChainFillIsSteps(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	content := make([]uint64, chainTable+300)
+	content := make([]uint64, chain.TableMax+300)
 	for i := range content {
 		content[i] = r.Uint64()
 	}
 	for _, spec := range []bool{false, true} {
-		c := newChain(spec, table.SeedFrom(7))
+		c := chain.New(spec, table.SeedFrom(7))
 		want := make([]uint64, len(content))
 		want[0] = content[0]
 		for i := 1; i < len(want); i++ {
-			want[i] = c.step(want[i-1], content[i], uint32(i))
+			want[i] = c.Step(want[i-1], content[i], uint32(i))
 			if spec {
 				require.Equal(t, hash.Next(want[i-1], content[i]), want[i])
 			}
 		}
-		for _, from := range []int{1, 2, 63, chainTable - 1, chainTable, chainTable + 1, len(content) - 1} {
+		for _, from := range []int{1, 2, 63, chain.TableMax - 1, chain.TableMax, chain.TableMax + 1, len(content) - 1} {
 			got := make([]uint64, len(content))
 			copy(got[:from], want[:from])
-			c.fill(got, content, from)
+			c.Fill(got, content, from)
 			require.Equal(t, want, got, "spec=%v from=%d", spec, from)
 		}
 	}
@@ -57,14 +56,14 @@ func TestChainCollisions(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(3, 4))
 	for key := 0; key < keys; key++ {
-		c := newChain(false, table.SeedFrom(uint64(key)))
+		c := chain.New(false, table.SeedFrom(uint64(key)))
 		// (position, prefix word) -> SPEC's chain of the same prefix, an independent
 		// name for it: a family shares the prefixes its sequences agree on.
 		seen := make(map[[2]uint64]uint64)
 		add := func(name string, content []uint64) {
 			pre := make([]uint64, len(content))
 			pre[0] = content[0]
-			c.fill(pre, content, 1)
+			c.Fill(pre, content, 1)
 			x := content[0]
 			for i := 1; i < len(pre); i++ {
 				x = hash.Next(x, content[i])
@@ -126,12 +125,12 @@ func BenchmarkChain(b *testing.B) {
 	}
 	pre := make([]uint64, len(content))
 	for _, spec := range []bool{true, false} {
-		c := newChain(spec, table.SeedFrom(1))
+		c := chain.New(spec, table.SeedFrom(1))
 		name := map[bool]string{true: "spec", false: "keyed"}[spec]
 		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
 				pre[0] = content[0]
-				c.fill(pre, content, 1)
+				c.Fill(pre, content, 1)
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(content)), "ns/block")
 		})
@@ -139,9 +138,9 @@ func BenchmarkChain(b *testing.B) {
 }
 
 // TestChainPastTable: a worker holding a chain deeper than the precomputed multipliers
-// answers exactly at and past chainTable, with both chains, locked and sharded.
+// answers exactly at and past chain.TableMax, with both chains, locked and sharded.
 func TestChainPastTable(t *testing.T) {
-	const n = chainTable + 900
+	const n = chain.TableMax + 900
 	blocks := make([]Block, n)
 	content := make([]uint64, n)
 	for i := range blocks {
@@ -155,8 +154,8 @@ func TestChainPastTable(t *testing.T) {
 		require.NoError(t, e.Store("w", blocks))
 		require.NoError(t, e.Barrier(context.Background()))
 		for _, q := range []struct{ len, changed, want int }{
-			{n, -1, n}, {chainTable, -1, chainTable}, {chainTable + 1, -1, chainTable + 1},
-			{n, chainTable + 500, chainTable + 500}, {n, chainTable, chainTable}, {n, chainTable - 1, chainTable - 1},
+			{n, -1, n}, {chain.TableMax, -1, chain.TableMax}, {chain.TableMax + 1, -1, chain.TableMax + 1},
+			{n, chain.TableMax + 500, chain.TableMax + 500}, {n, chain.TableMax, chain.TableMax}, {n, chain.TableMax - 1, chain.TableMax - 1},
 		} {
 			qc := append([]uint64(nil), content[:q.len]...)
 			if q.changed >= 0 {
@@ -167,54 +166,5 @@ func TestChainPastTable(t *testing.T) {
 			require.Len(t, got, 1)
 			require.Equal(t, q.want, got[0].Score, "%+v: query %+v", cfg, q)
 		}
-	}
-}
-
-// TestChainTableGrows: the keyed chain's multiplier table starts small and grows to the
-// deepest position hashed, while goroutines hash concurrently; every prefix word equals
-// the one computed from the definition (T(j) = Hash64(j) | 1 under the chain's key),
-// whatever table a goroutine held.
-func TestChainTableGrows(t *testing.T) {
-	c := newChain(false, table.SeedFrom(11))
-	if n := len(*c.tab.Load()); n != chainTableMin {
-		t.Fatalf("a new chain's table has %d multipliers, want %d", n, chainTableMin)
-	}
-	want := func(content []uint64) []uint64 {
-		pre := make([]uint64, len(content))
-		pre[0] = content[0]
-		for j := 1; j < len(content); j++ {
-			hi, lo := bits.Mul64(content[j]^c.k, c.key.Hash64(uint64(j))|1)
-			pre[j] = pre[j-1] + (hi ^ lo)
-		}
-		return pre
-	}
-	content := make([]uint64, chainTable+700)
-	for i := range content {
-		content[i] = uint64(i)*0x9e3779b97f4a7c15 + 3
-	}
-	ref := want(content)
-	var wg sync.WaitGroup
-	for g := range 4 {
-		wg.Go(func() {
-			for _, n := range []int{300, 1000 + g, 600, 2500, chainTable + 700 - g, 5} {
-				pre := make([]uint64, n)
-				pre[0] = content[0]
-				c.fill(pre, content, 1)
-				for j := range pre {
-					if pre[j] != ref[j] {
-						t.Errorf("goroutine %d, length %d: P(%d) differs", g, n, j)
-						return
-					}
-				}
-				// step, past the table and within it
-				if n > 1 && c.step(ref[n-2], content[n-1], uint32(n-1)) != ref[n-1] {
-					t.Errorf("goroutine %d: step at %d differs", g, n-1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if n := len(*c.tab.Load()); n != chainTable {
-		t.Fatalf("after hashing %d positions the table has %d multipliers, want %d", len(content), n, chainTable)
 	}
 }

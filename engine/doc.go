@@ -105,7 +105,7 @@
 // rebuilt after every event) at every shard count and jump size, up to 64-bit collisions
 // of the prefix chain or of the keyed fingerprint (DESIGN.md, "The prefix chain" and
 // "Exactness of fingerprints"). The prefix chain is the engine's own, keyed by a secret
-// per engine and computed about five times faster than SPEC's XXH3 chain (chain.go;
+// per engine and computed about five times faster than SPEC's XXH3 chain (package engine/internal/chain;
 // Config.SpecChain selects SPEC's). Every table keyed by client-steerable values is
 // seeded per engine, so a client cannot aim keys at one probe run. The jump search only skips a stride for a
 // worker whose held keys are prefix-closed (no holes), which the worker's state tracks

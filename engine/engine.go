@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/kvindex/kvindex/engine/internal/chain"
 	"runtime"
 	"strings"
 	"sync"
@@ -57,10 +58,10 @@ type Engine struct {
 	// the prefix chain (its key read from a snapshot by Restore before any event), the
 	// shards' spin policy, and the test seams (set by tests before the first call).
 	cfg     Config
-	seed    table.Seed // keys every table hash of this engine (see table.Seed)
-	chain   chain      // computes the prefix words of keys (chain.go)
-	spinFor bool       // a querier may spin for a busy shard's table (shard.Loop.Serve): GOMAXPROCS > 1 at New
-	hooks   testHooks  // zero in production
+	seed    table.Seed  // keys every table hash of this engine (see table.Seed)
+	chain   chain.Chain // computes the prefix words of keys (package engine/internal/chain)
+	spinFor bool        // a querier may spin for a busy shard's table (shard.Loop.Serve): GOMAXPROCS > 1 at New
+	hooks   testHooks   // zero in production
 
 	// Owned by package shard (see its doc): each shard's table belongs to the holder of
 	// its token. On the locked index (cfg.LockedIndex) locked is shards[0]'s token:
@@ -134,7 +135,7 @@ type Engine struct {
 
 // New validates cfg, starts the shard goroutines and returns the engine.
 func New(cfg Config) (*Engine, error) {
-	return newEngine(cfg, table.NewSeed(), newChain(cfg.SpecChain, table.NewSeed()))
+	return newEngine(cfg, table.NewSeed(), chain.New(cfg.SpecChain, table.NewSeed()))
 }
 
 // testChainKey is the chain key of the engines tests start with newSeeded, so that
@@ -144,11 +145,11 @@ var testChainKey = table.SeedFrom(0x6b767065)
 // newSeeded is New with a given table seed (and a fixed chain key), for tests that need
 // to know it.
 func newSeeded(cfg Config, seed table.Seed) (*Engine, error) {
-	return newEngine(cfg, seed, newChain(cfg.SpecChain, testChainKey))
+	return newEngine(cfg, seed, chain.New(cfg.SpecChain, testChainKey))
 }
 
 // newEngine starts an engine with table seed seed and prefix chain ch.
-func newEngine(cfg Config, seed table.Seed, ch chain) (*Engine, error) {
+func newEngine(cfg Config, seed table.Seed, ch chain.Chain) (*Engine, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err

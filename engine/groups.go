@@ -391,7 +391,7 @@ func (e *Engine) storeGroupLocked(w *worker, h *hybrid, ev *Event) error {
 			if at.end == 0 {
 				at.prefix = c
 			} else {
-				at.prefix = e.chain.step(at.prefix, c, at.end)
+				at.prefix = e.chain.Step(at.prefix, c, at.end)
 			}
 			at.end++
 		}

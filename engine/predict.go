@@ -130,7 +130,7 @@ func (e *Engine) predict(ctx context.Context, worker, namespace string, content 
 	own, pre := buf[:n:n], buf[n:]
 	copy(own, content)
 	pre[0] = content[0]
-	e.chain.fill(pre, content, 1)
+	e.chain.Fill(pre, content, 1)
 
 	p := &e.preds
 	p.Lock()
@@ -224,7 +224,7 @@ func (e *Engine) confirmingStore(w *worker, ev *Event, pw *predict.Worker) (bool
 		if i == 0 && !ev.HasParent {
 			prefix = b.Content
 		} else {
-			prefix = e.chain.step(prefix, b.Content, pos+uint32(i))
+			prefix = e.chain.Step(prefix, b.Content, pos+uint32(i))
 		}
 		p.MarkConfirmed(pw, ns, int(pos)+i, prefix)
 	}

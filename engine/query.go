@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/kvindex/kvindex/engine/internal/chain"
 	"runtime"
 	"slices"
 	"sort"
@@ -225,7 +226,7 @@ func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done 
 			q.sub[0].Out = buf
 			return dst, false
 		}
-		h = e.chain.step(h, content[x], uint32(x))
+		h = e.chain.Step(h, content[x], uint32(x))
 		buf = idx.AppendMembers(buf[:0], e.fingerprint(key{prefix: h, pos: uint32(x), ns: q.ns}))
 		q.seen.SetTo(buf)
 		for i := range q.cands {
@@ -272,7 +273,7 @@ func (e *Engine) gallop(q *query, idx *shard.Index, content []uint64, buf []uint
 		// The prefix hashes grow with the depth hashed, never with the query's length:
 		// a query of a billion blocks that its candidates leave early costs a few.
 		pre := slices.Grow(q.pre, x+1-len(q.pre))[:x+1]
-		e.chain.fill(pre, content, len(q.pre))
+		e.chain.Fill(pre, content, len(q.pre))
 		h := pre[x]
 		q.pre = pre
 		buf = idx.AppendMembers(buf[:0], e.fingerprint(key{prefix: h, pos: uint32(x), ns: q.ns}))
@@ -980,7 +981,7 @@ const firstWave = 1024
 // extend computes the prefix hashes of content up to position hi, each position not yet
 // probed. Every position a query probes or scans has been extended to, so the
 // per-position arrays cost only as much as the prefix the query actually hashes.
-func (q *query) extend(c *chain, content []uint64, hi int) {
+func (q *query) extend(c *chain.Chain, content []uint64, hi int) {
 	from := len(q.pre)
 	if hi < from {
 		return
@@ -988,7 +989,7 @@ func (q *query) extend(c *chain, content []uint64, hi int) {
 	q.pre = slices.Grow(q.pre, hi+1-from)[:hi+1]
 	// (at's entries past what this call stamped hold older stamps or zeros)
 	q.at = slices.Grow(q.at, hi+1-len(q.at))[:hi+1]
-	c.fill(q.pre, content, from)
+	c.Fill(q.pre, content, from)
 }
 
 // reset starts a query whose first content hash is c0.

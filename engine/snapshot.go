@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/kvindex/kvindex/engine/internal/chain"
 	"hash/crc32"
 	"io"
 	"slices"
@@ -23,7 +24,7 @@ import (
 //	magic    "KVIXSNAP"
 //	version  u32 = 5
 //	chain    u32: 0 for SPEC's XXH3 prefix chain, 1 for the keyed chain, then its key
-//	         (4 x u64); the prefixes below are that chain's words (chain.go)
+//	         (4 x u64); the prefixes below are that chain's words (engine/internal/chain)
 //	nsCount  u32, then nsCount names (u32 length + bytes, at most MaxNamespaceLen),
 //	         sorted; a block's namespace is 0 for the default namespace or 1 + its index
 //	         in this list
@@ -84,12 +85,12 @@ func (e *Engine) WriteSnapshot(w io.Writer) error {
 	put32 := func(v uint32) { binary.LittleEndian.PutUint32(scratch[:], v); bw.Write(scratch[:]) }
 	bw.WriteString(snapshotMagic)
 	put32(snapshotVersion)
-	if e.chain.spec {
+	if e.chain.Spec() {
 		put32(chainSpec)
 	} else {
 		put32(chainKeyed)
 		var w8 [8]byte
-		for _, k := range e.chain.key.Words() {
+		for _, k := range e.chain.Key().Words() {
 			binary.LittleEndian.PutUint64(w8[:], k)
 			bw.Write(w8[:])
 		}
@@ -297,7 +298,7 @@ func RestoreBytes(cfg Config, data []byte) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.SpecChain = ch.spec
+	cfg.SpecChain = ch.Spec()
 	e, err := newEngine(cfg, table.NewSeed(), ch)
 	if err != nil {
 		return nil, err
@@ -315,26 +316,26 @@ func RestoreBytes(cfg Config, data []byte) (*Engine, error) {
 }
 
 // chain reads the prefix chain of a snapshot of version v: SPEC's before version 3.
-func (p *snapReader) chain(v uint32) (chain, error) {
+func (p *snapReader) chain(v uint32) (chain.Chain, error) {
 	if v < 3 {
-		return newChain(true, table.Seed{}), nil
+		return chain.New(true, table.Seed{}), nil
 	}
 	switch kind := p.u32(); {
 	case p.err != nil:
-		return chain{}, p.err
+		return chain.Chain{}, p.err
 	case kind == chainSpec:
-		return newChain(true, table.Seed{}), nil
+		return chain.New(true, table.Seed{}), nil
 	case kind == chainKeyed:
 		var w [4]uint64
 		for i := range w {
 			w[i] = p.u64()
 		}
 		if p.err != nil {
-			return chain{}, p.err
+			return chain.Chain{}, p.err
 		}
-		return newChain(false, table.SeedOf(w)), nil
+		return chain.New(false, table.SeedOf(w)), nil
 	default:
-		return chain{}, fmt.Errorf("%w: unknown prefix chain %d", ErrSnapshot, kind)
+		return chain.Chain{}, fmt.Errorf("%w: unknown prefix chain %d", ErrSnapshot, kind)
 	}
 }
 

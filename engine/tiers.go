@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/kvindex/kvindex/engine/internal/chain"
 	"math"
 	"sync/atomic"
 
@@ -231,12 +232,12 @@ func (q *query) heldByAny(e *Engine, comps []*worker, content []uint64, x int) b
 
 // tierPrefix returns the prefix hash of the query's position x, computing the chain as
 // deep as it is asked for once per query (q.tpre; collectTiers empties it).
-func (q *query) tierPrefix(c *chain, content []uint64, x int) uint64 {
+func (q *query) tierPrefix(c *chain.Chain, content []uint64, x int) uint64 {
 	if len(q.tpre) == 0 {
 		q.tpre = append(q.tpre, content[0])
 	}
 	for h := q.tpre[len(q.tpre)-1]; len(q.tpre) <= x; {
-		h = c.step(h, content[len(q.tpre)], uint32(len(q.tpre)))
+		h = c.Step(h, content[len(q.tpre)], uint32(len(q.tpre)))
 		q.tpre = append(q.tpre, h)
 	}
 	return q.tpre[x]

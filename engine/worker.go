@@ -187,7 +187,7 @@ func (w *worker) store(e *Engine, ns uint32, p parentRef, blocks []Block) {
 		parentPrefix := prefix
 		var k key
 		if i > 0 || p.has {
-			k = key{prefix: e.chain.step(prefix, b.Content, pos+1), pos: pos + 1, ns: ns}
+			k = key{prefix: e.chain.Step(prefix, b.Content, pos+1), pos: pos + 1, ns: ns}
 		} else {
 			k = key{prefix: b.Content, pos: 0, ns: ns}
 		}

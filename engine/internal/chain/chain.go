@@ -1,4 +1,10 @@
-package engine
+// Package chain is the engine's prefix chain: it names each position of a sequence of
+// content hashes by one word, the key the index is probed with (the keyed chain, or
+// SPEC's XXH3 chain). A Chain is immutable after New but for its table of position
+// multipliers, which grows by copy-on-write behind an atomic pointer: every method is
+// safe for concurrent use by any goroutine (event appliers and queriers share one), and
+// there is no owner to name. The design and its figures follow.
+package chain
 
 import (
 	"math/bits"
@@ -18,20 +24,20 @@ import (
 // and T(j) a secret odd multiplier per position (chainTable of them precomputed, the rest
 // derived on the fly). The terms of a query are independent of each other, so the CPU
 // computes them in parallel and the serial part of the chain is one add per block: 0.89
-// ns a block against 4.13 for SPEC's XXH3 chain on a 1,500-block query (BenchmarkChain),
+// ns a block against 4.13 for SPEC's XXH3 chain on a 1,500-block query (engine's BenchmarkChain),
 // the hashing that a query held that deep spent most of its time on. Two distinct
 // sequences of one length collide only if their terms' differences sum to zero, and
 // every term is a product with an independent secret multiplier: a client that does not
 // know the key cannot aim at that sum, unlike with an unkeyed step (SPEC's chain is
-// public: a 2^32 birthday search finds a collision offline). TestChainCollisions checks structured
+// public: a 2^32 birthday search finds a collision offline). engine's TestChainCollisions checks structured
 // families (one or two positions changed, swaps, top-bit flips, which cancel in pairs in
 // any linear chain mod 2^64).
 //
 // The spec chain is SPEC's XXH3 chain (hash.Next). An engine uses it when
 // Config.SpecChain says so or when it is restored from a snapshot written with it
-// (versions 1 and 2 were). Snapshots carry the chain's key (see snapshot.go), so a
+// (versions 1 and 2 were). Snapshots carry the chain's key (engine's snapshot.go), so a
 // restored engine probes with the prefixes it saved.
-type chain struct {
+type Chain struct {
 	spec bool
 	key  table.Seed // the keyed chain's secret; its Hash64 gives k and T(j)
 	k    uint64
@@ -52,9 +58,12 @@ const (
 	chainTableMin = 256
 )
 
-// newChain returns the keyed chain with secret s, or the spec chain.
-func newChain(spec bool, s table.Seed) chain {
-	c := chain{spec: spec, key: s}
+// TableMax is chainTable, for tests that must cross it.
+const TableMax = chainTable
+
+// New returns the keyed chain with secret s, or the spec chain.
+func New(spec bool, s table.Seed) Chain {
+	c := Chain{spec: spec, key: s}
 	if spec {
 		return c
 	}
@@ -66,7 +75,7 @@ func newChain(spec bool, s table.Seed) chain {
 }
 
 // grow returns t extended to n multipliers.
-func (c *chain) grow(t []uint64, n int) []uint64 {
+func (c *Chain) grow(t []uint64, n int) []uint64 {
 	nt := make([]uint64, n)
 	copy(nt, t)
 	for j := len(t); j < n; j++ {
@@ -77,7 +86,7 @@ func (c *chain) grow(t []uint64, n int) []uint64 {
 
 // table returns the multipliers, covering position n-1 if n <= chainTable, growing the
 // table to the next power of two that does.
-func (c *chain) table(n int) []uint64 {
+func (c *Chain) table(n int) []uint64 {
 	for {
 		p := c.tab.Load()
 		t := *p
@@ -93,7 +102,7 @@ func (c *chain) table(n int) []uint64 {
 }
 
 // mult returns T(j).
-func (c *chain) mult(j uint32) uint64 {
+func (c *Chain) mult(j uint32) uint64 {
 	if t := *c.tab.Load(); int(j) < len(t) {
 		return t[j]
 	}
@@ -102,15 +111,15 @@ func (c *chain) mult(j uint32) uint64 {
 
 // multPast is mult past the table: it grows the table to cover j, or derives T(j)
 // beyond chainTable.
-func (c *chain) multPast(j uint32) uint64 {
+func (c *Chain) multPast(j uint32) uint64 {
 	if t := c.table(int(j) + 1); int(j) < len(t) {
 		return t[j]
 	}
 	return c.key.Hash64(uint64(j)) | 1
 }
 
-// step returns P(pos) from prev = P(pos-1) and the content hash at pos (pos >= 1).
-func (c *chain) step(prev, content uint64, pos uint32) uint64 {
+// Step returns P(pos) from prev = P(pos-1) and the content hash at pos (pos >= 1).
+func (c *Chain) Step(prev, content uint64, pos uint32) uint64 {
 	if c.spec {
 		return hash.Next(prev, content)
 	}
@@ -118,9 +127,9 @@ func (c *chain) step(prev, content uint64, pos uint32) uint64 {
 	return prev + (hi ^ lo)
 }
 
-// fill sets pre[i] = P(i) for from <= i < len(pre), given pre[from-1] (from >= 1) and
+// Fill sets pre[i] = P(i) for from <= i < len(pre), given pre[from-1] (from >= 1) and
 // content covering len(pre) positions.
-func (c *chain) fill(pre, content []uint64, from int) {
+func (c *Chain) Fill(pre, content []uint64, from int) {
 	if from >= len(pre) {
 		return
 	}
@@ -145,7 +154,13 @@ func (c *chain) fill(pre, content []uint64, from int) {
 		from = n
 	}
 	for i := from; i < len(pre); i++ {
-		h = c.step(h, content[i], uint32(i))
+		h = c.Step(h, content[i], uint32(i))
 		pre[i] = h
 	}
 }
+
+// Spec reports whether c is SPEC's chain.
+func (c *Chain) Spec() bool { return c.spec }
+
+// Key is the keyed chain's secret (a snapshot carries it; New(false, Key()) is c again).
+func (c *Chain) Key() table.Seed { return c.key }
