@@ -19,11 +19,17 @@ SHARED      ?= ../shared
 FUZZTIME    ?=
 fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 
-.PHONY: build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
+.PHONY: test-phases build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
 
 ## test: everything CI runs: lint, race-enabled unit tests, conformance replays, short
-## fuzzing, the docs check.
-test: shared-note lint build386 race conformance fuzz docs-check
+## fuzzing, the docs check. The tools are installed first, one at a time (apt-get holds a
+## lock); then the phases run TEST_JOBS at a time (default 2: lint and the 386 vet leave a
+## core idle half the time), each phase's output printed whole when it ends.
+TEST_JOBS ?= 2
+test: shared-note publisher-deps proto-deps $(STATICCHECK)
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-phases
+
+test-phases: lint build386 race conformance fuzz docs-check
 
 ## docs: regenerate the figure blocks of README.md and docs/*.md (each block's marker
 ## names the command that prints it; internal/docsgen).
