@@ -24,12 +24,13 @@ fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 ## test: everything CI runs: lint, race-enabled unit tests, conformance replays, short
 ## fuzzing, the docs check. The tools are installed first, one at a time (apt-get holds a
 ## lock); then the phases run TEST_JOBS at a time (default 2: lint and the 386 vet leave a
-## core idle half the time), each phase's output printed whole when it ends.
+## core idle half the time), the longest (race) first, each phase's output printed whole
+## when it ends.
 TEST_JOBS ?= 2
 test: shared-note publisher-deps proto-deps $(STATICCHECK)
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-phases
 
-test-phases: lint build386 race conformance fuzz docs-check
+test-phases: race lint build386 conformance fuzz docs-check
 
 ## docs: regenerate the figure blocks of README.md and docs/*.md (each block's marker
 ## names the command that prints it; internal/docsgen).
