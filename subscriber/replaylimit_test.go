@@ -101,7 +101,11 @@ func (nopApply) Apply(*engine.Event) error { return nil }
 // the storm lasts longer than ReplayTimeout: a replay's timeout runs once it holds its
 // slot.
 func TestReplayLimiterBoundsStorm(t *testing.T) {
-	r := newSlowRouter(t, 120*time.Millisecond)
+	// Each reply takes 400 ms and the timeout is 1 s: four rounds of two (1.6 s) outlast
+	// the timeout, and a reply has 600 ms of slack for a loaded machine's scheduling (with
+	// 120 and 300 ms it timed out under make test's parallel phases).
+	const replyAfter, timeout = 400 * time.Millisecond, time.Second
+	r := newSlowRouter(t, replyAfter)
 	lim, err := NewReplayLimiter(2)
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +116,7 @@ func TestReplayLimiterBoundsStorm(t *testing.T) {
 	start := time.Now()
 	for i := range n {
 		s, err := New(Config{Endpoint: "tcp://127.0.0.1:1", ReplayEndpoint: "tcp://" + r.l.Addr().String(),
-			Worker: fmt.Sprint("w", i), Index: nopApply{}, ReplayTimeout: 300 * time.Millisecond, Replays: lim})
+			Worker: fmt.Sprint("w", i), Index: nopApply{}, ReplayTimeout: timeout, Replays: lim})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +135,7 @@ func TestReplayLimiterBoundsStorm(t *testing.T) {
 	if p := r.peak.Load(); p > 2 || r.served.Load() != n {
 		t.Fatalf("peak %d requests at once (limit 2), %d served of %d", p, r.served.Load(), n)
 	}
-	if el := time.Since(start); el < 300*time.Millisecond {
+	if el := time.Since(start); el < timeout {
 		t.Fatalf("the storm took %v: shorter than one ReplayTimeout, so it proved nothing", el)
 	}
 	if st := lim.Stats(); st.Running != 0 || st.Waiting != 0 || st.Waited == 0 || st.Limit != 2 {
