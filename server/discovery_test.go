@@ -107,8 +107,14 @@ func TestFileDiscovery(t *testing.T) {
 	// One engine the server rejects (it claims b's endpoint): the others apply.
 	bad := `[{"endpoint": "` + eps["b"] + `", "worker": "b"}, {"endpoint": "` + eps["b"] + `", "worker": "x"}, {"endpoint": "` + eps["d"] + `", "worker": "d", "model": "m"}]`
 	write(bad, false)
-	waitFor(t, "b(changed), d", func() bool { return slices.Equal(engineKeys(s, server.SourceFile), []string{"b", "d"}) })
-	m := c.text("/metrics")
+	// The watcher applies the list and then records its success: wait for both, or
+	// the metrics may be read between the two.
+	var m string
+	waitFor(t, "b(changed), d", func() bool {
+		m = c.text("/metrics")
+		return slices.Equal(engineKeys(s, server.SourceFile), []string{"b", "d"}) &&
+			strings.Contains(m, `kvindex_discovery_up{source="file"} 1`)
+	})
 	for _, want := range []string{
 		`kvindex_discovery_up{source="file"} 1`,
 		`kvindex_engine_changes_total{change="rejected",source="file"} 1`,
