@@ -80,20 +80,17 @@ func (w *worker) checkTier(seed *table.Seed, published bool) error {
 // a live held record of keys, each record named by as many slots as its seq count.
 func (t *seqTable) check(seed *table.Seed, keys *keyTable) error {
 	n := len(t.slots)
-	used := 0
+	if err := table.CheckRobinHood(n, t.n, func(j uint64) (uint64, bool) {
+		p := &t.slots[j]
+		return table.Dist(t.homeOf(p.mixed()), j, n), p.ref != 0
+	}); err != nil {
+		return fmt.Errorf("seq table: %w", err)
+	}
 	per := make(map[uint32]uint32)
 	for i := range t.slots {
 		s := &t.slots[i]
 		if s.ref == 0 {
 			continue
-		}
-		used++
-		d := table.Dist(t.homeOf(s.mixed()), uint64(i), n)
-		if err := robinHood(d, uint64(i), n, func(j uint64) (uint64, bool) {
-			p := &t.slots[j]
-			return table.Dist(t.homeOf(p.mixed()), j, n), p.ref != 0
-		}); err != nil {
-			return fmt.Errorf("seq %d: %w", s.seq(seed), err)
 		}
 		rid := s.ref - 1
 		if int(rid) >= len(keys.recs) || keys.recs[rid].free() {
@@ -101,34 +98,10 @@ func (t *seqTable) check(seed *table.Seed, keys *keyTable) error {
 		}
 		per[rid]++
 	}
-	if used != t.n {
-		return fmt.Errorf("%d slots used, count says %d", used, t.n)
-	}
 	for i := range keys.recs {
 		if rid := uint32(i); !keys.recs[i].free() && keys.seqs(rid) != per[rid] {
 			return fmt.Errorf("record %d counts %d seqs, %d slots name it", rid, keys.seqs(rid), per[rid])
 		}
-	}
-	return nil
-}
-
-// robinHood checks that a slot at i, d slots past its home, is in Robin Hood order with
-// the slot before it (at, which reports that slot's distance and whether it is used): a
-// slot past its home follows a used slot at most one step nearer to its own home.
-func robinHood(d, i uint64, n int, at func(j uint64) (uint64, bool)) error {
-	if d == 0 {
-		return nil
-	}
-	prev := i - 1
-	if i == 0 {
-		prev = uint64(n - 1)
-	}
-	pd, used := at(prev)
-	switch {
-	case !used:
-		return fmt.Errorf("slot %d lies %d past its home after an empty slot", i, d)
-	case pd+1 < d:
-		return fmt.Errorf("slot %d lies %d past its home after a slot %d past its own", i, d, pd)
 	}
 	return nil
 }
@@ -194,13 +167,11 @@ func (t *keyTable) check(seed *table.Seed) error {
 		return fmt.Errorf("%d ghosts, count says %d", ghosts, t.ghosts)
 	}
 	n := len(t.idx)
-	used := int32(0)
 	for i := range t.idx {
 		s := t.idx[i]
 		if s.ref() == 0 {
 			continue
 		}
-		used++
 		rid := s.ref() - 1
 		if int(rid) >= len(t.recs) || t.recs[rid].free() {
 			return fmt.Errorf("index slot %d names record %d, which is not live", i, rid)
@@ -209,14 +180,11 @@ func (t *keyTable) check(seed *table.Seed) error {
 		if d := table.Dist(table.Home(fp, n), uint64(i), n); d != s.dist() || s.tag() != keyTag(fp) {
 			return fmt.Errorf("index slot %d: dist %d tag %#x, want %d %#x", i, s.dist(), s.tag(), d, keyTag(fp))
 		}
-		if err := robinHood(s.dist(), uint64(i), n, func(j uint64) (uint64, bool) {
-			return t.idx[j].dist(), t.idx[j].ref() != 0
-		}); err != nil {
-			return fmt.Errorf("key index: %w", err)
-		}
 	}
-	if used != t.nidx {
-		return fmt.Errorf("%d index slots used, count says %d", used, t.nidx)
+	if err := table.CheckRobinHood(n, int(t.nidx), func(j uint64) (uint64, bool) {
+		return t.idx[j].dist(), t.idx[j].ref() != 0
+	}); err != nil {
+		return fmt.Errorf("key index: %w", err)
 	}
 	return nil
 }
