@@ -235,17 +235,7 @@ func (e *Engine) Digest(worker string) (WorkerDigest, bool) {
 func (e *Engine) Digests() map[string]WorkerDigest {
 	out := map[string]WorkerDigest{}
 	var names map[uint32]string
-	for ws, i := e.workers(), 0; i < len(ws); i++ {
-		wk := ws[i].Load()
-		if wk == nil || wk.isComponent() {
-			continue
-		}
-		wk.lockMu()
-		if !wk.dead {
-			out[wk.name], names = e.workerDigest(wk, names)
-		}
-		wk.unlockMu()
-	}
+	e.eachLiveWorker(func(wk *worker) { out[wk.name], names = e.workerDigest(wk, names) })
 	return out
 }
 

@@ -248,6 +248,24 @@ func (e *Engine) lookup(name string) *worker {
 // workers returns the registry's id -> worker cells; a nil cell is a free id.
 func (e *Engine) workers() []atomic.Pointer[worker] { return *e.slots.Load() }
 
+// eachLiveWorker calls f for every registered worker that is not a tier component and
+// not removed, with the worker's mutex held (f may not take it again). Workers
+// registered or removed meanwhile may be seen or not; each one f sees is consistent.
+// Concurrent: any goroutine, no engine lock needed.
+func (e *Engine) eachLiveWorker(f func(wk *worker)) {
+	for ws, i := e.workers(), 0; i < len(ws); i++ {
+		wk := ws[i].Load()
+		if wk == nil || wk.isComponent() {
+			continue
+		}
+		wk.lockMu()
+		if !wk.dead {
+			f(wk)
+		}
+		wk.unlockMu()
+	}
+}
+
 // lookupOrCreate returns the live worker named name, registering it if needed.
 func (e *Engine) lookupOrCreate(name string) *worker {
 	if w := e.lookup(name); w != nil {

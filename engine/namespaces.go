@@ -211,30 +211,22 @@ func (e *Engine) sweepNamespaces(force bool) bool {
 // and the predictions under theirs.
 func (e *Engine) namespacesInUse() map[uint32]bool {
 	used := map[uint32]bool{}
-	for ws, i := e.workers(), 0; i < len(ws); i++ {
-		wk := ws[i].Load()
-		if wk == nil || wk.isComponent() {
-			continue
-		}
-		wk.lockMu()
-		if !wk.dead {
-			for tr := range Tier(NumTiers) {
-				if c := e.tierOf(wk, tr, false); c != nil {
-					c.keys.namespacesInUse(used)
-				}
+	e.eachLiveWorker(func(wk *worker) {
+		for tr := range Tier(NumTiers) {
+			if c := e.tierOf(wk, tr, false); c != nil {
+				c.keys.namespacesInUse(used)
 			}
-			if h := wk.hyb; h != nil {
-				for gi := range h.groups {
-					for tr := range NumTiers {
-						for k := range h.groups[gi].held[tr] {
-							used[k.ns] = true
-						}
+		}
+		if h := wk.hyb; h != nil {
+			for gi := range h.groups {
+				for tr := range NumTiers {
+					for k := range h.groups[gi].held[tr] {
+						used[k.ns] = true
 					}
 				}
 			}
 		}
-		wk.unlockMu()
-	}
+	})
 	p := &e.preds
 	p.Lock()
 	p.Namespaces(e.now(), used) // the expired go now, and their names with them

@@ -245,17 +245,7 @@ func (e *Engine) Cursors() map[string]uint64 {
 // the worker's lock.
 func (e *Engine) Positions() map[string]Position {
 	out := map[string]Position{}
-	for ws, i := e.workers(), 0; i < len(ws); i++ {
-		wk := ws[i].Load()
-		if wk == nil || wk.isComponent() {
-			continue
-		}
-		wk.lockMu()
-		if !wk.dead {
-			out[wk.name] = Position{wk.cursor, wk.mark}
-		}
-		wk.unlockMu()
-	}
+	e.eachLiveWorker(func(wk *worker) { out[wk.name] = Position{wk.cursor, wk.mark} })
 	return out
 }
 
