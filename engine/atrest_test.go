@@ -19,7 +19,7 @@ func BenchmarkTraceQueriesAtRest(b *testing.B) {
 	load := func(cfg Config) *Engine { return loadAtRest(b, ops, cfg, nil) }
 	var round2 [][]uint64
 	{
-		e := load(Config{Shards: 1})
+		e := load(Config{Shards: 2}) // (one shard walks: no rounds)
 		for _, q := range queries {
 			r := e.Stats().QueryRounds
 			if _, err := e.FindMatches(ctx, q, nil); err != nil {
@@ -55,7 +55,7 @@ func BenchmarkTraceQueriesAtRest(b *testing.B) {
 }
 
 // BenchmarkQueryWork counts the work of the trace-driven log's queries at rest (KVINDEX_OPS
-// names another log) on a one-shard engine with 8 and 16 dense landings (denseShort,
+// names another log) on a two-shard engine (one shard walks) with 8 and 16 dense landings (denseShort,
 // denseLandings): round trips and probes per query (Stats.QueryRounds, QueryProbes), the
 // measurement behind noteDense's choice between them. The next wave is never sent early
 // (SetSpeculation), so the counts do not depend on timing; ns/op is the time of one pass
@@ -65,7 +65,7 @@ func BenchmarkQueryWork(b *testing.B) {
 	ctx := context.Background()
 	for _, dense := range []int{denseShort, denseLandings} {
 		b.Run(fmt.Sprintf("dense=%d", dense), func(b *testing.B) {
-			e := loadAtRest(b, ops, Config{Shards: 1}, func(e *Engine) {
+			e := loadAtRest(b, ops, Config{Shards: 2}, func(e *Engine) {
 				SetDenseLandings(e, dense)
 				SetSpeculation(e, false)
 			})

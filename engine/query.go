@@ -138,7 +138,7 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 	}()
 	q.ns = ns
 	start := len(dst)
-	if e.cfg.LockedIndex {
+	if e.walks() {
 		var done bool
 		if dst, done = e.walk(q, content, dst); done {
 			ok = true
@@ -195,11 +195,19 @@ const walkLimit = denseLandings
 // positions (the median best score on the trace-driven log is 8); when a candidate is
 // still alive there, walk gives up (done false, dst untouched) and jump search, which is
 // cheaper on long matches, answers the query instead.
+//
+// A one-shard engine walks too, holding its shard's table token (shard.Loop.Hold) where
+// the locked index holds its read lock: the table is the whole index there, so the walk
+// reads it as the locked one does, where jump search would batch its probes into one or
+// two rounds. When the shard does not let the query in (far behind, or busy past
+// serveSpins), the query goes by jump search, whose batches the shard answers itself.
 func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done bool) {
 	slots := e.workers()
 	q.seen.Grow(len(slots))
-	e.locked.RLock()
-	idx := e.shards[0].Index()
+	idx, ok := e.holdIndex()
+	if !ok {
+		return dst, false
+	}
 	buf := idx.AppendMembers(q.sub[0].Out[:0], e.fingerprint(key{prefix: content[0], ns: q.ns}))
 	q.cands = q.cands[:0]
 	gappy := false
@@ -214,7 +222,7 @@ func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done 
 	}
 	if !gappy {
 		q.sub[0].Out = e.gallop(q, idx, content, buf)
-		e.locked.RUnlock()
+		e.letIndex()
 		return e.collect(q, content, dst), true
 	}
 	alive := len(q.cands)
@@ -222,7 +230,7 @@ func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done 
 	x := 1
 	for ; alive > 0 && x < len(content); x++ {
 		if x > walkLimit {
-			e.locked.RUnlock()
+			e.letIndex()
 			q.sub[0].Out = buf
 			return dst, false
 		}
@@ -236,7 +244,7 @@ func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done 
 			}
 		}
 	}
-	e.locked.RUnlock()
+	e.letIndex()
 	q.sub[0].Out = buf
 	for i := range q.cands {
 		if c := &q.cands[i]; c.score == 0 {
@@ -246,8 +254,32 @@ func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done 
 	return e.collect(q, content, dst), true
 }
 
+// walks says whether queries try the direct walk first: the locked index and a
+// one-shard engine, whose one table is the whole index.
+func (e *Engine) walks() bool { return e.cfg.LockedIndex || len(e.shards) == 1 }
+
+// holdIndex makes the caller a reader of the whole index, for walk: the locked index's
+// read lock, or a one-shard engine's table token if the shard lets the query in. letIndex
+// ends it.
+func (e *Engine) holdIndex() (*shard.Index, bool) {
+	if e.cfg.LockedIndex {
+		e.locked.RLock()
+		return e.shards[0].Index(), true
+	}
+	return e.shards[0].Hold()
+}
+
+// letIndex ends what holdIndex began.
+func (e *Engine) letIndex() {
+	if e.cfg.LockedIndex {
+		e.locked.RUnlock()
+		return
+	}
+	e.shards[0].Let()
+}
+
 // gallop scores q.cands, every one of them gap-free and a member of position 0, on the
-// locked index (read-locked by the caller). A gap-free worker holds every ancestor of
+// whole index, which the caller holds (holdIndex). A gap-free worker holds every ancestor of
 // every key it holds, so along a query its memberships are a prefix of the positions:
 // a member of position x is a member of every position before x, and its score is the
 // first position it is not a member of. gallop probes landings at strides that double

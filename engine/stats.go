@@ -28,8 +28,9 @@ type Stats struct {
 	// QueryRounds counts the rounds of probes that queries had answered by the shards
 	// (each batch read on the querying goroutine or sent to its shard and waited for; a
 	// wave sent before the answers to the one before counts with it), and QueryProbes
-	// the positions they probed, both counted as each query ends; the locked baseline
-	// counts neither. Per query, they are the work that a query's latency follows on a
+	// the positions they probed, both counted as each query ends; a query answered by
+	// the direct walk (the locked index, and a one-shard engine that got its shard's
+	// token) counts neither. Per query, they are the work that a query's latency follows on a
 	// sharded engine, read without a clock.
 	QueryRounds, QueryProbes uint64
 	// ProducerWaits counts how often an event had to wait for room in a full shard ring,

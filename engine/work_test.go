@@ -20,7 +20,7 @@ func TestQueryWorkCounters(t *testing.T) {
 		content[i] = uint64(1000 + i)
 		blocks[i] = engine.Block{Content: content[i], Seq: uint64(i + 1)}
 	}
-	for _, shards := range []int{1, 2, 3} {
+	for _, shards := range []int{2, 3} {
 		e := newEngine(t, engine.Config{Shards: shards})
 		engine.SetDenseLandings(e, 16)
 		require.NoError(t, e.Store("w", blocks))
@@ -45,12 +45,18 @@ func TestQueryWorkCounters(t *testing.T) {
 			require.Equal(t, q.probes, after.QueryProbes-before.QueryProbes, "shards=%d score %d: probes", shards, q.score)
 		}
 	}
-	// The locked baseline pays no round trips and counts neither.
-	e := newEngine(t, engine.Config{LockedIndex: true})
-	require.NoError(t, e.Store("w", blocks))
-	_, err := e.FindMatches(ctx, content, nil)
-	require.NoError(t, err)
-	st := e.Stats()
-	require.Zero(t, st.QueryRounds)
-	require.Zero(t, st.QueryProbes)
+	// The direct walk (the locked index; one shard, whose table is the whole index)
+	// pays no round trips and counts neither.
+	for _, cfg := range []engine.Config{{LockedIndex: true}, {Shards: 1}} {
+		e := newEngine(t, cfg)
+		require.NoError(t, e.Store("w", blocks))
+		require.NoError(t, e.Barrier(ctx))
+		m, err := e.FindMatches(ctx, content, nil)
+		require.NoError(t, err)
+		require.Len(t, m, 1)
+		require.Equal(t, 40, m[0].Score)
+		st := e.Stats()
+		require.Zero(t, st.QueryRounds, "%+v", cfg)
+		require.Zero(t, st.QueryProbes, "%+v", cfg)
+	}
 }

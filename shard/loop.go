@@ -268,6 +268,33 @@ const serveSpins = 1 << 12
 // two CPUs: 17.5k events/s meanwhile at one shard without the rule, 839k with it, 778k
 // with every batch sent; the queries 731k, 323k and 234k a second).
 func (s *Loop) Serve(b *Batch) bool {
+	if !s.take() {
+		return false
+	}
+	s.fill(b)
+	s.unlock()
+	return true
+}
+
+// Hold takes the table's token for the caller, as Serve does for one batch, and returns
+// the table to read directly (a one-shard engine's walk: many probes under one token,
+// with no batches): the caller reads it, never writes it, and gives the token back with
+// Let before anything else. It fails (nil, false) where Serve would: the shard is more
+// than a quarter of its ring behind, or its goroutine does not let the querier in within
+// serveSpins tries. Sharded engines only.
+func (s *Loop) Hold() (*Index, bool) {
+	if !s.take() {
+		return nil, false
+	}
+	return s.idx, true
+}
+
+// Let gives back the token Hold took.
+func (s *Loop) Let() { s.unlock() }
+
+// take gets the table's token for a querier (Serve, Hold) between two of run's slices,
+// or reports that it should not wait for it.
+func (s *Loop) take() bool {
 	if s.ring.Len() > s.behind {
 		return false
 	}
@@ -286,8 +313,6 @@ func (s *Loop) Serve(b *Batch) bool {
 		}
 	}
 	s.owner.Acquire()
-	s.fill(b)
-	s.unlock()
 	return true
 }
 
