@@ -79,11 +79,14 @@ func (t *seqTable) find(h uint64) (i uint64, found bool) {
 	n := len(t.slots)
 	for i, d := t.homeOf(h), uint64(0); ; i, d = table.Next(i, n), d+1 {
 		s := &t.slots[i]
-		if s.ref == 0 || table.Dist(t.homeOf(s.mixed()), i, n) < d {
+		if s.ref == 0 {
 			return i, false
 		}
 		if s.lo == lo && s.hi == hi {
 			return i, true
+		}
+		if table.Dist(t.homeOf(s.mixed()), i, n) < d {
+			return i, false
 		}
 	}
 }
@@ -606,9 +609,7 @@ func (t *keyTable) del(seed *table.Seed, rid uint32) {
 // copies the slab (20-byte records), about eight copies per record over its life.
 func (t *keyTable) growRecs() {
 	n := len(t.recs)
-	recs := make([]keyRec, n, n+max(n/8, slabStep))
-	copy(recs, t.recs)
-	t.recs = recs
+	t.recs = append(t.recs[:n:n], make([]keyRec, max(n/8, slabStep))...)[:n]
 }
 
 // slabStep is the least a slab grows by: 64 records, 1 KiB.
