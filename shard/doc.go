@@ -7,14 +7,15 @@
 //
 //	event appliers (worker mutex held) --Delta--> ring --+
 //	Barrier callers ---------------------OpBarrier-----> |--> Loop.Run: Index
-//	queriers: Batch --> Queries channel, or Serve ------>+      acks Barriers, answers Batch.Done
+//	queriers: Batch --> Queries channel, or Serve/Hold ->+      acks Barriers, answers Batch.Done
 //
 // # Ownership
 //
 // One owner, in every mode: the holder of the shard's table token. On a sharded engine
 // that is Loop.Run's goroutine, which applies the ring's deltas in slices of 16 and
 // answers the batches sent on its channel, or, between two slices, a querying
-// goroutine that took the token to read its own batch (Loop.Serve). The locked engine
+// goroutine that took the token to read its own batch (Loop.Serve) or, on a one-shard
+// engine, to walk the table directly (Loop.Hold until Loop.Let). The locked engine
 // (engine.Config.LockedIndex) runs no Run: its RWMutex is the token, written by event
 // appliers under the write lock (Loop.ApplyLocked), read by any number of queriers
 // under the read lock (Loop.FillShared, Loop.Index), which is why a scan's scratch

@@ -46,8 +46,8 @@ type Env struct {
 // Ownership: on a sharded engine idx belongs to whoever holds own: Run, which holds it
 // while it applies deltas and answers the batches sent on Queries, and lets it go
 // between slices of letInEvery deltas when a querier waits for it (want), or a querying
-// goroutine that took it between two slices to answer its own batch (Serve), reading
-// only. buf and the ring's consumer side are Run's alone. On the locked index
+// goroutine that took it between two slices to answer its own batch (Serve) or to read
+// the table directly until it lets it go (Hold, Let), reading only. buf and the ring's consumer side are Run's alone. On the locked index
 // (Env.Locked) there is no Run: idx belongs to the engine's RWMutex (event appliers
 // write it under the write lock with ApplyLocked, queries read it under the read lock
 // with FillShared and Index, many at once), so a fill writes nothing of the shard's but
