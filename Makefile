@@ -19,7 +19,7 @@ SHARED      ?= ../shared
 FUZZTIME    ?=
 fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 
-.PHONY: test-phases build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
+.PHONY: race-pkgs race-invariants race-full test-phases build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
 
 ## test: everything CI runs: lint, race-enabled unit tests, conformance replays, short
 ## fuzzing, the docs check. The tools are installed first, one at a time (apt-get holds a
@@ -30,7 +30,7 @@ TEST_JOBS ?= 2
 test: shared-note publisher-deps proto-deps $(STATICCHECK)
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-phases
 
-test-phases: race lint build386 conformance fuzz docs-check
+test-phases: race-pkgs race-invariants lint race-full build386 conformance fuzz docs-check
 
 ## docs: regenerate the figure blocks of README.md and docs/*.md (each block's marker
 ## names the command that prints it; internal/docsgen).
@@ -58,18 +58,27 @@ publisher-deps:
 unit: publisher-deps
 	$(GO) test -short ./...
 
-## race: the race detector over every package, at the sizes package internal/testsize
-## gives it (a sequential replay is ten times slower under the detector and gives it
-## nothing to find), the engine's, the shards' and the tables' once more with their
-## invariants checked after every change (-tags invariants, package internal/invariants;
-## -short: the histories that honour it shorter, as the checks recount after each event),
-## the owners' race sweep (engine's TestOwnersRace: non-owners racing on each owner's
-## state are reported by the detector), then those sequential checks at full size
-## without it.
-race: publisher-deps
-	$(GO) test -race -count=1 ./...
-	$(GO) test -race -short -tags invariants -count=1 ./engine/... ./shard/... ./internal/table/... ./internal/invariants/
+## race: the race detector over every package, in three parts that make test runs side
+## by side. race-pkgs: every package but the index's own, at the sizes package
+## internal/testsize gives the detector (a sequential replay is ten times slower under it
+## and gives it nothing to find). race-invariants: the index's packages (engine, shard,
+## the table toolkit) under the detector with their invariants checked after every
+## change (-tags invariants, package internal/invariants; -short: the histories that
+## honour it shorter, as the checks recount after each event), then the owners' race
+## sweep (engine's TestOwnersRace: non-owners racing on each owner's state are reported
+## by the detector). race-full: the sequential checks the detector runs short, at full
+## size without it.
+INDEX_PKGS := ./engine/... ./shard/... ./internal/table/... ./internal/invariants/
+race: race-pkgs race-invariants race-full
+
+race-pkgs: publisher-deps
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e '/engine$$' -e '/engine/' -e '/shard$$' -e '/internal/table$$' -e '/internal/invariants$$')
+
+race-invariants:
+	$(GO) test -race -short -tags invariants -count=1 $(INDEX_PKGS)
 	KVINDEX_RACE_SWEEP=1 $(GO) test -count=1 -run '^TestOwnersRace$$' ./engine/
+
+race-full: publisher-deps
 	$(GO) test -count=1 -run '^TestFloodRSSBounded$$' ./subscriber/
 	$(GO) test -count=1 -run '^TestMemoryBudget$$' ./server/
 	$(GO) test -count=1 -run '^TestReferenceModelConformance$$' ./internal/replay/
