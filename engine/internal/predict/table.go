@@ -307,18 +307,21 @@ func (p *Table) ResetMarks() { p.ends = p.ends[:0] }
 // MarkHeld marks pw's entries in namespace ns with key (pos, prefix) on their path:
 // a removal of a block held there contradicts them.
 func (p *Table) MarkHeld(pw *Worker, ns, pos uint32, prefix uint64) {
-	for id := pw.oldest; id != 0; id = p.ents[id].wnext {
-		if x := &p.ents[id]; x.ns == ns && int(pos) < len(x.pre) && x.pre[pos] == prefix {
-			p.ends = appendOnce(p.ends, id)
-		}
-	}
+	p.mark(pw, ns, int(pos), prefix, false)
 }
 
 // MarkConfirmed marks pw's entries in namespace ns whose last key is (at, prefix): a
 // store of that key confirms them.
 func (p *Table) MarkConfirmed(pw *Worker, ns uint32, at int, prefix uint64) {
+	p.mark(pw, ns, at, prefix, true)
+}
+
+// mark marks pw's entries in namespace ns with key (pos, prefix) on their path (as
+// their last key, if last).
+func (p *Table) mark(pw *Worker, ns uint32, pos int, prefix uint64, last bool) {
 	for id := pw.oldest; id != 0; id = p.ents[id].wnext {
-		if x := &p.ents[id]; x.ns == ns && len(x.pre) == at+1 && x.pre[at] == prefix {
+		x := &p.ents[id]
+		if x.ns == ns && pos < len(x.pre) && x.pre[pos] == prefix && (!last || len(x.pre) == pos+1) {
 			p.ends = appendOnce(p.ends, id)
 		}
 	}
