@@ -93,10 +93,12 @@ func (x engineIndex) FindMatches(content []uint64, dst []engine.Match) ([]engine
 
 // QueryWork returns the engine's counts of the round trips and probes its queries
 // made so far (engine.Stats.QueryRounds, QueryProbes); ok is false for the locked
-// baseline, which counts neither.
+// index and a one-shard engine, whose queries walk the index directly (counting
+// neither, but for the one shard's jump-search fallbacks).
 func (x engineIndex) QueryWork() (rounds, probes uint64, ok bool) {
 	st := x.e.Stats()
-	return st.QueryRounds, st.QueryProbes, !x.e.Config().LockedIndex
+	cfg := x.e.Config()
+	return st.QueryRounds, st.QueryProbes, !cfg.LockedIndex && cfg.Shards > 1
 }
 
 func (x engineIndex) Sync() error   { return x.e.Barrier(context.Background()) }
