@@ -3,41 +3,117 @@ package engine
 import (
 	"fmt"
 	"strings"
+	"unsafe"
 
+	"github.com/kvindex/kvindex/engine/internal/worker"
 	"github.com/kvindex/kvindex/internal/invariants"
-	"github.com/kvindex/kvindex/shard"
 )
 
 // The events protocol: a worker's events are applied under its mutex (lockFor,
-// lockLive), on the caller's goroutine, into the worker's bookkeeping (worker.go,
-// tables.go, tiers.go, groups.go; the predictions' hooks in predict.go), and the
-// membership changes they make leave at flush for the shards' rings (or, on the locked
-// index, for the table itself under the engine's write lock), in event order per
-// worker. Every function here runs on an event caller's goroutine; the ones that take
-// a *worker are called with its mutex held (the holder owns the worker), and none
-// takes the worker's mutex after the prediction table's.
+// lockLive), on the caller's goroutine, into the worker's bookkeeping (package
+// engine/internal/worker; groups.go for the declared groups' rules; the predictions'
+// hooks in predict.go), and the membership changes they make leave at flush for the
+// shards' rings (or, on the locked index, for the table itself under the engine's write
+// lock), in event order per worker. Every function here runs on an event caller's
+// goroutine; the ones that take a *worker.Worker are called with its mutex held (the
+// holder owns the worker), and none takes the worker's mutex after the prediction
+// table's.
 
 // getOutbox takes a scratch for locked workers from the pool.
-func (e *Engine) getOutbox() *outbox {
-	if o, _ := e.outboxes.Get().(*outbox); o != nil {
+func (e *Engine) getOutbox() *worker.Outbox {
+	if o, _ := e.outboxes.Get().(*worker.Outbox); o != nil {
 		return o
 	}
-	return &outbox{pend: make([][]shard.Delta, len(e.shards))}
+	return worker.NewOutbox(len(e.shards))
 }
 
 // unlock takes back the outbox of a worker locked by lockLive (flushed, so empty) and
 // unlocks it.
-func (e *Engine) unlock(w *worker) {
-	w.out = nil
-	w.components(func(_ Tier, c *worker) { c.out = nil })
-	w.unlockMu()
+func (e *Engine) unlock(w *worker.Worker) {
+	w.SetOutbox(nil)
+	w.Unlock()
+}
+
+// The engine's Block is the worker package's: the conversion below compiles only while
+// the two structs are identical, so blocksOf may view one slice as the other.
+var _ = worker.Block(Block{})
+
+// blocksOf views an event's blocks as the worker package's, without copying.
+func blocksOf(b []Block) []worker.Block {
+	return unsafe.Slice((*worker.Block)(unsafe.Pointer(unsafe.SliceData(b))), len(b))
+}
+
+// maxPending bounds the deltas a worker holds back during a run of events (ApplyBatch)
+// before it hands them to the shards, and the buffer capacity it keeps afterwards.
+const maxPending = 1024
+
+// flush hands the deltas of w's events to the shard rings and publishes its gap flags
+// and counters (worker.Worker.Publish). Called with w's mutex held, so one worker's
+// deltas enter each ring in event order.
+func (e *Engine) flush(w *worker.Worker) error {
+	w.CheckOwner("worker flush")
+	o := w.Outbox()
+	if e.cfg.LockedIndex && !e.hooks.dropDeltas {
+		// The locked index takes the flags with the deltas, under the write lock: a
+		// query reads them under the read lock, so it sees a worker's gap flag and its
+		// memberships of one moment. gallop trusts a gap-free flag for every position;
+		// published before the deltas, a flag cleared by an event that fills a hole
+		// would meet the index with the hole still in it.
+		e.locked.Lock()
+		e.shards[0].ApplyLocked(o.Pend[0])
+		w.Publish(&e.env)
+		e.locked.Unlock()
+		o.Pend[0] = o.Pend[0][:0]
+		o.Pending = 0
+	} else {
+		w.Publish(&e.env)
+	}
+	if invariants.Enabled {
+		w.MustCheck(&e.env, true)
+	}
+	if o.Events != 0 {
+		e.events.Add(o.Events)
+		o.Events = 0
+	}
+	if o.Skipped != 0 {
+		e.skippedRemovals.Add(o.Skipped)
+		o.Skipped = 0
+	}
+	if e.hooks.dropDeltas {
+		for s := range o.Pend {
+			o.Pend[s] = o.Pend[s][:0]
+		}
+		o.Pending = 0
+		return nil
+	}
+	if e.cfg.LockedIndex {
+		return nil
+	}
+	var err error
+	for s := range o.Pend {
+		if len(o.Pend[s]) == 0 {
+			continue
+		}
+		if _, perr := e.shards[s].Ring().PushBatch(o.Pend[s]); perr != nil && err == nil {
+			// A ring fails a push only once Close (or a failed shard) has closed it: the
+			// caller gets the engine's reason, as from every other call.
+			err = e.err()
+		}
+		clear(o.Pend[s])
+		o.Pend[s] = o.Pend[s][:0]
+		if cap(o.Pend[s]) > 4*maxPending {
+			o.Pend[s] = nil // a huge event passed: do not keep its buffer
+		}
+	}
+	o.Pending = 0
+	return err
 }
 
 // lockLive locks the live worker named name (creating it when create is set), lends it
 // out, and returns it, or nil when there is none. hint, when not nil, is the worker the
 // name named a moment ago (ApplyBatch keeps a few): it spares the name lookup. It
 // retries when it races with RemoveWorker.
-func (e *Engine) lockLive(name string, create bool, hint *worker, out *outbox) *worker {
+func (e *Engine) lockLive(name string, create bool, hint *worker.Worker, out *worker.Outbox) *worker.Worker {
 	for {
 		w := hint
 		hint = nil
@@ -48,13 +124,12 @@ func (e *Engine) lockLive(name string, create bool, hint *worker, out *outbox) *
 				return nil
 			}
 		}
-		w.lockMu()
-		if !w.dead {
-			w.out = out
-			w.components(func(_ Tier, c *worker) { c.out = out })
+		w.Lock()
+		if !w.Dead() {
+			w.SetOutbox(out)
 			return w
 		}
-		w.unlockMu()
+		w.Unlock()
 	}
 }
 
@@ -162,9 +237,9 @@ type Position struct {
 }
 
 // setPosition records ev's position in w (locked), as Event.Cursor says.
-func (w *worker) setPosition(ev *Event) {
+func setPosition(w *worker.Worker, ev *Event) {
 	if ev.Cursor != 0 || ev.Kind == EventCleared || ev.Kind == EventRemoveWorker {
-		w.cursor, w.mark = ev.Cursor, ev.Mark
+		w.SetPosition(ev.Cursor, ev.Mark)
 	}
 }
 
@@ -183,9 +258,9 @@ func (e *Engine) Apply(ev *Event) error {
 	gone, err := e.applyLocked(w, ev)
 	if !gone {
 		if invariants.Enabled {
-			w.mustCheck(e, false)
+			w.MustCheck(&e.env, false)
 		}
-		if ferr := w.flush(e); err == nil {
+		if ferr := e.flush(w); err == nil {
 			err = ferr
 		}
 	}
@@ -204,14 +279,14 @@ func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
 	defer e.outboxes.Put(out)
 	// recent remembers the last workers the batch locked: an engine's batch interleaves
 	// few workers, and a name compare is cheaper than a lookup in the name table.
-	var recent [4]*worker
+	var recent [4]*worker.Worker
 	next := 0
-	var w *worker
+	var w *worker.Worker
 	release := func() {
 		if w == nil {
 			return
 		}
-		if err := w.flush(e); err != nil && errs[len(errs)-1] == nil {
+		if err := e.flush(w); err != nil && errs[len(errs)-1] == nil {
 			errs[len(errs)-1] = err
 		}
 		e.unlock(w)
@@ -219,14 +294,14 @@ func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
 	}
 	for k := range evs {
 		ev := &evs[k]
-		if w != nil && w.name != ev.Worker {
+		if w != nil && w.Name() != ev.Worker {
 			release()
 		}
 		apply, err := e.check(ev)
 		if apply && w == nil {
-			var hint *worker
+			var hint *worker.Worker
 			for _, r := range recent {
-				if r != nil && r.name == ev.Worker {
+				if r != nil && r.Name() == ev.Worker {
 					hint = r
 					break
 				}
@@ -240,14 +315,14 @@ func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
 			var gone bool
 			gone, err = e.applyLocked(w, ev)
 			if invariants.Enabled && !gone {
-				w.mustCheck(e, false)
+				w.MustCheck(&e.env, false)
 			}
 			switch {
 			case gone:
 				e.unlock(w) // flushed already
 				w = nil
-			case err == nil && out.npend >= maxPending:
-				err = w.flush(e)
+			case err == nil && out.Pending >= maxPending:
+				err = e.flush(w)
 			}
 		}
 		errs = append(errs, err)
@@ -308,7 +383,7 @@ func (e *Engine) check(ev *Event) (apply bool, err error) {
 // the event's outcome). Only a valid root store makes an unknown worker known, so such a
 // store is checked here before the worker exists (and again, like every store, by
 // storeLocked: once per worker, not worth a flag).
-func (e *Engine) lockFor(ev *Event, hint *worker, out *outbox) (w *worker, err error) {
+func (e *Engine) lockFor(ev *Event, hint *worker.Worker, out *worker.Outbox) (w *worker.Worker, err error) {
 	if w = e.lockLive(ev.Worker, false, hint, out); w != nil {
 		return w, nil
 	}
@@ -324,8 +399,7 @@ func (e *Engine) lockFor(ev *Event, hint *worker, out *outbox) (w *worker, err e
 			e.rejParent.Add(1)
 			return nil, fmt.Errorf("%w: worker %q is unknown", ErrParentNotFound, strings.Clone(ev.Worker))
 		}
-		probe := worker{out: out}
-		if !probe.validateStore(&e.seed, 0, false, ev.Blocks) {
+		if !out.ValidStore(&e.env, 0, false, blocksOf(ev.Blocks)) {
 			e.rejInvalid.Add(1)
 			return nil, fmt.Errorf("%w: a seq appears twice in one event", ErrInvalidEvent)
 		}
@@ -345,8 +419,8 @@ func (e *Engine) lockFor(ev *Event, hint *worker, out *outbox) (w *worker, err e
 // deltas stay in w.out until the caller flushes. gone says the event forgot the worker,
 // which is then flushed already (its lock is still held). While the engine holds
 // predictions, the event also ends those it covers or contradicts (predict.go).
-func (e *Engine) applyLocked(w *worker, ev *Event) (gone bool, err error) {
-	w.owner.Check("worker event")
+func (e *Engine) applyLocked(w *worker.Worker, ev *Event) (gone bool, err error) {
+	w.CheckOwner("worker event")
 	if groupedEvent(w, ev) {
 		return e.applyGrouped(w, ev) // groups.go
 	}
@@ -354,7 +428,7 @@ func (e *Engine) applyLocked(w *worker, ev *Event) (gone bool, err error) {
 }
 
 // applyPlain is applyLocked for a worker without groups.
-func (e *Engine) applyPlain(w *worker, ev *Event) (gone bool, err error) {
+func (e *Engine) applyPlain(w *worker.Worker, ev *Event) (gone bool, err error) {
 	if e.preds.Live() != 0 {
 		return e.predictedEvent(w, ev)
 	}
@@ -362,8 +436,8 @@ func (e *Engine) applyPlain(w *worker, ev *Event) (gone bool, err error) {
 }
 
 // applyEvent is applyLocked without the predictions.
-func (e *Engine) applyEvent(w *worker, ev *Event) (gone bool, err error) {
-	w.setPosition(ev)
+func (e *Engine) applyEvent(w *worker.Worker, ev *Event) (gone bool, err error) {
+	setPosition(w, ev)
 	switch ev.Kind {
 	case EventStored:
 		ns, err := e.eventNamespace(ev.Namespace)
@@ -372,55 +446,46 @@ func (e *Engine) applyEvent(w *worker, ev *Event) (gone bool, err error) {
 		}
 		return false, e.storeLocked(w, ns, ev)
 	case EventRemoved:
-		if c := e.tierOf(w, ev.Tier, false); c != nil {
-			w.out.skipped += uint64(c.remove(e, ev.Seqs))
-		} else {
-			w.out.skipped += uint64(len(ev.Seqs))
-		}
+		w.Outbox().Skipped += uint64(w.Remove(&e.env, worker.Tier(ev.Tier), ev.Seqs))
 	case EventCopied:
-		e.skippedCopies.Add(uint64(e.copyLocked(w, ev.Tier, ev.Seqs)))
+		e.skippedCopies.Add(uint64(w.Copy(&e.env, worker.Tier(ev.Tier), ev.Seqs)))
 	case EventCleared:
-		w.clearTiers(e)
+		w.Clear(&e.env)
 	case EventRemoveWorker:
-		w.clearTiers(e)
-		w.out.events++
-		err = w.flush(e)
-		w.dead = true
+		w.Clear(&e.env)
+		w.Outbox().Events++
+		err = e.flush(w)
+		w.SetDead()
 		e.unregister(w)
 		return true, err
 	}
-	w.out.events++
+	w.Outbox().Events++
 	return false, nil
 }
 
 // storeLocked applies a stored event to w (locked). The parent is resolved first, so an
 // event faulty in both ways reports ErrParentNotFound.
 // The parent may live on another tier than the event's (Event.Tier).
-func (e *Engine) storeLocked(w *worker, ns uint32, ev *Event) error {
-	var p parentRef
-	var holder *worker
+func (e *Engine) storeLocked(w *worker.Worker, ns uint32, ev *Event) error {
+	var p worker.Parent
+	tier := worker.Tier(ev.Tier)
 	if ev.HasParent {
-		h, rid, ok := e.parentOf(w, ev.Tier, ev.Parent)
-		if !ok || h.keys.ns(rid) != ns {
+		var ok bool
+		if p, ok = w.FindParent(&e.env, tier, ev.Parent); !ok || p.Key.NS != ns {
 			e.rejParent.Add(1)
-			return fmt.Errorf("%w: worker %q does not hold %d in this namespace", ErrParentNotFound, w.name, ev.Parent)
+			return fmt.Errorf("%w: worker %q does not hold %d in this namespace", ErrParentNotFound, w.Name(), ev.Parent)
 		}
-		pos := h.keys.pos(rid)
-		holder, p = h, parentRef{has: true, prefix: h.keys.recs[rid].prefix(), pos: pos, ref: rid + 1}
-		if uint64(pos)+uint64(len(ev.Blocks)) >= MaxDepth {
+		if uint64(p.Key.Pos)+uint64(len(ev.Blocks)) >= MaxDepth {
 			e.rejInvalid.Add(1)
 			return fmt.Errorf("%w: chain deeper than %d blocks", ErrInvalidEvent, MaxDepth)
 		}
 	}
-	if !w.validateStore(&e.seed, ev.Parent, ev.HasParent, ev.Blocks) {
+	blocks := blocksOf(ev.Blocks)
+	if !w.Outbox().ValidStore(&e.env, ev.Parent, ev.HasParent, blocks) {
 		e.rejInvalid.Add(1)
 		return fmt.Errorf("%w: a seq appears twice in one event or equals the parent", ErrInvalidEvent)
 	}
-	t := e.tierOf(w, ev.Tier, true)
-	if holder != t {
-		p.ref = 0 // the parent's record is in another tier's table: addKey finds or makes it
-	}
-	t.store(e, ns, p, ev.Blocks)
-	w.out.events++
+	w.Store(&e.env, tier, ns, p, blocks)
+	w.Outbox().Events++
 	return nil
 }

@@ -171,9 +171,10 @@ func exactTableBytes(e *Engine) exactTables {
 	t := exactTables{index: float64(st.IndexBytes) / n}
 	for ws, i := e.workers(), 0; i < len(ws); i++ {
 		if w := ws[i].Load(); w != nil {
-			t.recs += float64(cap(w.keys.recs)*int(unsafe.Sizeof(keyRec{}))) / n
-			t.seqs += float64(cap(w.seqs.slots)*int(unsafe.Sizeof(seqSlot{}))) / n
-			t.keyIdx += float64(cap(w.keys.idx)*int(unsafe.Sizeof(keySlot{}))) / n
+			fp := w.Footprint()
+			t.recs += float64(fp.RecBytes) / n
+			t.seqs += float64(fp.SeqBytes) / n
+			t.keyIdx += float64(fp.IdxBytes) / n
 		}
 	}
 	return t
@@ -236,15 +237,15 @@ func (f *floorReplay) run(ops []oplog.Op, record bool) time.Duration {
 		w := &f.seqs[wid]
 		switch op.Kind {
 		case oplog.Stored:
-			var k key
+			var k floorKey
 			if op.HasParent {
 				k, _ = w.get(op.Parent)
 			}
 			for j, bl := range op.Blocks {
 				if j > 0 || op.HasParent {
-					k = key{prefix: hash.Next(k.prefix, bl[0]), pos: k.pos + 1}
+					k = floorKey{prefix: hash.Next(k.prefix, bl[0]), pos: k.pos + 1}
 				} else {
-					k = key{prefix: bl[0]}
+					k = floorKey{prefix: bl[0]}
 				}
 				w.put(bl[1], k)
 				emit(floorDelta{k: shard.Hash(floorSeed, shard.Key{Prefix: k.prefix, Pos: k.pos}), w: wid, op: shard.OpAdd})
@@ -293,6 +294,13 @@ func (f *floorReplay) replayDeltas() time.Duration {
 	return time.Since(start)
 }
 
+// floorKey is a floor key: a position and prefix (the floor has no namespaces), 16
+// bytes as the engine's keys.
+type floorKey struct {
+	prefix uint64
+	pos    uint32
+}
+
 // floorSeqs is the floor's seq -> key table: flat, linear probing, unseeded, no
 // deletion but by backward shift; the least a removal by engine hash needs.
 type floorSeqs struct {
@@ -302,15 +310,15 @@ type floorSeqs struct {
 
 type floorSeq struct {
 	seq uint64
-	k   key
+	k   floorKey
 	ok  bool
 }
 
 func (t *floorSeqs) home(seq uint64) uint64 { return table.Home(seq*0x9e3779b97f4a7c15, len(t.slots)) }
 
-func (t *floorSeqs) get(seq uint64) (key, bool) {
+func (t *floorSeqs) get(seq uint64) (floorKey, bool) {
 	if t.n == 0 {
-		return key{}, false
+		return floorKey{}, false
 	}
 	for i := t.home(seq); ; i = table.Next(i, len(t.slots)) {
 		if s := &t.slots[i]; !s.ok || s.seq == seq {
@@ -319,7 +327,7 @@ func (t *floorSeqs) get(seq uint64) (key, bool) {
 	}
 }
 
-func (t *floorSeqs) put(seq uint64, k key) {
+func (t *floorSeqs) put(seq uint64, k floorKey) {
 	if table.Full(t.n, len(t.slots)) {
 		old := t.slots
 		t.slots = make([]floorSeq, table.Grown(len(old)))

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/kvindex/kvindex/engine/internal/worker"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
 )
@@ -22,7 +23,7 @@ func TestWorkerTablesCheck(t *testing.T) {
 		for seed := uint64(1); seed <= 6; seed++ {
 			t.Run(fmt.Sprintf("tiers=%v/seed=%d", tiers, seed), func(t *testing.T) {
 				r := rand.New(rand.NewPCG(seed, 21))
-				// Long chains (seeds 5, 6) grow tables past tableFloor and shrink them
+				// Long chains (seeds 5, 6) grow tables past worker.TableFloor and shrink them
 				// again: compact renumbers and relinks the records.
 				opt := refmodel.RandomOptions{Alphabet: int(1 + seed%4), MaxChain: []int{40, 300}[seed/5], Tiers: tiers}
 				ops := refmodel.RandomOps(r, 1500, opt)
@@ -41,10 +42,10 @@ func TestWorkerTablesCheck(t *testing.T) {
 					}
 					ws := e.workers()
 					for j := range ws {
-						if w := ws[j].Load(); w != nil && !w.isComponent() {
-							w.mu.Lock()
-							err := w.check(&e.seed, true)
-							w.mu.Unlock()
+						if w := ws[j].Load(); w != nil && !w.IsComponent() {
+							w.Lock()
+							err := w.Check(&e.env, true)
+							w.Unlock()
 							if err != nil {
 								t.Fatalf("op %d (%v): %v", i, ops[i].Kind, err)
 							}
@@ -66,7 +67,7 @@ func checkEvent(op *oplog.Op) Event {
 	return ev
 }
 
-// TestWorkerTablesCompact grows a worker's tables past tableFloor (two 400-block chains
+// TestWorkerTablesCompact grows a worker's tables past worker.TableFloor (two 400-block chains
 // sharing 100 blocks, holes cut into both) and removes nine blocks in ten, so that
 // compact renumbers the records and relinks them, checking the worker after every
 // event, on a single-tier worker and on one with a host tier.
@@ -84,9 +85,9 @@ func TestWorkerTablesCompact(t *testing.T) {
 					t.Fatal(err)
 				}
 				w := e.lookup("w")
-				w.mu.Lock()
-				defer w.mu.Unlock()
-				if err := w.check(&e.seed, true); err != nil {
+				w.Lock()
+				defer w.Unlock()
+				if err := w.Check(&e.env, true); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -105,7 +106,7 @@ func TestWorkerTablesCompact(t *testing.T) {
 			for _, s := range []uint64{50, 150, 10_050} {
 				apply(Event{Kind: EventRemoved, Worker: "w", Seqs: []uint64{s}})
 			}
-			if n := len(e.lookup("w").keys.recs); n < 600 {
+			if n := e.lookup("w").Footprint().Slab; n < 600 {
 				t.Fatalf("%d records, want the tables grown", n)
 			}
 			for i := range a {
@@ -118,8 +119,8 @@ func TestWorkerTablesCompact(t *testing.T) {
 					apply(Event{Kind: EventRemoved, Worker: "w", Seqs: []uint64{b[i].Seq}})
 				}
 			}
-			if w := e.lookup("w"); len(w.keys.recs) > 4*int(w.keys.n)+tableFloor {
-				t.Fatalf("%d records in a slab of %d: never compacted", w.keys.n, len(w.keys.recs))
+			if fp := e.lookup("w").Footprint(); fp.Slab > 4*fp.Records+worker.TableFloor {
+				t.Fatalf("%d records in a slab of %d: never compacted", fp.Records, fp.Slab)
 			}
 		})
 	}

@@ -1,11 +1,10 @@
 package engine
 
 import (
-	"fmt"
 	"slices"
 	"sort"
 
-	"github.com/kvindex/kvindex/internal/table"
+	"github.com/kvindex/kvindex/engine/internal/worker"
 )
 
 // Digests: an order-independent summary of what each worker holds, so that two replicas
@@ -23,10 +22,10 @@ import (
 // practice another seq.
 //
 // How: each entry contributes term(seq, position), and each table keeps, per namespace,
-// the wrapping sum of its entries' terms and their count (a digestCell), updated where
-// an entry becomes held or stops being held (worker.store, remove, clear, storeKey,
-// Restore's loadTier; hybrid.put, remove): O(1) per entry, no allocation but the first
-// entry of a namespace other than the default. A digest is read under the worker's
+// the wrapping sum of its entries' terms and their count (a worker.DigestCell), updated
+// where an entry becomes held or stops being held (package engine/internal/worker):
+// O(1) per entry, no allocation but the first entry of a namespace other than the
+// default. A digest is read under the worker's
 // mutex by combining its cells: each non-empty cell (tier, group, namespace name, sum,
 // count) is mixed into one 64-bit value, and the worker's digest is the sum of its
 // cells' values, so that it too is independent of the order the entries arrived in.
@@ -55,103 +54,6 @@ type WorkerDigest struct {
 	Namespaces map[string]Digest
 }
 
-// digestCell is one table's entries in one namespace: the wrapping sum of their terms
-// and their count.
-type digestCell struct {
-	sum uint64
-	n   int64
-}
-
-// digests is one table's cells: the default namespace's inline, the others by engine
-// namespace id (an entry leaves the map when its count drops to 0, so a namespace the
-// sweep drops has none). Owned like the table by the holder of the worker's mutex.
-type digests struct {
-	def   digestCell
-	other map[uint32]digestCell
-}
-
-// add adds term t (sign: +1 held, -1 no longer held) to namespace ns.
-func (d *digests) add(ns uint32, t uint64, sign int64) {
-	if ns == 0 {
-		d.def.sum += t * uint64(sign)
-		d.def.n += sign
-		return
-	}
-	if d.other == nil {
-		d.other = make(map[uint32]digestCell)
-	}
-	c := d.other[ns]
-	c.sum += t * uint64(sign)
-	c.n += sign
-	if c.n == 0 {
-		delete(d.other, ns)
-		return
-	}
-	d.other[ns] = c
-}
-
-// addCell adds a namespace's accumulated change (a stored event's: every block in one
-// namespace).
-func (d *digests) addCell(ns uint32, c digestCell) {
-	if c.n == 0 && c.sum == 0 {
-		return
-	}
-	if ns == 0 {
-		d.def.sum += c.sum
-		d.def.n += c.n
-		return
-	}
-	if d.other == nil {
-		d.other = make(map[uint32]digestCell)
-	}
-	o := d.other[ns]
-	o.sum += c.sum
-	o.n += c.n
-	if o.n == 0 {
-		delete(d.other, ns)
-		return
-	}
-	d.other[ns] = o
-}
-
-// reset empties d (keeping its map).
-func (d *digests) reset() {
-	d.def = digestCell{}
-	clear(d.other)
-}
-
-// each calls f for each non-empty cell.
-func (d *digests) each(f func(ns uint32, c digestCell)) {
-	if d.def.n != 0 {
-		f(0, d.def)
-	}
-	for ns, c := range d.other {
-		f(ns, c)
-	}
-}
-
-const (
-	digestGolden = 0x9e3779b97f4a7c15
-	digestOdd    = 0xd6e8feb86659fd93
-)
-
-// fmix64 is MurmurHash3's 64-bit finalizer: a bijection whose every output bit depends
-// on every input bit.
-func fmix64(x uint64) uint64 {
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb9fe1a85ec53
-	x ^= x >> 33
-	return x
-}
-
-// digestTerm is the term of one entry: seq held at position pos (a dense table's key
-// position; a group's end in units).
-func digestTerm(seq uint64, pos uint32) uint64 {
-	return fmix64(seq ^ (uint64(pos)*digestGolden + digestOdd))
-}
-
 // nameHash is a stable 64-bit hash of a name (FNV-1a, finalised), the same in every
 // process.
 func nameHash(s string) uint64 {
@@ -160,38 +62,15 @@ func nameHash(s string) uint64 {
 		h ^= uint64(s[i])
 		h *= 0x100000001b3
 	}
-	return fmix64(h)
-}
-
-// cellValue mixes a non-empty cell with what it is a cell of: tier, group (0 for a
-// dense table, 1 + its index for a declared group) and namespace name hash.
-func cellValue(tier Tier, group int, nsHash uint64, c digestCell) uint64 {
-	class := fmix64((uint64(tier)<<32 | uint64(uint32(group))) + digestOdd)
-	return fmix64(fmix64(c.sum^class^nsHash) + uint64(c.n)*digestGolden)
-}
-
-// digestOf combines the cells of primary w (locked) per namespace id: its tier tables
-// and, if it declared groups, theirs.
-func (w *worker) digestOf(f func(ns uint32, tier Tier, group int, c digestCell)) {
-	w.dg.each(func(ns uint32, c digestCell) { f(ns, TierDevice, 0, c) })
-	w.components(func(t Tier, c *worker) {
-		c.dg.each(func(ns uint32, cell digestCell) { f(ns, t, 0, cell) })
-	})
-	if h := w.hyb; h != nil {
-		for gi := range h.groups {
-			for t := range h.groups[gi].dg {
-				h.groups[gi].dg[t].each(func(ns uint32, c digestCell) { f(ns, Tier(t), gi+1, c) })
-			}
-		}
-	}
+	return worker.Fmix64(h)
 }
 
 // workerDigest is w's digest (w locked). names maps namespace ids to names (nil: look
 // them up when the worker holds blocks outside the default namespace).
-func (e *Engine) workerDigest(w *worker, names map[uint32]string) (WorkerDigest, map[uint32]string) {
+func (e *Engine) workerDigest(w *worker.Worker, names map[uint32]string) (WorkerDigest, map[uint32]string) {
 	out := WorkerDigest{Namespaces: map[string]Digest{}}
 	def := nameHash("")
-	w.digestOf(func(ns uint32, tier Tier, group int, c digestCell) {
+	w.EachDigestCell(func(ns uint32, tier worker.Tier, group int, c worker.DigestCell) {
 		name, h := "", def
 		if ns != 0 {
 			if names == nil {
@@ -200,13 +79,13 @@ func (e *Engine) workerDigest(w *worker, names map[uint32]string) (WorkerDigest,
 			name = names[ns]
 			h = nameHash(name)
 		}
-		v := cellValue(tier, group, h, c)
+		v := c.Value(tier, group, h)
 		d := out.Namespaces[name]
 		d.Sum += v
-		d.Blocks += int(c.n)
+		d.Blocks += int(c.N)
 		out.Namespaces[name] = d
 		out.Sum += v
-		out.Blocks += int(c.n)
+		out.Blocks += int(c.N)
 	})
 	return out, names
 }
@@ -220,13 +99,13 @@ func (e *Engine) Digest(worker string) (WorkerDigest, bool) {
 		if w == nil {
 			return WorkerDigest{}, false
 		}
-		w.lockMu()
-		if w.dead { // removed since the lookup: look again
-			w.unlockMu()
+		w.Lock()
+		if w.Dead() { // removed since the lookup: look again
+			w.Unlock()
 			continue
 		}
 		d, _ := e.workerDigest(w, nil)
-		w.unlockMu()
+		w.Unlock()
 		return d, true
 	}
 }
@@ -235,7 +114,7 @@ func (e *Engine) Digest(worker string) (WorkerDigest, bool) {
 func (e *Engine) Digests() map[string]WorkerDigest {
 	out := map[string]WorkerDigest{}
 	var names map[uint32]string
-	e.eachLiveWorker(func(wk *worker) { out[wk.name], names = e.workerDigest(wk, names) })
+	e.eachLiveWorker(func(wk *worker.Worker) { out[wk.Name()], names = e.workerDigest(wk, names) })
 	return out
 }
 
@@ -248,7 +127,7 @@ func NamespaceDigests(ws map[string]WorkerDigest) map[string]Digest {
 		wh := nameHash(name)
 		for ns, d := range wd.Namespaces {
 			o := out[ns]
-			o.Sum += fmix64(d.Sum ^ wh)
+			o.Sum += worker.Fmix64(d.Sum ^ wh)
 			o.Blocks += d.Blocks
 			out[ns] = o
 		}
@@ -275,57 +154,4 @@ func DiffDigests(a, b map[string]WorkerDigest) []string {
 	}
 	sort.Strings(out)
 	return slices.Compact(out)
-}
-
-// recount returns d recomputed from scratch by f, which calls add for each entry.
-func recount(f func(add func(ns uint32, seq uint64, pos uint32))) digests {
-	var d digests
-	f(func(ns uint32, seq uint64, pos uint32) { d.add(ns, digestTerm(seq, pos), 1) })
-	return d
-}
-
-// equal reports whether d and o have the same cells.
-func (d *digests) equal(o *digests) bool {
-	return d.def == o.def && len(d.other) == len(o.other) && func() bool {
-		for ns, c := range d.other {
-			if o.other[ns] != c {
-				return false
-			}
-		}
-		return true
-	}()
-}
-
-// checkDigest verifies one tier's digests against a recount of its seq table.
-func (w *worker) checkDigest(seed *table.Seed) error {
-	d := recount(func(add func(uint32, uint64, uint32)) {
-		for i := range w.seqs.slots {
-			if s := &w.seqs.slots[i]; s.ref != 0 {
-				k := w.keys.key(s.ref - 1)
-				add(k.ns, s.seq(seed), k.pos)
-			}
-		}
-	})
-	if !d.equal(&w.dg) {
-		return fmt.Errorf("digest %+v %v kept, %+v %v recounted", w.dg.def, w.dg.other, d.def, d.other)
-	}
-	return nil
-}
-
-// checkDigest verifies a declared worker's group digests against a recount.
-func (h *hybrid) checkDigest() error {
-	for gi := range h.groups {
-		g := &h.groups[gi]
-		for t := range g.seqs {
-			d := recount(func(add func(uint32, uint64, uint32)) {
-				for seq, k := range g.seqs[t] {
-					add(k.ns, seq, k.end)
-				}
-			})
-			if !d.equal(&g.dg[t]) {
-				return fmt.Errorf("group %d, %s tier: digest kept and recounted differ", gi, Tier(t))
-			}
-		}
-	}
-	return nil
 }

@@ -2,13 +2,14 @@ package engine
 
 import (
 	"fmt"
-	"github.com/kvindex/kvindex/engine/internal/chain"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 
+	"github.com/kvindex/kvindex/engine/internal/chain"
 	"github.com/kvindex/kvindex/engine/internal/predict"
+	"github.com/kvindex/kvindex/engine/internal/worker"
 	"github.com/kvindex/kvindex/internal/table"
 	"github.com/kvindex/kvindex/ringbuf"
 	"github.com/kvindex/kvindex/shard"
@@ -54,14 +55,19 @@ type testHooks struct {
 // on its way through the shards may be scored from a mix of its states before and after
 // it (the package documentation says how far).
 type Engine struct {
-	// Set at New, read-only after (any goroutine): the configuration, the table seed,
-	// the prefix chain (its key read from a snapshot by Restore before any event), the
-	// shards' spin policy, and the test seams (set by tests before the first call).
+	// Set at New, read-only after (any goroutine): the configuration, the shards' spin
+	// policy, and the test seams (set by tests before the first call).
 	cfg     Config
-	seed    table.Seed  // keys every table hash of this engine (see table.Seed)
-	chain   chain.Chain // computes the prefix words of keys (package engine/internal/chain)
-	spinFor bool        // a querier may spin for a busy shard's table (shard.Loop.Serve): GOMAXPROCS > 1 at New
-	hooks   testHooks   // zero in production
+	spinFor bool      // a querier may spin for a busy shard's table (shard.Loop.Serve): GOMAXPROCS > 1 at New
+	hooks   testHooks // zero in production
+
+	// env is the workers' environment (package engine/internal/worker): set at New, its
+	// table seed (keys every table hash of this engine, see table.Seed), prefix chain
+	// (package engine/internal/chain; its key read from a snapshot by Restore before any
+	// event) and shard count are read-only after; its block counters are atomics
+	// written by event appliers at their flush; Register is the registry's, for tier
+	// components.
+	env worker.Env
 
 	// Owned by package shard (see its doc): each shard's table belongs to the holder of
 	// its token. On the locked index (cfg.LockedIndex) locked is shards[0]'s token:
@@ -89,14 +95,14 @@ type Engine struct {
 	// the first id never given out; free the ids given up, oldest first. hybrids lists
 	// the workers that declared KV-cache groups (groups.go), copied on write under regMu
 	// and read by queries with one load. Each worker's own state belongs to the holder
-	// of its mutex (worker.go).
+	// of its mutex (package engine/internal/worker).
 	byName  nameTable
 	regMu   sync.Mutex
-	slots   atomic.Pointer[[]atomic.Pointer[worker]]
+	slots   atomic.Pointer[[]atomic.Pointer[worker.Worker]]
 	nextID  uint32
 	free    []freeID
 	nlive   atomic.Int64
-	hybrids atomic.Pointer[[]*worker]
+	hybrids atomic.Pointer[[]*worker.Worker]
 
 	// The namespace table (namespaces.go), owned by its mutexes; "" is id 0 and never
 	// stored.
@@ -109,7 +115,7 @@ type Engine struct {
 	// Pools of per-call workspaces: a query (and its probe batches) belongs to the
 	// calling goroutine; an outbox to whoever holds the worker it is lent to.
 	qpool    sync.Pool
-	outboxes sync.Pool // of *outbox
+	outboxes sync.Pool // of *worker.Outbox
 
 	// The query tuning, any goroutine (atomics): dense is how many leading positions a
 	// query's first wave probes one by one, denseShort or denseLandings; noteDense sets
@@ -118,10 +124,8 @@ type Engine struct {
 	denseStats atomic.Uint64
 
 	// Counters (Stats), atomics: each written by the owner of what it counts (an event
-	// applier at its flush, a querier at its end), read by anyone. tierBlocks splits
-	// blocks by tier.
-	blocks          atomic.Int64
-	tierBlocks      [NumTiers]atomic.Int64
+	// applier at its flush, a querier at its end), read by anyone. The block counts
+	// are env's.
 	events          atomic.Uint64
 	rejParent       atomic.Uint64
 	rejInvalid      atomic.Uint64
@@ -154,11 +158,13 @@ func newEngine(cfg Config, seed table.Seed, ch chain.Chain) (*Engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, done: make(chan struct{}), seed: seed, chain: ch, spinFor: runtime.GOMAXPROCS(0) > 1}
+	e := &Engine{cfg: cfg, done: make(chan struct{}), spinFor: runtime.GOMAXPROCS(0) > 1}
+	e.env.Seed, e.env.Chain, e.env.Shards = seed, ch, cfg.Shards
+	e.env.Register = e.registerComponent
 	e.dense.Store(denseLandings)
 	e.byName.init()
 	e.ns.init(cfg.NamespaceBytes)
-	empty := []atomic.Pointer[worker]{}
+	empty := []atomic.Pointer[worker.Worker]{}
 	e.slots.Store(&empty)
 	e.shards = make([]*shard.Loop, cfg.Shards)
 	ringCells := cfg.QueueSize
@@ -237,37 +243,37 @@ func (e *Engine) WorkerSize(worker string) (int, bool) {
 	if w == nil {
 		return 0, false
 	}
-	return w.totalSize(), true
+	return w.TotalSize(), true
 }
 
 // lookup returns the live worker named name, or nil.
-func (e *Engine) lookup(name string) *worker {
+func (e *Engine) lookup(name string) *worker.Worker {
 	return e.byName.load(name)
 }
 
 // workers returns the registry's id -> worker cells; a nil cell is a free id.
-func (e *Engine) workers() []atomic.Pointer[worker] { return *e.slots.Load() }
+func (e *Engine) workers() []atomic.Pointer[worker.Worker] { return *e.slots.Load() }
 
 // eachLiveWorker calls f for every registered worker that is not a tier component and
 // not removed, with the worker's mutex held (f may not take it again). Workers
 // registered or removed meanwhile may be seen or not; each one f sees is consistent.
 // Concurrent: any goroutine, no engine lock needed.
-func (e *Engine) eachLiveWorker(f func(wk *worker)) {
+func (e *Engine) eachLiveWorker(f func(wk *worker.Worker)) {
 	for ws, i := e.workers(), 0; i < len(ws); i++ {
 		wk := ws[i].Load()
-		if wk == nil || wk.isComponent() {
+		if wk == nil || wk.IsComponent() {
 			continue
 		}
-		wk.lockMu()
-		if !wk.dead {
+		wk.Lock()
+		if !wk.Dead() {
 			f(wk)
 		}
-		wk.unlockMu()
+		wk.Unlock()
 	}
 }
 
 // lookupOrCreate returns the live worker named name, registering it if needed.
-func (e *Engine) lookupOrCreate(name string) *worker {
+func (e *Engine) lookupOrCreate(name string) *worker.Worker {
 	if w := e.lookup(name); w != nil {
 		return w
 	}
@@ -280,8 +286,8 @@ func (e *Engine) lookupOrCreate(name string) *worker {
 	// an Event) must not outlive the call, or escape analysis makes every event's slices
 	// escape with it, and Remove(worker, seqs...) would allocate.
 	own := strings.Clone(name)
-	w := &worker{name: own, wid: e.allocIDLocked()}
-	(*e.slots.Load())[w.wid].Store(w)
+	w := worker.New(own, e.allocIDLocked())
+	(*e.slots.Load())[w.ID()].Store(w)
 	e.byName.store(own, w)
 	e.nlive.Add(1)
 	return w
@@ -305,7 +311,7 @@ func (e *Engine) allocIDLocked() uint32 {
 	}
 	slots := *e.slots.Load()
 	if int(wid) >= len(slots) {
-		grown := make([]atomic.Pointer[worker], max(64, 2*len(slots)))
+		grown := make([]atomic.Pointer[worker.Worker], max(64, 2*len(slots)))
 		for i := range slots {
 			grown[i].Store(slots[i].Load())
 		}
@@ -336,21 +342,37 @@ func (e *Engine) retired(f freeID) bool {
 // unregister forgets w. Its id is reused (oldest first) once its removal deltas, already
 // in the rings, have been applied.
 // A primary's tier components go with it.
-func (e *Engine) unregister(w *worker) {
+func (e *Engine) unregister(w *worker.Worker) {
 	e.regMu.Lock()
 	defer e.regMu.Unlock()
-	e.byName.deleteIf(w.name, w)
+	e.byName.deleteIf(w.Name(), w)
 	e.freeIDLocked(w)
-	w.components(func(_ Tier, c *worker) { e.freeIDLocked(c) })
+	w.Components(func(_ worker.Tier, c *worker.Worker) { e.freeIDLocked(c) })
 	e.nlive.Add(-1)
 }
 
+// registerComponent gives a new tier component of primary p (locked) for tier t a
+// worker id: worker.Env.Register.
+func (e *Engine) registerComponent(p *worker.Worker, t worker.Tier) *worker.Worker {
+	e.regMu.Lock()
+	defer e.regMu.Unlock()
+	c := p.NewComponent(t, e.allocIDLocked())
+	(*e.slots.Load())[c.ID()].Store(c)
+	return c
+}
+
 // freeIDLocked gives up w's id (see unregister). Called with regMu held.
-func (e *Engine) freeIDLocked(w *worker) {
-	(*e.slots.Load())[w.wid].Store(nil)
-	f := freeID{wid: w.wid, after: make([]uint64, len(e.shards))}
+func (e *Engine) freeIDLocked(w *worker.Worker) {
+	(*e.slots.Load())[w.ID()].Store(nil)
+	f := freeID{wid: w.ID(), after: make([]uint64, len(e.shards))}
 	for i, s := range e.shards {
 		f.after[i] = s.Ring().Stats().Pushes
 	}
 	e.free = append(e.free, f)
 }
+
+// fingerprint is k's name in the positional index (shard.Hash).
+func (e *Engine) fingerprint(k shard.Key) uint64 { return e.env.Fingerprint(k) }
+
+// ownerOf returns the shard that owns the key with fingerprint fp (worker.Env.OwnerOf).
+func (e *Engine) ownerOf(fp uint64) int { return e.env.OwnerOf(fp) }

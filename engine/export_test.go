@@ -26,10 +26,10 @@ func SweepNamespaces(e *Engine) bool { return e.sweepNamespaces(true) }
 func CheckWorkers(e *Engine) error {
 	ws := e.workers()
 	for i := range ws {
-		if w := ws[i].Load(); w != nil && !w.isComponent() {
-			w.mu.Lock()
-			err := w.check(&e.seed, true)
-			w.mu.Unlock()
+		if w := ws[i].Load(); w != nil && !w.IsComponent() {
+			w.Lock()
+			err := w.Check(&e.env, true)
+			w.Unlock()
 			if err != nil {
 				return err
 			}

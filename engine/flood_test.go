@@ -74,9 +74,9 @@ func floodProbes(t *testing.T, seed table.Seed, contents, seqs []uint64) float64
 		// the key (the 257th crafted root) until the next rebuild.
 		if i < 600 {
 			w := e.lookup("victim")
-			w.lockMu()
-			err := w.check(&e.seed, true)
-			w.unlockMu()
+			w.Lock()
+			err := w.Check(&e.env, true)
+			w.Unlock()
 			if err != nil {
 				t.Fatalf("store %d: %v", i, err)
 			}
@@ -86,10 +86,9 @@ func floodProbes(t *testing.T, seed table.Seed, contents, seqs []uint64) float64
 	idx := e.shards[0].Index()
 	total := 0
 	for i := range contents {
-		k := key{prefix: contents[i]}
-		total += idx.Probes(e.fingerprint(k))
-		total += w.keys.probes(&e.seed, k)
-		total += w.seqs.probes(&e.seed, seqs[i])
+		k := shard.Key{Prefix: contents[i]}
+		kp, sp := w.Probes(&e.env, k, seqs[i])
+		total += idx.Probes(e.fingerprint(k)) + kp + sp
 	}
 	return float64(total) / float64(len(contents))
 }

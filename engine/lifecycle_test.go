@@ -150,16 +150,16 @@ func TestWorkerIDReusedOnlyAfterRemovalApplied(t *testing.T) {
 	require.NoError(t, err)
 	defer e.Close()
 	require.NoError(t, e.Store("a", []Block{{Content: 1, Seq: 1}, {Content: 2, Seq: 2}}))
-	old := e.lookup("a").wid
+	old := e.lookup("a").ID()
 	release := sync.OnceFunc(stall(t, e, 0))
 	defer release()
 	require.NoError(t, e.RemoveWorker("a"))
 	require.NoError(t, e.Store("b", []Block{{Content: 9, Seq: 9}}))
-	require.NotEqual(t, old, e.lookup("b").wid, "id reused while a shard still holds its removal")
+	require.NotEqual(t, old, e.lookup("b").ID(), "id reused while a shard still holds its removal")
 	release()
 	require.NoError(t, e.Barrier(context.Background()))
 	require.NoError(t, e.Store("c", []Block{{Content: 9, Seq: 9}}))
-	require.Equal(t, old, e.lookup("c").wid, "a retired id is reused")
+	require.Equal(t, old, e.lookup("c").ID(), "a retired id is reused")
 }
 
 // TestQueryDropsWorkerReplacedMidQuery: a worker removed while a query runs, whose id a
@@ -196,7 +196,7 @@ func TestQueryDropsWorkerReplacedMidQuery(t *testing.T) {
 	got, err := e.FindMatches(ctx, content, nil)
 	require.NoError(t, err)
 	require.Equal(t, 1, calls, "the query admitted its candidates once")
-	require.Equal(t, uint32(0), e.lookup("b").wid, "b must have taken a's id for this test to mean anything")
+	require.Equal(t, uint32(0), e.lookup("b").ID(), "b must have taken a's id for this test to mean anything")
 	for _, m := range got {
 		require.NotEqual(t, "a", m.Worker, "a left before the second wave: %v", got)
 	}

@@ -3,6 +3,8 @@ package engine
 import (
 	"hash/maphash"
 	"sync"
+
+	"github.com/kvindex/kvindex/engine/internal/worker"
 )
 
 // nameParts is the number of independently locked parts of the name table: enough that
@@ -20,14 +22,14 @@ type nameTable struct {
 
 type namePart struct {
 	mu sync.RWMutex
-	m  map[string]*worker
+	m  map[string]*worker.Worker
 	_  [64 - 24 - 8]byte // one part per cache line, so producers do not share a lock's line
 }
 
 func (t *nameTable) init() {
 	t.seed = maphash.MakeSeed()
 	for i := range t.parts {
-		t.parts[i].m = map[string]*worker{}
+		t.parts[i].m = map[string]*worker.Worker{}
 	}
 }
 
@@ -35,7 +37,7 @@ func (t *nameTable) part(name string) *namePart {
 	return &t.parts[maphash.String(t.seed, name)%nameParts]
 }
 
-func (t *nameTable) load(name string) *worker {
+func (t *nameTable) load(name string) *worker.Worker {
 	p := t.part(name)
 	p.mu.RLock()
 	w := p.m[name]
@@ -43,7 +45,7 @@ func (t *nameTable) load(name string) *worker {
 	return w
 }
 
-func (t *nameTable) store(name string, w *worker) {
+func (t *nameTable) store(name string, w *worker.Worker) {
 	p := t.part(name)
 	p.mu.Lock()
 	p.m[name] = w
@@ -51,7 +53,7 @@ func (t *nameTable) store(name string, w *worker) {
 }
 
 // deleteIf forgets name if it still names w.
-func (t *nameTable) deleteIf(name string, w *worker) {
+func (t *nameTable) deleteIf(name string, w *worker.Worker) {
 	p := t.part(name)
 	p.mu.Lock()
 	if p.m[name] == w {

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+
+	"github.com/kvindex/kvindex/engine/internal/worker"
 )
 
 // BenchmarkNameTable reports the heap per entry of the registry's name table and of the
@@ -16,7 +18,7 @@ func BenchmarkNameTable(b *testing.B) {
 	for i := range names {
 		names[i] = fmt.Sprintf("worker-%06d", i)
 	}
-	w := &worker{}
+	w := worker.New("w", 0)
 	heap := func() uint64 {
 		runtime.GC()
 		var m runtime.MemStats

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kvindex/kvindex/engine/internal/worker"
 )
 
 // Namespaces. A namespace name (Event.Namespace: a model, LoRA adapter and cache salt,
@@ -211,40 +213,12 @@ func (e *Engine) sweepNamespaces(force bool) bool {
 // and the predictions under theirs.
 func (e *Engine) namespacesInUse() map[uint32]bool {
 	used := map[uint32]bool{}
-	e.eachLiveWorker(func(wk *worker) {
-		for tr := range Tier(NumTiers) {
-			if c := e.tierOf(wk, tr, false); c != nil {
-				c.keys.namespacesInUse(used)
-			}
-		}
-		if h := wk.hyb; h != nil {
-			for gi := range h.groups {
-				for tr := range NumTiers {
-					for k := range h.groups[gi].held[tr] {
-						used[k.ns] = true
-					}
-				}
-			}
-		}
-	})
+	e.eachLiveWorker(func(wk *worker.Worker) { wk.NamespacesInUse(used) })
 	p := &e.preds
 	p.Lock()
 	p.Namespaces(e.now(), used) // the expired go now, and their names with them
 	p.Unlock()
 	return used
-}
-
-// namespacesInUse adds the namespaces of t's live records to used. A table whose records
-// are all in the default namespace (no ext) costs one test.
-func (t *keyTable) namespacesInUse(used map[uint32]bool) {
-	if t.ext == nil {
-		return
-	}
-	for rid := range t.recs {
-		if !t.recs[rid].free() {
-			used[t.ns(uint32(rid))] = true
-		}
-	}
 }
 
 // namespaceNames returns the interned names and their ids.

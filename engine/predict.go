@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/engine/internal/predict"
+	"github.com/kvindex/kvindex/engine/internal/worker"
+	"github.com/kvindex/kvindex/shard"
 )
 
 // Predictions: a router that sends a request to a worker records that the worker is
@@ -130,7 +132,7 @@ func (e *Engine) predict(ctx context.Context, worker, namespace string, content 
 	own, pre := buf[:n:n], buf[n:]
 	copy(own, content)
 	pre[0] = content[0]
-	e.chain.Fill(pre, content, 1)
+	e.env.Chain.Fill(pre, content, 1)
 
 	p := &e.preds
 	p.Lock()
@@ -144,7 +146,7 @@ func (e *Engine) predict(ctx context.Context, worker, namespace string, content 
 			return fmt.Errorf("%w (Config.NamespaceBytes %d, half of it for predictions)", ErrNamespaceTableFull, e.cfg.NamespaceBytes)
 		}
 	}
-	root := e.fingerprint(key{prefix: content[0], ns: ns})
+	root := e.fingerprint(shard.Key{Prefix: content[0], NS: ns})
 	now := e.now()
 	p.Insert(worker, ns, own, pre, root, now, now+int64(ttl), e.cfg.PredictionsPerWorker, e.cfg.PredictedBlocks)
 	return nil
@@ -153,7 +155,7 @@ func (e *Engine) predict(ctx context.Context, worker, namespace string, content 
 // predictedEvent applies an event to w (locked) when the engine holds predictions: the
 // event itself (applyEvent), then the end of the worker's predictions it covers or
 // contradicts. The prediction lock is taken after the worker's, like everywhere.
-func (e *Engine) predictedEvent(w *worker, ev *Event) (gone bool, err error) {
+func (e *Engine) predictedEvent(w *worker.Worker, ev *Event) (gone bool, err error) {
 	p := &e.preds
 	if ev.Tier != TierDevice {
 		return e.applyEvent(w, ev) // predictions are of device blocks: other tiers' events leave them
@@ -163,31 +165,28 @@ func (e *Engine) predictedEvent(w *worker, ev *Event) (gone bool, err error) {
 	// applied is then as if it came right after the event (its confirmed part covers it
 	// in queries anyway).
 	p.RLock()
-	has := p.Has(w.name)
+	has := p.Has(w.Name())
 	p.RUnlock()
 	if !has {
 		return e.applyEvent(w, ev)
 	}
 	p.Lock()
 	defer p.Unlock()
-	pw := p.Worker(w.name)
+	pw := p.Worker(w.Name())
 	if pw == nil {
 		return e.applyEvent(w, ev)
 	}
 	p.ResetMarks()
 	switch ev.Kind {
 	case EventCleared, EventRemoveWorker:
-		p.EndWorker(w.name)
+		p.EndWorker(w.Name())
 	case EventRemoved:
 		// Before the removal: which of the removed seqs the worker holds at a key of a
 		// prediction.
 		for _, s := range ev.Seqs {
-			rid, ok := w.seqs.get(&e.seed, s)
-			if !ok {
-				continue
+			if k, ok := w.KeyOf(&e.env, s); ok {
+				p.MarkHeld(pw, k.NS, k.Pos, k.Prefix)
 			}
-			k := w.keys.key(rid)
-			p.MarkHeld(pw, k.ns, k.pos, k.prefix)
 		}
 	case EventStored:
 		return e.confirmingStore(w, ev, pw)
@@ -200,16 +199,16 @@ func (e *Engine) predictedEvent(w *worker, ev *Event) (gone bool, err error) {
 // confirmingStore applies a stored event and then ends the worker's predictions in its
 // namespace whose last key the event stored. The event's keys are computed from its
 // parent's key (read before the event, which may move the parent's seq) and its blocks.
-func (e *Engine) confirmingStore(w *worker, ev *Event, pw *predict.Worker) (bool, error) {
+func (e *Engine) confirmingStore(w *worker.Worker, ev *Event, pw *predict.Worker) (bool, error) {
 	p := &e.preds
 	var prefix uint64
 	var pos uint32
 	if ev.HasParent {
-		h, rid, ok := e.parentOf(w, ev.Tier, ev.Parent)
+		pk, ok := w.FindParent(&e.env, worker.Tier(ev.Tier), ev.Parent)
 		if !ok {
 			return e.applyEvent(w, ev) // rejected: nothing to confirm
 		}
-		prefix, pos = h.keys.recs[rid].prefix(), h.keys.pos(rid)+1
+		prefix, pos = pk.Key.Prefix, pk.Key.Pos+1
 	}
 	gone, err := e.applyEvent(w, ev)
 	if err != nil {
@@ -224,7 +223,7 @@ func (e *Engine) confirmingStore(w *worker, ev *Event, pw *predict.Worker) (bool
 		if i == 0 && !ev.HasParent {
 			prefix = b.Content
 		} else {
-			prefix = e.chain.Step(prefix, b.Content, pos+uint32(i))
+			prefix = e.env.Chain.Step(prefix, b.Content, pos+uint32(i))
 		}
 		p.MarkConfirmed(pw, ns, int(pos)+i, prefix)
 	}
@@ -251,7 +250,7 @@ func (e *Engine) predictionsFor(ev *Event) {
 // growth: the hits go into the pooled query's scratch.
 func (e *Engine) addPredicted(q *query, ns uint32, content []uint64, dst []Match, start int) []Match {
 	p := &e.preds
-	root := e.fingerprint(key{prefix: content[0], ns: ns})
+	root := e.fingerprint(shard.Key{Prefix: content[0], NS: ns})
 	p.RLock()
 	defer p.RUnlock()
 	hits := p.AppendHits(q.phits[:0], root, ns, content, e.now())
@@ -273,7 +272,7 @@ func (e *Engine) addPredicted(q *query, ns uint32, content []uint64, dst []Match
 		}
 		size := 0
 		if w := e.lookup(h.Worker); w != nil {
-			size = w.totalSize()
+			size = w.TotalSize()
 		}
 		dst = append(dst, Match{Worker: h.Worker, Score: h.N, Size: size, Predicted: h.N, Tiers: [NumTiers]int{h.N, h.N, h.N}})
 		changed = true
@@ -312,7 +311,7 @@ func (e *Engine) PredictedIn(namespace string, content []uint64, dst []WorkerPre
 			return dst
 		}
 	}
-	root := e.fingerprint(key{prefix: content[0], ns: ns})
+	root := e.fingerprint(shard.Key{Prefix: content[0], NS: ns})
 	p.RLock()
 	defer p.RUnlock()
 	return predict.AppendEach(p, dst, root, ns, content, e.now(), func(w string, n int) WorkerPrediction {

@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/kvindex/kvindex/engine/internal/chain"
 	"runtime"
 	"slices"
 	"sort"
 	"sync/atomic"
 
+	"github.com/kvindex/kvindex/engine/internal/chain"
 	"github.com/kvindex/kvindex/engine/internal/predict"
+	"github.com/kvindex/kvindex/engine/internal/worker"
 	"github.com/kvindex/kvindex/shard"
 )
 
@@ -43,7 +44,7 @@ type probeAt struct{ gen, batch, idx uint32 }
 // candidate is a worker that holds position 0 of the query.
 type candidate struct {
 	wid   uint32
-	w     *worker // the worker wid named when the query found it
+	w     *worker.Worker // the worker wid named when the query found it
 	gappy bool
 	alive bool // held every landing so far
 	drop  int  // index of the first landing it missed
@@ -67,10 +68,10 @@ type query struct {
 	asked     bool      // some batch went to a shard since the last gather
 	landings  []int
 	cands     []candidate
-	seen      shard.IDSet // the members of the last position read
-	tgrp      []tierGroup // collectTiers' scratch: per primary id, its components' scores
-	tlist     []*worker   // collectTiers' scratch: the multi-tier workers met, in order
-	tpre      []uint64    // tierLengths' scratch: prefix hashes, as deep as it looked
+	seen      shard.IDSet      // the members of the last position read
+	tgrp      []tierGroup      // collectTiers' scratch: per primary id, its components' scores
+	tlist     []*worker.Worker // collectTiers' scratch: the multi-tier workers met, in order
+	tpre      []uint64         // tierLengths' scratch: prefix hashes, as deep as it looked
 	tstamp    uint32
 	phits     []predict.Hit // addPredicted's scratch
 	skeys     []matchKey    // sortByKeys' scratch
@@ -208,13 +209,13 @@ func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done 
 	if !ok {
 		return dst, false
 	}
-	buf := idx.AppendMembers(q.sub[0].Out[:0], e.fingerprint(key{prefix: content[0], ns: q.ns}))
+	buf := idx.AppendMembers(q.sub[0].Out[:0], e.fingerprint(shard.Key{Prefix: content[0], NS: q.ns}))
 	q.cands = q.cands[:0]
 	gappy := false
 	for _, wid := range buf {
 		if int(wid) < len(slots) {
 			if w := slots[wid].Load(); w != nil {
-				g := w.gappy.Load()
+				g := w.Gappy()
 				gappy = gappy || g
 				q.cands = append(q.cands, candidate{wid: wid, w: w, gappy: g})
 			}
@@ -234,8 +235,8 @@ func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done 
 			q.sub[0].Out = buf
 			return dst, false
 		}
-		h = e.chain.Step(h, content[x], uint32(x))
-		buf = idx.AppendMembers(buf[:0], e.fingerprint(key{prefix: h, pos: uint32(x), ns: q.ns}))
+		h = e.env.Chain.Step(h, content[x], uint32(x))
+		buf = idx.AppendMembers(buf[:0], e.fingerprint(shard.Key{Prefix: h, Pos: uint32(x), NS: q.ns}))
 		q.seen.SetTo(buf)
 		for i := range q.cands {
 			if c := &q.cands[i]; c.score == 0 && !q.seen.Has(c.wid) {
@@ -305,10 +306,10 @@ func (e *Engine) gallop(q *query, idx *shard.Index, content []uint64, buf []uint
 		// The prefix hashes grow with the depth hashed, never with the query's length:
 		// a query of a billion blocks that its candidates leave early costs a few.
 		pre := slices.Grow(q.pre, x+1-len(q.pre))[:x+1]
-		e.chain.Fill(pre, content, len(q.pre))
+		e.env.Chain.Fill(pre, content, len(q.pre))
 		h := pre[x]
 		q.pre = pre
-		buf = idx.AppendMembers(buf[:0], e.fingerprint(key{prefix: h, pos: uint32(x), ns: q.ns}))
+		buf = idx.AppendMembers(buf[:0], e.fingerprint(shard.Key{Prefix: h, Pos: uint32(x), NS: q.ns}))
 		q.seen.SetTo(buf)
 		// Move the candidates that missed x to the front of the live ones: they held
 		// prev and missed x.
@@ -358,7 +359,7 @@ const gallopCap = 4
 func (e *Engine) bisect(q *query, idx *shard.Index, cs []candidate, lo, hi int, buf []uint32) []uint32 {
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
-		buf = idx.AppendMembers(buf[:0], e.fingerprint(key{prefix: q.pre[mid], pos: uint32(mid), ns: q.ns}))
+		buf = idx.AppendMembers(buf[:0], e.fingerprint(shard.Key{Prefix: q.pre[mid], Pos: uint32(mid), NS: q.ns}))
 		q.seen.SetTo(buf)
 		// Missed mid: cs[:k], score in (lo, mid]; held it: cs[k:], score in (mid, hi].
 		k := 0
@@ -450,7 +451,7 @@ func (e *Engine) queueWave(q *query, content []uint64, hi, dense int) {
 		}
 		q.landings = append(q.landings, q.wx)
 	}
-	q.extend(&e.chain, content, hi)
+	q.extend(&e.env.Chain, content, hi)
 	for _, lx := range q.landings[from:] {
 		q.add(e, lx)
 	}
@@ -476,7 +477,7 @@ func (e *Engine) round(ctx context.Context, q *query, content []uint64, hi, ahea
 	h := len(q.pre) - 1
 	for h < ahead && q.answered() < sent {
 		h = min(h+hashAheadChunk, ahead)
-		q.extend(&e.chain, content, h)
+		q.extend(&e.env.Chain, content, h)
 	}
 	if ahead > hi && (e.hooks.speculate > 0 || e.hooks.speculate == 0 && q.answered() < sent) {
 		q.alt = q.nshard
@@ -497,16 +498,16 @@ func (e *Engine) round(ctx context.Context, q *query, content []uint64, hi, ahea
 const hashAheadChunk = 128
 
 // admit makes every worker that holds position 0 a candidate.
-func (q *query) admit(slots []atomic.Pointer[worker]) {
+func (q *query) admit(slots []atomic.Pointer[worker.Worker]) {
 	for _, wid := range q.members(0) {
-		var w *worker
+		var w *worker.Worker
 		if int(wid) < len(slots) {
 			w = slots[wid].Load()
 		}
 		if w == nil {
 			continue // an id registered after the query started
 		}
-		q.cands = append(q.cands, candidate{wid: wid, w: w, gappy: w.gappy.Load(), alive: true})
+		q.cands = append(q.cands, candidate{wid: wid, w: w, gappy: w.Gappy(), alive: true})
 	}
 }
 
@@ -597,7 +598,7 @@ func (e *Engine) scanCluster(q *query, g, h, lo, hi int) bool {
 	}
 	for x := lo; x < hi; x++ {
 		if !q.probed(x) {
-			fp := e.fingerprint(key{prefix: q.pre[x], pos: uint32(x), ns: q.ns})
+			fp := e.fingerprint(shard.Key{Prefix: q.pre[x], Pos: uint32(x), NS: q.ns})
 			b := &q.sub[e.ownerOf(fp)]
 			b.SFPs = append(b.SFPs, fp)
 			b.SXs = append(b.SXs, int32(x))
@@ -776,12 +777,12 @@ func (e *Engine) collect(q *query, content []uint64, dst []Match) []Match {
 		if int(c.wid) >= len(now) || now[c.wid].Load() != c.w {
 			continue
 		}
-		if c.w.tl.Load() != nil {
+		if c.w.HasTiers() {
 			tiered = true
 			continue
 		}
 		s := c.score
-		dst = append(dst, Match{Worker: c.w.name, Score: s, Size: int(c.w.size.Load()), Tiers: [NumTiers]int{s, s, s}})
+		dst = append(dst, Match{Worker: c.w.Name(), Score: s, Size: int(c.w.Size()), Tiers: [NumTiers]int{s, s, s}})
 	}
 	if tiered {
 		dst = e.collectTiers(q, content, dst)
@@ -1043,7 +1044,7 @@ func (q *query) reset(c0 uint64) {
 
 // add queues a probe of position x with its owner shard.
 func (q *query) add(e *Engine, x int) {
-	fp := e.fingerprint(key{prefix: q.pre[x], pos: uint32(x), ns: q.ns})
+	fp := e.fingerprint(shard.Key{Prefix: q.pre[x], Pos: uint32(x), NS: q.ns})
 	s := e.ownerOf(fp)
 	bi := q.alt + s
 	b := &q.sub[bi]

@@ -48,7 +48,7 @@ func TestRaceSweep(t *testing.T) {
 	t.Run("worker", func(t *testing.T) {
 		e := newEngine(t, Config{Shards: 1})
 		w := e.lookup("w")
-		w.out = e.getOutbox()
+		w.SetOutbox(e.getOutbox())
 		racePair(func(i int) {
 			ev := store(i)
 			_, _ = e.applyLocked(w, &ev)
@@ -61,7 +61,7 @@ func TestRaceSweep(t *testing.T) {
 			ev := store(i)
 			w := e.lockLive("w", false, nil, e.getOutbox())
 			_, _ = e.applyLocked(w, &ev)
-			_ = w.flush(e)
+			_ = e.flush(w)
 			e.unlock(w)
 		})
 	})
@@ -77,7 +77,7 @@ func TestRaceSweep(t *testing.T) {
 		e := newEngine(t, Config{LockedIndex: true})
 		q := e.getQuery()
 		b := &q.sub[0]
-		b.Probes = append(b.Probes[:0], shard.Probe{FP: e.fingerprint(key{prefix: 1})})
+		b.Probes = append(b.Probes[:0], shard.Probe{FP: e.fingerprint(shard.Key{Prefix: 1})})
 		racePair(func(int) {
 			e.locked.RLock()
 			e.shards[0].FillShared(b)

@@ -8,15 +8,17 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/kvindex/kvindex/engine/internal/chain"
 	"hash/crc32"
 	"io"
 	"slices"
 	"strings"
 
+	"github.com/kvindex/kvindex/engine/internal/chain"
+	"github.com/kvindex/kvindex/engine/internal/worker"
 	"github.com/kvindex/kvindex/internal/atomicfile"
 	"github.com/kvindex/kvindex/internal/readlimit"
 	"github.com/kvindex/kvindex/internal/table"
+	"github.com/kvindex/kvindex/shard"
 )
 
 // Snapshot format, version 5. All integers are little-endian.
@@ -85,12 +87,12 @@ func (e *Engine) WriteSnapshot(w io.Writer) error {
 	put32 := func(v uint32) { binary.LittleEndian.PutUint32(scratch[:], v); bw.Write(scratch[:]) }
 	bw.WriteString(snapshotMagic)
 	put32(snapshotVersion)
-	if e.chain.Spec() {
+	if e.env.Chain.Spec() {
 		put32(chainSpec)
 	} else {
 		put32(chainKeyed)
 		var w8 [8]byte
-		for _, k := range e.chain.Key().Words() {
+		for _, k := range e.env.Chain.Key().Words() {
 			binary.LittleEndian.PutUint64(w8[:], k)
 			bw.Write(w8[:])
 		}
@@ -120,38 +122,39 @@ func (e *Engine) WriteSnapshot(w io.Writer) error {
 func (e *Engine) captureWorkers() (names []string, count uint32, body []byte) {
 	e.ns.sweepMu.Lock()
 	defer e.ns.sweepMu.Unlock()
-	var workers []*worker
+	var workers []*worker.Worker
 	for ws, i := e.workers(), 0; i < len(ws); i++ {
-		if wk := ws[i].Load(); wk != nil && !wk.isComponent() {
+		if wk := ws[i].Load(); wk != nil && !wk.IsComponent() {
 			workers = append(workers, wk)
 		}
 	}
-	slices.SortFunc(workers, func(a, b *worker) int { return strings.Compare(a.name, b.name) })
+	slices.SortFunc(workers, func(a, b *worker.Worker) int { return strings.Compare(a.Name(), b.Name()) })
 	// A worker removed meanwhile is skipped; count only what is written. Blocks are
 	// written with their namespace ids, whose offsets nsAt keeps, and renumbered once
 	// every worker is captured.
 	var buf bytes.Buffer
-	var entries []seqSlot
+	var entries []worker.Entry
 	var nsAt []int
 	for _, wk := range workers {
-		wk.lockMu()
-		if wk.dead {
-			wk.unlockMu()
+		wk.Lock()
+		if wk.Dead() {
+			wk.Unlock()
 			continue
 		}
 		var hdr [8]byte
-		binary.LittleEndian.PutUint32(hdr[:4], uint32(len(wk.name)))
+		binary.LittleEndian.PutUint32(hdr[:4], uint32(len(wk.Name())))
 		buf.Write(hdr[:4])
-		buf.WriteString(wk.name)
-		binary.LittleEndian.PutUint64(hdr[:], wk.cursor)
+		buf.WriteString(wk.Name())
+		cursor, mark := wk.Position()
+		binary.LittleEndian.PutUint64(hdr[:], cursor)
 		buf.Write(hdr[:])
-		binary.LittleEndian.PutUint64(hdr[:], wk.mark)
+		binary.LittleEndian.PutUint64(hdr[:], mark)
 		buf.Write(hdr[:])
-		for t := range Tier(NumTiers) {
-			entries = e.captureTier(&buf, e.tierOf(wk, t, false), &nsAt, entries)
+		for t := range worker.Tier(NumTiers) {
+			entries = e.captureTier(&buf, wk.TierOf(&e.env, t, false), &nsAt, entries)
 		}
-		captureGroups(&buf, wk.hyb, &nsAt)
-		wk.unlockMu()
+		captureGroups(&buf, wk.Hybrid(), &nsAt)
+		wk.Unlock()
 		count++
 	}
 	body = buf.Bytes()
@@ -185,34 +188,24 @@ func (e *Engine) captureWorkers() (names []string, count uint32, body []byte) {
 // captureTier appends one tier's count and entries (c nil: none) to buf, each block's
 // namespace as its id, whose offset in buf goes to nsAt when it is not the default
 // namespace. entries is scratch.
-func (e *Engine) captureTier(buf *bytes.Buffer, c *worker, nsAt *[]int, entries []seqSlot) []seqSlot {
+func (e *Engine) captureTier(buf *bytes.Buffer, c *worker.Worker, nsAt *[]int, entries []worker.Entry) []worker.Entry {
 	entries = entries[:0]
 	if c != nil {
-		for _, s := range c.seqs.slots {
-			if s.ref != 0 {
-				entries = append(entries, s)
-			}
-		}
+		entries = c.AppendEntries(&e.env, entries)
 	}
-	slices.SortFunc(entries, func(a, b seqSlot) int { return cmp.Compare(a.seq(&e.seed), b.seq(&e.seed)) })
+	slices.SortFunc(entries, func(a, b worker.Entry) int { return cmp.Compare(a.Seq, b.Seq) })
 	var scratch [snapshotEntry]byte
 	binary.LittleEndian.PutUint64(scratch[:8], uint64(len(entries)))
 	buf.Write(scratch[:8])
-	for _, s := range entries {
-		r := &c.keys.recs[s.ref-1]
-		k := c.keys.key(s.ref - 1)
-		var parent uint64
-		if r.parent != 0 {
-			parent = c.keys.recs[r.parent-1].prefix()
-		}
-		if k.ns != 0 {
+	for _, x := range entries {
+		if x.Key.NS != 0 {
 			*nsAt = append(*nsAt, buf.Len()+28)
 		}
-		binary.LittleEndian.PutUint64(scratch[0:], s.seq(&e.seed))
-		binary.LittleEndian.PutUint64(scratch[8:], k.prefix)
-		binary.LittleEndian.PutUint64(scratch[16:], parent)
-		binary.LittleEndian.PutUint32(scratch[24:], k.pos)
-		binary.LittleEndian.PutUint32(scratch[28:], k.ns)
+		binary.LittleEndian.PutUint64(scratch[0:], x.Seq)
+		binary.LittleEndian.PutUint64(scratch[8:], x.Key.Prefix)
+		binary.LittleEndian.PutUint64(scratch[16:], x.Parent)
+		binary.LittleEndian.PutUint32(scratch[24:], x.Key.Pos)
+		binary.LittleEndian.PutUint32(scratch[28:], x.Key.NS)
 		buf.Write(scratch[:])
 	}
 	return entries
@@ -245,7 +238,10 @@ func (e *Engine) Cursors() map[string]uint64 {
 // the worker's lock.
 func (e *Engine) Positions() map[string]Position {
 	out := map[string]Position{}
-	e.eachLiveWorker(func(wk *worker) { out[wk.name] = Position{wk.cursor, wk.mark} })
+	e.eachLiveWorker(func(wk *worker.Worker) {
+		cursor, mark := wk.Position()
+		out[wk.Name()] = Position{cursor, mark}
+	})
 	return out
 }
 
@@ -374,21 +370,16 @@ func (e *Engine) load(p *snapReader, tiers Tier, groups, marks bool) error {
 		}
 		prev = name
 		w := e.lockLive(name, true, nil, out)
-		w.cursor, w.mark = cursor, mark
-		// The entries come in seq order, children before parents as often as not, so
-		// every record is found by key while they load (a full table); a worker without
-		// other tiers then indexes only what its parents cannot reach.
-		w.keys.full = true
+		w.SetPosition(cursor, mark)
+		w.LoadBegin()
 		for t := Tier(0); t < tiers && p.err == nil; t++ {
 			e.loadTier(p, w, t, nsCount, nsIDs)
 		}
-		if w.tl.Load() == nil {
-			w.keys.setFull(&e.seed, false)
-		}
+		w.LoadEnd(&e.env)
 		if groups && p.err == nil {
 			e.loadGroups(p, w, nsCount, nsIDs)
 		}
-		if err := w.flush(e); err != nil && p.err == nil {
+		if err := e.flush(w); err != nil && p.err == nil {
 			p.err = err
 		}
 		e.unlock(w)
@@ -401,24 +392,24 @@ func (e *Engine) load(p *snapReader, tiers Tier, groups, marks bool) error {
 
 // loadTier reads one tier's count and blocks of worker w (locked) into its component for
 // tier t; a failure is left in p.err.
-func (e *Engine) loadTier(p *snapReader, w *worker, t Tier, nsCount uint32, nsIDs []uint32) {
+func (e *Engine) loadTier(p *snapReader, w *worker.Worker, t Tier, nsCount uint32, nsIDs []uint32) {
 	n := p.u64()
 	if p.err != nil {
 		return
 	}
 	if n > uint64(len(p.b))/snapshotEntry {
-		p.fail(fmt.Sprintf("worker %q claims %d blocks", w.name, n))
+		p.fail(fmt.Sprintf("worker %q claims %d blocks", w.Name(), n))
 		return
 	}
 	if n == 0 {
 		return
 	}
-	name := w.name
-	w = e.tierOf(w, t, true)
+	name := w.Name()
+	w = w.TierOf(&e.env, worker.Tier(t), true)
 	var lastSeq uint64
 	// A key held under several seqs has one parent: WriteSnapshot writes the same
 	// parent for each, and a snapshot that disagrees would not restore to itself.
-	parents := make(map[key]uint64)
+	parents := make(map[shard.Key]uint64)
 	for j := uint64(0); j < n; j++ {
 		seq, prefix, parent := p.u64(), p.u64(), p.u64()
 		pos, ns := p.u32(), p.u32()
@@ -441,15 +432,13 @@ func (e *Engine) loadTier(p *snapReader, w *worker, t Tier, nsCount uint32, nsID
 		if ns > 0 {
 			ns = nsIDs[ns-1]
 		}
-		k := key{prefix: prefix, pos: pos, ns: ns}
+		k := shard.Key{Prefix: prefix, Pos: pos, NS: ns}
 		if old, seen := parents[k]; seen && old != parent {
 			p.fail(fmt.Sprintf("worker %q: block (seq %d) held with two parents", name, seq))
 			break
 		}
 		parents[k] = parent
-		si, sh, _ := w.seqs.locate(&e.seed, seq) // seqs ascend: never found
-		w.seqs.setAt(si, sh, w.addKey(e, k, parent, 0))
-		w.dg.add(ns, digestTerm(seq, pos), 1)
+		w.LoadEntry(&e.env, seq, k, parent)
 	}
 }
 

@@ -64,7 +64,7 @@ type ShardStats struct {
 func (e *Engine) Stats() Stats {
 	st := Stats{
 		Workers:                int(e.nlive.Load()),
-		Blocks:                 e.blocks.Load(),
+		Blocks:                 e.env.Blocks.Load(),
 		Events:                 e.events.Load(),
 		RejectedParentNotFound: e.rejParent.Load(),
 		RejectedInvalid:        e.rejInvalid.Load(),
@@ -82,7 +82,7 @@ func (e *Engine) Stats() Stats {
 		Shards:                 make([]ShardStats, len(e.shards)),
 	}
 	for t := range st.TierBlocks {
-		st.TierBlocks[t] = e.tierBlocks[t].Load()
+		st.TierBlocks[t] = e.env.TierBlocks[t].Load()
 	}
 	for i, s := range e.shards {
 		rs := s.Ring().Stats()

@@ -1,6 +1,9 @@
-package engine
+package worker
 
-import "github.com/kvindex/kvindex/internal/table"
+import (
+	"github.com/kvindex/kvindex/internal/table"
+	"github.com/kvindex/kvindex/shard"
+)
 
 // A worker's bookkeeping is two tables over one slab of key records:
 //
@@ -178,7 +181,7 @@ func (t *seqTable) insertAt(i, d uint64, e seqSlot) {
 	}
 }
 
-// keyRec is one key a worker holds or used to hold, 16 bytes.
+// keyRec is one key a worker holds or used to hold, 20 bytes.
 //
 //   - seqs counts the worker's engine hashes with this key; the key is "held" while
 //     seqs > 0, and only the 0 <-> 1 transitions reach the positional index.
@@ -266,6 +269,9 @@ type key struct {
 }
 
 func (k key) loc() uint64 { return uint64(k.ns)<<32 | uint64(k.pos) }
+
+// shard is k as the positional index names it.
+func (k key) shard() shard.Key { return shard.Key{Prefix: k.prefix, Pos: k.pos, NS: k.ns} }
 
 // keySlot is one slot of the key index, 6 bytes: the record id + 1 (0: empty) in two
 // halves, and a meta word holding how far the slot lies past its home slot (dist) and
@@ -476,7 +482,7 @@ func (t *keyTable) addWide(rid uint32, ds, dk int32) wideRec {
 	return w
 }
 
-// keyTag is the key index's tag of the key whose fingerprint (Engine.fingerprint) is fp;
+// keyTag is the key index's tag of the key whose fingerprint (Env.fingerprint) is fp;
 // the home slot comes from its top bits.
 func keyTag(fp uint64) uint8 { return uint8(fp) }
 
@@ -484,7 +490,7 @@ func keyTag(fp uint64) uint8 { return uint8(fp) }
 // nearer to its home than the probe is, and a deletion shifts back only up to the first
 // slot at its home, which keeps the dense index's long runs cheap.
 
-// fpOf is k's fingerprint, the key index's hash of k (Engine.fingerprint, the same
+// fpOf is k's fingerprint, the key index's hash of k (Env.fingerprint, the same
 // hash as the positional index's).
 func fpOf(seed *table.Seed, k key) uint64 { return seed.Hash128(k.prefix, k.loc()) }
 

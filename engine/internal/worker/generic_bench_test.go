@@ -1,4 +1,4 @@
-package engine
+package worker
 
 import (
 	"math/rand/v2"

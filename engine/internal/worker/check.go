@@ -1,4 +1,4 @@
-package engine
+package worker
 
 import (
 	"fmt"
@@ -6,11 +6,11 @@ import (
 	"github.com/kvindex/kvindex/internal/table"
 )
 
-// mustCheck panics with what broke if w's bookkeeping does not check (invariants
-// builds; see check).
-func (w *worker) mustCheck(e *Engine, published bool) {
+// MustCheck panics with what broke if w's bookkeeping does not check (Check). The
+// engine calls it after every event in an invariants build. Holder of w's mutex.
+func (w *Worker) MustCheck(env *Env, published bool) {
 	w.owner.Check("worker event")
-	if err := w.check(&e.seed, published); err != nil {
+	if err := w.Check(env, published); err != nil {
 		panic("engine: invariant broken: " + err.Error())
 	}
 }
@@ -20,9 +20,11 @@ func (w *worker) mustCheck(e *Engine, published bool) {
 // (see package internal/invariants) and in tests. Each is O(the worker's records): far
 // too slow for production, cheap enough for every mutation of a test's small histories.
 
-// check verifies w and its tier components; the caller holds w's mutex. published says
-// that w has just flushed, so that its published size and gap flag must be current.
-func (w *worker) check(seed *table.Seed, published bool) error {
+// Check verifies primary w and its tier components and groups. published says that w
+// has just published (Publish), so that its published sizes and gap flags must be
+// current. Holder of w's mutex.
+func (w *Worker) Check(env *Env, published bool) error {
+	seed := &env.Seed
 	if err := w.checkTier(seed, published); err != nil {
 		return fmt.Errorf("worker %q, device tier: %w", w.name, err)
 	}
@@ -32,7 +34,7 @@ func (w *worker) check(seed *table.Seed, published bool) error {
 		}
 	}
 	var err error
-	w.components(func(t Tier, c *worker) {
+	w.Components(func(t Tier, c *Worker) {
 		if err == nil {
 			if cerr := c.checkTier(seed, published); cerr != nil {
 				err = fmt.Errorf("worker %q, %s tier: %w", w.name, t, cerr)
@@ -44,7 +46,7 @@ func (w *worker) check(seed *table.Seed, published bool) error {
 
 // checkTier verifies one tier's tables, its hole count against a recount and, when
 // published, its published size and gap flag.
-func (w *worker) checkTier(seed *table.Seed, published bool) error {
+func (w *Worker) checkTier(seed *table.Seed, published bool) error {
 	if err := w.seqs.check(seed, &w.keys); err != nil {
 		return fmt.Errorf("seq table: %w", err)
 	}

@@ -1,4 +1,4 @@
-package engine
+package worker
 
 import (
 	"math"
@@ -14,8 +14,8 @@ import (
 // whose set is dropped afterwards.
 func TestValidateStoreLarge(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	w := worker{out: &outbox{}}
-	seed := table.SeedFrom(1)
+	o := &Outbox{}
+	env := &Env{Seed: table.SeedFrom(1)}
 	check := func(parent uint64, hasParent bool, blocks []Block) {
 		t.Helper()
 		want := true
@@ -26,13 +26,13 @@ func TestValidateStoreLarge(t *testing.T) {
 			}
 			seen[b.Seq] = true
 		}
-		if got := w.validateStore(&seed, parent, hasParent, blocks); got != want {
-			t.Fatalf("validateStore(%d blocks, parent %d/%v) = %v, want %v", len(blocks), parent, hasParent, got, want)
+		if got := o.ValidStore(env, parent, hasParent, blocks); got != want {
+			t.Fatalf("ValidStore(%d blocks, parent %d/%v) = %v, want %v", len(blocks), parent, hasParent, got, want)
 		}
 	}
 	for round := 0; round < 2000; round++ {
 		if round == 1000 {
-			w.out.seen.gen = math.MaxUint32 - 1 // the next resets wrap the stamps
+			o.seen.gen = math.MaxUint32 - 1 // the next resets wrap the stamps
 		}
 		n := 17 + r.IntN(300)
 		if round%500 == 7 {
@@ -52,8 +52,8 @@ func TestValidateStoreLarge(t *testing.T) {
 			parent = blocks[r.IntN(n)].Seq
 		}
 		check(parent, hasParent, blocks)
-		if len(w.out.seen.slots) > seqSetKeep {
-			t.Fatalf("scratch set of %d slots kept after an event of %d blocks", len(w.out.seen.slots), n)
+		if len(o.seen.slots) > seqSetKeep {
+			t.Fatalf("scratch set of %d slots kept after an event of %d blocks", len(o.seen.slots), n)
 		}
 	}
 }
@@ -134,7 +134,7 @@ func TestKeyTableAgainstMap(t *testing.T) {
 	type counts struct{ seqs, kids uint32 }
 	model := map[key]uint32{}
 	cnt := map[uint32]counts{}
-	positions := []uint32{0, 1, 2, locPosMask - 1, locPosMask, locPosMask + 1, MaxDepth - 1}
+	positions := []uint32{0, 1, 2, locPosMask - 1, locPosMask, locPosMask + 1, 1<<30 - 1} // the last, the engine's MaxDepth - 1
 	randKey := func() key {
 		return key{prefix: uint64(r.IntN(40)), pos: positions[r.IntN(len(positions))], ns: uint32(r.IntN(300))}
 	}

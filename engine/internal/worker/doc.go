@@ -1,0 +1,51 @@
+// Package worker is the engine's per-worker bookkeeping: for each inference worker,
+// which engine hashes it holds, at which key (namespace, position, prefix hash), and the
+// key records that tell whether its held keys are prefix-closed (its holes), with its
+// tier components and its declared KV-cache groups. The engine (package engine) keeps
+// the two protocols around it: events (apply.go: locking a worker, checking an event,
+// handing the deltas it leaves in the worker's Outbox to the shards' rings) and queries
+// (query.go: reading the published atomics, and a worker's tables under its mutex).
+//
+// # What it owns, and who may call what
+//
+// One owner, in every mode (sharded or locked index, with or without tiers and groups):
+// a Worker's tables (seq table, key records and key index, holes, digests), its tier
+// components' (tiers.go) and its groups' (groups.go) belong to the goroutine that holds
+// the Worker's mutex (Lock; a component's: its primary's). Every method says which
+// kind it is:
+//
+//   - "Holder of w's mutex": the owner only. On the event side that is the caller
+//     applying one of the worker's events, which also holds the Outbox lent to the
+//     worker (SetOutbox) and the deltas in it; a query that reads a worker's tables
+//     (the engine's tierLengths and hybridMatch) takes the mutex too. In an invariants
+//     build (package internal/invariants) CheckOwner and MustCheck panic when the
+//     calling goroutine does not hold it.
+//   - "Concurrent": any goroutine, without the mutex. These read only what is immutable
+//     after creation (Name, ID, Tier) or published atomically by the owner at its
+//     flush (Publish: Size and Gappy, which queries read to score and to decide whether
+//     they may jump over a stride; the tier link and its components, TotalSize), and
+//     Env's read-only fields.
+//
+// The locked exception: on the engine's locked index (Config.LockedIndex) the owner
+// publishes (Publish) under the engine's write lock together with the deltas, so that a
+// query under the read lock sees a worker's gap flag and its memberships of one moment.
+// Ownership does not change: the write lock is taken by the mutex's holder, inside its
+// hold.
+//
+// Env is the engine's side of the contract (pebble's commitEnv is the model): the
+// seeds, the shard count, the block counters Publish updates and Register, the
+// registry callback that names a new tier component. A worker keeps no pointer to it;
+// every method that needs it takes it, by pointer.
+//
+// # The numbers behind the layout
+//
+// Per held engine hash a worker keeps a 12-byte seq slot (tables.go) and, per key, a
+// 20-byte key record in a slab; a 6-byte key-index slot only for the records their
+// parent's record cannot reach (roots, ghosts, children of branch points: a few percent
+// on the trace-driven logs). A Worker is 232 bytes (the 240-byte size class) whatever
+// it holds: its Outbox (80 bytes, and the delta buffers behind it) is lent only while
+// it applies events, so 100,000 idle workers keep none. Each membership change leaves
+// as one 12-byte shard.Delta. The event path allocates nothing in steady state (the
+// engine's tests assert 0 allocations per event), so its methods take the Env by
+// pointer and use no interface and no closure per block.
+package worker

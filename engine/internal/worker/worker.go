@@ -1,0 +1,481 @@
+package worker
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/kvindex/kvindex/internal/invariants"
+	"github.com/kvindex/kvindex/internal/table"
+	"github.com/kvindex/kvindex/shard"
+)
+
+// Worker is the per-worker state: which engine hashes it holds, at which (position,
+// prefix), and the key bookkeeping that tells whether its held keys are prefix-closed.
+// A primary (a named worker) holds its device blocks; its tier components (tiers.go),
+// workers of their own under the primary's name, hold the others.
+//
+// Ownership: every field below mu is owned by the goroutine holding mu (a component's:
+// its primary's mu). Events of one worker are applied under mu, and the deltas they
+// produce are pushed to the shard rings before mu is released, so each ring sees one
+// worker's deltas in event order. The atomics are written under mu and read by queries
+// without it; name, wid and tier are set at creation and read by anyone.
+type Worker struct {
+	// size is the number of distinct engine hashes held (seqs.n), the query's size(w), as
+	// of the last flush.
+	size atomic.Int64
+
+	name string
+	wid  uint32
+
+	mu sync.Mutex
+	// holes counts the held keys whose parent key is not held (see DESIGN.md).
+	holes int32
+	// gappy is true while holes > 0, i.e. while some held key's parent key is not held.
+	// Queries may only jump over a stride for workers whose gappy is false. (It sits
+	// with the other one-byte fields: the struct stays at 232 bytes, the 240-byte size
+	// class.)
+	gappy atomic.Bool
+	// dead is set by RemoveWorker; a caller that finds it set looks the name up again.
+	dead bool
+	// owner records mu's holder in an invariants build (Lock; empty otherwise).
+	owner invariants.Owner
+	// tier is the tier a component holds (Device for a named worker).
+	tier Tier
+	// tl links a worker with its tier components (tiers.go); nil for a worker that has
+	// only held device blocks. Set once, under the primary's mu.
+	tl   atomic.Pointer[tierLink]
+	seqs seqTable
+	keys keyTable
+	// cursor and mark are the worker's position in its event stream (Position): those of
+	// the last event applied that carried a cursor, or of the last clear.
+	cursor, mark uint64
+	// hyb is a declared worker's KV-cache groups (groups.go); nil for a dense worker.
+	// hybSize is its entry count, written under mu and read without it.
+	hyb     *Hybrid
+	hybSize atomic.Int64
+	// dg is the digest of this tier's entries (digest.go).
+	dg digests
+	// out is the scratch of the events being applied, lent by the caller that locked the
+	// worker for events (SetOutbox; the engine takes one from its pool per call) and
+	// taken back at unlock, so an idle worker holds none: 100,000 workers do not keep
+	// 100,000 delta buffers.
+	out *Outbox
+}
+
+// New returns a primary named name under worker id wid (the registry's; the caller
+// publishes it).
+func New(name string, wid uint32) *Worker { return &Worker{name: name, wid: wid} }
+
+// Name is the worker's name (a component's: its primary's). Concurrent.
+func (w *Worker) Name() string { return w.name }
+
+// ID is the worker's id in the shards' memberships. Concurrent.
+func (w *Worker) ID() uint32 { return w.wid }
+
+// Tier is the tier w holds: Device for a primary. Concurrent.
+func (w *Worker) Tier() Tier { return w.tier }
+
+// IsComponent reports whether w is a non-device tier component (not a named worker).
+// Concurrent.
+func (w *Worker) IsComponent() bool { return w.tier != Device }
+
+// Size is the number of distinct engine hashes w's own tables held at its last
+// publication (Publish). Concurrent.
+func (w *Worker) Size() int64 { return w.size.Load() }
+
+// Gappy reports w's gap flag as of its last publication: some held key of its tables
+// has a parent key it does not hold, so a query may not jump over a stride for it.
+// Concurrent.
+func (w *Worker) Gappy() bool { return w.gappy.Load() }
+
+// Lock takes w's mutex: the caller owns w's bookkeeping (and its components') until
+// Unlock.
+func (w *Worker) Lock() {
+	w.mu.Lock()
+	w.owner.Acquire()
+}
+
+// Unlock lets w's mutex go.
+func (w *Worker) Unlock() {
+	w.owner.Release()
+	w.mu.Unlock()
+}
+
+// CheckOwner panics, in an invariants build, unless the calling goroutine holds w's
+// mutex (what names the operation that needed it). A no-op otherwise.
+func (w *Worker) CheckOwner(what string) { w.owner.Check(what) }
+
+// Dead reports whether w was removed (SetDead): a caller that locked it by name looks
+// the name up again. Holder of w's mutex.
+func (w *Worker) Dead() bool { return w.dead }
+
+// SetDead marks w removed. Holder of w's mutex.
+func (w *Worker) SetDead() { w.dead = true }
+
+// Position is w's position in its event stream (the engine's Position). Holder of w's
+// mutex.
+func (w *Worker) Position() (cursor, mark uint64) { return w.cursor, w.mark }
+
+// SetPosition records w's position in its event stream. Holder of w's mutex.
+func (w *Worker) SetPosition(cursor, mark uint64) { w.cursor, w.mark = cursor, mark }
+
+// Len is the number of engine hashes w's own tables hold now (Size is the published
+// count). Holder of w's mutex.
+func (w *Worker) Len() int { return w.seqs.n }
+
+// HasHoles reports whether some held key of w's tables has a parent key it does not
+// hold, now (Gappy is the published flag). Holder of w's mutex.
+func (w *Worker) HasHoles() bool { return w.holes > 0 }
+
+// Outbox is a locked worker's scratch: the deltas of the events being applied, per
+// shard, the duplicate check's set and the counters the engine's flush publishes. It
+// belongs to whoever holds the worker it is lent to (SetOutbox).
+type Outbox struct {
+	// Events and Skipped are the worker's changes to the engine-wide event and
+	// skipped-removal counters since its last flush, which publishes them (and the block
+	// count's change, Publish): one shared atomic update per flush rather than several
+	// per event keeps producers of different workers from bouncing the counters' cache
+	// line between cores.
+	Events, Skipped uint64
+	// Pending counts the deltas in Pend.
+	Pending int
+	// Pend collects the deltas per shard until the flush hands them over; reused across
+	// events.
+	Pend [][]shard.Delta
+	// seen is the duplicate check's scratch set.
+	seen seqSet
+}
+
+// NewOutbox returns an empty outbox for an engine of shards shards.
+func NewOutbox(shards int) *Outbox { return &Outbox{Pend: make([][]shard.Delta, shards)} }
+
+// SetOutbox lends o to w and its components for the events its caller applies (nil:
+// takes it back). Holder of w's mutex.
+func (w *Worker) SetOutbox(o *Outbox) {
+	w.out = o
+	w.Components(func(_ Tier, c *Worker) { c.out = o })
+}
+
+// Outbox is the outbox lent to w. Holder of w's mutex.
+func (w *Worker) Outbox() *Outbox { return w.out }
+
+// parentRef is a stored event's parent: its key and, when the storing table holds its
+// record, the record id + 1 (0: the parent is held on another tier, so addKey finds its
+// key in this table or makes a ghost of it).
+type parentRef struct {
+	has    bool
+	prefix uint64
+	pos    uint32
+	ref    uint32
+}
+
+// Parent is a stored event's parent, found by FindParent: its key, and the table and
+// record that hold it. Valid until its worker is next modified.
+type Parent struct {
+	Key    shard.Key
+	holder *Worker
+	rid    uint32
+}
+
+// Store applies an accepted stored event of primary w on tier t in namespace ns: its
+// blocks hang under p (found by FindParent in the same hold of the mutex; the zero
+// Parent: blocks[0] is a root), the duplicate check (Outbox.ValidStore) passed, and
+// positions fit. Holder of w's mutex, with an outbox lent.
+func (w *Worker) Store(env *Env, t Tier, ns uint32, p Parent, blocks []Block) {
+	c := w.TierOf(env, t, true)
+	ref := parentRef{has: p.holder != nil, prefix: p.Key.Prefix, pos: p.Key.Pos}
+	if p.holder == c {
+		ref.ref = p.rid + 1 // else the parent's record is in another tier's table: addKey finds or makes it
+	}
+	c.store(env, ns, ref, blocks)
+}
+
+// Remove drops seqs from primary w's tier t and returns how many of them the tier did
+// not hold. Holder of w's mutex, with an outbox lent.
+func (w *Worker) Remove(env *Env, t Tier, seqs []uint64) (skipped int) {
+	c := w.TierOf(env, t, false)
+	if c == nil {
+		return len(seqs)
+	}
+	return c.remove(env, seqs)
+}
+
+// KeyOf returns the key at which w's own tables hold seq. Holder of w's mutex.
+func (w *Worker) KeyOf(env *Env, seq uint64) (shard.Key, bool) {
+	rid, ok := w.seqs.get(&env.Seed, seq)
+	if !ok {
+		return shard.Key{}, false
+	}
+	return w.keys.key(rid).shard(), true
+}
+
+// store applies an accepted stored event to this tier's tables: the parent (if any) is
+// p, the duplicate check passed, and positions fit.
+func (w *Worker) store(env *Env, ns uint32, p parentRef, blocks []Block) {
+	seed := &env.Seed
+	prefix, pos, ref := p.prefix, p.pos, p.ref
+	var dc DigestCell // the entries this event adds to namespace ns
+	for i, b := range blocks {
+		parentPrefix := prefix
+		var k key
+		if i > 0 || p.has {
+			k = key{prefix: env.Chain.Step(prefix, b.Content, pos+1), pos: pos + 1, ns: ns}
+		} else {
+			k = key{prefix: b.Content, pos: 0, ns: ns}
+		}
+		prefix, pos = k.prefix, k.pos
+		// The seq's slot stays valid below: dropKey and addKey touch only the key table.
+		si, sh, found := w.seqs.locate(seed, b.Seq)
+		if found {
+			old := w.seqs.slots[si].ref - 1
+			if w.keys.is(old, k, w.keys.locOf(k, false)) {
+				ref = old + 1
+				continue // a duplicate never inflates anything
+			}
+			ok := w.keys.key(old)
+			w.dg.add(ok.ns, digestTerm(b.Seq, ok.pos), -1)
+			w.dropKey(env, old) // last write wins: the seq moves
+		}
+		rid := w.addKey(env, k, parentPrefix, ref) // a root ignores its parent
+		ref = rid + 1
+		w.seqs.setAt(si, sh, rid)
+		dc.Sum += digestTerm(b.Seq, k.pos)
+		dc.N++
+	}
+	w.dg.addCell(ns, dc)
+}
+
+// addKey counts one more engine hash under k and returns k's record id. The parent key
+// has prefix parentPrefix and, when the caller knows it, record id parent-1 (parent ==
+// 0: look it up by key, creating a ghost if the worker does not have it, as a store
+// whose parent is on another tier and Restore, which loads children before parents,
+// need; full tables only).
+func (w *Worker) addKey(env *Env, k key, parentPrefix uint64, parent uint32) uint32 {
+	t := &w.keys
+	seed := &env.Seed
+	fp := env.fingerprint(k)
+	var pk key
+	newParent := false
+	if k.pos > 0 && parent == 0 {
+		pk = key{prefix: parentPrefix, pos: k.pos - 1, ns: k.ns}
+		p, ok := t.find(seed, pk)
+		if !ok {
+			p, newParent = t.newRec(pk), true
+		}
+		parent = p + 1
+	}
+	rid, found := t.lookup(k, fp, parent)
+	if found && t.seqs(rid) > 0 {
+		t.addSeqs(rid, 1) // held already (and so is its parent's record: newParent is false)
+		return rid
+	}
+	// The key becomes held: its children that were holes are reconnected, it tells the
+	// index, and it becomes a child of its parent key.
+	if found {
+		t.ghosts--
+	} else {
+		rid = t.newRec(k) // (may move the slab)
+	}
+	t.addSeqs(rid, 1)
+	w.holes -= int32(t.kids(rid))
+	w.emitFP(env, shard.OpAdd, fp)
+	if k.pos == 0 {
+		if !found {
+			t.index(seed, rid, k, fp)
+		}
+		return rid
+	}
+	t.recs[rid].parent = parent
+	t.addKids(parent-1, 1)
+	if t.seqs(parent-1) == 0 {
+		w.holes++
+	}
+	if newParent {
+		t.ghosts++
+		t.index(seed, parent-1, pk, fpOf(seed, pk))
+	}
+	// Attach the key under its parent: linked while it is the one held child (a found
+	// ghost is in the index already), indexed with its siblings past that.
+	p := &t.recs[parent-1]
+	switch c := p.child; {
+	case c == 0 && !found && !t.full:
+		p.child = rid + 1
+	case c == 0 || c == childIndexed:
+		p.child = childIndexed
+		if !found {
+			t.index(seed, rid, k, fp)
+		}
+	default: // the parent's linked child is c-1: both go in the index
+		p.child = childIndexed
+		ck := t.key(c - 1)
+		t.index(seed, c-1, ck, fpOf(seed, ck))
+		if !found {
+			t.index(seed, rid, k, fp)
+		}
+	}
+	return rid
+}
+
+// dropKey counts one engine hash less under record rid, which must be held.
+func (w *Worker) dropKey(env *Env, rid uint32) {
+	t := &w.keys
+	if t.addSeqs(rid, -1) > 0 { // addSeqs panics if rid was not held
+		return
+	}
+	kids := t.kids(rid)
+	w.holes += int32(kids)
+	k := t.key(rid)
+	fp := env.fingerprint(k)
+	w.emitFP(env, shard.OpRemove, fp)
+	parent := t.recs[rid].parent
+	t.recs[rid].parent = 0
+	indexed := true // whether rid is in the key index
+	if k.pos > 0 {
+		if parent == 0 {
+			panic("engine: worker key table lost a parent key")
+		}
+		p := parent - 1
+		if t.recs[p].child == rid+1 {
+			indexed = false // it was its parent's linked child
+		}
+		pk := t.addKids(p, -1)
+		if pk == 0 {
+			t.recs[p].child = 0
+		}
+		if t.seqs(p) == 0 {
+			w.holes--    // the dropped key was itself a hole
+			if pk == 0 { // the parent was a ghost kept for its held children, now none
+				t.ghosts--
+				t.del(&env.Seed, p)
+			}
+		}
+	}
+	if kids > 0 {
+		// rid stays as a ghost, which a refill must find: the index has every ghost.
+		t.ghosts++
+		if !indexed {
+			t.index(&env.Seed, rid, k, fp)
+		}
+		return
+	}
+	if indexed {
+		t.unindex(rid, fp)
+	}
+	t.release(rid)
+}
+
+// remove drops seqs the worker holds and returns how many it did not hold.
+func (w *Worker) remove(env *Env, seqs []uint64) (skipped int) {
+	var dc DigestCell // the entries dropped from namespace dns since the last change of namespace
+	var dns uint32
+	for _, s := range seqs {
+		rid, ok := w.seqs.del(&env.Seed, s)
+		if !ok {
+			skipped++
+			continue
+		}
+		if k := w.keys.key(rid); k.ns == dns {
+			dc.Sum -= digestTerm(s, k.pos)
+			dc.N--
+		} else {
+			w.dg.addCell(dns, dc)
+			dc, dns = DigestCell{Sum: -digestTerm(s, k.pos), N: -1}, k.ns
+		}
+		w.dropKey(env, rid)
+	}
+	w.dg.addCell(dns, dc)
+	if w.keys.sparse() {
+		w.compact(&env.Seed)
+	}
+	return skipped
+}
+
+// compact renumbers the live key records densely and rebuilds the key index at the size
+// they need, so a worker that shrank gives its memory back (records never move
+// otherwise). O(records); it runs only once the tables are mostly empty.
+func (w *Worker) compact(seed *table.Seed) {
+	old := w.keys.recs
+	full := w.keys.full
+	if w.keys.n == 0 {
+		w.keys = keyTable{full: full}
+		return
+	}
+	ids := make([]uint32, len(old)) // per old record id: new id + 1
+	recs := make([]keyRec, 0, int(w.keys.n))
+	for i := range old {
+		if !old[i].free() {
+			ids[i] = uint32(len(recs)) + 1
+			recs = append(recs, old[i])
+		}
+	}
+	for i := range recs {
+		if p := recs[i].parent; p != 0 {
+			recs[i].parent = ids[p-1]
+		}
+	}
+	// The side table follows the new ids; the namespaces keep their local ids.
+	ext := w.keys.ext
+	if ext != nil {
+		wide := make(map[uint32]wideRec, len(ext.wide))
+		for rid, c := range ext.wide {
+			wide[ids[rid]-1] = c
+		}
+		ext.wide = wide
+	}
+	w.keys = keyTable{recs: recs, ext: ext, n: int32(len(recs)), full: full}
+	w.keys.relink(seed)
+	for i := range w.seqs.slots {
+		if s := &w.seqs.slots[i]; s.ref != 0 {
+			s.ref = ids[s.ref-1]
+		}
+	}
+}
+
+// Publish makes the gap flags and sizes of primary w and its components (and the
+// engine's block counts) visible to queries. Holder of w's mutex; the engine calls it at
+// flush, with the deltas of the events it publishes (see the engine's flush for the
+// order on the locked index).
+func (w *Worker) Publish(env *Env) {
+	w.publish(env)
+	w.Components(func(_ Tier, c *Worker) { c.publish(env) })
+}
+
+// publish is Publish of one tier.
+func (w *Worker) publish(env *Env) {
+	if g := w.holes > 0; g != w.gappy.Load() {
+		w.gappy.Store(g)
+	}
+	if d := int64(w.seqs.n) - w.size.Load(); d != 0 {
+		env.Blocks.Add(d)
+		env.TierBlocks[w.tier].Add(d)
+		w.size.Store(int64(w.seqs.n))
+	}
+}
+
+// Clear drops every block of primary w on every tier (its declared groups excepted:
+// DropGroups). Holder of w's mutex, with an outbox lent.
+func (w *Worker) Clear(env *Env) {
+	w.clear(env)
+	w.Components(func(_ Tier, c *Worker) { c.clear(env) })
+}
+
+// clear drops every block of one tier.
+func (w *Worker) clear(env *Env) {
+	for i := range w.keys.recs {
+		if !w.keys.recs[i].free() && w.keys.seqs(uint32(i)) > 0 {
+			w.emitFP(env, shard.OpRemove, env.fingerprint(w.keys.key(uint32(i))))
+		}
+	}
+	w.seqs = seqTable{}
+	w.keys = keyTable{full: w.keys.full}
+	w.holes = 0
+	w.dg.reset()
+}
+
+// emitFP queues a delta of the key whose fingerprint is fp for the key's shard.
+func (w *Worker) emitFP(env *Env, op uint8, fp uint64) {
+	s := env.OwnerOf(fp)
+	o := w.out
+	o.Pend[s] = append(o.Pend[s], shard.NewDelta(op, fp, w.wid))
+	o.Pending++
+}
