@@ -38,10 +38,14 @@
 // Ownership rules:
 //
 //   - Per-worker state (engine hash -> key record; per record the key, its engine hash
-//     count, held children and parent record; the worker's hole count) is owned by the
-//     goroutine holding that worker's mutex: always the caller applying one of its
-//     events. Rejections (ErrParentNotFound, ErrInvalidEvent) are therefore returned
-//     synchronously.
+//     count, held children and parent record; the worker's hole count, digests, tier
+//     components and declared groups) is package engine/internal/worker, owned by the
+//     goroutine holding that worker's mutex: the caller applying one of its events, or a
+//     query that reads its tables (tiers, groups). Rejections (ErrParentNotFound,
+//     ErrInvalidEvent) are therefore returned synchronously. The package takes a
+//     worker.Env (the seeds, the shard count, the block counters, the registry's
+//     callback for tier components) instead of the Engine; this package keeps the two
+//     protocols around it, events (apply.go) and queries (query.go).
 //   - Each key (namespace, position, prefix hash) belongs to one shard, chosen by its
 //     fingerprint (a hash of the key keyed by the engine's random seed, which is also
 //     the key's name in the shard's table). The table belongs to the holder of the
@@ -56,7 +60,8 @@
 //   - A worker's size and gap flag are atomics written under its mutex and read by
 //     queries without it.
 //   - A worker that declared KV-cache groups keeps their blocks in its own per-group
-//     tables (groups.go), owned like the rest of its state by the holder of its mutex;
+//     tables (worker.Hybrid; the rules in groups.go), owned like the rest of its state by
+//     the holder of its mutex;
 //     queries read them under that mutex. The list of such workers is copied on write
 //     under the registry's mutex and read by queries with one atomic load, so dense
 //     workers pay nothing for groups.

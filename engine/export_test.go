@@ -21,7 +21,7 @@ func SetSpeculation(e *Engine, always bool) {
 // false when another sweep or a snapshot's capture holds the sweep's lock.
 func SweepNamespaces(e *Engine) bool { return e.sweepNamespaces(true) }
 
-// CheckWorkers runs the structural checks of every worker's bookkeeping (check.go),
+// CheckWorkers runs the structural checks of every worker's bookkeeping (worker.Worker.Check),
 // digests recounted from scratch included, each under the worker's lock.
 func CheckWorkers(e *Engine) error {
 	ws := e.workers()

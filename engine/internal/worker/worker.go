@@ -153,7 +153,13 @@ func NewOutbox(shards int) *Outbox { return &Outbox{Pend: make([][]shard.Delta, 
 // takes it back). Holder of w's mutex.
 func (w *Worker) SetOutbox(o *Outbox) {
 	w.out = o
-	w.Components(func(_ Tier, c *Worker) { c.out = o })
+	if tl := w.tl.Load(); tl != nil {
+		for i := range tl.comps {
+			if c := tl.comps[i].Load(); c != nil {
+				c.out = o
+			}
+		}
+	}
 }
 
 // Outbox is the outbox lent to w. Holder of w's mutex.
