@@ -416,7 +416,7 @@ func (e *Engine) lockFor(ev *Event, hint *worker.Worker, out *worker.Outbox) (w 
 }
 
 // applyLocked applies a checked event to w, which the caller has locked and unlocks; its
-// deltas stay in w.out until the caller flushes. gone says the event forgot the worker,
+// deltas stay in w's outbox until the caller flushes. gone says the event forgot the worker,
 // which is then flushed already (its lock is still held). While the engine holds
 // predictions, the event also ends those it covers or contradicts (predict.go).
 func (e *Engine) applyLocked(w *worker.Worker, ev *Event) (gone bool, err error) {
