@@ -88,16 +88,16 @@ type Config struct {
 	// sync.RWMutex: event callers apply their deltas under the write lock and queries
 	// probe under the read lock, on their own goroutines. Shards must be 0 or 1 with it.
 	//
-	// Choose it on a machine of a few cores where query latency matters most and events
-	// come from one or two ingesters: it answers at rest in about half the sharded
-	// engine's time (no probe batches, a gallop over the index instead of jump search),
-	// holds the least memory, and an event is visible to every query that starts after
-	// its call returns, with no Barrier. Keep the sharded default when events come from
-	// many ingesters or must not wait for queries: every event takes the write lock, so
-	// a busy query load slows events several times over (on two cores, with two
-	// queriers, 84-167k events/s meanwhile against 194-517k at one shard), and with more cores
-	// the shards apply events in parallel. BENCHMARKS.md ("LockedIndex or shards") has
-	// the figures and their command.
+	// Choose it where the tail latency of concurrent queries matters most and events
+	// come from one or two ingesters: under two queriers and a streamer on two cores its
+	// find-matches p99 is 3.4 µs against 24 µs at one shard, it holds the least memory,
+	// and an event is visible to every query that starts after its call returns, with no
+	// Barrier. At rest one shard answers as fast (it walks its table the same way), and
+	// keep the sharded default when events must not wait for queries: every event takes
+	// the write lock, so a busy query load slows events several times over (437k
+	// events/s meanwhile against 1.95M at one shard), and with more cores the shards
+	// apply events in parallel. BENCHMARKS.md ("LockedIndex or shards") has the figures
+	// and their command.
 	LockedIndex bool
 	// SpecChain makes the engine name positions by SPEC's XXH3 prefix chain
 	// (hash.Next) instead of its own keyed chain, which a query computes about five
