@@ -99,8 +99,7 @@ func (e *Engine) flush(w *worker.Worker) error {
 			// caller gets the engine's reason, as from every other call.
 			err = e.err()
 		}
-		clear(o.Pend[s])
-		o.Pend[s] = o.Pend[s][:0]
+		o.Pend[s] = o.Pend[s][:0] // (deltas hold no pointers: nothing to clear)
 		if cap(o.Pend[s]) > 4*maxPending {
 			o.Pend[s] = nil // a huge event passed: do not keep its buffer
 		}
