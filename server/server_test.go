@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/internal/freeport"
 	"github.com/kvindex/kvindex/server"
 	"github.com/kvindex/kvindex/subscriber/pubtest"
 )
@@ -27,13 +28,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // that needs none).
 func deadPort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	return freeport.Addr(t)
 }
 
 func TestConfigValidation(t *testing.T) {

@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/freeport"
 	"github.com/kvindex/kvindex/server"
 	"github.com/kvindex/kvindex/subscriber"
 )
@@ -20,12 +20,7 @@ import (
 // deadEndpoint is a tcp endpoint nothing listens on.
 func deadEndpoint(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return "tcp://" + l.Addr().String()
+	return freeport.Endpoint(t)
 }
 
 func metricsText(t *testing.T, s *server.Server) string {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/freeport"
 	"github.com/kvindex/kvindex/internal/zmtptest"
 	"github.com/kvindex/kvindex/subscriber"
 )
@@ -132,12 +133,7 @@ func serveHostile(t *testing.T, l net.Listener, payload []byte) <-chan struct{} 
 
 func freeEndpoint(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return "tcp://" + l.Addr().String()
+	return freeport.Endpoint(t)
 }
 
 // TestHostilePublisherDialMode: whatever listens on the engine's endpoint sends a

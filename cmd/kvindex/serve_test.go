@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvindex/kvindex/internal/freeport"
 )
 
 // TestMain (with goleak.VerifyTestMain) is in sim_test.go.
@@ -73,12 +74,7 @@ func background(t *testing.T, main func(ctx context.Context) int) (done <-chan i
 
 func deadEndpoint(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return "tcp://" + l.Addr().String()
+	return freeport.Endpoint(t)
 }
 
 func writeConfig(t *testing.T, v any) string {
