@@ -7,11 +7,19 @@ import (
 	"github.com/kvindex/kvindex/shard"
 )
 
-// spinPolls bounds the polling a querier (gather) and a Barrier (caughtUp) do before they park. Waking a parked goroutine
-// costs the OS a thread wake-up (tens of microseconds on a busy 2-core machine), which
-// would dominate a query's latency; a short poll catches the next probe batch or delta
-// while still on the CPU, and the shard parks once the poll comes up empty.
+// spinPolls bounds the polling a querier (gather) does before it parks. Waking a parked
+// goroutine costs the OS a thread wake-up (tens of microseconds on a busy 2-core
+// machine), which would dominate a query's latency; a short poll catches the next probe
+// batch while still on the CPU.
 const spinPolls = 64
+
+// barrierPolls bounds the polling a Barrier (caughtUp) does before it sends its tokens
+// and parks. A barrier waits for the shards' backlog rather than for one probe batch:
+// in the ordered replay of the conversation log (a barrier before each of its 750
+// checked queries, two shards) 64 polls ran out on 25-35% of the barriers, and each
+// such barrier paid a token round trip and two wake-ups; 256 polls (a few tens of
+// microseconds, yielding to the shards at each poll) run out on 1-3%.
+const barrierPolls = 256
 
 // Barrier returns once every event whose call returned before Barrier was called has
 // been applied by every shard: a query that starts after Barrier returns sees all of
@@ -76,7 +84,7 @@ func (e *Engine) caughtUp() bool {
 		if done {
 			return true
 		}
-		if spin == spinPolls {
+		if spin == barrierPolls {
 			return false
 		}
 		runtime.Gosched()
