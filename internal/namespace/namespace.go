@@ -1,9 +1,10 @@
 // Package namespace decides the index namespace of a model's events and queries. Every
 // path that puts events into an index or the fabric, or asks one, names the namespace
 // with Of: the ZeroMQ subscriber (subscriber.Namespace), the relay's op-log publisher
-// (fabric.PublishOps), the replay, sim and bench drivers (internal/replay), the
-// fabric replica's check of a message against its subject, and the HTTP and gRPC
-// queries (server.RequestNamespace). Two paths that spelled it differently would
+// (fabric.PublishOps), the replay and bench drivers (internal/replay), the fabric
+// replica's check of a message against its subject, and the HTTP and gRPC queries
+// (server.RequestNamespace). The simulator's engines serve no named model: it stores
+// and queries in the default namespace, Of("", ""), which is "" (FindMatches'). Two paths that spelled it differently would
 // each work alone and never match each other.
 package namespace
 
