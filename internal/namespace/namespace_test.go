@@ -1,6 +1,12 @@
 package namespace
 
-import "testing"
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestOf(t *testing.T) {
 	for _, c := range []struct{ model, ns, want string }{

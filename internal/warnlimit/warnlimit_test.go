@@ -3,7 +3,11 @@ package warnlimit
 import (
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestLimiter: Burst warnings pass at once, then one per Every, and the one that passes
 // says how many were suppressed.
