@@ -135,6 +135,7 @@ type Engine struct {
 	queries         atomic.Uint64
 	queryRounds     atomic.Uint64 // see Stats.QueryRounds
 	queryProbes     atomic.Uint64
+	walkFallbacks   atomic.Uint64 // see Stats.WalkFallbacks
 	abandoned       atomic.Uint64
 }
 

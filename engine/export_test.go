@@ -37,3 +37,13 @@ func CheckWorkers(e *Engine) error {
 	}
 	return nil
 }
+
+// HoldShard takes shard i's table token for the caller, as a one-shard walk does, and
+// returns the function that gives it back; false when the shard did not let it in. While
+// it is held, queries cannot walk (or be served) on that shard.
+func HoldShard(e *Engine, i int) (release func(), ok bool) {
+	if _, ok := e.shards[i].Hold(); !ok {
+		return nil, false
+	}
+	return e.shards[i].Let, true
+}

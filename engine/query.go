@@ -207,6 +207,7 @@ func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done 
 	q.seen.Grow(len(slots))
 	idx, ok := e.holdIndex()
 	if !ok {
+		e.walkFallbacks.Add(1)
 		return dst, false
 	}
 	buf := idx.AppendMembers(q.sub[0].Out[:0], e.fingerprint(shard.Key{Prefix: content[0], NS: q.ns}))

@@ -33,6 +33,12 @@ type Stats struct {
 	// token) counts neither. Per query, they are the work that a query's latency follows on a
 	// sharded engine, read without a clock.
 	QueryRounds, QueryProbes uint64
+	// WalkFallbacks counts the queries of a one-shard engine that did not get the
+	// shard's token (the shard was more than a quarter of its ring behind, or did not
+	// let the query in between two slices of event work) and ran jump search instead of
+	// the direct walk. (A walk that meets gappy workers deeper than its limit also hands
+	// over to jump search, uncounted here: that is the query's shape, not contention.)
+	WalkFallbacks uint64
 	// ProducerWaits counts how often an event had to wait for room in a full shard ring,
 	// and ProducerWaitNanos how long, in total.
 	ProducerWaits, ProducerWaitNanos uint64
@@ -73,6 +79,7 @@ func (e *Engine) Stats() Stats {
 		Queries:                e.queries.Load(),
 		Abandoned:              e.abandoned.Load(),
 		QueryRounds:            e.queryRounds.Load(),
+		WalkFallbacks:          e.walkFallbacks.Load(),
 		QueryProbes:            e.queryProbes.Load(),
 		DenseLandings:          int(e.dense.Load()),
 		Namespaces:             e.ns.count.Load(),
