@@ -15,12 +15,7 @@ import (
 // more; one that leaves the chain at position 20 drops the worker at landing 32, and
 // round 2 probes the stride before it, positions 17..31.
 func TestQueryWorkCounters(t *testing.T) {
-	blocks := make([]engine.Block, 40)
-	content := make([]uint64, len(blocks))
-	for i := range blocks {
-		content[i] = uint64(1000 + i)
-		blocks[i] = engine.Block{Content: content[i], Seq: uint64(i + 1)}
-	}
+	blocks, content := chain40()
 	for _, shards := range []int{2, 3} {
 		e := newEngine(t, engine.Config{Shards: shards})
 		engine.SetDenseLandings(e, 16)
@@ -84,12 +79,7 @@ func TestQueryWorkCounters(t *testing.T) {
 // the fallback. The test holds the token until the query has counted its fallback (the
 // query's batch then waits in the shard's channel for the token), then lets it go.
 func TestWalkFallback(t *testing.T) {
-	blocks := make([]engine.Block, 40)
-	content := make([]uint64, len(blocks))
-	for i := range blocks {
-		content[i] = uint64(1000 + i)
-		blocks[i] = engine.Block{Content: content[i], Seq: uint64(i + 1)}
-	}
+	blocks, content := chain40()
 	e := newEngine(t, engine.Config{Shards: 1})
 	engine.SetDenseLandings(e, 16)
 	require.NoError(t, e.Store("w", blocks))
@@ -119,4 +109,15 @@ func TestWalkFallback(t *testing.T) {
 	require.Equal(t, uint64(1), st.WalkFallbacks)
 	require.Equal(t, uint64(1), st.QueryRounds)
 	require.Equal(t, uint64(1+16+2), st.QueryProbes)
+}
+
+// chain40 is the 40-block chain of the work tests and its query.
+func chain40() ([]engine.Block, []uint64) {
+	blocks := make([]engine.Block, 40)
+	content := make([]uint64, len(blocks))
+	for i := range blocks {
+		content[i] = uint64(1000 + i)
+		blocks[i] = engine.Block{Content: content[i], Seq: uint64(i + 1)}
+	}
+	return blocks, content
 }
