@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/freeport"
 	"github.com/kvindex/kvindex/server"
 )
 
@@ -47,7 +48,7 @@ func TestFileDiscovery(t *testing.T) {
 	path := filepath.Join(dir, "engines.json")
 	eps := map[string]string{}
 	for _, w := range []string{"a", "b", "c", "d"} {
-		eps[w] = "tcp://" + deadPort(t)
+		eps[w] = freeport.Endpoint(t)
 	}
 	write := func(content string, rename bool) {
 		t.Helper()

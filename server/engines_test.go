@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/internal/freeport"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
 	"github.com/kvindex/kvindex/server"
@@ -343,7 +344,7 @@ func (h *fleetHarness) untouched(before map[string]*subscriber.Subscriber, worke
 // TestEngineAPIErrors: every way an admin request can fail says why, and changes
 // nothing.
 func TestEngineAPIErrors(t *testing.T) {
-	a, b := "tcp://"+deadPort(t), "tcp://"+deadPort(t)
+	a, b := freeport.Endpoint(t), freeport.Endpoint(t)
 	cfg := server.Config{Listen: "127.0.0.1:0", MaxBodyBytes: 4096,
 		Engines: []server.EngineConfig{{Endpoint: a, Worker: "cfg-0", Model: "m", BlockSize: 4}}}
 	s, c := start(t, cfg)
@@ -417,7 +418,7 @@ func TestEngineAPIErrors(t *testing.T) {
 // setting that changed (an empty map is no change); an invalid configuration changes
 // nothing; engines of the API survive a reload that does not name them.
 func TestReloadReportsFixedSettings(t *testing.T) {
-	a, b, c := "tcp://"+deadPort(t), "tcp://"+deadPort(t), "tcp://"+deadPort(t)
+	a, b, c := freeport.Endpoint(t), freeport.Endpoint(t), freeport.Endpoint(t)
 	cfg := server.Config{Listen: "127.0.0.1:0", Engines: []server.EngineConfig{{Endpoint: a, Worker: "a"}}}
 	s, _ := start(t, cfg)
 	if _, _, err := s.AddEngine(server.EngineConfig{Endpoint: c, Worker: "api"}); err != nil {

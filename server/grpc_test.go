@@ -22,6 +22,7 @@ import (
 	kvclient "github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/internal/freeport"
 	"github.com/kvindex/kvindex/server"
 	"github.com/kvindex/kvindex/subscriber"
 )
@@ -323,7 +324,7 @@ func TestGRPCSurvivesGarbage(t *testing.T) {
 // synced), any other service NOT_FOUND; Workers lists the followed ranks.
 func TestGRPCHealthAndWorkers(t *testing.T) {
 	f := startGRPC(t, server.Config{
-		Engines: []server.EngineConfig{{Endpoint: "tcp://" + deadPort(t), Worker: "pod", Model: "m", BlockSize: 4, DPRanks: 2},
+		Engines: []server.EngineConfig{{Endpoint: freeport.Endpoint(t), Worker: "pod", Model: "m", BlockSize: 4, DPRanks: 2},
 			{Worker: "quiet", Model: "m", BlockSize: 4}}, // no events: listed after, "approximate"
 	})
 	ctx := context.Background()

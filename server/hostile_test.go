@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/freeport"
 	"github.com/kvindex/kvindex/internal/zmtptest"
 	"github.com/kvindex/kvindex/server"
 )
@@ -116,7 +117,7 @@ func TestReadyzAfterGraceRemoval(t *testing.T) {
 	cfg := server.Config{
 		Listen: "127.0.0.1:0",
 		Engines: []server.EngineConfig{
-			{Endpoint: "tcp://" + deadPort(t), Worker: "gone", BlockSize: 4},
+			{Endpoint: freeport.Endpoint(t), Worker: "gone", BlockSize: 4},
 			{Endpoint: "tcp://" + good.Addr(), Worker: "good", BlockSize: 4},
 		},
 		Grace:        server.Duration(100 * time.Millisecond),

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/internal/freeport"
 	"github.com/kvindex/kvindex/server"
 	"github.com/kvindex/kvindex/subscriber"
 	"github.com/kvindex/kvindex/subscriber/pubtest"
@@ -218,8 +219,8 @@ func TestMooncakeRFCExamples(t *testing.T) {
 // fallback).
 func TestMooncakeFoldsRanks(t *testing.T) {
 	cfg := server.Config{Listen: "127.0.0.1:0", Trust: server.TrustConfig{Off: true}, Engines: []server.EngineConfig{
-		{Endpoint: "tcp://" + deadPort(t), Worker: "pod", Model: "m", BlockSize: 4, DPRanks: 3},
-		{Endpoint: "tcp://" + deadPort(t), Worker: "solo", Model: "m", BlockSize: 4},
+		{Endpoint: freeport.Endpoint(t), Worker: "pod", Model: "m", BlockSize: 4, DPRanks: 3},
+		{Endpoint: freeport.Endpoint(t), Worker: "solo", Model: "m", BlockSize: 4},
 		{Worker: "approx", Model: "m", BlockSize: 4},
 	}}
 	s, c := start(t, cfg)
@@ -264,7 +265,7 @@ func TestMooncakeFoldsRanks(t *testing.T) {
 	}
 	// A tenant's registration is its tenant's only; a config instance cannot be
 	// unregistered.
-	body := `{"endpoint": "tcp://` + deadPort(t) + `", "modelname": "m", "instance_id": 42, "tenant_id": "acme", "block_size": 4}`
+	body := `{"endpoint": "tcp://` + freeport.Addr(t) + `", "modelname": "m", "instance_id": 42, "tenant_id": "acme", "block_size": 4}`
 	if code, _ := c.post("/register", body); code != 200 {
 		t.Fatalf("register: %d", code)
 	}
@@ -281,10 +282,10 @@ func TestMooncakeFoldsRanks(t *testing.T) {
 // TestMooncakeErrors: every malformed or unanswerable request is a 400 (or 404, 409)
 // that says why, and changes nothing.
 func TestMooncakeErrors(t *testing.T) {
-	ep := "tcp://" + deadPort(t)
+	ep := freeport.Endpoint(t)
 	cfg := server.Config{Listen: "127.0.0.1:0", MaxQueryBlocks: 4, Engines: []server.EngineConfig{
-		{Endpoint: "tcp://" + deadPort(t), Worker: "a", Model: "m", BlockSize: 4},
-		{Endpoint: "tcp://" + deadPort(t), Worker: "b", Model: "n", BlockSize: 8},
+		{Endpoint: freeport.Endpoint(t), Worker: "a", Model: "m", BlockSize: 4},
+		{Endpoint: freeport.Endpoint(t), Worker: "b", Model: "n", BlockSize: 8},
 	}}
 	s, c := start(t, cfg)
 	reg := func(extra string) string {

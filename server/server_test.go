@@ -24,13 +24,6 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// deadPort returns a loopback port nothing listens on (the engine of a server test
-// that needs none).
-func deadPort(t *testing.T) string {
-	t.Helper()
-	return freeport.Addr(t)
-}
-
 func TestConfigValidation(t *testing.T) {
 	good := `{"listen":"127.0.0.1:0","engines":[{"endpoint":"tcp://127.0.0.1:5557"}]}`
 	cfg, err := server.ParseConfig(strings.NewReader(good))
@@ -167,8 +160,8 @@ func TestAPIErrorsAndProbes(t *testing.T) {
 		Listen:       "127.0.0.1:0",
 		MaxBodyBytes: 256,
 		Engines: []server.EngineConfig{
-			{Endpoint: "tcp://" + deadPort(t), Model: "a", BlockSize: 4},
-			{Endpoint: "tcp://" + deadPort(t), Model: "b", BlockSize: 4},
+			{Endpoint: freeport.Endpoint(t), Model: "a", BlockSize: 4},
+			{Endpoint: freeport.Endpoint(t), Model: "b", BlockSize: 4},
 		},
 		ReconnectMin: server.Duration(5 * time.Millisecond),
 	}
@@ -366,7 +359,7 @@ func testEndToEnd(t *testing.T, index string) {
 }
 
 func TestShutdownDrains(t *testing.T) {
-	cfg := server.Config{Listen: "127.0.0.1:0", Engines: []server.EngineConfig{{Endpoint: "tcp://" + deadPort(t)}}}
+	cfg := server.Config{Listen: "127.0.0.1:0", Engines: []server.EngineConfig{{Endpoint: freeport.Endpoint(t)}}}
 	s, c := start(t, cfg)
 	// A request whose body is still being sent when shutdown starts completes.
 	pr, pw := io.Pipe()

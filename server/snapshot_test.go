@@ -17,12 +17,6 @@ import (
 	"github.com/kvindex/kvindex/subscriber"
 )
 
-// deadEndpoint is a tcp endpoint nothing listens on.
-func deadEndpoint(t *testing.T) string {
-	t.Helper()
-	return freeport.Endpoint(t)
-}
-
 func metricsText(t *testing.T, s *server.Server) string {
 	t.Helper()
 	rec := httptest.NewRecorder()
@@ -45,7 +39,7 @@ func TestWarmRestartOneFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := server.Config{Listen: "127.0.0.1:0", Engines: []server.EngineConfig{{Endpoint: deadEndpoint(t), Worker: "w", Model: "m", BlockSize: 4}}}
+	cfg := server.Config{Listen: "127.0.0.1:0", Engines: []server.EngineConfig{{Endpoint: freeport.Endpoint(t), Worker: "w", Model: "m", BlockSize: 4}}}
 	opts := server.Options{Snapshot: server.SnapshotOptions{Path: path}}
 	s, err := server.New(cfg, opts)
 	if err != nil {

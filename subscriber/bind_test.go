@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/freeport"
 	"github.com/kvindex/kvindex/internal/zmtptest"
 	"github.com/kvindex/kvindex/subscriber"
 )
@@ -32,7 +33,7 @@ func idleConns(t *testing.T, addr string, n int) {
 // locked the real publisher out for as long as they stayed); the publisher that then
 // connects takes the place of one idle for two seconds, and the worker goes live.
 func TestBoundSocketIdleLockout(t *testing.T) {
-	ep := freeEndpoint(t)
+	ep := freeport.Endpoint(t)
 	s, eng := runSub(t, subscriber.Config{Endpoint: ep, Bind: true})
 	addr := ep[len("tcp://"):]
 	idleConns(t, addr, 8)
@@ -78,7 +79,7 @@ func dialPub(t *testing.T, addr string) *zmtptest.Pub {
 // TestBoundSocketAllowedPeers: with AllowedPeers, a peer outside them is closed on
 // accept and counted, one inside is served; AllowedPeers needs Bind and valid prefixes.
 func TestBoundSocketAllowedPeers(t *testing.T) {
-	ep := freeEndpoint(t)
+	ep := freeport.Endpoint(t)
 	s, _ := runSub(t, subscriber.Config{Endpoint: ep, Bind: true, AllowedPeers: []string{"10.9.9.9", "192.168.0.0/16"}})
 	pub := dialPub(t, ep[len("tcp://"):])
 	waitFor(t, 10*time.Second, "the loopback peer refused", func() bool {
@@ -89,7 +90,7 @@ func TestBoundSocketAllowedPeers(t *testing.T) {
 		t.Fatalf("a peer outside the allowed ones got through: %+v", st)
 	}
 
-	ep2 := freeEndpoint(t)
+	ep2 := freeport.Endpoint(t)
 	s2, eng2 := runSub(t, subscriber.Config{Endpoint: ep2, Bind: true, AllowedPeers: []string{"127.0.0.0/8"}})
 	waitLive(t, s2, eng2, dialPub(t, ep2[len("tcp://"):]))
 

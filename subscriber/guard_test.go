@@ -131,11 +131,6 @@ func serveHostile(t *testing.T, l net.Listener, payload []byte) <-chan struct{} 
 	return closed
 }
 
-func freeEndpoint(t *testing.T) string {
-	t.Helper()
-	return freeport.Endpoint(t)
-}
-
 // TestHostilePublisherDialMode: whatever listens on the engine's endpoint sends a
 // greeting and a frame header declaring 2^50, 2^40 or 2^31 bytes (zmq4 alone panics,
 // runs out of memory or allocates 2 GiB). The subscriber refuses it, counts it, closes
@@ -168,7 +163,7 @@ func TestHostilePublisherDialMode(t *testing.T) {
 func TestHostilePeerBindMode(t *testing.T) {
 	for _, hc := range hostileCases("PUB") {
 		t.Run(hc.name, func(t *testing.T) {
-			ep := freeEndpoint(t)
+			ep := freeport.Endpoint(t)
 			s, eng := runSub(t, subscriber.Config{Endpoint: ep, Bind: true})
 			addr := ep[len("tcp://"):]
 			for i := 0; i < 3; i++ {
@@ -218,7 +213,7 @@ func TestSilentPeerCutOff(t *testing.T) {
 // TestTooManyBoundConnections: a bound socket holds at most a few connections; more
 // are refused (each could make zmq4 hold one capped frame).
 func TestTooManyBoundConnections(t *testing.T) {
-	ep := freeEndpoint(t)
+	ep := freeport.Endpoint(t)
 	s, _ := runSub(t, subscriber.Config{Endpoint: ep, Bind: true})
 	addr := ep[len("tcp://"):]
 	var conns []net.Conn
@@ -264,7 +259,7 @@ func TestHostileReplaySocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed := serveHostile(t, l, append(zmtptest.Ready("ROUTER"), zmtptest.LongHeader(0, 1<<50)...))
-	ep := freeEndpoint(t)
+	ep := freeport.Endpoint(t)
 	pub := newGoodPub(t, ep, true)
 	s, eng := runSub(t, subscriber.Config{Endpoint: ep, ReplayEndpoint: "tcp://" + l.Addr().String()})
 	<-closed

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"sort"
 	"sync"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/internal/freeport"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
 	"github.com/kvindex/kvindex/subscriber"
@@ -381,12 +381,7 @@ func TestInteropUnrecoverableGapThenClear(t *testing.T) {
 func TestInteropBindModeAndBadFrames(t *testing.T) {
 	// vLLM connects when its endpoint names a host: the subscriber binds.
 	pubtest.Require(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep := "tcp://" + l.Addr().String()
-	l.Close()
+	ep := freeport.Endpoint(t)
 	h := newHarness(t, pubtest.Options{Endpoint: ep}, func(c *subscriber.Config) {
 		c.Endpoint, c.Bind = ep, true
 	})

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/freeport"
 	"github.com/kvindex/kvindex/internal/refmodel"
 	"github.com/kvindex/kvindex/internal/zmtptest"
 	"github.com/kvindex/kvindex/subscriber"
@@ -30,7 +31,7 @@ func TestSoak(t *testing.T) {
 	h := newHarness(t, pubtest.Options{Ranks: 2, ConsecutivePorts: true, Bind: true}, nil)
 	h.waitSynced()
 	// The hostile side: a bound subscriber of its own worker, never fed anything valid.
-	hostileEP := freeEndpoint(t)
+	hostileEP := freeport.Endpoint(t)
 	hs, _ := runSub(t, subscriber.Config{Endpoint: hostileEP, Bind: true})
 	hostile := func(n int) {
 		for range n {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvindex/kvindex/bench/fleet"
 	"github.com/kvindex/kvindex/fabric"
+	"github.com/kvindex/kvindex/internal/freeport"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
 	"github.com/kvindex/kvindex/server"
@@ -62,7 +63,7 @@ func TestRelayFailsFast(t *testing.T) {
 		name, url string
 		want      []string
 	}{
-		{"unreachable", "nats" + strings.TrimPrefix(deadEndpoint(t), "tcp"), []string{"no NATS server at", "attempts", "no servers available"}},
+		{"unreachable", "nats" + strings.TrimPrefix(freeport.Endpoint(t), "tcp"), []string{"no NATS server at", "attempts", "no servers available"}},
 		{"no-jetstream", noJS.ClientURL(), []string{"creating stream KVINDEX at " + noJS.ClientURL(), "is JetStream enabled"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/freeport"
 	"github.com/kvindex/kvindex/server"
 	"github.com/kvindex/kvindex/subscriber/pubtest"
 )
@@ -49,14 +49,7 @@ func TestKill9Recovery(t *testing.T) {
 	defer pub.Close()
 	r := pub.Ranks[0]
 	snap := filepath.Join(dir, "index.snap")
-	port := func() string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		return l.Addr().String()
-	}()
+	port := freeport.Addr(t)
 	serve := func() *exec.Cmd {
 		cmd := exec.Command(bin, "serve", "--listen", port, "--log-level", "warn", "--grace", "1h",
 			"--snapshot", snap, "--snapshot-interval", "100ms",

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/freeport"
 	"github.com/kvindex/kvindex/server"
 )
 
@@ -19,7 +20,7 @@ import (
 // setting that changed in the file but needs a restart is named in the log; a file
 // that no longer validates changes nothing.
 func TestServeSIGHUPReloads(t *testing.T) {
-	a, b, f := deadEndpoint(t), deadEndpoint(t), deadEndpoint(t)
+	a, b, f := freeport.Endpoint(t), freeport.Endpoint(t), freeport.Endpoint(t)
 	file := writeConfig(t, map[string]any{"engines": []map[string]any{{"endpoint": a, "worker": "a", "model": "m"}}})
 	var out, errOut syncBuffer
 	done, cancel := background(t, func(ctx context.Context) int {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/client"
+	"github.com/kvindex/kvindex/internal/freeport"
 )
 
 var grpcListening = regexp.MustCompile(`gRPC on (\S+)`)
@@ -15,7 +16,7 @@ var grpcListening = regexp.MustCompile(`gRPC on (\S+)`)
 // TestServeGRPC: kvindex serve --grpc answers over gRPC beside HTTP, and drains both.
 func TestServeGRPC(t *testing.T) {
 	var out, errOut syncBuffer
-	endpoint := deadEndpoint(t)
+	endpoint := freeport.Endpoint(t)
 	done, cancel := background(t, func(ctx context.Context) int {
 		return serveMain(ctx, []string{"--listen", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
 			"--engine", "endpoint=" + endpoint + ",model=m,block_size=2", "--log-level", "error"}, &out, &errOut)

@@ -72,11 +72,6 @@ func background(t *testing.T, main func(ctx context.Context) int) (done <-chan i
 	return ch, cancel
 }
 
-func deadEndpoint(t *testing.T) string {
-	t.Helper()
-	return freeport.Endpoint(t)
-}
-
 func writeConfig(t *testing.T, v any) string {
 	t.Helper()
 	b, err := json.Marshal(v)
@@ -152,7 +147,7 @@ func TestServeRejectsBadInput(t *testing.T) {
 func TestServeRunsAndStopsOnCancel(t *testing.T) {
 	cfgPath := writeConfig(t, map[string]any{
 		"listen":  "127.0.0.1:0",
-		"engines": []map[string]any{{"endpoint": deadEndpoint(t), "model": "m", "worker": "w"}},
+		"engines": []map[string]any{{"endpoint": freeport.Endpoint(t), "model": "m", "worker": "w"}},
 	})
 	var out, errOut syncBuffer
 	done, cancel := background(t, func(ctx context.Context) int {
@@ -191,7 +186,7 @@ func TestServeRunsAndStopsOnCancel(t *testing.T) {
 
 func TestServeSIGTERMDrains(t *testing.T) {
 	var out, errOut syncBuffer
-	endpoint := deadEndpoint(t) // here: deadEndpoint may call t.Fatal
+	endpoint := freeport.Endpoint(t) // here: freeport may call t.Fatal
 	done := make(chan int, 1)
 	go func() {
 		done <- commands["serve"].run([]string{"--listen", "127.0.0.1:0", "--engine", "endpoint=" + endpoint, "--log-level", "error"}, &out, &errOut)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/kvindex/kvindex/internal/freeport"
 	"io"
 	"net"
 	"net/http"
@@ -25,7 +26,7 @@ func TestServeStartupChecks(t *testing.T) {
 	}
 	defer held.Close()
 	busy := held.Addr().String()
-	engine := "endpoint=" + deadEndpoint(t)
+	engine := "endpoint=" + freeport.Endpoint(t)
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -60,7 +61,7 @@ func TestServeFinalSnapshotFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errOut syncBuffer
-	args := []string{"--listen", "127.0.0.1:0", "--log-level", "error", "--engine", "endpoint=" + deadEndpoint(t),
+	args := []string{"--listen", "127.0.0.1:0", "--log-level", "error", "--engine", "endpoint=" + freeport.Endpoint(t),
 		"--snapshot", filepath.Join(dir, "index.snap"), "--snapshot-interval", "20ms"}
 	done, cancel := background(t, func(ctx context.Context) int { return serveMain(ctx, args, &out, &errOut) })
 	addr := waitListening(t, &out, &errOut)

@@ -22,7 +22,8 @@ var given = struct {
 }{addrs: map[string]struct{}{}}
 
 // Addr returns a "127.0.0.1:port" nothing listens on as it returns, distinct
-// from every address Addr returned before in this process.
+// from every address Addr returned before in this process. It may call t.Fatal, so
+// call it on t's goroutine.
 func Addr(t testing.TB) string {
 	t.Helper()
 	given.Lock()

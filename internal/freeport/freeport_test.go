@@ -1,7 +1,9 @@
 package freeport
 
 import (
+	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 
@@ -10,29 +12,31 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestDistinct: many concurrent callers never get the same address, and each
-// address can be bound (nothing holds it).
+// TestDistinct: callers running in parallel never get the same address, and an
+// address given can be bound (nothing holds it).
 func TestDistinct(t *testing.T) {
 	const callers, each = 8, 32
-	got := make(chan string, callers*each)
-	var wg sync.WaitGroup
-	for range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range each {
-				got <- Addr(t)
-			}
-		}()
-	}
-	wg.Wait()
-	close(got)
+	var mu sync.Mutex
 	seen := map[string]bool{}
-	for a := range got {
-		if seen[a] {
-			t.Fatalf("%s given twice", a)
+	t.Run("callers", func(t *testing.T) {
+		for c := range callers {
+			t.Run(fmt.Sprint(c), func(t *testing.T) {
+				t.Parallel()
+				for range each {
+					a := Addr(t)
+					mu.Lock()
+					dup := seen[a]
+					seen[a] = true
+					mu.Unlock()
+					if dup {
+						t.Fatalf("%s given twice", a)
+					}
+				}
+			})
 		}
-		seen[a] = true
+	})
+	if len(seen) != callers*each {
+		t.Fatalf("%d addresses, want %d", len(seen), callers*each)
 	}
 	a := Addr(t)
 	l, err := net.Listen("tcp", a)
@@ -40,7 +44,7 @@ func TestDistinct(t *testing.T) {
 		t.Fatalf("the address given is not free: %v", err)
 	}
 	l.Close()
-	if e := Endpoint(t); len(e) < len("tcp://") || e[:6] != "tcp://" || e[6:] == a {
-		t.Fatalf("endpoint %q", e)
+	if rest, ok := strings.CutPrefix(Endpoint(t), "tcp://"); !ok || rest == a || seen[rest] {
+		t.Fatalf("endpoint tcp://%s: not a new tcp:// address", rest)
 	}
 }
