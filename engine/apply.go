@@ -44,7 +44,7 @@ func blocksOf(b []Block) []worker.Block {
 }
 
 // pendShards and pendLocked bound the deltas a worker holds back during a run of
-// events (ApplyBatch) before it hands them over (Engine.maxPending picks one at New).
+// events (ApplyBatch) before it hands them over (maxPending picks one).
 // To shards, small, so that they apply a run's first deltas while its caller still
 // applies the rest: a run that handed everything over at its end left the shards idle
 // during the run and its caller waiting for them after it (the conversation log's
@@ -56,6 +56,14 @@ const (
 	pendShards = 128
 	pendLocked = 1024
 )
+
+// maxPending is the hand-over bound of e's index: pendLocked or pendShards.
+func (e *Engine) maxPending() int {
+	if e.cfg.LockedIndex {
+		return pendLocked
+	}
+	return pendShards
+}
 
 // keepPending is the buffer capacity per shard an outbox keeps after a flush: a huge
 // event's deltas go out in one push, and its buffer is not kept.
@@ -284,7 +292,7 @@ func (e *Engine) Apply(ev *Event) error {
 
 // ApplyBatch applies evs in order and appends one error per event (nil when accepted) to
 // errs. Consecutive events of one worker are applied under one acquisition of its lock
-// and their index changes are handed to the shards together (every Engine.maxPending deltas
+// and their index changes are handed to the shards together (every maxPending deltas
 // at the latest): this is how an ingester should apply an engine's event batch. The
 // answers are those of applying each event with Apply.
 func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
@@ -334,7 +342,7 @@ func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
 			case gone:
 				e.unlock(w) // flushed already
 				w = nil
-			case err == nil && out.Pending >= e.maxPending:
+			case err == nil && out.Pending >= e.maxPending():
 				err = e.flush(w)
 			}
 		}

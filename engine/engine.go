@@ -57,10 +57,9 @@ type testHooks struct {
 type Engine struct {
 	// Set at New, read-only after (any goroutine): the configuration, the shards' spin
 	// policy, and the test seams (set by tests before the first call).
-	cfg        Config
-	spinFor    bool      // a querier may spin for a busy shard's table (shard.Loop.Serve): GOMAXPROCS > 1 at New
-	maxPending int       // deltas a run of events holds back before a flush: pendShards, or pendLocked (apply.go)
-	hooks      testHooks // zero in production
+	cfg     Config
+	spinFor bool      // a querier may spin for a busy shard's table (shard.Loop.Serve): GOMAXPROCS > 1 at New
+	hooks   testHooks // zero in production
 
 	// env is the workers' environment (package engine/internal/worker): set at New, its
 	// table seed (keys every table hash of this engine, see table.Seed), prefix chain
@@ -161,10 +160,6 @@ func newEngine(cfg Config, seed table.Seed, ch chain.Chain) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, done: make(chan struct{}), spinFor: runtime.GOMAXPROCS(0) > 1}
-	e.maxPending = pendShards
-	if cfg.LockedIndex {
-		e.maxPending = pendLocked
-	}
 	e.env.Seed, e.env.Chain, e.env.Shards = seed, ch, cfg.Shards
 	e.env.Register = e.registerComponent
 	e.dense.Store(denseLandings)

@@ -374,7 +374,7 @@ const yieldBatches = 2
 // costs the OS a thread wake-up (tens of microseconds on a busy 2-core machine), which
 // would dominate a query's latency; a short poll catches the next probe batch or delta
 // while still on the CPU, and the shard parks once the poll comes up empty. An event
-// caller hands its deltas over every 128 (engine's maxPending), a few microseconds of
+// caller hands its deltas over every 128 (engine's pendShards), a few microseconds of
 // event work apart: at 64 polls a shard parked between most of them and each hand-off
 // paid a wake-up; 256 polls (each a Gosched: the shard yields to whatever else is
 // runnable, so it takes no CPU from work that wants it) bridge them. Conversation log,

@@ -4,8 +4,8 @@
 // (fabric.PublishOps), the replay and bench drivers (internal/replay), the fabric
 // replica's check of a message against its subject, and the HTTP and gRPC queries
 // (server.RequestNamespace). The simulator's engines serve no named model: it stores
-// and queries in the default namespace, Of("", ""), which is "" (FindMatches'). Two paths that spelled it differently would
-// each work alone and never match each other.
+// and queries in the default namespace, Of("", ""), which is "" (FindMatches'). Two
+// paths that spelled it differently would each work alone and never match each other.
 package namespace
 
 import (
