@@ -45,7 +45,8 @@
 //     ErrInvalidEvent) are therefore returned synchronously. The package takes a
 //     worker.Env (the seeds, the shard count, the block counters, the registry's
 //     callback for tier components) instead of the Engine; this package keeps the two
-//     protocols around it, events (apply.go) and queries (query.go).
+//     protocols around it, events (apply.go) and queries (query.go,
+//     walk.go, jump.go, answer.go, tune.go).
 //   - Each key (namespace, position, prefix hash) belongs to one shard, chosen by its
 //     fingerprint (a hash of the key keyed by the engine's random seed, which is also
 //     the key's name in the shard's table). The table belongs to the holder of the

@@ -4,7 +4,7 @@
 // tier components and its declared KV-cache groups. The engine (package engine) keeps
 // the two protocols around it: events (apply.go: locking a worker, checking an event,
 // handing the deltas it leaves in the worker's Outbox to the shards' rings) and queries
-// (query.go: reading the published atomics, and a worker's tables under its mutex).
+// (query.go and its phases: reading the published atomics, and a worker's tables under its mutex).
 //
 // # What it owns, and who may call what
 //

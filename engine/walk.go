@@ -1,0 +1,215 @@
+package engine
+
+import (
+	"slices"
+
+	"github.com/kvindex/kvindex/shard"
+)
+
+// The direct walk: the locked index and a one-shard engine read the whole index under
+// one hold (walk), and score gap-free candidates by galloping landings and bisection
+// (gallop, bisect); a query still undecided past walkLimit goes to jump search.
+
+// walkLimit is how deep the locked index's direct walk goes before it leaves a query to
+// jump search.
+const walkLimit = denseLandings
+
+// walk answers a query on the locked index by reading the index directly, under one
+// read lock, so that every probe sees the same state. When every candidate is gap-free
+// (the common case), gallop answers it; otherwise walk reads position by position while
+// some candidate has held every position so far: the score's definition, with no probe
+// batches, no landings and no second round. Most queries are decided within walkLimit
+// positions (the median best score on the trace-driven log is 8); when a candidate is
+// still alive there, walk gives up (done false, dst untouched) and jump search, which is
+// cheaper on long matches, answers the query instead.
+//
+// A one-shard engine walks too, holding its shard's table token (shard.Loop.Hold) where
+// the locked index holds its read lock: the table is the whole index there, so the walk
+// reads it as the locked one does, where jump search would batch its probes into one or
+// two rounds. When the shard does not let the query in (far behind, or busy past
+// serveSpins), the query goes by jump search, whose batches the shard answers itself.
+func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done bool) {
+	slots := e.workers()
+	q.seen.Grow(len(slots))
+	idx, ok := e.holdIndex()
+	if !ok {
+		e.walkFallbacks.Add(1)
+		return dst, false
+	}
+	buf := idx.AppendMembers(q.sub[0].Out[:0], e.fingerprint(shard.Key{Prefix: content[0], NS: q.ns}))
+	q.cands = q.cands[:0]
+	gappy := false
+	for _, wid := range buf {
+		if int(wid) < len(slots) {
+			if w := slots[wid].Load(); w != nil {
+				g := w.Gappy()
+				gappy = gappy || g
+				q.cands = append(q.cands, candidate{wid: wid, w: w, gappy: g})
+			}
+		}
+	}
+	if !gappy {
+		q.sub[0].Out = e.gallop(q, idx, content, buf)
+		e.letIndex()
+		return e.collect(q, content, dst), true
+	}
+	alive := len(q.cands)
+	h := content[0]
+	x := 1
+	for ; alive > 0 && x < len(content); x++ {
+		if x > walkLimit {
+			e.letIndex()
+			q.sub[0].Out = buf
+			return dst, false
+		}
+		h = e.env.Chain.Step(h, content[x], uint32(x))
+		buf = idx.AppendMembers(buf[:0], e.fingerprint(shard.Key{Prefix: h, Pos: uint32(x), NS: q.ns}))
+		q.seen.SetTo(buf)
+		for i := range q.cands {
+			if c := &q.cands[i]; c.score == 0 && !q.seen.Has(c.wid) {
+				c.score = x
+				alive--
+			}
+		}
+	}
+	e.letIndex()
+	q.sub[0].Out = buf
+	for i := range q.cands {
+		if c := &q.cands[i]; c.score == 0 {
+			c.score = x // held every position: x is the query's length
+		}
+	}
+	return e.collect(q, content, dst), true
+}
+
+// walks says whether queries try the direct walk first: the locked index and a
+// one-shard engine, whose one table is the whole index.
+func (e *Engine) walks() bool { return e.cfg.LockedIndex || len(e.shards) == 1 }
+
+// holdIndex makes the caller a reader of the whole index, for walk: the locked index's
+// read lock, or a one-shard engine's table token if the shard lets the query in. letIndex
+// ends it.
+func (e *Engine) holdIndex() (*shard.Index, bool) {
+	if e.cfg.LockedIndex {
+		e.locked.RLock()
+		return e.shards[0].Index(), true
+	}
+	return e.shards[0].Hold()
+}
+
+// letIndex ends what holdIndex began.
+func (e *Engine) letIndex() {
+	if e.cfg.LockedIndex {
+		e.locked.RUnlock()
+		return
+	}
+	e.shards[0].Let()
+}
+
+// gallop scores q.cands, every one of them gap-free and a member of position 0, on the
+// whole index, which the caller holds (holdIndex). A gap-free worker holds every ancestor of
+// every key it holds, so along a query its memberships are a prefix of the positions:
+// a member of position x is a member of every position before x, and its score is the
+// first position it is not a member of. gallop probes landings at strides that double
+// from gallopFirst up to gallopCap x JumpSize (positions 8, 24, 56, 120, 248, 504, 760,
+// ... with the default JumpSize), hashing the prefix chain only as deep as the next
+// landing, until no candidate is left or the last position is held; the candidates that
+// miss a landing have their score inside the stride before it, which a binary search
+// (bisect) finds in log2(stride) probes. On the trace-driven log a typical query (seven
+// workers holding the 8-block system prompt, one the whole conversation) takes about 10
+// probes instead of the walk's 16 and jump search's 20-odd, and a query held 1,000
+// blocks deep hashes no position past the landing after its score (at most 4 x JumpSize
+// past it). buf is scratch holding position 0's members; gallop returns it, possibly
+// grown.
+func (e *Engine) gallop(q *query, idx *shard.Index, content []uint64, buf []uint32) []uint32 {
+	L := len(content)
+	J := e.cfg.JumpSize
+	q.pre = append(q.pre[:0], content[0])
+	live := 0 // q.cands[live:] have held every landing so far; the others are scored
+	prev, x, step := 0, 0, min(gallopFirst, J)
+	for live < len(q.cands) && x < L-1 {
+		x = min(x+step, L-1)
+		step = min(2*step, gallopCap*J)
+		// The prefix hashes grow with the depth hashed, never with the query's length:
+		// a query of a billion blocks that its candidates leave early costs a few.
+		pre := slices.Grow(q.pre, x+1-len(q.pre))[:x+1]
+		e.env.Chain.Fill(pre, content, len(q.pre))
+		h := pre[x]
+		q.pre = pre
+		buf = idx.AppendMembers(buf[:0], e.fingerprint(shard.Key{Prefix: h, Pos: uint32(x), NS: q.ns}))
+		q.seen.SetTo(buf)
+		// Move the candidates that missed x to the front of the live ones: they held
+		// prev and missed x.
+		out := live
+		for i := live; i < len(q.cands); i++ {
+			if !q.seen.Has(q.cands[i].wid) {
+				if i != out { // (a swap reorders the answer, which collect then sorts)
+					q.cands[i], q.cands[out] = q.cands[out], q.cands[i]
+				}
+				out++
+			}
+		}
+		if out > live {
+			buf = e.bisect(q, idx, q.cands[live:out], prev, x, buf)
+			live = out
+		}
+		prev = x
+	}
+	for i := live; i < len(q.cands); i++ {
+		q.cands[i].score = L // held the last position, so all of them
+	}
+	return buf
+}
+
+// gallopFirst is gallop's first stride. Position 0's members are usually held several
+// blocks deep (on the trace-driven logs, a system prompt of a few blocks that every
+// worker holds), so a first landing at 8 decides them in one probe and a bisection of
+// three instead of landings at 1, 3 and 7 first. Mean per query at rest on the locked
+// index, first strides 1, 4, 8 and 16: 567-600, 505-534, 458-479, 491-496 ns on the
+// conversation trace and 1.29-1.32, 1.26-1.33, 1.07-1.15, 1.16-1.31 us on the 16-worker
+// trace log (go test -run '^$' -bench GallopFirst -count 3 ./engine/ at commit 545a46d,
+// whose BenchmarkGallopFirst set the stride through a test hook; both went once 8 was
+// chosen).
+const gallopFirst = 8
+
+// gallopCap x JumpSize is gallop's longest stride. A query held 1,500 blocks deep
+// costs 26 landings and a bisection of 6 probes at strides up to 64, 10 landings and 8
+// probes at strides up to 256, and hashes at most 192 more blocks (0.2 us at 0.9 ns a
+// block). Measured at rest on the conversation trace, five alternating runs of
+// kvindex bench --impls locked (p99, caps 1, 4, 8): 1.70-2.15, 1.57-1.72, 1.52-1.87 us.
+const gallopCap = 4
+
+// bisect scores gap-free candidates that are members of position lo and not of hi
+// (lo < hi, both hashed in q.pre): each one's score is in (lo, hi]. Each probe of the
+// middle position splits them into the members, whose score is above it, and the
+// others; the recursion is at most log2(hi-lo) deep.
+func (e *Engine) bisect(q *query, idx *shard.Index, cs []candidate, lo, hi int, buf []uint32) []uint32 {
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		buf = idx.AppendMembers(buf[:0], e.fingerprint(shard.Key{Prefix: q.pre[mid], Pos: uint32(mid), NS: q.ns}))
+		q.seen.SetTo(buf)
+		// Missed mid: cs[:k], score in (lo, mid]; held it: cs[k:], score in (mid, hi].
+		k := 0
+		for i := range cs {
+			if !q.seen.Has(cs[i].wid) {
+				if i != k {
+					cs[i], cs[k] = cs[k], cs[i]
+				}
+				k++
+			}
+		}
+		switch {
+		case k == 0:
+			lo = mid
+		case k == len(cs):
+			hi = mid
+		default:
+			buf = e.bisect(q, idx, cs[k:], mid, hi, buf)
+			cs, hi = cs[:k], mid
+		}
+	}
+	for i := range cs {
+		cs[i].score = hi
+	}
+	return buf
+}
