@@ -37,6 +37,13 @@ const (
 	MaxSpeedup = 1e6
 	// MaxOutput bounds TimedConfig.Output.
 	MaxOutput = 1 << 20
+	// DefaultThinkTime is the closed loop's least gap between a turn's last token and
+	// the next turn of its conversation: the time a person takes to read a reply's
+	// first lines and send the next message already typed (sim/README.md, "Closed
+	// loop"). The Poisson clock still paces the turns; this only bounds them below.
+	DefaultThinkTime = time.Second
+	// MaxThinkTime bounds TimedConfig.ThinkTime.
+	MaxThinkTime = time.Hour
 )
 
 // Affinity is how a front load balancer spreads requests over router replicas.
@@ -92,6 +99,13 @@ type TimedConfig struct {
 	// ApproxCapacity is approximate-lru's estimate of an engine's capacity in blocks
 	// (default Capacity: the router knows the engines' size).
 	ApproxCapacity int
+	// OpenLoop sends every turn at its arrival, even before the reply its prompt
+	// repeats (Request.After) has been generated. By default (the closed loop) such a
+	// turn is held until its predecessor's last token plus ThinkTime.
+	OpenLoop bool
+	// ThinkTime is the closed loop's least gap after a predecessor's last token
+	// (default DefaultThinkTime; negative: none; at most MaxThinkTime).
+	ThinkTime time.Duration
 	// OnFinish, when set, sees every request as it finishes.
 	OnFinish func(RequestOutcome)
 
@@ -141,6 +155,9 @@ func (c TimedConfig) withDefaults() TimedConfig {
 	if c.ApproxCapacity == 0 {
 		c.ApproxCapacity = c.Capacity
 	}
+	if c.ThinkTime == 0 {
+		c.ThinkTime = DefaultThinkTime
+	}
 	return c
 }
 
@@ -174,6 +191,8 @@ func (c TimedConfig) Check(w *Workload) error {
 		return fmt.Errorf("%w: %d routers, want 1..%d", ErrConfig, c.Routers, MaxRouters)
 	case c.Affinity != AffinityNone && c.Affinity != AffinitySession:
 		return fmt.Errorf("%w: affinity %d", ErrConfig, c.Affinity)
+	case c.ThinkTime > MaxThinkTime:
+		return fmt.Errorf("%w: think time %v, want at most %v", ErrConfig, c.ThinkTime, MaxThinkTime)
 	case c.MetricsInterval < time.Microsecond || c.MetricsInterval > time.Hour:
 		return fmt.Errorf("%w: metrics interval %v, want 1µs..1h", ErrConfig, c.MetricsInterval)
 	case c.ApproxCapacity < 1 || c.ApproxCapacity > route.MaxApproxCapacity:
@@ -226,7 +245,13 @@ type fleet struct {
 
 	arrivals []time.Duration
 	now      time.Duration
-	steps    []stepAt // a binary min-heap by (t, e)
+	steps    timeHeap // engine e's step ends at t
+	releases timeHeap // held turn e is released at t
+	// finishAt is each request's last token (-1 before it), held[p] 1 + the turn held
+	// until request p finishes (0: none), and think the closed loop's think time.
+	finishAt []time.Duration
+	held     []int32
+	think    time.Duration
 	stepDur  []time.Duration
 	nextSnap time.Duration
 	snap     []snapshot
@@ -365,6 +390,12 @@ func (f *fleet) build() error {
 		f.lat = make([]int64, 0, len(f.w.Requests))
 	}
 	f.arrivals = arrivals(f.w, cfg)
+	f.finishAt = make([]time.Duration, len(f.w.Requests))
+	for i := range f.finishAt {
+		f.finishAt[i] = -1
+	}
+	f.held = make([]int32, len(f.w.Requests))
+	f.think = max(cfg.ThinkTime, 0)
 	return nil
 }
 
@@ -401,44 +432,61 @@ func (f *fleet) close() {
 	}
 }
 
-// The step heap.
-func (f *fleet) less(a, b stepAt) bool { return a.t < b.t || (a.t == b.t && a.e < b.e) }
+// timeHeap is a binary min-heap of (time, index) by time, then index: the engines'
+// pending step ends, and the held turns' releases.
+type timeHeap []stepAt
 
-func (f *fleet) pushStep(s stepAt) {
-	f.steps = append(f.steps, s)
-	for i := len(f.steps) - 1; i > 0; {
+func (h timeHeap) less(a, b int) bool {
+	return h[a].t < h[b].t || (h[a].t == h[b].t && h[a].e < h[b].e)
+}
+
+func (h *timeHeap) push(s stepAt) {
+	*h = append(*h, s)
+	x := *h
+	for i := len(x) - 1; i > 0; {
 		p := (i - 1) / 2
-		if !f.less(f.steps[i], f.steps[p]) {
+		if !x.less(i, p) {
 			break
 		}
-		f.steps[i], f.steps[p] = f.steps[p], f.steps[i]
+		x[i], x[p] = x[p], x[i]
 		i = p
 	}
 }
 
-func (f *fleet) popStep() stepAt {
-	top := f.steps[0]
-	last := len(f.steps) - 1
-	f.steps[0] = f.steps[last]
-	f.steps = f.steps[:last]
+func (h *timeHeap) pop() stepAt {
+	x := *h
+	top := x[0]
+	last := len(x) - 1
+	x[0] = x[last]
+	x = x[:last]
 	for i := 0; ; {
 		l, r, m := 2*i+1, 2*i+2, i
-		if l < last && f.less(f.steps[l], f.steps[m]) {
+		if l < last && x.less(l, m) {
 			m = l
 		}
-		if r < last && f.less(f.steps[r], f.steps[m]) {
+		if r < last && x.less(r, m) {
 			m = r
 		}
 		if m == i {
 			break
 		}
-		f.steps[i], f.steps[m] = f.steps[m], f.steps[i]
+		x[i], x[m] = x[m], x[i]
 		i = m
 	}
+	*h = x
 	return top
 }
 
-// run is the event loop: step ends and arrivals in time order, step ends first.
+// next is the earliest time in the heap, or never.
+func (h timeHeap) next() time.Duration {
+	if len(h) == 0 {
+		return time.Duration(math.MaxInt64)
+	}
+	return h[0].t
+}
+
+// run is the event loop: step ends, held turns' releases and arrivals in time order,
+// in that order at equal times.
 func (f *fleet) run() error {
 	next := 0
 	for iter := 0; ; iter++ {
@@ -451,24 +499,65 @@ func (f *fleet) run() error {
 		if next < len(f.arrivals) {
 			arr = f.arrivals[next]
 		}
-		if len(f.steps) == 0 && next == len(f.arrivals) {
+		step, rel := f.steps.next(), f.releases.next()
+		switch {
+		case len(f.steps) == 0 && len(f.releases) == 0 && next == len(f.arrivals):
 			return nil
-		}
-		if len(f.steps) > 0 && f.steps[0].t <= arr {
-			s := f.popStep()
+		case len(f.steps) > 0 && step <= rel && step <= arr:
+			s := f.steps.pop()
 			f.now = s.t
 			f.snapshotIfDue()
 			if err := f.endStep(s.e); err != nil {
 				return err
 			}
-			continue
+		case len(f.releases) > 0 && rel <= arr:
+			r := f.releases.pop()
+			f.now = r.t
+			f.snapshotIfDue()
+			if err := f.route(r.e); err != nil {
+				return err
+			}
+		default:
+			f.now = arr
+			f.snapshotIfDue()
+			if err := f.arrive(next); err != nil {
+				return err
+			}
+			next++
 		}
-		f.now = arr
-		f.snapshotIfDue()
-		if err := f.route(next); err != nil {
-			return err
-		}
-		next++
+	}
+}
+
+// arrive takes request i at its arrival: a turn whose predecessor has not finished
+// (its last token plus the think time) is held under the closed loop, and counted as
+// early under the open loop; every other request is routed now.
+func (f *fleet) arrive(i int) error {
+	p := f.w.Requests[i].After - 1
+	if p < 0 {
+		return f.route(i)
+	}
+	f.res.Turns++
+	ready := f.finishAt[p] + f.think
+	if f.finishAt[p] >= 0 && ready <= f.now {
+		return f.route(i)
+	}
+	f.res.Waited++
+	switch {
+	case f.cfg.OpenLoop:
+		return f.route(i)
+	case f.finishAt[p] >= 0:
+		f.releases.push(stepAt{t: ready, e: i})
+	default:
+		f.held[p] = int32(i) + 1
+	}
+	return nil
+}
+
+// release schedules the turn held on request p, if any, now that p has finished.
+func (f *fleet) release(p int32) {
+	if i := f.held[p] - 1; i >= 0 {
+		f.held[p] = 0
+		f.releases.push(stepAt{t: f.now + f.think, e: int(i)})
 	}
 }
 
@@ -493,7 +582,7 @@ func (f *fleet) startStep(i int) error {
 	}
 	if d > 0 {
 		f.stepDur[i] = d
-		f.pushStep(stepAt{t: f.now + d, e: i})
+		f.steps.push(stepAt{t: f.now + d, e: i})
 	}
 	return nil
 }
@@ -514,8 +603,10 @@ func (f *fleet) endStep(i int) error {
 
 func (f *fleet) admitted(j *job, hit, reused int) {
 	j.hit = min(hit, len(j.r.Blocks))
-	f.res.HitBlocks += int64(min(hit, len(j.r.Blocks)))
+	f.res.HitBlocks += int64(j.hit)
 	f.res.Blocks += int64(len(j.r.Blocks))
+	f.res.ReplyHitBlocks += int64(j.r.replyBlocks(j.hit))
+	f.res.ReplyBlocks += int64(j.r.replyBlocks(len(j.r.Blocks)))
 	f.res.ReusedTokens += int64(reused * f.w.BlockSize)
 	f.res.Tokens += int64(j.r.Tokens)
 }
@@ -536,6 +627,8 @@ func (f *fleet) finished(j *job) {
 	f.res.Requests++
 	f.reps[j.router].tracker.Finished(j.idx)
 	f.lastFinish = max(f.lastFinish, f.now)
+	f.finishAt[j.idx] = f.now
+	f.release(j.idx)
 	if f.cfg.OnFinish != nil {
 		f.cfg.OnFinish(RequestOutcome{Index: int(j.idx), Worker: j.worker, Router: int(j.router),
 			Arrival: j.arrival, FirstToken: j.firstTok, Finish: f.now,

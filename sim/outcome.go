@@ -102,6 +102,14 @@ type TimedResult struct {
 	// were held by the engine that served the request when it first admitted it (the
 	// zero-time model counts them at arrival).
 	HitBlocks, Blocks, ReusedTokens, Tokens int64
+	// ReplyHitBlocks of ReplyBlocks are the hit and full prompt blocks that an earlier
+	// turn's reply completed (Request.FromReply), a part of HitBlocks and Blocks.
+	ReplyHitBlocks, ReplyBlocks int64
+	// Turns counts the requests that follow an earlier one's reply (Request.After),
+	// and Waited those of them that arrived before it had finished (last token plus
+	// the think time): held until then under the closed loop, sent early under the
+	// open loop (TimedConfig.OpenLoop).
+	Turns, Waited int64
 	// OutputTokens is the tokens generated.
 	OutputTokens int64
 	// TTFT is time to first token (arrival at the router to the end of the step that
@@ -141,6 +149,18 @@ type TimedResult struct {
 
 // BlockHitRate is HitBlocks / Blocks.
 func (r TimedResult) BlockHitRate() float64 { return ratio(r.HitBlocks, r.Blocks) }
+
+// ReplyHitRate is ReplyHitBlocks / ReplyBlocks: the hits on blocks a reply completed.
+func (r TimedResult) ReplyHitRate() float64 { return ratio(r.ReplyHitBlocks, r.ReplyBlocks) }
+
+// PromptHitRate is the hit rate of the blocks no reply completed.
+func (r TimedResult) PromptHitRate() float64 {
+	return ratio(r.HitBlocks-r.ReplyHitBlocks, r.Blocks-r.ReplyBlocks)
+}
+
+// WaitedShare is Waited / Requests: the share of requests that arrived before the
+// reply they repeat was complete.
+func (r TimedResult) WaitedShare() float64 { return ratio(r.Waited, int64(r.Requests)) }
 
 // TokenHitRate is ReusedTokens / Tokens.
 func (r TimedResult) TokenHitRate() float64 { return ratio(r.ReusedTokens, r.Tokens) }

@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -34,6 +35,24 @@ type Request struct {
 	// Session names the conversation or user the request belongs to (0: none), for a
 	// front load balancer with session affinity (TimedConfig.Affinity).
 	Session uint64
+	// After is 1 + the index of the request whose reply this one's prompt repeats
+	// (the previous turn of its conversation), 0 for none: under the closed loop
+	// (TimedConfig.OpenLoop false) Simulate holds the request until that one's last
+	// token plus a think time. It is always smaller than 1 + the request's own index.
+	After int
+	// FromReply[k] counts the blocks of Blocks[:k+1] an earlier turn's reply completed
+	// (the engine generated their tokens, or their last ones), so that hits on
+	// generated blocks are told apart from hits on prompt blocks; nil when no block
+	// came from a reply. Shares backing arrays like Blocks.
+	FromReply []int32
+}
+
+// replyBlocks is how many of the request's first hit blocks came from replies.
+func (r *Request) replyBlocks(hit int) int {
+	if hit <= 0 || len(r.FromReply) == 0 {
+		return 0
+	}
+	return int(r.FromReply[min(hit, len(r.FromReply))-1])
 }
 
 // Workload is a request sequence with a fixed block size.
@@ -114,6 +133,12 @@ type GenConfig struct {
 	UserTokens, ReplyTokens [2]int
 	// MaxContext ends a conversation whose next prompt would be longer (default 24576).
 	MaxContext int
+	// ReplyDropped is the fraction of each reply the next turn does not repeat, from
+	// its end (default 0: chat clients send the whole history back, every earlier
+	// assistant message verbatim; a reasoning model's template that drops earlier
+	// turns' reasoning drops the matching share). The engine still generates the
+	// whole reply; the blocks past the repeated part are never asked for again.
+	ReplyDropped float64
 }
 
 // Defaults of the built-in workload.
@@ -172,6 +197,8 @@ func (g GenConfig) validate() error {
 		return fmt.Errorf("sim: MeanTurns = %g, want >= 1", g.MeanTurns)
 	case g.MaxTurns < 1:
 		return fmt.Errorf("sim: MaxTurns = %d, want >= 1", g.MaxTurns)
+	case !(g.ReplyDropped >= 0 && g.ReplyDropped <= 1):
+		return fmt.Errorf("sim: ReplyDropped = %g, want 0..1", g.ReplyDropped)
 	}
 	if err := hash.CheckBlockSize(g.BlockSize); err != nil {
 		return fmt.Errorf("sim: %w", err)
@@ -195,16 +222,30 @@ func (g GenConfig) validate() error {
 type conversation struct {
 	tokens []uint32 // the conversation so far
 	blocks []uint64 // content hashes of its full blocks, kept in step with tokens
-	turns  int      // turns left, including the next one
-	id     uint64   // its session, 1 for the first conversation
+	// fromReply[k] counts the blocks of blocks[:k+1] a reply completed.
+	fromReply []int32
+	turns     int    // turns left, including the next one
+	id        uint64 // its session, 1 for the first conversation
+	last      int    // 1 + the index of its latest request, 0 before the first
 }
 
-// hashBlocks extends c.blocks to the full blocks of c.tokens.
-func (c *conversation) hashBlocks(blockSize int) error {
+// hashBlocks extends c.blocks to the full blocks of c.tokens; reply says the new
+// blocks were completed by a reply.
+func (c *conversation) hashBlocks(blockSize int, reply bool) error {
 	full := len(c.tokens) / blockSize
 	from := len(c.blocks)
 	var err error
 	c.blocks, err = hash.Blocks(c.blocks, c.tokens[from*blockSize:full*blockSize], blockSize)
+	n := int32(0)
+	if k := len(c.fromReply); k > 0 {
+		n = c.fromReply[k-1]
+	}
+	for range len(c.blocks) - from {
+		if reply {
+			n++
+		}
+		c.fromReply = append(c.fromReply, n)
+	}
 	return err
 }
 
@@ -256,17 +297,24 @@ func Generate(g GenConfig) (*Workload, error) {
 			sessions[i] = c
 		}
 		c.tokens = words(c.tokens, user)
-		if err := c.hashBlocks(g.BlockSize); err != nil {
+		if err := c.hashBlocks(g.BlockSize, false); err != nil {
 			return nil, err
 		}
 		prompt := len(c.blocks)
-		r := Request{Tokens: len(c.tokens), Blocks: slices.Clip(c.blocks), Session: c.id}
+		r := Request{Tokens: len(c.tokens), Blocks: slices.Clip(c.blocks), Session: c.id, After: c.last}
+		if prompt > 0 && c.fromReply[prompt-1] > 0 {
+			r.FromReply = slices.Clip(c.fromReply[:prompt])
+		}
 		c.turns--
+		c.last = len(w.Requests) + 1
 		// The reply is what the engine generates: its tokens and the blocks they
-		// complete (the next turn's prompt repeats them) are the request's output.
+		// complete are the request's output; the next turn's prompt repeats the
+		// reply but its dropped tail.
 		reply := between(g.ReplyTokens)
-		c.tokens = words(c.tokens, reply)
-		if err := c.hashBlocks(g.BlockSize); err != nil {
+		kept := reply - int(math.Round(g.ReplyDropped*float64(reply)))
+		n := len(c.tokens)
+		c.tokens = words(c.tokens, reply)[:n+kept]
+		if err := c.hashBlocks(g.BlockSize, true); err != nil {
 			return nil, err
 		}
 		r.Output, r.Next = reply, slices.Clip(c.blocks[prompt:])

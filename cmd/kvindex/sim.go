@@ -40,6 +40,7 @@ type simFlags struct {
 	// the workload: built-in, or llm-d's shared-context shape
 	kind                                    string
 	groups, groupTokens, users, queryTokens int
+	replyReuse                              float64
 	// timing flags (sim only; gen-ops delivers every event at once)
 	timed                     bool
 	eventDelay, predictionTTL time.Duration
@@ -71,6 +72,7 @@ func (f *simFlags) register(fs *flag.FlagSet, requestsHelp string, capacity int,
 	fs.IntVar(&f.jump, "jump", 0, jumpHelp)
 	fs.IntVar(&f.chunk, "chunk", sim.DefaultChunkTokens, "tokens per engine step (vLLM's max_num_batched_tokens: the prefill chunk; one stored event per chunk)")
 	fs.IntVar(&f.sessions, "sessions", sim.DefaultSessions, "built-in workload: live conversations")
+	fs.Float64Var(&f.replyReuse, "reply-reuse", 1, "built-in workload: the share of a reply the next turn repeats (1: chat clients send the whole history back; a reasoning model's template that drops earlier reasoning repeats less)")
 	fs.StringVar(&f.trace, "trace", "", "Mooncake FAST'25 trace (JSONL) instead of the built-in workload (README: where to get one)")
 	fs.StringVar(&f.kind, "workload", "built-in", "built-in (multi-turn conversations) or shared-context (llm-d's benchmark shape: --groups customers' contexts shared by --users each)")
 	fs.IntVar(&f.groups, "groups", 150, "shared-context: customers, each with a context of its own")
@@ -127,6 +129,10 @@ func (f *simFlags) validate(fs *flag.FlagSet) error {
 		return usageErr("--sessions %d: want >= 1", f.sessions)
 	case f.trace != "" && f.set["sessions"]:
 		return usageErr("--sessions applies to the built-in workload, not to --trace")
+	case (f.trace != "" || f.kind != "built-in") && f.set["reply-reuse"]:
+		return usageErr("--reply-reuse applies to the built-in workload")
+	case !(f.replyReuse >= 0 && f.replyReuse <= 1):
+		return usageErr("--reply-reuse %g: want 0..1", f.replyReuse)
 	case f.kind != "built-in" && f.kind != "shared-context":
 		return usageErr("--workload %q: want built-in or shared-context", f.kind)
 	case f.trace != "" && f.set["workload"]:
@@ -186,7 +192,7 @@ func (f *simFlags) workload(defRequests int) (*sim.Workload, workloadInfo, error
 		if n == 0 {
 			n = defRequests
 		}
-		w, err := sim.Generate(sim.GenConfig{Seed: f.seed, Requests: n, BlockSize: f.blockSize, Sessions: f.sessions})
+		w, err := sim.Generate(sim.GenConfig{Seed: f.seed, Requests: n, BlockSize: f.blockSize, Sessions: f.sessions, ReplyDropped: 1 - f.replyReuse})
 		if err != nil {
 			return nil, workloadInfo{}, err
 		}

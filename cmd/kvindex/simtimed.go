@@ -40,11 +40,13 @@ type timedFlags struct {
 	maxSeqs, output, jobs          int
 	profile                        string
 	metricsInterval                time.Duration
+	openLoop                       bool
+	thinkTime                      time.Duration
 }
 
 // timedOnly are the flags --zero-time has no use for.
 var timedOnly = []string{"speedup", "slo-ttft", "routers", "router-affinity", "overlap-weight", "prefix-weight", "kv-weight",
-	"queue-weight", "max-num-seqs", "output-length", "profile", "metrics-interval", "jobs"}
+	"queue-weight", "max-num-seqs", "output-length", "profile", "metrics-interval", "jobs", "open-loop", "think-time"}
 
 // zeroTimeOnly are the flags only --zero-time takes: host tiers are simulated without
 // time only.
@@ -64,6 +66,8 @@ func (t *timedFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&t.output, "output-length", 0, "tokens every request generates (0 = the workload's: a trace's output_length, the built-in replies, 1,000 for shared-context)")
 	fs.StringVar(&t.profile, "profile", "", "CSV of measured ttft,ISL,CACHED,SECONDS and itl,BATCH,CONTEXT,SECONDS points to time engine steps with (default: the roofline model of Qwen3-32B on 2 x H100; sim/README.md)")
 	fs.DurationVar(&t.metricsInterval, "metrics-interval", sim.DefaultMetricsInterval, "how often the scorer policies' routers read the engines' queue and KV utilisation")
+	fs.BoolVar(&t.openLoop, "open-loop", false, "send every turn of a conversation at its arrival, even before the reply it repeats is generated (default: the closed loop, which holds it until then plus --think-time)")
+	fs.DurationVar(&t.thinkTime, "think-time", sim.DefaultThinkTime, "closed loop: least time between a reply's last token and the next turn")
 	fs.IntVar(&t.jobs, "jobs", 0, "policies simulated at once (0 = the CPUs; the run that measures the index always runs alone)")
 }
 
@@ -106,6 +110,10 @@ func (t *timedFlags) validate(set map[string]bool) error {
 		return usageErr("--output-length %d: want 0..%d", t.output, sim.MaxOutput)
 	case t.metricsInterval < time.Microsecond || t.metricsInterval > time.Hour:
 		return usageErr("--metrics-interval %v: want 1µs..1h", t.metricsInterval)
+	case t.thinkTime < 0 || t.thinkTime > sim.MaxThinkTime:
+		return usageErr("--think-time %v: want 0..%v", t.thinkTime, sim.MaxThinkTime)
+	case t.openLoop && set["think-time"]:
+		return usageErr("--think-time applies to the closed loop, not to --open-loop")
 	case t.jobs < 0 || t.jobs > 256:
 		return usageErr("--jobs %d: want 0..256", t.jobs)
 	}
@@ -266,7 +274,7 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 		Config: sim.Config{Workers: f.workers, Capacity: f.capacity, ChunkTokens: f.chunk, Seed: f.seed,
 			Engine: engine.Config{Shards: f.shards, JumpSize: f.jump}, EventDelay: -1, Rate: f.rate, PredictionTTL: f.predictionTTL},
 		Speedup: tf.speedup, Output: tf.output, MaxNumSeqs: tf.maxSeqs, Cost: cost, SLOTTFT: tf.slo, Routers: tf.routers,
-		OverlapWeight: tf.overlapWeight, MetricsInterval: tf.metricsInterval,
+		OverlapWeight: tf.overlapWeight, MetricsInterval: tf.metricsInterval, OpenLoop: tf.openLoop, ThinkTime: tf.thinkTime,
 		Scorer: route.Scorer{PrefixWeight: tf.prefixWeight, KVWeight: tf.kvWeight, QueueWeight: tf.queueW},
 	}
 	if f.eventDelay > 0 {
@@ -274,6 +282,9 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 	}
 	if tf.affinity == "session" {
 		cfg.Affinity = sim.AffinitySession
+	}
+	if cfg.ThinkTime == 0 {
+		cfg.ThinkTime = -1 // none, where 0 would mean the default
 	}
 	if cfg.Rate == 0 && w.Kind == "shared-context" {
 		cfg.Rate = sim.DefaultSharedRate
@@ -309,6 +320,8 @@ type (
 		Speedup        float64    `json:"speedup,omitempty"`
 		Rate           float64    `json:"rate,omitempty"` // built-in workloads' arrivals per second before the speedup
 		SLOTTFTs       float64    `json:"slo_ttft_s"`
+		OpenLoop       bool       `json:"open_loop"`
+		ThinkTimeS     float64    `json:"think_time_s"`
 		OverlapWeight  float64    `json:"overlap_weight"`
 		ScorerWeights  [3]float64 `json:"scorer_weights"`
 	}
@@ -331,6 +344,11 @@ type (
 		TokenHitRate float64 `json:"token_hit_rate"`
 		HitBlocks    int64   `json:"hit_blocks"`
 		Blocks       int64   `json:"blocks"`
+		ReplyHitRate float64 `json:"reply_block_hit_rate"`
+		PromptHit    float64 `json:"prompt_block_hit_rate"`
+		Turns        int64   `json:"turns"`
+		Waited       int64   `json:"waited"`
+		WaitedShare  float64 `json:"waited_share"`
 		TTFTp50      float64 `json:"ttft_p50_s"`
 		TTFTp90      float64 `json:"ttft_p90_s"`
 		TTFTp99      float64 `json:"ttft_p99_s"`
@@ -377,7 +395,8 @@ type (
 func toTimedPolicyJSON(r sim.TimedResult, measured bool) timedPolicyJSON {
 	p := timedPolicyJSON{
 		Name: r.Routing.Name, Routers: r.Routers, BlockHitRate: r.BlockHitRate(), TokenHitRate: r.TokenHitRate(),
-		HitBlocks: r.HitBlocks, Blocks: r.Blocks,
+		HitBlocks: r.HitBlocks, Blocks: r.Blocks, ReplyHitRate: r.ReplyHitRate(), PromptHit: r.PromptHitRate(),
+		Turns: r.Turns, Waited: r.Waited, WaitedShare: r.WaitedShare(),
 		TTFTp50: r.TTFT.P50, TTFTp90: r.TTFT.P90, TTFTp99: r.TTFT.P99, ITLp50: r.ITL.P50, ITLp90: r.ITL.P90,
 		E2Ep50: r.E2E.P50, E2Ep90: r.E2E.P90, OutputTokens: r.OutputTokens, OutTokPerS: r.OutputTokPerS,
 		Goodput: r.Goodput, SLOMet: r.SLOMet, Makespan: r.Makespan, KVUtilMean: r.KVUtilMean, KVUtilP90: r.KVUtilP90,
@@ -463,6 +482,7 @@ func simulateTimed(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, c
 		Workers: cfg.Workers, Capacity: cfg.Capacity, StepTokens: cfg.ChunkTokens, MaxNumSeqs: cfg.MaxNumSeqs, CostModel: costName,
 		Shards: eff.Shards, Jump: eff.JumpSize, EventDelayMs: float64(max(cfg.EventDelay, 0)) / 1e6, Routers: cfg.Routers,
 		RouterAffinity: cfg.Affinity.String(), Speedup: cfg.Speedup, SLOTTFTs: cfg.SLOTTFT.Seconds(), OverlapWeight: cfg.OverlapWeight,
+		OpenLoop: cfg.OpenLoop, ThinkTimeS: max(cfg.ThinkTime, 0).Seconds(),
 		ScorerWeights: [3]float64{cfg.Scorer.PrefixWeight, cfg.Scorer.KVWeight, cfg.Scorer.QueueWeight},
 	}}
 	if !w.Timed {
@@ -592,6 +612,12 @@ func printTimedHeader(w io.Writer, out timedJSON, wl *sim.Workload, sw timedSwee
 	default:
 		fmt.Fprintf(w, "          arrivals: Poisson, %g requests/s (--rate %g x --speedup %g)\n", c.Rate*c.Speedup, c.Rate, c.Speedup)
 	}
+	switch {
+	case c.OpenLoop:
+		fmt.Fprintf(w, "          sessions: open loop (a turn is sent at its arrival, even before the reply it repeats)\n")
+	case wl.Kind == "built-in":
+		fmt.Fprintf(w, "          sessions: closed loop (a turn waits for the reply it repeats, plus %s to think)\n", secs(c.ThinkTimeS))
+	}
 	if sw.key != "capacity" {
 		fleetTok := int64(c.Workers) * int64(c.Capacity) * int64(wi.BlockSize)
 		fmt.Fprintf(w, "          reuse: %.1f%% of requests reuse an earlier prefix, from p50 %s / p90 %s before, with p50 %s / p90 %s new tokens between (the fleet holds %s)\n",
@@ -626,12 +652,13 @@ func printTimedHeader(w io.Writer, out timedJSON, wl *sim.Workload, sw timedSwee
 }
 
 func printTimedPolicies(w io.Writer, pols []timedPolicyJSON) {
-	fmt.Fprintf(w, "%-24s %9s %9s %9s %8s %8s %9s %10s %8s %6s %7s %6s %8s %9s\n", "policy",
-		"TTFT p50", "p90", "p99", "ITL p50", "p90", "E2E p90", "out tok/s", "goodput", "SLO", "KV use", "queue", "preempt", "block hit")
+	fmt.Fprintf(w, "%-24s %9s %9s %9s %8s %9s %10s %8s %6s %7s %6s %8s %9s %9s %7s\n", "policy",
+		"TTFT p50", "p90", "p99", "ITL p90", "E2E p90", "out tok/s", "goodput", "SLO", "KV use", "queue", "preempt", "block hit", "reply hit", "waited")
 	for _, p := range pols {
-		fmt.Fprintf(w, "%-24s %9s %9s %9s %8s %8s %9s %10.0f %8.2f %5.1f%% %6.0f%% %6.1f %8s %9s\n", p.Name,
-			secs(p.TTFTp50), secs(p.TTFTp90), secs(p.TTFTp99), secs(p.ITLp50), secs(p.ITLp90), secs(p.E2Ep90),
-			p.OutTokPerS, p.Goodput, 100*p.SLOMet, 100*p.KVUtilMean, p.QueueMean, bench.Thousands(p.Preemptions), pct(p.BlockHitRate))
+		fmt.Fprintf(w, "%-24s %9s %9s %9s %8s %9s %10.0f %8.2f %5.1f%% %6.0f%% %6.1f %8s %9s %9s %6.1f%%\n", p.Name,
+			secs(p.TTFTp50), secs(p.TTFTp90), secs(p.TTFTp99), secs(p.ITLp90), secs(p.E2Ep90),
+			p.OutTokPerS, p.Goodput, 100*p.SLOMet, 100*p.KVUtilMean, p.QueueMean, bench.Thousands(p.Preemptions), pct(p.BlockHitRate),
+			pct(p.ReplyHitRate), 100*p.WaitedShare)
 	}
 }
 
