@@ -1,10 +1,13 @@
 package fabric
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -91,4 +94,66 @@ func readSecret(path string) (string, error) {
 		return "", fmt.Errorf("fabric: NATS secret %s: want one line of 1 to %d bytes", path, maxSecretBytes)
 	}
 	return s, nil
+}
+
+// DefaultConnectTimeout bounds how long Dial keeps trying by default: long enough for
+// a NATS server started beside the process, short enough that a wrong URL is reported
+// at once rather than waited on.
+const DefaultConnectTimeout = 10 * time.Second
+
+// Dial connects to the NATS server at url as name (the client name the server's
+// monitoring shows), trying until it answers or timeout (0: DefaultConnectTimeout)
+// passes, backing off from 100 ms to 2 s between attempts. The connection returned
+// reconnects by itself for as long as the process runs; opts (NATSAuth.Options) come
+// after the defaults. A server that is down at start is a configuration error far more
+// often than a transient one, so the error names the URL, the attempts and the last
+// reason, and the caller exits instead of waiting silently. It is the one place kvindex
+// dials NATS (the relay and serve's replica feed both call it).
+func Dial(ctx context.Context, url, name string, timeout time.Duration, log *slog.Logger, opts ...nats.Option) (*nats.Conn, error) {
+	if timeout <= 0 {
+		timeout = DefaultConnectTimeout
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	start := time.Now()
+	deadline := start.Add(timeout)
+	wait := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		dial := min(2*time.Second, max(time.Until(deadline), 100*time.Millisecond))
+		nc, err := nats.Connect(url, append([]nats.Option{nats.Name(name), nats.Timeout(dial), nats.MaxReconnects(-1),
+			nats.ReconnectWait(250 * time.Millisecond)}, opts...)...)
+		if err == nil {
+			return nc, nil
+		}
+		if time.Now().Add(wait).After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("fabric: no NATS server at %s after %d attempts in %v: %w", url, attempt, time.Since(start).Round(time.Millisecond), err)
+		}
+		log.Warn("NATS not reachable; retrying", "url", url, "attempt", attempt, "err", err, "wait", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// ConnState names a connection's state for health endpoints ("connected",
+// "reconnecting", "connecting", "closed", "draining", "disconnected").
+func ConnState(nc *nats.Conn) string {
+	switch nc.Status() {
+	case nats.CONNECTED:
+		return "connected"
+	case nats.RECONNECTING:
+		return "reconnecting"
+	case nats.CONNECTING:
+		return "connecting"
+	case nats.CLOSED:
+		return "closed"
+	case nats.DRAINING_PUBS, nats.DRAINING_SUBS:
+		return "draining"
+	}
+	return "disconnected"
 }

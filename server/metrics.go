@@ -11,17 +11,105 @@ import (
 	"github.com/kvindex/kvindex/subscriber"
 )
 
-// collector reads the subscribers' statuses and the engine's Stats at scrape time, so
-// the metrics need no bookkeeping of their own on the event path.
-type collector struct {
-	s *Server
-
+// workerSeries are the per-worker series of a subscriber's Status (kvindex_events_*,
+// kvindex_worker_*, kvindex_gaps_*, ...): serve's collector and the relay's
+// (relay.go) both export them through collect, so a dashboard reads a worker the same
+// way whichever process follows its engine ("applied" is handed to the index: serve's
+// engine, or the relay's stream).
+type workerSeries struct {
 	applied, rejected, batches, duplicates                    *prometheus.Desc
 	gapsDetected, gapsRecovered, gapsUnrecoverable, invalid   *prometheus.Desc
 	replays, replayFailures, restarts, resyncs                *prometheus.Desc
 	connects, disconnects, removals, unsupportedSeq, badFrame *prometheus.Desc
 	peersRefused                                              *prometheus.Desc
-	state, lastSeq, lag, workerBlocks                         *prometheus.Desc
+	state, lastSeq, lag                                       *prometheus.Desc
+}
+
+func newWorkerSeries() workerSeries {
+	w := "worker"
+	return workerSeries{
+		applied:           desc("events_applied_total", "KV events handed to the index (serve's; a relay's stream), by worker and kind (stored, removed, cleared, copied: an offload named by engine hash only).", w, "kind"),
+		rejected:          desc("events_rejected_total", "KV events not handed over, by worker and reason (decoder reasons, index rejections, filters).", w, "reason"),
+		batches:           desc("batches_applied_total", "Event batches applied (live and replayed).", w),
+		duplicates:        desc("duplicate_batches_total", "Batches skipped as already applied.", w),
+		gapsDetected:      desc("gaps_detected_total", "Missing sequence ranges detected.", w),
+		gapsRecovered:     desc("gaps_recovered_total", "Missing sequence ranges filled by replay.", w),
+		gapsUnrecoverable: desc("gaps_unrecoverable_total", "Missing sequence ranges no longer buffered (worker invalidated).", w),
+		invalid:           desc("worker_invalidations_total", "Times a worker was cleared and marked stale.", w),
+		replays:           desc("replays_total", "Replay requests sent.", w),
+		replayFailures:    desc("replay_failures_total", "Replay requests that failed.", w),
+		restarts:          desc("publisher_restarts_total", "Publisher restarts detected.", w),
+		resyncs:           desc("resyncs_total", "Stale workers made exact again.", w),
+		connects:          desc("connects_total", "Connections to the publisher.", w),
+		disconnects:       desc("disconnects_total", "Connections lost.", w),
+		removals:          desc("worker_removals_total", "Workers removed after the grace period.", w),
+		unsupportedSeq:    desc("unsupported_seq_frames_total", "Messages whose sequence frame is not 8 bytes.", w),
+		badFrame:          desc("malformed_messages_total", "Messages with a wrong frame count, topic or a live end marker.", w),
+		peersRefused:      desc("peers_refused_total", "Connections closed by the ZMTP guard: a frame past the message cap, a malformed handshake, too many connections.", w),
+		state:             desc("worker_state", "1 for the worker's current subscriber state.", w, "state"),
+		lastSeq:           desc("worker_last_seq", "Sequence number of the last applied batch (-1: none).", w),
+		lag:               desc("worker_lag_seconds", "Apply time minus the batch's timestamp, for the last batch (a stream-fed worker: minus the time the stream stored its last message; a relay's: the time the stream acknowledged it).", w),
+	}
+}
+
+// metricSink writes const metrics to a Collect channel.
+type metricSink chan<- prometheus.Metric
+
+func (ch metricSink) counter(d *prometheus.Desc, v uint64, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+}
+
+func (ch metricSink) gauge(d *prometheus.Desc, v float64, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+// collect writes one subscriber's series.
+func (ws *workerSeries) collect(ch metricSink, st subscriber.Status) {
+	w := st.Worker
+	ch.counter(ws.applied, st.Stored, w, "stored")
+	ch.counter(ws.applied, st.Removed, w, "removed")
+	ch.counter(ws.applied, st.Cleared, w, "cleared")
+	ch.counter(ws.applied, st.Copied, w, "copied")
+	for r := subscriber.Reason(0); r < subscriber.NumReasons; r++ {
+		ch.counter(ws.rejected, st.Rejected[r], w, r.String())
+	}
+	for r := kvevents.Reason(0); r < kvevents.NumReasons; r++ {
+		ch.counter(ws.rejected, st.DecoderRejected[r], w, subscriber.DecoderReasonName(r))
+	}
+	for _, p := range []struct {
+		d *prometheus.Desc
+		v uint64
+	}{
+		{ws.batches, st.Batches}, {ws.duplicates, st.Duplicates}, {ws.gapsDetected, st.GapsDetected},
+		{ws.gapsRecovered, st.GapsRecovered}, {ws.gapsUnrecoverable, st.GapsUnrecoverable},
+		{ws.invalid, st.Invalidations}, {ws.replays, st.Replays}, {ws.replayFailures, st.ReplayFailures},
+		{ws.restarts, st.Restarts}, {ws.resyncs, st.Resyncs}, {ws.connects, st.Connects},
+		{ws.disconnects, st.Disconnects}, {ws.removals, st.Removals}, {ws.unsupportedSeq, st.UnsupportedSeq},
+		{ws.badFrame, st.BadFrames}, {ws.peersRefused, st.PeersRefused},
+	} {
+		ch.counter(p.d, p.v, w)
+	}
+	for _, state := range subscriber.States() {
+		v := 0.0
+		if state == st.State {
+			v = 1
+		}
+		ch.gauge(ws.state, v, w, state.String())
+	}
+	seq := -1.0
+	if st.HasSeq {
+		seq = float64(st.LastSeq)
+	}
+	ch.gauge(ws.lastSeq, seq, w)
+	ch.gauge(ws.lag, st.Lag.Seconds(), w)
+}
+
+// collector reads the subscribers' statuses and the engine's Stats at scrape time, so
+// the metrics need no bookkeeping of their own on the event path.
+type collector struct {
+	s *Server
+	workerSeries
+	workerBlocks *prometheus.Desc
 
 	workers, blocks, memberships, entries, indexBytes *prometheus.Desc
 	indexEvents, indexRejected, skippedRemovals       *prometheus.Desc
@@ -34,116 +122,50 @@ type collector struct {
 }
 
 func newCollector(s *Server) *collector {
-	w := []string{"worker"}
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc("kvindex_"+name, help, labels, nil)
-	}
+	d := desc
 	return &collector{
-		s:                 s,
-		applied:           d("events_applied_total", "KV events applied to the index, by worker and kind (stored, removed, cleared, copied: an offload named by engine hash only).", "worker", "kind"),
-		rejected:          d("events_rejected_total", "KV events not applied, by worker and reason (decoder reasons, index rejections, filters).", "worker", "reason"),
-		batches:           d("batches_applied_total", "Event batches applied (live and replayed).", w...),
-		duplicates:        d("duplicate_batches_total", "Batches skipped as already applied.", w...),
-		gapsDetected:      d("gaps_detected_total", "Missing sequence ranges detected.", w...),
-		gapsRecovered:     d("gaps_recovered_total", "Missing sequence ranges filled by replay.", w...),
-		gapsUnrecoverable: d("gaps_unrecoverable_total", "Missing sequence ranges no longer buffered (worker invalidated).", w...),
-		invalid:           d("worker_invalidations_total", "Times a worker was cleared and marked stale.", w...),
-		replays:           d("replays_total", "Replay requests sent.", w...),
-		replayFailures:    d("replay_failures_total", "Replay requests that failed.", w...),
-		restarts:          d("publisher_restarts_total", "Publisher restarts detected.", w...),
-		resyncs:           d("resyncs_total", "Stale workers made exact again.", w...),
-		connects:          d("connects_total", "Connections to the publisher.", w...),
-		disconnects:       d("disconnects_total", "Connections lost.", w...),
-		removals:          d("worker_removals_total", "Workers removed after the grace period.", w...),
-		unsupportedSeq:    d("unsupported_seq_frames_total", "Messages whose sequence frame is not 8 bytes.", w...),
-		badFrame:          d("malformed_messages_total", "Messages with a wrong frame count, topic or a live end marker.", w...),
-		peersRefused:      d("peers_refused_total", "Connections closed by the ZMTP guard: a frame past the message cap, a malformed handshake, too many connections.", w...),
-		state:             d("worker_state", "1 for the worker's current subscriber state.", "worker", "state"),
-		lastSeq:           d("worker_last_seq", "Sequence number of the last applied batch (-1: none).", w...),
-		lag:               d("worker_lag_seconds", "Apply time minus the batch's timestamp, for the last batch (a stream-fed worker: minus the time the stream stored its last message).", w...),
-		workerBlocks:      d("worker_blocks", "Blocks the worker holds in the index.", w...),
-		workers:           d("workers", "Workers known to the index."),
-		blocks:            d("blocks", "(worker, block) pairs held."),
-		memberships:       d("memberships", "(key, worker) memberships in the positional index."),
-		entries:           d("index_entries", "Distinct (position, prefix) keys."),
-		indexBytes:        d("index_bytes", "Estimated heap held by the shards' tables."),
-		indexEvents:       d("index_events_total", "Events the index accepted."),
-		indexRejected:     d("index_rejected_total", "Events the index rejected, by reason.", "reason"),
-		skippedRemovals:   d("index_skipped_removals_total", "Removed hashes the worker did not hold."),
-		tierBlocks:        d("tier_blocks", "(worker, block) pairs held, by storage tier (device, host, disk); they sum to kvindex_blocks.", "tier"),
-		skippedCopies:     d("index_skipped_copies_total", "Hashes of copied (offloaded) blocks that no other tier of the worker held."),
-		queries:           d("index_queries_total", "Find-matches calls with a non-empty query."),
-		abandoned:         d("index_queries_abandoned_total", "Find-matches calls ended early by their context."),
-		queueLen:          d("shard_queue_len", "Occupancy of each shard's event ring.", "shard"),
-		shardApplied:      d("shard_applied_total", "Deltas applied by each shard.", "shard"),
-		producerWaits:     d("producer_waits_total", "Times an event producer waited for room in a full shard ring."),
-		waitSecs:          d("producer_wait_seconds_total", "Time event producers spent waiting for full shard rings."),
-		namespaces:        d("index_namespaces", "Namespace names (models, LoRA adapters, cache salts) the index has interned."),
-		namespaceBytes:    d("index_namespace_bytes", "Accounted bytes of the interned namespace names, out of index.namespace_bytes."),
-		nsDropped:         d("index_namespaces_dropped_total", "Namespace names dropped because no block and no live prediction used them."),
-		nsRefused:         d("index_namespaces_refused_total", "Stored events and predictions refused because the namespace table was full."),
-		predictions:       d("predictions", "Predictions held (POST /v1/routed, record; expired ones not yet freed included)."),
-		predictedBlocks:   d("predicted_blocks", "Blocks in the predictions held."),
-		replaySlots:       d("replays_in_progress", "Replays running (state running) and waiting for one of the max_concurrent_replays slots (state waiting).", "state"),
-		replaysWaited:     d("replays_waited_total", "Replays that waited for a max_concurrent_replays slot."),
+		s:               s,
+		workerSeries:    newWorkerSeries(),
+		workerBlocks:    d("worker_blocks", "Blocks the worker holds in the index.", "worker"),
+		workers:         d("workers", "Workers known to the index."),
+		blocks:          d("blocks", "(worker, block) pairs held."),
+		memberships:     d("memberships", "(key, worker) memberships in the positional index."),
+		entries:         d("index_entries", "Distinct (position, prefix) keys."),
+		indexBytes:      d("index_bytes", "Estimated heap held by the shards' tables."),
+		indexEvents:     d("index_events_total", "Events the index accepted."),
+		indexRejected:   d("index_rejected_total", "Events the index rejected, by reason.", "reason"),
+		skippedRemovals: d("index_skipped_removals_total", "Removed hashes the worker did not hold."),
+		tierBlocks:      d("tier_blocks", "(worker, block) pairs held, by storage tier (device, host, disk); they sum to kvindex_blocks.", "tier"),
+		skippedCopies:   d("index_skipped_copies_total", "Hashes of copied (offloaded) blocks that no other tier of the worker held."),
+		queries:         d("index_queries_total", "Find-matches calls with a non-empty query."),
+		abandoned:       d("index_queries_abandoned_total", "Find-matches calls ended early by their context."),
+		queueLen:        d("shard_queue_len", "Occupancy of each shard's event ring.", "shard"),
+		shardApplied:    d("shard_applied_total", "Deltas applied by each shard.", "shard"),
+		producerWaits:   d("producer_waits_total", "Times an event producer waited for room in a full shard ring."),
+		waitSecs:        d("producer_wait_seconds_total", "Time event producers spent waiting for full shard rings."),
+		namespaces:      d("index_namespaces", "Namespace names (models, LoRA adapters, cache salts) the index has interned."),
+		namespaceBytes:  d("index_namespace_bytes", "Accounted bytes of the interned namespace names, out of index.namespace_bytes."),
+		nsDropped:       d("index_namespaces_dropped_total", "Namespace names dropped because no block and no live prediction used them."),
+		nsRefused:       d("index_namespaces_refused_total", "Stored events and predictions refused because the namespace table was full."),
+		predictions:     d("predictions", "Predictions held (POST /v1/routed, record; expired ones not yet freed included)."),
+		predictedBlocks: d("predicted_blocks", "Blocks in the predictions held."),
+		replaySlots:     d("replays_in_progress", "Replays running (state running) and waiting for one of the max_concurrent_replays slots (state waiting).", "state"),
+		replaysWaited:   d("replays_waited_total", "Replays that waited for a max_concurrent_replays slot."),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
 
-func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
-	}
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
+func (c *collector) Collect(out chan<- prometheus.Metric) {
+	ch := metricSink(out)
+	counter, gauge := ch.counter, ch.gauge
 	sizer := c.s.sizer()
 	for _, sub := range c.s.fleet().subs {
 		st := sub.Status()
-		w := st.Worker
-		counter(c.applied, st.Stored, w, "stored")
-		counter(c.applied, st.Removed, w, "removed")
-		counter(c.applied, st.Cleared, w, "cleared")
-		counter(c.applied, st.Copied, w, "copied")
-		for r := subscriber.Reason(0); r < subscriber.NumReasons; r++ {
-			counter(c.rejected, st.Rejected[r], w, r.String())
-		}
-		for r := kvevents.Reason(0); r < kvevents.NumReasons; r++ {
-			counter(c.rejected, st.DecoderRejected[r], w, subscriber.DecoderReasonName(r))
-		}
-		counter(c.batches, st.Batches, w)
-		counter(c.duplicates, st.Duplicates, w)
-		counter(c.gapsDetected, st.GapsDetected, w)
-		counter(c.gapsRecovered, st.GapsRecovered, w)
-		counter(c.gapsUnrecoverable, st.GapsUnrecoverable, w)
-		counter(c.invalid, st.Invalidations, w)
-		counter(c.replays, st.Replays, w)
-		counter(c.replayFailures, st.ReplayFailures, w)
-		counter(c.restarts, st.Restarts, w)
-		counter(c.resyncs, st.Resyncs, w)
-		counter(c.connects, st.Connects, w)
-		counter(c.disconnects, st.Disconnects, w)
-		counter(c.removals, st.Removals, w)
-		counter(c.unsupportedSeq, st.UnsupportedSeq, w)
-		counter(c.badFrame, st.BadFrames, w)
-		counter(c.peersRefused, st.PeersRefused, w)
-		for _, state := range subscriber.States() {
-			v := 0.0
-			if state == st.State {
-				v = 1
-			}
-			gauge(c.state, v, w, state.String())
-		}
-		seq := -1.0
-		if st.HasSeq {
-			seq = float64(st.LastSeq)
-		}
-		gauge(c.lastSeq, seq, w)
-		gauge(c.lag, st.Lag.Seconds(), w)
+		c.workerSeries.collect(ch, st)
 		if sizer != nil {
-			if n, ok := sizer.WorkerSize(w); ok {
-				gauge(c.workerBlocks, float64(n), w)
+			if n, ok := sizer.WorkerSize(st.Worker); ok {
+				gauge(c.workerBlocks, float64(n), st.Worker)
 			}
 		}
 	}
@@ -191,7 +213,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.shardApplied, sh.Applied, id)
 	}
 	counter(c.producerWaits, es.ProducerWaits)
-	ch <- prometheus.MustNewConstMetric(c.waitSecs, prometheus.CounterValue, float64(es.ProducerWaitNanos)/1e9)
+	out <- prometheus.MustNewConstMetric(c.waitSecs, prometheus.CounterValue, float64(es.ProducerWaitNanos)/1e9)
 	rs := c.s.replays.Stats()
 	gauge(c.replaySlots, float64(rs.Running), "running")
 	gauge(c.replaySlots, float64(rs.Waiting), "waiting")

@@ -75,7 +75,9 @@ type replicaFeed struct {
 // startReplica connects to NATS and starts a replica of the stream for cfg's models,
 // from the snapshot when one is given and sound.
 func startReplica(ctx context.Context, log *slog.Logger, o ReplicaOptions, cfg Config, snapshot string) (*replicaFeed, error) {
-	nc, err := nats.Connect(o.URL, append([]nats.Option{nats.MaxReconnects(-1), nats.Name("kvindex serve")}, o.NATS...)...)
+	// Tried for fabric.DefaultConnectTimeout, as the relay is: a server down at start
+	// fails New with the attempts made rather than a silent wait.
+	nc, err := fabric.Dial(ctx, o.URL, "kvindex serve", 0, log, o.NATS...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrReplica, err)
 	}

@@ -190,14 +190,14 @@ func TestRelayHealthAndMetrics(t *testing.T) {
 	}
 	events := 0.0
 	for _, k := range []string{"stored", "removed", "cleared", "copied"} {
-		events += m[fmt.Sprintf(`kvindex_relay_events_total{kind=%q,worker=%q}`, k, worker)]
+		events += m[fmt.Sprintf(`kvindex_events_applied_total{kind=%q,worker=%q}`, k, worker)]
 	}
 	if got := m["kvindex_relay_published_total"]; got != float64(info.State.Msgs) || got != events || got < float64(batches) {
 		t.Fatalf("published %v, the stream holds %d, events handed over %v, batches %d", got, info.State.Msgs, events, batches)
 	}
 	for series, want := range map[string]float64{
-		fmt.Sprintf(`kvindex_worker_state{state="live",worker=%q}`, worker):                    1,
-		fmt.Sprintf(`kvindex_relay_dropped_total{reason="malformed_batch",worker=%q}`, worker): 0,
+		fmt.Sprintf(`kvindex_worker_state{state="live",worker=%q}`, worker):                      1,
+		fmt.Sprintf(`kvindex_events_rejected_total{reason="malformed_batch",worker=%q}`, worker): 0,
 		"kvindex_nats_connected": 1,
 	} {
 		if v, ok := m[series]; !ok || v != want {
