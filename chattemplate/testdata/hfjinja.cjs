@@ -1,0 +1,24 @@
+// Renders chat-template cases with @huggingface/jinja, the oracle of oracle_test.go.
+// Usage: node hfjinja.cjs NODE_MODULES_PARENT < cases.json > results.json
+// Input: {"templates": {name: source}, "specials": {name: {bos_token, eos_token}},
+//         "cases": [{"template": name, "case": {messages, tools, add_generation_prompt, enable_thinking}}]}
+// Output: [{"ok": text} | {"err": message}], one per case.
+"use strict";
+const path = require("path");
+const { Template } = require(path.join(process.argv[2], "node_modules", "@huggingface", "jinja"));
+const input = JSON.parse(require("fs").readFileSync(0, "utf8"));
+const compiled = {};
+for (const [name, src] of Object.entries(input.templates)) compiled[name] = new Template(src);
+const out = input.cases.map(({ template, case: c }) => {
+  const ctx = { messages: c.messages, tools: c.tools, documents: null, add_generation_prompt: c.add_generation_prompt };
+  const sp = input.specials[template] || {};
+  if (sp.bos_token) ctx.bos_token = sp.bos_token;
+  if (sp.eos_token) ctx.eos_token = sp.eos_token;
+  if (c.enable_thinking) ctx.enable_thinking = c.enable_thinking === "true";
+  try {
+    return { ok: compiled[template].render(ctx) };
+  } catch (e) {
+    return { err: String(e && e.message) };
+  }
+});
+process.stdout.write(JSON.stringify(out));

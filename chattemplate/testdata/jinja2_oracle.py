@@ -1,0 +1,53 @@
+# Renders chat-template cases with Python's jinja2 configured as transformers configures it
+# (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loopcontrols, tojson,
+# raise_exception, strftime_now): the engine vLLM runs. Same input and output as
+# hfjinja.cjs; when the input has "probes" instead, each is [name, template, context].
+import json, sys
+from datetime import datetime
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.exceptions import TemplateError
+
+def raise_exception(message):
+    raise TemplateError(message)
+
+def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+def strftime_now(fmt):
+    return datetime.now().strftime(fmt)
+
+env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+env.filters["tojson"] = tojson
+env.globals["raise_exception"] = raise_exception
+env.globals["strftime_now"] = strftime_now
+
+def render(tpl, ctx):
+    try:
+        return {"ok": tpl.render(**ctx)}
+    except Exception as e:
+        return {"err": type(e).__name__ + ": " + str(e)}
+
+inp = json.load(sys.stdin)
+out = []
+if "probes" in inp:
+    for name, src, ctx in inp["probes"]:
+        try:
+            tpl = env.from_string(src)
+        except Exception as e:
+            out.append({"err": type(e).__name__ + ": " + str(e)})
+            continue
+        out.append(render(tpl, ctx))
+else:
+    compiled = {k: env.from_string(v) for k, v in inp["templates"].items()}
+    for item in inp["cases"]:
+        c, name = item["case"], item["template"]
+        ctx = {"messages": c["messages"], "tools": c["tools"], "documents": None,
+               "add_generation_prompt": c["add_generation_prompt"]}
+        sp = inp["specials"].get(name, {})
+        for k in ("bos_token", "eos_token"):
+            if sp.get(k):
+                ctx[k] = sp[k]
+        if c.get("enable_thinking"):
+            ctx["enable_thinking"] = c["enable_thinking"] == "true"
+        out.append(render(compiled[name], ctx))
+json.dump(out, sys.stdout, ensure_ascii=False)
