@@ -36,44 +36,36 @@ type CostModel interface {
 // tokens' dense layers, whichever is slower, then adds attention and a per-request
 // overhead:
 //
-//	step = max(Weights, PerToken * tokens)
-//	     + PerPair * sum over chunks of New * (Context + (New+1)/2)
+//	step = max(Weights, PerToken * (decodes + s * prefill tokens))
+//	     + s * PerPair * sum over chunks of New * (Context + (New+1)/2)
 //	     + PerKVToken * DecodeContext
 //	     + PerRequest * (chunks + Decodes)
 //
-// where tokens counts every token the step computes (chunks' and decodes') and a pair
-// is one (query token, context token) product of prefill attention.
+// where a pair is one (query token, context token) product of prefill attention and s
+// is PrefillScale (0 means 1), which scales prefill alone for sensitivity runs.
 type Roofline struct {
-	Weights    time.Duration
-	PerToken   time.Duration
-	PerPair    float64 // nanoseconds
-	PerKVToken float64 // nanoseconds
-	PerRequest time.Duration
+	Weights      time.Duration
+	PerToken     time.Duration
+	PerPair      float64 // nanoseconds
+	PerKVToken   float64 // nanoseconds
+	PerRequest   time.Duration
+	PrefillScale float64
 }
 
 // DefaultCostModel is the step time of Qwen3-32B in BF16 on two H100 SXM 80 GB GPUs
-// with tensor parallelism 2, the engine of llm-d's published benchmark, estimated from
-// first principles, not measured (sim/README.md, "Cost model", derives each number):
-//
-//   - Weights 14 ms: 65.5 GB of weights, 32.8 GB per GPU, read at 2.6 TB/s (78% of
-//     the H100's 3.35 TB/s), plus two all-reduces per layer over 64 layers.
-//   - PerToken 66 µs: 2 x 32.8 G parameters = 65.5 GFLOP per token, on 2 x 989 dense
-//     BF16 TFLOP/s at 50% utilisation.
-//   - PerPair 2.1 ns: 4 x 64 layers x 64 heads x 128 = 2.1 MFLOP per pair, at the same
-//     990 TFLOP/s.
-//   - PerKVToken 50 ns: 256 KiB of KV per token (64 layers x 8 KV heads x 128 x K and
-//     V x 2 bytes), half per GPU, read at 2.6 TB/s.
-//   - PerRequest 20 µs: scheduling, sampling and detokenising, per request per step.
-//
-// A 7,200-token prompt from scratch takes 0.55 s to its first token alone on the
-// engine; with 6,000 of its tokens cached, 0.12 s; a step of 64 decodes at 7,000
-// tokens of context 38 ms.
-var DefaultCostModel = Roofline{
-	Weights:    14 * time.Millisecond,
-	PerToken:   66 * time.Microsecond,
-	PerPair:    2.1,
-	PerKVToken: 50,
-	PerRequest: 20 * time.Microsecond,
+// with tensor parallelism 2, the engine of llm-d's published benchmarks: the roofline
+// of the shipped profile "qwen3-32b-2xh100-tp2" (profiles/), whose one fitted number,
+// the share of peak FLOP/s prefill reaches (0.60), makes an 8,192-token prefill alone
+// take 8,192 / 15,928 s, llm-d's calibration of this engine (sim/README.md, "Cost
+// model", gives the fit and its residuals).
+var DefaultCostModel = mustDefaultCost()
+
+func mustDefaultCost() Roofline {
+	spec, err := ShippedProfile(DefaultProfile)
+	if err != nil {
+		panic(err) // the shipped files are tested
+	}
+	return spec.Roofline()
 }
 
 // MinStep is the shortest step any cost model gives: simulated time always advances.
@@ -81,16 +73,26 @@ const MinStep = time.Microsecond
 
 // StepTime implements CostModel.
 func (m Roofline) StepTime(b *Batch) time.Duration {
-	tokens := int64(b.Decodes)
+	s := m.PrefillScale
+	if s == 0 {
+		s = 1
+	}
+	var prefill int64
 	var pairs float64
 	for _, c := range b.Chunks {
-		tokens += int64(c.New)
+		prefill += int64(c.New)
 		pairs += float64(c.New) * (float64(c.Context) + float64(c.New+1)/2)
 	}
-	t := float64(max(m.Weights, time.Duration(tokens)*m.PerToken))
-	t += m.PerPair*pairs + m.PerKVToken*float64(b.DecodeContext)
+	t := max(float64(m.Weights), float64(m.PerToken)*(float64(b.Decodes)+s*float64(prefill)))
+	t += s*m.PerPair*pairs + m.PerKVToken*float64(b.DecodeContext)
 	t += float64(m.PerRequest) * float64(len(b.Chunks)+b.Decodes)
 	return max(MinStep, time.Duration(t))
+}
+
+// withPrefillScale returns the model with its prefill scaled by s.
+func (m Roofline) withPrefillScale(s float64) CostModel {
+	m.PrefillScale = s
+	return m
 }
 
 // Profile is a measured cost model: time to first token of a request alone on the
@@ -102,6 +104,19 @@ func (m Roofline) StepTime(b *Batch) time.Duration {
 // overstates them by one weight read each.
 type Profile struct {
 	ttft, itl grid
+	scale     float64 // multiplies the TTFT part (0: 1)
+}
+
+// withPrefillScale returns the profile with its prefill scaled by s.
+func (p *Profile) withPrefillScale(s float64) CostModel {
+	q := *p
+	q.scale = s
+	return &q
+}
+
+// prefillScaler is a cost model whose prefill can be scaled (TimedConfig.PrefillScale).
+type prefillScaler interface {
+	withPrefillScale(s float64) CostModel
 }
 
 // ErrProfile wraps every problem with a profile file.
@@ -175,6 +190,9 @@ func (p *Profile) StepTime(b *Batch) time.Duration {
 	var t float64
 	for _, c := range b.Chunks {
 		t += max(0, p.ttft.at(float64(c.New), float64(c.Context)))
+	}
+	if p.scale != 0 {
+		t *= p.scale
 	}
 	if b.Decodes > 0 {
 		t += max(0, p.itl.at(float64(b.Decodes), float64(b.DecodeContext)/float64(b.Decodes)))

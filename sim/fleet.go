@@ -37,6 +37,9 @@ const (
 	MaxSpeedup = 1e6
 	// MaxOutput bounds TimedConfig.Output.
 	MaxOutput = 1 << 20
+	// MaxPrefillScale bounds TimedConfig.PrefillScale (and 1/MaxPrefillScale is its
+	// least value).
+	MaxPrefillScale = 100
 	// DefaultThinkTime is the closed loop's least gap between a turn's last token and
 	// the next turn of its conversation: the time a person takes to read a reply's
 	// first lines and send the next message already typed (sim/README.md, "Closed
@@ -80,6 +83,10 @@ type TimedConfig struct {
 	MaxNumSeqs int
 	// Cost times engine steps (default DefaultCostModel).
 	Cost CostModel
+	// PrefillScale multiplies the cost of prefill (0 means 1; at most MaxPrefillScale),
+	// for the sensitivity of a result to the engine's speed. Cost must be a Roofline
+	// or a Profile.
+	PrefillScale float64
 	// SLOTTFT is the time-to-first-token objective of Goodput (default
 	// DefaultSLOTTFT).
 	SLOTTFT time.Duration
@@ -191,6 +198,10 @@ func (c TimedConfig) Check(w *Workload) error {
 		return fmt.Errorf("%w: %d routers, want 1..%d", ErrConfig, c.Routers, MaxRouters)
 	case c.Affinity != AffinityNone && c.Affinity != AffinitySession:
 		return fmt.Errorf("%w: affinity %d", ErrConfig, c.Affinity)
+	case c.PrefillScale != 0 && !(c.PrefillScale >= 1/MaxPrefillScale && c.PrefillScale <= MaxPrefillScale):
+		return fmt.Errorf("%w: prefill scale %g, want %g..%g", ErrConfig, c.PrefillScale, 1.0/MaxPrefillScale, float64(MaxPrefillScale))
+	case c.PrefillScale != 0 && !isScaler(c.Cost):
+		return fmt.Errorf("%w: a prefill scale needs a Roofline or Profile cost model, not %T", ErrConfig, c.Cost)
 	case c.ThinkTime > MaxThinkTime:
 		return fmt.Errorf("%w: think time %v, want at most %v", ErrConfig, c.ThinkTime, MaxThinkTime)
 	case c.MetricsInterval < time.Microsecond || c.MetricsInterval > time.Hour:
@@ -206,6 +217,11 @@ func (c TimedConfig) Check(w *Workload) error {
 			ErrConfig, c.Capacity, seq, w.BlockSize)
 	}
 	return nil
+}
+
+func isScaler(m CostModel) bool {
+	_, ok := m.(prefillScaler)
+	return ok
 }
 
 // replica is one router replica's own state.
@@ -363,7 +379,11 @@ func (f *fleet) build() error {
 		}
 		f.reps = append(f.reps, rep)
 	}
-	f.ep = engineParams{blockSize: f.w.BlockSize, budget: cfg.ChunkTokens, maxSeqs: cfg.MaxNumSeqs, cost: cfg.Cost,
+	cost := cfg.Cost
+	if sc, ok := cost.(prefillScaler); ok && cfg.PrefillScale != 0 {
+		cost = sc.withPrefillScale(cfg.PrefillScale)
+	}
+	f.ep = engineParams{blockSize: f.w.BlockSize, budget: cfg.ChunkTokens, maxSeqs: cfg.MaxNumSeqs, cost: cost,
 		outSalt: xxh3.HashSeed([]byte("generated"), cfg.Seed)}
 	f.idx = make(map[string]int, cfg.Workers)
 	for i := range cfg.Workers {

@@ -198,7 +198,7 @@ func TestSchedulerChunkedPrefill(t *testing.T) {
 }
 
 func TestRooflineHandComputed(t *testing.T) {
-	m := DefaultCostModel
+	m := Roofline{Weights: 14 * time.Millisecond, PerToken: 66 * time.Microsecond, PerPair: 2.1, PerKVToken: 50, PerRequest: 20 * time.Microsecond}
 	cases := []struct {
 		name string
 		b    Batch

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,11 +43,12 @@ type timedFlags struct {
 	metricsInterval                time.Duration
 	openLoop                       bool
 	thinkTime                      time.Duration
+	prefillScale                   float64
 }
 
 // timedOnly are the flags --zero-time has no use for.
 var timedOnly = []string{"speedup", "slo-ttft", "routers", "router-affinity", "overlap-weight", "prefix-weight", "kv-weight",
-	"queue-weight", "max-num-seqs", "output-length", "profile", "metrics-interval", "jobs", "open-loop", "think-time"}
+	"queue-weight", "max-num-seqs", "output-length", "profile", "metrics-interval", "jobs", "open-loop", "think-time", "prefill-scale"}
 
 // zeroTimeOnly are the flags only --zero-time takes: host tiers are simulated without
 // time only.
@@ -64,7 +66,8 @@ func (t *timedFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&t.queueW, "queue-weight", route.DefaultQueueWeight, "the scorer policies' weight of the queue score")
 	fs.IntVar(&t.maxSeqs, "max-num-seqs", sim.DefaultMaxNumSeqs, "running requests per engine at most (vLLM's max_num_seqs)")
 	fs.IntVar(&t.output, "output-length", 0, "tokens every request generates (0 = the workload's: a trace's output_length, the built-in replies, 1,000 for shared-context)")
-	fs.StringVar(&t.profile, "profile", "", "CSV of measured ttft,ISL,CACHED,SECONDS and itl,BATCH,CONTEXT,SECONDS points to time engine steps with (default: the roofline model of Qwen3-32B on 2 x H100; sim/README.md)")
+	fs.StringVar(&t.profile, "profile", "", "the engine: a shipped profile ("+strings.Join(sim.ShippedProfiles(), ", ")+"), an engine file (.profile: the model's shape and its GPUs'; its KV tokens set --capacity), or a CSV of measured ttft,ISL,CACHED,SECONDS and itl,BATCH,CONTEXT,SECONDS points (default "+sim.DefaultProfile+"; sim/README.md)")
+	fs.Float64Var(&t.prefillScale, "prefill-scale", 1, "multiply the engine's prefill time (sensitivity to the engine's speed)")
 	fs.DurationVar(&t.metricsInterval, "metrics-interval", sim.DefaultMetricsInterval, "how often the scorer policies' routers read the engines' queue and KV utilisation")
 	fs.BoolVar(&t.openLoop, "open-loop", false, "send every turn of a conversation at its arrival, even before the reply it repeats is generated (default: the closed loop, which holds it until then plus --think-time)")
 	fs.DurationVar(&t.thinkTime, "think-time", sim.DefaultThinkTime, "closed loop: least time between a reply's last token and the next turn")
@@ -110,6 +113,8 @@ func (t *timedFlags) validate(set map[string]bool) error {
 		return usageErr("--output-length %d: want 0..%d", t.output, sim.MaxOutput)
 	case t.metricsInterval < time.Microsecond || t.metricsInterval > time.Hour:
 		return usageErr("--metrics-interval %v: want 1µs..1h", t.metricsInterval)
+	case !(t.prefillScale >= 1.0/sim.MaxPrefillScale && t.prefillScale <= sim.MaxPrefillScale):
+		return usageErr("--prefill-scale %g: want %g..%g", t.prefillScale, 1.0/sim.MaxPrefillScale, float64(sim.MaxPrefillScale))
 	case t.thinkTime < 0 || t.thinkTime > sim.MaxThinkTime:
 		return usageErr("--think-time %v: want 0..%v", t.thinkTime, sim.MaxThinkTime)
 	case t.openLoop && set["think-time"]:
@@ -245,19 +250,12 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 	if err != nil {
 		return err
 	}
-	var cost sim.CostModel = sim.DefaultCostModel
-	costName := "roofline: Qwen3-32B BF16 on 2 x H100 80GB, TP 2 (an estimate; sim/README.md)"
-	if tf.profile != "" {
-		fh, err := os.Open(tf.profile)
-		if err != nil {
-			return err
-		}
-		p, err := sim.ReadProfile(fh)
-		fh.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %w", tf.profile, err)
-		}
-		cost, costName = p, "profile "+tf.profile
+	cost, costName, kvTokens, err := loadCost(tf.profile)
+	if err != nil {
+		return err
+	}
+	if kvTokens > 0 && !f.set["capacity"] {
+		f.capacity = kvTokens / f.blockSize
 	}
 	if sw.key == "capacity" {
 		for _, c := range sw.vals {
@@ -274,6 +272,7 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 		Config: sim.Config{Workers: f.workers, Capacity: f.capacity, ChunkTokens: f.chunk, Seed: f.seed,
 			Engine: engine.Config{Shards: f.shards, JumpSize: f.jump}, EventDelay: -1, Rate: f.rate, PredictionTTL: f.predictionTTL},
 		Speedup: tf.speedup, Output: tf.output, MaxNumSeqs: tf.maxSeqs, Cost: cost, SLOTTFT: tf.slo, Routers: tf.routers,
+		PrefillScale:  tf.prefillScale,
 		OverlapWeight: tf.overlapWeight, MetricsInterval: tf.metricsInterval, OpenLoop: tf.openLoop, ThinkTime: tf.thinkTime,
 		Scorer: route.Scorer{PrefixWeight: tf.prefixWeight, KVWeight: tf.kvWeight, QueueWeight: tf.queueW},
 	}
@@ -304,6 +303,41 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 	return simulateTimed(stdout, stderr, w, wi, cfg, costName, rts, sw, chart, asJSON, forceProgress, tf.jobs)
 }
 
+// loadCost reads --profile: a shipped profile's name, an engine file (.profile) or a
+// CSV of measured points. It returns the cost model, its description and, for an
+// engine, its KV tokens.
+func loadCost(profile string) (sim.CostModel, string, int, error) {
+	if profile == "" {
+		profile = sim.DefaultProfile
+	}
+	var spec sim.EngineSpec
+	var err error
+	switch {
+	case slices.Contains(sim.ShippedProfiles(), profile):
+		spec, err = sim.ShippedProfile(profile)
+		if err != nil {
+			return nil, "", 0, err
+		}
+		return spec.Roofline(), "roofline of " + spec.Name + " (profile " + profile + ")", spec.KVTokens, nil
+	}
+	fh, err := os.Open(profile)
+	if err != nil {
+		return nil, "", 0, fmt.Errorf("--profile %q is not a shipped profile (%s): %w", profile, strings.Join(sim.ShippedProfiles(), ", "), err)
+	}
+	defer fh.Close()
+	if strings.HasSuffix(profile, ".profile") {
+		if spec, err = sim.ReadEngineSpec(fh); err != nil {
+			return nil, "", 0, fmt.Errorf("%s: %w", profile, err)
+		}
+		return spec.Roofline(), "roofline of " + spec.Name + " (" + profile + ")", spec.KVTokens, nil
+	}
+	p, err := sim.ReadProfile(fh)
+	if err != nil {
+		return nil, "", 0, fmt.Errorf("%s: %w", profile, err)
+	}
+	return p, "profile " + profile, 0, nil
+}
+
 // JSON shapes of the timed `kvindex sim --json`.
 type (
 	timedClusterJSON struct {
@@ -321,6 +355,7 @@ type (
 		Rate           float64    `json:"rate,omitempty"` // built-in workloads' arrivals per second before the speedup
 		SLOTTFTs       float64    `json:"slo_ttft_s"`
 		OpenLoop       bool       `json:"open_loop"`
+		PrefillScale   float64    `json:"prefill_scale"`
 		ThinkTimeS     float64    `json:"think_time_s"`
 		OverlapWeight  float64    `json:"overlap_weight"`
 		ScorerWeights  [3]float64 `json:"scorer_weights"`
@@ -482,7 +517,7 @@ func simulateTimed(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, c
 		Workers: cfg.Workers, Capacity: cfg.Capacity, StepTokens: cfg.ChunkTokens, MaxNumSeqs: cfg.MaxNumSeqs, CostModel: costName,
 		Shards: eff.Shards, Jump: eff.JumpSize, EventDelayMs: float64(max(cfg.EventDelay, 0)) / 1e6, Routers: cfg.Routers,
 		RouterAffinity: cfg.Affinity.String(), Speedup: cfg.Speedup, SLOTTFTs: cfg.SLOTTFT.Seconds(), OverlapWeight: cfg.OverlapWeight,
-		OpenLoop: cfg.OpenLoop, ThinkTimeS: max(cfg.ThinkTime, 0).Seconds(),
+		OpenLoop: cfg.OpenLoop, ThinkTimeS: max(cfg.ThinkTime, 0).Seconds(), PrefillScale: cfg.PrefillScale,
 		ScorerWeights: [3]float64{cfg.Scorer.PrefixWeight, cfg.Scorer.KVWeight, cfg.Scorer.QueueWeight},
 	}}
 	if !w.Timed {
@@ -628,8 +663,12 @@ func printTimedHeader(w io.Writer, out timedJSON, wl *sim.Workload, sw timedSwee
 	if c.Capacity > 0 {
 		capacity = bench.Thousands(int64(c.Capacity))
 	}
-	fmt.Fprintf(w, "cluster   %d engines x %s blocks, steps of %d tokens, at most %d running; cost model: %s\n",
-		c.Workers, capacity, c.StepTokens, c.MaxNumSeqs, c.CostModel)
+	scale := ""
+	if c.PrefillScale != 1 && c.PrefillScale != 0 {
+		scale = fmt.Sprintf(", prefill x %g", c.PrefillScale)
+	}
+	fmt.Fprintf(w, "cluster   %d engines x %s blocks, steps of %d tokens, at most %d running; cost model: %s%s\n",
+		c.Workers, capacity, c.StepTokens, c.MaxNumSeqs, c.CostModel, scale)
 	routers := "the swept number of routers"
 	if c.Routers > 0 {
 		routers = fmt.Sprintf("%d router", c.Routers)
