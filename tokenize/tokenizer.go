@@ -1,0 +1,262 @@
+package tokenize
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Defaults and bounds of Config.
+const (
+	DefaultMaxInputBytes = 4 << 20
+	MaxMaxInputBytes     = 256 << 20
+	// maxFileBytes bounds tokenizer.json (the largest common ones, Qwen's and Gemma's,
+	// are 11 and 33 MB).
+	maxFileBytes = 256 << 20
+)
+
+// ErrTooLong is returned for a text longer than Config.MaxInputBytes.
+var ErrTooLong = errors.New("tokenize: text longer than the configured maximum")
+
+// Config says where a tokenizer comes from. Zero values mean the defaults.
+type Config struct {
+	// Dir is a model folder: tokenizer.json, and optionally tokenizer_config.json (special
+	// tokens, chat template) and chat_template.jinja (which wins over the config's).
+	Dir string
+	// TokenizerJSON and ConfigJSON are the two files' contents, used instead of Dir.
+	TokenizerJSON, ConfigJSON []byte
+	// MaxInputBytes bounds the text one Encode call accepts (default 4 MiB, at most
+	// 256 MiB).
+	MaxInputBytes int
+}
+
+// Tokenizer encodes text into token ids as Hugging Face's tokenizers do for the same
+// tokenizer.json. It is immutable after New: any number of goroutines may call it.
+type Tokenizer struct {
+	model     bpe
+	norm      []normOp
+	pre       preTokenizer
+	trie      addedTrie
+	added     []addedToken
+	prefix    []uint32 // the post-processor's special tokens before the text
+	suffix    []uint32 // and after
+	decode    decoder
+	idText    []string // id -> the text (raw bytes for byte-level entries) it decodes to
+	maxInput  int
+	bos, eos  string
+	template  string
+	scratches sync.Pool
+}
+
+type addedToken struct {
+	id             uint32
+	content        string
+	lstrip, rstrip bool
+	special        bool
+}
+
+// New loads a tokenizer.
+func New(cfg Config) (*Tokenizer, error) {
+	maxIn := cfg.MaxInputBytes
+	switch {
+	case maxIn == 0:
+		maxIn = DefaultMaxInputBytes
+	case maxIn < 0 || maxIn > MaxMaxInputBytes:
+		return nil, fmt.Errorf("tokenize: MaxInputBytes %d out of range [1, %d]", maxIn, MaxMaxInputBytes)
+	}
+	tj, cj, tmpl, err := readFiles(cfg)
+	if err != nil {
+		return nil, err
+	}
+	t, err := build(tj, cj)
+	if err != nil {
+		return nil, err
+	}
+	if tmpl != "" {
+		t.template = tmpl
+	}
+	t.maxInput = maxIn
+	t.scratches.New = func() any { return new(scratch) }
+	return t, nil
+}
+
+// readFiles returns tokenizer.json, tokenizer_config.json (nil when absent) and
+// chat_template.jinja ("" when absent).
+func readFiles(cfg Config) (tj, cj []byte, tmpl string, err error) {
+	if cfg.Dir == "" {
+		if len(cfg.TokenizerJSON) == 0 {
+			return nil, nil, "", errors.New("tokenize: Config needs Dir or TokenizerJSON")
+		}
+		return cfg.TokenizerJSON, cfg.ConfigJSON, "", nil
+	}
+	if len(cfg.TokenizerJSON) > 0 {
+		return nil, nil, "", errors.New("tokenize: give Config.Dir or Config.TokenizerJSON, not both")
+	}
+	if tj, err = readBounded(filepath.Join(cfg.Dir, "tokenizer.json")); err != nil {
+		return nil, nil, "", err
+	}
+	if cj, err = readBounded(filepath.Join(cfg.Dir, "tokenizer_config.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, "", err
+	}
+	t, err := readBounded(filepath.Join(cfg.Dir, "chat_template.jinja"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, "", err
+	}
+	return tj, cj, string(t), nil
+}
+
+func readBounded(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: %w", err)
+	}
+	if st.Size() > maxFileBytes {
+		return nil, fmt.Errorf("tokenize: %s is %d bytes, more than the %d this package reads", path, st.Size(), maxFileBytes)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: %w", err)
+	}
+	return b, nil
+}
+
+// BOSToken and EOSToken are the beginning- and end-of-sequence tokens tokenizer_config.json
+// names ("" when it names none); chat templates receive them as bos_token and eos_token.
+func (t *Tokenizer) BOSToken() string { return t.bos }
+
+// EOSToken: see BOSToken.
+func (t *Tokenizer) EOSToken() string { return t.eos }
+
+// ChatTemplate is the model's chat template: chat_template.jinja if the folder has one,
+// else tokenizer_config.json's chat_template ("" when neither).
+func (t *Tokenizer) ChatTemplate() string { return t.template }
+
+// VocabSize is the number of ids the tokenizer can produce (the largest id plus one).
+func (t *Tokenizer) VocabSize() int { return len(t.idText) }
+
+// Encode appends the ids of text to dst and returns the extended slice. With
+// addSpecial, the tokens the tokenizer's post-processor adds (Llama's BOS) surround the
+// text: what vLLM does for a completions prompt; a rendered chat is encoded without
+// (the template wrote them). Added and special tokens written in the text are recognised
+// as tokens in both cases, as Hugging Face's tokenizers do. Encode allocates nothing
+// once dst and its pooled working memory have grown to the size of the text.
+func (t *Tokenizer) Encode(dst []uint32, text string, addSpecial bool) ([]uint32, error) {
+	if len(text) > t.maxInput {
+		return dst, fmt.Errorf("%w: %d bytes, the maximum is %d", ErrTooLong, len(text), t.maxInput)
+	}
+	if !utf8.ValidString(text) {
+		return dst, fmt.Errorf("tokenize: text is not valid UTF-8 (at byte %d)", invalidAt(text))
+	}
+	sc := t.scratches.Get().(*scratch)
+	defer t.scratches.Put(sc)
+	if addSpecial {
+		dst = append(dst, t.prefix...)
+	}
+	var err error
+	if dst, err = t.encodeText(dst, text, sc); err != nil {
+		return dst, err
+	}
+	if addSpecial {
+		dst = append(dst, t.suffix...)
+	}
+	return dst, nil
+}
+
+func invalidAt(s string) int {
+	for i := 0; i < len(s); {
+		r, w := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && w == 1 {
+			return i
+		}
+		i += w
+	}
+	return -1
+}
+
+// encodeText splits text on added tokens and encodes the sections between them.
+func (t *Tokenizer) encodeText(dst []uint32, text string, sc *scratch) ([]uint32, error) {
+	start, section := 0, 0
+	rstrip := false
+	var err error
+	for i := 0; i < len(text); {
+		k, n := int32(-1), 0
+		if len(t.added) > 0 {
+			k, n = t.trie.match(text, i)
+		}
+		if k < 0 {
+			i++
+			continue
+		}
+		a := &t.added[k]
+		seg := text[start:i]
+		if rstrip {
+			seg = trimLeftSpace(seg)
+		}
+		if a.lstrip {
+			seg = trimRightSpace(seg)
+		}
+		if dst, err = t.encodeSection(dst, seg, section, sc); err != nil {
+			return dst, err
+		}
+		if start < i {
+			section++
+		}
+		dst = append(dst, a.id)
+		section++
+		rstrip = a.rstrip
+		i += n
+		start = i
+	}
+	seg := text[start:]
+	if rstrip {
+		seg = trimLeftSpace(seg)
+	}
+	return t.encodeSection(dst, seg, section, sc)
+}
+
+func trimLeftSpace(s string) string {
+	for len(s) > 0 {
+		r, w := utf8.DecodeRuneInString(s)
+		if !unicode.IsSpace(r) {
+			break
+		}
+		s = s[w:]
+	}
+	return s
+}
+
+func trimRightSpace(s string) string {
+	for len(s) > 0 {
+		r, w := utf8.DecodeLastRuneInString(s)
+		if !unicode.IsSpace(r) {
+			break
+		}
+		s = s[:len(s)-w]
+	}
+	return s
+}
+
+// encodeSection normalizes, pre-tokenizes and encodes text between added tokens.
+// section counts the sections before it (Metaspace's prepend_scheme "first").
+func (t *Tokenizer) encodeSection(dst []uint32, s string, section int, sc *scratch) ([]uint32, error) {
+	if s == "" {
+		return dst, nil
+	}
+	if s = normalize(t.norm, s, sc); s == "" {
+		return dst, nil
+	}
+	s = t.pre.prepare(s, section, sc)
+	var err error
+	for i := 0; i < len(s); {
+		j := t.pre.next(s, i)
+		if dst, err = t.model.word(dst, t.pre.piece(s[i:j], sc), sc); err != nil {
+			return dst, err
+		}
+		i = j
+	}
+	return dst, nil
+}
