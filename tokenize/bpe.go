@@ -3,6 +3,8 @@ package tokenize
 import (
 	"fmt"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // bpe is a BPE model: a vocabulary and a merge table. In a byte-level model the
@@ -53,6 +55,7 @@ type scratch struct {
 	norm  [2][]byte // normalize's
 	piece []byte    // preTokenizer.prepare's
 	word  []byte    // preTokenizer.piece's
+	iter  norm.Iter
 }
 
 func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }

@@ -30,10 +30,17 @@ func normalize(ops []normOp, s string, sc *scratch) string {
 		buf := sc.norm[next][:0]
 		switch op.kind {
 		case normForm:
-			if op.form.IsNormalString(s) {
+			n := op.form.QuickSpanString(s)
+			if n == len(s) {
 				continue
 			}
-			buf = op.form.AppendString(buf, s)
+			// norm.Iter, kept in the scratch, normalizes without allocating (the
+			// form's own AppendString and IsNormalString allocate).
+			buf = append(buf, s[:n]...)
+			sc.iter.InitString(op.form, s[n:])
+			for !sc.iter.Done() {
+				buf = append(buf, sc.iter.Next()...)
+			}
 		case normPrepend:
 			if s == "" {
 				continue

@@ -2,6 +2,7 @@ package tokenize_test
 
 import (
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/kvindex/kvindex/internal/tokoracle"
@@ -10,14 +11,20 @@ import (
 
 // oracleModels are the models compared with the oracle, and the tokenizers loaded for
 // them (once per test binary: loading Qwen3's 11 MB tokenizer.json takes a while).
-var oracleModels = []string{"qwen3", "llama3.1"}
+var oracleModels = []string{"qwen3", "llama3.1", "llama2"}
+
+var loaded sync.Map // model -> *tokenize.Tokenizer
 
 func load(t testing.TB, model string) *tokenize.Tokenizer {
 	t.Helper()
+	if tok, ok := loaded.Load(model); ok {
+		return tok.(*tokenize.Tokenizer)
+	}
 	tok, err := tokenize.New(tokenize.Config{Dir: tokoracle.ModelDir(t, model)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	loaded.Store(model, tok)
 	return tok
 }
 

