@@ -3,13 +3,13 @@ package kvevents
 import (
 	"testing"
 
-	"github.com/kvindex/kvindex/internal/msgpacktest"
+	"github.com/kvindex/kvindex/internal/fakevllm"
 )
 
 // mp builds msgpack the way msgspec writes it; the package itself never encodes.
-type mp = msgpacktest.Enc
+type mp = fakevllm.Enc
 
-var unhex = msgpacktest.Unhex
+var unhex = fakevllm.Unhex
 
 // batch wraps already-encoded events into [ts, events, rank].
 func batch(rank int64, events ...mp) []byte {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/fakevllm"
 	"github.com/kvindex/kvindex/internal/freeport"
-	"github.com/kvindex/kvindex/internal/zmtptest"
 	"github.com/kvindex/kvindex/server"
 )
 
@@ -26,7 +26,7 @@ func TestHostileEngineEndpoint(t *testing.T) {
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		zmtptest.ServeHostile(hostile, zmtptest.LongHeader(0x04, 1<<50), closed)
+		fakevllm.ServeHostile(hostile, fakevllm.LongHeader(0x04, 1<<50), closed)
 	}()
 	// Registered before start's: runs after the server stopped dialling, and waits for
 	// ServeHostile and its connections, so none outlives the test.
@@ -34,7 +34,7 @@ func TestHostileEngineEndpoint(t *testing.T) {
 		hostile.Close()
 		<-served
 	})
-	good, err := zmtptest.ListenPub("127.0.0.1:0")
+	good, err := fakevllm.ListenPub("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestHostileEngineEndpoint(t *testing.T) {
 		t.Fatalf("good worker touched:\n%s", grep(m, "peers_refused"))
 	}
 	// A good publisher takes the hostile endpoint: the worker recovers.
-	back, err := zmtptest.ListenPub(badEP[len("tcp://"):])
+	back, err := fakevllm.ListenPub(badEP[len("tcp://"):])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func grep(s, sub string) string {
 // TestReadyzAfterGraceRemoval: an engine that never comes back is removed after the
 // grace period, and /readyz stops waiting for it (it stayed 503 for good before).
 func TestReadyzAfterGraceRemoval(t *testing.T) {
-	good, err := zmtptest.ListenPub("127.0.0.1:0")
+	good, err := fakevllm.ListenPub("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

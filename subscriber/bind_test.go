@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/fakevllm"
 	"github.com/kvindex/kvindex/internal/freeport"
-	"github.com/kvindex/kvindex/internal/zmtptest"
 	"github.com/kvindex/kvindex/subscriber"
 )
 
@@ -22,7 +22,7 @@ func idleConns(t *testing.T, addr string, n int) {
 			continue // not listening yet
 		}
 		t.Cleanup(func() { c.Close() })
-		if _, err := c.Write(append(zmtptest.Greeting(), zmtptest.Ready("PUB")...)); err != nil {
+		if _, err := c.Write(append(fakevllm.Greeting(), fakevllm.Ready("PUB")...)); err != nil {
 			t.Fatal(err)
 		}
 		opened++
@@ -60,11 +60,11 @@ func TestBoundSocketIdleLockout(t *testing.T) {
 
 // dialPub connects a well-behaved publisher to a bound subscriber at addr, once it
 // listens.
-func dialPub(t *testing.T, addr string) *zmtptest.Pub {
+func dialPub(t *testing.T, addr string) *fakevllm.Pub {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		p, err := zmtptest.DialPub(addr)
+		p, err := fakevllm.DialPub(addr)
 		if err == nil {
 			t.Cleanup(p.Close)
 			return p

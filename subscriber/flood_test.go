@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/zmtptest"
+	"github.com/kvindex/kvindex/internal/fakevllm"
 	"github.com/kvindex/kvindex/subscriber"
 )
 
@@ -58,12 +58,12 @@ func TestFloodRSSBounded(t *testing.T) {
 	)
 	payload := bytes.Repeat([]byte{0xc1}, capBytes-16) // undecodable: 0xc1 is never used
 	var stream []byte
-	stream = append(stream, zmtptest.Ready("PUB")...)
-	msg := zmtptest.Message([]byte{}, make([]byte, 8), payload)
+	stream = append(stream, fakevllm.Ready("PUB")...)
+	msg := fakevllm.Message([]byte{}, make([]byte, 8), payload)
 	for range perConn {
 		stream = append(stream, msg...)
 	}
-	stream = append(stream, zmtptest.LongHeader(0, 200<<20)...)
+	stream = append(stream, fakevllm.LongHeader(0, 200<<20)...)
 
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -87,7 +87,7 @@ func TestFloodRSSBounded(t *testing.T) {
 	serving.Add(1)
 	go func() {
 		defer serving.Done()
-		zmtptest.ServeHostile(l, stream, closed)
+		fakevllm.ServeHostile(l, stream, closed)
 	}()
 	for range conns {
 		<-closed

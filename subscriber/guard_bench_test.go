@@ -11,8 +11,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 
-	"github.com/kvindex/kvindex/internal/msgpacktest"
-	"github.com/kvindex/kvindex/internal/zmtptest"
+	"github.com/kvindex/kvindex/internal/fakevllm"
 	"github.com/kvindex/kvindex/kvevents"
 )
 
@@ -20,7 +19,7 @@ import (
 // blocks with random-looking hashes and token ids.
 func realBatch(size int) []byte {
 	blocks := max(1, size/70)
-	m := msgpacktest.Enc{}.Arr(3).F64(1750000000).Arr(1).Arr(8).Str("BlockStored").Arr(blocks)
+	m := fakevllm.Enc{}.Arr(3).F64(1750000000).Arr(1).Arr(8).Str("BlockStored").Arr(blocks)
 	for i := range blocks {
 		m = m.Uint(uint64(i)*0x9e3779b97f4a7c15 | 1<<63)
 	}
@@ -49,7 +48,7 @@ func floodPub(b *testing.B, msg []byte, n int) string {
 		defer func() { c.Close(); <-wrote }() // the writer fails on the closed conn and ends
 		go func() {
 			defer close(wrote)
-			if _, err := c.Write(append(zmtptest.Greeting(), zmtptest.Ready("PUB")...)); err != nil {
+			if _, err := c.Write(append(fakevllm.Greeting(), fakevllm.Ready("PUB")...)); err != nil {
 				return
 			}
 			for range n {
@@ -72,7 +71,7 @@ func BenchmarkRecv(b *testing.B) {
 		payload := realBatch(size)
 		var seq [8]byte
 		binary.BigEndian.PutUint64(seq[:], 1)
-		msg := zmtptest.Message([]byte{}, seq[:], payload)
+		msg := fakevllm.Message([]byte{}, seq[:], payload)
 		name := "size=" + strconv.Itoa(size>>10) + "KiB"
 		for _, path := range []string{"zmq4", "guard"} {
 			b.Run(name+"/"+path, func(b *testing.B) {

@@ -9,7 +9,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"github.com/go-zeromq/zmq4/security/null"
 
-	"github.com/kvindex/kvindex/internal/zmtptest"
+	"github.com/kvindex/kvindex/internal/fakevllm"
 )
 
 // memConn is a net.Conn reading a fixed stream; writes are discarded.
@@ -29,12 +29,12 @@ func (memConn) SetWriteDeadline(time.Time) error { return nil }
 // or a truncated READY property), and every message zmq4 hands on is within the caps.
 func FuzzGuard(f *testing.F) {
 	const maxMsg = 1 << 12
-	hello := append(zmtptest.Greeting(), zmtptest.Ready("PUB")...)
-	f.Add(append(append([]byte{}, hello...), zmtptest.Message([]byte("t"), make([]byte, 8), []byte{0x90})...))
-	f.Add(append(zmtptest.Greeting(), zmtptest.LongHeader(0x04, 1<<50)...))
-	f.Add(append(append([]byte{}, hello...), zmtptest.LongHeader(0, 1<<40)...))
-	f.Add(append(append([]byte{}, hello...), zmtptest.Message(make([]byte, 300), make([]byte, 4000))...))
-	f.Add(append(zmtptest.Greeting(), 0x04, 8, 5, 'R', 'E', 'A', 'D', 'Y', 1, 'A'))
+	hello := append(fakevllm.Greeting(), fakevllm.Ready("PUB")...)
+	f.Add(append(append([]byte{}, hello...), fakevllm.Message([]byte("t"), make([]byte, 8), []byte{0x90})...))
+	f.Add(append(fakevllm.Greeting(), fakevllm.LongHeader(0x04, 1<<50)...))
+	f.Add(append(append([]byte{}, hello...), fakevllm.LongHeader(0, 1<<40)...))
+	f.Add(append(append([]byte{}, hello...), fakevllm.Message(make([]byte, 300), make([]byte, 4000))...))
+	f.Add(append(fakevllm.Greeting(), 0x04, 8, 5, 'R', 'E', 'A', 'D', 'Y', 1, 'A'))
 	f.Add(append(append([]byte{}, hello...), bytes.Repeat([]byte{1, 0}, 40)...))
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		g := &guard{self: zmq4.Sub, maxMsg: maxMsg, maxConns: 1, refused: func(error) {}}

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/fakevllm"
 	"github.com/kvindex/kvindex/internal/freeport"
-	"github.com/kvindex/kvindex/internal/zmtptest"
 	"github.com/kvindex/kvindex/subscriber"
 )
 
@@ -30,29 +30,29 @@ func hostileCases(typ string) []hostileCase {
 	var cs []hostileCase
 	for _, exp := range []uint{50, 40, 31} {
 		cs = append(cs,
-			hostileCase{fmt.Sprintf("command 2^%d", exp), zmtptest.LongHeader(0x04, 1<<exp)},
-			hostileCase{fmt.Sprintf("message 2^%d", exp), append(zmtptest.Ready(typ), zmtptest.LongHeader(0, 1<<exp)...)})
+			hostileCase{fmt.Sprintf("command 2^%d", exp), fakevllm.LongHeader(0x04, 1<<exp)},
+			hostileCase{fmt.Sprintf("message 2^%d", exp), append(fakevllm.Ready(typ), fakevllm.LongHeader(0, 1<<exp)...)})
 	}
 	truncated := []byte{0x04, 8, 5, 'R', 'E', 'A', 'D', 'Y', 1, 'A'} // key, no value length
 	oddKey := append([]byte{0x04, 25, 5, 'R', 'E', 'A', 'D', 'Y', 11}, "SoCket-TYpe\x00\x00\x00\x03PUB"...)
 	return append(cs,
 		hostileCase{"truncated READY property", truncated},
 		hostileCase{"READY with Socket-Type spelled oddly", oddKey}, // zmq4 alone: "unknown socket-type" panic
-		hostileCase{"READY with an unknown socket type", zmtptest.Ready("FOO")},
-		hostileCase{"many empty frames", append(zmtptest.Ready(typ), bytes.Repeat([]byte{0x01, 0}, 64)...)},
-		hostileCase{"multi-part past the cap", append(zmtptest.Ready(typ), append(append(zmtptest.LongHeader(0x01, 12<<20), make([]byte, 12<<20)...), zmtptest.LongHeader(0, 8<<20)...)...)})
+		hostileCase{"READY with an unknown socket type", fakevllm.Ready("FOO")},
+		hostileCase{"many empty frames", append(fakevllm.Ready(typ), bytes.Repeat([]byte{0x01, 0}, 64)...)},
+		hostileCase{"multi-part past the cap", append(fakevllm.Ready(typ), append(append(fakevllm.LongHeader(0x01, 12<<20), make([]byte, 12<<20)...), fakevllm.LongHeader(0, 8<<20)...)...)})
 }
 
 // newGoodPub starts a well-behaved publisher listening on (bind) or dialling endpoint.
-func newGoodPub(t *testing.T, endpoint string, bind bool) *zmtptest.Pub {
+func newGoodPub(t *testing.T, endpoint string, bind bool) *fakevllm.Pub {
 	t.Helper()
 	addr := endpoint[len("tcp://"):]
-	var p *zmtptest.Pub
+	var p *fakevllm.Pub
 	var err error
 	if bind {
-		p, err = zmtptest.ListenPub(addr)
+		p, err = fakevllm.ListenPub(addr)
 	} else {
-		p, err = zmtptest.DialPub(addr)
+		p, err = fakevllm.DialPub(addr)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func runSub(t *testing.T, cfg subscriber.Config) (*subscriber.Subscriber, *engin
 }
 
 // waitLive publishes until the subscriber is live with the publisher's block.
-func waitLive(t *testing.T, s *subscriber.Subscriber, eng *engine.Engine, p *zmtptest.Pub) {
+func waitLive(t *testing.T, s *subscriber.Subscriber, eng *engine.Engine, p *fakevllm.Pub) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -113,7 +113,7 @@ func waitLive(t *testing.T, s *subscriber.Subscriber, eng *engine.Engine, p *zmt
 	}
 }
 
-// serveHostile runs zmtptest.ServeHostile on l and returns its closed channel. Called
+// serveHostile runs fakevllm.ServeHostile on l and returns its closed channel. Called
 // before runSub, its cleanup (close l, wait for ServeHostile) runs after the
 // subscriber's has closed the connections, so no goroutine of it outlives the test.
 func serveHostile(t *testing.T, l net.Listener, payload []byte) <-chan struct{} {
@@ -122,7 +122,7 @@ func serveHostile(t *testing.T, l net.Listener, payload []byte) <-chan struct{} 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		zmtptest.ServeHostile(l, payload, closed)
+		fakevllm.ServeHostile(l, payload, closed)
 	}()
 	t.Cleanup(func() {
 		l.Close()
@@ -173,7 +173,7 @@ func TestHostilePeerBindMode(t *testing.T) {
 					c, err = net.Dial("tcp", addr)
 					return err == nil
 				})
-				zmtptest.Hostile(c, hc.bytes) // returns once the subscriber closed it
+				fakevllm.Hostile(c, hc.bytes) // returns once the subscriber closed it
 				c.Close()
 			}
 			waitFor(t, 10*time.Second, "refusals counted", func() bool { return s.Status().PeersRefused >= 3 })
@@ -229,7 +229,7 @@ func TestTooManyBoundConnections(t *testing.T) {
 			continue // not listening yet
 		}
 		conns = append(conns, c)
-		if _, err := c.Write(append(zmtptest.Greeting(), zmtptest.Ready("PUB")...)); err != nil {
+		if _, err := c.Write(append(fakevllm.Greeting(), fakevllm.Ready("PUB")...)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -258,7 +258,7 @@ func TestHostileReplaySocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	closed := serveHostile(t, l, append(zmtptest.Ready("ROUTER"), zmtptest.LongHeader(0, 1<<50)...))
+	closed := serveHostile(t, l, append(fakevllm.Ready("ROUTER"), fakevllm.LongHeader(0, 1<<50)...))
 	ep := freeport.Endpoint(t)
 	pub := newGoodPub(t, ep, true)
 	s, eng := runSub(t, subscriber.Config{Endpoint: ep, ReplayEndpoint: "tcp://" + l.Addr().String()})

@@ -12,7 +12,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"github.com/go-zeromq/zmq4/security/null"
 
-	"github.com/kvindex/kvindex/internal/zmtptest"
+	"github.com/kvindex/kvindex/internal/fakevllm"
 )
 
 // countingConn counts the reads of the connection under the guard.
@@ -42,11 +42,11 @@ func TestGuardReadsBuffered(t *testing.T) {
 	}()
 	go func() { // the peer's writer: greeting, READY, then n messages in one write
 		defer wg.Done()
-		out := append(zmtptest.Greeting(), zmtptest.Ready("PUB")...)
+		out := append(fakevllm.Greeting(), fakevllm.Ready("PUB")...)
 		var seq [8]byte
 		for i := range n {
 			binary.BigEndian.PutUint64(seq[:], uint64(i))
-			out = append(out, zmtptest.Message([]byte{}, seq[:], realBatch(600))...)
+			out = append(out, fakevllm.Message([]byte{}, seq[:], realBatch(600))...)
 		}
 		_, _ = b.Write(out)
 	}()

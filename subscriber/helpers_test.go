@@ -11,13 +11,13 @@ import (
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/hash"
-	"github.com/kvindex/kvindex/internal/msgpacktest"
+	"github.com/kvindex/kvindex/internal/fakevllm"
 	"github.com/kvindex/kvindex/internal/refmodel"
 )
 
 // mp builds EventBatch payloads the way msgspec does (smallest int widths, float64 ts,
 // positional or map events).
-type mp = msgpacktest.Enc
+type mp = fakevllm.Enc
 
 // ev is a test event.
 type ev struct {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/engine"
-	"github.com/kvindex/kvindex/internal/zmtptest"
+	"github.com/kvindex/kvindex/internal/fakevllm"
 )
 
 // slowRouter is a replay endpoint that answers each request with the end marker after
@@ -53,7 +53,7 @@ func newSlowRouter(t *testing.T, delay time.Duration) *slowRouter {
 
 func (r *slowRouter) serve(c net.Conn) {
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write(append(zmtptest.Greeting(), zmtptest.Ready("ROUTER")...)); err != nil {
+	if _, err := c.Write(append(fakevllm.Greeting(), fakevllm.Ready("ROUTER")...)); err != nil {
 		return
 	}
 	var greet [64]byte
@@ -86,7 +86,7 @@ func (r *slowRouter) serve(c net.Conn) {
 	r.inFlight.Add(-1)
 	end := binary.BigEndian.AppendUint64(nil, ^uint64(0))
 	r.served.Add(1) // before the reply: the replay returns once it has it
-	if _, err := c.Write(zmtptest.Message([]byte{}, []byte{}, end, []byte{})); err != nil {
+	if _, err := c.Write(fakevllm.Message([]byte{}, []byte{}, end, []byte{})); err != nil {
 		return
 	}
 	_, _ = io.Copy(io.Discard, c)

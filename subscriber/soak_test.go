@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/fakevllm"
 	"github.com/kvindex/kvindex/internal/freeport"
 	"github.com/kvindex/kvindex/internal/refmodel"
-	"github.com/kvindex/kvindex/internal/zmtptest"
 	"github.com/kvindex/kvindex/subscriber"
 	"github.com/kvindex/kvindex/subscriber/pubtest"
 )
@@ -39,7 +39,7 @@ func TestSoak(t *testing.T) {
 			if err != nil {
 				continue // not listening yet
 			}
-			zmtptest.Hostile(c, zmtptest.LongHeader(0x04, 1<<50))
+			fakevllm.Hostile(c, fakevllm.LongHeader(0x04, 1<<50))
 			c.Close()
 		}
 	}

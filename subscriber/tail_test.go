@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/zmtptest"
+	"github.com/kvindex/kvindex/internal/fakevllm"
 )
 
 // TestTailLossRecovered: the engine's last batch never arrives live (its PUB dropped
@@ -14,7 +14,7 @@ import (
 // TailCheck, a catch-up fetches it from the replay buffer. Without the check the worker
 // would miss it until the engine published again.
 func TestTailLossRecovered(t *testing.T) {
-	pub, err := zmtptest.ListenPub("127.0.0.1:0")
+	pub, err := fakevllm.ListenPub("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,8 +49,8 @@ func TestTailLossRecovered(t *testing.T) {
 	}
 	waitFor("synced", func(st Status) bool { return st.Synced && st.State == StateLive })
 	// Batch 0 goes out live; batch 1 only reaches the engine's replay buffer.
-	fp.add(0, zmtptest.Batch(0))
-	fp.add(1, zmtptest.Batch(1))
+	fp.add(0, fakevllm.Batch(0))
+	fp.add(1, fakevllm.Batch(1))
 	pub.Send()
 	waitFor("tail fetched", func(st Status) bool { return st.HasSeq && st.LastSeq == 1 })
 	st := s.Status()

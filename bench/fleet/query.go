@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"github.com/kvindex/kvindex/internal/fakevllm"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -70,7 +72,7 @@ func (m *httpMatcher) match(ctx context.Context, content []uint64, scores map[st
 	}
 	defer m.pool.Put(b)
 	b.Reset()
-	buf := append(b.AvailableBuffer(), `{"model":"`+Model+`","content_hashes":[`...)
+	buf := append(b.AvailableBuffer(), `{"model":"`+fakevllm.Model+`","content_hashes":[`...)
 	for i, c := range content {
 		if i > 0 {
 			buf = append(buf, ',')
@@ -111,7 +113,7 @@ func (m *httpMatcher) match(ctx context.Context, content []uint64, scores map[st
 type grpcMatcher struct{ c *client.Client }
 
 func (m grpcMatcher) match(ctx context.Context, content []uint64, scores map[string]int) error {
-	resp, err := m.c.Match(ctx, &kvindexv1.MatchRequest{Model: Model, ContentHashes: content})
+	resp, err := m.c.Match(ctx, &kvindexv1.MatchRequest{Model: fakevllm.Model, ContentHashes: content})
 	if err != nil {
 		return err
 	}
@@ -127,7 +129,7 @@ func (m grpcMatcher) match(ctx context.Context, content []uint64, scores map[str
 // each timed from its scheduled start (so a queue behind a slow server counts), by at
 // most conc clients at once.
 type queryLoad struct {
-	f        *Fleet
+	f        *fakevllm.Fleet
 	apis     []string
 	matchers map[string]matcher
 	rate     float64
@@ -162,7 +164,7 @@ func (q *queryLoad) run(ctx context.Context, seed uint64) {
 			var content []uint64
 			for t := range tickets {
 				var ok bool
-				content, ok = q.f.samplePrompt(rng, content)
+				content, ok = q.f.SamplePrompt(rng, content)
 				if !ok {
 					continue
 				}
@@ -213,7 +215,7 @@ func (q *queryLoad) run(ctx context.Context, seed uint64) {
 // waited. The lag is the first answer that shows it minus the batch's publish time (so
 // it is at most one poll interval, or 10%, and one query late).
 type prober struct {
-	f       *Fleet
+	f       *fakevllm.Fleet
 	m       matcher
 	rate    float64
 	poll    time.Duration
@@ -237,11 +239,11 @@ func (p *prober) run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			p.f.probeWanted.Store(false)
+			p.f.WantProbe(false)
 			return
 		case <-tick.C:
-			p.f.probeWanted.Store(true)
-		case pr := <-p.f.probes:
+			p.f.WantProbe(true)
+		case pr := <-p.f.Probes():
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -251,9 +253,9 @@ func (p *prober) run(ctx context.Context) {
 	}
 }
 
-func (p *prober) follow(ctx context.Context, pr probe) {
+func (p *prober) follow(ctx context.Context, pr fakevllm.Probe) {
 	scores := map[string]int{}
-	deadline := pr.at.Add(p.timeout)
+	deadline := pr.At.Add(p.timeout)
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -263,7 +265,7 @@ func (p *prober) follow(ctx context.Context, pr probe) {
 		case <-t.C:
 		}
 		clear(scores)
-		err := p.m.match(ctx, pr.content, scores)
+		err := p.m.match(ctx, pr.Content, scores)
 		now := time.Now()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -273,10 +275,10 @@ func (p *prober) follow(ctx context.Context, pr probe) {
 			p.errs++
 			p.lastErr = err
 			p.mu.Unlock()
-		} else if scores[pr.worker] >= len(pr.content) {
+		} else if scores[pr.Worker] >= len(pr.Content) {
 			p.mu.Lock()
 			if len(p.lags) < maxSamples {
-				p.lags = append(p.lags, now.Sub(pr.at))
+				p.lags = append(p.lags, now.Sub(pr.At))
 			}
 			p.mu.Unlock()
 			return
@@ -290,6 +292,6 @@ func (p *prober) follow(ctx context.Context, pr probe) {
 		// Poll every p.poll at first, then every tenth of the time waited so far: the
 		// lag is known to 10%, and a probe of a backlogged server costs it a few dozen
 		// queries, not one per millisecond.
-		t.Reset(max(p.poll, now.Sub(pr.at)/10))
+		t.Reset(max(p.poll, now.Sub(pr.At)/10))
 	}
 }

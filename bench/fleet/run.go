@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"github.com/kvindex/kvindex/internal/fakevllm"
+
 	"context"
 	"errors"
 	"fmt"
@@ -23,7 +25,7 @@ const (
 // Config is one load test: a fleet, a serve, and load levels run one after the other
 // on them. Zero fields take the defaults.
 type Config struct {
-	Fleet FleetConfig
+	Fleet fakevllm.FleetConfig
 	// Server is ServerExec (default when ServeCommand is set) or ServerInproc.
 	Server string
 	// ServeCommand runs serve: the binary and the arguments before --config, e.g.
@@ -64,7 +66,7 @@ type Config struct {
 	// a level with a Stall, nor on the warm-up). Default 1s.
 	MaxLag time.Duration
 	// Stall, when set, stops the fleet's PUB writes for this long in the middle of
-	// each level (Fleet.Stall): queues fill and drop, and the gaps must be recovered
+	// each level (fakevllm.Fleet.Stall): queues fill and drop, and the gaps must be recovered
 	// by replay. StallServer instead stops the serve process (SIGSTOP, exec mode).
 	Stall       time.Duration
 	StallServer bool
@@ -123,8 +125,8 @@ func (c Config) withDefaults() Config {
 // Validate checks the configuration (with its defaults) as Run would.
 func (c Config) Validate() error {
 	c = c.withDefaults()
-	c.Fleet = c.Fleet.withDefaults()
-	if err := c.Fleet.validate(); err != nil {
+	c.Fleet = c.Fleet.WithDefaults()
+	if err := c.Fleet.Validate(); err != nil {
 		return err
 	}
 	return c.validate()
@@ -245,7 +247,7 @@ func (r *Report) Best() float64 {
 // Run runs the load test.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg = cfg.withDefaults()
-	cfg.Fleet = cfg.Fleet.withDefaults()
+	cfg.Fleet = cfg.Fleet.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -254,7 +256,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	logw := cfg.Log
 	t0 := time.Now()
-	f, err := NewFleet(cfg.Fleet)
+	f, err := fakevllm.NewFleet(cfg.Fleet)
 	if err != nil {
 		return nil, err
 	}
@@ -323,12 +325,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // runner runs levels against one fleet and server.
 type runner struct {
 	cfg  Config
-	f    *Fleet
+	f    *fakevllm.Fleet
 	t    target
 	hc   *http.Client
 	gc   *client.Client
 	hm   *httpMatcher
-	base []EngineCounts // counts at the previous level's end
+	base []fakevllm.EngineCounts // counts at the previous level's end
 	seed uint64
 }
 
@@ -349,8 +351,8 @@ func (r *runner) level(ctx context.Context, rate float64, d time.Duration, warmu
 	q := &queryLoad{f: r.f, apis: cfg.APIs, matchers: matchers, rate: cfg.QueryRate, conc: cfg.QueryClients,
 		lat: map[string][]time.Duration{}, errs: map[string]int{}}
 	pr := &prober{f: r.f, m: r.hm, rate: cfg.ProbeRate, poll: cfg.ProbePoll, timeout: 10 * time.Second}
-	for len(r.f.probes) > 0 {
-		<-r.f.probes
+	for len(r.f.Probes()) > 0 {
+		<-r.f.Probes()
 	}
 	lctx, stopLoad := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -370,7 +372,7 @@ func (r *runner) level(ctx context.Context, rate float64, d time.Duration, warmu
 	}
 	cpu0, _ := readProc(r.t.pid())
 	gen0, _ := readProc(selfPID())
-	r.f.replayTime.take()
+	r.f.TakeReplayTime()
 	t0 := time.Now()
 	res := r.f.Drive(ctx, rate, d, warmup)
 	l.Seconds = res.Seconds
@@ -422,7 +424,7 @@ func (r *runner) level(ctx context.Context, rate float64, d time.Duration, warmu
 		return l, err
 	}
 	r.check(&l, counts, before, final)
-	l.ReplayServeMax = r.f.replayTime.take()
+	l.ReplayServeMax = r.f.TakeReplayTime()
 	l.Lag = summarize(pr.lags)
 	l.ProbesExpired = pr.expired
 	for api, d := range q.lat {
@@ -473,7 +475,7 @@ func (r *runner) stall(ctx context.Context, d time.Duration) {
 
 // drain polls /v1/workers until every worker has applied its engine's last batch and
 // holds its engine's blocks, or cfg.Drain passes; it returns the last answer.
-func (r *runner) drain(ctx context.Context, counts []EngineCounts) (map[string]workerState, error) {
+func (r *runner) drain(ctx context.Context, counts []fakevllm.EngineCounts) (map[string]workerState, error) {
 	deadline := time.Now().Add(r.cfg.Drain)
 	for {
 		ws, err := fetchWorkers(ctx, r.hc, r.t.httpAddr())
@@ -499,12 +501,12 @@ func (r *runner) drain(ctx context.Context, counts []EngineCounts) (map[string]w
 	}
 }
 
-func caughtUp(w workerState, c EngineCounts) bool {
+func caughtUp(w workerState, c fakevllm.EngineCounts) bool {
 	return c.Batches == 0 || (w.LastSeq != nil && *w.LastSeq+1 == c.Batches && w.Size != nil && *w.Size == c.Held)
 }
 
 // check fills the loss, gap and size figures from the drained answer.
-func (r *runner) check(l *Level, counts []EngineCounts, before, final map[string]workerState) {
+func (r *runner) check(l *Level, counts []fakevllm.EngineCounts, before, final map[string]workerState) {
 	for _, c := range counts {
 		w, b := final[c.Worker], before[c.Worker]
 		applied := uint64(0)
@@ -540,7 +542,7 @@ func abs(x int) int {
 }
 
 // judge decides whether the level held.
-func (r *runner) judge(l *Level, warmup bool, res DriveResult) {
+func (r *runner) judge(l *Level, warmup bool, res fakevllm.DriveResult) {
 	why := func(format string, args ...any) { l.Why = append(l.Why, fmt.Sprintf(format, args...)) }
 	if l.Loss > 0 {
 		why("%d batches lost", l.Loss)

@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"github.com/kvindex/kvindex/internal/fakevllm"
+
 	"context"
 	"testing"
 	"time"
@@ -10,7 +12,7 @@ import (
 // and one level (a few seconds in all).
 func small() Config {
 	return Config{
-		Fleet: FleetConfig{Engines: 16, Workload: Workload{Capacity: 128, MaxSessionBlocks: 32}},
+		Fleet: fakevllm.FleetConfig{Engines: 16, Workload: fakevllm.Workload{Capacity: 128, MaxSessionBlocks: 32}},
 		Rates: []float64{800}, Duration: 2 * time.Second, WarmupRate: 4000, WarmupMax: 20 * time.Second,
 		QueryRate: 100, ProbeRate: 20, Drain: 20 * time.Second,
 		// Lag and the generator's pace depend on the machine (and -race): only what is

@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"github.com/kvindex/kvindex/internal/fakevllm"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -41,10 +43,10 @@ type target interface {
 }
 
 // serverConfig is the serve configuration for the fleet.
-func serverConfig(f *Fleet, rc *Config) server.Config {
+func serverConfig(f *fakevllm.Fleet, rc *Config) server.Config {
 	cfg := server.Config{
 		Listen:    "127.0.0.1:0",
-		BlockSize: f.cfg.Workload.BlockSize,
+		BlockSize: f.Config().Workload.BlockSize,
 		GRPC:      server.GRPCConfig{Listen: "127.0.0.1:0"},
 		Index:     server.IndexConfig{Shards: rc.Shards},
 		Grace:     server.Duration(-1),
@@ -62,7 +64,7 @@ func serverConfig(f *Fleet, rc *Config) server.Config {
 	for i := range f.Engines() {
 		pub, rep := f.Endpoints(i)
 		cfg.Engines = append(cfg.Engines, server.EngineConfig{
-			Endpoint: pub, ReplayEndpoint: rep, Worker: WorkerName(i), Model: Model, Bind: f.cfg.Connect,
+			Endpoint: pub, ReplayEndpoint: rep, Worker: fakevllm.WorkerName(i), Model: fakevllm.Model, Bind: f.Config().Connect,
 		})
 	}
 	return cfg

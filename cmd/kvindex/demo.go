@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvindex/kvindex/bench/fleet"
+	"github.com/kvindex/kvindex/internal/fakevllm"
 	"github.com/kvindex/kvindex/server"
 )
 
@@ -21,7 +21,7 @@ func init() {
 		summary:  "try serve locally: simulated vLLM engines publishing into a serve, and three curl lines to ask it",
 		synopsis: "[--engines N] [--listen ADDR] [--engines-only] [flags]",
 		about: "Starts N simulated vLLM engines on 127.0.0.1 (each a real ZMTP PUB socket and replay\n" +
-			"ROUTER publishing msgpack KV-event batches, package bench/fleet) and a serve following\n" +
+			"ROUTER publishing msgpack KV-event batches, package internal/fakevllm) and a serve following\n" +
 			"them, then prints the serve command line it runs and three curl lines: the workers,\n" +
 			"a match for a prompt some engines hold, the metrics. Nothing but this binary is\n" +
 			"needed. With --engines-only it starts the engines alone and prints the serve command\n" +
@@ -69,7 +69,7 @@ func demoMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	// Four system prompts, two per engine: with a few engines each prompt is cached on
 	// some of them and (almost always) not all.
-	fl, err := fleet.NewFleet(fleet.FleetConfig{Engines: *engines, Drivers: 1, Seed: *seed, Workload: fleet.Workload{
+	fl, err := fakevllm.NewFleet(fakevllm.FleetConfig{Engines: *engines, Drivers: 1, Seed: *seed, Workload: fakevllm.Workload{
 		BlockSize: demoBlockSize, SystemBlocks: demoSystemBlocks, SystemPrompts: 4, SystemsPerEngine: 2}})
 	if err != nil {
 		return fail(1, "%v", err)
@@ -77,7 +77,7 @@ func demoMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	defer fl.Close()
 	cfg := demoConfig(fl, addr)
 	fmt.Fprintf(stdout, "kvindex demo: %d simulated vLLM engines on 127.0.0.1 publish %g batches/s of model %q (block size %d)\n",
-		*engines, *rate, fleet.Model, demoBlockSize)
+		*engines, *rate, fakevllm.Model, demoBlockSize)
 
 	var wg sync.WaitGroup
 	dctx, stopDriving := context.WithCancel(ctx)
@@ -135,11 +135,11 @@ func demoMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 // demoConfig is serve's configuration for the fleet's engines.
-func demoConfig(fl *fleet.Fleet, listen string) server.Config {
+func demoConfig(fl *fakevllm.Fleet, listen string) server.Config {
 	cfg := server.Config{Listen: listen, BlockSize: demoBlockSize}
 	for i := range fl.Engines() {
 		pub, rep := fl.Endpoints(i)
-		cfg.Engines = append(cfg.Engines, server.EngineConfig{Endpoint: pub, ReplayEndpoint: rep, Worker: fleet.WorkerName(i), Model: fleet.Model})
+		cfg.Engines = append(cfg.Engines, server.EngineConfig{Endpoint: pub, ReplayEndpoint: rep, Worker: fakevllm.WorkerName(i), Model: fakevllm.Model})
 	}
 	return cfg
 }
@@ -159,7 +159,7 @@ func matchBody(prompt []uint32) string {
 	b, _ := json.Marshal(struct {
 		Model  string   `json:"model"`
 		Tokens []uint32 `json:"tokens"`
-	}{fleet.Model, prompt})
+	}{fakevllm.Model, prompt})
 	return string(b)
 }
 
@@ -172,7 +172,7 @@ func printCurls(w io.Writer, addr string, prompt []uint32) {
 // demoPrompt waits (at most timeout, 0: until ctx ends) until serve at addr answers from
 // the engines' events and returns the system prompt matched by the fewest engines (but
 // some): a match that shows which engines hold it and which not.
-func demoPrompt(ctx context.Context, fl *fleet.Fleet, addr string, timeout time.Duration) ([]uint32, error) {
+func demoPrompt(ctx context.Context, fl *fakevllm.Fleet, addr string, timeout time.Duration) ([]uint32, error) {
 	hc := &http.Client{Timeout: 5 * time.Second}
 	defer hc.CloseIdleConnections()
 	if timeout > 0 {

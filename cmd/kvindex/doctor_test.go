@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvindex/kvindex/internal/zmtptest"
+	"github.com/kvindex/kvindex/internal/fakevllm"
 	"github.com/kvindex/kvindex/subscriber/pubtest"
 	"github.com/kvindex/kvindex/vllmhash"
 )
@@ -127,7 +127,7 @@ func TestDoctorReportsFrameRefusal(t *testing.T) {
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		zmtptest.ServeHostile(l, append(zmtptest.Ready("PUB"), zmtptest.LongHeader(0x00, 1<<30)...), closed)
+		fakevllm.ServeHostile(l, append(fakevllm.Ready("PUB"), fakevllm.LongHeader(0x00, 1<<30)...), closed)
 	}()
 	defer func() { l.Close(); <-served }()
 	code, out := doctor(t, "--engine", "endpoint=tcp://"+l.Addr().String()+",worker=big,model=m", "--for", "1s", "--max-message-bytes", "1048576")

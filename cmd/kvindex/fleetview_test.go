@@ -16,8 +16,8 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/kvindex/kvindex/bench/fleet"
 	"github.com/kvindex/kvindex/fabric"
+	"github.com/kvindex/kvindex/internal/fakevllm"
 	"github.com/kvindex/kvindex/internal/freeport"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
@@ -142,14 +142,14 @@ func poll(t *testing.T, what string, cond func() bool) {
 // NATS server gone /readyz says it waits for NATS while /healthz stays up.
 func TestRelayHealthAndMetrics(t *testing.T) {
 	ns := startNATSServer(t, true)
-	fl, err := fleet.NewFleet(fleet.FleetConfig{Engines: 1, Drivers: 1})
+	fl, err := fakevllm.NewFleet(fakevllm.FleetConfig{Engines: 1, Drivers: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fl.Close()
 	pub, rep := fl.Endpoints(0)
-	worker := fleet.WorkerName(0)
-	spec := fmt.Sprintf("endpoint=%s,replay=%s,worker=%s,model=%s,block_size=16", pub, rep, worker, fleet.Model)
+	worker := fakevllm.WorkerName(0)
+	spec := fmt.Sprintf("endpoint=%s,replay=%s,worker=%s,model=%s,block_size=16", pub, rep, worker, fakevllm.Model)
 	var out, errOut syncBuffer
 	done, stop := background(t, func(ctx context.Context) int {
 		return relayMain(ctx, []string{"--nats", ns.ClientURL(), "--memory", "--engine", spec, "--listen", "127.0.0.1:0", "--log-level", "warn"}, &out, &errOut)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/bench/fleet"
+	"github.com/kvindex/kvindex/internal/fakevllm"
 )
 
 // loadtestMain is `kvindex loadtest`: a simulated fleet of engines publishing into one
@@ -19,7 +20,7 @@ import (
 // when none did or the run failed, 2 for bad flags.
 func loadtestMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("loadtest", stderr)
-	engines := fs.Int("engines", 64, "simulated engines, each a ZMTP PUB and ROUTER on 127.0.0.1 (1.."+strconv.Itoa(fleet.MaxEngines)+")")
+	engines := fs.Int("engines", 64, "simulated engines, each a ZMTP PUB and ROUTER on 127.0.0.1 (1.."+strconv.Itoa(fakevllm.MaxEngines)+")")
 	rates := fs.String("rates", "1000,2000,4000,8000", "levels: batches per second over the whole fleet, comma-separated, run in order (stops at the first not held unless --keep-going)")
 	levelDur := fs.Duration("level-duration", 10*time.Second, "publishing time of each level")
 	warmupRate := fs.Float64("warmup-rate", 0, "batches/s of the warm-up that fills every engine's cache before the first level (0: the first level's rate)")
@@ -42,7 +43,7 @@ func loadtestMain(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	perEngine := fs.Int("sessions-per-engine", 0, "open conversations per engine (default 8)")
 	bufferSteps := fs.Int("buffer-steps", 0, "each engine's replay buffer in batches (vLLM's buffer_steps; default vLLM's 10000 up to 52 engines, then about 512 MiB over the fleet, at least 256)")
 	hwm := fs.Int("hwm-bytes", 0, "each PUB connection's send queue in bytes; past it live messages drop (default 256 MiB over the fleet, 1 to 16 MiB a connection)")
-	encoding := fs.String("encoding", fleet.EncodingMap, "event encoding: map (vLLM v0.26.0) or array (earlier vLLM)")
+	encoding := fs.String("encoding", fakevllm.EncodingMap, "event encoding: map (vLLM v0.26.0) or array (earlier vLLM)")
 	connect := fs.Bool("connect", false, "the engines' PUB sockets connect to serve, which binds one endpoint per engine (bind=true; vLLM connects when its endpoint names a host)")
 	replayTimeout := fs.Duration("replay-timeout", 0, "serve's replay_timeout (default 5s)")
 	maxReplays := fs.Int("max-concurrent-replays", 0, "serve's max_concurrent_replays (default 32)")
@@ -52,9 +53,9 @@ func loadtestMain(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return code
 	}
 	cfg := fleet.Config{
-		Fleet: fleet.FleetConfig{
+		Fleet: fakevllm.FleetConfig{
 			Engines: *engines, BufferSteps: *bufferSteps, HWMBytes: *hwm, Encoding: *encoding, Seed: *seed, Connect: *connect,
-			Workload: fleet.Workload{BlockSize: *blockSize, Capacity: *cacheBlocks, Sessions: *perEngine},
+			Workload: fakevllm.Workload{BlockSize: *blockSize, Capacity: *cacheBlocks, Sessions: *perEngine},
 		},
 		Server: *serverMode, Shards: *shards, ReplayTimeout: *replayTimeout, MaxConcurrentReplays: *maxReplays,
 		Duration: *levelDur, WarmupRate: *warmupRate, WarmupMax: *warmupMax, NoWarmup: *noWarmup, Drain: *drain,

@@ -1,4 +1,4 @@
-package fleet
+package fakevllm
 
 import (
 	"bytes"
@@ -17,9 +17,9 @@ func TestHandshakeAndBounds(t *testing.T) {
 		defer a.Close()
 		defer b.Close()
 		go func() {
-			buf := make([]byte, zmtpGreetingLen+len(readyCommand("PUB")))
+			buf := make([]byte, zmtpGreetingLen+len(Ready("PUB")))
 			_, _ = b.Read(buf)
-			_, _ = b.Write(append(append(greeting(), readyCommand(peerType)...), after...))
+			_, _ = b.Write(append(append(Greeting(), Ready(peerType)...), after...))
 		}()
 		z, err := handshake(a, "PUB", "SUB")
 		if err != nil {
@@ -28,7 +28,7 @@ func TestHandshakeAndBounds(t *testing.T) {
 		_, _, err = z.readMessage(nil)
 		return err
 	}
-	sub := appendMessage(nil, []byte{1})
+	sub := AppendMessage(nil, []byte{1})
 	if err := pair(t, "SUB", sub); err != nil {
 		t.Fatalf("subscription: %v", err)
 	}

@@ -1,8 +1,8 @@
-// Package zmtptest speaks just enough ZMTP 3.0 over raw TCP to play hostile peers and
-// a well-behaved publisher in tests of the subscriber and the daemons: a real greeting
-// and READY, then whatever frame headers a test wants, checked by nothing. Only tests
-// import it.
-package zmtptest
+package fakevllm
+
+// Hostile peers and a minimal publisher for tests of the subscriber and the daemons: a
+// real greeting and READY, then whatever frame headers a test wants, checked by
+// nothing.
 
 import (
 	"encoding/binary"
@@ -10,13 +10,11 @@ import (
 	"net"
 	"sync"
 	"time"
-
-	"github.com/kvindex/kvindex/internal/msgpacktest"
 )
 
 // Greeting is a ZMTP 3.0 greeting with the NULL mechanism.
 func Greeting() []byte {
-	g := make([]byte, 64)
+	g := make([]byte, zmtpGreetingLen)
 	g[0], g[9], g[10], g[11] = 0xff, 0x7f, 3, 0
 	copy(g[12:], "NULL")
 	return g
@@ -29,31 +27,16 @@ func Ready(typ string) []byte {
 	body = append(body, "Socket-Type"...)
 	body = binary.BigEndian.AppendUint32(body, uint32(len(typ)))
 	body = append(body, typ...)
-	return append([]byte{0x04, byte(len(body))}, body...)
+	return append([]byte{flagCommand, byte(len(body))}, body...)
 }
 
 // LongHeader is a long frame header (flags | LONG) declaring size bytes.
 func LongHeader(flags byte, size uint64) []byte {
-	return binary.BigEndian.AppendUint64([]byte{flags | 0x02}, size)
+	return binary.BigEndian.AppendUint64([]byte{flags | flagLong}, size)
 }
 
 // Message encodes frames as one ZMTP message.
-func Message(frames ...[]byte) []byte {
-	var b []byte
-	for i, f := range frames {
-		flags := byte(0)
-		if i < len(frames)-1 {
-			flags = 0x01
-		}
-		if len(f) > 255 {
-			b = append(b, LongHeader(flags, uint64(len(f)))...)
-		} else {
-			b = append(b, flags, byte(len(f)))
-		}
-		b = append(b, f...)
-	}
-	return b
-}
+func Message(frames ...[]byte) []byte { return AppendMessage(nil, frames...) }
 
 // Hostile writes the greeting and payload on c, then reads until the other side closes
 // the connection (at most 30 s).
@@ -149,7 +132,7 @@ func DialPub(addr string) (*Pub, error) {
 // Batch is the payload of the batch with sequence seq: AllBlocksCleared, then one
 // stored block (hash seq+1, tokens 1 2 3 4, block size 4), data-parallel rank 0.
 func Batch(seq uint64) []byte {
-	return msgpacktest.Enc{}.Arr(3).F64(1750000000).Arr(2).
+	return Enc{}.Arr(3).F64(1750000000).Arr(2).
 		Arr(1).Str("AllBlocksCleared").
 		Arr(8).Str("BlockStored").Arr(1).Uint(seq + 1).Nil().Arr(4).Uint(1).Uint(2).Uint(3).Uint(4).
 		Uint(4).Nil().Str("GPU").Nil().

@@ -1,4 +1,4 @@
-package fleet
+package fakevllm
 
 import (
 	"bufio"
@@ -30,28 +30,10 @@ const (
 	handshakeTimeout = 10 * time.Second
 )
 
-var errProtocol = errors.New("fleet: ZMTP protocol error")
+var errProtocol = errors.New("fakevllm: ZMTP protocol error")
 
-// greeting is a ZMTP 3.0 greeting with the NULL mechanism, as-server 0.
-func greeting() []byte {
-	g := make([]byte, zmtpGreetingLen)
-	g[0], g[9], g[10], g[11] = 0xff, 0x7f, 3, 0
-	copy(g[12:], "NULL")
-	return g
-}
-
-// readyCommand is the READY command frame naming socket type typ.
-func readyCommand(typ string) []byte {
-	body := append([]byte{5}, "READY"...)
-	body = append(body, byte(len("Socket-Type")))
-	body = append(body, "Socket-Type"...)
-	body = binary.BigEndian.AppendUint32(body, uint32(len(typ)))
-	body = append(body, typ...)
-	return append([]byte{flagCommand, byte(len(body))}, body...)
-}
-
-// appendFrame appends one message frame (MORE set when more follow).
-func appendFrame(dst []byte, more bool, body []byte) []byte {
+// AppendFrame appends one message frame (MORE set when more follow).
+func AppendFrame(dst []byte, more bool, body []byte) []byte {
 	flags := byte(0)
 	if more {
 		flags = flagMore
@@ -65,10 +47,10 @@ func appendFrame(dst []byte, more bool, body []byte) []byte {
 	return append(dst, body...)
 }
 
-// appendMessage appends frames as one ZMTP message.
-func appendMessage(dst []byte, frames ...[]byte) []byte {
+// AppendMessage appends frames as one ZMTP message.
+func AppendMessage(dst []byte, frames ...[]byte) []byte {
 	for i, f := range frames {
-		dst = appendFrame(dst, i < len(frames)-1, f)
+		dst = AppendFrame(dst, i < len(frames)-1, f)
 	}
 	return dst
 }
@@ -83,7 +65,7 @@ type zconn struct {
 // checks that its socket type is one of peers.
 func handshake(c net.Conn, self string, peers ...string) (*zconn, error) {
 	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
-	if _, err := c.Write(append(greeting(), readyCommand(self)...)); err != nil {
+	if _, err := c.Write(append(Greeting(), Ready(self)...)); err != nil {
 		return nil, err
 	}
 	z := &zconn{c: c, br: bufio.NewReaderSize(c, 512)}

@@ -1,4 +1,4 @@
-package fleet
+package fakevllm
 
 // SystemPrompts returns how many system prompts the fleet's sessions start from.
 func (f *Fleet) SystemPrompts() int { return len(f.prompts.sys) }

@@ -1,7 +1,9 @@
-// Package msgpacktest builds msgpack bytes for tests of the event decoders: a minimal
-// encoder that writes the smallest header and integer widths, as msgspec (vLLM's
-// encoder) does. Only tests import it.
-package msgpacktest
+package fakevllm
+
+// Enc is the one msgpack encoder of vLLM batches in the module: the fake engines'
+// batches (payload.go), the test vectors of the decoders' tests and the hostile peers'
+// payloads are all written with it. It writes the smallest header and integer widths,
+// as msgspec (vLLM's encoder) does.
 
 import (
 	"encoding/binary"

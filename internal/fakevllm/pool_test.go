@@ -1,4 +1,4 @@
-package fleet
+package fakevllm
 
 import (
 	"slices"
@@ -141,11 +141,11 @@ func TestWorkloadValidation(t *testing.T) {
 		{Engines: 1, Encoding: "json"},
 		{Engines: 1, HWMBytes: 100},
 	} {
-		if err := c.withDefaults().validate(); err == nil {
+		if err := c.WithDefaults().Validate(); err == nil {
 			t.Errorf("%+v: validated", c)
 		}
 	}
-	if err := (FleetConfig{Engines: 1}).withDefaults().validate(); err != nil {
+	if err := (FleetConfig{Engines: 1}).WithDefaults().Validate(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,4 +1,4 @@
-package fleet
+package fakevllm
 
 import (
 	"context"
@@ -48,7 +48,8 @@ const MaxEngines = 16384
 // Model is the model name every simulated engine serves.
 const Model = "fleet"
 
-func (c FleetConfig) withDefaults() FleetConfig {
+// WithDefaults returns c with its zero fields set to the defaults.
+func (c FleetConfig) WithDefaults() FleetConfig {
 	if c.Workload.SystemPrompts == 0 {
 		c.Workload.SystemPrompts = max(32, c.Engines/4)
 	}
@@ -72,29 +73,30 @@ func (c FleetConfig) withDefaults() FleetConfig {
 	return c
 }
 
-func (c FleetConfig) validate() error {
+// Validate checks a configuration with its defaults applied (WithDefaults).
+func (c FleetConfig) Validate() error {
 	w := c.Workload
 	switch {
 	case c.Engines < 1 || c.Engines > MaxEngines:
-		return fmt.Errorf("fleet: %d engines (want 1..%d)", c.Engines, MaxEngines)
+		return fmt.Errorf("fakevllm: %d engines (want 1..%d)", c.Engines, MaxEngines)
 	case c.BufferSteps < 1 || c.BufferSteps > 1<<20:
-		return fmt.Errorf("fleet: buffer steps %d (want 1..%d)", c.BufferSteps, 1<<20)
+		return fmt.Errorf("fakevllm: buffer steps %d (want 1..%d)", c.BufferSteps, 1<<20)
 	case c.HWMBytes < 4<<10:
-		return fmt.Errorf("fleet: HWM %d bytes (want at least 4 KiB)", c.HWMBytes)
+		return fmt.Errorf("fakevllm: HWM %d bytes (want at least 4 KiB)", c.HWMBytes)
 	case c.Encoding != EncodingMap && c.Encoding != EncodingArray:
-		return fmt.Errorf("fleet: encoding %q (want %s or %s)", c.Encoding, EncodingMap, EncodingArray)
+		return fmt.Errorf("fakevllm: encoding %q (want %s or %s)", c.Encoding, EncodingMap, EncodingArray)
 	case c.Drivers < 1 || c.Drivers > 256:
-		return fmt.Errorf("fleet: %d drivers (want 1..256)", c.Drivers)
+		return fmt.Errorf("fakevllm: %d drivers (want 1..256)", c.Drivers)
 	case w.BlockSize < 1 || w.BlockSize > 256:
-		return fmt.Errorf("fleet: block size %d (want 1..256)", w.BlockSize)
+		return fmt.Errorf("fakevllm: block size %d (want 1..256)", w.BlockSize)
 	case w.SystemPrompts < 1 || w.SystemBlocks < 1 || w.Sessions < 1 || w.TurnBlocks < 1 || w.OutputBlocks < 0:
-		return errors.New("fleet: system prompts, system blocks, sessions and turn blocks must be at least 1")
+		return errors.New("fakevllm: system prompts, system blocks, sessions and turn blocks must be at least 1")
 	case w.MaxSessionBlocks <= w.SystemBlocks+w.OutputBlocks:
-		return fmt.Errorf("fleet: max session blocks %d must exceed system blocks + output blocks (%d)", w.MaxSessionBlocks, w.SystemBlocks+w.OutputBlocks)
+		return fmt.Errorf("fakevllm: max session blocks %d must exceed system blocks + output blocks (%d)", w.MaxSessionBlocks, w.SystemBlocks+w.OutputBlocks)
 	case w.MaxSessionBlocks > 4096:
-		return fmt.Errorf("fleet: max session blocks %d (at most 4096)", w.MaxSessionBlocks)
+		return fmt.Errorf("fakevllm: max session blocks %d (at most 4096)", w.MaxSessionBlocks)
 	case w.Capacity < w.MaxSessionBlocks || w.Capacity > 1<<22:
-		return fmt.Errorf("fleet: capacity %d blocks (want max session blocks %d .. %d)", w.Capacity, w.MaxSessionBlocks, 1<<22)
+		return fmt.Errorf("fakevllm: capacity %d blocks (want max session blocks %d .. %d)", w.Capacity, w.MaxSessionBlocks, 1<<22)
 	}
 	return nil
 }
@@ -129,10 +131,10 @@ type Fleet struct {
 	// to the reply written (reset by each level).
 	replayTime maxDuration
 
-	// Probes: the prober asks for one (probeWanted), the next driver to publish takes
+	// Probes: the prober asks for one (WantProbe), the next driver to publish takes
 	// it and sends the batch's chain on probes.
 	probeWanted atomic.Bool
-	probes      chan probe
+	probes      chan Probe
 
 	// Recent request chains, for query clients (recentMu).
 	recentMu   sync.Mutex
@@ -140,20 +142,35 @@ type Fleet struct {
 	recentNext int
 }
 
-// probe is a published batch whose visibility the prober times.
-type probe struct {
-	worker  string
-	content []uint64 // the request's chain: visible when the worker matches all of it
-	at      time.Time
+// Probe is a published batch whose visibility a load test times.
+type Probe struct {
+	Worker  string
+	Content []uint64 // the request's chain: visible when the worker matches all of it
+	At      time.Time
 }
+
+// WantProbe asks (true) the next driver to publish for a Probe of its batch, or
+// withdraws the request (false).
+func (f *Fleet) WantProbe(want bool) { f.probeWanted.Store(want) }
+
+// Probes delivers the probes asked for (capacity 64; one not taken in time is
+// dropped).
+func (f *Fleet) Probes() <-chan Probe { return f.probes }
+
+// TakeReplayTime returns the longest replay service since the last call (from the
+// DEALER's connection accepted to the reply written) and resets it.
+func (f *Fleet) TakeReplayTime() time.Duration { return f.replayTime.take() }
+
+// Config is the fleet's configuration with its defaults applied.
+func (f *Fleet) Config() FleetConfig { return f.cfg }
 
 // recentPrompts is the number of recent request chains kept for queries.
 const recentPrompts = 4096
 
 // NewFleet listens on two loopback ports per engine and starts accepting.
 func NewFleet(cfg FleetConfig) (*Fleet, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	f := &Fleet{
@@ -161,7 +178,7 @@ func NewFleet(cfg FleetConfig) (*Fleet, error) {
 		topic:   []byte{},
 		prompts: newPrompts(cfg.Workload, cfg.Seed),
 		conns:   map[net.Conn]struct{}{},
-		probes:  make(chan probe, 64),
+		probes:  make(chan Probe, 64),
 		done:    make(chan struct{}),
 	}
 	f.gate.init()
@@ -176,7 +193,7 @@ func NewFleet(cfg FleetConfig) (*Fleet, error) {
 		}
 		if err := e.listen(cfg.Connect); err != nil {
 			f.Close()
-			return nil, fmt.Errorf("fleet: engine %d: %w (file descriptor limit? each engine needs about 4)", i, err)
+			return nil, fmt.Errorf("fakevllm: engine %d: %w (file descriptor limit? each engine needs about 4)", i, err)
 		}
 		f.engines = append(f.engines, e)
 		f.wg.Add(1)
@@ -207,7 +224,7 @@ func (f *Fleet) reservePort() (net.Listener, error) {
 			return l, nil
 		}
 	}
-	return nil, fmt.Errorf("fleet: no free port left in %d..%d for serve to bind", PortBase, portTop)
+	return nil, fmt.Errorf("fakevllm: no free port left in %d..%d for serve to bind", PortBase, portTop)
 }
 
 // ReleasePorts frees the ports a connecting fleet reserved for serve to bind
@@ -436,7 +453,7 @@ func (f *Fleet) drive(ctx context.Context, owned []*simEngine, rate float64, sta
 func (f *Fleet) observe(e *simEngine, c *chain, now time.Time) {
 	if f.probeWanted.Load() && f.probeWanted.CompareAndSwap(true, false) {
 		select {
-		case f.probes <- probe{worker: e.worker, content: slices.Clone(c.content), at: now}:
+		case f.probes <- Probe{Worker: e.worker, Content: slices.Clone(c.content), At: now}:
 		default:
 		}
 	}
@@ -454,8 +471,8 @@ func (f *Fleet) observe(e *simEngine, c *chain, now time.Time) {
 	f.recentMu.Unlock()
 }
 
-// samplePrompt copies a random recent request chain into dst (false when none yet).
-func (f *Fleet) samplePrompt(rng *rand.Rand, dst []uint64) ([]uint64, bool) {
+// SamplePrompt copies a random recent request chain into dst (false when none yet).
+func (f *Fleet) SamplePrompt(rng *rand.Rand, dst []uint64) ([]uint64, bool) {
 	f.recentMu.Lock()
 	defer f.recentMu.Unlock()
 	if len(f.recent) == 0 {

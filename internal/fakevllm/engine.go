@@ -1,4 +1,4 @@
-package fleet
+package fakevllm
 
 import (
 	"bytes"
@@ -338,13 +338,13 @@ func (e *simEngine) replay(out []byte, start uint64) []byte {
 	sent := uint64(0)
 	for s := max(start, first); s < e.seq; s++ {
 		binary.BigEndian.PutUint64(seq[:], s)
-		out = appendMessage(out, nil, e.f.topic, seq[:], e.ring[s%uint64(len(e.ring))])
+		out = AppendMessage(out, nil, e.f.topic, seq[:], e.ring[s%uint64(len(e.ring))])
 		sent++
 	}
 	e.mu.Unlock()
 	e.replays.Add(1)
 	e.replayed.Add(sent)
-	return appendMessage(out, nil, nil, endSeq, nil)
+	return AppendMessage(out, nil, nil, endSeq, nil)
 }
 
 // publish makes and publishes the engine's next batch (driver only): one request
@@ -363,9 +363,9 @@ func (e *simEngine) publish(now time.Time) {
 	bs := e.f.cfg.Workload.BlockSize
 	tokens := func(i int, dst []byte) []byte {
 		pos := first + i
-		m := mp(dst)
+		m := Enc(dst)
 		for j := range bs {
-			m = m.uint(uint64(tokenAt(c.seeds[pos], pos, j)))
+			m = m.Uint(uint64(tokenAt(c.seeds[pos], pos, j)))
 		}
 		return m
 	}
@@ -382,7 +382,7 @@ func (e *simEngine) publish(now time.Time) {
 	*slot = p
 	e.seq++
 	binary.BigEndian.PutUint64(seqb[:], seq)
-	e.msg = appendMessage(e.msg[:0], e.f.topic, seqb[:], p)
+	e.msg = AppendMessage(e.msg[:0], e.f.topic, seqb[:], p)
 	for _, pc := range e.conns {
 		pc.enqueue(e.msg, e.f.topic)
 	}
