@@ -103,9 +103,15 @@ type TimedConfig struct {
 	// MetricsInterval is how often the engines' metrics refresh for the scorer (default
 	// DefaultMetricsInterval).
 	MetricsInterval time.Duration
-	// ApproxCapacity is approximate-lru's estimate of an engine's capacity in blocks
-	// (default Capacity: the router knows the engines' size).
+	// ApproxCapacity is approximate-lru's capacity per engine in its own blocks of
+	// ApproxBlock tokens (default DefaultApproxCapacity, llm-d's shipped
+	// lruCapacityPerServer: the router is not told the engines' size).
 	ApproxCapacity int
+	// ApproxBlock is the tokens one key of approximate-lru covers (default
+	// DefaultApproxBlock, llm-d's blockSizeTokens); it must divide, or be a multiple
+	// of, the block size. ApproxMaxBlocks is the most keys of a prompt it matches
+	// (default DefaultApproxMaxBlocks, llm-d's maxPrefixBlocksToMatch).
+	ApproxBlock, ApproxMaxBlocks int
 	// OpenLoop sends every turn at its arrival, even before the reply its prompt
 	// repeats (Request.After) has been generated. By default (the closed loop) such a
 	// turn is held until its predecessor's last token plus ThinkTime.
@@ -160,7 +166,13 @@ func (c TimedConfig) withDefaults() TimedConfig {
 		c.MetricsInterval = DefaultMetricsInterval
 	}
 	if c.ApproxCapacity == 0 {
-		c.ApproxCapacity = c.Capacity
+		c.ApproxCapacity = DefaultApproxCapacity
+	}
+	if c.ApproxBlock == 0 {
+		c.ApproxBlock = DefaultApproxBlock
+	}
+	if c.ApproxMaxBlocks == 0 {
+		c.ApproxMaxBlocks = DefaultApproxMaxBlocks
 	}
 	if c.ThinkTime == 0 {
 		c.ThinkTime = DefaultThinkTime
@@ -181,6 +193,7 @@ func (c TimedConfig) Check(w *Workload) error {
 			seq = max(seq, seqBlocks(w.Requests[i].Tokens, c.Output, w.BlockSize))
 		}
 	}
+	aerr := checkApproxBlock(c.ApproxBlock, w.BlockSize)
 	_, werr := route.NewScorer(c.Scorer.PrefixWeight, c.Scorer.KVWeight, c.Scorer.QueueWeight)
 	_, cerr := route.NewCost(c.OverlapWeight)
 	switch {
@@ -208,6 +221,10 @@ func (c TimedConfig) Check(w *Workload) error {
 		return fmt.Errorf("%w: metrics interval %v, want 1µs..1h", ErrConfig, c.MetricsInterval)
 	case c.ApproxCapacity < 1 || c.ApproxCapacity > route.MaxApproxCapacity:
 		return fmt.Errorf("%w: approximate capacity %d blocks, want 1..%d", ErrConfig, c.ApproxCapacity, route.MaxApproxCapacity)
+	case aerr != nil:
+		return aerr
+	case c.ApproxMaxBlocks < 1 || c.ApproxMaxBlocks > route.MaxApproxCapacity:
+		return fmt.Errorf("%w: approximate match of %d blocks at most, want 1..%d", ErrConfig, c.ApproxMaxBlocks, route.MaxApproxCapacity)
 	case werr != nil:
 		return fmt.Errorf("%w: %w", ErrConfig, werr)
 	case cerr != nil:
@@ -284,6 +301,7 @@ type fleet struct {
 	overlaps []int
 	cands    []route.Candidate
 	matches  []engine.Match
+	akeys    []uint64 // the request's keys in approximate-lru's blocks
 	lat      []int64
 	ctx      context.Context
 }
@@ -741,7 +759,11 @@ func (f *fleet) route(i int) error {
 			}
 		}
 		if rep.lru != nil {
-			f.overlaps = rep.lru.MatchAll(f.name, r.Blocks, f.overlaps)
+			f.akeys = approxKeys(f.akeys[:0], r.Blocks, f.w.BlockSize, f.cfg.ApproxBlock, f.cfg.ApproxMaxBlocks)
+			f.overlaps = rep.lru.MatchAll(f.name, f.akeys, f.overlaps)
+			for k, n := range f.overlaps {
+				f.overlaps[k] = engineBlocks(n, f.w.BlockSize, f.cfg.ApproxBlock)
+			}
 		}
 	}
 	for k, n := range f.name {
@@ -770,8 +792,8 @@ func (f *fleet) route(i int) error {
 		}
 		f.d.spent += time.Since(t)
 	}
-	if rep.lru != nil {
-		rep.lru.Record(name, r.Blocks)
+	if rep.lru != nil && len(r.Blocks) > 0 {
+		rep.lru.Record(name, f.akeys)
 	}
 	f.res.Loads[k]++
 	f.res.LoadTokens[k] += int64(r.Tokens)

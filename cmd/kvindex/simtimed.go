@@ -44,11 +44,12 @@ type timedFlags struct {
 	openLoop                       bool
 	thinkTime                      time.Duration
 	prefillScale                   float64
+	approxCapacity, approxBlock    int
 }
 
 // timedOnly are the flags --zero-time has no use for.
 var timedOnly = []string{"speedup", "slo-ttft", "routers", "router-affinity", "overlap-weight", "prefix-weight", "kv-weight",
-	"queue-weight", "max-num-seqs", "output-length", "profile", "metrics-interval", "jobs", "open-loop", "think-time", "prefill-scale"}
+	"queue-weight", "max-num-seqs", "output-length", "profile", "metrics-interval", "jobs", "open-loop", "think-time", "prefill-scale", "approx-capacity", "approx-block"}
 
 // zeroTimeOnly are the flags only --zero-time takes: host tiers are simulated without
 // time only.
@@ -67,6 +68,8 @@ func (t *timedFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&t.maxSeqs, "max-num-seqs", sim.DefaultMaxNumSeqs, "running requests per engine at most (vLLM's max_num_seqs)")
 	fs.IntVar(&t.output, "output-length", 0, "tokens every request generates (0 = the workload's: a trace's output_length, the built-in replies, 1,000 for shared-context)")
 	fs.StringVar(&t.profile, "profile", "", "the engine: a shipped profile ("+strings.Join(sim.ShippedProfiles(), ", ")+"), an engine file (.profile: the model's shape and its GPUs'; its KV tokens set --capacity), or a CSV of measured ttft,ISL,CACHED,SECONDS and itl,BATCH,CONTEXT,SECONDS points (default "+sim.DefaultProfile+"; sim/README.md)")
+	fs.IntVar(&t.approxCapacity, "approx-capacity", sim.DefaultApproxCapacity, "approximate-lru's keys per engine (llm-d's lruCapacityPerServer; it is not told the engines' capacity)")
+	fs.IntVar(&t.approxBlock, "approx-block", sim.DefaultApproxBlock, "tokens per key of approximate-lru (llm-d's blockSizeTokens; 4 characters a token for the character-keyed plugin's blockSize)")
 	fs.Float64Var(&t.prefillScale, "prefill-scale", 1, "multiply the engine's prefill time (sensitivity to the engine's speed)")
 	fs.DurationVar(&t.metricsInterval, "metrics-interval", sim.DefaultMetricsInterval, "how often the scorer policies' routers read the engines' queue and KV utilisation")
 	fs.BoolVar(&t.openLoop, "open-loop", false, "send every turn of a conversation at its arrival, even before the reply it repeats is generated (default: the closed loop, which holds it until then plus --think-time)")
@@ -115,6 +118,10 @@ func (t *timedFlags) validate(set map[string]bool) error {
 		return usageErr("--metrics-interval %v: want 1µs..1h", t.metricsInterval)
 	case !(t.prefillScale >= 1.0/sim.MaxPrefillScale && t.prefillScale <= sim.MaxPrefillScale):
 		return usageErr("--prefill-scale %g: want %g..%g", t.prefillScale, 1.0/sim.MaxPrefillScale, float64(sim.MaxPrefillScale))
+	case t.approxCapacity < 1 || t.approxCapacity > route.MaxApproxCapacity:
+		return usageErr("--approx-capacity %d: want 1..%d keys", t.approxCapacity, route.MaxApproxCapacity)
+	case t.approxBlock < 1 || t.approxBlock > sim.MaxApproxBlock:
+		return usageErr("--approx-block %d: want 1..%d tokens", t.approxBlock, sim.MaxApproxBlock)
 	case t.thinkTime < 0 || t.thinkTime > sim.MaxThinkTime:
 		return usageErr("--think-time %v: want 0..%v", t.thinkTime, sim.MaxThinkTime)
 	case t.openLoop && set["think-time"]:
@@ -214,7 +221,6 @@ func (sw timedSweep) apply(cfg *sim.TimedConfig, k int) {
 		cfg.Routers = int(v)
 	case "capacity":
 		cfg.Capacity = int(v)
-		cfg.ApproxCapacity = 0
 	case "event-delay":
 		cfg.EventDelay = time.Duration(v)
 		if cfg.EventDelay == 0 {
@@ -272,7 +278,7 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 		Config: sim.Config{Workers: f.workers, Capacity: f.capacity, ChunkTokens: f.chunk, Seed: f.seed,
 			Engine: engine.Config{Shards: f.shards, JumpSize: f.jump}, EventDelay: -1, Rate: f.rate, PredictionTTL: f.predictionTTL},
 		Speedup: tf.speedup, Output: tf.output, MaxNumSeqs: tf.maxSeqs, Cost: cost, SLOTTFT: tf.slo, Routers: tf.routers,
-		PrefillScale:  tf.prefillScale,
+		PrefillScale: tf.prefillScale, ApproxCapacity: tf.approxCapacity, ApproxBlock: tf.approxBlock,
 		OverlapWeight: tf.overlapWeight, MetricsInterval: tf.metricsInterval, OpenLoop: tf.openLoop, ThinkTime: tf.thinkTime,
 		Scorer: route.Scorer{PrefixWeight: tf.prefixWeight, KVWeight: tf.kvWeight, QueueWeight: tf.queueW},
 	}
@@ -297,7 +303,11 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 			return usageErr("--workers %d x capacity %d: more than %d blocks in all", c.Workers, c.Capacity, sim.MaxFleetBlocks)
 		}
 		if err := c.Check(w); err != nil {
-			return usageErr("%v; raise --capacity or the sweep's capacities", strings.TrimPrefix(err.Error(), sim.ErrConfig.Error()+": "))
+			msg := strings.TrimPrefix(err.Error(), sim.ErrConfig.Error()+": ")
+			if strings.Contains(msg, "cannot hold") {
+				msg += "; raise --capacity or the sweep's capacities"
+			}
+			return usageErr("%s", msg)
 		}
 	}
 	return simulateTimed(stdout, stderr, w, wi, cfg, costName, rts, sw, chart, asJSON, forceProgress, tf.jobs)
@@ -356,6 +366,8 @@ type (
 		SLOTTFTs       float64    `json:"slo_ttft_s"`
 		OpenLoop       bool       `json:"open_loop"`
 		PrefillScale   float64    `json:"prefill_scale"`
+		ApproxCapacity int        `json:"approx_capacity_keys"`
+		ApproxBlock    int        `json:"approx_block_tokens"`
 		ThinkTimeS     float64    `json:"think_time_s"`
 		OverlapWeight  float64    `json:"overlap_weight"`
 		ScorerWeights  [3]float64 `json:"scorer_weights"`
@@ -518,6 +530,7 @@ func simulateTimed(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, c
 		Shards: eff.Shards, Jump: eff.JumpSize, EventDelayMs: float64(max(cfg.EventDelay, 0)) / 1e6, Routers: cfg.Routers,
 		RouterAffinity: cfg.Affinity.String(), Speedup: cfg.Speedup, SLOTTFTs: cfg.SLOTTFT.Seconds(), OverlapWeight: cfg.OverlapWeight,
 		OpenLoop: cfg.OpenLoop, ThinkTimeS: max(cfg.ThinkTime, 0).Seconds(), PrefillScale: cfg.PrefillScale,
+		ApproxCapacity: cfg.ApproxCapacity, ApproxBlock: cfg.ApproxBlock,
 		ScorerWeights: [3]float64{cfg.Scorer.PrefixWeight, cfg.Scorer.KVWeight, cfg.Scorer.QueueWeight},
 	}}
 	if !w.Timed {
@@ -683,6 +696,8 @@ func printTimedHeader(w io.Writer, out timedJSON, wl *sim.Workload, sw timedSwee
 	fmt.Fprintf(w, "          %s; events reach the index %s after the step that made them; index: %d shards, jump %d\n", routers, delay, c.Shards, c.Jump)
 	fmt.Fprintf(w, "          cost policies: overlap weight %g; scorer policies: prefix %g, KV %g, queue %g; goodput: TTFT <= %s\n",
 		c.OverlapWeight, c.ScorerWeights[0], c.ScorerWeights[1], c.ScorerWeights[2], secs(c.SLOTTFTs))
+	fmt.Fprintf(w, "          approximate knowledge: the router's own decisions, an LRU of %s keys of %d tokens per engine (llm-d's, %s tokens) or a 120 s TTL (Dynamo's)\n",
+		bench.Thousands(int64(c.ApproxCapacity)), c.ApproxBlock, bench.Thousands(int64(c.ApproxCapacity)*int64(c.ApproxBlock)))
 	if sw.key != "capacity" {
 		fmt.Fprintf(w, "reference infinite cache: block hit %s; one LRU of the fleet's %s blocks: %s\n",
 			pct(r.Infinite.BlockHitRate), bench.Thousands(r.PooledBlocks), pct(r.Pooled.BlockHitRate))
