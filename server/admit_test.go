@@ -69,7 +69,7 @@ func waitMetric(t *testing.T, c *client, series string, want float64) {
 // budget back.
 func TestHTTPInFlightBudget(t *testing.T) {
 	_, c := start(t, server.Config{Listen: "127.0.0.1:0", Models: map[string]int{"m": 4},
-		Limits: server.LimitsConfig{InFlightBytes: 4 << 20, ConnInFlightBytes: 2 << 20}})
+		Limits: server.LimitsConfig{InFlightBytes: 4 << 20, ConnInFlightBytes: 2 << 20, ClientInFlightBytes: 4 << 20, BodyGrace: server.Duration(time.Minute)}})
 	c.waitReady(t)
 	addr := strings.TrimPrefix(c.base, "http://")
 	var held []net.Conn
@@ -106,7 +106,7 @@ func TestHTTPInFlightBudget(t *testing.T) {
 // it is accepted (and counted); the open ones keep working.
 func TestConnectionLimit(t *testing.T) {
 	_, c := start(t, server.Config{Listen: "127.0.0.1:0", Models: map[string]int{"m": 4},
-		Limits: server.LimitsConfig{MaxConnections: 3}})
+		Limits: server.LimitsConfig{MaxConnections: 3, MaxUnauthenticatedConnections: 3}})
 	c.waitReady(t) // the client's own keep-alive connection is one
 	addr := strings.TrimPrefix(c.base, "http://")
 	for range 2 {
@@ -229,7 +229,7 @@ func TestGRPCInFlightBudget(t *testing.T) {
 	defer index.Close()
 	s, err := server.New(server.Config{Listen: "127.0.0.1:0", Models: map[string]int{"m": 4},
 		GRPC:   server.GRPCConfig{Listen: "127.0.0.1:0", MaxMessageBytes: 1 << 20},
-		Limits: server.LimitsConfig{InFlightBytes: 3 << 20, ConnInFlightBytes: 2 << 20}}, server.Options{Index: index})
+		Limits: server.LimitsConfig{InFlightBytes: 3 << 20, ConnInFlightBytes: 2 << 20, ClientInFlightBytes: 3 << 20}}, server.Options{Index: index})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,6 @@
 package server
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -16,10 +11,11 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/kvindex/kvindex/server/internal/guard"
 )
 
 // Access control. The HTTP and gRPC APIs may serve TLS (auth.tls_cert_file,
@@ -48,17 +44,15 @@ type AuthConfig struct {
 	// starting with '#' ignored; at most 1,024 tokens, each 16 to 4,096 bytes). Sent
 	// without TLS, a token travels in clear: give TLS too unless the network is trusted.
 	TokenFile string `json:"token_file,omitempty"`
+	// AdminTokenFile holds the admin role's bearer tokens (the token file's format):
+	// the engines API (/v1/engines), /register, /unregister and a worker's resync need
+	// one when clients are authenticated (token_file or client_ca_file); without it
+	// they are refused (403) to every client. An admin token is a query token too.
+	AdminTokenFile string `json:"admin_token_file,omitempty"`
 	// AllowUnauthenticated lets a server listening on a non-loopback address start
 	// without authenticating its clients.
 	AllowUnauthenticated bool `json:"allow_unauthenticated,omitempty"`
 }
-
-// Bounds of a token file.
-const (
-	maxTokens     = 1024
-	minTokenBytes = 16
-	maxTokenBytes = 4096
-)
 
 // ErrUnauthenticatedListen refuses to serve clients nobody authenticates on an
 // address others can reach.
@@ -75,6 +69,8 @@ func (a AuthConfig) validate() error {
 		return bad("tls_cert_file and tls_key_file go together")
 	case a.ClientCAFile != "" && a.TLSCertFile == "":
 		return bad("client_ca_file needs tls_cert_file and tls_key_file")
+	case a.AdminTokenFile != "" && !a.authenticates():
+		return bad("admin_token_file needs token_file or client_ca_file (the query role's credentials)")
 	}
 	return nil
 }
@@ -85,13 +81,15 @@ func (a AuthConfig) authenticates() bool { return a.TokenFile != "" || a.ClientC
 // access is the server's loaded access control: TLS configuration and token digests.
 type access struct {
 	tls      *tls.Config // nil: plaintext
-	tokens   [][sha256.Size]byte
+	on       bool        // clients are authenticated (AuthConfig.authenticates)
+	tokens   *guard.Tokens
+	admin    *guard.Tokens          // nil: no admin token (see adminPath)
 	failures *prometheus.CounterVec // api
 }
 
 // newAccess reads the auth configuration's files.
 func newAccess(a AuthConfig) (*access, error) {
-	acc := &access{failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+	acc := &access{on: a.authenticates(), failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvindex_auth_failures_total",
 		Help: "Calls refused for missing or wrong credentials, by API (http, grpc).",
 	}, []string{"api"})}
@@ -113,97 +111,78 @@ func newAccess(a AuthConfig) (*access, error) {
 			acc.tls.ClientCAs, acc.tls.ClientAuth = pool, tls.RequireAndVerifyClientCert
 		}
 	}
+	var err error
 	if a.TokenFile != "" {
-		toks, err := readTokens(a.TokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: auth.token_file: %v", ErrConfig, err)
+		if acc.tokens, err = guard.ReadTokens(a.TokenFile); err != nil {
+			return nil, fmt.Errorf("%w: auth.token_file: %w", ErrConfig, err)
 		}
-		for _, t := range toks {
-			acc.tokens = append(acc.tokens, sha256.Sum256([]byte(t)))
+	}
+	if a.AdminTokenFile != "" {
+		if acc.admin, err = guard.ReadTokens(a.AdminTokenFile); err != nil {
+			return nil, fmt.Errorf("%w: auth.admin_token_file: %w", ErrConfig, err)
 		}
 	}
 	return acc, nil
 }
 
-// readTokens reads a token file.
-func readTokens(path string) ([]string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 64<<10), maxTokenBytes+2)
-	for sc.Scan() {
-		t := strings.TrimSpace(sc.Text())
-		if t == "" || strings.HasPrefix(t, "#") {
-			continue
-		}
-		switch {
-		case len(t) < minTokenBytes || len(t) > maxTokenBytes:
-			return nil, fmt.Errorf("%s: a token of %d bytes (want %d to %d)", path, len(t), minTokenBytes, maxTokenBytes)
-		case len(out) == maxTokens:
-			return nil, fmt.Errorf("%s: more than %d tokens", path, maxTokens)
-		}
-		out = append(out, t)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %v", path, err)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%s: no token", path)
-	}
-	return out, nil
-}
-
-// tokenOK reports whether the bearer credential v ("Bearer TOKEN") names a token.
-func (acc *access) tokenOK(v string) bool {
-	tok, ok := strings.CutPrefix(v, "Bearer ")
-	if !ok {
-		return false
-	}
-	d := sha256.Sum256([]byte(tok))
-	found := 0
-	for i := range acc.tokens {
-		found |= subtle.ConstantTimeCompare(d[:], acc.tokens[i][:])
-	}
-	return found == 1
-}
-
 // openPath reports whether an HTTP path is served without credentials.
 func openPath(p string) bool { return p == "/healthz" || p == "/readyz" }
 
-// httpHandler checks every request's credentials but the probes'. A client certificate
-// was checked by the TLS handshake already.
-func (acc *access) httpHandler(h http.Handler) http.Handler {
-	if len(acc.tokens) == 0 {
-		return h
-	}
+// adminPath reports whether an HTTP request is the admin role's: the engines API, the
+// Mooncake registration endpoints and a worker's resync.
+func adminPath(p string) bool {
+	return p == "/v1/engines" || strings.HasPrefix(p, "/v1/engines/") || p == "/register" || p == "/unregister" ||
+		strings.HasPrefix(p, "/v1/workers/") && strings.HasSuffix(p, "/resync")
+}
+
+// httpHandler checks every request's credentials but the probes', and then marks its
+// connection authenticated (marked). A client certificate was checked by the TLS
+// handshake already. With authentication on, the admin role's requests need an admin
+// token (403 without one, whatever query credentials they carry).
+func (acc *access) httpHandler(h http.Handler, marked func(*http.Request)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !openPath(r.URL.Path) && !acc.tokenOK(r.Header.Get("Authorization")) {
+		if openPath(r.URL.Path) {
+			if !acc.on {
+				marked(r)
+			}
+			h.ServeHTTP(w, r)
+			return
+		}
+		cred := r.Header.Get("Authorization")
+		admin := acc.admin.Bearer(cred)
+		if acc.tokens != nil && !admin && !acc.tokens.Bearer(cred) {
 			acc.failures.WithLabelValues("http").Inc()
 			w.Header().Set("WWW-Authenticate", `Bearer realm="kvindex"`)
 			writeError(w, http.StatusUnauthorized, "unauthenticated", "missing or wrong bearer token")
+			return
+		}
+		marked(r)
+		if acc.on && !admin && adminPath(r.URL.Path) {
+			acc.failures.WithLabelValues("http").Inc()
+			msg := "this endpoint is the admin role's: send an admin token (auth.admin_token_file)"
+			if acc.admin == nil {
+				msg = "this endpoint is the admin role's and no admin token is configured (auth.admin_token_file)"
+			}
+			writeError(w, http.StatusForbidden, "forbidden", "%s", msg)
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
 }
 
-// grpcUnary checks every call's credentials but the health service's.
-func (acc *access) grpcUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if len(acc.tokens) > 0 && !strings.HasPrefix(info.FullMethod, "/grpc.health.v1.Health/") {
-		md, _ := metadata.FromIncomingContext(ctx)
-		ok := false
-		for _, v := range md.Get("authorization") {
-			ok = ok || acc.tokenOK(v)
-		}
-		if !ok {
-			acc.failures.WithLabelValues("grpc").Inc()
-			return nil, status.Error(codes.Unauthenticated, "missing or wrong bearer token")
+// grpcCheck checks a gRPC call's credentials from its header (the transport's tap,
+// before anything is reserved for it).
+func (acc *access) grpcCheck(md metadata.MD) error {
+	if acc.tokens == nil {
+		return nil
+	}
+	for _, v := range md.Get("authorization") {
+		if acc.tokens.Bearer(v) || acc.admin.Bearer(v) {
+			return nil
 		}
 	}
-	return h(ctx, req)
+	acc.failures.WithLabelValues("grpc").Inc()
+	return status.Error(codes.Unauthenticated, "missing or wrong bearer token")
 }
 
 // checkListener is checkListen for a listener the caller gave: only a TCP one is checked

@@ -104,9 +104,10 @@ func (s *Server) newGRPCServer() *grpc.Server {
 		grpc.MaxHeaderListSize(grpcMaxHeaderListBytes),
 		grpc.ConnectionTimeout(5 * time.Second),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: time.Minute, Timeout: 20 * time.Second}),
-		grpc.ChainUnaryInterceptor(s.grpcMetrics, s.access.grpcUnary, s.admit.grpcRelease),
-		grpc.InTapHandle(s.admit.grpcTap(int64(g.MaxMessageBytes))),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: time.Minute, Timeout: 20 * time.Second,
+			MaxConnectionAge: time.Duration(s.admit.limits.MaxConnectionAge), MaxConnectionAgeGrace: maxConnectionAgeGrace}),
+		grpc.ChainUnaryInterceptor(s.grpcMetrics, s.admit.grpcRelease),
+		grpc.InTapHandle(s.admit.grpcTap(int64(g.MaxMessageBytes), s.access)),
 		grpc.StatsHandler(grpcStats{s.admit}),
 	}
 	if s.access.tls != nil {
@@ -145,10 +146,11 @@ func (s *Server) startGRPC(ln net.Listener) error {
 	}, []string{"method", "code"})
 	s.reg.MustRegister(s.grpcReq)
 	s.grpcSrv = s.newGRPCServer()
+	s.admit.grpcLn = s.admit.limit(ln, "grpc")
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.grpcSrv.Serve(s.admit.limit(ln, "grpc")); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := s.grpcSrv.Serve(s.admit.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			s.report(fmt.Errorf("server: grpc serve: %w", err))
 		}
 	}()

@@ -288,7 +288,11 @@ func New(cfg Config, opts Options) (s *Server, err error) {
 		s.insertLocked(en) // nothing else can see s yet
 	}
 	s.publishLocked()
-	s.admit = newAdmission(cfg.Limits)
+	largest := cfg.MaxBodyBytes
+	if cfg.GRPC.Listen != "" || opts.GRPCListener != nil {
+		largest = max(largest, int64(cfg.GRPC.withDefaults().MaxMessageBytes))
+	}
+	s.admit = newAdmission(cfg.Limits, largest)
 	if s.access, err = newAccess(cfg.Auth); err != nil {
 		return nil, err
 	}
@@ -312,7 +316,7 @@ func New(cfg Config, opts Options) (s *Server, err error) {
 	if err := s.initDiscovery(); err != nil {
 		return nil, err
 	}
-	s.handler = s.access.httpHandler(s.admit.httpHandler(s.routes(), cfg.MaxBodyBytes))
+	s.handler = s.access.httpHandler(s.admit.httpHandler(s.routes(), cfg.MaxBodyBytes), s.admit.authenticated)
 	return s, nil
 }
 
@@ -432,10 +436,12 @@ func (s *Server) Start() error {
 		s.httpSrv.TLSConfig = s.access.tls.Clone()
 		serve = func(ln net.Listener) error { return s.httpSrv.ServeTLS(ln, "", "") }
 	}
+	httpLn := s.admit.limit(s.ln, "http")
+	s.admit.httpLn = httpLn
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := serve(s.admit.limit(s.ln, "http")); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.report(fmt.Errorf("server: serve: %w", err))
 		}
 	}()
