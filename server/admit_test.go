@@ -130,17 +130,26 @@ func TestConnectionLimit(t *testing.T) {
 // grpcRaw is an HTTP/2 connection to a gRPC server written frame by frame, as a hostile
 // client would.
 type grpcRaw struct {
-	t    *testing.T
-	conn net.Conn
-	fr   *http2.Framer
-	hbuf bytes.Buffer
-	enc  *hpack.Encoder
-	next uint32
+	t     *testing.T
+	conn  net.Conn
+	fr    *http2.Framer
+	hbuf  bytes.Buffer
+	enc   *hpack.Encoder
+	dec   *hpack.Decoder
+	next  uint32
+	token string            // sent as a bearer token when set
+	ended map[uint32]string // the streams read ended, with their grpc-status ("" reset)
 }
 
 func dialGRPCRaw(t *testing.T, addr string) *grpcRaw {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
+	return dialGRPCRawFrom(t, addr, nil)
+}
+
+// dialGRPCRawFrom is dialGRPCRaw from a local address (nil: any).
+func dialGRPCRawFrom(t *testing.T, addr string, local net.Addr) *grpcRaw {
+	t.Helper()
+	conn, err := (&net.Dialer{LocalAddr: local}).Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +158,8 @@ func dialGRPCRaw(t *testing.T, addr string) *grpcRaw {
 	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
 		t.Fatal(err)
 	}
-	g := &grpcRaw{t: t, conn: conn, fr: http2.NewFramer(conn, bufio.NewReader(conn)), next: 1}
+	g := &grpcRaw{t: t, conn: conn, fr: http2.NewFramer(conn, bufio.NewReader(conn)), next: 1,
+		dec: hpack.NewDecoder(4096, nil), ended: map[uint32]string{}}
 	g.enc = hpack.NewEncoder(&g.hbuf)
 	if err := g.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 30}); err != nil {
 		t.Fatal(err)
@@ -163,8 +173,12 @@ func (g *grpcRaw) open(n uint32) uint32 {
 	id := g.next
 	g.next += 2
 	g.hbuf.Reset()
-	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/kvindex.v1.Index/Match"},
-		{":authority", "x"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+	fields := [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/kvindex.v1.Index/Match"},
+		{":authority", "x"}, {"content-type", "application/grpc"}, {"te", "trailers"}}
+	if g.token != "" {
+		fields = append(fields, [2]string{"authorization", "Bearer " + g.token})
+	}
+	for _, f := range fields {
 		_ = g.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
 	}
 	if err := g.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: g.hbuf.Bytes(), EndHeaders: true}); err != nil {
@@ -179,11 +193,14 @@ func (g *grpcRaw) open(n uint32) uint32 {
 }
 
 // status reads frames until stream id ends and returns its grpc-status ("" if the
-// stream was reset).
+// stream was reset). Every header block is decoded, whichever stream it is on: HPACK's
+// table is the connection's.
 func (g *grpcRaw) status(id uint32) string {
 	g.t.Helper()
-	dec := hpack.NewDecoder(4096, nil)
 	for {
+		if st, ok := g.ended[id]; ok {
+			return st
+		}
 		f, err := g.fr.ReadFrame()
 		if err != nil {
 			g.t.Fatalf("stream %d: %v", id, err)
@@ -194,20 +211,15 @@ func (g *grpcRaw) status(id uint32) string {
 				_ = g.fr.WriteSettingsAck()
 			}
 		case *http2.RSTStreamFrame:
-			if f.StreamID == id {
-				return ""
-			}
+			g.ended[f.StreamID] = ""
 		case *http2.HeadersFrame:
-			if f.StreamID != id {
-				continue
-			}
-			fields, err := dec.DecodeFull(f.HeaderBlockFragment())
+			fields, err := g.dec.DecodeFull(f.HeaderBlockFragment())
 			if err != nil {
 				g.t.Fatal(err)
 			}
 			for _, hf := range fields {
 				if hf.Name == "grpc-status" {
-					return hf.Value
+					g.ended[f.StreamID] = hf.Value
 				}
 			}
 		}

@@ -13,7 +13,8 @@ import (
 // each costs, measured (TestMemoryBudget drives every input to its limit at once and
 // checks the RSS against Total):
 //
-//	requests    = RequestExpansion × in_flight_bytes
+//	requests    = RequestExpansion × (in_flight_bytes + probes), probes being the gRPC
+//	              health service's budget (4 × grpc.max_message_bytes when gRPC is on)
 //	              a body parses into at most 7 bytes a byte (JSON "1," is 2 bytes and
 //	              8 as a uint64 token, 4 more as the uint32 the hasher reads) plus the
 //	              body; a gRPC message into at most 9 (a 1-byte varint is 8 bytes as a
@@ -70,6 +71,10 @@ func Budget(cfg Config) MemoryBudget {
 	if msg == 0 {
 		msg = subscriber.DefaultMaxMessageBytes
 	}
+	var probe int64 // the gRPC health service's own budget (admit.go)
+	if c.GRPC.Listen != "" {
+		probe = probeMessages * int64(c.GRPC.withDefaults().MaxMessageBytes)
+	}
 	var engines int64
 	for _, e := range c.Engines {
 		if e.Endpoint == "" {
@@ -83,7 +88,7 @@ func Budget(cfg Config) MemoryBudget {
 		engines += ranks * perRank * msg
 	}
 	return MemoryBudget{
-		Requests:    RequestExpansion * l.InFlightBytes,
+		Requests:    RequestExpansion * (l.InFlightBytes + probe),
 		Connections: 2 * conns * ConnBytes,
 		Answers:     2 * conns * int64(c.MaxMatches) * MatchBytes,
 		Namespaces:  ec.NamespaceBytes,

@@ -20,7 +20,8 @@ type BodyRate struct {
 // read+1 bytes at MinRate) but no later than Grace from now, so that a stall ends after
 // Grace however far ahead of its schedule the body was.
 func (r BodyRate) deadline(start, now time.Time, read int64) time.Time {
-	sched := start.Add(r.Grace + time.Duration(float64(read+1)/float64(r.MinRate)*float64(time.Second)))
+	n := read + 1
+	sched := start.Add(r.Grace + time.Duration(n/r.MinRate)*time.Second + time.Duration(n%r.MinRate)*time.Second/time.Duration(r.MinRate))
 	idle := now.Add(r.Grace)
 	if idle.Before(sched) {
 		return idle

@@ -135,10 +135,10 @@ func (l *Listener) Open() int {
 // Conn is a connection the Listener accepted; Close gives its slots back.
 type Conn struct {
 	net.Conn
-	l      *Listener
-	addr   string
-	src    string
-	once   sync.Once
+	l    *Listener
+	addr string
+	src  string
+	once sync.Once
 	// Guarded by l.mu: the handshake timer, and whether the connection authenticated
 	// a request or outlived the window first (one of them, for good).
 	timer   *time.Timer
