@@ -112,6 +112,9 @@ type Config struct {
 	// Limits bounds what clients of the HTTP and gRPC APIs can make serve hold: the
 	// connections, and the request bytes in flight per connection and in all (admit.go).
 	Limits LimitsConfig `json:"limits,omitzero"`
+	// RuntimeEngines bounds the engines the admin role adds at runtime (runtime.go):
+	// their number, binds, ipc:// paths and the hosts dialled.
+	RuntimeEngines RuntimeEnginesConfig `json:"runtime_engines,omitzero"`
 	// Index configures the engine (zero: engine defaults).
 	Index IndexConfig `json:"index,omitzero"`
 	// Engines are the publishers to follow. At least one, unless Models or a
@@ -558,6 +561,9 @@ func (c Config) planner() (*planner, error) {
 	if c.GRPC.Listen != "" {
 		largest = max(largest, int64(c.GRPC.withDefaults().MaxMessageBytes))
 	}
+	if err := c.RuntimeEngines.validate(); err != nil {
+		return nil, err
+	}
 	if err := c.Limits.validate(largest); err != nil {
 		return nil, err
 	}
@@ -590,6 +596,9 @@ func (c Config) planner() (*planner, error) {
 func (p *planner) engine(e EngineConfig, i int, where string) ([]publisher, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	}
+	if err := checkNames(e, where); err != nil {
+		return nil, err
 	}
 	if e.BlockSize == 0 {
 		e.BlockSize = p.c.BlockSize

@@ -208,6 +208,9 @@ func (s *Server) addEngine(source, tenant string, e EngineConfig) (workers []str
 		}
 		return nil, false, fmt.Errorf("%w: engine %q is served (source %s) with another spec; remove it first", ErrEngineExists, key, en.source)
 	}
+	if err := s.cfg.RuntimeEngines.checkRuntime(e, len(s.entries)); err != nil {
+		return nil, false, err
+	}
 	if source == SourceMooncake {
 		// An instance's ranks belong to one registration source and tenant.
 		for _, en := range s.entries {
