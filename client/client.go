@@ -127,6 +127,21 @@ func (c *Client) Routed(ctx context.Context, model, worker string, content []uin
 	return c.index.Routed(ctx, &kvindexv1.RoutedRequest{Model: model, Worker: worker, ContentHashes: content, TtlMs: uint32(ms)})
 }
 
+// Finished reports that a request the server picked a worker for (a Match with pick
+// and a request id) got its first token (firstToken: its prefill is done) or is done,
+// as POST /v1/finished does: the load policies stop counting it against its worker.
+// known is false when the server was not tracking the request (already finished,
+// expired, or never picked with that id) or, with firstToken, when its prefill was not
+// outstanding (a full cache hit, or a first token already reported). An empty or malformed id is
+// codes.InvalidArgument.
+func (c *Client) Finished(ctx context.Context, requestID string, firstToken bool) (known bool, err error) {
+	resp, err := c.index.Finished(ctx, &kvindexv1.FinishedRequest{RequestId: requestID, FirstToken: firstToken})
+	if err != nil {
+		return false, err
+	}
+	return resp.GetKnown(), nil
+}
+
 // Workers lists the workers the server follows.
 func (c *Client) Workers(ctx context.Context) ([]*kvindexv1.Worker, error) {
 	resp, err := c.index.Workers(ctx, &kvindexv1.WorkersRequest{})

@@ -104,6 +104,33 @@ func TestClientErrors(t *testing.T) {
 	}
 }
 
+// TestFinished: a request picked with an id is tracked until Finished says it is done;
+// its first token ends its prefill but keeps it tracked, a second Finished does not
+// know it, and an empty id is an invalid argument.
+func TestFinished(t *testing.T) {
+	addr, stop := startServer()
+	defer stop()
+	c, err := client.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	// 12 tokens, 8 cached on pod-7: 4 to prefill.
+	if _, err := c.Match(ctx, &kvindexv1.MatchRequest{Model: "llama-3-8b", Tokens: []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, Pick: true, RequestId: "req-1"}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []struct{ first, known bool }{{true, true}, {false, true}, {false, false}} {
+		known, err := c.Finished(ctx, "req-1", want.first)
+		if err != nil || known != want.known {
+			t.Errorf("call %d (first token %v): known %v, %v; want %v", i, want.first, known, err, want.known)
+		}
+	}
+	if _, err := c.Finished(ctx, "", false); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("empty id: %v, want InvalidArgument", err)
+	}
+}
+
 func must[T any](v T, err error) T {
 	if err != nil {
 		panic(err)
