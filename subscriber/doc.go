@@ -22,7 +22,8 @@
 // # Who may call it
 //
 // New, then Run once in a goroutine of the caller's choosing (the owner goroutine); Run
-// returns when its context ends. Status may be called from any goroutine at any time.
+// returns when its context ends. Status, Synced and Wait (block until the first catch-up
+// is done, woken by the owner: no polling) may be called from any goroutine at any time.
 // Several Subscribers share one Index: *engine.Engine is safe for concurrent use and
 // serialises each worker's events, and each Subscriber applies its worker's events from
 // its owner goroutine only, in sequence order, so the events of one worker stay in order.

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/go-zeromq/zmq4"
 
@@ -64,13 +63,10 @@ func followAndMatch(ctx context.Context, endpoint, replayEndpoint string, tokenI
 	defer stop()
 
 	// Route on a worker once its subscriber has synced (kvindex serve's /readyz waits
-	// the same way); until then its matches may be short.
-	for !sub.Status().Synced {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
+	// the same way); until then its matches may be short. Wait returns at once when it
+	// is (sub.Synced says so without waiting).
+	if err := sub.Wait(ctx); err != nil {
+		return nil, err
 	}
 	// Events reach the index's shards asynchronously: a barrier makes every event applied
 	// so far visible to the next query. A router that may answer from a moment ago skips it.

@@ -83,6 +83,9 @@ type Subscriber struct {
 
 	mu  sync.Mutex
 	pub Status
+	// wake is closed (and cleared) by publish when pub answers the callers of Wait;
+	// nil while nobody waits (wait.go).
+	wake chan struct{}
 	// state is pub.State, readable without mu: a router asks it for every match of
 	// every query.
 	state atomic.Uint32
@@ -181,6 +184,7 @@ func (s *Subscriber) publish() {
 	st.Diag.LastServed = s.pub.Diag.LastServed // NoteServed writes it there
 	s.pub = *st
 	s.state.Store(uint32(st.State))
+	s.wakeWaiters()
 	s.mu.Unlock()
 }
 
