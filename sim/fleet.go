@@ -112,6 +112,13 @@ type TimedConfig struct {
 	// of, the block size. ApproxMaxBlocks is the most keys of a prompt it matches
 	// (default DefaultApproxMaxBlocks, llm-d's maxPrefixBlocksToMatch).
 	ApproxBlock, ApproxMaxBlocks int
+	// Ramp, when set, replaces Rate: one continuous staged load, Poisson within each
+	// stage (or evenly spaced with EvenArrivals, inference-perf's "constant"), its
+	// rates multiplied by Speedup, until the ramp ends or the requests run out; the
+	// result reports each stage (TimedResult.Stages). Not for a trace, whose
+	// timestamps are its arrivals.
+	Ramp         []Stage
+	EvenArrivals bool
 	// OpenLoop sends every turn at its arrival, even before the reply its prompt
 	// repeats (Request.After) has been generated. By default (the closed loop) such a
 	// turn is held until its predecessor's last token plus ThinkTime.
@@ -215,6 +222,10 @@ func (c TimedConfig) Check(w *Workload) error {
 		return fmt.Errorf("%w: prefill scale %g, want %g..%g", ErrConfig, c.PrefillScale, 1.0/MaxPrefillScale, float64(MaxPrefillScale))
 	case c.PrefillScale != 0 && !isScaler(c.Cost):
 		return fmt.Errorf("%w: a prefill scale needs a Roofline or Profile cost model, not %T", ErrConfig, c.Cost)
+	case len(c.Ramp) > 0 && w.Timed:
+		return fmt.Errorf("%w: a ramp for a trace, whose timestamps are its arrivals", ErrConfig)
+	case checkRamp(c.Ramp) != nil:
+		return checkRamp(c.Ramp)
 	case c.ThinkTime > MaxThinkTime:
 		return fmt.Errorf("%w: think time %v, want at most %v", ErrConfig, c.ThinkTime, MaxThinkTime)
 	case c.MetricsInterval < time.Microsecond || c.MetricsInterval > time.Hour:
@@ -285,6 +296,7 @@ type fleet struct {
 	finishAt []time.Duration
 	held     []int32
 	think    time.Duration
+	ramp     *rampState // nil without a ramp
 	stepDur  []time.Duration
 	nextSnap time.Duration
 	snap     []snapshot
@@ -428,6 +440,10 @@ func (f *fleet) build() error {
 		f.lat = make([]int64, 0, len(f.w.Requests))
 	}
 	f.arrivals = arrivals(f.w, cfg)
+	if len(cfg.Ramp) > 0 {
+		f.arrivals = rampArrivals(cfg.Ramp, cfg.Speedup, cfg.EvenArrivals, len(f.w.Requests), cfg.Seed)
+		f.ramp = newRampState(cfg.Ramp)
+	}
 	f.finishAt = make([]time.Duration, len(f.w.Requests))
 	for i := range f.finishAt {
 		f.finishAt[i] = -1
@@ -543,21 +559,18 @@ func (f *fleet) run() error {
 			return nil
 		case len(f.steps) > 0 && step <= rel && step <= arr:
 			s := f.steps.pop()
-			f.now = s.t
-			f.snapshotIfDue()
+			f.advance(s.t)
 			if err := f.endStep(s.e); err != nil {
 				return err
 			}
 		case len(f.releases) > 0 && rel <= arr:
 			r := f.releases.pop()
-			f.now = r.t
-			f.snapshotIfDue()
+			f.advance(r.t)
 			if err := f.route(r.e); err != nil {
 				return err
 			}
 		default:
-			f.now = arr
-			f.snapshotIfDue()
+			f.advance(arr)
 			if err := f.arrive(next); err != nil {
 				return err
 			}
@@ -566,10 +579,43 @@ func (f *fleet) run() error {
 	}
 }
 
+// advance moves the clock to t: the engines' metrics and the ramp's queue probes
+// due before t see the state as it has been since the last event.
+func (f *fleet) advance(t time.Duration) {
+	if f.ramp != nil {
+		f.ramp.probe(t, f.queued())
+	}
+	f.now = t
+	f.snapshotIfDue()
+}
+
+// queued is the requests waiting at the engines, in all.
+func (f *fleet) queued() int {
+	n := 0
+	for _, e := range f.eng {
+		n += e.queued()
+	}
+	return n
+}
+
+// stage is the ramp stage request i arrived in (past the last: none).
+func (f *fleet) stage(i int32) *StageResult {
+	if f.ramp == nil {
+		return nil
+	}
+	if s := f.ramp.stageAt(f.arrivals[i]); s < len(f.ramp.res) {
+		return &f.ramp.res[s]
+	}
+	return nil
+}
+
 // arrive takes request i at its arrival: a turn whose predecessor has not finished
 // (its last token plus the think time) is held under the closed loop, and counted as
 // early under the open loop; every other request is routed now.
 func (f *fleet) arrive(i int) error {
+	if s := f.stage(int32(i)); s != nil {
+		s.Requests++
+	}
 	p := f.w.Requests[i].After - 1
 	if p < 0 {
 		return f.route(i)
@@ -645,6 +691,10 @@ func (f *fleet) admitted(j *job, hit, reused int) {
 	f.res.Blocks += int64(len(j.r.Blocks))
 	f.res.ReplyHitBlocks += int64(j.r.replyBlocks(j.hit))
 	f.res.ReplyBlocks += int64(j.r.replyBlocks(len(j.r.Blocks)))
+	if s := f.stage(j.idx); s != nil {
+		s.HitBlocks += int64(j.hit)
+		s.Blocks += int64(len(j.r.Blocks))
+	}
 	f.res.ReusedTokens += int64(reused * f.w.BlockSize)
 	f.res.Tokens += int64(j.r.Tokens)
 }
@@ -653,6 +703,11 @@ func (f *fleet) firstToken(j *job) {
 	t := f.now - j.arrival
 	j.firstTok = f.now
 	f.ttft = append(f.ttft, t.Seconds())
+	if f.ramp != nil {
+		if s := f.ramp.stageAt(f.arrivals[j.idx]); s < len(f.ramp.ttft) {
+			f.ramp.ttft[s] = append(f.ramp.ttft[s], t.Seconds())
+		}
+	}
 	if t <= f.cfg.SLOTTFT {
 		f.met++
 	}
@@ -667,6 +722,9 @@ func (f *fleet) finished(j *job) {
 	f.lastFinish = max(f.lastFinish, f.now)
 	f.finishAt[j.idx] = f.now
 	f.release(j.idx)
+	if f.ramp != nil {
+		f.ramp.generated(j.generated, j.firstTok, f.now)
+	}
 	if f.cfg.OnFinish != nil {
 		f.cfg.OnFinish(RequestOutcome{Index: int(j.idx), Worker: j.worker, Router: int(j.router),
 			Arrival: j.arrival, FirstToken: j.firstTok, Finish: f.now,
@@ -866,6 +924,10 @@ func (f *fleet) finish() error {
 		res.Goodput = float64(f.met) / span
 	}
 	res.SLOMet = ratio(f.met, int64(res.Requests))
+	if f.ramp != nil {
+		f.ramp.probe(time.Duration(math.MaxInt64), 0) // everything has finished
+		res.Stages = f.ramp.results(len(f.eng))
+	}
 
 	// Gauges over [0, lastFinish] for every engine; idle time counts as empty.
 	total := f.lastFinish

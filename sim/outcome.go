@@ -143,6 +143,8 @@ type TimedResult struct {
 	// EngineSeconds, their queries counted when there is no exact index); zero for the
 	// policies that query none (approximate-lru, the baselines).
 	Index IndexStats
+	// Stages are the ramp's stages, when the run had one (TimedConfig.Ramp).
+	Stages []StageResult
 	// Seconds is the wall time of the run.
 	Seconds float64
 }

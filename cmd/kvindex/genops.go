@@ -38,7 +38,7 @@ func runGenOps(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return usageErr("--policy %q: want kv-aware, random, round-robin or least-loaded", *policy)
 		}
-		w, _, err := f.workload(genOpsRequests)
+		w, _, err := f.workload(genOpsRequests, false)
 		if err != nil {
 			return err
 		}

@@ -178,9 +178,16 @@ type workloadInfo struct {
 	TraceIDHitRate *float64 `json:"trace_id_block_hit_rate,omitempty"`
 }
 
-func (f *simFlags) workload(defRequests int) (*sim.Workload, workloadInfo, error) {
+// workload builds the workload the flags describe: defRequests is the built-in
+// workload's length unless --requests is set, and with ramp set the shared-context
+// workload's too.
+func (f *simFlags) workload(defRequests int, ramp bool) (*sim.Workload, workloadInfo, error) {
 	if f.trace == "" && f.kind == "shared-context" {
-		w, err := sim.SharedContext(sim.SharedContextConfig{Seed: f.seed, Requests: f.requests, BlockSize: f.blockSize,
+		n := f.requests
+		if n == 0 && ramp {
+			n = defRequests
+		}
+		w, err := sim.SharedContext(sim.SharedContextConfig{Seed: f.seed, Requests: n, BlockSize: f.blockSize,
 			Groups: f.groups, GroupTokens: f.groupTokens, UsersPerGroup: f.users, QueryTokens: f.queryTokens})
 		if err != nil {
 			return nil, workloadInfo{}, err
@@ -537,7 +544,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 				return usageErr("--workers %d x (capacity %d + host capacity %d): more than %d blocks in all", f.workers, f.capacity, h, sim.MaxFleetBlocks)
 			}
 		}
-		w, wi, err := f.workload(sim.DefaultRequests)
+		w, wi, err := f.workload(sim.DefaultRequests, false)
 		if err != nil {
 			return err
 		}

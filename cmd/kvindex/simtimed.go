@@ -45,11 +45,12 @@ type timedFlags struct {
 	thinkTime                      time.Duration
 	prefillScale                   float64
 	approxCapacity, approxBlock    int
+	ramp                           string
 }
 
 // timedOnly are the flags --zero-time has no use for.
 var timedOnly = []string{"speedup", "slo-ttft", "routers", "router-affinity", "overlap-weight", "prefix-weight", "kv-weight",
-	"queue-weight", "max-num-seqs", "output-length", "profile", "metrics-interval", "jobs", "open-loop", "think-time", "prefill-scale", "approx-capacity", "approx-block"}
+	"queue-weight", "max-num-seqs", "output-length", "profile", "metrics-interval", "jobs", "open-loop", "think-time", "prefill-scale", "approx-capacity", "approx-block", "ramp"}
 
 // zeroTimeOnly are the flags only --zero-time takes: host tiers are simulated without
 // time only.
@@ -70,6 +71,7 @@ func (t *timedFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.profile, "profile", "", "the engine: a shipped profile ("+strings.Join(sim.ShippedProfiles(), ", ")+"), an engine file (.profile: the model's shape and its GPUs'; its KV tokens set --capacity), or a CSV of measured ttft,ISL,CACHED,SECONDS and itl,BATCH,CONTEXT,SECONDS points (default "+sim.DefaultProfile+"; sim/README.md)")
 	fs.IntVar(&t.approxCapacity, "approx-capacity", sim.DefaultApproxCapacity, "approximate-lru's keys per engine (llm-d's lruCapacityPerServer; it is not told the engines' capacity)")
 	fs.IntVar(&t.approxBlock, "approx-block", sim.DefaultApproxBlock, "tokens per key of approximate-lru (llm-d's blockSizeTokens; 4 characters a token for the character-keyed plugin's blockSize)")
+	fs.StringVar(&t.ramp, "ramp", "", "one continuous staged load, each stage inheriting the last one's queues: RATE:SECONDS,... or a published benchmark's ("+strings.Join(sim.RampNames(), ", ")+"); reports each stage")
 	fs.Float64Var(&t.prefillScale, "prefill-scale", 1, "multiply the engine's prefill time (sensitivity to the engine's speed)")
 	fs.DurationVar(&t.metricsInterval, "metrics-interval", sim.DefaultMetricsInterval, "how often the scorer policies' routers read the engines' queue and KV utilisation")
 	fs.BoolVar(&t.openLoop, "open-loop", false, "send every turn of a conversation at its arrival, even before the reply it repeats is generated (default: the closed loop, which holds it until then plus --think-time)")
@@ -256,6 +258,21 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 	if err != nil {
 		return err
 	}
+	var ramp []sim.Stage
+	var even bool
+	if tf.ramp != "" {
+		if ramp, even, err = sim.ParseRamp(tf.ramp); err != nil {
+			return usageErr("--ramp: %s", strings.TrimPrefix(err.Error(), sim.ErrConfig.Error()+": "))
+		}
+		switch {
+		case f.trace != "":
+			return usageErr("--ramp sets the arrivals; a trace has its own")
+		case sweep != "":
+			return usageErr("--ramp and --sweep: give one")
+		case f.set["rate"]:
+			return usageErr("--ramp sets the rates; --rate has no use beside it")
+		}
+	}
 	cost, costName, kvTokens, err := loadCost(tf.profile)
 	if err != nil {
 		return err
@@ -270,7 +287,11 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 			}
 		}
 	}
-	w, wi, err := f.workload(sim.DefaultRequests)
+	defRequests := sim.DefaultRequests
+	if ramp != nil {
+		defRequests = sim.RampRequests(ramp, tf.speedup)
+	}
+	w, wi, err := f.workload(defRequests, ramp != nil)
 	if err != nil {
 		return err
 	}
@@ -279,6 +300,7 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 			Engine: engine.Config{Shards: f.shards, JumpSize: f.jump}, EventDelay: -1, Rate: f.rate, PredictionTTL: f.predictionTTL},
 		Speedup: tf.speedup, Output: tf.output, MaxNumSeqs: tf.maxSeqs, Cost: cost, SLOTTFT: tf.slo, Routers: tf.routers,
 		PrefillScale: tf.prefillScale, ApproxCapacity: tf.approxCapacity, ApproxBlock: tf.approxBlock,
+		Ramp: ramp, EvenArrivals: even,
 		OverlapWeight: tf.overlapWeight, MetricsInterval: tf.metricsInterval, OpenLoop: tf.openLoop, ThinkTime: tf.thinkTime,
 		Scorer: route.Scorer{PrefixWeight: tf.prefixWeight, KVWeight: tf.kvWeight, QueueWeight: tf.queueW},
 	}
@@ -419,6 +441,21 @@ type (
 		Seconds      float64 `json:"seconds"`
 		// Index is the exact index's side, for the policies that read events.
 		Index *indexJSON `json:"index,omitempty"`
+		// Stages are the ramp's, with --ramp.
+		Stages []stageJSON `json:"stages,omitempty"`
+	}
+	stageJSON struct {
+		Rate         float64 `json:"rate"`
+		StartS       float64 `json:"start_s"`
+		DurationS    float64 `json:"duration_s"`
+		Requests     int     `json:"requests"`
+		TTFTp50      float64 `json:"ttft_p50_s"`
+		TTFTp90      float64 `json:"ttft_p90_s"`
+		OutTokPerS   float64 `json:"output_tok_per_s"`
+		BlockHitRate float64 `json:"block_hit_rate"`
+		QueueMid     int     `json:"queue_mid"`
+		QueueEnd     int     `json:"queue_end"`
+		Unstable     bool    `json:"unstable"`
 	}
 	timedPointJSON struct {
 		Param    string            `json:"param"`
@@ -449,6 +486,11 @@ func toTimedPolicyJSON(r sim.TimedResult, measured bool) timedPolicyJSON {
 		Goodput: r.Goodput, SLOMet: r.SLOMet, Makespan: r.Makespan, KVUtilMean: r.KVUtilMean, KVUtilP90: r.KVUtilP90,
 		QueueMean: r.QueueMean, QueueP90: r.QueueP90, QueueMax: r.QueueMax, Preemptions: r.Preemptions,
 		MaxMeanLoad: r.MaxMeanLoad(), MaxMeanToken: r.MaxMeanTokens(), Seconds: r.Seconds,
+	}
+	for _, st := range r.Stages {
+		p.Stages = append(p.Stages, stageJSON{Rate: st.Rate, StartS: st.Start.Seconds(), DurationS: st.Duration.Seconds(),
+			Requests: st.Requests, TTFTp50: st.TTFT.P50, TTFTp90: st.TTFT.P90, OutTokPerS: st.OutputTokPerS,
+			BlockHitRate: st.BlockHitRate(), QueueMid: st.QueueMid, QueueEnd: st.QueueEnd, Unstable: st.Unstable})
 	}
 	if r.Index.Queries > 0 || r.Index.Events > 0 {
 		ix := toIndexJSON(sim.Result{Policy: sim.KVAware, Index: r.Index}, measured)
@@ -606,6 +648,7 @@ func simulateTimed(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, c
 	printTimedHeader(stdout, out, w, sw)
 	if sw.key == "" {
 		printTimedPolicies(stdout, out.Policies)
+		printTimedStages(stdout, out.Policies)
 		if out.Index != nil {
 			var r sim.TimedResult
 			for _, j := range jobs {
@@ -713,6 +756,35 @@ func printTimedPolicies(w io.Writer, pols []timedPolicyJSON) {
 			secs(p.TTFTp50), secs(p.TTFTp90), secs(p.TTFTp99), secs(p.ITLp90), secs(p.E2Ep90),
 			p.OutTokPerS, p.Goodput, 100*p.SLOMet, 100*p.KVUtilMean, p.QueueMean, bench.Thousands(p.Preemptions), pct(p.BlockHitRate),
 			pct(p.ReplyHitRate), 100*p.WaitedShare)
+	}
+}
+
+// printTimedStages is a ramp's table: each stage's p90 TTFT and output throughput
+// per policy, or "unstable" where the stage's queue still grew at its end.
+func printTimedStages(w io.Writer, pols []timedPolicyJSON) {
+	if len(pols) == 0 || len(pols[0].Stages) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nby stage: p90 TTFT / output tokens per second (unstable: the engines' queue still grew at the stage's end)\n")
+	fmt.Fprintf(w, "%6s %6s", "rate", "secs")
+	for _, p := range pols {
+		fmt.Fprintf(w, " %24s", p.Name)
+	}
+	fmt.Fprintln(w)
+	for k, st := range pols[0].Stages {
+		fmt.Fprintf(w, "%6g %6g", st.Rate, st.DurationS)
+		for _, p := range pols {
+			s := p.Stages[k]
+			lat := secs(s.TTFTp90)
+			switch {
+			case s.Rate == 0:
+				lat = "pause"
+			case s.Unstable:
+				lat = "unstable"
+			}
+			fmt.Fprintf(w, " %24s", lat+" / "+strconv.FormatFloat(math.Round(s.OutTokPerS), 'f', 0, 64))
+		}
+		fmt.Fprintln(w)
 	}
 }
 
