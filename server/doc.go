@@ -223,8 +223,9 @@
 // bad_prediction), 409 (duplicate_request_id), 401 (unauthenticated: auth.token_file), 404, 405, 413 (body_too_large), 429 (too_many_in_flight:
 // the connection's in-flight bytes) or 503 (overloaded: the server's in-flight bytes;
 // namespaces_full: the namespace table, until a sweep; both with Retry-After). Request bodies are read
-// strictly: an unknown field, a key given twice, a wrong type or trailing data is
-// bad_json.
+// strictly: an empty body, an unknown field, a key given twice, a wrong type or trailing
+// data is bad_json (messages name the field and the JSON it takes); an empty tokens or
+// content_hashes list is bad_query, on /v1/match, /v1/routed and gRPC alike.
 //
 // # Replica digests
 //
@@ -328,8 +329,9 @@
 // model under the tenant is listed, 0 where nothing matched; an instance's ranks, from
 // /register or from an engine's dp_ranks, fold into one entry with each rank in "DP".
 // GPU, CPU and DISK are the leading tokens held on that medium or a faster one
-// (cumulative, as Dynamo reads the RFC). Errors are the HTTP API's: 400 bad_json,
-// bad_engine, bad_query, query_too_long; 404 unknown_engine; 409 engine_exists,
+// (cumulative, as Dynamo reads the RFC). Errors are the HTTP API's, in its shape and
+// codes: 400 bad_json, unknown_model, bad_engine, bad_query (an empty token_ids or
+// block_hashes included), query_too_long; 404 unknown_engine; 409 engine_exists,
 // engine_source; 503 unavailable.
 //
 // # gRPC API

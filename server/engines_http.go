@@ -101,13 +101,16 @@ func (s *Server) engineError(w http.ResponseWriter, err error) {
 // decodeStrict decodes one JSON value into v as the request readers do: an unknown
 // field, a key given twice in an object, a wrong type or trailing data is an error.
 func decodeStrict(b []byte, v any) error {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return errors.New("empty request body")
+	}
 	if err := checkDuplicateKeys(b); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return err
+		return jsonError(err)
 	}
 	if _, err := dec.Token(); err == nil {
 		return errors.New("trailing data after the JSON value")

@@ -130,6 +130,10 @@ func (s *Server) checkQuery(m *model, in *queryInput) *apiError {
 		return badRequest("bad_query", errors.New("give tokens or content_hashes, not both"))
 	case !in.hasTokens && !in.hasHashes:
 		return badRequest("bad_query", errors.New("tokens or content_hashes is required"))
+	case in.hasTokens && len(in.tokens) == 0:
+		return badRequest("bad_query", errors.New("tokens is empty: give the prompt's token ids"))
+	case in.hasHashes && len(in.hashes) == 0:
+		return badRequest("bad_query", errors.New("content_hashes is empty: give the prompt's block hashes"))
 	}
 	blocks := len(in.hashes)
 	if in.hasTokens {

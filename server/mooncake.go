@@ -179,10 +179,10 @@ type MooncakeHits struct {
 func (s *Server) mooncakeModel(name string, blockSize int) (*model, error) {
 	m, err := s.resolveModel(name)
 	if err != nil {
-		return nil, err
+		return nil, badRequest("unknown_model", err) // /v1/match's code
 	}
 	if blockSize != 0 && blockSize != m.blockSize {
-		return nil, fmt.Errorf("block_size %d: model %q is indexed in blocks of %d tokens", blockSize, m.name, m.blockSize)
+		return nil, badRequest("bad_query", fmt.Errorf("block_size %d: model %q is indexed in blocks of %d tokens", blockSize, m.name, m.blockSize))
 	}
 	return m, nil
 }
@@ -377,7 +377,7 @@ func (s *Server) mooncakeQuery(ctx context.Context, req *MooncakeQuery, byHash b
 	}
 	if m == nil {
 		if m, err = s.mooncakeModel(req.Model, req.BlockSize); err != nil {
-			return badReq("%v", err)
+			return nil, http.StatusBadRequest, err // its code: unknown_model or bad_query
 		}
 	}
 	ns, err := mooncakeNamespace(m.name, &salted)
@@ -401,6 +401,9 @@ func (s *Server) mooncakeQuery(ctx context.Context, req *MooncakeQuery, byHash b
 		if req.BlockHashes != nil || req.BlockHash != nil || req.SeqHashes != nil {
 			return badReq("/query takes token_ids; block hashes go to /query_by_hash")
 		}
+		if len(req.TokenIDs) == 0 {
+			return badReq("token_ids is required: give the prompt's token ids")
+		}
 		if n := len(req.TokenIDs) / m.blockSize; n > s.cfg.MaxQueryBlocks {
 			return nil, http.StatusBadRequest, fmt.Errorf("%w: %d blocks, at most %d", errQueryTooLong, n, s.cfg.MaxQueryBlocks)
 		}
@@ -417,6 +420,9 @@ func (s *Server) mooncakeQuery(ctx context.Context, req *MooncakeQuery, byHash b
 		hs := req.BlockHashes
 		if hs == nil {
 			hs = req.BlockHash
+		}
+		if len(hs) == 0 {
+			return badReq("block_hashes is required: give the prompt's block hashes")
 		}
 		if len(hs) > s.cfg.MaxQueryBlocks {
 			return nil, http.StatusBadRequest, fmt.Errorf("%w: %d blocks, at most %d", errQueryTooLong, len(hs), s.cfg.MaxQueryBlocks)

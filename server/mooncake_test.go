@@ -314,8 +314,8 @@ func TestMooncakeErrors(t *testing.T) {
 		{"/register", `{"endpoint": "` + ep + `", "modelname": "m", "instance_id": "a", "dp_rank": 0}`, 409, "engine_exists"}, // the config's instance
 		{"/unregister", `{}`, 400, "bad_engine"},
 		{"/unregister", `{"instance_id": "nope"}`, 404, "unknown_engine"},
-		{"/query", `{"model": "zz", "token_ids": [1]}`, 400, "bad_query"},
-		{"/query", `{"token_ids": [1]}`, 400, "bad_query"},
+		{"/query", `{"model": "zz", "token_ids": [1]}`, 400, "unknown_model"}, // as /v1/match
+		{"/query", `{"token_ids": [1]}`, 400, "unknown_model"},
 		{"/query", `{"model": "m", "token_ids": [1], "block_size": 8}`, 400, "bad_query"},
 		{"/query", `{"model": "m", "token_ids": [-1]}`, 400, "bad_json"},
 		{"/query", `{"model": "m", "token_ids": [1], "medium": ["TAPE"]}`, 400, "bad_query"},
