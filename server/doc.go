@@ -173,7 +173,8 @@
 //	                  "pick": true counts the pick as routed (its load goes against the
 //	                  worker until /v1/finished names "request_id", given or returned in
 //	                  the pick); "load": {"pod-7": {"waiting": 3, "kv_util": 0.4, ...}}
-//	                  the caller's own view of the workers' load (pick.go, WorkerLoad);
+//	                  the caller's own view of the workers' load (pick.go, WorkerLoad;
+//	                  a worker the model does not serve is 400 unknown_worker);
 //	                  "top_k": at most this many matches (default and cap max_matches).
 //	                  The policies "cost" and "scorer" (package route, the code kvindex
 //	                  sim runs) weigh that load against the cache.

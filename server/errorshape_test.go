@@ -43,6 +43,8 @@ func TestErrorShape(t *testing.T) {
 		{"/v1/match", `{"model": "zz", "tokens": [1]}`, "unknown_model"},
 		{"/query", `{"model": "zz", "token_ids": [1]}`, "unknown_model"},
 		{"/query_by_hash", `{"model": "zz", "block_hashes": [1]}`, "unknown_model"},
+		// A load entry for a worker the model does not have.
+		{"/v1/match", `{"model": "m", "tokens": [1], "policy": "cost", "load": {"a": {}, "zz": {"waiting": 1}}}`, "unknown_worker"},
 		// Values of the wrong JSON type.
 		{"/v1/match", `{"model": "m", "tokens": ["x"]}`, "bad_json"},
 		{"/query", `{"model": "m", "token_ids": ["x"]}`, "bad_json"},
@@ -68,5 +70,8 @@ func TestErrorShape(t *testing.T) {
 		case goName.MatchString(msg):
 			t.Errorf("%s %s: message %q names a Go type", tc.path, tc.body, msg)
 		}
+	}
+	if status := c.do("POST", "/v1/match", `{"model": "m", "tokens": [1], "policy": "cost", "load": {"a": {"waiting": 1}}}`, nil); status != 200 {
+		t.Errorf("load for the model's worker: %d, want 200", status)
 	}
 }

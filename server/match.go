@@ -205,6 +205,22 @@ func checkLoads(loads map[string]*WorkerLoad) error {
 	return nil
 }
 
+// checkLoadWorkers refuses a load entry for a worker the model does not serve (as
+// /v1/routed refuses its worker): a mistyped name would otherwise be ignored and the
+// pick made without the load the caller meant to report. With an index fed by another
+// process every name is accepted (servesWorker): that process alone knows the workers.
+func (s *Server) checkLoadWorkers(m *model, loads map[string]*WorkerLoad) *apiError {
+	if len(loads) == 0 {
+		return nil
+	}
+	for _, w := range slices.Sorted(maps.Keys(loads)) {
+		if !s.servesWorker(m, w) {
+			return badRequest("unknown_worker", fmt.Errorf("load: worker %q is not a worker of model %q", w, m.name))
+		}
+	}
+	return nil
+}
+
 // find asks the engine for the query's matches (ctx bounds it), appending to dst.
 func (s *Server) find(ctx context.Context, ns string, q []uint64, dst []engine.Match) ([]engine.Match, *apiError) {
 	start := time.Now()
@@ -283,6 +299,9 @@ func (s *Server) match(ctx context.Context, in *matchInput, sc *matchScratch, re
 	}
 	if err := checkLoads(in.loads); err != nil {
 		return badRequest("bad_load", err)
+	}
+	if e := s.checkLoadWorkers(m, in.loads); e != nil {
+		return e
 	}
 	q, e := s.hashQuery(m, &in.queryInput, sc)
 	if e != nil {
