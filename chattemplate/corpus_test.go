@@ -130,7 +130,8 @@ type oracleCase struct {
 	EnableThinking string `json:"enable_thinking,omitempty"`
 }
 
-func randMessage(r *rand.Rand, role string, keys []string, vals []string) string {
+// message writes a chat message object with role first.
+func message(role string, keys []string, vals []string) string {
 	return jsonObj(append([]string{"role"}, keys...), append([]string{jsonStr(role)}, vals...))
 }
 
@@ -140,17 +141,17 @@ func randMessage(r *rand.Rand, role string, keys []string, vals []string) string
 func randConversation(r *rand.Rand) oracleCase {
 	var msgs []string
 	if r.IntN(2) == 0 {
-		msgs = append(msgs, randMessage(r, "system", []string{"content"}, []string{jsonStr(randText(r, 6))}))
+		msgs = append(msgs, message("system", []string{"content"}, []string{jsonStr(randText(r, 6))}))
 	}
 	turns := 1 + r.IntN(6)
 	for t := range turns {
-		msgs = append(msgs, randMessage(r, "user", []string{"content"}, []string{jsonStr(randText(r, 8))}))
+		msgs = append(msgs, message("user", []string{"content"}, []string{jsonStr(randText(r, 8))}))
 		if t == turns-1 && r.IntN(2) == 0 {
 			break // ends on a user turn
 		}
 		msgs = append(msgs, randAssistant(r)...)
 		if r.IntN(12) == 0 {
-			msgs = append(msgs, randMessage(r, "system", []string{"content"}, []string{jsonStr(randText(r, 3))}))
+			msgs = append(msgs, message("system", []string{"content"}, []string{jsonStr(randText(r, 3))}))
 		}
 	}
 	c := oracleCase{Messages: json.RawMessage("[" + strings.Join(msgs, ",") + "]"), Tools: json.RawMessage("null")}
@@ -201,9 +202,9 @@ func randAssistant(r *rand.Rand) []string {
 		keys = append(keys, "tool_calls")
 		vals = append(vals, "["+strings.Join(list, ",")+"]")
 	}
-	out := []string{randMessage(r, "assistant", keys, vals)}
+	out := []string{message("assistant", keys, vals)}
 	for i := range calls {
-		out = append(out, randMessage(r, "tool", []string{"tool_call_id", "content"}, []string{jsonStr(fmt.Sprintf("call_%d", i)), jsonStr(randText(r, 4))}))
+		out = append(out, message("tool", []string{"tool_call_id", "content"}, []string{jsonStr(fmt.Sprintf("call_%d", i)), jsonStr(randText(r, 4))}))
 	}
 	return out
 }

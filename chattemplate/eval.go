@@ -14,6 +14,7 @@ type evaluator struct {
 	out       strings.Builder
 	steps     int
 	maxSteps  int
+	work      meter // elements visited by comparisons; max is maxSteps*workPerStep
 	maxOutput int
 	callDepth int
 	now       func() time.Time
@@ -68,11 +69,18 @@ func (ev *evaluator) errf(line int, format string, args ...any) error {
 // step charges one unit of work against MaxSteps.
 func (ev *evaluator) step(line int) error {
 	ev.steps++
-	if ev.steps > ev.maxSteps {
+	if ev.steps > ev.maxSteps || ev.work.exceeded() {
 		return &Error{Line: line, Msg: fmt.Sprintf("template ran more than %d steps", ev.maxSteps), Err: ErrLimit}
 	}
 	return nil
 }
+
+// workPerStep is how many element visits (comparisons, membership tests, sort and unique
+// passes) one step buys: a step may look at a whole list, but not at unbounded many.
+const workPerStep = 64
+
+// str is toStr bounded by the output limit.
+func (ev *evaluator) str(v any) string { return toStr(v, ev.maxOutput) }
 
 // checkSize bounds every string, list or repetition the template builds to MaxOutput
 // (units: bytes for strings, items for lists), so no value can outgrow the output bound.
@@ -113,7 +121,7 @@ func (ev *evaluator) execOne(n node, sc *scope) (ctl, error) {
 		if err != nil {
 			return ctlNone, err
 		}
-		return ctlNone, ev.write(n.line, toStr(v))
+		return ctlNone, ev.write(n.line, ev.str(v))
 	case *ifNode:
 		for i, c := range n.conds {
 			v, err := ev.eval(c, sc)
@@ -141,7 +149,7 @@ func (ev *evaluator) execOne(n node, sc *scope) (ctl, error) {
 		if err != nil {
 			return ctlNone, err
 		}
-		return ctlNone, ev.write(n.line, toStr(s))
+		return ctlNone, ev.write(n.line, ev.str(s))
 	case *macroNode:
 		sc.set(n.name, &macro{node: n, closure: sc})
 		return ctlNone, nil
@@ -419,7 +427,7 @@ func (ev *evaluator) execCallBlock(n *callBlockNode, sc *scope) error {
 	if err != nil {
 		return err
 	}
-	return ev.write(n.line, toStr(s))
+	return ev.write(n.line, ev.str(s))
 }
 
 // ---- expressions ----
@@ -588,7 +596,7 @@ func (ev *evaluator) getItem(line int, x, k any) (any, error) {
 			return ev.getAttr(line, x, ks)
 		}
 	}
-	return undefined{name: toStr(k)}, nil
+	return undefined{name: ev.str(k)}, nil
 }
 
 // indexSeq is seq[i] with Python's negative indexes; out of range is undefined.
@@ -766,7 +774,7 @@ func (ev *evaluator) evalBinary(e *binExpr, sc *scope) (any, error) {
 		return nil, err
 	}
 	if e.op == "~" {
-		s := toStr(l) + toStr(r)
+		s := ev.str(l) + ev.str(r)
 		return s, ev.checkSize(e.line, len(s))
 	}
 	return ev.arith(e.line, e.op, l, r)
@@ -794,16 +802,19 @@ func (ev *evaluator) evalCompare(e *compareExpr, sc *scope) (any, error) {
 func (ev *evaluator) compareOp(line int, op string, l, r any) (bool, error) {
 	switch op {
 	case "==":
-		return equal(l, r), nil
+		return equal(l, r, &ev.work), nil
 	case "!=":
-		return !equal(l, r), nil
+		return !equal(l, r, &ev.work), nil
 	case "in":
 		return ev.contains(line, r, l)
 	case "not in":
 		ok, err := ev.contains(line, r, l)
 		return !ok, err
 	}
-	c, ok := compare(l, r)
+	c, ok := compare(l, r, &ev.work)
+	if ev.work.exceeded() {
+		return false, ev.step(line)
+	}
 	if !ok {
 		for _, v := range []any{l, r} {
 			if u, isU := v.(undefined); isU {
@@ -835,7 +846,7 @@ func (ev *evaluator) contains(line int, haystack, needle any) (bool, error) {
 	case []any, tuple:
 		items, _ := asSeq(h)
 		for _, it := range items {
-			if equal(it, needle) {
+			if equal(it, needle, &ev.work) {
 				return true, nil
 			}
 		}
@@ -918,7 +929,9 @@ func (ev *evaluator) repeat(line int, x any, n int64) (any, error) {
 		return strings.Repeat(v, int(n)), nil
 	case []any, tuple:
 		items, _ := asSeq(v)
-		if len(items) > 0 && n > int64(ev.maxOutput/len(items)) {
+		if len(items) == 0 {
+			n = 0
+		} else if n > int64(ev.maxOutput/len(items)) {
 			return nil, ev.checkSize(line, ev.maxOutput+1)
 		}
 		out := make([]any, 0, len(items)*int(n))
@@ -979,19 +992,34 @@ func (ev *evaluator) intArith(line int, op string, a, b int64) (any, error) {
 		if b < 0 {
 			return math.Pow(float64(a), float64(b)), nil
 		}
-		r := int64(1)
-		for range b {
-			if r != 0 && (r*a)/a != r {
-				return overflow()
-			}
-			r *= a
-			if r == 0 || r == 1 && a == 1 {
-				break
-			}
-		}
-		return r, nil
+		return intPow(a, b, overflow)
 	}
 	return nil, ev.errf(line, "unknown operator %s", op)
+}
+
+// intPow is a**b for b >= 0 by squaring, failing on overflow.
+func intPow(a, b int64, overflow func() (any, error)) (any, error) {
+	mul := func(x, y int64) (int64, bool) {
+		if x == 0 || y == 0 {
+			return 0, true
+		}
+		p := x * y
+		return p, p/y == x && !(x == -1 && y == math.MinInt64) && !(y == -1 && x == math.MinInt64)
+	}
+	r := int64(1)
+	for ok := true; b > 0; b >>= 1 {
+		if b&1 == 1 {
+			if r, ok = mul(r, a); !ok {
+				return overflow()
+			}
+		}
+		if b > 1 {
+			if a, ok = mul(a, a); !ok {
+				return overflow()
+			}
+		}
+	}
+	return r, nil
 }
 
 func (ev *evaluator) floatArith(line int, op string, a, b float64) (any, error) {

@@ -21,7 +21,7 @@ func init() {
 		"tojson":     filterToJSON,
 		"length":     filterLength,
 		"count":      filterLength,
-		"string":     func(_ *evaluator, _ int, x any, _ []any, _ []kwval) (any, error) { return toStr(x), nil },
+		"string":     func(ev *evaluator, _ int, x any, _ []any, _ []kwval) (any, error) { return ev.str(x), nil },
 		"upper":      strFilter(pyUpper),
 		"lower":      strFilter(strings.ToLower),
 		"capitalize": strFilter(pyCapitalize),
@@ -51,8 +51,8 @@ func init() {
 		"abs":        filterAbs,
 		"round":      filterRound,
 		"indent":     filterIndent,
-		"wordcount": func(_ *evaluator, _ int, x any, _ []any, _ []kwval) (any, error) {
-			return int64(len(strings.Fields(toStr(x)))), nil
+		"wordcount": func(ev *evaluator, _ int, x any, _ []any, _ []kwval) (any, error) {
+			return int64(len(strings.Fields(ev.str(x)))), nil
 		},
 		"min":  filterMinMax,
 		"max":  filterMinMax,
@@ -117,7 +117,7 @@ func ownName(kw []kwval) string {
 }
 
 func strFilter(f func(string) string) filterFunc {
-	return func(_ *evaluator, _ int, x any, _ []any, _ []kwval) (any, error) { return f(toStr(x)), nil }
+	return func(ev *evaluator, _ int, x any, _ []any, _ []kwval) (any, error) { return f(ev.str(x)), nil }
 }
 
 var htmlReplacer = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&#34;", "'", "&#39;")
@@ -130,9 +130,9 @@ func filterTrim(ev *evaluator, line int, x any, args []any, kw []kwval) (any, er
 		return nil, err
 	}
 	if p[0] == nil {
-		return strings.TrimFunc(toStr(x), pyIsSpace), nil
+		return strings.TrimFunc(ev.str(x), pyIsSpace), nil
 	}
-	return pyStrip(toStr(x), "strip", []string{toStr(p[0])}, []bool{true}), nil
+	return pyStrip(ev.str(x), "strip", []string{ev.str(p[0])}, []bool{true}), nil
 }
 
 func filterLength(ev *evaluator, line int, x any, _ []any, _ []kwval) (any, error) {
@@ -163,7 +163,7 @@ func filterJoin(ev *evaluator, line int, x any, args []any, kw []kwval) (any, er
 		return nil, err
 	}
 	var b strings.Builder
-	sep := toStr(p[0])
+	sep := ev.str(p[0])
 	for i, it := range items {
 		if p[1] != nil {
 			if it, err = ev.getItem(line, it, p[1]); err != nil {
@@ -173,7 +173,7 @@ func filterJoin(ev *evaluator, line int, x any, args []any, kw []kwval) (any, er
 		if i > 0 {
 			b.WriteString(sep)
 		}
-		b.WriteString(toStr(it))
+		b.WriteString(ev.str(it))
 		if err := ev.checkSize(line, b.Len()); err != nil {
 			return nil, err
 		}
@@ -186,11 +186,11 @@ func filterReplace(ev *evaluator, line int, x any, args []any, kw []kwval) (any,
 	if err != nil {
 		return nil, err
 	}
-	a := []any{toStr(p[0]), toStr(p[1])}
+	a := []any{ev.str(p[0]), ev.str(p[1])}
 	if p[2] != nil {
 		a = append(a, p[2])
 	}
-	return ev.pyReplace(line, toStr(x), a)
+	return ev.pyReplace(line, ev.str(x), a)
 }
 
 func filterFirstLast(ev *evaluator, line int, x any, _ []any, kw []kwval) (any, error) {
@@ -250,7 +250,7 @@ func filterMap(ev *evaluator, line int, x any, args []any, kw []kwval) (any, err
 		if len(args) == 0 {
 			return nil, ev.errf(line, "map() needs a filter name or attribute=")
 		}
-		name := toStr(args[0])
+		name := ev.str(args[0])
 		fn, ok := filters[name]
 		if !ok {
 			return nil, ev.errf(line, "no filter named '%s'", name)
@@ -303,7 +303,7 @@ func filterSelect(ev *evaluator, line int, x any, args []any, kw []kwval) (any, 
 	}
 	var test testFunc
 	if len(args) > 0 {
-		tn := toStr(args[0])
+		tn := ev.str(args[0])
 		if test = tests[tn]; test == nil {
 			return nil, ev.errf(line, "no test named '%s'", tn)
 		}
@@ -366,7 +366,7 @@ func filterDictsort(ev *evaluator, line int, x any, args []any, kw []kwval) (any
 	pairs, _ := ev.dictMethod(line, d, "items", nil)
 	items := pairs.([]any)
 	pos := 0
-	if toStr(p[1]) == "value" {
+	if ev.str(p[1]) == "value" {
 		pos = 1
 	}
 	return items, ev.sortItems(line, items, truthy(p[0]), truthy(p[2]), func(v any) (any, error) { return v.(tuple)[pos], nil })
@@ -408,7 +408,10 @@ func (ev *evaluator) sortItems(line int, items []any, caseSensitive, reverse boo
 		idx[i] = i
 	}
 	sort.SliceStable(idx, func(a, b int) bool {
-		c, ok := compare(keys[idx[a]], keys[idx[b]])
+		c, ok := compare(keys[idx[a]], keys[idx[b]], &ev.work)
+		if ev.work.exceeded() && cmpErr == nil {
+			cmpErr = ev.step(line)
+		}
 		if !ok && cmpErr == nil {
 			cmpErr = ev.errf(line, "'<' not supported between instances of '%s' and '%s'", typeName(keys[idx[a]]), typeName(keys[idx[b]]))
 		}
@@ -450,7 +453,7 @@ func filterUnique(ev *evaluator, line int, x any, args []any, kw []kwval) (any, 
 		}
 		dup := false
 		for _, s := range seen {
-			if equal(s, k) {
+			if equal(s, k, &ev.work) {
 				dup = true
 				break
 			}
@@ -555,13 +558,13 @@ func filterRound(ev *evaluator, line int, x any, args []any, kw []kwval) (any, e
 		return nil, ev.errf(line, "round() needs a number")
 	}
 	m := math.Pow(10, float64(prec))
-	switch toStr(p[1]) {
+	switch ev.str(p[1]) {
 	case "ceil":
 		return math.Ceil(f*m) / m, nil
 	case "floor":
 		return math.Floor(f*m) / m, nil
 	}
-	return math.Round(f*m) / m, nil
+	return math.RoundToEven(f*m) / m, nil // Python's round(): half to even
 }
 
 func filterIndent(ev *evaluator, line int, x any, args []any, kw []kwval) (any, error) {
@@ -577,7 +580,7 @@ func filterIndent(ev *evaluator, line int, x any, args []any, kw []kwval) (any, 
 		}
 		ind = strings.Repeat(" ", int(w))
 	}
-	s := toStr(x)
+	s := ev.str(x)
 	lines := strings.Split(s, "\n")
 	var b strings.Builder
 	for i, l := range lines {
@@ -643,7 +646,7 @@ func filterAttr(ev *evaluator, line int, x any, args []any, _ []kwval) (any, err
 	if len(args) != 1 {
 		return nil, ev.errf(line, "attr() takes one argument")
 	}
-	return ev.getAttr(line, x, toStr(args[0]))
+	return ev.getAttr(line, x, ev.str(args[0]))
 }
 
 // ---- tests ----

@@ -41,15 +41,16 @@ func builtinRange(ev *evaluator, line int, args []any, _ []kwval) (any, error) {
 	if step == 0 {
 		return nil, ev.errf(line, "range() arg 3 must not be zero")
 	}
-	n := int64(0)
+	// Counted in uint64: stop-start of two int64s cannot overflow there.
+	n := uint64(0)
 	switch {
 	case step > 0 && stop > start:
-		n = (stop - start + step - 1) / step
+		n = (uint64(stop)-uint64(start)-1)/uint64(step) + 1
 	case step < 0 && stop < start:
-		n = (start - stop - step - 1) / -step
+		n = (uint64(start)-uint64(stop)-1)/(uint64(-(step+1))+1) + 1
 	}
 	// A range is materialized; it may not be longer than the steps left to visit it.
-	if n > int64(ev.maxSteps-ev.steps) {
+	if n > uint64(ev.maxSteps-ev.steps) {
 		return nil, &Error{Line: line, Msg: fmt.Sprintf("range of %d items exceeds the step budget", n), Err: ErrLimit}
 	}
 	out := make([]any, n)
@@ -96,7 +97,7 @@ func builtinDict(ev *evaluator, line int, args []any, kw []kwval) (any, error) {
 func builtinRaise(ev *evaluator, line int, args []any, _ []kwval) (any, error) {
 	msg := ""
 	if len(args) > 0 {
-		msg = toStr(args[0])
+		msg = ev.str(args[0])
 	}
 	return nil, &Error{Line: line, Msg: msg, Err: ErrRaised}
 }
@@ -105,7 +106,7 @@ func builtinStrftimeNow(ev *evaluator, line int, args []any, _ []kwval) (any, er
 	if len(args) != 1 {
 		return nil, ev.errf(line, "strftime_now() takes one format argument")
 	}
-	return strftime(ev.now(), toStr(args[0])), nil
+	return strftime(ev.now(), ev.str(args[0])), nil
 }
 
 // strftime formats t with C strftime directives (the ones chat templates use); an

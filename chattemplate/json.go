@@ -2,14 +2,13 @@ package chattemplate
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -54,7 +53,7 @@ func filterToJSON(ev *evaluator, line int, x any, args []any, kw []kwval) (any, 
 		if !ok || len(seps) != 2 {
 			return nil, ev.errf(line, "tojson separators must be a pair of strings")
 		}
-		o.itemSep, o.keySep = toStr(seps[0]), toStr(seps[1])
+		o.itemSep, o.keySep = ev.str(seps[0]), ev.str(seps[1])
 	}
 	var b strings.Builder
 	if err := writeJSON(&b, x, &o, 0, ev.maxOutput); err != nil {
@@ -235,67 +234,287 @@ func writeU(b *strings.Builder, r rune) {
 
 // DecodeJSON decodes JSON into the values templates see, keeping what Python's json.loads
 // keeps: objects become *Dict in document order, numbers written without a fraction or
-// exponent become integers (others floats), and duplicate keys keep the last value in the
-// first key's place. Nesting is bounded (100 levels).
+// exponent become integers (others floats), and a duplicate key keeps the last value in
+// the first key's place. Invalid UTF-8 and lone surrogate escapes become U+FFFD (Go
+// strings cannot hold surrogates). Nesting is bounded (100 levels).
 func DecodeJSON(data []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	v, err := decodeValue(dec, 0)
+	d := jsonDecoder{data: data}
+	v, err := d.value(0)
+	if err == nil {
+		d.skipSpace()
+		if d.pos < len(d.data) {
+			err = d.errorf("data after the value")
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("chattemplate: decode JSON: %w", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("chattemplate: decode JSON: data after the value")
 	}
 	return v, nil
 }
 
-func decodeValue(dec *json.Decoder, depth int) (any, error) {
+// jsonDecoder is a small recursive-descent JSON parser: encoding/json's token API
+// allocates per token and was three quarters of a Qwen3 render from a request body.
+type jsonDecoder struct {
+	data []byte
+	pos  int
+}
+
+func (d *jsonDecoder) errorf(format string, args ...any) error {
+	return fmt.Errorf("offset %d: %s", d.pos, fmt.Sprintf(format, args...))
+}
+
+func (d *jsonDecoder) skipSpace() {
+	for d.pos < len(d.data) {
+		switch d.data[d.pos] {
+		case ' ', '\t', '\n', '\r':
+			d.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (d *jsonDecoder) value(depth int) (any, error) {
 	if depth > maxValueDepth {
-		return nil, fmt.Errorf("nesting deeper than %d", maxValueDepth)
+		return nil, d.errorf("nesting deeper than %d", maxValueDepth)
 	}
-	t, err := dec.Token()
+	d.skipSpace()
+	if d.pos >= len(d.data) {
+		return nil, d.errorf("unexpected end of input")
+	}
+	switch c := d.data[d.pos]; {
+	case c == '{':
+		return d.object(depth)
+	case c == '[':
+		return d.array(depth)
+	case c == '"':
+		return d.str()
+	case c == '-' || c >= '0' && c <= '9':
+		return d.number()
+	}
+	for _, lit := range []struct {
+		text string
+		v    any
+	}{{"true", true}, {"false", false}, {"null", nil}} {
+		if bytes.HasPrefix(d.data[d.pos:], []byte(lit.text)) {
+			d.pos += len(lit.text)
+			return lit.v, nil
+		}
+	}
+	return nil, d.errorf("unexpected character %q", d.data[d.pos])
+}
+
+// expect consumes the next non-space byte if it is c.
+func (d *jsonDecoder) expect(c byte) bool {
+	d.skipSpace()
+	if d.pos < len(d.data) && d.data[d.pos] == c {
+		d.pos++
+		return true
+	}
+	return false
+}
+
+func (d *jsonDecoder) object(depth int) (any, error) {
+	d.pos++
+	obj := NewDict()
+	if d.expect('}') {
+		return obj, nil
+	}
+	for {
+		d.skipSpace()
+		if d.pos >= len(d.data) || d.data[d.pos] != '"' {
+			return nil, d.errorf("expected an object key")
+		}
+		k, err := d.str()
+		if err != nil {
+			return nil, err
+		}
+		if !d.expect(':') {
+			return nil, d.errorf("expected ':'")
+		}
+		v, err := d.value(depth + 1)
+		if err != nil {
+			return nil, err
+		}
+		obj.Set(k, v)
+		if d.expect('}') {
+			return obj, nil
+		}
+		if !d.expect(',') {
+			return nil, d.errorf("expected ',' or '}'")
+		}
+	}
+}
+
+func (d *jsonDecoder) array(depth int) (any, error) {
+	d.pos++
+	out := []any{}
+	if d.expect(']') {
+		return out, nil
+	}
+	for {
+		v, err := d.value(depth + 1)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+		if d.expect(']') {
+			return out, nil
+		}
+		if !d.expect(',') {
+			return nil, d.errorf("expected ',' or ']'")
+		}
+	}
+}
+
+// str decodes a string literal at d.pos.
+func (d *jsonDecoder) str() (string, error) {
+	d.pos++
+	start := d.pos
+	for d.pos < len(d.data) {
+		switch c := d.data[d.pos]; {
+		case c == '"':
+			s := d.data[start:d.pos]
+			d.pos++
+			return validUTF8(s), nil
+		case c == '\\':
+			return d.escapedStr(start)
+		case c < 0x20:
+			return "", d.errorf("control character in string")
+		}
+		d.pos++
+	}
+	return "", d.errorf("unterminated string")
+}
+
+// validUTF8 is s with each invalid byte replaced by U+FFFD (as encoding/json does).
+func validUTF8(s []byte) string {
+	if utf8.Valid(s) {
+		return string(s)
+	}
+	out := make([]byte, 0, len(s)+8)
+	for len(s) > 0 {
+		r, n := utf8.DecodeRune(s)
+		out = utf8.AppendRune(out, r)
+		s = s[n:]
+	}
+	return string(out)
+}
+
+var jsonEscapes = map[byte]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
+// escapedStr finishes a string with escapes; d.pos is at the first backslash.
+func (d *jsonDecoder) escapedStr(start int) (string, error) {
+	b := append([]byte(nil), d.data[start:d.pos]...)
+	for d.pos < len(d.data) {
+		c := d.data[d.pos]
+		switch {
+		case c == '"':
+			d.pos++
+			return validUTF8(b), nil
+		case c < 0x20:
+			return "", d.errorf("control character in string")
+		case c != '\\':
+			b = append(b, c)
+			d.pos++
+			continue
+		}
+		if d.pos+1 >= len(d.data) {
+			break
+		}
+		e := d.data[d.pos+1]
+		d.pos += 2
+		if r, ok := jsonEscapes[e]; ok {
+			b = append(b, r)
+			continue
+		}
+		if e != 'u' {
+			return "", d.errorf("bad escape \\%c", e)
+		}
+		r, err := d.hex4()
+		if err != nil {
+			return "", err
+		}
+		if utf16.IsSurrogate(r) {
+			r2 := rune(-1)
+			if bytes.HasPrefix(d.data[d.pos:], []byte(`\u`)) {
+				d.pos += 2
+				if r2, err = d.hex4(); err != nil {
+					return "", err
+				}
+			}
+			if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+				r = dec
+			} else {
+				r = utf8.RuneError
+				if r2 >= 0 && !utf16.IsSurrogate(r2) {
+					b = utf8.AppendRune(b, r)
+					r = r2
+				}
+			}
+		}
+		b = utf8.AppendRune(b, r)
+	}
+	return "", d.errorf("unterminated string")
+}
+
+func (d *jsonDecoder) hex4() (rune, error) {
+	if d.pos+4 > len(d.data) {
+		return 0, d.errorf("truncated \\u escape")
+	}
+	v, err := strconv.ParseUint(string(d.data[d.pos:d.pos+4]), 16, 32)
 	if err != nil {
-		return nil, err
+		return 0, d.errorf("bad \\u escape")
 	}
-	switch x := t.(type) {
-	case json.Delim:
-		switch x {
-		case '{':
-			d := NewDict()
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				v, err := decodeValue(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				d.Set(kt.(string), v)
-			}
-			_, err := dec.Token()
-			return d, err
-		case '[':
-			out := []any{}
-			for dec.More() {
-				v, err := decodeValue(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, v)
-			}
-			_, err := dec.Token()
-			return out, err
-		}
-		return nil, fmt.Errorf("unexpected %v", x)
-	case json.Number:
-		if !strings.ContainsAny(string(x), ".eE") {
-			if i, err := x.Int64(); err == nil {
-				return i, nil
-			}
-		}
-		return x.Float64()
+	d.pos += 4
+	return rune(v), nil
+}
+
+// number decodes a JSON number: an int64 when it has no fraction or exponent and fits,
+// else a float64.
+func (d *jsonDecoder) number() (any, error) {
+	start := d.pos
+	isFloat := false
+	if d.data[d.pos] == '-' {
+		d.pos++
 	}
-	return t, nil // string, bool, nil
+	digits := func() int {
+		n := 0
+		for d.pos < len(d.data) && d.data[d.pos] >= '0' && d.data[d.pos] <= '9' {
+			d.pos++
+			n++
+		}
+		return n
+	}
+	if n := digits(); n == 0 || n > 1 && d.data[d.pos-n] == '0' {
+		return nil, d.errorf("bad number")
+	}
+	if d.pos < len(d.data) && d.data[d.pos] == '.' {
+		d.pos++
+		isFloat = true
+		if digits() == 0 {
+			return nil, d.errorf("bad number")
+		}
+	}
+	if d.pos < len(d.data) && (d.data[d.pos] == 'e' || d.data[d.pos] == 'E') {
+		d.pos++
+		isFloat = true
+		if d.pos < len(d.data) && (d.data[d.pos] == '+' || d.data[d.pos] == '-') {
+			d.pos++
+		}
+		if digits() == 0 {
+			return nil, d.errorf("bad number")
+		}
+	}
+	text := string(d.data[start:d.pos])
+	if !isFloat {
+		if i, err := strconv.ParseInt(text, 10, 64); err == nil {
+			return i, nil
+		}
+	}
+	f, err := strconv.ParseFloat(text, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return nil, d.errorf("bad number %s", text)
+	}
+	return f, nil
 }

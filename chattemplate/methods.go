@@ -47,7 +47,7 @@ func (ev *evaluator) callMethod(line int, m *method, args []any, kw []kwval) (an
 		}
 		n := int64(0)
 		for i, it := range items {
-			if equal(it, args[0]) {
+			if equal(it, args[0], &ev.work) {
 				if m.name == "index" {
 					return int64(i), nil
 				}
@@ -55,7 +55,7 @@ func (ev *evaluator) callMethod(line int, m *method, args []any, kw []kwval) (an
 			}
 		}
 		if m.name == "index" {
-			return nil, ev.errf(line, "%s is not in list", toStr(args[0]))
+			return nil, ev.errf(line, "%s is not in list", ev.str(args[0]))
 		}
 		return n, nil
 	}

@@ -131,7 +131,7 @@ type oracleModel struct {
 	specials Specials
 }
 
-func loadOracleModels(t *testing.T, dir string) []oracleModel {
+func loadOracleModels(t testing.TB, dir string) []oracleModel {
 	t.Helper()
 	var out []oracleModel
 	for _, name := range []string{"qwen3", "llama3.1"} {
@@ -165,19 +165,30 @@ type caseRef struct {
 	Case     oracleCase `json:"case"`
 }
 
+// oracleInput is the part of an external renderer's input that names the templates.
+func oracleInput(models []oracleModel) map[string]any {
+	templates := map[string]string{}
+	specials := map[string]map[string]string{}
+	for _, m := range models {
+		templates[m.name] = m.source
+		specials[m.name] = map[string]string{"bos_token": m.specials.BOSToken, "eos_token": m.specials.EOSToken}
+	}
+	return map[string]any{"templates": templates, "specials": specials}
+}
+
+// benchTimeout bounds one external renderer's run.
+const benchTimeout = 3 * time.Minute
+
 // runOracle renders every case of every model with the given external renderer.
 func runOracle(t *testing.T, cmd *exec.Cmd, models []oracleModel, cases []caseRef) []oracleResult {
 	t.Helper()
-	in := map[string]any{"templates": map[string]string{}, "specials": map[string]map[string]string{}, "cases": cases}
-	for _, m := range models {
-		in["templates"].(map[string]string)[m.name] = m.source
-		in["specials"].(map[string]map[string]string)[m.name] = map[string]string{"bos_token": m.specials.BOSToken, "eos_token": m.specials.EOSToken}
-	}
+	in := oracleInput(models)
+	in["cases"] = cases
 	data, err := json.Marshal(in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := runBounded(cmd, data, 3*time.Minute)
+	out, err := runBounded(cmd, data, benchTimeout)
 	if err != nil {
 		t.Fatalf("%s: %v: %s", cmd.Path, err, out)
 	}
@@ -289,7 +300,7 @@ func python3Jinja2(t *testing.T) string {
 	return py
 }
 
-func pythonCmd(t *testing.T, py string) *exec.Cmd {
+func pythonCmd(t testing.TB, py string) *exec.Cmd {
 	script, err := filepath.Abs(filepath.Join("testdata", "jinja2_oracle.py"))
 	if err != nil {
 		t.Fatal(err)

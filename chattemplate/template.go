@@ -139,7 +139,7 @@ func (t *Template) render(ctx Context, opts renderOpts) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ev := &evaluator{maxSteps: t.cfg.MaxSteps, maxOutput: t.cfg.MaxOutput, now: time.Now, opts: opts}
+	ev := &evaluator{maxSteps: t.cfg.MaxSteps, work: meter{max: t.cfg.MaxSteps * workPerStep}, maxOutput: t.cfg.MaxOutput, now: time.Now, opts: opts}
 	if !ctx.Now.IsZero() {
 		now := ctx.Now
 		ev.now = func() time.Time { return now }

@@ -223,8 +223,10 @@ func truthy(v any) bool {
 	return true
 }
 
-// toStr is Python's str() as Jinja prints values.
-func toStr(v any) string {
+// toStr is Python's str() as Jinja prints values, cut off after limit bytes (a list can
+// hold one sublist many times over, so its repr can be exponentially long; callers treat
+// a result longer than their bound as exceeding it).
+func toStr(v any, limit int) string {
 	switch x := v.(type) {
 	case string:
 		return x
@@ -232,13 +234,13 @@ func toStr(v any) string {
 		return ""
 	}
 	var b strings.Builder
-	writeRepr(&b, v, 0)
+	writeRepr(&b, v, 0, limit)
 	return b.String()
 }
 
 // writeRepr writes Python's repr() of v (str() for containers prints reprs of items).
-func writeRepr(b *strings.Builder, v any, depth int) {
-	if depth > maxValueDepth {
+func writeRepr(b *strings.Builder, v any, depth, limit int) {
+	if depth > maxValueDepth || b.Len() > limit {
 		b.WriteString("...")
 		return
 	}
@@ -260,15 +262,15 @@ func writeRepr(b *strings.Builder, v any, depth int) {
 	case string:
 		writePyStrRepr(b, x)
 	case []any:
-		writeSeqRepr(b, x, "[", "]", depth)
+		writeSeqRepr(b, x, "[", "]", depth, limit)
 	case tuple:
 		if len(x) == 1 {
 			b.WriteByte('(')
-			writeRepr(b, x[0], depth+1)
+			writeRepr(b, x[0], depth+1, limit)
 			b.WriteString(",)")
 			return
 		}
-		writeSeqRepr(b, x, "(", ")", depth)
+		writeSeqRepr(b, x, "(", ")", depth, limit)
 	case *Dict:
 		b.WriteByte('{')
 		for i, k := range x.keys {
@@ -277,12 +279,12 @@ func writeRepr(b *strings.Builder, v any, depth int) {
 			}
 			writePyStrRepr(b, k)
 			b.WriteString(": ")
-			writeRepr(b, x.vals[k], depth+1)
+			writeRepr(b, x.vals[k], depth+1, limit)
 		}
 		b.WriteByte('}')
 	case *namespace:
 		b.WriteString("<Namespace ")
-		writeRepr(b, x.d, depth+1)
+		writeRepr(b, x.d, depth+1, limit)
 		b.WriteByte('>')
 	case *macro:
 		b.WriteString("<Macro '" + x.node.name + "'>")
@@ -293,13 +295,13 @@ func writeRepr(b *strings.Builder, v any, depth int) {
 	}
 }
 
-func writeSeqRepr(b *strings.Builder, items []any, open, close string, depth int) {
+func writeSeqRepr(b *strings.Builder, items []any, open, close string, depth, limit int) {
 	b.WriteString(open)
 	for i, e := range items {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		writeRepr(b, e, depth+1)
+		writeRepr(b, e, depth+1, limit)
 	}
 	b.WriteString(close)
 }
@@ -448,8 +450,23 @@ func number(v any) (f float64, i int64, isInt, ok bool) {
 	return 0, 0, false, false
 }
 
-// equal is Python's ==.
-func equal(a, b any) bool {
+// meter counts the elements deep comparisons visit; past max every comparison gives up
+// (the evaluator then reports ErrLimit at its next step).
+type meter struct{ n, max int }
+
+func (m *meter) tick() bool {
+	m.n++
+	return m.n <= m.max
+}
+
+func (m *meter) exceeded() bool { return m.n > m.max }
+
+// equal is Python's ==. Each call adds one to *work: a list can hold one sublist many
+// times over, so the total is bounded (see meter).
+func equal(a, b any, work *meter) bool {
+	if !work.tick() {
+		return false
+	}
 	if fa, ia, aInt, ok := number(a); ok {
 		fb, ib, bInt, ok := number(b)
 		if !ok {
@@ -475,7 +492,7 @@ func equal(a, b any) bool {
 			return false
 		}
 		for i := range xs {
-			if !equal(xs[i], ys[i]) {
+			if !equal(xs[i], ys[i], work) {
 				return false
 			}
 		}
@@ -487,7 +504,7 @@ func equal(a, b any) bool {
 		}
 		for _, k := range x.keys {
 			yv, ok := y.vals[k]
-			if !ok || !equal(x.vals[k], yv) {
+			if !ok || !equal(x.vals[k], yv, work) {
 				return false
 			}
 		}
@@ -497,8 +514,11 @@ func equal(a, b any) bool {
 }
 
 // compare is Python's ordering for numbers, strings and sequences; ok is false when the
-// types are not orderable.
-func compare(a, b any) (int, bool) {
+// types are not orderable. Work is counted as in equal.
+func compare(a, b any, work *meter) (int, bool) {
+	if !work.tick() {
+		return 0, false
+	}
 	if fa, ia, aInt, ok := number(a); ok {
 		fb, ib, bInt, ok := number(b)
 		if !ok {
@@ -522,10 +542,10 @@ func compare(a, b any) (int, bool) {
 		return 0, false
 	}
 	for i := 0; i < len(xs) && i < len(ys); i++ {
-		if equal(xs[i], ys[i]) {
+		if equal(xs[i], ys[i], work) {
 			continue
 		}
-		return compare(xs[i], ys[i])
+		return compare(xs[i], ys[i], work)
 	}
 	return cmpOrdered(len(xs), len(ys)), true
 }
