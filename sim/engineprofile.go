@@ -38,6 +38,10 @@ type EngineSpec struct {
 	PerRequest   time.Duration
 	// KVTokens is one engine's KV cache in tokens, as the engine reports it.
 	KVTokens int
+	// MaxNumSeqs and MaxNumBatchedTokens are the engine's scheduler defaults on these
+	// GPUs (vLLM's max_num_seqs and max_num_batched_tokens; optional, 0 for the
+	// simulator's defaults).
+	MaxNumSeqs, MaxNumBatchedTokens int
 }
 
 // DefaultProfile is the shipped profile DefaultCostModel and DefaultTimedCapacity
@@ -71,8 +75,8 @@ func ShippedProfile(name string) (EngineSpec, error) {
 // ReadEngineSpec reads an engine profile: lines "key value" ('#' starts a comment),
 // the keys EngineSpec's fields in snake case (name, params, layers, heads, kv_heads,
 // head_dim, bytes_per_param, kv_bytes, gpus, gpu_tflops, gpu_tbps, mfu, bw_eff,
-// step_overhead, per_request, kv_tokens), every one required but name. Errors name the
-// line.
+// step_overhead, per_request, kv_tokens, max_num_seqs, max_num_batched_tokens), every
+// one required but name and the last two. Errors name the line.
 func ReadEngineSpec(r io.Reader) (EngineSpec, error) {
 	var e EngineSpec
 	nums := map[string]*float64{"params": &e.Params, "bytes_per_param": &e.BytesPerParam, "kv_bytes": &e.KVBytes,
@@ -80,6 +84,7 @@ func ReadEngineSpec(r io.Reader) (EngineSpec, error) {
 	ints := map[string]*int{"layers": &e.Layers, "heads": &e.Heads, "kv_heads": &e.KVHeads, "head_dim": &e.HeadDim,
 		"gpus": &e.GPUs, "kv_tokens": &e.KVTokens}
 	durs := map[string]*time.Duration{"step_overhead": &e.StepOverhead, "per_request": &e.PerRequest}
+	optional := map[string]*int{"max_num_seqs": &e.MaxNumSeqs, "max_num_batched_tokens": &e.MaxNumBatchedTokens}
 	seen := map[string]bool{}
 	s := bufio.NewScanner(io.LimitReader(r, 1<<20))
 	line := 0
@@ -106,13 +111,17 @@ func ReadEngineSpec(r io.Reader) (EngineSpec, error) {
 				err = fmt.Errorf("out of range")
 			}
 			*nums[key] = x
-		case ints[key] != nil:
+		case ints[key] != nil || optional[key] != nil:
 			var n int
 			n, err = strconv.Atoi(val)
 			if err == nil && (n < 1 || n > 1<<30) {
 				err = fmt.Errorf("out of range")
 			}
-			*ints[key] = n
+			if ints[key] != nil {
+				*ints[key] = n
+			} else {
+				*optional[key] = n
+			}
 		case durs[key] != nil:
 			var d time.Duration
 			d, err = time.ParseDuration(val)

@@ -24,8 +24,10 @@ const (
 	// DefaultTimedRate is the built-in workload's arrival rate under time, in requests
 	// per simulated second (Poisson). sim/README.md, "The default run", says why.
 	DefaultTimedRate = 16
-	// DefaultMaxNumSeqs is vLLM's max_num_seqs.
-	DefaultMaxNumSeqs = 256
+	// DefaultMaxNumSeqs is vLLM's max_num_seqs for the OpenAI server on the default
+	// engine's GPUs (H100: 70 GiB or more, not an A100; vllm/engine/arg_utils.py,
+	// get_batch_defaults; 256 on smaller GPUs and A100s).
+	DefaultMaxNumSeqs = 1024
 	// DefaultSLOTTFT is the time-to-first-token objective goodput counts against.
 	DefaultSLOTTFT = 2 * time.Second
 	// DefaultMetricsInterval is how often the scorer's routers read the engines'

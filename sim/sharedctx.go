@@ -26,6 +26,10 @@ type SharedContextConfig struct {
 	// Output is every request's output length in tokens (default 1000, the
 	// output_len of llm-d's sibling benchmark, 37-capacity; the blog gives none).
 	Output int
+	// EachOnce sends every user's query exactly once, in a random order (SGLang's
+	// generated-shared-prefix benchmark), Groups x UsersPerGroup requests in all;
+	// Requests is ignored.
+	EachOnce bool
 }
 
 // Defaults of the shared-context workload.
@@ -97,9 +101,19 @@ func SharedContext(c SharedContextConfig) (*Workload, error) {
 		BlockSize: c.BlockSize, Kind: "shared-context", Requests: make([]Request, 0, c.Requests),
 	}
 	pick := rand.New(rand.NewPCG(c.Seed, 0x7069636b)) // "pick": apart, so prompts do not depend on the order
+	var order []int
+	if c.EachOnce {
+		order = pick.Perm(len(prompts))
+		c.Requests = len(order)
+	}
 	var tokens []uint32
 	for len(w.Requests) < c.Requests {
-		u := pick.IntN(len(prompts))
+		var u int
+		if order != nil {
+			u = order[len(w.Requests)]
+		} else {
+			u = pick.IntN(len(prompts))
+		}
 		p := prompts[u]
 		if p == nil {
 			tokens = append(tokens[:0], contexts[u/c.UsersPerGroup]...)

@@ -478,6 +478,9 @@ func parseSweep(s string) (sweepSpec, error) {
 var chartFormats = map[string]bool{".svg": true, ".png": true, ".pdf": true}
 
 func runSim(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "validate" {
+		return runSimValidate(args[1:], stdout, stderr)
+	}
 	fs := newFlags("sim", stderr)
 	var f simFlags
 	f.register(fs, fmt.Sprintf("requests to simulate (0 = %d for the built-in workload, %d for shared-context, every line of a trace)", sim.DefaultRequests, sim.DefaultSharedRequests),

@@ -663,3 +663,15 @@ func TestSimSharedContext(t *testing.T) {
 		t.Fatalf("bad profile: exit %d, %q", code, errs)
 	}
 }
+
+// TestSimValidate: `sim validate` prints every row's checks and the tally; a scale
+// outside (0, 1] is a usage error. The validation itself is sim/report's test.
+func TestSimValidate(t *testing.T) {
+	code, out, errs := runCLI(t, "sim", "validate", "--scale", "0.05", "--jobs", "2")
+	if code != 0 || !strings.Contains(out, "37-capacity") || !strings.Contains(out, "checks hold their direction") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	if code, _, errs := runCLI(t, "sim", "validate", "--scale", "2"); code != 2 || !strings.Contains(errs, "--scale") {
+		t.Fatalf("--scale 2: exit %d, %q", code, errs)
+	}
+}

@@ -66,7 +66,7 @@ func (t *timedFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&t.prefixWeight, "prefix-weight", route.DefaultPrefixWeight, "the scorer policies' weight of the prefix score (llm-d's)")
 	fs.Float64Var(&t.kvWeight, "kv-weight", route.DefaultKVWeight, "the scorer policies' weight of the KV-utilisation score")
 	fs.Float64Var(&t.queueW, "queue-weight", route.DefaultQueueWeight, "the scorer policies' weight of the queue score")
-	fs.IntVar(&t.maxSeqs, "max-num-seqs", sim.DefaultMaxNumSeqs, "running requests per engine at most (vLLM's max_num_seqs)")
+	fs.IntVar(&t.maxSeqs, "max-num-seqs", sim.DefaultMaxNumSeqs, "running requests per engine at most (vLLM's max_num_seqs; default: the profile's, else 1,024, vLLM's on H100s)")
 	fs.IntVar(&t.output, "output-length", 0, "tokens every request generates (0 = the workload's: a trace's output_length, the built-in replies, 1,000 for shared-context)")
 	fs.StringVar(&t.profile, "profile", "", "the engine: a shipped profile ("+strings.Join(sim.ShippedProfiles(), ", ")+"), an engine file (.profile: the model's shape and its GPUs'; its KV tokens set --capacity), or a CSV of measured ttft,ISL,CACHED,SECONDS and itl,BATCH,CONTEXT,SECONDS points (default "+sim.DefaultProfile+"; sim/README.md)")
 	fs.IntVar(&t.approxCapacity, "approx-capacity", sim.DefaultApproxCapacity, "approximate-lru's keys per engine (llm-d's lruCapacityPerServer; it is not told the engines' capacity)")
@@ -273,12 +273,18 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 			return usageErr("--ramp sets the rates; --rate has no use beside it")
 		}
 	}
-	cost, costName, kvTokens, err := loadCost(tf.profile)
+	cost, costName, spec, err := loadCost(tf.profile)
 	if err != nil {
 		return err
 	}
-	if kvTokens > 0 && !f.set["capacity"] {
-		f.capacity = kvTokens / f.blockSize
+	if spec.KVTokens > 0 && !f.set["capacity"] {
+		f.capacity = spec.KVTokens / f.blockSize
+	}
+	if spec.MaxNumSeqs > 0 && !f.set["max-num-seqs"] {
+		tf.maxSeqs = spec.MaxNumSeqs
+	}
+	if spec.MaxNumBatchedTokens > 0 && !f.set["chunk"] {
+		f.chunk = spec.MaxNumBatchedTokens
 	}
 	if sw.key == "capacity" {
 		for _, c := range sw.vals {
@@ -337,8 +343,8 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 
 // loadCost reads --profile: a shipped profile's name, an engine file (.profile) or a
 // CSV of measured points. It returns the cost model, its description and, for an
-// engine, its KV tokens.
-func loadCost(profile string) (sim.CostModel, string, int, error) {
+// engine, its spec (zero for measured points).
+func loadCost(profile string) (sim.CostModel, string, sim.EngineSpec, error) {
 	if profile == "" {
 		profile = sim.DefaultProfile
 	}
@@ -348,26 +354,26 @@ func loadCost(profile string) (sim.CostModel, string, int, error) {
 	case slices.Contains(sim.ShippedProfiles(), profile):
 		spec, err = sim.ShippedProfile(profile)
 		if err != nil {
-			return nil, "", 0, err
+			return nil, "", spec, err
 		}
-		return spec.Roofline(), "roofline of " + spec.Name + " (profile " + profile + ")", spec.KVTokens, nil
+		return spec.Roofline(), "roofline of " + spec.Name + " (profile " + profile + ")", spec, nil
 	}
 	fh, err := os.Open(profile)
 	if err != nil {
-		return nil, "", 0, fmt.Errorf("--profile %q is not a shipped profile (%s): %w", profile, strings.Join(sim.ShippedProfiles(), ", "), err)
+		return nil, "", spec, fmt.Errorf("--profile %q is not a shipped profile (%s): %w", profile, strings.Join(sim.ShippedProfiles(), ", "), err)
 	}
 	defer fh.Close()
 	if strings.HasSuffix(profile, ".profile") {
 		if spec, err = sim.ReadEngineSpec(fh); err != nil {
-			return nil, "", 0, fmt.Errorf("%s: %w", profile, err)
+			return nil, "", spec, fmt.Errorf("%s: %w", profile, err)
 		}
-		return spec.Roofline(), "roofline of " + spec.Name + " (" + profile + ")", spec.KVTokens, nil
+		return spec.Roofline(), "roofline of " + spec.Name + " (" + profile + ")", spec, nil
 	}
 	p, err := sim.ReadProfile(fh)
 	if err != nil {
-		return nil, "", 0, fmt.Errorf("%s: %w", profile, err)
+		return nil, "", spec, fmt.Errorf("%s: %w", profile, err)
 	}
-	return p, "profile " + profile, 0, nil
+	return p, "profile " + profile, spec, nil
 }
 
 // JSON shapes of the timed `kvindex sim --json`.

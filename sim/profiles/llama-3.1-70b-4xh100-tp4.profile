@@ -25,3 +25,7 @@ step_overhead   2ms
 per_request     20us
 # benchmarking/37-capacity/README.md: 461,376 KV tokens per pod.
 kv_tokens       461376
+# vLLM's scheduler defaults for the OpenAI server on a GPU of 70 GiB or more that is not
+# an A100 (vllm/engine/arg_utils.py, get_batch_defaults).
+max_num_seqs            1024
+max_num_batched_tokens  8192

@@ -24,3 +24,7 @@ per_request     20us
 # Assumed: SGLang's default memory fraction (0.88) of 80 GB less 16 GB of weights and
 # 4 GB of activations, at 128 KiB of KV per token: about 380,000 tokens.
 kv_tokens       380000
+# Assumed: SGLang's chunked prefill of 8,192 tokens on an 80 GB GPU and 256 running
+# requests at most (its own default is sized from memory).
+max_num_seqs            256
+max_num_batched_tokens  8192

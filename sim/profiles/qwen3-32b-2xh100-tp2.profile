@@ -29,3 +29,7 @@ step_overhead   1.45ms
 per_request     20us
 # llm-d's benchmark reports 307,328 KV tokens per engine (vLLM's startup log).
 kv_tokens       307328
+# vLLM's scheduler defaults for the OpenAI server on a GPU of 70 GiB or more that is not
+# an A100 (vllm/engine/arg_utils.py, get_batch_defaults).
+max_num_seqs            1024
+max_num_batched_tokens  8192

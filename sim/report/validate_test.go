@@ -1,0 +1,88 @@
+package report
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/kvindex/kvindex/internal/testsize"
+	"github.com/kvindex/kvindex/sim"
+	"go.uber.org/goleak"
+	"time"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestValidate runs the validation table, short (every ramp stage a tenth as long, two
+// users a group for the all-at-once row) in make test and in full in make test-long,
+// and checks that every row prints every check with finite figures. In full, the
+// directions sim/VALIDATION.md reports as holding must hold: all but round-robin's
+// knee, which the simulated fleet reaches before the ladder starts.
+func TestValidate(t *testing.T) {
+	scale := 0.1
+	if testsize.Long() {
+		scale = 1
+	}
+	rows, err := Validate(t.Context(), ValidateConfig{Scale: scale, Parallel: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 4 {
+		t.Fatalf("%d rows, want 4", len(rows))
+	}
+	var out bytes.Buffer
+	PrintValidation(&out, rows)
+	holds := 0
+	for _, r := range rows {
+		if len(r.Checks) < 2 || !strings.Contains(out.String(), r.Source) {
+			t.Errorf("%s: %d checks, printed: %v", r.Source, len(r.Checks), strings.Contains(out.String(), r.Source))
+		}
+		for _, c := range r.Checks {
+			if math.IsNaN(c.Simulated) || math.IsInf(c.Simulated, 0) || c.Published <= 0 {
+				t.Errorf("%s: %s: published %v, simulated %v", r.Source, c.Claim, c.Published, c.Simulated)
+			}
+			if c.Holds {
+				holds++
+			}
+		}
+	}
+	t.Logf("scale %g:\n%s", scale, out.String())
+	if scale == 1 && holds < 9 {
+		t.Errorf("%d checks hold their direction, want at least 9 (sim/VALIDATION.md)", holds)
+	}
+	if _, err := Validate(t.Context(), ValidateConfig{Scale: 2}); err == nil {
+		t.Error("scale 2 accepted")
+	}
+}
+
+// TestKneeAndLadder: the helpers the checks use, by hand.
+func TestKneeAndLadder(t *testing.T) {
+	st := stagesOf([][3]float64{{3, 10, 0.1}, {10, 10, 0.5}, {15, 20, 1.9}, {20, 10, 5}, {25, 10, 0.1}})
+	if k := knee(st, 0, 2); k != 15 {
+		t.Errorf("knee %v, want 15 (the first stage past 2 s ends it)", k)
+	}
+	st[2].Unstable = true
+	if k := knee(st, 0, 2); k != 10 {
+		t.Errorf("knee %v with 15 unstable, want 10", k)
+	}
+	if p := p90(st[2]); p != 20 {
+		t.Errorf("an unstable stage's p90 %v, want its 20 s length", p)
+	}
+	for i := range st {
+		st[i].OutputTokPerS = 100 * float64(i)
+	}
+	// Stages 2-5 (after the warm-up): (100x10 + 200x20 + 300x10 + 400x10) / 50.
+	if got := ladderOutput(st); got != 240 {
+		t.Errorf("ladder output %v, want 240", got)
+	}
+}
+
+// stagesOf builds stages from (rate, seconds, p90) triples.
+func stagesOf(x [][3]float64) []sim.StageResult {
+	out := make([]sim.StageResult, len(x))
+	for i, s := range x {
+		out[i] = sim.StageResult{Stage: sim.Stage{Rate: s[0], Duration: time.Duration(s[1] * float64(time.Second))}, TTFT: sim.Latency{P90: s[2]}}
+	}
+	return out
+}
