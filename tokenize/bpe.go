@@ -11,10 +11,11 @@ import (
 // vocabulary is keyed by the raw bytes each entry stands for (not by GPT-2's printable
 // stand-ins), so a piece of text is looked up and merged as it is.
 type bpe struct {
-	vocab map[string]int32
+	vocab map[string]int32 // used at load; Encode reads vtab
+	vtab  vocabTable
 	// merges maps a pair of ids (left<<32 | right) to rank<<32 | merged id. The rank is
 	// the merge's line in the merges list: the lower, the earlier it applies.
-	merges map[uint64]uint64
+	merges mergeTable
 	// byteIDs: byte-level, the id of each single byte; with byte fallback, the id of
 	// <0xXX>; -1 where the vocabulary has none.
 	byteIDs      [256]int32
@@ -65,7 +66,7 @@ func (m *bpe) word(dst []uint32, w string, sc *scratch) ([]uint32, error) {
 	if len(w) == 0 {
 		return dst, nil
 	}
-	if id, ok := m.vocab[w]; ok && (m.ignoreMerges || m.direct[id]) {
+	if id, ok := m.vtab.get(w); ok && (m.ignoreMerges || m.direct[id]) {
 		return append(dst, uint32(id)), nil
 	}
 	m.merge(w, sc)
@@ -82,7 +83,7 @@ func (m *bpe) merge(w string, sc *scratch) {
 	} else {
 		for i := 0; i < len(w); {
 			_, n := utf8.DecodeRuneInString(w[i:])
-			id, ok := m.vocab[w[i:i+n]]
+			id, ok := m.vtab.get(w[i : i+n])
 			if !ok {
 				id = -1
 			}
@@ -127,7 +128,7 @@ func (m *bpe) push(h []mergeItem, syms []symbol, pos int32) []mergeItem {
 	if l < 0 || r < 0 {
 		return h
 	}
-	v, ok := m.merges[pairKey(l, r)]
+	v, ok := m.merges.get(pairKey(l, r))
 	if !ok {
 		return h
 	}

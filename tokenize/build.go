@@ -2,16 +2,17 @@ package tokenize
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 
 	"golang.org/x/text/unicode/norm"
 )
 
-// build turns tokenizer.json (and tokenizer_config.json, possibly nil) into a Tokenizer.
+// build turns tokenizer.json into a Tokenizer.
 // Every component type it does not implement is an error naming it: a tokenizer that
 // loads encodes exactly.
-func build(tj, cj []byte) (*Tokenizer, error) {
+func build(tj []byte) (*Tokenizer, error) {
 	var f fileJSON
 	if err := json.Unmarshal(tj, &f); err != nil {
 		return nil, fmt.Errorf("tokenize: tokenizer.json: %w", err)
@@ -34,11 +35,6 @@ func build(tj, cj []byte) (*Tokenizer, error) {
 		return nil, fmt.Errorf("tokenize: post_processor: %w", err)
 	}
 	t.decode = buildDecoder(f.Decoder, t.model.byteLevel)
-	if len(cj) > 0 {
-		if err = t.readConfig(cj); err != nil {
-			return nil, fmt.Errorf("tokenize: tokenizer_config.json: %w", err)
-		}
-	}
 	return t, nil
 }
 
@@ -54,7 +50,7 @@ func (t *Tokenizer) buildModel(mj *modelJSON) error {
 	case mj.EndOfWordSuffix != nil && *mj.EndOfWordSuffix != "":
 		return fmt.Errorf("end_of_word_suffix: %w", errUnsupported)
 	case len(mj.Vocab) == 0:
-		return fmt.Errorf("empty vocabulary")
+		return errors.New("empty vocabulary")
 	}
 	m.byteFallback, m.ignoreMerges, m.fuseUnk, m.unk = mj.ByteFallback, mj.IgnoreMerges, mj.FuseUnk, -1
 	size := 0
@@ -96,6 +92,7 @@ func (t *Tokenizer) buildModel(mj *modelJSON) error {
 		}
 		m.unk = int32(id)
 	}
+	m.vtab = newVocabTable(m.vocab)
 	if err := t.buildMerges(mj); err != nil {
 		return err
 	}
@@ -114,7 +111,7 @@ func (t *Tokenizer) buildMerges(mj *modelJSON) error {
 		return fmt.Errorf("%d merges", len(pairs))
 	}
 	m := &t.model
-	m.merges = make(map[uint64]uint64, len(pairs))
+	merges := make(map[uint64]uint64, len(pairs))
 	for rank, p := range pairs {
 		a, okA := mj.Vocab[p[0]]
 		b, okB := mj.Vocab[p[1]]
@@ -122,8 +119,9 @@ func (t *Tokenizer) buildMerges(mj *modelJSON) error {
 		if !okA || !okB || !okC {
 			return fmt.Errorf("merge %d (%q %q) names a token missing from the vocabulary", rank, p[0], p[1])
 		}
-		m.merges[pairKey(int32(a), int32(b))] = uint64(rank)<<32 | uint64(c)
+		merges[pairKey(int32(a), int32(b))] = uint64(rank)<<32 | uint64(c)
 	}
+	m.merges = newMergeTable(merges)
 	return nil
 }
 
@@ -171,7 +169,7 @@ func buildNorm(raw json.RawMessage, ops []normOp) ([]normOp, error) {
 		return append(ops, normOp{kind: normPrepend, to: c.Prepend}), nil
 	case "Replace":
 		if c.Pattern == nil || c.Pattern.String == nil || *c.Pattern.String == "" {
-			return nil, fmt.Errorf("Replace with a regex: %w", errUnsupported)
+			return nil, fmt.Errorf("type Replace with a regex: %w", errUnsupported)
 		}
 		return append(ops, normOp{kind: normReplace, from: *c.Pattern.String, to: c.Content}), nil
 	}
@@ -219,9 +217,9 @@ func (p *preTokenizer) addSplit(c componentJSON) error {
 	case p.hasSplit || p.meta:
 		return fmt.Errorf("a second splitting step: %w", errUnsupported)
 	case c.Behavior != "Isolated" || c.Invert:
-		return fmt.Errorf("Split behavior %q (invert %v): %w (Isolated only)", c.Behavior, c.Invert, errUnsupported)
+		return fmt.Errorf("type Split with behavior %q (invert %v): %w (Isolated only)", c.Behavior, c.Invert, errUnsupported)
 	case c.Pattern == nil:
-		return fmt.Errorf("Split without a pattern")
+		return errors.New("type Split without a pattern")
 	}
 	pattern := ""
 	switch {
@@ -232,7 +230,7 @@ func (p *preTokenizer) addSplit(c componentJSON) error {
 	}
 	sp, err := newSplitter(pattern)
 	if err != nil {
-		return fmt.Errorf("Split pattern %q is neither a known look-ahead pattern nor an RE2 one: %w", pattern, err)
+		return fmt.Errorf("type Split: pattern %q is neither a known look-ahead pattern nor an RE2 one: %w", pattern, err)
 	}
 	p.split, p.hasSplit = sp, true
 	return nil
@@ -256,7 +254,7 @@ func (p *preTokenizer) addByteLevel(c componentJSON) error {
 
 func (p *preTokenizer) addMetaspace(c componentJSON) error {
 	if p.hasSplit || p.meta {
-		return fmt.Errorf("Metaspace after another split: %w", errUnsupported)
+		return fmt.Errorf("type Metaspace after another split: %w", errUnsupported)
 	}
 	p.meta, p.metaRepl = true, c.Replacement
 	if p.metaRepl == "" {
@@ -273,7 +271,7 @@ func (p *preTokenizer) addMetaspace(c componentJSON) error {
 	case "never":
 		p.metaPrepend = prependNever
 	default:
-		return fmt.Errorf("Metaspace prepend_scheme %q: %w", c.PrependScheme, errUnsupported)
+		return fmt.Errorf("type Metaspace with prepend_scheme %q: %w", c.PrependScheme, errUnsupported)
 	}
 	p.metaSplit = c.Split == nil || *c.Split
 	return nil
@@ -323,20 +321,4 @@ func buildPost(raw json.RawMessage) (prefix, suffix []uint32, err error) {
 		return prefix, suffix, nil
 	}
 	return nil, nil, fmt.Errorf("type %q: %w", c.Type, errUnsupported)
-}
-
-func (t *Tokenizer) readConfig(cj []byte) error {
-	var c configJSON
-	if err := json.Unmarshal(cj, &c); err != nil {
-		return err
-	}
-	var err error
-	if t.bos, err = tokenString(c.BOSToken); err != nil {
-		return fmt.Errorf("bos_token: %w", err)
-	}
-	if t.eos, err = tokenString(c.EOSToken); err != nil {
-		return fmt.Errorf("eos_token: %w", err)
-	}
-	t.template, err = chatTemplate(c.ChatTemplate)
-	return err
 }

@@ -1,7 +1,5 @@
 package tokenize
 
-import "unicode/utf8"
-
 // byteRunes is GPT-2's bytes_to_unicode table: the printable character a byte-level
 // vocabulary writes for each byte. Bytes that are printable Latin-1 stand for themselves;
 // the other 68 are shifted to U+0100 onwards in byte order. The tokenizer never builds
@@ -43,13 +41,4 @@ func byteLevelDecode(s string) ([]byte, bool) {
 		out = append(out, byte(runeBytes[r]))
 	}
 	return out, true
-}
-
-// byteLevelEncode is byteLevelDecode's inverse (tests and diagnostics only).
-func byteLevelEncode(b []byte) string {
-	out := make([]byte, 0, 2*len(b))
-	for _, c := range b {
-		out = utf8.AppendRune(out, byteRunes[c])
-	}
-	return string(out)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"unicode"
 )
 
 // The oracle's corpus: deterministic (a fixed PCG seed), so a failure names a prompt
@@ -112,5 +113,44 @@ func corpus(seed uint64, n int) []string {
 		out = append(out, b.String())
 	}
 	out[0], out[1], out[2] = "", " ", fmt.Sprint("a", strings.Repeat(" ", 3), "\n")
+	return out
+}
+
+// conversations returns n chats made of corpus text: an optional system turn, then
+// alternating user and assistant turns ending with a user turn. Contents carry no
+// leading or trailing whitespace (Python's or JavaScript's) and no </think>: @huggingface/jinja's strip ignores its
+// argument (Python's strip('\n') does not), and Qwen3's template strips what follows an
+// assistant's </think>: a difference of the oracle's template engine, not of
+// tokenization (package chattemplate tests templates against Python's jinja2).
+func conversations(seed uint64, n int) [][]map[string]any {
+	r := rand.New(rand.NewPCG(seed, 0x63686174))
+	texts := corpus(seed+1, 4*n)
+	next := func() string {
+		// Python's strip (Llama's template trims contents) also removes U+001C..U+001F;
+		// JavaScript's does not.
+		s := strings.TrimFunc(strings.ReplaceAll(texts[r.IntN(len(texts))], "</think>", "</th ink>"), func(r rune) bool {
+			return unicode.IsSpace(r) || (0x1c <= r && r <= 0x1f)
+		})
+		if s == "" {
+			s = "hello"
+		}
+		return s
+	}
+	out := make([][]map[string]any, n)
+	for i := range out {
+		var msgs []map[string]any
+		if r.IntN(2) == 0 {
+			msgs = append(msgs, map[string]any{"role": "system", "content": next()})
+		}
+		turns := 1 + 2*r.IntN(4)
+		for k := range turns {
+			role := "user"
+			if k%2 == 1 {
+				role = "assistant"
+			}
+			msgs = append(msgs, map[string]any{"role": role, "content": next()})
+		}
+		out[i] = msgs
+	}
 	return out
 }

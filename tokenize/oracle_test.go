@@ -1,6 +1,7 @@
 package tokenize_test
 
 import (
+	"encoding/json"
 	"slices"
 	"sync"
 	"testing"
@@ -81,4 +82,52 @@ func firstDiff(a, b []uint32) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// TestOracleChats renders 500 conversations per model with the model's template and
+// encodes them (vLLM's chat convention), comparing the text with @huggingface/jinja's
+// rendering and the ids with transformers.js's.
+func TestOracleChats(t *testing.T) {
+	convs := conversations(11, 500)
+	var jobs []tokoracle.Job
+	for _, m := range []string{"qwen3", "llama3.1"} {
+		for i, c := range convs {
+			j := tokoracle.Job{Model: m, Messages: c, AddGenerationPrompt: i%5 != 4}
+			if m == "qwen3" && i%3 == 0 {
+				j.Kwargs = map[string]any{"enable_thinking": false}
+			}
+			jobs = append(jobs, j)
+		}
+	}
+	res := tokoracle.Run(t, jobs, nil)
+	models := map[string]*tokenize.Model{}
+	bad := 0
+	for i, j := range jobs {
+		m := models[j.Model]
+		if m == nil {
+			var err error
+			if m, err = tokenize.LoadModel(tokenize.ModelConfig{Dir: tokoracle.ModelDir(t, j.Model)}); err != nil {
+				t.Fatal(err)
+			}
+			models[j.Model] = m
+		}
+		msgs, err := json.Marshal(j.Messages)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, text, err := m.EncodeChat(nil, tokenize.Chat{MessagesJSON: msgs, AddGenerationPrompt: j.AddGenerationPrompt, Kwargs: j.Kwargs})
+		if err != nil {
+			t.Fatalf("%s conversation %d: %v", j.Model, i%len(convs), err)
+		}
+		if text != res.Texts[i] || !slices.Equal(ids, res.IDs[i]) {
+			bad++
+			if bad <= 3 {
+				t.Errorf("%s conversation %d: texts equal %v, ids differ at %d\n text %.300q\n want %.300q", j.Model, i%len(convs), text == res.Texts[i], firstDiff(ids, res.IDs[i]), text, res.Texts[i])
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d chats differ", bad, len(jobs))
+	}
+	t.Logf("%d conversations x 2 models: text and ids identical", len(convs))
 }

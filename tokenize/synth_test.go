@@ -20,7 +20,7 @@ import (
 // gpt2Char is GPT-2's printable stand-in for byte b (written out again here, not taken
 // from the package, so that a mistake in either shows).
 func gpt2Char(b byte) rune {
-	if ('!' <= b && b <= '~') || (0xA1 <= b && b <= 0xAC) || (0xAE <= b && b <= 0xFF) {
+	if ('!' <= b && b <= '~') || (0xA1 <= b && b <= 0xAC) || 0xAE <= b {
 		return rune(b)
 	}
 	n := 0

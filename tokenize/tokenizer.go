@@ -24,11 +24,11 @@ var ErrTooLong = errors.New("tokenize: text longer than the configured maximum")
 
 // Config says where a tokenizer comes from. Zero values mean the defaults.
 type Config struct {
-	// Dir is a model folder: tokenizer.json, and optionally tokenizer_config.json (special
-	// tokens, chat template) and chat_template.jinja (which wins over the config's).
+	// Dir is a model folder holding tokenizer.json (LoadModel also reads its chat
+	// template).
 	Dir string
-	// TokenizerJSON and ConfigJSON are the two files' contents, used instead of Dir.
-	TokenizerJSON, ConfigJSON []byte
+	// TokenizerJSON is tokenizer.json's content, used instead of Dir.
+	TokenizerJSON []byte
 	// MaxInputBytes bounds the text one Encode call accepts (default 4 MiB, at most
 	// 256 MiB).
 	MaxInputBytes int
@@ -47,8 +47,6 @@ type Tokenizer struct {
 	decode    decoder
 	idText    []string // id -> the text (raw bytes for byte-level entries) it decodes to
 	maxInput  int
-	bos, eos  string
-	template  string
 	scratches sync.Pool
 }
 
@@ -68,45 +66,30 @@ func New(cfg Config) (*Tokenizer, error) {
 	case maxIn < 0 || maxIn > MaxMaxInputBytes:
 		return nil, fmt.Errorf("tokenize: MaxInputBytes %d out of range [1, %d]", maxIn, MaxMaxInputBytes)
 	}
-	tj, cj, tmpl, err := readFiles(cfg)
+	tj, err := readFile(cfg)
 	if err != nil {
 		return nil, err
 	}
-	t, err := build(tj, cj)
+	t, err := build(tj)
 	if err != nil {
 		return nil, err
-	}
-	if tmpl != "" {
-		t.template = tmpl
 	}
 	t.maxInput = maxIn
 	t.scratches.New = func() any { return new(scratch) }
 	return t, nil
 }
 
-// readFiles returns tokenizer.json, tokenizer_config.json (nil when absent) and
-// chat_template.jinja ("" when absent).
-func readFiles(cfg Config) (tj, cj []byte, tmpl string, err error) {
-	if cfg.Dir == "" {
-		if len(cfg.TokenizerJSON) == 0 {
-			return nil, nil, "", errors.New("tokenize: Config needs Dir or TokenizerJSON")
-		}
-		return cfg.TokenizerJSON, cfg.ConfigJSON, "", nil
+// readFile returns tokenizer.json's content.
+func readFile(cfg Config) ([]byte, error) {
+	switch {
+	case cfg.Dir == "" && len(cfg.TokenizerJSON) == 0:
+		return nil, errors.New("tokenize: Config needs Dir or TokenizerJSON")
+	case cfg.Dir != "" && len(cfg.TokenizerJSON) > 0:
+		return nil, errors.New("tokenize: give Config.Dir or Config.TokenizerJSON, not both")
+	case cfg.Dir == "":
+		return cfg.TokenizerJSON, nil
 	}
-	if len(cfg.TokenizerJSON) > 0 {
-		return nil, nil, "", errors.New("tokenize: give Config.Dir or Config.TokenizerJSON, not both")
-	}
-	if tj, err = readBounded(filepath.Join(cfg.Dir, "tokenizer.json")); err != nil {
-		return nil, nil, "", err
-	}
-	if cj, err = readBounded(filepath.Join(cfg.Dir, "tokenizer_config.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, nil, "", err
-	}
-	t, err := readBounded(filepath.Join(cfg.Dir, "chat_template.jinja"))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, nil, "", err
-	}
-	return tj, cj, string(t), nil
+	return readBounded(filepath.Join(cfg.Dir, "tokenizer.json"))
 }
 
 func readBounded(path string) ([]byte, error) {
@@ -123,17 +106,6 @@ func readBounded(path string) ([]byte, error) {
 	}
 	return b, nil
 }
-
-// BOSToken and EOSToken are the beginning- and end-of-sequence tokens tokenizer_config.json
-// names ("" when it names none); chat templates receive them as bos_token and eos_token.
-func (t *Tokenizer) BOSToken() string { return t.bos }
-
-// EOSToken: see BOSToken.
-func (t *Tokenizer) EOSToken() string { return t.eos }
-
-// ChatTemplate is the model's chat template: chat_template.jinja if the folder has one,
-// else tokenizer_config.json's chat_template ("" when neither).
-func (t *Tokenizer) ChatTemplate() string { return t.template }
 
 // VocabSize is the number of ids the tokenizer can produce (the largest id plus one).
 func (t *Tokenizer) VocabSize() int { return len(t.idText) }

