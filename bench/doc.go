@@ -80,6 +80,14 @@
 // is measured differently on the two sides and the table says which: live Go heap growth
 // for ours, a counting allocator's live bytes and RSS growth for the peers.
 //
+// Like for like: each side also replays the log coalesced (Workload.Coalesced: consecutive
+// removals of one worker in one call, a store that extends the one before it merged into
+// it; the drivers' --coalesce merges by the same rule), and every events pass reads the
+// process's CPU clock beside the wall clock. WritePeerTable then gives every
+// implementation's per-event and coalesced rates in wall and CPU time, and its ratios to
+// ChainIndex's per event to per event and coalesced to coalesced: a batching replay of
+// ours is never set against a peer that applies one event per call.
+//
 // Nothing here is imported by the engine: the package is a benchmark-only dependency of
 // cmd/kvindex.
 package bench

@@ -59,6 +59,11 @@ type Result struct {
 	Load   QueryResult   // Queriers goroutines while one streamer applies events
 	Rest   QueryResult   // one querier on the index a full pass left
 	Memory MemoryResult
+	// Coalesced is the events measurement (one producer) on the workload's Coalesced
+	// form, and CoalescedVerify its verification; zero where not measured
+	// (CompareRounds measures them).
+	Coalesced       EventResult
+	CoalescedVerify VerifyResult
 }
 
 // VerifyResult counts the checked queries of a sequential replay.
@@ -81,6 +86,11 @@ type EventResult struct {
 	BlockOps       int64
 	EventsPerSec   float64
 	BlockOpsPerSec float64
+	// CPUSeconds is the process CPU time (every thread's, user and system) of the pass
+	// whose CPU time is the median; CPUBlockOpsPerSec is BlockOps over it. 0 where the
+	// platform does not tell (processCPU), or the driver of a peer did not report it.
+	CPUSeconds        float64
+	CPUBlockOpsPerSec float64
 	// AllocsPerEvent is heap allocations (runtime.MemStats.Mallocs) per event, over
 	// every pass.
 	AllocsPerEvent float64
@@ -253,7 +263,7 @@ func MeasureEvents(impl Impl, w *Workload, producers int, budget time.Duration, 
 		return res, errors.New("bench: producers must be >= 1")
 	}
 	parts := w.partition(producers)
-	var secs []float64
+	var secs, cpus []float64
 	var total time.Duration
 	var mallocs uint64
 	var m0, m1 runtime.MemStats
@@ -264,9 +274,13 @@ func MeasureEvents(impl Impl, w *Workload, producers int, budget time.Duration, 
 		}
 		runtime.GC() // start every pass from the same heap, outside the timed region
 		runtime.ReadMemStats(&m0)
+		c0, cpuOK := processCPU()
 		t0 := time.Now()
 		rej, err := applyPass(idx, w, parts, len(w.Events))
 		d := time.Since(t0)
+		if c1, ok := processCPU(); ok && cpuOK {
+			cpus = append(cpus, (c1 - c0).Seconds())
+		}
 		runtime.ReadMemStats(&m1)
 		idx.Close()
 		if err != nil {
@@ -278,14 +292,13 @@ func MeasureEvents(impl Impl, w *Workload, producers int, budget time.Duration, 
 		mallocs += m1.Mallocs - m0.Mallocs
 		secs = append(secs, d.Seconds())
 	}
-	sort.Float64s(secs)
-	res.Seconds = secs[len(secs)/2]
-	if len(secs)%2 == 0 {
-		res.Seconds = (secs[len(secs)/2-1] + secs[len(secs)/2]) / 2
-	}
+	res.Seconds = median(secs)
 	if res.Seconds > 0 {
 		res.EventsPerSec = float64(res.Events) / res.Seconds
 		res.BlockOpsPerSec = float64(res.BlockOps) / res.Seconds
+	}
+	if res.CPUSeconds = median(cpus); res.CPUSeconds > 0 {
+		res.CPUBlockOpsPerSec = float64(res.BlockOps) / res.CPUSeconds
 	}
 	if n := res.Passes * res.Events; n > 0 {
 		res.AllocsPerEvent = float64(mallocs) / float64(n)
@@ -491,4 +504,18 @@ func MeasureMemory(impl Impl, w *Workload) (MemoryResult, error) {
 		res.BytesPerMembership = float64(res.HeapBytes) / float64(res.Memberships)
 	}
 	return res, nil
+}
+
+// median sorts xs and returns their median (the mean of the middle two for an even
+// count), 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	sort.Float64s(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
 }

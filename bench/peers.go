@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -60,12 +59,14 @@ type peerJSON struct {
 		Scores int    `json:"scores_passed"`
 		First  string `json:"first"`
 	} `json:"verify"`
-	Replay struct {
-		Passes         int     `json:"passes"`
-		Seconds        float64 `json:"seconds"`
-		BlockOpsPerSec float64 `json:"block_ops_per_sec"`
-		EventsPerSec   float64 `json:"events_per_sec"`
-	} `json:"replay"`
+	Replay          peerReplay `json:"replay"`
+	ReplayCoalesced peerReplay `json:"replay_coalesced"`
+	VerifyCoalesced struct {
+		Ran    bool   `json:"ran"`
+		Passed int    `json:"passed"`
+		Failed int    `json:"failed"`
+		First  string `json:"first"`
+	} `json:"verify_coalesced"`
 	Rest   peerQueries `json:"rest"`
 	Load   peerQueries `json:"load"`
 	Memory struct {
@@ -75,6 +76,31 @@ type peerJSON struct {
 		RSSBytes           int64   `json:"rss_bytes"`
 		RSSPerMembership   float64 `json:"rss_bytes_per_membership"`
 	} `json:"memory"`
+}
+
+// peerReplay is a driver's events measurement; CPUSeconds is the process CPU time of
+// the median pass (0 from a driver that does not report it).
+type peerReplay struct {
+	Events         int     `json:"events"`
+	Passes         int     `json:"passes"`
+	Seconds        float64 `json:"seconds"`
+	CPUSeconds     float64 `json:"cpu_seconds"`
+	BlockOpsPerSec float64 `json:"block_ops_per_sec"`
+	EventsPerSec   float64 `json:"events_per_sec"`
+}
+
+// result is r as an EventResult of a replay of events events and blockOps block ops.
+func (r peerReplay) result(events int, blockOps int64, rejected int) EventResult {
+	e := EventResult{Producers: 1, Passes: r.Passes, Seconds: r.Seconds, Events: events,
+		BlockOps: blockOps, EventsPerSec: r.EventsPerSec, BlockOpsPerSec: r.BlockOpsPerSec,
+		CPUSeconds: r.CPUSeconds, AllocsPerEvent: -1, Rejected: rejected}
+	if r.Events > 0 {
+		e.Events = r.Events
+	}
+	if r.CPUSeconds > 0 {
+		e.CPUBlockOpsPerSec = float64(blockOps) / r.CPUSeconds
+	}
+	return e
 }
 
 type peerQueries struct {
@@ -106,7 +132,7 @@ func RunPeer(ctx context.Context, p Peer, opsPath string, jump int, opt Options)
 	args := []string{"--ops", opsPath, "--jump", strconv.Itoa(jump),
 		"--duration-ms", strconv.FormatInt(max(1, opt.Duration.Milliseconds()), 10),
 		"--queriers", strconv.Itoa(opt.Queriers), "--max-passes", strconv.Itoa(opt.MaxPasses),
-		"--max-loops", strconv.Itoa(opt.MaxLoops)}
+		"--max-loops", strconv.Itoa(opt.MaxLoops), "--coalesce"}
 	if opt.SkipVerify {
 		args = append(args, "--no-verify")
 	}
@@ -137,9 +163,13 @@ func decodePeer(name string, out []byte, opt Options) (Result, error) {
 	if j.Verify.Ran {
 		res.Verify = VerifyResult{Passed: j.Verify.Passed, Failed: j.Verify.Failed, First: j.Verify.First, ScoresPassed: j.Verify.Scores}
 	}
-	res.Events = []EventResult{{Producers: 1, Passes: j.Replay.Passes, Seconds: j.Replay.Seconds, Events: j.Events,
-		BlockOps: j.BlockOps, EventsPerSec: j.Replay.EventsPerSec, BlockOpsPerSec: j.Replay.BlockOpsPerSec,
-		AllocsPerEvent: -1, Rejected: j.Rejected}}
+	res.Events = []EventResult{j.Replay.result(j.Events, j.BlockOps, j.Rejected)}
+	if j.ReplayCoalesced.Passes > 0 {
+		res.Coalesced = j.ReplayCoalesced.result(0, j.BlockOps, 0)
+		if v := j.VerifyCoalesced; v.Ran {
+			res.CoalescedVerify = VerifyResult{Passed: v.Passed, Failed: v.Failed, First: v.First}
+		}
+	}
 	res.Load = j.Load.result(opt.Queriers)
 	res.Rest = j.Rest.result(1)
 	res.Memory = MemoryResult{Memberships: j.Memory.Memberships, HeapBytes: j.Memory.AllocBytes,
@@ -185,6 +215,7 @@ func CompareRounds(ctx context.Context, w *Workload, opsPath string, jump int, i
 	}
 	opt = opt.withDefaults()
 	opt.Producers = []int{1}
+	wc := w.Coalesced()
 	sums := make([]Summary, len(impls)+len(peers))
 	for round := range rounds {
 		o := opt
@@ -194,7 +225,7 @@ func CompareRounds(ctx context.Context, w *Workload, opsPath string, jump int, i
 			var r Result
 			var err error
 			if i < len(impls) {
-				r, err = Run(impls[i], w, o)
+				r, err = runBoth(impls[i], w, wc, o)
 			} else {
 				r, err = RunPeer(ctx, peers[i-len(impls)], opsPath, jump, o)
 			}
@@ -211,8 +242,26 @@ func CompareRounds(ctx context.Context, w *Workload, opsPath string, jump int, i
 	return sums, nil
 }
 
+// runBoth is Run on w, then the events measurement and (unless opt.SkipVerify) the
+// verification on wc, w's Coalesced form.
+func runBoth(impl Impl, w, wc *Workload, opt Options) (Result, error) {
+	r, err := Run(impl, w, opt)
+	if err != nil {
+		return r, err
+	}
+	if !opt.SkipVerify {
+		if r.CoalescedVerify, err = Verify(impl, wc); err != nil {
+			return r, err
+		}
+	}
+	r.Coalesced, err = MeasureEvents(impl, wc, 1, opt.Duration, opt.MaxPasses)
+	return r, err
+}
+
 // Failed reports whether the summary's verification found a wrong answer.
-func (s Summary) Failed() bool { return len(s.Rounds) > 0 && s.Rounds[0].Verify.Failed > 0 }
+func (s Summary) Failed() bool {
+	return len(s.Rounds) > 0 && (s.Rounds[0].Verify.Failed > 0 || s.Rounds[0].CoalescedVerify.Failed > 0)
+}
 
 // medianOf returns the median of f over the rounds (the mean of the middle two for an
 // even count).
@@ -224,12 +273,7 @@ func medianOf(rs []Result, f func(Result) float64) float64 {
 	for i, r := range rs {
 		xs[i] = f(r)
 	}
-	sort.Float64s(xs)
-	n := len(xs)
-	if n%2 == 1 {
-		return xs[n/2]
-	}
-	return (xs[n/2-1] + xs[n/2]) / 2
+	return median(xs)
 }
 
 // WritePeerTable writes the peer table: one row per summary with the medians over its
@@ -264,13 +308,92 @@ func WritePeerTable(out io.Writer, h Header, sums []Summary, rounds int, markdow
 		"growth over the empty index (first thing the driver process does); divided by the sum of the " +
 		"workers' sizes at the end. Answers passed: queries whose answer (every worker's score and size) equals the " +
 		"op log's expected answer; for a peer that fails some, \"scores\" counts those whose scores alone are right.\n\n")
+	writeReplayTables(&b, sums, markdown)
 	for _, s := range sums {
-		if s.Failed() {
-			fmt.Fprintf(&b, "%s: first mismatch: %s\n\n", s.Impl, s.Rounds[0].Verify.First)
+		if !s.Failed() {
+			continue
+		}
+		if v := s.Rounds[0].Verify; v.Failed > 0 {
+			fmt.Fprintf(&b, "%s: first mismatch: %s\n\n", s.Impl, v.First)
+		}
+		if v := s.Rounds[0].CoalescedVerify; v.Failed > 0 {
+			fmt.Fprintf(&b, "%s, coalesced: first mismatch: %s\n\n", s.Impl, v.First)
 		}
 	}
 	_, err := io.WriteString(out, b.String())
 	return err
+}
+
+// ratioPeer is the peer the like-for-like ratios divide by.
+const ratioPeer = "smg-chain"
+
+// writeReplayTables writes the replays of every summary one call per event and
+// coalesced (Workload.Coalesced), in wall and CPU time, and, when ratioPeer is among
+// them, each implementation's ratios to it: per event to per event, coalesced to
+// coalesced, each the median over the rounds of the round's ratio.
+func writeReplayTables(b *strings.Builder, sums []Summary, markdown bool) {
+	hdr := []string{"impl", "per event: block ops/s", "per event: CPU", "coalesced: block ops/s", "coalesced: CPU", "coalesced answers"}
+	var rows [][]string
+	var peer *Summary
+	for i, s := range sums {
+		if s.Impl == ratioPeer {
+			peer = &sums[i]
+		}
+		med := func(f func(Result) float64) string { return rate(medianOf(s.Rounds, f)) }
+		passed := "skipped"
+		if v := s.Rounds[0].CoalescedVerify; v.Passed+v.Failed > 0 {
+			passed = fmt.Sprintf("%d/%d", v.Passed, v.Passed+v.Failed)
+		}
+		rows = append(rows, []string{s.Impl,
+			med(func(r Result) float64 { return eventsOf(r).BlockOpsPerSec }),
+			med(func(r Result) float64 { return eventsOf(r).CPUBlockOpsPerSec }),
+			med(func(r Result) float64 { return r.Coalesced.BlockOpsPerSec }),
+			med(func(r Result) float64 { return r.Coalesced.CPUBlockOpsPerSec }), passed})
+	}
+	section(b, markdown, "Replays, one call per event and coalesced", hdr, rows)
+	b.WriteString("Block ops per second of wall time and of process CPU time (every thread's, user and system: " +
+		"a sharded engine's shard goroutines and the garbage collector count, and other jobs on the machine " +
+		"do not), median pass, median of the rounds. Coalesced: the same log with consecutive removals of one " +
+		"worker merged into one call and a store that extends the one before it merged into it (never across a " +
+		"query), the same calls on both sides; answers: its checked queries that passed.\n\n")
+	if peer == nil {
+		return
+	}
+	hdr = []string{"impl", "per event (CPU)", "coalesced (CPU)", "per event (wall)", "coalesced (wall)"}
+	rows = rows[:0]
+	for _, s := range sums {
+		if s.Impl == ratioPeer {
+			continue
+		}
+		ratio := func(f func(Result) float64) string {
+			var xs []float64
+			for k := range min(len(s.Rounds), len(peer.Rounds)) {
+				if d := f(peer.Rounds[k]); d > 0 && f(s.Rounds[k]) > 0 {
+					xs = append(xs, f(s.Rounds[k])/d)
+				}
+			}
+			if len(xs) == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.2f", median(xs))
+		}
+		rows = append(rows, []string{s.Impl,
+			ratio(func(r Result) float64 { return eventsOf(r).CPUBlockOpsPerSec }),
+			ratio(func(r Result) float64 { return r.Coalesced.CPUBlockOpsPerSec }),
+			ratio(func(r Result) float64 { return eventsOf(r).BlockOpsPerSec }),
+			ratio(func(r Result) float64 { return r.Coalesced.BlockOpsPerSec })})
+	}
+	section(b, markdown, "Like for like: block ops/s over "+ratioPeer+"'s", hdr, rows)
+	b.WriteString("Each cell: the median over the rounds of the round's ratio, per event to per event and coalesced " +
+		"to coalesced (above 1: faster than " + ratioPeer + ").\n\n")
+}
+
+// eventsOf is r's one-producer events measurement (zero if it has none).
+func eventsOf(r Result) EventResult {
+	if len(r.Events) == 0 {
+		return EventResult{}
+	}
+	return r.Events[0]
 }
 
 // peerRow is one summary's row of the peer table: medians over its rounds, and its first
@@ -282,12 +405,7 @@ func peerRow(s Summary, verified bool) []string {
 	ns := func(f func(Result) int64) string {
 		return dur(int64(median(func(r Result) float64 { return float64(f(r)) })))
 	}
-	ops := median(func(r Result) float64 {
-		if len(r.Events) == 0 {
-			return 0
-		}
-		return r.Events[0].BlockOpsPerSec
-	})
+	ops := median(func(r Result) float64 { return eventsOf(r).BlockOpsPerSec })
 	bpm := median(func(r Result) float64 { return r.Memory.BytesPerMembership })
 	mem := fmt.Sprintf("%.0f (heap)", bpm)
 	if len(rs) > 0 && rs[0].Memory.Method == MemoryAllocator {

@@ -16,13 +16,17 @@ import (
 const fakePeerEnv = "KVINDEX_BENCH_FAKE_PEER"
 
 // fakePeer is a peer driver for the tests: "ok" prints a valid result (its verification
-// ran unless --no-verify was passed, one of its two checks failed), "fail" exits 3 with a
+// ran unless --no-verify was passed, one of its two checks failed; it wants --coalesce), "fail" exits 3 with a
 // message on stderr, "garbage" prints something that is not JSON, "flood" prints more
 // than RunPeer reads.
 func fakePeer(mode string, args []string) int {
 	switch mode {
 	case "ok":
 		ran := !slices.Contains(args, "--no-verify")
+		if !slices.Contains(args, "--coalesce") {
+			fmt.Fprintf(os.Stderr, "fake peer: want --coalesce, got %q\n", args)
+			return 2
+		}
 		i := slices.Index(args, "--jump")
 		if i < 0 || i+1 >= len(args) || args[i+1] != "7" {
 			fmt.Fprintf(os.Stderr, "fake peer: want --jump 7, got %q\n", args)
@@ -30,10 +34,12 @@ func fakePeer(mode string, args []string) int {
 		}
 		fmt.Printf(`{"impl":"fake","events":10,"block_ops":40,"rejected":1,
 			"verify":{"ran":%t,"passed":1,"failed":1,"scores_passed":2,"first":"line 3: differs"},
-			"replay":{"passes":5,"seconds":0.5,"block_ops_per_sec":80,"events_per_sec":20},
+			"replay":{"passes":5,"seconds":0.5,"cpu_seconds":0.4,"block_ops_per_sec":80,"events_per_sec":20},
+			"replay_coalesced":{"events":4,"passes":3,"seconds":0.1,"cpu_seconds":0.2,"block_ops_per_sec":400,"events_per_sec":40},
+			"verify_coalesced":{"ran":%t,"passed":2,"failed":0},
 			"rest":{"queries":100,"seconds":1,"p50_ns":300,"p99_ns":900,"p999_ns":2000},
 			"load":{"queries":50,"seconds":0.5,"p50_ns":400,"p99_ns":1200,"p999_ns":3000,"events":1000,"events_per_sec":2000,"loops":2},
-			"memory":{"memberships":20,"alloc_bytes":1400,"alloc_bytes_per_membership":70,"rss_bytes":2000,"rss_bytes_per_membership":100}}`, ran)
+			"memory":{"memberships":20,"alloc_bytes":1400,"alloc_bytes_per_membership":70,"rss_bytes":2000,"rss_bytes_per_membership":100}}`, ran, ran)
 		return 0
 	case "fail":
 		fmt.Fprintln(os.Stderr, "fake peer: cannot read the log")
@@ -69,6 +75,12 @@ func TestRunPeerDecodesTheDriversResult(t *testing.T) {
 	}
 	if r.Impl != "fake-ok" || len(r.Events) != 1 || r.Events[0].BlockOpsPerSec != 80 || r.Events[0].Passes != 5 || r.Events[0].Rejected != 1 {
 		t.Errorf("events: %+v", r.Events)
+	}
+	if r.Events[0].CPUBlockOpsPerSec != 100 {
+		t.Errorf("events' CPU: %+v", r.Events[0])
+	}
+	if c := r.Coalesced; c.Events != 4 || c.Passes != 3 || c.BlockOpsPerSec != 400 || c.CPUBlockOpsPerSec != 200 || r.CoalescedVerify.Passed != 2 {
+		t.Errorf("coalesced: %+v, verify %+v", c, r.CoalescedVerify)
 	}
 	if r.Rest.P50 != 300 || r.Rest.P99 != 900 || r.Rest.QueriesPerSec != 100 || r.Rest.Queriers != 1 {
 		t.Errorf("rest: %+v", r.Rest)
@@ -200,5 +212,38 @@ func TestFindPeers(t *testing.T) {
 	}
 	if !slices.Equal(missing, []string{"smg-chain"}) {
 		t.Errorf("missing %q, want [smg-chain]", missing)
+	}
+}
+
+func TestWritePeerTableGivesLikeForLikeRatios(t *testing.T) {
+	w := Builtin(1, 500)
+	mk := func(wall, cpu, cwall, ccpu float64) Result {
+		return Result{Events: []EventResult{{BlockOpsPerSec: wall, CPUBlockOpsPerSec: cpu}},
+			Coalesced:       EventResult{BlockOpsPerSec: cwall, CPUBlockOpsPerSec: ccpu},
+			CoalescedVerify: VerifyResult{Passed: 5}}
+	}
+	ours := Summary{Impl: "locked", Rounds: []Result{mk(1e6, 2e6, 3e6, 4e6), mk(2e6, 2e6, 2e6, 2e6)}}
+	chain := Summary{Impl: ratioPeer, Rounds: []Result{mk(2e6, 4e6, 6e6, 8e6), mk(1e6, 1e6, 4e6, 4e6)}}
+	var b bytes.Buffer
+	if err := WritePeerTable(&b, Header{Command: "x", Workload: w}, []Summary{ours, chain}, 2, true); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"| locked | 1.50M | 2.00M | 2.50M | 3.00M | 5/5 |",
+		// Per round: CPU per event 0.5 and 2, coalesced 0.5 and 0.5; wall 0.5 and 2, 0.5 and 0.5.
+		"| locked | 1.25 | 0.50 | 1.25 | 0.50 |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	// Without the peer, no ratio table.
+	b.Reset()
+	if err := WritePeerTable(&b, Header{Command: "x", Workload: w}, []Summary{ours}, 2, true); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "Like for like") {
+		t.Errorf("a ratio table without %s:\n%s", ratioPeer, b.String())
 	}
 }

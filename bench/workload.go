@@ -35,6 +35,7 @@ type Workload struct {
 	Checked int
 
 	wid    []int32    // per event: index of its worker in Workers
+	cut    []bool     // per event: a query lies between it and the event before (Coalesced)
 	steps  []int32    // replay order for Verify: i >= 0 is Events[i], i < 0 is checks[^i]
 	checks []oplog.Op // queries with an expected answer
 
@@ -46,9 +47,11 @@ type Workload struct {
 func NewWorkload(name string, ops []oplog.Op) *Workload {
 	w := &Workload{Name: name, Ops: len(ops)}
 	ids := map[string]int32{}
+	cut := false
 	for i := range ops {
 		op := &ops[i]
 		if op.Kind == oplog.Query {
+			cut = true
 			if len(op.Content) > 0 {
 				w.Queries = append(w.Queries, op.Content)
 				w.QueryBlocks += int64(len(op.Content))
@@ -73,6 +76,8 @@ func NewWorkload(name string, ops []oplog.Op) *Workload {
 		w.steps = append(w.steps, int32(len(w.Events)))
 		w.Events = append(w.Events, ev)
 		w.wid = append(w.wid, id)
+		w.cut = append(w.cut, cut)
+		cut = false
 	}
 	w.Checked = len(w.checks)
 	return w

@@ -28,7 +28,7 @@ src=$(cd "$src" && pwd) || { echo "bench-peers: SMG_SRC $1: no such folder" >&2;
 mkdir -p "$build"
 build=$(cd "$build" && pwd)
 
-debs="librust-dashmap-dev librust-rustc-hash-dev librust-xxhash-rust+xxh3-dev librust-tracing-dev librust-parking-lot-dev librust-crossbeam-queue-dev librust-crossbeam-utils-dev librust-serde-json-dev"
+debs="librust-dashmap-dev librust-rustc-hash-dev librust-xxhash-rust+xxh3-dev librust-tracing-dev librust-parking-lot-dev librust-crossbeam-queue-dev librust-crossbeam-utils-dev librust-serde-json-dev librust-libc-dev"
 if [ ! -d "$registry" ]; then
 	echo "bench-peers: $registry not found: install Debian's Rust crates first:" >&2
 	echo "  apt-get update && apt-get install -y $debs" >&2
@@ -182,6 +182,7 @@ $feature_lines
 
 [dependencies]
 serde_json = "1"
+libc = "0.2"
 $driver_deps
 
 [profile.release]

@@ -139,6 +139,7 @@ struct Opts {
     max_passes: usize,
     max_loops: usize,
     verify: bool,
+    coalesce: bool,
 }
 
 fn parse_args() -> Result<Opts, String> {
@@ -150,6 +151,7 @@ fn parse_args() -> Result<Opts, String> {
         max_passes: 15,
         max_loops: 50,
         verify: true,
+        coalesce: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -168,6 +170,7 @@ fn parse_args() -> Result<Opts, String> {
             "--max-passes" => o.max_passes = num(val("--max-passes")?, "--max-passes")? as usize,
             "--max-loops" => o.max_loops = num(val("--max-loops")?, "--max-loops")? as usize,
             "--no-verify" => o.verify = false,
+            "--coalesce" => o.coalesce = true,
             _ => return Err(format!("unknown argument {a:?}")),
         }
     }
@@ -186,22 +189,27 @@ pub fn main_with<P: Peer>() {
     let o = match parse_args() {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("{}: {e}\nusage: {} --ops FILE [--jump N] [--duration-ms N] [--queriers N] [--max-passes N] [--max-loops N] [--no-verify]", P::NAME, P::NAME);
+            eprintln!("{}: {e}\nusage: {} --ops FILE [--jump N] [--duration-ms N] [--queriers N] [--max-passes N] [--max-loops N] [--no-verify] [--coalesce]", P::NAME, P::NAME);
             std::process::exit(2);
         }
     };
-    let w: W<P> = match Workload::read(&o.ops, P::block, P::seq, P::hash) {
+    let read = |coalesce| match Workload::read(&o.ops, coalesce, P::block, P::seq, P::hash) {
         Ok(w) => w,
         Err(e) => {
             eprintln!("{}: {e}", P::NAME);
             std::process::exit(1);
         }
     };
-    let out = measure::<P>(&w, &o);
+    let w: W<P> = read(false);
+    let wc: Option<W<P>> = o.coalesce.then(|| read(true));
+    let out = measure::<P>(&w, wc.as_ref(), &o);
     println!("{out}");
 }
 
-fn measure<P: Peer>(w: &W<P>, o: &Opts) -> serde_json::Value {
+/// Runs the measurements of the crate doc on w and, when wc (w coalesced) is given, the
+/// events measurement and the verification on it too (replay_coalesced,
+/// verify_coalesced).
+fn measure<P: Peer>(w: &W<P>, wc: Option<&W<P>>, o: &Opts) -> serde_json::Value {
     // 1. Memory, first, in a fresh process.
     let live0 = alloc::live_bytes();
     let p = P::new(o.jump, w.names.len());
@@ -223,9 +231,84 @@ fn measure<P: Peer>(w: &W<P>, o: &Opts) -> serde_json::Value {
     };
 
     // 2. Verify.
+    let checked = |w: &W<P>| {
+        if o.verify {
+            verify::<P>(w, o)
+        } else {
+            json!({"ran": false, "passed": 0, "failed": 0, "scores_passed": 0, "first": ""})
+        }
+    };
+    let verified = checked(w);
+
+    // 3. Events: one thread, log order, fresh index per pass; coalesced too if asked.
+    let replayed = replay::<P>(w, o);
+    let coalesced = wc.map(|wc| (replay::<P>(wc, o), checked(wc)));
+
+    // 4. Queries at rest.
+    let rest = {
+        let p = P::new(o.jump, w.names.len());
+        let mut st = Workers::new(w.names.len());
+        apply_all(&p, w, &mut st);
+        let stop = AtomicBool::new(false);
+        query_loop(&p, w, 0, 1, o.budget, &stop)
+    };
+
+    // 5. Queries under events.
+    let (load, load_secs, load_events, loops) = under_events::<P>(w, o);
+    let qs = |lats: &mut Vec<u64>, secs: f64| {
+        lats.sort_unstable();
+        json!({
+            "queries": lats.len(),
+            "seconds": secs,
+            "p50_ns": percentile(lats, 0.50),
+            "p99_ns": percentile(lats, 0.99),
+            "p999_ns": percentile(lats, 0.999),
+        })
+    };
+    let (mut rest_lats, rest_secs) = rest;
+    let mut load_lats = load;
+    let mut load_json = qs(&mut load_lats, load_secs);
+    load_json["events"] = json!(load_events);
+    load_json["events_per_sec"] = json!(if load_secs > 0.0 {
+        load_events as f64 / load_secs
+    } else {
+        0.0
+    });
+    load_json["loops"] = json!(loops);
+    let mut out = json!({
+        "impl": P::NAME,
+        "ops_file": o.ops,
+        "jump": o.jump,
+        "workers": w.names.len(),
+        "events": w.events.len(),
+        "block_ops": w.block_ops,
+        "queries": w.queries.len(),
+        "rejected": rejected,
+        "verify": verified,
+        "replay": replayed,
+        "rest": qs(&mut rest_lats, rest_secs),
+        "load": load_json,
+        "memory": {
+            "memberships": members,
+            "alloc_bytes": live,
+            "alloc_bytes_per_membership": per(live as i64),
+            "rss_bytes": rss,
+            "rss_bytes_per_membership": per(rss),
+        },
+    });
+    if let Some((replayed, verified)) = coalesced {
+        out["replay_coalesced"] = replayed;
+        out["verify_coalesced"] = verified;
+    }
+    out
+}
+
+/// Replays w sequentially and checks every query with an expected answer; returns the
+/// verify object of the output.
+fn verify<P: Peer>(w: &W<P>, o: &Opts) -> serde_json::Value {
     let (mut passed, mut failed, mut first) = (0u64, 0u64, String::new());
     let mut scores_passed = 0u64; // scores equal, sizes aside
-    if o.verify {
+    {
         let p = P::new(o.jump, w.names.len());
         let mut st = Workers::new(w.names.len());
         let mut rev: Vec<u32> = Vec::new(); // peer id -> worker index
@@ -288,81 +371,64 @@ fn measure<P: Peer>(w: &W<P>, o: &Opts) -> serde_json::Value {
             }
         }
     }
+    json!({"ran": true, "passed": passed, "failed": failed, "scores_passed": scores_passed, "first": first})
+}
 
-    // 3. Events: one thread, log order, fresh index per pass.
+/// Applies every event of w on one thread, in log order, on a fresh index per pass,
+/// until the budget is spent (at least one pass, at most o.max_passes); returns the
+/// replay object of the output: the median pass in wall time and in the process's CPU
+/// time (cpu_seconds, the median of the passes' CPU times).
+fn replay<P: Peer>(w: &W<P>, o: &Opts) -> serde_json::Value {
     let mut secs = Vec::new();
+    let mut cpus = Vec::new();
     let mut total = Duration::ZERO;
     while secs.len() < o.max_passes && (secs.is_empty() || total < o.budget) {
         let p = P::new(o.jump, w.names.len());
         let mut st = Workers::new(w.names.len());
+        let c0 = cpu_seconds();
         let t0 = Instant::now();
         apply_all(&p, w, &mut st);
         let d = t0.elapsed();
+        cpus.push(cpu_seconds() - c0);
         drop(st);
         drop(p);
         total += d;
         secs.push(d.as_secs_f64());
     }
-    secs.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let n = secs.len();
-    let median = if n % 2 == 1 {
-        secs[n / 2]
-    } else {
-        (secs[n / 2 - 1] + secs[n / 2]) / 2.0
-    };
+    let wall = median(&mut secs);
+    let cpu = median(&mut cpus);
+    json!({"events": w.events.len(), "passes": n, "seconds": wall, "cpu_seconds": cpu,
+        "block_ops_per_sec": w.block_ops as f64 / wall, "events_per_sec": w.events.len() as f64 / wall})
+}
 
-    // 4. Queries at rest.
-    let rest = {
-        let p = P::new(o.jump, w.names.len());
-        let mut st = Workers::new(w.names.len());
-        apply_all(&p, w, &mut st);
-        let stop = AtomicBool::new(false);
-        query_loop(&p, w, 0, 1, o.budget, &stop)
-    };
-
-    // 5. Queries under events.
-    let (load, load_secs, load_events, loops) = under_events::<P>(w, o);
-    let qs = |lats: &mut Vec<u64>, secs: f64| {
-        lats.sort_unstable();
-        json!({
-            "queries": lats.len(),
-            "seconds": secs,
-            "p50_ns": percentile(lats, 0.50),
-            "p99_ns": percentile(lats, 0.99),
-            "p999_ns": percentile(lats, 0.999),
-        })
-    };
-    let (mut rest_lats, rest_secs) = rest;
-    let mut load_lats = load;
-    let mut load_json = qs(&mut load_lats, load_secs);
-    load_json["events"] = json!(load_events);
-    load_json["events_per_sec"] = json!(if load_secs > 0.0 {
-        load_events as f64 / load_secs
+/// The median of xs (the mean of the middle two for an even count); sorts xs.
+fn median(xs: &mut [f64]) -> f64 {
+    xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = xs.len();
+    if n == 0 {
+        return 0.0;
+    }
+    if n % 2 == 1 {
+        xs[n / 2]
     } else {
-        0.0
-    });
-    load_json["loops"] = json!(loops);
-    json!({
-        "impl": P::NAME,
-        "ops_file": o.ops,
-        "jump": o.jump,
-        "workers": w.names.len(),
-        "events": w.events.len(),
-        "block_ops": w.block_ops,
-        "queries": w.queries.len(),
-        "rejected": rejected,
-        "verify": {"ran": o.verify, "passed": passed, "failed": failed, "scores_passed": scores_passed, "first": first},
-        "replay": {"passes": n, "seconds": median, "block_ops_per_sec": w.block_ops as f64 / median, "events_per_sec": w.events.len() as f64 / median},
-        "rest": qs(&mut rest_lats, rest_secs),
-        "load": load_json,
-        "memory": {
-            "memberships": members,
-            "alloc_bytes": live,
-            "alloc_bytes_per_membership": per(live as i64),
-            "rss_bytes": rss,
-            "rss_bytes_per_membership": per(rss),
-        },
-    })
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    }
+}
+
+/// The CPU time, user and system, that every thread of the process has used so far, in
+/// seconds: what kvindex's bench package measures for its side (processCPU).
+fn cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given and nothing else.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 /// Issues queries g, g+step, ... cyclically until budget has passed or stop is set (at
@@ -593,12 +659,13 @@ mod tests {
             max_passes: 3,
             max_loops: 2,
             verify,
+            coalesce: false,
         }
     }
 
     #[test]
     fn parses_the_op_log() {
-        let w: W<Toy> = Workload::read(&log(OPS), Toy::block, Toy::seq, Toy::hash).unwrap();
+        let w: W<Toy> = Workload::read(&log(OPS), false, Toy::block, Toy::seq, Toy::hash).unwrap();
         assert_eq!(w.names, ["a", "b", "c"]);
         assert_eq!(w.events.len(), 7);
         assert_eq!(w.block_ops, 3 + 1 + 1 + 1 + 2);
@@ -624,7 +691,7 @@ mod tests {
             "not json\n",
         ] {
             let r: Result<W<Toy>, String> =
-                Workload::read(&log(bad), Toy::block, Toy::seq, Toy::hash);
+                Workload::read(&log(bad), false, Toy::block, Toy::seq, Toy::hash);
             assert!(r.is_err(), "{bad:?} was accepted");
         }
     }
@@ -632,8 +699,8 @@ mod tests {
     #[test]
     fn measures_and_verifies() {
         let path = log(OPS);
-        let w: W<Toy> = Workload::read(&path, Toy::block, Toy::seq, Toy::hash).unwrap();
-        let out = measure::<Toy>(&w, &opts(path.clone(), true));
+        let w: W<Toy> = Workload::read(&path, false, Toy::block, Toy::seq, Toy::hash).unwrap();
+        let out = measure::<Toy>(&w, None, &opts(path.clone(), true));
         // The toy scores "b" 1 on the second and third query too, where b's chain is still
         // [1]; the third query's expectation leaves b out, so it fails on b's presence.
         assert_eq!(out["verify"]["passed"], 2, "{out}");
@@ -657,9 +724,70 @@ mod tests {
             out["load"]["queries"].as_u64().unwrap() >= 2,
             "each querier issues one at least"
         );
-        let quiet = measure::<Toy>(&w, &opts(path, false));
+        let quiet = measure::<Toy>(&w, None, &opts(path, false));
         assert_eq!(quiet["verify"]["ran"], false);
         assert_eq!(quiet["verify"]["passed"], 0);
+    }
+
+    const RUNS: &str = r#"{"op":"stored","worker":"a","blocks":[[1,11],[2,12]]}
+{"op":"stored","worker":"a","parent":12,"blocks":[[3,13]]}
+{"op":"stored","worker":"a","parent":13,"blocks":[[4,14]]}
+{"op":"stored","worker":"a","parent":14,"blocks":[[5,11]]}
+{"op":"stored","worker":"b","blocks":[[1,21]]}
+{"op":"removed","worker":"a","seqs":[14]}
+{"op":"removed","worker":"a","seqs":[13]}
+{"op":"removed","worker":"a","seqs":[99],"medium":"cpu"}
+{"op":"query","content":[1,2,3],"expect":{"a":2,"b":1},"sizes":{"a":2,"b":1}}
+{"op":"removed","worker":"a","seqs":[12]}
+{"op":"removed","worker":"b","seqs":[21]}
+{"op":"removed","worker":"b","seqs":[77]}
+{"op":"query","content":[1,2,3],"expect":{"a":1},"sizes":{"a":1}}
+"#;
+
+    #[test]
+    fn coalesces_as_the_go_side_does() {
+        let path = log(RUNS);
+        let w: W<Toy> = Workload::read(&path, true, Toy::block, Toy::seq, Toy::hash).unwrap();
+        let shape: Vec<(u32, Vec<u64>)> = w
+            .events
+            .iter()
+            .map(|e| match e {
+                Event::Stored { worker, blocks, .. } => {
+                    (*worker, blocks.iter().map(|b| b.1).collect())
+                }
+                Event::Removed { worker, seqs } => (*worker, seqs.clone()),
+                _ => (u32::MAX, Vec::new()),
+            })
+            .collect();
+        // The chain 11..14 in one store; 11 again is a seq of that store: its own event;
+        // the removals of 14 and 13 merge, the one with another medium does not, the query
+        // cuts before 12, and b's two removals merge.
+        assert_eq!(
+            shape,
+            [
+                (0, vec![11, 12, 13, 14]),
+                (0, vec![11]),
+                (1, vec![21]),
+                (0, vec![14, 13]),
+                (0, vec![99]),
+                (0, vec![12]),
+                (1, vec![21, 77]),
+            ]
+        );
+        assert_eq!(w.block_ops, 5 + 1 + 1 + 1 + 1 + 1 + 2);
+        let plain: W<Toy> = Workload::read(&path, false, Toy::block, Toy::seq, Toy::hash).unwrap();
+        assert_eq!(plain.events.len(), 11);
+        assert_eq!(plain.block_ops, w.block_ops);
+        let out = measure::<Toy>(&plain, Some(&w), &opts(path, true));
+        assert_eq!(
+            out["verify_coalesced"]["passed"], out["verify"]["passed"],
+            "{out}"
+        );
+        assert_eq!(out["replay_coalesced"]["events"], 7, "{out}");
+        assert!(
+            out["replay_coalesced"]["cpu_seconds"].as_f64().unwrap() >= 0.0,
+            "{out}"
+        );
     }
 
     #[test]
