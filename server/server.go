@@ -215,7 +215,7 @@ func New(cfg Config, opts Options) (s *Server, err error) {
 			warm.write = func() error { return feed.rep.Snapshot(path) }
 		}
 	case path != "":
-		if eng, resume, err = restoreSnapshot(path, withFileEngines(plan), log); err != nil {
+		if eng, resume, err = restoreSnapshot(path, opts.Snapshot.MaxBytes, withFileEngines(plan), log); err != nil {
 			return nil, err
 		}
 		restored := eng

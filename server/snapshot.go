@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -40,7 +41,11 @@ import (
 // A worker without a checkpoint is cleared and synced from scratch; a worker no longer
 // configured (nor listed by the discovery file) is removed. The temporary files of a
 // write that a kill interrupted, and the FILE.cursors sidecar of older builds, are
-// removed at start. An unusable snapshot is logged and the index starts empty.
+// removed at start. A snapshot is checked before it is read: a file larger than
+// SnapshotOptions.MaxBytes, or one that does not start with a snapshot's magic, is not
+// read at all. An unusable snapshot (those, and a damaged one or one of a newer build's
+// version, which the engine refuses) is logged, kept aside as FILE.unusable (replacing
+// an older one) so that the next write does not destroy it, and the index starts empty.
 //
 // With Options.Replica the file is the replica's (fabric.Replica.Snapshot: the index
 // and its stream position), or a JetStream object (jetstream-object://BUCKET/NAME).
@@ -53,7 +58,21 @@ type SnapshotOptions struct {
 	Path string
 	// Interval is how often to write it while serving; 0 or less: only at Shutdown.
 	Interval time.Duration
+	// MaxBytes bounds the file New reads (0: DefaultSnapshotMaxBytes); a larger one is
+	// unusable.
+	MaxBytes int64
 }
+
+// DefaultSnapshotMaxBytes bounds a snapshot file by default: about 200 million block
+// memberships at the engine's 70 bytes each (BENCHMARKS.md).
+const DefaultSnapshotMaxBytes = 16 << 30
+
+// snapshotMagic is how an engine snapshot starts (engine/snapshot.go's format;
+// TestSnapshotKeptAside pins it against a snapshot the engine writes).
+const snapshotMagic = "KVIXSNAP"
+
+// unusableSuffix names where an unusable snapshot is kept aside.
+const unusableSuffix = ".unusable"
 
 // warmRestart writes the snapshot and counts the writes.
 type warmRestart struct {
@@ -139,7 +158,7 @@ func checkSnapshotDir(path string) error {
 // restoreSnapshot returns the engine to serve and the checkpoints its workers resume
 // from: the snapshot's (cfg plans the workers to keep), or a fresh engine when there is
 // none or it is unusable.
-func restoreSnapshot(path string, cfg Config, log *slog.Logger) (*engine.Engine, map[string]subscriber.Checkpoint, error) {
+func restoreSnapshot(path string, maxBytes int64, cfg Config, log *slog.Logger) (*engine.Engine, map[string]subscriber.Checkpoint, error) {
 	if n, err := atomicfile.RemoveStale(path); err != nil {
 		log.Warn("snapshot: removing the temporary files of an interrupted write", "err", err)
 	} else if n > 0 {
@@ -160,10 +179,14 @@ func restoreSnapshot(path string, cfg Config, log *slog.Logger) (*engine.Engine,
 	if err != nil {
 		return nil, nil, fmt.Errorf("snapshot: %w", err)
 	}
-	eng, err := engine.Restore(cfg.Index.Engine(), f, 0)
+	eng, err := readSnapshot(cfg, f, maxBytes)
 	f.Close()
 	if err != nil {
-		log.Warn("snapshot: unusable; starting empty", "path", path, "err", err)
+		aside := path + unusableSuffix
+		if rerr := os.Rename(path, aside); rerr != nil {
+			return nil, nil, fmt.Errorf("snapshot: unusable (%v), and it cannot be kept aside: %w", err, rerr)
+		}
+		log.Warn("snapshot: unusable; kept aside, starting empty", "path", path, "kept", aside, "err", err)
 		return fresh()
 	}
 	subs, err := cfg.SubscriberConfigs()
@@ -195,6 +218,29 @@ func restoreSnapshot(path string, cfg Config, log *slog.Logger) (*engine.Engine,
 	}
 	log.Info("snapshot restored", "path", path, "workers", len(eng.Cursors()), "resumed", len(cps))
 	return eng, cps, nil
+}
+
+// readSnapshot restores an engine from f after checking its size and magic, so that a
+// file that is not a snapshot, or too large to be one, is not read.
+func readSnapshot(cfg Config, f *os.File, maxBytes int64) (*engine.Engine, error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultSnapshotMaxBytes
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if fi.Size() > maxBytes {
+		return nil, fmt.Errorf("%d bytes, more than the %d a snapshot may have (SnapshotOptions.MaxBytes)", fi.Size(), maxBytes)
+	}
+	var head [len(snapshotMagic)]byte
+	if _, err := io.ReadFull(f, head[:]); err != nil || string(head[:]) != snapshotMagic {
+		return nil, fmt.Errorf("not a kvindex snapshot (it does not start with %q)", snapshotMagic)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	return engine.Restore(cfg.Index.Engine(), f, maxBytes)
 }
 
 // withFileEngines returns cfg with the engines of its discovery file added, for the

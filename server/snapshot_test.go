@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"testing"
@@ -135,4 +136,87 @@ func grepLines(text, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestSnapshotKeptAside (issue 33, row 13): a 2 GiB file at the snapshot path was read
+// whole before its magic was checked (4.5 GB RSS), and an unusable snapshot, damaged or
+// of a newer version, was overwritten by the next write without a copy. Now the size
+// and the magic are checked first (the 2 GiB file is not read: the heap grows by far
+// less than it), and each unusable file is kept aside as FILE.unusable while the index
+// starts empty.
+func TestSnapshotKeptAside(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.snap")
+	e, err := engine.New(engine.Config{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.WriteSnapshotFile(good); err != nil {
+		t.Fatal(err)
+	}
+	e.Close()
+	valid, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(valid), "KVIXSNAP") {
+		t.Fatalf("an engine snapshot starts %q, not the magic serve checks", valid[:8])
+	}
+	damaged := slices.Clone(valid)
+	damaged[len(damaged)/2] ^= 0xff
+	newer := slices.Clone(valid)
+	newer[8] = 99 // the version, after the magic
+	for _, c := range []struct {
+		name  string
+		write func(path string) error
+	}{
+		{"2 GiB of zeros", func(path string) error {
+			if err := os.WriteFile(path, nil, 0o600); err != nil {
+				return err
+			}
+			return os.Truncate(path, 2<<30) // sparse: no disk taken
+		}},
+		{"damaged", func(path string) error { return os.WriteFile(path, damaged, 0o600) }},
+		{"newer version", func(path string) error { return os.WriteFile(path, newer, 0o600) }},
+		{"past MaxBytes", func(path string) error { return os.WriteFile(path, valid, 0o600) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "index.snap")
+			if err := c.write(path); err != nil {
+				t.Fatal(err)
+			}
+			before, _ := os.Stat(path)
+			maxBytes := int64(0)
+			if c.name == "past MaxBytes" {
+				maxBytes = int64(len(valid) - 1)
+			}
+			allocs := heapAllocs()
+			s, err := server.New(server.Config{Listen: "127.0.0.1:0", Models: map[string]int{"m": 4}},
+				server.Options{Snapshot: server.SnapshotOptions{Path: path, MaxBytes: maxBytes}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			grown := heapAllocs() - allocs
+			if err := s.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if grown > 256<<20 {
+				t.Fatalf("New allocated %d MiB reading a %d-byte file", grown>>20, before.Size())
+			}
+			kept, err := os.Stat(path + ".unusable")
+			if err != nil || kept.Size() != before.Size() {
+				t.Fatalf("the unusable file was not kept aside: %v", err)
+			}
+			if _, err := os.Stat(path); err != nil {
+				t.Fatalf("no new snapshot written: %v", err)
+			}
+		})
+	}
+}
+
+// heapAllocs is the bytes allocated on the heap so far.
+func heapAllocs() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
