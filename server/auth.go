@@ -25,8 +25,12 @@ import (
 // default, so that a server on loopback works as it always has; but a server whose HTTP
 // or gRPC address is not a loopback one refuses to start unless it authenticates its
 // clients or auth.allow_unauthenticated says to serve anyone who can reach the port
-// (behind a proxy that does, say). /healthz, /readyz and the gRPC health service stay
-// open (probes carry no credentials); everything else, /metrics included, needs them.
+// (behind a proxy that does, say). /healthz, /readyz and the gRPC health service need
+// no token (probes carry none); everything else, /metrics included, needs them. With
+// mutual TLS no request gets past the handshake without a client certificate, probes'
+// included: Config.ProbeListen serves the two probes on a plain listener of their own
+// (probes.go). With authentication on, the admin role's endpoints (adminPath) need an
+// admin token (auth.admin_token_file); without one configured they are closed.
 // A refused call is 401 (UNAUTHENTICATED) and counted in kvindex_auth_failures_total.
 // Tokens are compared in constant time (as SHA-256 digests, so their lengths do not show
 // either).

@@ -271,3 +271,41 @@ func TestClientBearerToken(t *testing.T) {
 		}
 	}
 }
+
+// TestProbesUnderMutualTLS (issue 33, row 15): with mutual TLS, /healthz and /readyz were
+// unreachable without a client certificate (orchestrators' probes carry none), though
+// the docs said they stayed open. Now probe_listen serves them, and nothing else, in
+// plain HTTP, while the API still refuses a client without a certificate.
+func TestProbesUnderMutualTLS(t *testing.T) {
+	pki := newPKI(t)
+	index, err := engine.New(engine.Config{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer index.Close()
+	s, err := server.New(server.Config{Listen: "127.0.0.1:0", ProbeListen: "127.0.0.1:0", Models: map[string]int{"m": 4},
+		Auth: server.AuthConfig{TLSCertFile: pki.certFile, TLSKeyFile: pki.keyFile, ClientCAFile: pki.caFile}}, server.Options{Index: index})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.pool}}
+	defer tr.CloseIdleConnections()
+	if resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("https://" + s.Addr() + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Fatal("the API served a probe without a client certificate")
+	}
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/v1/workers": 404, "/metrics": 404} {
+		resp, err := http.Get("http://" + s.ProbeAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("probe listener %s: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+}

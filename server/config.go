@@ -64,6 +64,10 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Durat
 type Config struct {
 	// Listen is the HTTP API's address. Default 127.0.0.1:8080.
 	Listen string `json:"listen,omitempty"`
+	// ProbeListen, when set, serves /healthz and /readyz, and nothing else, in plain
+	// HTTP on this address too (probes.go): for probes that carry no client
+	// certificate when auth.client_ca_file makes the API require one.
+	ProbeListen string `json:"probe_listen,omitempty"`
 	// Policy is the default routing policy of /v1/match: "longest-prefix" (default),
 	// "round-robin", "random", or the load-aware "cost" and "scorer" (pick.go).
 	Policy string `json:"policy,omitempty"`
@@ -523,6 +527,9 @@ func (c Config) planner() (*planner, error) {
 	c = c.withDefaults()
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return nil, bad("listen %q: %v", c.Listen, err)
+	}
+	if _, _, err := net.SplitHostPort(c.ProbeListen); c.ProbeListen != "" && err != nil {
+		return nil, bad("probe_listen %q: %v", c.ProbeListen, err)
 	}
 	if !slices.Contains(Policies(), c.Policy) {
 		return nil, bad("policy %q: want one of %v", c.Policy, Policies())

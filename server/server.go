@@ -140,6 +140,9 @@ type Server struct {
 	grpcLn  net.Listener // nil unless the gRPC API is served
 	grpcSrv *grpc.Server
 	grpcReq *prometheus.CounterVec // kvindex_grpc_requests_total, registered when gRPC starts
+	// The probe listener (probes.go); nil unless Config.ProbeListen is set.
+	probeLn  net.Listener
+	probeSrv *http.Server
 
 	stopSubs context.CancelFunc
 	wg       sync.WaitGroup
@@ -448,6 +451,9 @@ func (s *Server) Start() error {
 	if err := s.startGRPC(s.grpcLn); err != nil {
 		return err
 	}
+	if err := s.startProbes(); err != nil {
+		return err
+	}
 	s.log.Info("serving", "addr", s.ln.Addr().String(), "engines", len(s.cfg.Engines), "workers", len(s.fleet().subs))
 	s.checkFDs()
 	return nil
@@ -481,6 +487,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		var errs []error
 		if err := s.stopGRPC(ctx); err != nil {
 			errs = append(errs, err)
+		}
+		if s.probeSrv != nil {
+			_ = s.probeSrv.Close() // probes hold nothing worth draining
 		}
 		if s.httpSrv != nil {
 			if err := s.httpSrv.Shutdown(ctx); err != nil {
