@@ -1,16 +1,22 @@
 package server
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvindex/kvindex/internal/readlimit"
+	"github.com/kvindex/kvindex/server/internal/guard"
 )
 
 // The peer check (ReplicaOptions.Peer): anti-entropy between two replicas of one
@@ -23,13 +29,24 @@ import (
 // (fabric.Replica.Resync; kvindex_replica_resyncs_total). Either side may be the wrong
 // one: the stream decides, so two replicas checking each other both resync the worker
 // and agree afterwards.
+//
+// The peer is another process: its answer is bounded (ReplicaOptions.PeerMaxBytes,
+// default 8 MiB, and at most maxPeerWorkers workers), and decoded into the four fields
+// the check reads, so that a hostile or broken peer costs a bounded few MiB (before, a
+// 10 MB answer of empty objects grew the replica to 3.4 GB). Under authentication the
+// check sends a bearer token (PeerTokenFile) and trusts a CA (PeerCAFile).
 
-// defaultPeerInterval is ReplicaOptions.PeerInterval's default.
-const defaultPeerInterval = 30 * time.Second
+// Defaults and bounds of the peer check.
+const (
+	defaultPeerInterval = 30 * time.Second
+	defaultPeerMaxBytes = 8 << 20
+	maxPeerWorkers      = 1 << 16
+)
 
 // peerCheck is the replica's comparison with its peer.
 type peerCheck struct {
 	url      string
+	maxBytes int64
 	every    time.Duration
 	resync   bool
 	hc       *http.Client
@@ -40,8 +57,9 @@ type peerCheck struct {
 	resyncs    *prometheus.CounterVec // by result: ok, error
 }
 
-func newPeerCheck(o ReplicaOptions) *peerCheck {
+func newPeerCheck(o ReplicaOptions) (*peerCheck, error) {
 	p := &peerCheck{url: strings.TrimSuffix(o.Peer, "/"), every: o.PeerInterval, resync: o.PeerResync, hc: o.PeerClient,
+		maxBytes: cmp.Or(o.PeerMaxBytes, defaultPeerMaxBytes),
 		suspects: map[string]uint64{},
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_replica_peer_checks_total",
 			Help: "Comparisons of the replica's worker digests with its peer's (--peer), by result: agree, differ (some worker differed at equal sequences), error (the peer did not answer)."}, []string{"result"}),
@@ -54,9 +72,51 @@ func newPeerCheck(o ReplicaOptions) *peerCheck {
 		p.every = defaultPeerInterval
 	}
 	if p.hc == nil {
-		p.hc = &http.Client{Timeout: 10 * time.Second}
+		hc, err := peerClient(o.PeerTokenFile, o.PeerCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: the peer check: %w", ErrConfig, err)
+		}
+		p.hc = hc
 	}
-	return p
+	return p, nil
+}
+
+// peerClient is the peer check's HTTP client: it trusts caFile's CAs and sends
+// tokenFile's first token.
+func peerClient(tokenFile, caFile string) (*http.Client, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s: no PEM certificate", caFile)
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: tr}
+	if tokenFile != "" {
+		tok, err := guard.FirstToken(tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		hc.Transport = bearer{tr, "Bearer " + tok}
+	}
+	return hc, nil
+}
+
+// bearer adds a bearer token to every request.
+type bearer struct {
+	rt   http.RoundTripper
+	cred string
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", b.cred)
+	return b.rt.RoundTrip(r)
 }
 
 func (p *peerCheck) collectors() []prometheus.Collector {
@@ -99,12 +159,12 @@ func (p *peerCheck) check(ctx context.Context, s *Server) {
 		if !ok || wi.LastSeq == nil || *wi.LastSeq != seq || !wi.Synced || wi.Digest == nil {
 			continue // not at the same point of the worker's stream: lag, not a difference
 		}
-		d, err := wi.Digest.WorkerDigest()
+		sum, err := ParseDigest(wi.Digest.Sum)
 		if err != nil {
 			continue
 		}
 		mine := digests[wi.Worker]
-		if d.Sum == mine.Sum && d.Blocks == mine.Blocks {
+		if sum == mine.Sum && wi.Digest.Blocks == mine.Blocks {
 			continue
 		}
 		suspects[wi.Worker] = seq
@@ -134,8 +194,20 @@ func (p *peerCheck) check(ctx context.Context, s *Server) {
 	}
 }
 
-// fetch reads the peer's /v1/workers.
-func (p *peerCheck) fetch(ctx context.Context) ([]WorkerInfo, error) {
+// peerWorker is what the check reads of a peer's worker.
+type peerWorker struct {
+	Worker  string  `json:"worker"`
+	LastSeq *uint64 `json:"last_seq"`
+	Synced  bool    `json:"synced"`
+	Digest  *struct {
+		Sum    string `json:"sum"`
+		Blocks int    `json:"blocks"`
+	} `json:"digest"`
+}
+
+// fetch reads the peer's /v1/workers: at most maxBytes of it, at most maxPeerWorkers
+// workers, decoded one at a time.
+func (p *peerCheck) fetch(ctx context.Context) ([]peerWorker, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/v1/workers", nil)
 	if err != nil {
 		return nil, err
@@ -145,16 +217,73 @@ func (p *peerCheck) fetch(ctx context.Context) ([]WorkerInfo, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	body, err := readlimit.ReadAll(resp.Body, 1<<30)
-	if err != nil {
-		return nil, err
-	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("status %d", resp.StatusCode)
 	}
-	var out struct{ Workers []WorkerInfo }
-	if err := json.Unmarshal(body, &out); err != nil {
+	dec := json.NewDecoder(&capped{r: resp.Body, left: p.maxBytes})
+	want := func(d json.Delim) error {
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		if t != d {
+			return fmt.Errorf("want %v, got %v", d, t)
+		}
+		return nil
+	}
+	if err := want('{'); err != nil {
 		return nil, err
 	}
-	return out.Workers, nil
+	var out []peerWorker
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		if key != "workers" {
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err := want('['); err != nil {
+			return nil, err
+		}
+		for dec.More() {
+			if len(out) == maxPeerWorkers {
+				return nil, fmt.Errorf("the peer lists more than %d workers", maxPeerWorkers)
+			}
+			out = append(out, peerWorker{})
+			if err := dec.Decode(&out[len(out)-1]); err != nil {
+				return nil, err
+			}
+		}
+		if err := want(']'); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
+
+// capped reads r and fails once more than left bytes came.
+type capped struct {
+	r    io.Reader
+	left int64
+}
+
+func (c *capped) Read(p []byte) (int, error) {
+	if c.left < 0 {
+		return 0, errPeerTooLong
+	}
+	if int64(len(p)) > c.left+1 {
+		p = p[:c.left+1]
+	}
+	n, err := c.r.Read(p)
+	if c.left -= int64(n); c.left < 0 {
+		return 0, errPeerTooLong
+	}
+	return n, err
+}
+
+var errPeerTooLong = errors.New("the peer's answer is longer than ReplicaOptions.PeerMaxBytes")

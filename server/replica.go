@@ -46,9 +46,16 @@ type ReplicaOptions struct {
 	PeerInterval time.Duration
 	// PeerResync rebuilds from the stream each worker the peer check finds differing.
 	PeerResync bool
-	// PeerClient reads the peer's /v1/workers (TLS, credentials); nil: a plain client
-	// with a 10 s timeout.
-	PeerClient *http.Client
+	// PeerClient reads the peer's /v1/workers (TLS, credentials); nil: a client with a
+	// 10 s timeout that trusts PeerCAFile's CAs (PEM; "": the system's) and sends the
+	// first token of PeerTokenFile (the token file's format; "": none) as a bearer
+	// token.
+	PeerClient    *http.Client
+	PeerTokenFile string
+	PeerCAFile    string
+	// PeerMaxBytes bounds the peer's answer (0: 8 MiB); it lists at most 65,536
+	// workers either way.
+	PeerMaxBytes int64
 }
 
 // The states of a stream-fed worker in /v1/workers and kvindex_worker_state.

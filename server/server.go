@@ -306,7 +306,10 @@ func New(cfg Config, opts Options) (s *Server, err error) {
 	if feed != nil {
 		s.reg.MustRegister(feed.collectors()...)
 		if opts.Replica.Peer != "" {
-			p := newPeerCheck(*opts.Replica)
+			p, err := newPeerCheck(*opts.Replica)
+			if err != nil {
+				return nil, err
+			}
 			s.reg.MustRegister(p.collectors()...)
 			s.runners = append(s.runners, func(ctx context.Context) { p.run(ctx, s) })
 		}

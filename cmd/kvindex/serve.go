@@ -156,6 +156,8 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 	modelsFlag := fs.String("models", "", "with --nats: models served from the stream and their block sizes, as NAME=BLOCKSIZE,...")
 	peer := fs.String("peer", "", "with --nats: another serve replica of the stream (http://HOST:PORT) whose worker digests this one compares with its own every --peer-interval (kvindex_replica_peer_checks_total, _peer_mismatches_total)")
 	peerEvery := fs.Duration("peer-interval", 30*time.Second, "with --peer: how often to compare")
+	peerToken := fs.String("peer-token-file", "", "with --peer: send this token file's first token as a bearer token (the peer's auth.token_file)")
+	peerCA := fs.String("peer-ca-file", "", "with --peer: trust these CAs (PEM) for the peer's TLS")
 	peerResync := fs.Bool("peer-resync", false, "with --peer: rebuild from the stream each worker whose digest differs from the peer's at the same worker sequence in two checks in a row (kvindex_replica_resyncs_total)")
 	snapshot := fs.String("snapshot", "", "snapshot file (with --nats also jetstream-object://BUCKET/NAME to share it through NATS): restored at start (a bad one falls back to a full sync), written every --snapshot-interval and at shutdown (its directory must be writable at start; a failed final write exits 1; kvindex_snapshot_writes_total counts them); in ZeroMQ mode each worker's stream position travels in it, and workers resume by replay from there")
 	snapEvery := fs.Duration("snapshot-interval", 5*time.Minute, "with --snapshot: how often to write the snapshot")
@@ -299,7 +301,8 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 	opts := server.Options{Logger: log, Listener: httpLn, GRPCListener: grpcLn, Context: ctx,
 		Snapshot: server.SnapshotOptions{Path: *snapshot, Interval: *snapEvery}}
 	if *natsURL != "" {
-		opts.Replica = &server.ReplicaOptions{URL: *natsURL, Stream: *stream, NATS: natsOpts, Peer: *peer, PeerInterval: *peerEvery, PeerResync: *peerResync}
+		opts.Replica = &server.ReplicaOptions{URL: *natsURL, Stream: *stream, NATS: natsOpts, Peer: *peer, PeerInterval: *peerEvery, PeerResync: *peerResync,
+			PeerTokenFile: *peerToken, PeerCAFile: *peerCA}
 	}
 	s, err := server.New(cfg, opts)
 	if err != nil {

@@ -27,22 +27,43 @@ type Tokens struct {
 	digests [][sha256.Size]byte
 }
 
+// FirstToken reads a token file (ReadTokens's format and checks) for the token a
+// client sends: its first.
+func FirstToken(path string) (string, error) {
+	var first string
+	_, err := readTokens(path, func(t string) {
+		if first == "" {
+			first = t
+		}
+	})
+	return first, err
+}
+
 // ReadTokens reads a token file: one token a line, blank lines and lines starting with
 // '#' ignored, at most MaxTokens tokens of MinTokenBytes to MaxTokenBytes each. A file
 // that other users may read is refused (ErrTokenFileMode).
 func ReadTokens(path string) (*Tokens, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
+	toks := &Tokens{}
+	if _, err := readTokens(path, func(t string) { toks.digests = append(toks.digests, sha256.Sum256([]byte(t))) }); err != nil {
 		return nil, err
 	}
+	return toks, nil
+}
+
+// readTokens reads a token file, calling each with every token, and returns how many.
+func readTokens(path string, each func(string)) (int, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
 	if fi.Mode().Perm()&0o007 != 0 {
-		return nil, fmt.Errorf("%s: mode %v: %w", path, fi.Mode().Perm(), ErrTokenFileMode)
+		return 0, fmt.Errorf("%s: mode %v: %w", path, fi.Mode().Perm(), ErrTokenFileMode)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	toks := &Tokens{}
+	n := 0
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 64<<10), MaxTokenBytes+2)
 	for sc.Scan() {
@@ -52,19 +73,20 @@ func ReadTokens(path string) (*Tokens, error) {
 		}
 		switch {
 		case len(t) < MinTokenBytes || len(t) > MaxTokenBytes:
-			return nil, fmt.Errorf("%s: a token of %d bytes (want %d to %d)", path, len(t), MinTokenBytes, MaxTokenBytes)
-		case len(toks.digests) == MaxTokens:
-			return nil, fmt.Errorf("%s: more than %d tokens", path, MaxTokens)
+			return 0, fmt.Errorf("%s: a token of %d bytes (want %d to %d)", path, len(t), MinTokenBytes, MaxTokenBytes)
+		case n == MaxTokens:
+			return 0, fmt.Errorf("%s: more than %d tokens", path, MaxTokens)
 		}
-		toks.digests = append(toks.digests, sha256.Sum256([]byte(t)))
+		each(t)
+		n++
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %v", path, err)
+		return 0, fmt.Errorf("%s: %v", path, err)
 	}
-	if len(toks.digests) == 0 {
-		return nil, fmt.Errorf("%s: no token", path)
+	if n == 0 {
+		return 0, fmt.Errorf("%s: no token", path)
 	}
-	return toks, nil
+	return n, nil
 }
 
 // Len is how many tokens there are (0 for nil).
