@@ -117,7 +117,7 @@ func benchGo(b *testing.B, tp *Template, ctx Context) {
 // reports its time per render.
 func externalBench(b *testing.B, cmd *exec.Cmd, models []oracleModel, model string, chat oracleCase) {
 	in := oracleInput(models)
-	in["bench"] = map[string]any{"template": model, "case": chat, "iterations": b.N}
+	in["bench"] = map[string]any{"template": model, "case": chat, "iterations": max(b.N, 300)}
 	data, err := json.Marshal(in)
 	if err != nil {
 		b.Fatal(err)

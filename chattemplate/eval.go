@@ -32,6 +32,8 @@ type renderOpts struct {
 type scope struct {
 	vars   map[string]any
 	parent *scope
+	// captured: a macro closes over this scope, so a loop must not reuse its map.
+	captured bool
 }
 
 func (s *scope) lookup(name string) (any, bool) {
@@ -151,6 +153,7 @@ func (ev *evaluator) execOne(n node, sc *scope) (ctl, error) {
 		}
 		return ctlNone, ev.write(n.line, ev.str(s))
 	case *macroNode:
+		sc.captured = true
 		sc.set(n.name, &macro{node: n, closure: sc})
 		return ctlNone, nil
 	case *callBlockNode:
@@ -281,13 +284,19 @@ func (ev *evaluator) execFor(n *forNode, sc *scope) error {
 		return err
 	}
 	loop := &loopObj{items: items}
+	body = &scope{parent: sc, vars: make(map[string]any, 4)}
 	for i, it := range items {
 		if err := ev.step(n.line); err != nil {
 			return err
 		}
-		// Each iteration starts from a fresh scope: a set inside the body is not seen by
-		// the next iteration nor after the loop (jinja2's loop scoping).
-		body = &scope{parent: sc, vars: make(map[string]any, 4)}
+		// Each iteration starts from an empty scope: a set inside the body is not seen by
+		// the next iteration nor after the loop (jinja2's loop scoping). The map is reused
+		// unless a macro defined in the body holds on to it.
+		if body.captured {
+			body = &scope{parent: sc, vars: make(map[string]any, 4)}
+		} else {
+			clear(body.vars)
+		}
 		loop.i = i
 		body.vars["loop"] = loop
 		if err := ev.bindTargets(n, body, it); err != nil {

@@ -145,11 +145,26 @@ func (t *Template) render(ctx Context, opts renderOpts) (string, error) {
 		ev.now = func() time.Time { return now }
 	}
 	ev.root = &scope{vars: vars}
+	ev.out.Grow(outputGuess(vars, t.cfg.MaxOutput))
 	// The template's own top-level sets live one scope below the context, as in Jinja.
 	if _, err := ev.exec(t.body, &scope{parent: ev.root}); err != nil {
 		return "", err
 	}
 	return ev.out.String(), nil
+}
+
+// outputGuess sizes the output buffer: the messages' text plus room for the markup.
+func outputGuess(vars map[string]any, limit int) int {
+	n := 1024
+	msgs, _ := vars["messages"].([]any)
+	for _, m := range msgs {
+		if d, ok := m.(*Dict); ok {
+			if c, ok := d.vals["content"].(string); ok {
+				n += len(c) + 64
+			}
+		}
+	}
+	return min(n, limit)
 }
 
 // vars builds the template's global variables.
