@@ -212,8 +212,11 @@
 //	                  dropped its first messages
 //	   200 {"worker", "messages", "applied", "complete", "digest"}
 //	GET /healthz      200 {"status": "ok"} while the index answers (a barrier), else 503
-//	GET /readyz       200 {"ready": true} once every engine rank has synced or been
-//	                  removed after the grace period (latched),
+//	GET /readyz       200 {"ready": true} once every engine rank has synced, or
+//	                  connected once and then been removed after the grace period
+//	                  (latched); a rank that never connected keeps it 503 (a wrong
+//	                  endpoint: "waiting" names it with its last error, and its
+//	                  subscriber logs "publisher unreachable" from the first attempt),
 //	                  503 {"ready": false, "waiting": [...]} before, and while draining
 //	GET /metrics      Prometheus text format; per tier: kvindex_tier_blocks{tier},
 //	                  kvindex_index_skipped_copies_total, events_applied_total{kind="copied"}

@@ -1,9 +1,13 @@
 package server_test
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -106,9 +110,11 @@ func grep(s, sub string) string {
 	return fmt.Sprint(out)
 }
 
-// TestReadyzAfterGraceRemoval: an engine that never comes back is removed after the
-// grace period, and /readyz stops waiting for it (it stayed 503 for good before).
-func TestReadyzAfterGraceRemoval(t *testing.T) {
+// TestReadyzNeverConnected: an engine that never connected (a mistyped endpoint, far
+// more often than a dead engine) keeps /readyz at 503 after the grace period removed
+// it, naming it and its last error, and its subscriber says so in the log at once
+// (the rule itself, engines that did connect included: TestSubWaiting).
+func TestReadyzNeverConnected(t *testing.T) {
 	good, err := fakevllm.ListenPub("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -117,35 +123,68 @@ func TestReadyzAfterGraceRemoval(t *testing.T) {
 	cfg := server.Config{
 		Listen: "127.0.0.1:0",
 		Engines: []server.EngineConfig{
-			{Endpoint: freeport.Endpoint(t), Worker: "gone", BlockSize: 4},
+			{Endpoint: freeport.Endpoint(t), Worker: "typo", BlockSize: 4},
 			{Endpoint: "tcp://" + good.Addr(), Worker: "good", BlockSize: 4},
 		},
 		Grace:        server.Duration(100 * time.Millisecond),
 		ReconnectMin: server.Duration(time.Millisecond),
 		ReconnectMax: server.Duration(20 * time.Millisecond),
 	}
-	_, c := start(t, cfg)
-	var ready struct {
-		Ready   bool
-		Waiting []string
+	var logs syncBuffer
+	s, err := server.New(cfg, server.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	c := newClient(t, s.Addr())
+	state := func(worker string) string {
+		var ws struct{ Workers []server.WorkerInfo }
+		c.do("GET", "/v1/workers", "", &ws)
+		for _, w := range ws.Workers {
+			if w.Worker == worker {
+				return w.State
+			}
+		}
+		return ""
 	}
 	deadline := time.Now().Add(15 * time.Second)
-	for {
-		code := c.do("GET", "/readyz", "", &ready)
-		if code == 200 && ready.Ready {
-			break
-		}
+	for state("typo") != "removed" || state("good") != "live" {
 		if time.Now().After(deadline) {
-			t.Fatalf("readyz: %d %+v", code, ready)
+			t.Fatalf("typo is %s, good %s", state("typo"), state("good"))
 		}
 		good.Send()
 		time.Sleep(5 * time.Millisecond) // pacing of a bounded probe loop
 	}
-	var ws struct{ Workers []server.WorkerInfo }
-	c.do("GET", "/v1/workers", "", &ws)
-	for _, w := range ws.Workers {
-		if w.Worker == "gone" && w.State != "removed" {
-			t.Fatalf("ready while %s is %s", w.Worker, w.State)
-		}
+	var ready struct {
+		Ready   bool
+		Waiting []string
 	}
+	if code := c.do("GET", "/readyz", "", &ready); code != 503 || ready.Ready || len(ready.Waiting) != 1 ||
+		!strings.HasPrefix(ready.Waiting[0], "typo (never connected: ") {
+		t.Errorf("readyz with a never-connected engine removed: %d %+v", code, ready)
+	}
+	if !strings.Contains(logs.String(), "publisher unreachable") || !strings.Contains(logs.String(), "worker=typo") {
+		t.Errorf("no warning for the unreachable publisher in the log:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's goroutines to log into.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

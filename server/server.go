@@ -540,6 +540,24 @@ func (s *Server) sizer() WorkerSizer {
 
 // isReady reports readiness: every subscriber has synced once (latched), and the server
 // is not draining.
+// subWaiting says whether readiness waits for a subscriber, and names it. The rule:
+// every configured engine must have connected once and synced. A worker removed after
+// the grace period left the index, and the server does not wait for an engine that is
+// gone (it syncs again if the engine comes back) — unless it never connected at all:
+// that is a wrong endpoint far more often than an engine that died, so the server stays
+// unready and says so (its last error is in /v1/workers).
+func subWaiting(st subscriber.Status) (string, bool) {
+	switch {
+	case st.Synced:
+		return "", false
+	case st.State != subscriber.StateRemoved:
+		return st.Worker, true
+	case st.Connects == 0:
+		return st.Worker + " (never connected: " + st.LastError + ")", true
+	}
+	return "", false
+}
+
 func (s *Server) isReady() (bool, []string) {
 	if s.draining.Load() {
 		return false, []string{"draining"}
@@ -557,10 +575,8 @@ func (s *Server) isReady() (bool, []string) {
 		}
 	}
 	for _, sub := range s.fleet().subs {
-		// A worker removed after the grace period left the index: the server does not
-		// wait for an engine that is gone (it syncs again if the engine comes back).
-		if st := sub.Status(); !st.Synced && st.State != subscriber.StateRemoved {
-			waiting = append(waiting, sub.Worker())
+		if w, ok := subWaiting(sub.Status()); ok {
+			waiting = append(waiting, w)
 		}
 	}
 	if len(waiting) == 0 {

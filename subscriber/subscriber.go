@@ -287,6 +287,9 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 				return nil
 			}
 			s.down(err)
+			// Said at once, not only when the grace period ends: a mistyped endpoint is
+			// the usual cause, and Status.LastError shows it meanwhile.
+			s.warn("publisher unreachable; retrying", "endpoint", s.cfg.Endpoint, "err", err, "retry_in", backoff)
 			if err := s.checkGrace(); err != nil {
 				return err
 			}
