@@ -19,18 +19,36 @@ SHARED      ?= ../shared
 FUZZTIME    ?=
 fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 
-.PHONY: race-pkgs race-invariants race-full test-phases build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
+.PHONY: tools race-pkgs race-invariants race-full test-phases build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
 
 ## test: everything CI runs: lint, race-enabled unit tests, conformance replays, short
 ## fuzzing, the docs check. The tools are installed first, one at a time (apt-get holds a
-## lock); then the phases run TEST_JOBS at a time (default 2: lint and the 386 vet leave a
-## core idle half the time), the longest (race) first, each phase's output printed whole
-## when it ends.
+## lock; `make tools` says what each is for); then the phases run TEST_JOBS at a time
+## (default 2: lint and the 386 vet leave a core idle half the time), the longest (race)
+## first. Each phase runs through scripts/phase.sh: a line when it starts, a line a
+## minute while it runs, its whole output when it ends, then its result and wall time.
+## Every go test has an explicit -timeout (TEST_TIMEOUT per package binary, sized at
+## about 3x the slowest package's time on a cold, loaded 2-core machine).
 TEST_JOBS ?= 2
-test: shared-note publisher-deps proto-deps $(STATICCHECK)
-	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-phases
+TEST_TIMEOUT ?= 9m
+GOTEST = $(GO) test -timeout $(TEST_TIMEOUT)
+TEST_PHASES := race-pkgs race-invariants lint race-full build386 conformance fuzz docs-check
+test: shared-note tools
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-phases
 
-test-phases: race-pkgs race-invariants lint race-full build386 conformance fuzz docs-check
+test-phases: $(addprefix phase-,$(TEST_PHASES))
+
+phase-%:
+	@bash scripts/phase.sh $* $(MAKE) --no-print-directory $*
+
+## tools: what make test installs, each once, each saying so when it does:
+##   staticcheck (Go module, into GOPATH/bin): the lint phase;
+##   protoc (Debian's protobuf-compiler) and protoc-gen-go / protoc-gen-go-grpc (Go
+##     modules, into GOPATH/bin): proto-check regenerates the gRPC code and compares;
+##   python3-zmq and python3-msgpack (Debian's): the ZeroMQ interop tests' publisher.
+## The tokenizer and chat-template oracle tests install their pinned npm packages
+## themselves, into a cache folder outside the tree.
+tools: publisher-deps proto-deps $(STATICCHECK)
 
 ## docs: regenerate the figure blocks of README.md and docs/*.md (each block's marker
 ## names the command that prints it; internal/docsgen).
@@ -43,7 +61,7 @@ docs:
 ## documented kvindex command line parses (TestDocCommandsParse). About 40 s.
 docs-check:
 	$(GO) run ./internal/docsgen $(DOCS)
-	$(GO) test -count=1 -run '^TestDocCommandsParse' ./cmd/kvindex/
+	$(GOTEST) -count=1 -run '^TestDocCommandsParse' ./cmd/kvindex/
 
 ## shared-note: one line saying which tests skip when $(SHARED) (traces, conformance logs,
 ## EVENTS.md; not shipped to users) is absent.
@@ -56,7 +74,7 @@ publisher-deps:
 
 ## unit: the unit tests without the race detector (quick local loop).
 unit: publisher-deps
-	$(GO) test -short ./...
+	$(GOTEST) -short ./...
 
 ## race: the race detector over every package, in three parts that make test runs side
 ## by side. race-pkgs: every package but the index's own, at the sizes package
@@ -72,19 +90,19 @@ INDEX_PKGS := ./engine/... ./shard/... ./internal/table/... ./internal/invariant
 race: race-pkgs race-invariants race-full
 
 race-pkgs: publisher-deps
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e '/engine$$' -e '/engine/' -e '/shard$$' -e '/internal/table$$' -e '/internal/invariants$$')
+	$(GOTEST) -race -count=1 $$($(GO) list ./... | grep -v -e '/engine$$' -e '/engine/' -e '/shard$$' -e '/internal/table$$' -e '/internal/invariants$$')
 
 race-invariants:
-	$(GO) test -race -short -tags invariants -count=1 $(INDEX_PKGS)
-	KVINDEX_RACE_SWEEP=1 $(GO) test -count=1 -run '^TestOwnersRace$$' ./engine/
+	$(GOTEST) -race -short -tags invariants -count=1 $(INDEX_PKGS)
+	KVINDEX_RACE_SWEEP=1 $(GOTEST) -count=1 -run '^TestOwnersRace$$' ./engine/
 
 race-full: publisher-deps
-	$(GO) test -count=1 -run '^TestFloodRSSBounded$$' ./subscriber/
-	$(GO) test -count=1 -run '^TestMemoryBudget$$' ./server/
-	$(GO) test -count=1 -run '^TestReferenceModelConformance$$' ./internal/replay/
-	$(GO) test -count=1 -run '^(TestConformance|TestDifferentialRandom)$$' ./bench/radix/
-	$(GO) test -count=1 -run '^(TestPartitionBalance|TestDifferential|TestDifferentialTiers|TestDifferentialPredictions)$$' ./engine/
-	$(GO) test -count=1 ./sim/
+	$(GOTEST) -count=1 -run '^TestFloodRSSBounded$$' ./subscriber/
+	$(GOTEST) -count=1 -run '^TestMemoryBudget$$' ./server/
+	$(GOTEST) -count=1 -run '^TestReferenceModelConformance$$' ./internal/replay/
+	$(GOTEST) -count=1 -run '^(TestConformance|TestDifferentialRandom)$$' ./bench/radix/
+	$(GOTEST) -count=1 -run '^(TestPartitionBalance|TestDifferential|TestDifferentialTiers|TestDifferentialPredictions)$$' ./engine/
+	$(GOTEST) -count=1 ./sim/
 
 ## test-long: every test at its full size under the race detector (KVINDEX_TEST_LONG=1:
 ## the histories, logs and sweeps make test shortens; see internal/testsize), and every
@@ -174,21 +192,21 @@ conformance:
 ## whose instrumented build (gRPC, protobuf, Prometheus) is 77 s of CPU on a cold cache;
 ## make test-long runs it, and their seed corpora run in every make test.
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzBlocks$$' -fuzztime $(call fuzzbudget,30000x) ./hash/
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(call fuzzbudget,60000x) ./internal/oplog/
-	$(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime $(call fuzzbudget,12000x) ./engine/
-	$(GO) test -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime $(call fuzzbudget,25000x) ./engine/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(call fuzzbudget,50000x) ./kvevents/
-	$(GO) test -run '^$$' -fuzz '^FuzzGuard$$' -fuzztime $(call fuzzbudget,50000x) ./subscriber/
-	$(GO) test -run '^$$' -fuzz '^FuzzApplyBatch$$' -fuzztime $(call fuzzbudget,20000x) ./subscriber/
-	$(GO) test -run '^$$' -fuzz '^FuzzWatchStream$$' -fuzztime $(call fuzzbudget,20000x) ./internal/kube/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzBlocks$$' -fuzztime $(call fuzzbudget,30000x) ./hash/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(call fuzzbudget,60000x) ./internal/oplog/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime $(call fuzzbudget,12000x) ./engine/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime $(call fuzzbudget,25000x) ./engine/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(call fuzzbudget,50000x) ./kvevents/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzGuard$$' -fuzztime $(call fuzzbudget,50000x) ./subscriber/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzApplyBatch$$' -fuzztime $(call fuzzbudget,20000x) ./subscriber/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzWatchStream$$' -fuzztime $(call fuzzbudget,20000x) ./internal/kube/
 
 fuzz-long: fuzz
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMatch$$' -fuzztime $(call fuzzbudget,25000x) ./server/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRouted$$' -fuzztime $(call fuzzbudget,25000x) ./server/
-	$(GO) test -run '^$$' -fuzz '^FuzzGRPCMatch$$' -fuzztime $(call fuzzbudget,20000x) ./server/
-	$(GO) test -run '^$$' -fuzz '^FuzzMooncake$$' -fuzztime $(call fuzzbudget,15000x) ./server/
-	$(GO) test -run '^$$' -fuzz '^FuzzDigestInfo$$' -fuzztime $(call fuzzbudget,10000x) ./server/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzDecodeMatch$$' -fuzztime $(call fuzzbudget,25000x) ./server/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzDecodeRouted$$' -fuzztime $(call fuzzbudget,25000x) ./server/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzGRPCMatch$$' -fuzztime $(call fuzzbudget,20000x) ./server/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzMooncake$$' -fuzztime $(call fuzzbudget,15000x) ./server/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzDigestInfo$$' -fuzztime $(call fuzzbudget,10000x) ./server/
 
 ## soak: bounded soaks (SOAK each, default 3m): publisher churn, restarts, gaps, hostile
 ## peers and queries through real libzmq (subscriber); serve's API under every

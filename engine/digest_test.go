@@ -11,6 +11,7 @@ import (
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
 	"github.com/kvindex/kvindex/internal/replay"
+	"github.com/kvindex/kvindex/internal/testsize"
 	"github.com/stretchr/testify/require"
 )
 
@@ -277,9 +278,7 @@ func TestDigestCases(t *testing.T) {
 // TestDigestZeroAllocsNamespaced: a worker storing and evicting blocks outside the
 // default namespace, emptying it each time, keeps its digests without allocating.
 func TestDigestZeroAllocsNamespaced(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts are not meaningful under -race")
-	}
+	testsize.SkipAllocs(t)
 	e := newEngine(t, engine.Config{Shards: 2})
 	blocks := make([]engine.Block, 16)
 	seqs := make([]uint64, 16)

@@ -513,9 +513,7 @@ func stepsFromBytes(data []byte) []refmodel.Step {
 }
 
 func TestFindMatchesZeroAllocs(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts are not meaningful under -race")
-	}
+	testsize.SkipAllocs(t)
 	// Two shards; one, which narrows wide strides before round 2; and the locked index.
 	for _, cfg := range []engine.Config{{Shards: 2, JumpSize: 8}, {Shards: 1, JumpSize: 64}, {LockedIndex: true, JumpSize: 64}} {
 		t.Run(fmt.Sprintf("locked=%v/shards=%d", cfg.LockedIndex, cfg.Shards), func(t *testing.T) { testFindMatchesZeroAllocs(t, cfg) })
@@ -559,9 +557,7 @@ func testFindMatchesZeroAllocs(t *testing.T, cfg engine.Config) {
 }
 
 func TestEventZeroAllocsSteadyState(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts are not meaningful under -race")
-	}
+	testsize.SkipAllocs(t)
 	e := newEngine(t, engine.Config{Shards: 2})
 	chain := make([]engine.Block, 32)
 	seqs := make([]uint64, 32)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/testsize"
 	"github.com/stretchr/testify/require"
 )
 
@@ -162,9 +163,7 @@ func TestPredictNamespaces(t *testing.T) {
 }
 
 func TestFindMatchesZeroAllocsWithPredictions(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts are not meaningful under -race")
-	}
+	testsize.SkipAllocs(t)
 	e, _ := newPredEngine(t, engine.Config{Shards: 2, JumpSize: 8})
 	q := make([]uint64, 100)
 	for i := range q {
@@ -320,9 +319,7 @@ func BenchmarkFindMatchesPredictions(b *testing.B) {
 // confirmation and contradiction on every store and removal) and of a worker without
 // allocate nothing in steady state.
 func TestEventZeroAllocsWithPredictions(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts are not meaningful under -race")
-	}
+	testsize.SkipAllocs(t)
 	e, _ := newPredEngine(t, engine.Config{Shards: 2})
 	blocks := make([]engine.Block, 32)
 	seqs := make([]uint64, 32)
@@ -397,7 +394,7 @@ func TestPredictedIn(t *testing.T) {
 	// Expired predictions do not count: c's longer one outlives the others.
 	clock.advance(time.Second)
 	require.Equal(t, []engine.WorkerPrediction{{Worker: "c", Blocks: 3}}, e.PredictedIn("", q, nil))
-	if !raceEnabled {
+	if testsize.AllocsMeasured {
 		dst := make([]engine.WorkerPrediction, 0, 8)
 		require.Zero(t, testing.AllocsPerRun(100, func() { dst = e.PredictedIn("", q, dst[:0]) }))
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/testsize"
 )
 
 func tierEvent(kind engine.EventKind, worker string, tier engine.Tier) *engine.Event {
@@ -143,9 +144,7 @@ func TestTiersSnapshotRoundTrip(t *testing.T) {
 // TestFindMatchesZeroAllocsTiers: a query over tiered workers, one of them gappy (the
 // fallback path), allocates nothing in steady state.
 func TestFindMatchesZeroAllocsTiers(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts are not meaningful under -race")
-	}
+	testsize.SkipAllocs(t)
 	e := newEngine(t, engine.Config{Shards: 2, JumpSize: 8})
 	chain := make([]engine.Block, 100)
 	q := make([]uint64, 100)

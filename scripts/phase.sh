@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# phase.sh NAME CMD...: runs one phase of `make test` with its output kept aside, so that
+# phases running side by side do not interleave. While the phase runs, a line every
+# PHASE_TICK seconds (default 60) says it is still running and for how long; at its end
+# its whole output is printed, then one line with its result and its wall time. Exits
+# with the command's status. `make test` runs every phase through it.
+set -uo pipefail
+name=$1
+shift
+tick=${PHASE_TICK:-60}
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+start=$(date +%s)
+echo "==> $name: started $(date -u +%H:%M:%S)"
+"$@" >"$log" 2>&1 &
+pid=$!
+# The ticker sleeps in short steps so that it ends within a second of the phase.
+(
+	while :; do
+		for ((i = 0; i < tick; i++)); do
+			kill -0 "$pid" 2>/dev/null || exit 0
+			sleep 1
+		done
+		echo "... $name: running for $(($(date +%s) - start)) s"
+	done
+) &
+ticker=$!
+wait "$pid"
+rc=$?
+kill "$ticker" 2>/dev/null
+wait "$ticker" 2>/dev/null
+secs=$(($(date +%s) - start))
+{
+	echo "==> $name: output"
+	cat "$log"
+	if [ "$rc" -eq 0 ]; then
+		echo "==> $name: ok in $secs s"
+	else
+		echo "==> $name: FAILED (exit $rc) after $secs s"
+	fi
+} | cat
+exit "$rc"
