@@ -84,8 +84,10 @@ unit: publisher-deps
 ## change (-tags invariants, package internal/invariants; -short: the histories that
 ## honour it shorter, as the checks recount after each event), then the owners' race
 ## sweep (engine's TestOwnersRace: non-owners racing on each owner's state are reported
-## by the detector). race-full: the sequential checks the detector runs short, at full
-## size without it.
+## by the detector); there the histories are sized by internal/testsize (Sized), as the
+## checks recount after every event. race-full: the sequential checks the detector runs
+## short, at full size without it, and the index's zero-allocation tests, which skip
+## where the race detector or the invariant checks allocate.
 INDEX_PKGS := ./engine/... ./shard/... ./internal/table/... ./internal/invariants/
 race: race-pkgs race-invariants race-full
 
@@ -101,7 +103,7 @@ race-full: publisher-deps
 	$(GOTEST) -count=1 -run '^TestMemoryBudget$$' ./server/
 	$(GOTEST) -count=1 -run '^TestReferenceModelConformance$$' ./internal/replay/
 	$(GOTEST) -count=1 -run '^(TestConformance|TestDifferentialRandom)$$' ./bench/radix/
-	$(GOTEST) -count=1 -run '^(TestPartitionBalance|TestDifferential|TestDifferentialTiers|TestDifferentialPredictions)$$' ./engine/
+	$(GOTEST) -count=1 -run '^(TestPartitionBalance|TestDifferential.*|Test.*Allocs.*)$$' ./engine/ ./shard/
 	$(GOTEST) -count=1 ./sim/
 
 ## test-long: every test at its full size under the race detector (KVINDEX_TEST_LONG=1:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/testsize"
 	"github.com/stretchr/testify/require"
 )
 
@@ -47,7 +48,7 @@ func TestConcurrentGappyQueries(t *testing.T) {
 			}
 			ctx := context.Background()
 			require.NoError(t, e.Barrier(ctx))
-			const goroutines, calls = 8, 2000
+			goroutines, calls := 8, testsize.Sized(2000, 1000, 400)
 			var wg sync.WaitGroup
 			errs := make(chan error, goroutines)
 			for g := 0; g < goroutines; g++ {

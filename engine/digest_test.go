@@ -67,8 +67,8 @@ func (r *digestReplica) flush(t *testing.T) {
 // checkpoints of all the histories, two workers' digests are equal exactly when the
 // model's held sets are (as the digest covers them: group, tier, seq and depth).
 func TestDigestDifferential(t *testing.T) {
-	n := 2000
-	if testing.Short() || raceEnabled {
+	n := testsize.Sized(2000, 600, 300)
+	if testing.Short() && n > 600 {
 		n = 600
 	}
 	byDigest := map[uint64]string{}

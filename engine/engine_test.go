@@ -135,8 +135,8 @@ func TestRejections(t *testing.T) {
 // TestDifferential replays long random histories on the engine and on the reference
 // model, comparing every query after a barrier, for several jump sizes and shard counts.
 func TestDifferential(t *testing.T) {
-	n := testsize.Pick(6000, 2000) // full size without the race detector (make race) or in make test-long
-	if testing.Short() {
+	n := testsize.Sized(6000, 2000, 500) // full size in the plain build (make test's race-full) or in make test-long
+	if testing.Short() && n > 2000 {
 		n = 2000
 	}
 	for _, shards := range []int{0, 1, 2, 3} { // 0: the LockedIndex baseline
@@ -177,8 +177,11 @@ func TestDifferentialDeepFleet(t *testing.T) {
 	h.store("diverged", diverged)
 	h.query(1, 900, 1025, 1026, 1100, 1701, 2050, 3000, 4097, 4098, 5000)
 	ops := h.ops
-	for _, shards := range []int{1, 2, 3} {
-		for _, jump := range []int{1, 3, 64} {
+	// Under the invariant checks (each event recounts its worker's 5,000-block chain) the
+	// corners are enough: one and several shards, the narrowest and the default jump.
+	shardCounts, jumps := testsize.Sized([]int{1, 2, 3}, []int{1, 2, 3}, []int{1, 3}), testsize.Sized([]int{1, 3, 64}, []int{1, 3, 64}, []int{1, 64})
+	for _, shards := range shardCounts {
+		for _, jump := range jumps {
 			for _, early := range []bool{false, true} {
 				t.Run(fmt.Sprintf("shards=%d/jump=%d/early=%v", shards, jump, early), func(t *testing.T) {
 					t.Parallel()
@@ -258,8 +261,8 @@ func TestDifferentialEveryDepth(t *testing.T) {
 // stores and removals per tier, copies of held blocks to other tiers under parents held
 // elsewhere. Every answer's per-tier lengths are compared.
 func TestDifferentialTiers(t *testing.T) {
-	n := testsize.Pick(6000, 2000) // full size without the race detector (make race) or in make test-long
-	if testing.Short() {
+	n := testsize.Sized(6000, 2000, 500) // full size in the plain build (make test's race-full) or in make test-long
+	if testing.Short() && n > 2000 {
 		n = 2000
 	}
 	for _, shards := range []int{0, 1, 2, 3} {
@@ -414,7 +417,7 @@ func applyOp(e *engine.Engine, op *oplog.Op) error {
 // tiny-alphabet histories are exercised on every run, not only while fuzzing.
 func TestRandomByteHistories(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 9))
-	for i := 0; i < 5000; i++ {
+	for i := 0; i < testsize.Sized(5000, 2000, 1000); i++ {
 		b := make([]byte, r.IntN(64))
 		for j := range b {
 			b[j] = byte(r.Uint32())
@@ -673,8 +676,8 @@ func TestStatsCounters(t *testing.T) {
 // contradicted, expired, refreshed and evicted by both bounds, for event workers and for
 // one that sends no events) on the engine and on the reference model.
 func TestDifferentialPredictions(t *testing.T) {
-	n := testsize.Pick(4000, 1500) // full size without the race detector (make race) or in make test-long
-	if testing.Short() {
+	n := testsize.Sized(4000, 1500, 400) // full size in the plain build (make test's race-full) or in make test-long
+	if testing.Short() && n > 1500 {
 		n = 1500
 	}
 	for _, shards := range []int{0, 1, 3} {

@@ -9,6 +9,7 @@ import (
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/testsize"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,8 +19,8 @@ import (
 // events the contract rejects, at every shard count, on the locked index, at several
 // jump sizes, one event a call and in batches.
 func TestDifferentialHybrid(t *testing.T) {
-	n := 2500
-	if testing.Short() || raceEnabled { // the race detector's pass checks ownership, not coverage
+	n := testsize.Sized(2500, 700, 300) // the race detector's pass checks ownership, not coverage
+	if testing.Short() && n > 700 {
 		n = 700
 	}
 	for _, shards := range []int{0, 1, 2, 3} {

@@ -14,6 +14,7 @@ import (
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
 	"github.com/kvindex/kvindex/internal/replay"
+	"github.com/kvindex/kvindex/internal/testsize"
 )
 
 // TestNamespacesDropped: once no block uses a namespace, a sweep drops its name (and
@@ -116,7 +117,7 @@ func TestNamespaceBoundEvents(t *testing.T) {
 // use, are dropped, and their ids go to others).
 func TestSweepDifferential(t *testing.T) {
 	for seed := uint64(1); seed <= 3; seed++ {
-		ops := refmodel.RandomOps(rand.New(rand.NewPCG(seed, 23)), 2500, refmodel.RandomOptions{MaxChain: 40, Tiers: seed == 2})
+		ops := refmodel.RandomOps(rand.New(rand.NewPCG(seed, 23)), testsize.Sized(2500, 1200, 600), refmodel.RandomOptions{MaxChain: 40, Tiers: seed == 2})
 		cfg := engine.Config{Shards: 2, JumpSize: 4, SpecChain: true}
 		swept, plain := newEngine(t, cfg), newEngine(t, cfg)
 		gen := map[string]int{}

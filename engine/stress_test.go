@@ -23,10 +23,10 @@ import (
 // 700 ops (every configuration, every interleaving the detector watches), make
 // test-long 1,500.
 func TestStress(t *testing.T) {
-	ops, rounds := testsize.Pick(1500, 700), 1
+	ops, rounds := testsize.Sized(1500, 700, 300), 1
 	if os.Getenv("KVINDEX_STRESS") == "long" {
 		ops, rounds = 20000, 3
-	} else if testing.Short() {
+	} else if testing.Short() && ops > 600 {
 		ops = 600
 	}
 	seed := uint64(os.Getpid())

@@ -46,6 +46,20 @@ func Pick[T any](full, reduced T) T {
 	return reduced
 }
 
+// Sized returns full in the plain build or in `make test-long`, checked under the
+// invariant checks (with or without the race detector: the checks' O(n^2) dominates),
+// and race under the race detector alone.
+func Sized[T any](full, race, checked T) T {
+	switch {
+	case Long() || (!Race && !Invariants):
+		return full
+	case Invariants:
+		return checked
+	default:
+		return race
+	}
+}
+
 // AllocsMeasured reports whether allocation counts mean what they say in this build:
 // neither the race detector nor the invariant checks, both of which allocate.
 const AllocsMeasured = !Race && !Invariants
