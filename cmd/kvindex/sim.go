@@ -492,7 +492,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the tables")
 	forceProgress := fs.Bool("progress", false, "show a progress bar on stderr even when it is not a terminal")
 	sweep := fs.String("sweep", "", "rerun every policy at each point and chart the outcomes: speedup=X1,X2,..., routers=N1,N2,..., capacity=A,B,... or event-delay=D1,D2,...; with --zero-time capacity=, event-delay= or host-capacity=H1,H2,... (hit rates; host-capacity: the prefill work, policies default to "+tierPolicies+")")
-	chart := fs.String("chart", "sweep.svg", "with --sweep: chart file (.svg, .png or .pdf)")
+	chart := fs.String("chart", "", "with --sweep: chart file (.svg, .png or .pdf; none without it)")
 	if code, ok := parseFlags(fs, args, stdout); !ok {
 		return code
 	}
@@ -503,7 +503,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		if *sweep == "" && f.set["chart"] {
 			return usageErr("--chart needs --sweep")
 		}
-		if *sweep != "" && !chartFormats[strings.ToLower(filepath.Ext(*chart))] {
+		if *chart != "" && !chartFormats[strings.ToLower(filepath.Ext(*chart))] {
 			return usageErr("--chart %q: want a .svg, .png or .pdf file", *chart)
 		}
 		if !tf.zeroTime {
@@ -656,7 +656,7 @@ func simulate(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg si
 	default:
 		out.Cluster.EventDelayMs = 0
 	}
-	if err := writeChart(chart, out); err != nil {
+	if err := writeChartIf(chart, out, writeChart); err != nil {
 		return err
 	}
 	out.Chart = chart
@@ -798,7 +798,7 @@ func printSweep(w io.Writer, out simJSON) {
 		for i, p := range out.Sweep {
 			printTiered(w, fmt.Sprintf("%-8s ", caps[i]), p.Policies, i == 0)
 		}
-		fmt.Fprintf(w, "\nchart written to %s\ntotal %.1f s\n", out.Chart, out.Seconds)
+		fmt.Fprintf(w, "\n%s\ntotal %.1f s\n", chartLine(out.Chart), out.Seconds)
 		return
 	}
 	if out.Sweep[0].EventDelayMs != nil {
@@ -820,7 +820,7 @@ func printSweep(w io.Writer, out simJSON) {
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "\nchart written to %s\ntotal %.1f s\n", out.Chart, out.Seconds)
+	fmt.Fprintf(w, "\n%s\ntotal %.1f s\n", chartLine(out.Chart), out.Seconds)
 }
 
 // sweepLabel names a sweep point: its capacity, event delay or host capacity.
@@ -832,6 +832,22 @@ func sweepLabel(pt sweepPointJSON) string {
 		return bench.Thousands(int64(*pt.HostCapacity))
 	}
 	return bench.Thousands(int64(pt.Capacity))
+}
+
+// writeChartIf writes a sweep's chart with write when --chart named a file.
+func writeChartIf[T any](path string, out T, write func(string, T) error) error {
+	if path == "" {
+		return nil
+	}
+	return write(path, out)
+}
+
+// chartLine says where a sweep's chart went, or how to get one.
+func chartLine(path string) string {
+	if path == "" {
+		return "no chart written (--chart FILE.svg draws one)"
+	}
+	return "chart written to " + path
 }
 
 // writeChart draws hit rate against the swept parameter, one line per policy and the
@@ -979,13 +995,25 @@ func saveChart(p *plot.Plot, path string) (err error) {
 // simProgress shows a bar on stderr once a run has gone on for progressDelay, when stderr
 // is a terminal or --progress was given.
 type simProgress struct {
-	w       io.Writer
+	w       *gatedWriter
 	on      bool
 	start   time.Time
-	total   int
-	done    int
 	bar     *progressbar.ProgressBar
 	stopped bool
+}
+
+// gatedWriter discards what is written until it opens: the progress bar runs, and
+// measures its rate, from the first request, but shows only after progressDelay.
+type gatedWriter struct {
+	w    io.Writer
+	open bool
+}
+
+func (g *gatedWriter) Write(b []byte) (int, error) {
+	if !g.open {
+		return len(b), nil
+	}
+	return g.w.Write(b)
 }
 
 func newProgress(w io.Writer, force bool, total int) *simProgress {
@@ -995,19 +1023,9 @@ func newProgress(w io.Writer, force bool, total int) *simProgress {
 			on = true
 		}
 	}
-	return &simProgress{w: w, on: on && total > 0, start: time.Now(), total: total}
-}
-
-func (p *simProgress) add(n int) {
-	if !p.on || p.stopped {
-		return
-	}
-	p.done += n
-	if p.bar == nil {
-		if time.Since(p.start) < progressDelay {
-			return
-		}
-		p.bar = progressbar.NewOptions(p.total,
+	p := &simProgress{w: &gatedWriter{w: w}, on: on && total > 0, start: time.Now()}
+	if p.on {
+		p.bar = progressbar.NewOptions(total,
 			progressbar.OptionSetWriter(p.w),
 			progressbar.OptionSetDescription("simulating"),
 			progressbar.OptionShowCount(),
@@ -1016,8 +1034,17 @@ func (p *simProgress) add(n int) {
 			progressbar.OptionThrottle(100*time.Millisecond),
 			progressbar.OptionSetWidth(30),
 		)
-		_ = p.bar.Set(p.done)
+		p.bar.StartWithoutRender()
+	}
+	return p
+}
+
+func (p *simProgress) add(n int) {
+	if !p.on || p.stopped {
 		return
+	}
+	if !p.w.open && time.Since(p.start) >= progressDelay {
+		p.w.open = true
 	}
 	_ = p.bar.Add(n)
 }
@@ -1027,7 +1054,7 @@ func (p *simProgress) finish() {
 		return
 	}
 	p.stopped = true
-	if p.bar != nil {
+	if p.bar != nil && p.w.open {
 		_ = p.bar.Finish()
 		fmt.Fprintln(p.w)
 	}

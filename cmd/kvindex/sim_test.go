@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -240,6 +242,13 @@ func TestSimProgress(t *testing.T) {
 	code, _, errs := runCLI(t, append([]string{"sim", "--progress", "--policies", "round-robin"}, quickSim...)...)
 	if code != 0 || !strings.Contains(errs, "simulating") || !strings.Contains(errs, "400/400") {
 		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	// The rate counts from the run's start, not from when the bar first shows: its
+	// first reading is no burst of every request so far over nanoseconds.
+	for _, m := range regexp.MustCompile(`([0-9]+) req/s`).FindAllStringSubmatch(errs, -1) {
+		if r, _ := strconv.ParseFloat(m[1], 64); r > 1e8 {
+			t.Errorf("a rate of %s requests per second: %q", m[1], errs)
+		}
 	}
 }
 
@@ -535,8 +544,7 @@ func TestSimTimedJSON(t *testing.T) {
 	if err := dec.Decode(&got); err != nil || dec.More() {
 		t.Fatalf("%v in %s", err, out)
 	}
-	names := []string{"kv-aware", "kv-aware-predict", "approximate", "approximate-lru", "kv-aware-scorer", "kv-aware-predict-scorer",
-		"approximate-scorer", "approximate-lru-scorer", "load-only", "least-loaded", "round-robin", "random"}
+	names := strings.Split(defaultTimedPolicies, ",")
 	if got.Model != "timed" || len(got.Policies) != len(names) || got.References.Pooled.BlockHitRate == nil ||
 		got.References.Reuse.Reusing == nil || got.References.Reuse.GapP50 == nil {
 		t.Fatalf("model, policies or references: %s", out)

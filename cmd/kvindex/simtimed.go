@@ -134,10 +134,21 @@ func (t *timedFlags) validate(set map[string]bool) error {
 	return nil
 }
 
-// parseRoutings reads a comma-separated list of timed policies ("" = every one).
+// defaultTimedPolicies are the rows of the default report: each scoring family with
+// exact and approximate knowledge, load-only and round-robin ("all" runs every one).
+const defaultTimedPolicies = "kv-aware,approximate,kv-aware-scorer,approximate-lru-scorer,load-only,round-robin"
+
+// recommendedPolicy is the policy the project recommends, named under the table.
+const recommendedPolicy = "kv-aware-scorer"
+
+// parseRoutings reads a comma-separated list of timed policies ("" = the default
+// rows, "all" = every one).
 func parseRoutings(s string) ([]sim.Routing, error) {
-	if s == "" {
+	switch s {
+	case "all":
 		return sim.Routings(), nil
+	case "":
+		s = defaultTimedPolicies
 	}
 	var out []sim.Routing
 	seen := map[string]bool{}
@@ -641,7 +652,7 @@ func simulateTimed(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, c
 		case "event-delay":
 			out.Cluster.EventDelayMs = 0
 		}
-		if err := writeTimedChart(chart, out, sw); err != nil {
+		if err := writeChartIf(chart, out, func(path string, out timedJSON) error { return writeTimedChart(path, out, sw) }); err != nil {
 			return err
 		}
 		out.Chart = chart
@@ -654,6 +665,7 @@ func simulateTimed(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, c
 	printTimedHeader(stdout, out, w, sw)
 	if sw.key == "" {
 		printTimedPolicies(stdout, out.Policies)
+		printRecommended(stdout, out.Policies)
 		printTimedStages(stdout, out.Policies)
 		if out.Index != nil {
 			var r sim.TimedResult
@@ -765,6 +777,18 @@ func printTimedPolicies(w io.Writer, pols []timedPolicyJSON) {
 	}
 }
 
+// printRecommended names the recommended policy beside the best row of the run.
+func printRecommended(w io.Writer, pols []timedPolicyJSON) {
+	best := 0
+	for i, p := range pols {
+		if p.Goodput > pols[best].Goodput || p.Goodput == pols[best].Goodput && p.TTFTp90 < pols[best].TTFTp90 {
+			best = i
+		}
+	}
+	fmt.Fprintf(w, "\nrecommended: %s (llm-d's scorer on the exact index: prefix, KV use and queue); best here by goodput, then p90 TTFT: %s\n",
+		recommendedPolicy, pols[best].Name)
+}
+
 // printTimedStages is a ramp's table: each stage's p90 TTFT and output throughput
 // per policy, or "unstable" where the stage's queue still grew at its end.
 func printTimedStages(w io.Writer, pols []timedPolicyJSON) {
@@ -826,7 +850,7 @@ func printTimedSweep(w io.Writer, out timedJSON, sw timedSweep) {
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "\nchart written to %s\n", out.Chart)
+	fmt.Fprintf(w, "\n%s\n", chartLine(out.Chart))
 }
 
 // writeTimedChart draws p90 TTFT (log scale) and output throughput against the swept
