@@ -289,7 +289,7 @@ func tryCommand(t *testing.T, cmd string, args []string) (int, string) {
 		"sim":     {"--requests", "20", "--workers", "2", "--capacity", "600"},
 		"gen-ops": {"--requests", "20", "--capacity", "600", "--out", filepath.Join(t.TempDir(), "ops.jsonl")},
 		"bench":   {"--gen", "300", "--shards", "1", "--producers", "1", "--queriers", "1", "--duration", "10ms"},
-		"serve":   {"--check", "--engine", "endpoint=tcp://127.0.0.1:1"},
+		"serve":   {"--check", "--listen", "127.0.0.1:0", "--engine", "endpoint=tcp://127.0.0.1:1"},
 		"relay":   {"--nats", "nats://127.0.0.1:1", "--connect-timeout", "1ms", "--engine", "endpoint=tcp://127.0.0.1:1"},
 		"doctor":  {"--engine", "endpoint=tcp://127.0.0.1:1", "--for", "1ms"},
 		"replay":  {"--ops", "../../testdata/demo.jsonl"},

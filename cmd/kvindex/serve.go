@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -149,7 +148,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 	maxBody := fs.Int64("max-body", 0, "largest request body in bytes (default 1 MiB)")
 	maxMsg := fs.Int("max-message-bytes", 0, maxMessageHelp)
 	logLevel := fs.String("log-level", "info", logLevelHelp)
-	check := fs.Bool("check", false, "validate the configuration, print it and exit")
+	check := fs.Bool("check", false, "run serve's start checks (the configuration, the snapshot path, TLS and token files, unauthenticated addresses, that the HTTP, gRPC and bound engine addresses are free) without serving, print the effective configuration (defaults filled in) and exit: 0 when serve would start, 2 for a configuration error, 1 for an address in use")
 	natsAuth := natsAuthFlags(fs)
 	natsURL := fs.String("nats", "", natsHelp+": follow a kvindex relay's stream there instead of (or besides) ZeroMQ engines")
 	stream := fs.String("stream", fabric.DefaultStream, "with --nats: "+streamHelp)
@@ -273,18 +272,21 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
 		return 2
 	}
-	if *check {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(cfg)
-		return 0
-	}
 	var natsOpts []nats.Option
 	if *natsURL != "" {
 		if natsOpts, err = natsAuth.Options(); err != nil {
 			fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
 			return 2
 		}
+	}
+	snapOpts := server.SnapshotOptions{Path: *snapshot, Interval: *snapEvery}
+	var replica *server.ReplicaOptions
+	if *natsURL != "" {
+		replica = &server.ReplicaOptions{URL: *natsURL, Stream: *stream, NATS: natsOpts, Peer: *peer, PeerInterval: *peerEvery, PeerResync: *peerResync,
+			PeerTokenFile: *peerToken, PeerCAFile: *peerCA}
+	}
+	if *check {
+		return checkServe(cfg, server.Options{Snapshot: snapOpts, Replica: replica}, stdout, stderr)
 	}
 	// What the server will need later, checked now (startup.go; the snapshot's
 	// directory is checked by server.New).
@@ -298,12 +300,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 		return 1
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	opts := server.Options{Logger: log, Listener: httpLn, GRPCListener: grpcLn, Context: ctx,
-		Snapshot: server.SnapshotOptions{Path: *snapshot, Interval: *snapEvery}}
-	if *natsURL != "" {
-		opts.Replica = &server.ReplicaOptions{URL: *natsURL, Stream: *stream, NATS: natsOpts, Peer: *peer, PeerInterval: *peerEvery, PeerResync: *peerResync,
-			PeerTokenFile: *peerToken, PeerCAFile: *peerCA}
-	}
+	opts := server.Options{Logger: log, Listener: httpLn, GRPCListener: grpcLn, Context: ctx, Snapshot: snapOpts, Replica: replica}
 	s, err := server.New(cfg, opts)
 	if err != nil {
 		httpLn.Close()

@@ -120,17 +120,17 @@ func TestServeRejectsBadInput(t *testing.T) {
 	// A file without engines plus an engine flag is complete; --check prints the
 	// merged configuration.
 	var out, errOut syncBuffer
-	if code := serveMain(context.Background(), []string{"--config", noEngines, "--engine", "endpoint=tcp://h:1,model=m,dp_ranks=2", "--check", "--listen", "127.0.0.1:9"}, &out, &errOut); code != 0 {
+	if code := serveMain(context.Background(), []string{"--config", noEngines, "--engine", "endpoint=tcp://h:1,model=m,dp_ranks=2", "--check", "--listen", "127.0.0.1:0"}, &out, &errOut); code != 0 {
 		t.Fatalf("check: exit %d: %s", code, errOut.String())
 	}
 	var cfg map[string]any
-	if err := json.Unmarshal([]byte(out.String()), &cfg); err != nil || cfg["listen"] != "127.0.0.1:9" {
+	if err := json.Unmarshal([]byte(out.String()), &cfg); err != nil || cfg["listen"] != "127.0.0.1:0" {
 		t.Fatalf("check output %q: %v", out.String(), err)
 	}
 	// --tiers adds to the file's tiers; --tier-weights replaces its weights.
 	tiered := writeConfig(t, map[string]any{"tiers": map[string]string{"NVME": "disk"}, "tier_weights": []float64{1, 0.5, 0.1}})
 	out = syncBuffer{}
-	if code := serveMain(context.Background(), []string{"--config", tiered, "--engine", "endpoint=tcp://h:1", "--check",
+	if code := serveMain(context.Background(), []string{"--config", tiered, "--engine", "endpoint=tcp://h:1", "--check", "--listen", "127.0.0.1:0",
 		"--tiers", "CPU=disk,HBM=device", "--tier-weights", "1,0.4,0.2"}, &out, &errOut); code != 0 {
 		t.Fatalf("check: exit %d: %s", code, errOut.String())
 	}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 
@@ -15,6 +17,38 @@ import (
 // engine that binds (bind=true) can bind its endpoints. The configuration itself, the
 // engines' specs included, is validated before (server.Config.Validate), and server.New
 // checks that the snapshot's directory is writable.
+
+// checkServe is serve --check: server.Check (what New and Start check), then the
+// addresses bound and released as at start; it prints the effective configuration
+// when all pass. It exits as serve would fail: 2 for the configuration, 1 for an
+// address in use.
+func checkServe(cfg server.Config, opts server.Options, stdout, stderr io.Writer) int {
+	eff, err := server.Check(cfg, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
+		return 2
+	}
+	if err := checkBinds(cfg); err != nil {
+		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
+		return 1
+	}
+	httpLn, grpcLn, err := listenEarly(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
+		return 1
+	}
+	httpLn.Close()
+	if grpcLn != nil {
+		grpcLn.Close()
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(eff); err != nil {
+		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
+		return 1
+	}
+	return 0
+}
 
 // listenEarly binds the HTTP address and, when configured, the gRPC one.
 func listenEarly(cfg server.Config) (httpLn, grpcLn net.Listener, err error) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"github.com/kvindex/kvindex/internal/freeport"
 	"io"
 	"net"
@@ -105,7 +106,7 @@ func TestServeFinalSnapshotFails(t *testing.T) {
 // ID#dpR); it needs a worker and excludes dp_ranks.
 func TestServeEngineDPRank(t *testing.T) {
 	var out, errOut syncBuffer
-	if code := serveMain(context.Background(), []string{"--engine", "endpoint=tcp://h:7,worker=p,dp_rank=3", "--check"}, &out, &errOut); code != 0 ||
+	if code := serveMain(context.Background(), []string{"--engine", "endpoint=tcp://h:7,worker=p,dp_rank=3", "--check", "--listen", "127.0.0.1:0"}, &out, &errOut); code != 0 ||
 		!strings.Contains(out.String(), `"dp_rank": 3`) {
 		t.Fatalf("exit %d: %s %s", code, out.String(), errOut.String())
 	}
@@ -118,5 +119,46 @@ func TestServeEngineDPRank(t *testing.T) {
 		if code := serveMain(context.Background(), []string{"--engine", tc.spec, "--check"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), tc.want) {
 			t.Errorf("%s: exit %d, stderr %q; want 2 and %q", tc.spec, code, errOut.String(), tc.want)
 		}
+	}
+}
+
+// TestServeCheck: --check runs serve's own start checks without serving: a snapshot
+// path that is a directory and a non-loopback address nobody authenticates are
+// configuration errors (2), an HTTP address in use is 1, and a configuration that
+// passes prints with its defaults filled in.
+func TestServeCheck(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	eng := "endpoint=tcp://h:7,worker=p"
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--snapshot", t.TempDir()}, 2, "is a directory"},
+		{[]string{"--snapshot", filepath.Join(t.TempDir(), "missing", "snap")}, 2, "snapshot: directory"},
+		{[]string{"--listen", "0.0.0.0:0"}, 2, "refusing to serve unauthenticated"},
+		{[]string{"--listen", busy.Addr().String()}, 1, "address already in use"},
+	} {
+		var out, errOut syncBuffer
+		args := append([]string{"--check", "--listen", "127.0.0.1:0", "--engine", eng}, tc.args...)
+		if code := serveMain(context.Background(), args, &out, &errOut); code != tc.code || !strings.Contains(errOut.String(), tc.want) || out.String() != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want %d and %q", tc.args, code, out.String(), errOut.String(), tc.code, tc.want)
+		}
+	}
+	var out, errOut syncBuffer
+	if code := serveMain(context.Background(), []string{"--check", "--listen", "127.0.0.1:0", "--engine", eng,
+		"--snapshot", filepath.Join(t.TempDir(), "snap")}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var eff struct {
+		BlockSize int    `json:"block_size"`
+		Policy    string `json:"policy"`
+	}
+	if err := json.Unmarshal([]byte(out.String()), &eff); err != nil || eff.BlockSize != 16 || eff.Policy == "" {
+		t.Fatalf("effective configuration %q (%v): want the defaults filled in", out.String(), err)
 	}
 }
