@@ -43,7 +43,13 @@ type ReplicaConfig struct {
 	// further is refused (ReplicaStats.SeqRefused), so that one message claiming
 	// sequence 2^64-1 cannot make every later event of its worker a duplicate. A
 	// worker's first message may carry at most its own stream sequence (a relay numbers
-	// each worker's events from 1, one stream message each). Default DefaultMaxSeqGap.
+	// each worker's events from 1, one stream message each), and a later one at most as
+	// far past the worker's last as the stream's own sequence moved since that message
+	// (each event of the worker took a stream message of its own), so that a chain of
+	// messages each within MaxSeqGap cannot carry the worker's sequence away either
+	// (before, 21 messages each 2^20 ahead silenced a worker for good). After a restore
+	// from a snapshot, until a worker's first message, MaxSeqGap alone bounds it.
+	// Default DefaultMaxSeqGap.
 	MaxSeqGap uint64
 	// Logger receives snapshot fallbacks and consumer errors, and the skipped messages'
 	// warnings (at most 20 at once, then one a second). Default: discard.
@@ -157,6 +163,7 @@ func NewReplica(nc *nats.Conn, cfg ReplicaConfig) *Replica {
 // MaxWorkers is reached).
 type workerState struct {
 	seq     uint64
+	at      uint64 // the stream sequence of the message that carried seq; 0: unknown
 	next    uint32
 	removed bool
 }
@@ -375,7 +382,11 @@ func (r *Replica) admit(seq uint64, m *Message) admitVerdict {
 	if ws := m.WorkerSeq; ws != 0 {
 		limit := seq // a worker's first message: its events are numbered from 1
 		if st.seq != 0 {
-			limit = st.seq + min(r.cfg.MaxSeqGap, ^uint64(0)-st.seq)
+			hop := r.cfg.MaxSeqGap
+			if st.at != 0 && seq > st.at {
+				hop = min(hop, seq-st.at) // one stream message per event since the last
+			}
+			limit = st.seq + min(hop, ^uint64(0)-st.seq)
 		}
 		end := m.Offset + uint32(items(&m.Event)) // a whole event: Offset 0
 		switch {
@@ -392,7 +403,7 @@ func (r *Replica) admit(seq uint64, m *Message) admitVerdict {
 			r.stats.Gaps++ // a part or an event is missing between this one and the last
 			verdict = admitGap
 		}
-		st.seq, st.next = ws, 0
+		st.seq, st.at, st.next = ws, seq, 0
 		if m.Total != 0 && end < m.Total {
 			st.next = end
 		}

@@ -175,3 +175,41 @@ func TestReplicaMaxWorkers(t *testing.T) {
 		t.Fatalf("%d workers, want b, c, e", est.Workers)
 	}
 }
+
+// TestReplicaRefusesSeqHops (issue 33, row 10): NATS messages stepping a worker's
+// sequence by 2^20 each, each within MaxSeqGap, were accepted hop by hop and silenced
+// the worker for good (its relay's next events were duplicates). A worker's sequence
+// now moves at most as far as the stream's own did since its last message: the hops
+// are refused and counted, and the worker's next event applies.
+func TestReplicaRefusesSeqHops(t *testing.T) {
+	ctx, _, nc, _, sc, _ := memoryStream(t, 35, 10)
+	js, _ := jetstream.New(nc)
+	raw := func(ws, content uint64, worker ...string) {
+		t.Helper()
+		w := "w"
+		if len(worker) > 0 {
+			w = worker[0]
+		}
+		m := Message{WorkerSeq: ws, Event: engine.Event{Kind: engine.EventStored, Worker: w,
+			Namespace: namespace.Of(testModel, ""), Blocks: []engine.Block{{Content: content, Seq: content}}}}
+		if _, err := js.Publish(ctx, Subject(DefaultSubjectPrefix, testModel, w), AppendMessage(nil, &m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw(1, 1)
+	for i := uint64(1); i <= 21; i++ {
+		raw(1+i<<20, 100+i) // each hop within the default MaxSeqGap
+	}
+	raw(2, 2)
+	raw(1, 50, "v") // another worker's message
+	raw(4, 3)       // one event lost between: the stream moved two messages since the last
+	raw(9, 4)       // five past in one message: refused
+	r := newReplica(t, ctx, nc, ReplicaConfig{Stream: sc}, "")
+	waitApplied(t, ctx, r, streamLast(t, ctx, nc, DefaultStream))
+	if st := r.Stats(); st.SeqRefused != 22 || st.Applied != 4 || st.Duplicates != 0 || st.Gaps != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	if est := r.Engine().Stats(); est.Blocks != 4 {
+		t.Fatalf("engine %+v, want w's 3 blocks and v's", est)
+	}
+}
