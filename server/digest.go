@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/fabric"
 )
 
 // Replica digests (engine.Digest): each /v1/workers entry and gRPC Worker carries the
@@ -149,6 +150,20 @@ func (s *Server) handleResync(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotImplemented, "not_supported", "only a NATS replica (serve --nats) resyncs a worker on request")
 		return
 	}
+	if !slices.ContainsFunc(s.feed.rep.Workers(), func(rw fabric.ReplicaWorker) bool { return rw.Worker == worker }) {
+		writeError(w, http.StatusNotFound, "unknown_worker", "the replica follows no worker %.256q", worker)
+		return
+	}
+	if wait, why := s.resyncs.admit(worker, s.now()); why != "" {
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(wait.Seconds()+0.5))))
+		msg := "another resync is running; one runs at a time"
+		if why == "recent" {
+			msg = fmt.Sprintf("worker %q was resynced less than %v ago", worker, resyncInterval)
+		}
+		writeError(w, http.StatusTooManyRequests, "resync_limited", "%s", msg)
+		return
+	}
+	defer s.resyncs.done()
 	ctx, cancel := context.WithTimeout(r.Context(), resyncTimeout)
 	defer cancel()
 	res, err := s.feed.rep.Resync(ctx, worker)

@@ -179,6 +179,8 @@ type Server struct {
 
 	// trust is the workers' trust bookkeeping (trust.go).
 	trust trustTable
+	// resyncs admits the resyncs clients ask for (resyncgate.go).
+	resyncs resyncGate
 }
 
 // New validates cfg and builds the server: the engine (restored from Options.Snapshot,
