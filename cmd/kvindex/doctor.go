@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -98,6 +99,7 @@ func doctorMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "kvindex doctor: %v\n", err)
 		return 1
 	}
+	findings = append(findings, unobservable(cfg)...)
 	bad := 0
 	for _, f := range findings {
 		if len(f.Problems) > 0 {
@@ -297,6 +299,24 @@ func diagnoseOne(s *subscriber.Subscriber, c subscriber.Config, now time.Time) f
 		f.Problems = []subscriber.Problem{}
 	}
 	return f
+}
+
+// unobservable are the findings for the engines doctor cannot follow: those without an
+// endpoint (serve answers for them from predictions alone). Each is a problem: doctor
+// vouches only for what it saw.
+func unobservable(cfg server.Config) []finding {
+	var out []finding
+	for _, e := range cfg.Engines {
+		if e.Endpoint != "" {
+			continue
+		}
+		out = append(out, finding{Worker: e.Worker, Model: e.Model, Block: cmp.Or(e.BlockSize, cfg.BlockSize, server.DefaultBlockSize),
+			State: "not observed", Saw: []string{"nothing: no endpoint to follow"},
+			Problems: []subscriber.Problem{{Code: "unobservable",
+				Message: "no endpoint: the worker publishes no events, so doctor cannot check it (serve answers for it from predictions alone)",
+				Hint:    "give endpoint= (vLLM: --kv-events-config endpoint) if the engine publishes KV events; otherwise this worker's matches are only as good as the router's /v1/routed reports"}}})
+	}
+	return out
 }
 
 func orNone(s string) string {

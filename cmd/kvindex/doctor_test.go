@@ -102,6 +102,17 @@ func TestDoctorMisconfigured(t *testing.T) {
 // ProblemLine is how a problem code starts its line in the doctor's output.
 func ProblemLine(code string) string { return code + ": " }
 
+// TestDoctorUnobservable: an engine without an endpoint (served from predictions) is
+// one doctor cannot check: it is reported as a problem and the exit status says so,
+// instead of a pass after --for.
+func TestDoctorUnobservable(t *testing.T) {
+	code, out := doctor(t, "--engine", "worker=pod-p,model=llama", "--for", "10ms")
+	if code != 1 || !strings.Contains(out, "engine pod-p") || !strings.Contains(out, "unobservable: no endpoint") ||
+		!strings.Contains(out, "1 engine(s) checked for 10ms: 1 with problems") {
+		t.Fatalf("exit %d, want 1 and the unobservable problem:\n%s", code, out)
+	}
+}
+
 func TestDoctorUsage(t *testing.T) {
 	for _, args := range [][]string{{}, {"--for", "0s", "--engine", "endpoint=tcp://127.0.0.1:1"}, {"extra"}, {"--engine", "bogus"}} {
 		var out, errb bytes.Buffer
