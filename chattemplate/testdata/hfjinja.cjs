@@ -3,7 +3,8 @@
 // Input: {"templates": {name: source}, "specials": {name: {bos_token, eos_token}},
 //         "cases": [{"template": name, "case": {messages, tools, add_generation_prompt, enable_thinking}}]}
 // Output: [{"ok": text} | {"err": message}], one per case.
-// With {"bench": {template, case, iterations}} instead of cases: {"ns_per_render": n}.
+// With {"bench": {template, case, iterations}} instead of cases: {"ns_per_render": n, "cpu_ns_per_render": n}
+// (wall and CPU time per render).
 "use strict";
 const path = require("path");
 const { Template } = require(path.join(process.argv[2], "node_modules", "@huggingface", "jinja"));
@@ -25,9 +26,12 @@ if (input.bench) {
   const ctx = context(template, c);
   compiled[template].render(ctx);
   const t0 = process.hrtime.bigint();
+  const c0 = process.cpuUsage();
   for (let i = 0; i < iterations; i++) compiled[template].render(ctx);
   const ns = Number(process.hrtime.bigint() - t0) / iterations;
-  process.stdout.write(JSON.stringify({ ns_per_render: ns }));
+  const c1 = process.cpuUsage(c0);
+  const cpu = ((c1.user + c1.system) * 1000) / iterations;
+  process.stdout.write(JSON.stringify({ ns_per_render: ns, cpu_ns_per_render: cpu }));
   process.exit(0);
 }
 const out = input.cases.map(({ template, case: c }) => {
