@@ -7,8 +7,9 @@ import (
 )
 
 // TestDocEmbeddingCompiles: docs/library.md's "Embedding in a Go router" code is
-// followAndMatch of example_test.go, character for character, so it compiles and runs
-// (Example) with every go test.
+// followAndMatch of example_test.go, and its "Picking a worker" code is pickWorker and
+// candidates, character for character, so they compile and run (Example,
+// Example_pickWorker) with every go test.
 func TestDocEmbeddingCompiles(t *testing.T) {
 	readme, err := os.ReadFile("../docs/library.md")
 	if err != nil {
@@ -18,14 +19,16 @@ func TestDocEmbeddingCompiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const begin, end = "// README:begin followAndMatch\n", "\n// README:end followAndMatch"
-	s := string(src)
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		t.Fatal("example_test.go lacks the README markers")
-	}
-	code := s[i+len(begin) : j]
-	if !strings.Contains(string(readme), "```go\n"+code+"```\n") {
-		t.Fatalf("docs/library.md's embedding code differs from followAndMatch in example_test.go; paste this:\n```go\n%s```", code)
+	for _, name := range []string{"followAndMatch", "pickWorker"} {
+		begin, end := "// README:begin "+name+"\n", "\n// README:end "+name
+		s := string(src)
+		i, j := strings.Index(s, begin), strings.Index(s, end)
+		if i < 0 || j < i {
+			t.Fatalf("example_test.go lacks the README markers of %s", name)
+		}
+		code := s[i+len(begin) : j]
+		if !strings.Contains(string(readme), "```go\n"+code+"```\n") {
+			t.Errorf("docs/library.md's code differs from %s in example_test.go; paste this:\n```go\n%s```", name, code)
+		}
 	}
 }

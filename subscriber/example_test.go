@@ -4,13 +4,16 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/route"
 	"github.com/kvindex/kvindex/subscriber"
 )
 
@@ -85,6 +88,58 @@ func followAndMatch(ctx context.Context, endpoint, replayEndpoint string, tokenI
 }
 
 // README:end followAndMatch
+
+// Picking a worker: the index says how much of the prompt each worker holds, the
+// router weighs that against their load (package route: Dynamo's cost here).
+func Example_pickWorker() {
+	workers := []string{"pod-7", "pod-9"}                  // every worker the router may route to
+	matches := []engine.Match{{Worker: "pod-7", Score: 2}} // FindMatchesIn's answer: pod-9 holds nothing
+	const promptTokens, blockSize = 12, 4
+
+	idle := map[string]route.Load{}
+	w, _ := pickWorker(workers, matches, idle, promptTokens, blockSize)
+	fmt.Println("idle fleet:", w)
+	busy := map[string]route.Load{"pod-7": {Requests: 3, PrefillTokens: 400, ActiveBlocks: 300}}
+	w, _ = pickWorker(workers, matches, busy, promptTokens, blockSize)
+	fmt.Println("pod-7 busy:", w)
+	// Output:
+	// idle fleet: pod-7
+	// pod-7 busy: pod-9
+}
+
+// README:begin pickWorker
+// candidates turns a query's matches into what a route.Policy picks from: every worker
+// the router may send the request to, each with the blocks it holds (0 for a worker the
+// query did not match: FindMatchesIn lists only workers holding a prefix, and an idle
+// worker holding nothing is often the best pick) and the load the router knows of it.
+func candidates(workers []string, matches []engine.Match, loads map[string]route.Load) []route.Candidate {
+	overlap := make(map[string]int, len(matches))
+	for _, m := range matches {
+		overlap[m.Worker] = m.Score
+	}
+	out := make([]route.Candidate, len(workers))
+	for i, w := range workers {
+		out[i] = route.Candidate{Overlap: overlap[w], Load: loads[w]}
+	}
+	return out
+}
+
+// pickWorker picks with Dynamo's cost: prefill blocks left after the cache hit, weighed
+// against the blocks each worker already decodes. A router makes the policy once.
+func pickWorker(workers []string, matches []engine.Match, loads map[string]route.Load, promptTokens, blockSize int) (string, error) {
+	cost, err := route.NewCost(route.DefaultOverlapWeight)
+	if err != nil {
+		return "", err
+	}
+	req := route.Request{Tokens: promptTokens, BlockSize: blockSize}
+	k := cost.Pick(req, candidates(workers, matches, loads), rand.Uint64()) // rand: ties
+	if k < 0 {
+		return "", errors.New("no worker to route to")
+	}
+	return workers[k], nil
+}
+
+// README:end pickWorker
 
 // fakeVLLM speaks the two sockets of vLLM's KV-event publisher (the package
 // documentation has the format): PUB frames [topic, seq, payload], and a ROUTER that
