@@ -43,6 +43,7 @@
 //
 //	{
 //	  "listen": "127.0.0.1:8080",       HTTP address
+//	  "probe_listen": "",               /healthz and /readyz only, plain HTTP (probes.go)
 //	  "policy": "longest-prefix",       or "round-robin", "random"
 //	  "block_size": 16,                 default for engines that set none
 //	  "max_body_bytes": 1048576,        at most 64 MiB; "max_query_blocks": 65536,
@@ -50,11 +51,19 @@
 //	  "auth": {"tls_cert_file": "", "tls_key_file": "",   TLS for HTTP and gRPC (auth.go)
 //	           "client_ca_file": "",                       mutual TLS: client certificates
 //	           "token_file": "",                           bearer tokens, one a line
+//	           "admin_token_file": "",                     the admin role's tokens
 //	           "allow_unauthenticated": false},            needed on a non-loopback address
 //	                                                       that authenticates nobody
 //	  "limits": {"max_connections": 1024,         per API (HTTP, gRPC); closed on accept past it
+//	             "max_source_connections": 64,    ... per source IP
+//	             "max_unauthenticated_connections": 512, "handshake_timeout": "10s",
 //	             "in_flight_bytes": 134217728,    request bytes held at once, HTTP and gRPC
-//	             "conn_in_flight_bytes": 16777216}, ... per connection (admit.go)
+//	             "conn_in_flight_bytes": 16777216, ... per connection (admit.go)
+//	             "client_in_flight_bytes": 67108864, ... per source IP
+//	             "min_body_rate": 65536, "body_grace": "2s", "call_timeout": "30s",
+//	             "max_connection_age": "10m"},
+//	  "runtime_engines": {"max_engines": 4096, "allow_bind": false,   engines added at
+//	             "ipc_dir": "", "dial_allow": []},                   runtime (runtime.go)
 //	  "query_timeout": "2s",            "drain_timeout": "10s",
 //	  "grace_period": "60s",            unreachable this long: worker removed ("-1s": never)
 //	  "replay_timeout": "5s",           "reconnect_min": "100ms", "reconnect_max": "5s",
