@@ -195,6 +195,8 @@ type MatchResponse struct {
 	Pick *Pick `json:"pick"`
 	// Recorded says the pick was recorded as a prediction ("record": true).
 	Recorded bool `json:"recorded,omitempty"`
+	// Tokens is the number of token ids a text query (prompt or messages) made.
+	Tokens int `json:"tokens,omitempty"`
 }
 
 // errorBody is every error's JSON body.
@@ -253,6 +255,7 @@ func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/match", s.instrument("match", methods(s.handleMatch, http.MethodPost)))
 	mux.Handle("/v1/routed", s.instrument("routed", methods(s.handleRouted, http.MethodPost)))
+	mux.Handle("/v1/route", s.instrument("route", methods(s.handleRoute, http.MethodPost)))
 	mux.Handle("/v1/finished", s.instrument("finished", methods(s.handleFinished, http.MethodPost)))
 	mux.Handle("/v1/workers", s.instrument("workers", methods(s.handleWorkers, http.MethodGet)))
 	mux.Handle("/v1/workers/{worker}/resync", s.instrument("resync", methods(s.handleResync, http.MethodPost)))
@@ -410,6 +413,8 @@ type matchScratch struct {
 	req   matchReq
 	q     []uint64
 	found []engine.Match
+
+	tokens []uint32 // a text query's ids (text.go)
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(matchScratch) }}
@@ -436,7 +441,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buf
 // the tokens or content hashes parsed from it (a hostile list of short numbers is up to
 // four times the body), past what a common query needs.
 func (sc *matchScratch) release() {
-	if sc.body.Cap() <= 1<<20 && cap(sc.req.Tokens) <= 1<<18 && cap(sc.req.Hashes) <= 1<<18 {
+	if sc.body.Cap() <= 1<<20 && cap(sc.req.Tokens) <= 1<<18 && cap(sc.req.Hashes) <= 1<<18 && cap(sc.tokens) <= 1<<18 {
 		scratchPool.Put(sc)
 	}
 }
@@ -463,7 +468,8 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, sc *matchSc
 // query is a decoded request's query, for the pipeline.
 func (req *matchReq) query() queryInput {
 	return queryInput{model: req.Model, namespace: req.Namespace, loraName: req.LoraName, cacheSalt: req.CacheSalt,
-		tokens: req.Tokens, hashes: req.Hashes, hasTokens: req.HasTokens, hasHashes: req.HasHashes, extraKeys: req.ExtraKeys}
+		tokens: req.Tokens, hashes: req.Hashes, hasTokens: req.HasTokens, hasHashes: req.HasHashes, extraKeys: req.ExtraKeys,
+		text: req.Text}
 }
 
 // handleMatch is POST /v1/match: the body decoded, the pipeline run (match.go).

@@ -130,6 +130,11 @@ type Config struct {
 	// Models names models served without ZeroMQ engines, with their block sizes: their
 	// events reach the index another way (kvindex serve --nats: a JetStream stream).
 	Models map[string]int `json:"models,omitempty"`
+	// Tokenizers names, by model, the folder of its tokenizer.json,
+	// tokenizer_config.json and optional chat_template.jinja: /v1/match (and gRPC Match)
+	// then also take the request's text (prompt or messages), and /v1/route an OpenAI
+	// request body (text.go). Read once, when serve starts.
+	Tokenizers map[string]string `json:"tokenizers,omitempty"`
 	// GRPC configures the gRPC API (grpc.go); off unless GRPC.Listen is set.
 	GRPC GRPCConfig `json:"grpc,omitzero"`
 	// Diagnose sets the thresholds of the silent-miss diagnostics (diagnose.go).
@@ -590,6 +595,11 @@ func (c Config) planner() (*planner, error) {
 	for name, bs := range c.Models {
 		if err := hash.CheckBlockSize(bs); err != nil {
 			return nil, bad("models[%q]: %v", name, err)
+		}
+	}
+	for name, dir := range c.Tokenizers {
+		if dir == "" {
+			return nil, bad("tokenizers[%q]: a model folder is required", name)
 		}
 	}
 	return &planner{c: c, tiers: tiers, workers: map[string]string{}, endpoints: map[string]string{},

@@ -215,6 +215,7 @@ func grpcMatchInput(req *kvindexv1.MatchRequest) matchInput {
 		queryInput: grpcQuery(req.GetModel(), req.GetNamespace(), req.GetLoraName(), req.GetCacheSalt(), req.GetTokens(), req.GetContentHashes()),
 		policy:     req.GetPolicy(), topK: uint64(req.GetTopK()), record: req.GetRecord(), pick: req.GetPick(), requestID: req.GetRequestId(),
 	}
+	in.text = grpcText(req)
 	if w := req.GetTierWeights(); len(w) > 0 { // proto3: empty is unset
 		in.weights, in.nWeights, in.hasWeights = w, len(w), true
 	}
@@ -243,7 +244,7 @@ func grpcMatchInput(req *kvindexv1.MatchRequest) matchInput {
 func grpcMatchResponse(r *MatchResponse) *kvindexv1.MatchResponse {
 	resp := &kvindexv1.MatchResponse{Model: r.Model, Namespace: r.Namespace, Blocks: int32(r.Blocks),
 		Matches: make([]*kvindexv1.Match, 0, len(r.Matches)), MatchesTotal: int32(r.MatchesTotal),
-		TierWeights: r.TierWeights[:], Recorded: r.Recorded}
+		TierWeights: r.TierWeights[:], Recorded: r.Recorded, Tokens: int32(r.Tokens)}
 	for i := range r.Matches {
 		mt := &r.Matches[i]
 		tiers := make([]int32, len(mt.Tiers))

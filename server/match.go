@@ -27,6 +27,7 @@ import (
 //	gRPC Match ────── grpcMatchInput ─┤              ├── grpcMatchResponse / grpcStatus
 //	                                  ▼              │
 //	  matchInput ── target: model, namespace         │
+//	             ── textQuery: prompt or messages turned into tokens (text.go)
 //	             ── checkQuery: tokens xor content_hashes, at most MaxQueryBlocks
 //	             ── policy, tier_weights, top_k, request_id, load
 //	             ── hashQuery: tokens (and extra_keys) in blocks of the model's size
@@ -83,6 +84,8 @@ type queryInput struct {
 	// extraKeys is the raw JSON of extra_keys (extrakeys.go); nil when absent (gRPC
 	// has none).
 	extraKeys []byte
+	// text is the request's prompt or messages instead of tokens (text.go).
+	text textReq
 }
 
 // matchInput is a match request as its transport decoded it.
@@ -278,6 +281,9 @@ func (s *Server) match(ctx context.Context, in *matchInput, sc *matchScratch, re
 	if e != nil {
 		return e
 	}
+	if e := s.textQuery(m, &in.queryInput, sc); e != nil {
+		return e
+	}
 	if e := s.checkQuery(m, &in.queryInput); e != nil {
 		return e
 	}
@@ -326,6 +332,9 @@ func (s *Server) match(ctx context.Context, in *matchInput, sc *matchScratch, re
 			return predictError(err)
 		}
 		resp.Recorded = true
+	}
+	if in.text.given() {
+		resp.Tokens = len(in.tokens)
 	}
 	resp.MatchesTotal = len(resp.Matches)
 	resp.Matches = resp.Matches[:s.topK(in.topK, len(resp.Matches))]

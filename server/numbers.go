@@ -49,6 +49,8 @@ type matchReq struct {
 	// TopK (match only) bounds the matches answered (0: Config.MaxMatches); the
 	// pipeline checks it against MaxMaxMatches.
 	TopK uint64
+	// Text (match only) is the request's text instead of its tokens (text.go).
+	Text textReq
 }
 
 var errSyntax = errors.New("invalid JSON")
@@ -63,7 +65,8 @@ const (
 var requestFields = [2]map[string]uint32{
 	kindMatch: {"model": 1, "namespace": 2, "lora_name": 4, "cache_salt": 8, "policy": 16,
 		"tokens": 32, "content_hashes": 64, "extra_keys": 128, "record": 256, "tier_weights": 512,
-		"pick": 1024, "request_id": 2048, "load": 4096, "top_k": 8192},
+		"pick": 1024, "request_id": 2048, "load": 4096, "top_k": 8192,
+		"prompt": 1 << 14, "messages": 1 << 15, "tools": 1 << 16, "add_generation_prompt": 1 << 17, "chat_template_kwargs": 1 << 18},
 	kindRouted: {"model": 1, "namespace": 2, "lora_name": 4, "cache_salt": 8, "worker": 16,
 		"tokens": 32, "content_hashes": 64, "extra_keys": 128, "ttl_ms": 256, "request_id": 512},
 }
@@ -118,6 +121,10 @@ func decodeRequest(b []byte, rp *matchReq, kind int) (err error) {
 		switch key {
 		case "worker":
 			str = &r.Worker
+		case "prompt", "messages", "tools", "add_generation_prompt", "chat_template_kwargs":
+			if i, err = decodeTextField(key, b, i, &r.Text); err != nil {
+				return err
+			}
 		case "record", "pick":
 			v := false
 			switch {

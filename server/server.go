@@ -20,6 +20,7 @@ import (
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/fabric"
 	"github.com/kvindex/kvindex/subscriber"
+	"github.com/kvindex/kvindex/tokenize"
 )
 
 // ErrServerState is returned by Start when the server was already started or shut down.
@@ -109,6 +110,8 @@ type Server struct {
 	weights engine.Weights // Config.TierWeights, the default of /v1/match
 	log     *slog.Logger
 	eng     *engine.Engine
+	// text are Config.Tokenizers' models (text.go), loaded by New; read-only.
+	text map[string]*tokenize.Model
 	// replays bounds the subscribers' replays at once (Config.MaxConcurrentReplays).
 	replays *subscriber.ReplayLimiter
 
@@ -246,6 +249,10 @@ func New(cfg Config, opts Options) (s *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err) // plan checked it: unreachable
 	}
+	text, err := loadTokenizers(cfg.Tokenizers)
+	if err != nil {
+		return nil, err
+	}
 	nrep := cfg.MaxConcurrentReplays
 	if nrep == 0 {
 		nrep = DefaultMaxConcurrentReplays
@@ -255,6 +262,7 @@ func New(cfg Config, opts Options) (s *Server, err error) {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err) // plan checked it: unreachable
 	}
 	s = &Server{
+		text:       text,
 		replays:    replays,
 		weights:    weights,
 		external:   opts.Index != nil || feed != nil,

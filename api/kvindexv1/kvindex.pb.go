@@ -62,9 +62,20 @@ type MatchRequest struct {
 	Load map[string]*WorkerLoad `protobuf:"bytes,12,rep,name=load,proto3" json:"load,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// top_k bounds the matches answered (best first; 0: the server's max_matches,
 	// which also caps it). The pick is made from every match.
-	TopK          uint32 `protobuf:"varint,13,opt,name=top_k,json=topK,proto3" json:"top_k,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TopK uint32 `protobuf:"varint,13,opt,name=top_k,json=topK,proto3" json:"top_k,omitempty"`
+	// The request's text instead of tokens, for a model whose tokenizer folder the serve
+	// config names (tokenizers): prompt, a completions prompt (encoded with the
+	// tokenizer's special tokens, as vLLM does); or messages_json, a chat completions
+	// "messages" array as JSON, rendered by the model's chat template with tools_json,
+	// add_generation_prompt (absent: true, vLLM's default) and chat_template_kwargs_json
+	// (a JSON object), then encoded. The answer's tokens says how many ids the text made.
+	Prompt                 *string `protobuf:"bytes,14,opt,name=prompt,proto3,oneof" json:"prompt,omitempty"`
+	MessagesJson           string  `protobuf:"bytes,15,opt,name=messages_json,json=messagesJson,proto3" json:"messages_json,omitempty"`
+	ToolsJson              string  `protobuf:"bytes,16,opt,name=tools_json,json=toolsJson,proto3" json:"tools_json,omitempty"`
+	AddGenerationPrompt    *bool   `protobuf:"varint,17,opt,name=add_generation_prompt,json=addGenerationPrompt,proto3,oneof" json:"add_generation_prompt,omitempty"`
+	ChatTemplateKwargsJson string  `protobuf:"bytes,18,opt,name=chat_template_kwargs_json,json=chatTemplateKwargsJson,proto3" json:"chat_template_kwargs_json,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *MatchRequest) Reset() {
@@ -186,6 +197,41 @@ func (x *MatchRequest) GetTopK() uint32 {
 		return x.TopK
 	}
 	return 0
+}
+
+func (x *MatchRequest) GetPrompt() string {
+	if x != nil && x.Prompt != nil {
+		return *x.Prompt
+	}
+	return ""
+}
+
+func (x *MatchRequest) GetMessagesJson() string {
+	if x != nil {
+		return x.MessagesJson
+	}
+	return ""
+}
+
+func (x *MatchRequest) GetToolsJson() string {
+	if x != nil {
+		return x.ToolsJson
+	}
+	return ""
+}
+
+func (x *MatchRequest) GetAddGenerationPrompt() bool {
+	if x != nil && x.AddGenerationPrompt != nil {
+		return *x.AddGenerationPrompt
+	}
+	return false
+}
+
+func (x *MatchRequest) GetChatTemplateKwargsJson() string {
+	if x != nil {
+		return x.ChatTemplateKwargsJson
+	}
+	return ""
 }
 
 // WorkerLoad is one worker's load as the caller knows it (see the HTTP API's "load").
@@ -487,7 +533,9 @@ type MatchResponse struct {
 	// tier_weights: the weights the weighted scores were computed with.
 	TierWeights []float64 `protobuf:"fixed64,7,rep,packed,name=tier_weights,json=tierWeights,proto3" json:"tier_weights,omitempty"`
 	// matches_total: how many workers matched, matches' length before top_k.
-	MatchesTotal  int32 `protobuf:"varint,8,opt,name=matches_total,json=matchesTotal,proto3" json:"matches_total,omitempty"`
+	MatchesTotal int32 `protobuf:"varint,8,opt,name=matches_total,json=matchesTotal,proto3" json:"matches_total,omitempty"`
+	// tokens: how many token ids a text query (prompt or messages_json) made.
+	Tokens        int32 `protobuf:"varint,9,opt,name=tokens,proto3" json:"tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -574,6 +622,13 @@ func (x *MatchResponse) GetTierWeights() []float64 {
 func (x *MatchResponse) GetMatchesTotal() int32 {
 	if x != nil {
 		return x.MatchesTotal
+	}
+	return 0
+}
+
+func (x *MatchResponse) GetTokens() int32 {
+	if x != nil {
+		return x.Tokens
 	}
 	return 0
 }
@@ -1241,7 +1296,7 @@ var File_api_kvindexv1_kvindex_proto protoreflect.FileDescriptor
 const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	"\n" +
 	"\x1bapi/kvindexv1/kvindex.proto\x12\n" +
-	"kvindex.v1\"\xe1\x03\n" +
+	"kvindex.v1\"\xdb\x05\n" +
 	"\fMatchRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06tokens\x18\x02 \x03(\rR\x06tokens\x12%\n" +
@@ -1258,10 +1313,18 @@ const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\v \x01(\tR\trequestId\x126\n" +
 	"\x04load\x18\f \x03(\v2\".kvindex.v1.MatchRequest.LoadEntryR\x04load\x12\x13\n" +
-	"\x05top_k\x18\r \x01(\rR\x04topK\x1aO\n" +
+	"\x05top_k\x18\r \x01(\rR\x04topK\x12\x1b\n" +
+	"\x06prompt\x18\x0e \x01(\tH\x00R\x06prompt\x88\x01\x01\x12#\n" +
+	"\rmessages_json\x18\x0f \x01(\tR\fmessagesJson\x12\x1d\n" +
+	"\n" +
+	"tools_json\x18\x10 \x01(\tR\ttoolsJson\x127\n" +
+	"\x15add_generation_prompt\x18\x11 \x01(\bH\x01R\x13addGenerationPrompt\x88\x01\x01\x129\n" +
+	"\x19chat_template_kwargs_json\x18\x12 \x01(\tR\x16chatTemplateKwargsJson\x1aO\n" +
 	"\tLoadEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
-	"\x05value\x18\x02 \x01(\v2\x16.kvindex.v1.WorkerLoadR\x05value:\x028\x01\"\xb2\x02\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.kvindex.v1.WorkerLoadR\x05value:\x028\x01B\t\n" +
+	"\a_promptB\x18\n" +
+	"\x16_add_generation_prompt\"\xb2\x02\n" +
 	"\n" +
 	"WorkerLoad\x12\x1f\n" +
 	"\brequests\x18\x01 \x01(\x05H\x00R\brequests\x88\x01\x01\x12\x1b\n" +
@@ -1294,7 +1357,7 @@ const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1a\n" +
 	"\bweighted\x18\x05 \x01(\x01R\bweighted\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x06 \x01(\tR\trequestId\"\x92\x02\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\"\xaa\x02\n" +
 	"\rMatchResponse\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x16\n" +
@@ -1303,7 +1366,8 @@ const file_api_kvindexv1_kvindex_proto_rawDesc = "" +
 	"\x04pick\x18\x05 \x01(\v2\x10.kvindex.v1.PickR\x04pick\x12\x1a\n" +
 	"\brecorded\x18\x06 \x01(\bR\brecorded\x12!\n" +
 	"\ftier_weights\x18\a \x03(\x01R\vtierWeights\x12#\n" +
-	"\rmatches_total\x18\b \x01(\x05R\fmatchesTotal\"\x8c\x02\n" +
+	"\rmatches_total\x18\b \x01(\x05R\fmatchesTotal\x12\x16\n" +
+	"\x06tokens\x18\t \x01(\x05R\x06tokens\"\x8c\x02\n" +
 	"\rRoutedRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x16\n" +
@@ -1425,6 +1489,7 @@ func file_api_kvindexv1_kvindex_proto_init() {
 	if File_api_kvindexv1_kvindex_proto != nil {
 		return
 	}
+	file_api_kvindexv1_kvindex_proto_msgTypes[0].OneofWrappers = []any{}
 	file_api_kvindexv1_kvindex_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

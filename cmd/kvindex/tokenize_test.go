@@ -2,9 +2,7 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,38 +10,6 @@ import (
 	"github.com/kvindex/kvindex/internal/tokoracle"
 	"github.com/kvindex/kvindex/tokenize"
 )
-
-// tinyModel writes a model folder with a small SentencePiece-style tokenizer (ASCII
-// characters and byte fallback, no merges) and a ChatML template.
-func tinyModel(t *testing.T) string {
-	t.Helper()
-	vocab := map[string]int{}
-	for b := 0; b < 256; b++ {
-		vocab[fmt.Sprintf("<0x%02X>", b)] = b
-	}
-	for c := ' '; c <= '~'; c++ {
-		vocab[string(c)] = len(vocab)
-	}
-	n := len(vocab)
-	tj, _ := json.Marshal(map[string]any{
-		"added_tokens": []any{
-			map[string]any{"id": n, "content": "<|im_start|>", "special": true},
-			map[string]any{"id": n + 1, "content": "<|im_end|>", "special": true},
-		},
-		"model": map[string]any{"type": "BPE", "vocab": vocab, "merges": []string{}, "byte_fallback": true},
-	})
-	cj, _ := json.Marshal(map[string]any{
-		"eos_token":     "<|im_end|>",
-		"chat_template": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
-	})
-	dir := t.TempDir()
-	for name, b := range map[string][]byte{"tokenizer.json": tj, "tokenizer_config.json": cj} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
 
 // runTokenizeCLI runs `kvindex tokenize` with input on stdin and returns its output lines.
 func runTokenizeCLI(t *testing.T, input string, args ...string) (int, []string, string) {
@@ -55,7 +21,7 @@ func runTokenizeCLI(t *testing.T, input string, args ...string) (int, []string, 
 }
 
 func TestTokenizeCommand(t *testing.T) {
-	dir := tinyModel(t)
+	dir := tokoracle.TinyModel(t)
 	m, err := tokenize.LoadModel(tokenize.ModelConfig{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +99,7 @@ func TestTokenizeCommandFailures(t *testing.T) {
 	if code, _, errs := runTokenizeCLI(t, ""); code != 2 || !strings.Contains(errs, "--tokenizer is required") {
 		t.Errorf("no --tokenizer: exit %d, stderr %q", code, errs)
 	}
-	if code, _, errs := runTokenizeCLI(t, "", "--tokenizer", tinyModel(t), "--max-line-bytes", "0"); code != 2 || !strings.Contains(errs, "--max-line-bytes 0") {
+	if code, _, errs := runTokenizeCLI(t, "", "--tokenizer", tokoracle.TinyModel(t), "--max-line-bytes", "0"); code != 2 || !strings.Contains(errs, "--max-line-bytes 0") {
 		t.Errorf("--max-line-bytes 0: exit %d, stderr %q", code, errs)
 	}
 	if code, _, errs := runTokenizeCLI(t, "", "--tokenizer", t.TempDir()); code != 1 || !strings.Contains(errs, "tokenizer.json") {

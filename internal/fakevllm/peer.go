@@ -141,12 +141,20 @@ func Batch(seq uint64) []byte {
 
 // Send writes the next batch to every connection (one the subscriber dropped just
 // misses it).
-func (p *Pub) Send() {
+func (p *Pub) Send() { p.send(nil) }
+
+// SendPayload writes payload (an encoded batch, Enc) as the next message, as Send does.
+func (p *Pub) SendPayload(payload []byte) { p.send(payload) }
+
+func (p *Pub) send(payload []byte) {
 	var seq [8]byte
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	binary.BigEndian.PutUint64(seq[:], p.seq)
-	msg := Message([]byte{}, seq[:], Batch(p.seq))
+	if payload == nil {
+		payload = Batch(p.seq)
+	}
+	msg := Message([]byte{}, seq[:], payload)
 	p.seq++
 	for _, c := range p.conns {
 		_, _ = c.Write(msg)

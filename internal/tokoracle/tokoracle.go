@@ -231,3 +231,43 @@ func tail(b []byte, n int) []byte {
 	}
 	return b
 }
+
+// TinyModel writes a model folder that needs no npm: a small SentencePiece-style
+// tokenizer (printable ASCII characters and byte fallback, no merges, ChatML's two
+// special tokens) and a ChatML template, for tests of what carries tokenizers (the
+// command line, serve) rather than of tokenization.
+func TinyModel(t testing.TB) string {
+	t.Helper()
+	vocab := map[string]int{}
+	for b := 0; b < 256; b++ {
+		vocab[fmt.Sprintf("<0x%02X>", b)] = b
+	}
+	for c := ' '; c <= '~'; c++ {
+		vocab[string(c)] = len(vocab)
+	}
+	n := len(vocab)
+	tj, err := json.Marshal(map[string]any{
+		"added_tokens": []any{
+			map[string]any{"id": n, "content": "<|im_start|>", "special": true},
+			map[string]any{"id": n + 1, "content": "<|im_end|>", "special": true},
+		},
+		"model": map[string]any{"type": "BPE", "vocab": vocab, "merges": []string{}, "byte_fallback": true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cj, err := json.Marshal(map[string]any{
+		"eos_token":     "<|im_end|>",
+		"chat_template": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for name, b := range map[string][]byte{"tokenizer.json": tj, "tokenizer_config.json": cj} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
