@@ -37,10 +37,6 @@ type textReq struct {
 // given says whether the request carries text.
 func (t *textReq) given() bool { return t.HasPrompt || t.Messages != nil }
 
-// textFields are the match request's text fields (numbers.go reads them with
-// decodeTextField).
-var textFields = []string{"prompt", "messages", "tools", "add_generation_prompt", "chat_template_kwargs"}
-
 // decodeTextField reads the value of text field key at b[i:] into *t and returns the
 // offset after it.
 func decodeTextField(key string, b []byte, i int, t *textReq) (int, error) {
