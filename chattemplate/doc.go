@@ -9,7 +9,8 @@
 // The package owns the template language only: lexer (lexer.go), parser (parser.go,
 // ast.go), evaluator (eval.go), values with Python's semantics (value.go), filters and
 // tests (filters.go), str/dict/list methods (methods.go), globals (globals.go), tojson and
-// an order-keeping JSON decoder (json.go), the model-folder loader (load.go). Anyone may
+// an order-keeping JSON decoder (json.go), the model-folder loader (load.go), and vLLM's
+// normalization of an OpenAI chat request into the context (request.go). Anyone may
 // call it. New parses once; a *Template is immutable and renders on any number of
 // goroutines at once: each Render builds its own evaluator (output, step budget,
 // scopes, namespaces) and starts no goroutine.
@@ -22,6 +23,13 @@
 //	        BOSToken: spec.BOSToken, EOSToken: spec.EOSToken,
 //	        Extra: map[string]any{"enable_thinking": false}, // chat_template_kwargs
 //	})
+//
+// or, from the body of a /v1/chat/completions request as a gateway received it, with the
+// content parts, tool-call arguments and tools normalized as vLLM normalizes them:
+//
+//	ctx, err := chattemplate.FromRequest(body)
+//	ctx.BOSToken, ctx.EOSToken = spec.BOSToken, spec.EOSToken
+//	prompt, err := tmpl.Render(ctx)
 //
 // # Semantics
 //

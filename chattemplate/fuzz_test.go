@@ -125,3 +125,21 @@ func sameJSON(got, want any) bool {
 	}
 	return got == want
 }
+
+// FuzzFromRequest: any body is a Context or an error, and the Context renders.
+func FuzzFromRequest(f *testing.F) {
+	f.Add([]byte(`{"messages": [{"role": "assistant", "content": [{"type": "text", "text": "a"}], "tool_calls": [{"function": {"name": "f", "arguments": "{\"a\": 1}"}}]}], "tools": [{"type": "function", "function": {"name": "f"}}], "chat_template_kwargs": {"x": 1}}`))
+	tp, err := New(Config{Source: "{{ messages | tojson }}{{ tools | tojson }}{{ add_generation_prompt }}", MaxOutput: 1 << 16})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		ctx, err := FromRequest(body)
+		if err != nil {
+			return
+		}
+		if _, err := tp.Render(ctx); err != nil && !errors.Is(err, ErrLimit) {
+			t.Fatalf("a context from FromRequest does not render: %v", err)
+		}
+	})
+}

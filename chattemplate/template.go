@@ -127,6 +127,11 @@ type Context struct {
 	MessagesJSON, ToolsJSON []byte
 	// Now is the time strftime_now formats; zero means time.Now().
 	Now time.Time
+
+	// Set by FromRequest: the normalized messages and tools, in place of the fields above.
+	fromRequest bool
+	messages    []any
+	tools       any
 }
 
 // Render applies the template to ctx.
@@ -170,19 +175,9 @@ func outputGuess(vars map[string]any, limit int) int {
 // vars builds the template's global variables.
 func (c *Context) vars() (map[string]any, error) {
 	vars := make(map[string]any, 8+len(c.Extra))
-	msgs, err := listVar("Messages", c.Messages, c.MessagesJSON)
-	if err != nil {
+	if err := c.listVars(vars); err != nil {
 		return nil, err
 	}
-	if msgs == nil {
-		msgs = []any{}
-	}
-	vars["messages"] = msgs
-	tools, err := listVar("Tools", c.Tools, c.ToolsJSON)
-	if err != nil {
-		return nil, err
-	}
-	vars["tools"] = tools
 	vars["documents"] = nil
 	vars["add_generation_prompt"] = c.AddGenerationPrompt
 	if c.BOSToken != "" {
@@ -199,6 +194,25 @@ func (c *Context) vars() (map[string]any, error) {
 		vars[k] = cv
 	}
 	return vars, nil
+}
+
+// listVars sets messages (never None) and tools (None when absent).
+func (c *Context) listVars(vars map[string]any) error {
+	if c.fromRequest {
+		vars["messages"], vars["tools"] = c.messages, c.tools
+		return nil
+	}
+	msgs, err := listVar("Messages", c.Messages, c.MessagesJSON)
+	if err != nil {
+		return err
+	}
+	if msgs == nil {
+		msgs = []any{}
+	}
+	vars["messages"] = msgs
+	tools, err := listVar("Tools", c.Tools, c.ToolsJSON)
+	vars["tools"] = tools
+	return err
 }
 
 // listVar converts Messages or Tools; nil stays nil (None).
