@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"image/color"
 	"io"
 	"math"
 	"os"
@@ -21,7 +22,6 @@ import (
 	"github.com/kvindex/kvindex/sim"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
@@ -652,6 +652,12 @@ func simulateTimed(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, c
 		case "event-delay":
 			out.Cluster.EventDelayMs = 0
 		}
+		if chart != "" && len(sw.vals) < 3 {
+			fmt.Fprintf(stderr, "warning: a sweep of %d points draws no curve: give at least 3\n", len(sw.vals))
+		}
+		if chart != "" && len(rts) > maxChartLines {
+			fmt.Fprintf(stderr, "warning: the chart draws the first %d of %d policies (--policies chooses them)\n", maxChartLines, len(rts))
+		}
 		if err := writeChartIf(chart, out, func(path string, out timedJSON) error { return writeTimedChart(path, out, sw) }); err != nil {
 			return err
 		}
@@ -853,8 +859,27 @@ func printTimedSweep(w io.Writer, out timedJSON, sw timedSweep) {
 	fmt.Fprintf(w, "\n%s\n", chartLine(out.Chart))
 }
 
-// writeTimedChart draws p90 TTFT (log scale) and output throughput against the swept
-// parameter, one line per policy, as two panels of one image.
+// maxChartLines bounds a chart's policies: more lines than this are unreadable.
+const maxChartLines = 6
+
+// familyColors colours a chart's line by the policy's scoring family, and
+// knowledgeDashes dashes it by its knowledge of the caches.
+var (
+	familyColors = map[sim.Scoring]color.RGBA{
+		sim.ScoreCost: {R: 0xd6, G: 0x27, B: 0x28, A: 0xff}, sim.ScoreWeighted: {R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+		sim.ScoreLoad: {R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, sim.ScoreLeastLoaded: {R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
+		sim.ScoreRoundRobin: {R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}, sim.ScoreRandom: {R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
+	}
+	knowledgeDashes = map[sim.Knowledge][]vg.Length{
+		sim.Events: nil, sim.EventsPredict: {vg.Points(1), vg.Points(3)}, sim.ApproxTTL: {vg.Points(6), vg.Points(3)},
+		sim.ApproxLRU: {vg.Points(3), vg.Points(3)}, sim.Blind: {vg.Points(8), vg.Points(2), vg.Points(2), vg.Points(2)},
+	}
+)
+
+// writeTimedChart draws p90 TTFT (log scale, with the SLO as a line) and output
+// throughput (linear, from 0) against the swept parameter, one line per policy (at
+// most maxChartLines; colour by scoring family, dash by knowledge), as two panels of
+// one image captioned with the workload.
 func writeTimedChart(path string, out timedJSON, sw timedSweep) error {
 	x := func(k int) float64 { return float64(k) }
 	var ticks []plot.Tick
@@ -863,6 +888,7 @@ func writeTimedChart(path string, out timedJSON, sw timedSweep) error {
 	}
 	xLabel := map[string]string{"speedup": "load (arrival rate x speedup)", "routers": "router replicas",
 		"capacity": fmt.Sprintf("KV blocks of %d tokens per engine", out.Workload.BlockSize), "event-delay": "event delay"}[sw.key]
+	lines := min(len(out.Sweep[0].Policies), maxChartLines)
 	panel := func(title, yLabel string, y func(timedPolicyJSON) float64, logY bool) (*plot.Plot, error) {
 		p := plot.New()
 		p.Title.Text = title
@@ -875,8 +901,8 @@ func writeTimedChart(path string, out timedJSON, sw timedSweep) error {
 			p.Y.Scale = plot.LogScale{}
 			p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 		}
-		var lines []any
-		for i := range out.Sweep[0].Policies {
+		for i := range lines {
+			name := out.Sweep[0].Policies[i].Name
 			pts := make(plotter.XYs, len(out.Sweep))
 			for k, pt := range out.Sweep {
 				pts[k].X, pts[k].Y = x(k), y(pt.Policies[i])
@@ -884,15 +910,24 @@ func writeTimedChart(path string, out timedJSON, sw timedSweep) error {
 					pts[k].Y = max(pts[k].Y, 1e-3)
 				}
 			}
-			lines = append(lines, out.Sweep[0].Policies[i].Name, pts)
-		}
-		if err := plotutil.AddLinePoints(p, lines...); err != nil {
-			return nil, err
+			l, err := plotter.NewLine(pts)
+			if err != nil {
+				return nil, err
+			}
+			if rt, err := sim.ParseRouting(name); err == nil {
+				l.Color, l.Dashes = familyColors[rt.Scoring], knowledgeDashes[rt.Knowledge]
+			}
+			l.Width = vg.Points(1.5)
+			p.Add(l)
+			p.Legend.Add(name, l)
 		}
 		if logY && p.Y.Max <= p.Y.Min {
 			// Every point alike (a run too small to queue): gonum pads an empty
 			// range by 1 either side, below 0, which a log scale cannot draw.
 			p.Y.Min, p.Y.Max = p.Y.Min/10, p.Y.Max*10
+		}
+		if !logY {
+			p.Y.Min = 0
 		}
 		return p, nil
 	}
@@ -900,11 +935,22 @@ func writeTimedChart(path string, out timedJSON, sw timedSweep) error {
 	if err != nil {
 		return err
 	}
+	if slo := out.Cluster.SLOTTFTs; slo > 0 {
+		l, err := plotter.NewLine(plotter.XYs{{X: x(0), Y: slo}, {X: x(len(out.Sweep) - 1), Y: slo}})
+		if err != nil {
+			return err
+		}
+		l.Color, l.Dashes = color.Black, []vg.Length{vg.Points(2), vg.Points(2)}
+		ttft.Add(l)
+		ttft.Legend.Add(fmt.Sprintf("TTFT objective (%s)", secs(slo)), l)
+		ttft.Y.Min, ttft.Y.Max = min(ttft.Y.Min, slo/2), max(ttft.Y.Max, slo*2)
+	}
 	tput, err := panel("output throughput", "output tokens per second", func(p timedPolicyJSON) float64 { return p.OutTokPerS }, false)
 	if err != nil {
 		return err
 	}
 	tput.Legend.Top, tput.Legend.Left = false, false
+	ttft.Title.Text += " - " + out.Workload.Name
 	if err := saveTwoPanels(ttft, tput, path); err != nil {
 		return fmt.Errorf("writing chart: %w", err)
 	}
