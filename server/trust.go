@@ -16,7 +16,7 @@ import (
 )
 
 // Trust states: how far the index can vouch for a worker's blocks, and so where its
-// score comes from (server/doc.go, "Trust states", is the contract):
+// score comes from (docs/serve.md, "Trust states", is the contract):
 //
 //   - exact: the worker's stream is healthy (subscriber live, no trust problem). Its
 //     score is the index's (with the router's predictions filling in until its events

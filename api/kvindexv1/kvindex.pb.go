@@ -339,7 +339,7 @@ type Match struct {
 	Weighted float64 `protobuf:"fixed64,7,opt,name=weighted,proto3" json:"weighted,omitempty"`
 	// trust: the trust state the score came from: "exact" (the worker's events),
 	// "degraded" (the index merged with predictions: a lower bound), "approximate"
-	// (predictions alone). See server/doc.go, "Trust states".
+	// (predictions alone). See docs/serve.md, "Trust states".
 	Trust         string `protobuf:"bytes,8,opt,name=trust,proto3" json:"trust,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
