@@ -42,7 +42,7 @@ func doctorMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := newFlags("doctor", stderr)
 	fs.Bool("compare", false, compareHelp)
 	fs.Bool("resync", false, "with --compare: ask SOURCE1, a NATS replica, to resync each worker that differs from its stream, then compare again")
-	cfgPath := fs.String("config", "", "JSON configuration file (docs/serve.md, "Configuration"); flags override it")
+	cfgPath := fs.String("config", "", "JSON configuration file (docs/serve.md, Configuration); flags override it")
 	blockSize := fs.Int("block-size", 0, "block size of engines that set none (default 16)")
 	dur := fs.Duration("for", 5*time.Second, "how long to follow the engines (an idle engine publishes nothing: send it a request meanwhile)")
 	hashSeed := fs.String("hash-seed", "", "check every engine's block hashes as vLLM computes them with this PYTHONHASHSEED (engines' hash_seed= overrides)")

@@ -135,7 +135,7 @@ func parseGroupSpecs(v string) ([]server.KVGroupSpec, error) {
 
 func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
 	fs := newFlags("serve", stderr)
-	cfgPath := fs.String("config", "", "JSON configuration file (docs/serve.md, "Configuration"); flags override it; SIGHUP re-reads it: engines are added, removed and replaced, other changed settings are logged as needing a restart")
+	cfgPath := fs.String("config", "", "JSON configuration file (docs/serve.md, Configuration); flags override it; SIGHUP re-reads it: engines are added, removed and replaced, other changed settings are logged as needing a restart")
 	listen := fs.String("listen", "", "HTTP API address (default "+server.DefaultListen+")")
 	grpcListen := fs.String("grpc", "", "also serve the gRPC API (api/kvindexv1/kvindex.proto) at this address, e.g. 127.0.0.1:9090")
 	policy := fs.String("policy", "", "default routing policy: "+strings.Join(server.Policies(), ", "))
