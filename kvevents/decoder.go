@@ -648,6 +648,10 @@ func (d *Decoder) stored(ev *Event, payload []byte, at *[numFields]int, b *Batch
 
 	d.tokens = slices.Grow(d.tokens[:0], nt)
 	for i := 0; i < nt; i++ {
+		if v, ok := tr.uint32Fast(); ok {
+			d.tokens = append(d.tokens, v)
+			continue
+		}
 		v, e := tr.intIn(0, math.MaxUint32)
 		if e != rOK {
 			b.seqs = b.seqs[:seqStart]

@@ -441,9 +441,64 @@ func (r *reader) skip(depth int) rerr {
 		n *= 2
 	}
 	for i := 0; i < n; i++ {
+		// An element that is a nil, a bool or an integer whose bytes are all there is
+		// skipped here, as skip would (token_ids are thousands of them per batch); any
+		// other, or a truncated one, goes through skip.
+		if r.off < len(r.b) {
+			if w := int(scalarWidth[r.b[r.off]]); w != 0 && w <= len(r.b)-r.off {
+				r.off += w
+				continue
+			}
+		}
 		if e := r.skip(depth + 1); e != rOK {
 			return e
 		}
 	}
 	return rOK
+}
+
+// scalarWidth is, per format byte, the whole width of a nil, a bool or an integer that
+// starts with it (format byte included), and 0 for every other kind.
+var scalarWidth = func() (w [256]uint8) {
+	for c := range 256 {
+		switch {
+		case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3:
+			w[c] = 1
+		case c == 0xcc || c == 0xd0:
+			w[c] = 2
+		case c == 0xcd || c == 0xd1:
+			w[c] = 3
+		case c == 0xce || c == 0xd2:
+			w[c] = 5
+		case c == 0xcf || c == 0xd3:
+			w[c] = 9
+		}
+	}
+	return w
+}()
+
+// uint32Fast reads an unsigned integer below 2^32 in the encodings a publisher uses for
+// token ids (positive fixint, uint 8, 16 and 32) when all its bytes are there, and
+// reports false without moving otherwise: the caller then reads it with intIn, which
+// gives the same value for these and the errors for the rest.
+func (r *reader) uint32Fast() (uint32, bool) {
+	b := r.b[r.off:]
+	if len(b) == 0 {
+		return 0, false
+	}
+	switch c := b[0]; {
+	case c <= 0x7f:
+		r.off++
+		return uint32(c), true
+	case c == 0xcc && len(b) >= 2:
+		r.off += 2
+		return uint32(b[1]), true
+	case c == 0xcd && len(b) >= 3:
+		r.off += 3
+		return uint32(binary.BigEndian.Uint16(b[1:3])), true
+	case c == 0xce && len(b) >= 5:
+		r.off += 5
+		return binary.BigEndian.Uint32(b[1:5]), true
+	}
+	return 0, false
 }
