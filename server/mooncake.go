@@ -42,10 +42,20 @@ import (
 //     reading of the RFC; the index keeps no prefix length per medium alone).
 //   - /query_by_hash takes per-block content hashes, the RFC's "local block hash"
 //     (XXH3-64, seed 1337, of each block's token ids as little-endian uint32: package
-//     hash's Content, Dynamo's LocalBlockHash), as "block_hashes" (Dynamo) or
-//     "block_hash" (the RFC's first draft). Rolling sequence hashes ("seq_hashes") name
-//     prefixes, from which a block's content cannot be recovered, and the index is
-//     probed by content: they are refused with a 400 that says what to send instead.
+//     hash's Content, Dynamo's LocalBlockHash), as "block_hashes" (Dynamo's name).
+//     The Conductor document now sends rolling sequence hashes, "seq_hashes" (its
+//     example) or "block_hash" (its alias for them, kept from the first draft):
+//     seq_hash[0] = local[0], seq_hash[i] = XXH3-64(LE64(seq_hash[i-1]) ||
+//     LE64(local[i]), seed 1337), package hash's Next. A rolling hash names a whole
+//     prefix, and the index is probed by each block's content, which cannot be
+//     recovered from it; so a query of one rolling hash (its prefix is the first
+//     block, whose rolling hash is its content hash) is answered, and a longer one is
+//     refused with a 400 that says why and what to send instead (token_ids to /query,
+//     or block_hashes), rather than read as content hashes that would match at most
+//     the first block.
+//   - The document's other keys are accepted: "model_name" (the model, as "model" or
+//     register's "modelname"; both given must agree) and "routing_group" (a label the
+//     index does not need).
 //   - A publisher's "additionalsalt" S (a quantization, a model revision) makes its
 //     blocks a model of their own, "MODEL@S" in kvindex's other APIs, so that they
 //     never match another salt's; a query's "cache_salt" S selects that model when it
@@ -109,9 +119,11 @@ type MooncakeRegister struct {
 	ReplayEndpoint string `json:"replay_endpoint,omitempty"`
 	// Type is the publisher: "vLLM" (default) or "SGLang".
 	Type string `json:"type,omitempty"`
-	// ModelName is the model ("modelname" on the wire); optional while the server
-	// serves one model.
-	ModelName string `json:"modelname,omitempty"`
+	// ModelName is the model ("modelname" on the wire; "model_name", the document's
+	// other spelling, is ModelName2); optional while the server serves one model.
+	ModelName    string `json:"modelname,omitempty"`
+	ModelName2   string `json:"model_name,omitempty"`
+	RoutingGroup string `json:"routing_group,omitempty"`
 	// LoraName is informational: each event names its own adapter.
 	LoraName   string   `json:"lora_name,omitempty"`
 	TenantID   string   `json:"tenant_id,omitempty"`
@@ -129,13 +141,15 @@ type MooncakeRegister struct {
 // alone when given) under TenantID. The other fields of the RFC's body are accepted
 // and not needed.
 type MooncakeUnregister struct {
-	Type       string   `json:"type,omitempty"`
-	ModelName  string   `json:"modelname,omitempty"`
-	LoraName   string   `json:"lora_name,omitempty"`
-	TenantID   string   `json:"tenant_id,omitempty"`
-	InstanceID idString `json:"instance_id"`
-	BlockSize  int      `json:"block_size,omitempty"`
-	DPRank     *int     `json:"dp_rank,omitempty"`
+	Type         string   `json:"type,omitempty"`
+	ModelName    string   `json:"modelname,omitempty"`
+	ModelName2   string   `json:"model_name,omitempty"`
+	RoutingGroup string   `json:"routing_group,omitempty"`
+	LoraName     string   `json:"lora_name,omitempty"`
+	TenantID     string   `json:"tenant_id,omitempty"`
+	InstanceID   idString `json:"instance_id"`
+	BlockSize    int      `json:"block_size,omitempty"`
+	DPRank       *int     `json:"dp_rank,omitempty"`
 }
 
 // MooncakeQuery is the body of POST /query and /query_by_hash.
@@ -149,10 +163,16 @@ type MooncakeQuery struct {
 	TokenIDs []uint32 `json:"token_ids,omitempty"`
 	// BlockHashes or BlockHash (/query_by_hash) are the prompt's per-block content
 	// hashes; SeqHashes (rolling hashes) are refused.
-	BlockHashes []U64  `json:"block_hashes,omitempty"`
-	BlockHash   []U64  `json:"block_hash,omitempty"`
-	SeqHashes   []U64  `json:"seq_hashes,omitempty"`
-	TenantID    string `json:"tenant_id,omitempty"`
+	BlockHashes []U64 `json:"block_hashes,omitempty"`
+	// SeqHashes (the Conductor document's) and BlockHash (its alias for them) are
+	// rolling sequence hashes: answered for one block, refused beyond (see above).
+	BlockHash []U64 `json:"block_hash,omitempty"`
+	SeqHashes []U64 `json:"seq_hashes,omitempty"`
+	// ModelName is the document's other name of Model; RoutingGroup is accepted and
+	// not needed.
+	ModelName    string `json:"model_name,omitempty"`
+	RoutingGroup string `json:"routing_group,omitempty"`
+	TenantID     string `json:"tenant_id,omitempty"`
 	// InstanceID, when set, answers for that instance alone.
 	InstanceID idString `json:"instance_id,omitempty"`
 	// BlockSize must be the model's (0: the model's).
@@ -210,7 +230,12 @@ func (s *Server) handleMooncakeRegister(w http.ResponseWriter, r *http.Request) 
 		bad("endpoint is required")
 		return
 	}
-	modelName, bs := req.ModelName, req.BlockSize
+	modelName, err := oneName("modelname", req.ModelName, "model_name", req.ModelName2)
+	if err != nil {
+		bad("%v", err)
+		return
+	}
+	bs := req.BlockSize
 	m, err := s.resolveModel(modelName)
 	switch {
 	case err == nil:
@@ -368,6 +393,9 @@ func (s *Server) mooncakeQuery(ctx context.Context, req *MooncakeQuery, byHash b
 	}
 	var m *model
 	var err error
+	if req.Model, err = oneName("model", req.Model, "model_name", req.ModelName); err != nil {
+		return badReq("%v", err)
+	}
 	salted := *req
 	if req.CacheSalt != "" {
 		// A publisher's additional salt made a model of its own.
@@ -410,17 +438,16 @@ func (s *Server) mooncakeQuery(ctx context.Context, req *MooncakeQuery, byHash b
 		if q, err = hash.Blocks(nil, req.TokenIDs, m.blockSize); err != nil {
 			return nil, http.StatusInternalServerError, err
 		}
-	case req.SeqHashes != nil:
-		return badReq("seq_hashes: rolling sequence hashes name prefixes, and kvindex's index is probed by each block's content: send block_hashes, the per-block local hashes (XXH3-64 with seed 1337 of the block's token ids as little-endian uint32), or token_ids to /query")
 	case req.TokenIDs != nil:
-		return badReq("/query_by_hash takes block_hashes; token_ids go to /query")
-	case req.BlockHashes != nil && req.BlockHash != nil:
-		return badReq("give block_hashes or block_hash, not both")
+		return badReq("/query_by_hash takes block_hashes or seq_hashes; token_ids go to /query")
+	case (req.SeqHashes != nil || req.BlockHash != nil) && req.BlockHashes != nil, req.SeqHashes != nil && req.BlockHash != nil:
+		return badReq("give one of block_hashes (local hashes), seq_hashes and block_hash (rolling hashes)")
+	case req.SeqHashes != nil || req.BlockHash != nil:
+		if q, err = rollingQuery(req, s.cfg.MaxQueryBlocks); err != nil {
+			return nil, http.StatusBadRequest, err
+		}
 	default:
 		hs := req.BlockHashes
-		if hs == nil {
-			hs = req.BlockHash
-		}
 		if len(hs) == 0 {
 			return badReq("block_hashes is required: give the prompt's block hashes")
 		}
@@ -526,4 +553,34 @@ func (s *Server) mooncakeAnswer(m *model, tenant, inst string, media []engine.Ti
 		}
 	}
 	return map[string]map[string]*MooncakeHits{tenant: out}
+}
+
+// oneName is the value of two fields that name the same thing (a model, under the
+// document's two spellings): either, or both when they agree.
+func oneName(f1, v1, f2, v2 string) (string, error) {
+	if v1 != "" && v2 != "" && v1 != v2 {
+		return "", fmt.Errorf("%s %q and %s %q differ: give one", f1, v1, f2, v2)
+	}
+	return cmp.Or(v1, v2), nil
+}
+
+// rollingQuery turns a query's rolling sequence hashes (seq_hashes, or block_hash, the
+// document's alias) into the content hashes the index is probed by, which is possible
+// for the first block only: its rolling hash is its content hash. A longer list is
+// refused, saying why: rolling hashes cannot be turned back into each block's content,
+// and answering the first block alone would report every longer hit as one block.
+func rollingQuery(req *MooncakeQuery, maxBlocks int) ([]uint64, error) {
+	field, hs := "seq_hashes", req.SeqHashes
+	if hs == nil {
+		field, hs = "block_hash", req.BlockHash
+	}
+	switch {
+	case len(hs) == 0:
+		return nil, fmt.Errorf("%s is empty: give the prompt's rolling hashes", field)
+	case len(hs) > maxBlocks:
+		return nil, fmt.Errorf("%w: %d blocks, at most %d", errQueryTooLong, len(hs), maxBlocks)
+	case len(hs) > 1:
+		return nil, fmt.Errorf("%s: %d rolling sequence hashes: each names a whole prefix, and kvindex's index is keyed by each block's content (XXH3-64, seed 1337, of its token ids as little-endian uint32), which a rolling hash does not reveal past the first block; send block_hashes (the per-block local hashes; seq_hash[i] = XXH3-64(LE64(seq_hash[i-1]) || LE64(local[i])) chains them) or token_ids to /query", field, len(hs))
+	}
+	return []uint64{uint64(hs[0])}, nil
 }

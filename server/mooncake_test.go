@@ -145,7 +145,7 @@ func TestMooncakeRFCExamples(t *testing.T) {
 	if code, got := c.post("/query", query); code != 200 || !reflect.DeepEqual(got, want) {
 		t.Fatalf("query: %d %v", code, got)
 	}
-	// /query_by_hash: the RFC's body with per-block hashes; its seq_hashes are refused.
+	// /query_by_hash: the RFC's body with per-block hashes; its two rolling seq_hashes are refused.
 	content, _ := hash.Blocks(nil, toks, 128)
 	byHash := fmt.Sprintf(`{
 	  "model": "deepseek",
@@ -323,7 +323,7 @@ func TestMooncakeErrors(t *testing.T) {
 		{"/query", `{"model": "m", "token_ids": [` + strings.Repeat("1,", 20) + `1]}`, 400, "query_too_long"},
 		{"/query", `{"model": "m", "block_hashes": [1]}`, 400, "bad_query"},
 		{"/query_by_hash", `{"model": "m", "token_ids": [1]}`, 400, "bad_query"},
-		{"/query_by_hash", `{"model": "m", "seq_hashes": [1]}`, 400, "bad_query"},
+		{"/query_by_hash", `{"model": "m", "seq_hashes": [1, 2]}`, 400, "bad_query"},
 		{"/query_by_hash", `{"model": "m", "block_hashes": [1], "block_hash": [1]}`, 400, "bad_query"},
 		{"/query_by_hash", `{"model": "m", "block_hashes": [1, 2, 3, 4, 5]}`, 400, "query_too_long"},
 		{"/query_by_hash", `{"model": "m", "block_hashes": ["zz"]}`, 400, "bad_json"},
