@@ -18,6 +18,7 @@ import (
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/hash"
 	"github.com/kvindex/kvindex/sim"
+	"github.com/kvindex/kvindex/sim/report"
 	"github.com/schollz/progressbar/v3"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -165,19 +166,6 @@ func (f *simFlags) validate(fs *flag.FlagSet) error {
 	return err
 }
 
-// workloadInfo is what the reports say about the workload.
-type workloadInfo struct {
-	Name      string `json:"name"`
-	Source    string `json:"source"`
-	Trace     string `json:"trace,omitempty"`
-	Requests  int    `json:"requests"`
-	Tokens    int64  `json:"tokens"`
-	Blocks    int64  `json:"blocks"`
-	BlockSize int    `json:"block_size"`
-	// TraceIDHitRate is the trace's own infinite-cache ceiling at 512-token ids.
-	TraceIDHitRate *float64 `json:"trace_id_block_hit_rate,omitempty"`
-}
-
 // workload builds the workload the flags describe: defRequests is the built-in
 // workload's length unless --requests is set, and with ramp set the shared-context
 // workload's too.
@@ -245,7 +233,22 @@ func (f *simFlags) config() sim.Config {
 	return c
 }
 
-// JSON shapes of `kvindex sim --json`.
+// The JSON shapes the timed and zero-time reports share (sim/report).
+type (
+	workloadInfo = report.WorkloadInfo
+	hitsJSON     = report.HitsJSON
+	indexJSON    = report.IndexJSON
+)
+
+var (
+	toIndexJSON = report.IndexOf
+	toHitsJSON  = report.HitsOf
+	pct         = report.Pct
+	micros      = report.Micros
+	chartLine   = report.ChartLine
+)
+
+// JSON shapes of `kvindex sim --zero-time --json`.
 type (
 	clusterJSON struct {
 		Workers     int `json:"workers"`
@@ -259,29 +262,6 @@ type (
 		HostCapacity *int      `json:"host_capacity_blocks,omitempty"`
 		HostLoadCost *float64  `json:"host_load_cost,omitempty"`
 		TierWeights  []float64 `json:"tier_weights,omitempty"`
-	}
-	// hitsJSON is a run's prefix hits: the ceiling's, and each policy's (embedded).
-	hitsJSON struct {
-		BlockHitRate float64 `json:"block_hit_rate"`
-		TokenHitRate float64 `json:"token_hit_rate"`
-		HitBlocks    int64   `json:"hit_blocks"`
-		Blocks       int64   `json:"blocks"`
-	}
-	indexJSON struct {
-		Policy        string  `json:"policy"`
-		EventsApplied uint64  `json:"events_applied"`
-		Rejected      int64   `json:"rejected_events"`
-		Queries       int64   `json:"queries"`
-		BlockOps      int64   `json:"block_ops"`
-		EngineSeconds float64 `json:"engine_seconds"`
-		BlockOpsPerS  float64 `json:"block_ops_per_s"`
-		// The latencies are left out for a run without queries, the heap per membership
-		// for one that did not measure it (sweep points): absent, not 0.
-		P50                *int64   `json:"find_matches_p50_ns,omitempty"`
-		P99                *int64   `json:"find_matches_p99_ns,omitempty"`
-		P999               *int64   `json:"find_matches_p999_ns,omitempty"`
-		Memberships        int64    `json:"memberships"`
-		BytesPerMembership *float64 `json:"bytes_per_membership,omitempty"`
 	}
 	policyJSON struct {
 		Name string `json:"name"`
@@ -319,34 +299,8 @@ type (
 	}
 )
 
-// toIndexJSON: measured says whether the run measured its heap (sim.Config.MeasureMemory).
-func toIndexJSON(r sim.Result, measured bool) indexJSON {
-	s := r.Index
-	ix := indexJSON{
-		Policy: r.Policy.String(), EventsApplied: s.Events, Rejected: s.Rejected, Queries: s.Queries,
-		BlockOps: s.BlockOps(), EngineSeconds: s.EngineSeconds, BlockOpsPerS: s.BlockOpsPerS(),
-		Memberships: s.Memberships,
-	}
-	if s.Queries > 0 {
-		ix.P50, ix.P99, ix.P999 = ptr(s.FindMatchesP50), ptr(s.FindMatchesP99), ptr(s.FindMatchesP999)
-	}
-	if measured {
-		ix.BytesPerMembership = ptr(s.BytesPerMembership())
-	}
-	return ix
-}
-
 func ptr[T any](v T) *T { return &v }
 
-// toHitsJSON takes a policy's run or the ceiling: both count their blocks and tokens so.
-func toHitsJSON(h interface {
-	BlockHitRate() float64
-	TokenHitRate() float64
-}, hitBlocks, blocks int64) hitsJSON {
-	return hitsJSON{BlockHitRate: h.BlockHitRate(), TokenHitRate: h.TokenHitRate(), HitBlocks: hitBlocks, Blocks: blocks}
-}
-
-// toPolicyJSON: tiered says whether the runs have a host tier (or sweep one).
 func toPolicyJSON(r sim.Result, measured, tiered bool) policyJSON {
 	pj := policyJSON{
 		Name: r.Policy.String(), hitsJSON: toHitsJSON(r, r.HitBlocks, r.Blocks),
@@ -678,10 +632,6 @@ func printJSON(w io.Writer, v any) error {
 	return err
 }
 
-func pct(x float64) string { return fmt.Sprintf("%.2f%%", 100*x) }
-
-func micros(ns int64) string { return fmt.Sprintf("%.1f µs", float64(ns)/1e3) }
-
 func printHeader(w io.Writer, out simJSON, capacity string) {
 	wl := out.Workload
 	fmt.Fprintf(w, "workload  %s\n", wl.Name)
@@ -774,15 +724,7 @@ func printIndex(w io.Writer, out simJSON, results []sim.Result) {
 		fmt.Fprintf(w, "  host tier        %s stored and %s removed events of those; %s host memberships at the end; %s blocks not offloaded (no tier held their parent)\n",
 			bench.Thousands(s.HostStoredEvents), bench.Thousands(s.HostRemovedEvents), bench.Thousands(s.HostMemberships), bench.Thousands(r.Orphans))
 	}
-	fmt.Fprintf(w, "  block ops        %s (%s query hashes, %s stored, %s removed) in %.3f s of engine calls\n",
-		bench.Thousands(s.BlockOps()), bench.Thousands(s.QueryBlocks), bench.Thousands(s.StoredBlocks), bench.Thousands(s.RemovedBlocks), s.EngineSeconds)
-	fmt.Fprintf(w, "  throughput       %.2fM block ops/s\n", s.BlockOpsPerS()/1e6)
-	if s.Queries > 0 {
-		fmt.Fprintf(w, "  find-matches     p50 %s, p99 %s, p999 %s over %s queries\n",
-			micros(s.FindMatchesP50), micros(s.FindMatchesP99), micros(s.FindMatchesP999), bench.Thousands(s.Queries))
-	}
-	fmt.Fprintf(w, "  memberships      %s at the end, %.1f bytes per membership (engine heap %.1f MiB)\n",
-		bench.Thousands(s.Memberships), s.BytesPerMembership(), float64(s.HeapBytes)/(1<<20))
+	report.PrintIndexOps(w, s)
 	fmt.Fprintf(w, "\ntotal %.1f s\n", out.Seconds)
 }
 
@@ -840,14 +782,6 @@ func writeChartIf[T any](path string, out T, write func(string, T) error) error 
 		return nil
 	}
 	return write(path, out)
-}
-
-// chartLine says where a sweep's chart went, or how to get one.
-func chartLine(path string) string {
-	if path == "" {
-		return "no chart written (--chart FILE.svg draws one)"
-	}
-	return "chart written to " + path
 }
 
 // writeChart draws hit rate against the swept parameter, one line per policy and the
@@ -972,24 +906,14 @@ func writeTierChart(path string, out simJSON) error {
 // fonts (gonum lays text out with the metrics of its own Liberation fonts; a viewer
 // that substitutes another font clips the labels), as a PDF does by default; a PNG is
 // rasterised here.
-func saveChart(p *plot.Plot, path string) (err error) {
+func saveChart(p *plot.Plot, path string) error {
 	const w, h = 8 * vg.Inch, 5 * vg.Inch
 	if strings.ToLower(filepath.Ext(path)) != ".svg" {
 		return p.Save(w, h, path)
 	}
 	c := vgsvg.NewWith(vgsvg.UseWH(w, h), vgsvg.EmbedFonts(true))
 	p.Draw(draw.New(c))
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	_, err = c.WriteTo(f)
-	return err
+	return report.WriteCanvas(c, path)
 }
 
 // simProgress shows a bar on stderr once a run has gone on for progressDelay, when stderr

@@ -1,32 +1,20 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
-	"image/color"
 	"io"
-	"math"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/kvindex/kvindex/bench"
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/route"
 	"github.com/kvindex/kvindex/sim"
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
-	"gonum.org/v1/plot/vg/vgpdf"
-	"gonum.org/v1/plot/vg/vgsvg"
+	"github.com/kvindex/kvindex/sim/report"
 )
 
 // timedFlags are sim's flags for the simulation under time (the default).
@@ -138,9 +126,6 @@ func (t *timedFlags) validate(set map[string]bool) error {
 // exact and approximate knowledge, load-only and round-robin ("all" runs every one).
 const defaultTimedPolicies = "kv-aware,approximate,kv-aware-scorer,approximate-lru-scorer,load-only,round-robin"
 
-// recommendedPolicy is the policy the project recommends, named under the table.
-const recommendedPolicy = "kv-aware-scorer"
-
 // parseRoutings reads a comma-separated list of timed policies ("" = the default
 // rows, "all" = every one).
 func parseRoutings(s string) ([]sim.Routing, error) {
@@ -168,101 +153,15 @@ func parseRoutings(s string) ([]sim.Routing, error) {
 	return out, nil
 }
 
-// timedSweep is a parsed --sweep of the timed model: one parameter, its values.
-type timedSweep struct {
-	key  string // speedup, routers, capacity or event-delay
-	vals []float64
-}
-
-func parseTimedSweep(s string) (timedSweep, error) {
-	key, list, ok := strings.Cut(s, "=")
-	sw := timedSweep{key: strings.TrimSpace(key)}
-	if !ok || (sw.key != "speedup" && sw.key != "routers" && sw.key != "capacity" && sw.key != "event-delay") {
-		return sw, usageErr("--sweep %q: want speedup=X1,X2,..., routers=N1,N2,..., capacity=A,B,... or event-delay=D1,D2,... (host-capacity needs --zero-time)", s)
-	}
-	for _, v := range strings.Split(list, ",") {
-		v = strings.TrimSpace(v)
-		var x float64
-		var err error
-		switch sw.key {
-		case "speedup":
-			x, err = strconv.ParseFloat(v, 64)
-			if err == nil && !(x >= 1/sim.MaxSpeedup && x <= sim.MaxSpeedup) {
-				err = fmt.Errorf("out of range")
-			}
-		case "routers":
-			var n int
-			n, err = strconv.Atoi(v)
-			if err == nil && (n < 1 || n > sim.MaxRouters) {
-				err = fmt.Errorf("out of range")
-			}
-			x = float64(n)
-		case "capacity":
-			var n int
-			n, err = strconv.Atoi(v)
-			if err == nil && (n < 1 || n > sim.MaxCapacity) {
-				err = fmt.Errorf("out of range")
-			}
-			x = float64(n)
-		case "event-delay":
-			d, derr := time.ParseDuration(v)
-			if v == "0" {
-				d, derr = 0, nil
-			}
-			if derr == nil && (d < 0 || d > time.Hour) {
-				derr = fmt.Errorf("out of range")
-			}
-			x, err = float64(d), derr
-		}
-		if err != nil {
-			return sw, usageErr("--sweep: %s %q is not a valid value", sw.key, v)
-		}
-		sw.vals = append(sw.vals, x)
-	}
-	if len(sw.vals) < 2 {
-		return sw, usageErr("--sweep %q: give at least two points", s)
-	}
-	return sw, nil
-}
-
-// apply sets the swept parameter of cfg to point k.
-func (sw timedSweep) apply(cfg *sim.TimedConfig, k int) {
-	switch v := sw.vals[k]; sw.key {
-	case "speedup":
-		cfg.Speedup = v
-	case "routers":
-		cfg.Routers = int(v)
-	case "capacity":
-		cfg.Capacity = int(v)
-	case "event-delay":
-		cfg.EventDelay = time.Duration(v)
-		if cfg.EventDelay == 0 {
-			cfg.EventDelay = -1
-		}
-	}
-}
-
-// label names point k.
-func (sw timedSweep) label(k int) string {
-	switch v := sw.vals[k]; sw.key {
-	case "event-delay":
-		return time.Duration(v).String()
-	case "speedup":
-		return strconv.FormatFloat(v, 'g', -1, 64) + "x"
-	default:
-		return bench.Thousands(int64(v))
-	}
-}
-
 func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, sweep, chart string, asJSON, forceProgress bool) error {
 	if err := tf.validate(f.set); err != nil {
 		return err
 	}
-	var sw timedSweep
+	var sw report.Sweep
 	if sweep != "" {
 		var err error
-		if sw, err = parseTimedSweep(sweep); err != nil {
-			return err
+		if sw, err = report.ParseSweep(sweep); err != nil {
+			return usageErr("%v", err)
 		}
 	}
 	rts, err := parseRoutings(policies)
@@ -297,8 +196,8 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 	if spec.MaxNumBatchedTokens > 0 && !f.set["chunk"] {
 		f.chunk = spec.MaxNumBatchedTokens
 	}
-	if sw.key == "capacity" {
-		for _, c := range sw.vals {
+	if sw.Key == "capacity" {
+		for _, c := range sw.Vals {
 			if int64(f.workers)*int64(c) > sim.MaxFleetBlocks {
 				return usageErr("--workers %d x capacity %d: more than %d blocks in all", f.workers, int64(c), sim.MaxFleetBlocks)
 			}
@@ -333,10 +232,10 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 	if cfg.Rate == 0 && w.Kind == "shared-context" {
 		cfg.Rate = sim.DefaultSharedRate
 	}
-	for k := range max(1, len(sw.vals)) {
+	for k := range max(1, len(sw.Vals)) {
 		c := cfg
-		if sw.key != "" {
-			sw.apply(&c, k)
+		if sw.Key != "" {
+			sw.Apply(&c, k)
 		}
 		if int64(c.Workers)*int64(c.Capacity) > sim.MaxFleetBlocks {
 			return usageErr("--workers %d x capacity %d: more than %d blocks in all", c.Workers, c.Capacity, sim.MaxFleetBlocks)
@@ -387,192 +286,10 @@ func loadCost(profile string) (sim.CostModel, string, sim.EngineSpec, error) {
 	return p, "profile " + profile, spec, nil
 }
 
-// JSON shapes of the timed `kvindex sim --json`.
-type (
-	timedClusterJSON struct {
-		Workers        int        `json:"workers"`
-		Capacity       int        `json:"capacity_blocks,omitempty"`
-		StepTokens     int        `json:"step_tokens"`
-		MaxNumSeqs     int        `json:"max_num_seqs"`
-		CostModel      string     `json:"cost_model"`
-		Shards         int        `json:"shards"`
-		Jump           int        `json:"jump"`
-		EventDelayMs   float64    `json:"event_delay_ms"`
-		Routers        int        `json:"routers,omitempty"`
-		RouterAffinity string     `json:"router_affinity"`
-		Speedup        float64    `json:"speedup,omitempty"`
-		Rate           float64    `json:"rate,omitempty"` // built-in workloads' arrivals per second before the speedup
-		SLOTTFTs       float64    `json:"slo_ttft_s"`
-		OpenLoop       bool       `json:"open_loop"`
-		PrefillScale   float64    `json:"prefill_scale"`
-		ApproxCapacity int        `json:"approx_capacity_keys"`
-		ApproxBlock    int        `json:"approx_block_tokens"`
-		ThinkTimeS     float64    `json:"think_time_s"`
-		OverlapWeight  float64    `json:"overlap_weight"`
-		ScorerWeights  [3]float64 `json:"scorer_weights"`
-	}
-	referencesJSON struct {
-		Infinite     hitsJSON `json:"infinite_cache"`
-		Pooled       hitsJSON `json:"pooled_lru"`
-		PooledBlocks int64    `json:"pooled_lru_blocks"`
-		Reuse        struct {
-			Reusing      int     `json:"reusing_requests"`
-			GapP50       float64 `json:"gap_p50_s"`
-			GapP90       float64 `json:"gap_p90_s"`
-			NewTokensP50 int64   `json:"new_tokens_p50"`
-			NewTokensP90 int64   `json:"new_tokens_p90"`
-		} `json:"reuse"`
-	}
-	timedPolicyJSON struct {
-		Name         string  `json:"name"`
-		Routers      int     `json:"routers"`
-		BlockHitRate float64 `json:"block_hit_rate"`
-		TokenHitRate float64 `json:"token_hit_rate"`
-		HitBlocks    int64   `json:"hit_blocks"`
-		Blocks       int64   `json:"blocks"`
-		ReplyHitRate float64 `json:"reply_block_hit_rate"`
-		PromptHit    float64 `json:"prompt_block_hit_rate"`
-		Turns        int64   `json:"turns"`
-		Waited       int64   `json:"waited"`
-		WaitedShare  float64 `json:"waited_share"`
-		TTFTp50      float64 `json:"ttft_p50_s"`
-		TTFTp90      float64 `json:"ttft_p90_s"`
-		TTFTp99      float64 `json:"ttft_p99_s"`
-		ITLp50       float64 `json:"itl_p50_s"`
-		ITLp90       float64 `json:"itl_p90_s"`
-		E2Ep50       float64 `json:"e2e_p50_s"`
-		E2Ep90       float64 `json:"e2e_p90_s"`
-		OutputTokens int64   `json:"output_tokens"`
-		OutTokPerS   float64 `json:"output_tok_per_s"`
-		Goodput      float64 `json:"goodput"`
-		SLOMet       float64 `json:"slo_met"`
-		Makespan     float64 `json:"makespan_s"`
-		KVUtilMean   float64 `json:"kv_util_mean"`
-		KVUtilP90    float64 `json:"kv_util_p90"`
-		QueueMean    float64 `json:"queue_mean"`
-		QueueP90     int     `json:"queue_p90"`
-		QueueMax     int     `json:"queue_max"`
-		Preemptions  int64   `json:"preemptions"`
-		MaxMeanLoad  float64 `json:"max_mean_load"`
-		MaxMeanToken float64 `json:"max_mean_tokens"`
-		Seconds      float64 `json:"seconds"`
-		// Index is the exact index's side, for the policies that read events.
-		Index *indexJSON `json:"index,omitempty"`
-		// Stages are the ramp's, with --ramp.
-		Stages []stageJSON `json:"stages,omitempty"`
-	}
-	stageJSON struct {
-		Rate         float64 `json:"rate"`
-		StartS       float64 `json:"start_s"`
-		DurationS    float64 `json:"duration_s"`
-		Requests     int     `json:"requests"`
-		TTFTp50      float64 `json:"ttft_p50_s"`
-		TTFTp90      float64 `json:"ttft_p90_s"`
-		OutTokPerS   float64 `json:"output_tok_per_s"`
-		BlockHitRate float64 `json:"block_hit_rate"`
-		QueueMid     int     `json:"queue_mid"`
-		QueueEnd     int     `json:"queue_end"`
-		Unstable     bool    `json:"unstable"`
-	}
-	timedPointJSON struct {
-		Param    string            `json:"param"`
-		Value    float64           `json:"value"`
-		Label    string            `json:"label"`
-		Policies []timedPolicyJSON `json:"policies"`
-	}
-	timedJSON struct {
-		Model      string            `json:"model"`
-		Workload   workloadInfo      `json:"workload"`
-		Cluster    timedClusterJSON  `json:"cluster"`
-		References referencesJSON    `json:"references"`
-		Policies   []timedPolicyJSON `json:"policies,omitempty"`
-		Index      *indexJSON        `json:"index,omitempty"`
-		Sweep      []timedPointJSON  `json:"sweep,omitempty"`
-		Chart      string            `json:"chart,omitempty"`
-		Seconds    float64           `json:"seconds"`
-	}
-)
-
-func toTimedPolicyJSON(r sim.TimedResult, measured bool) timedPolicyJSON {
-	p := timedPolicyJSON{
-		Name: r.Routing.Name, Routers: r.Routers, BlockHitRate: r.BlockHitRate(), TokenHitRate: r.TokenHitRate(),
-		HitBlocks: r.HitBlocks, Blocks: r.Blocks, ReplyHitRate: r.ReplyHitRate(), PromptHit: r.PromptHitRate(),
-		Turns: r.Turns, Waited: r.Waited, WaitedShare: r.WaitedShare(),
-		TTFTp50: r.TTFT.P50, TTFTp90: r.TTFT.P90, TTFTp99: r.TTFT.P99, ITLp50: r.ITL.P50, ITLp90: r.ITL.P90,
-		E2Ep50: r.E2E.P50, E2Ep90: r.E2E.P90, OutputTokens: r.OutputTokens, OutTokPerS: r.OutputTokPerS,
-		Goodput: r.Goodput, SLOMet: r.SLOMet, Makespan: r.Makespan, KVUtilMean: r.KVUtilMean, KVUtilP90: r.KVUtilP90,
-		QueueMean: r.QueueMean, QueueP90: r.QueueP90, QueueMax: r.QueueMax, Preemptions: r.Preemptions,
-		MaxMeanLoad: r.MaxMeanLoad(), MaxMeanToken: r.MaxMeanTokens(), Seconds: r.Seconds,
-	}
-	for _, st := range r.Stages {
-		p.Stages = append(p.Stages, stageJSON{Rate: st.Rate, StartS: st.Start.Seconds(), DurationS: st.Duration.Seconds(),
-			Requests: st.Requests, TTFTp50: st.TTFT.P50, TTFTp90: st.TTFT.P90, OutTokPerS: st.OutputTokPerS,
-			BlockHitRate: st.BlockHitRate(), QueueMid: st.QueueMid, QueueEnd: st.QueueEnd, Unstable: st.Unstable})
-	}
-	if r.Index.Queries > 0 || r.Index.Events > 0 {
-		ix := toIndexJSON(sim.Result{Policy: sim.KVAware, Index: r.Index}, measured)
-		ix.Policy = r.Routing.Name
-		p.Index = &ix
-	}
-	return p
-}
-
-// runJob is one simulation of a timed run.
-type runJob struct {
-	rt  sim.Routing
-	cfg sim.TimedConfig
-	res sim.TimedResult
-	err error
-}
-
-// runAll runs the jobs on w, parallel of them at once, each result in its job; the job
-// alone (the one that measures the index; -1 for none) runs first, by itself, so that
-// its timings are its own. beside runs with the others.
-func runAll(w *sim.Workload, jobs []*runJob, alone, parallel int, beside func()) error {
-	ctx := context.Background()
-	run := func(j *runJob) { j.res, j.err = sim.Simulate(ctx, w, j.rt, j.cfg) }
-	if alone >= 0 {
-		run(jobs[alone])
-		if err := jobs[alone].err; err != nil {
-			return err
-		}
-	}
-	work := make(chan *runJob)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		beside()
-	}()
-	for range max(1, parallel) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range work {
-				run(j)
-			}
-		}()
-	}
-	for i, j := range jobs {
-		if i != alone {
-			work <- j
-		}
-	}
-	close(work)
-	wg.Wait()
-	for _, j := range jobs {
-		if j.err != nil {
-			return j.err
-		}
-	}
-	return nil
-}
-
+// simulateTimed runs the experiment (sim/report) with a progress bar and prints it.
 func simulateTimed(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg sim.TimedConfig, costName string,
-	rts []sim.Routing, sw timedSweep, chart string, asJSON, forceProgress bool, parallel int) error {
-	start := time.Now()
-	points := max(1, len(sw.vals))
-	prog := newProgress(stderr, forceProgress, points*len(rts)*len(w.Requests))
+	rts []sim.Routing, sw report.Sweep, chart string, asJSON, forceProgress bool, parallel int) error {
+	prog := newProgress(stderr, forceProgress, max(1, len(sw.Vals))*len(rts)*len(w.Requests))
 	defer prog.finish()
 	var mu sync.Mutex
 	cfg.Progress = func(n int) {
@@ -583,407 +300,15 @@ func simulateTimed(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, c
 	if parallel == 0 {
 		parallel = runtime.GOMAXPROCS(0)
 	}
-	eff := cfg.Engine.WithDefaults()
-	out := timedJSON{Model: "timed", Workload: wi, Cluster: timedClusterJSON{
-		Workers: cfg.Workers, Capacity: cfg.Capacity, StepTokens: cfg.ChunkTokens, MaxNumSeqs: cfg.MaxNumSeqs, CostModel: costName,
-		Shards: eff.Shards, Jump: eff.JumpSize, EventDelayMs: float64(max(cfg.EventDelay, 0)) / 1e6, Routers: cfg.Routers,
-		RouterAffinity: cfg.Affinity.String(), Speedup: cfg.Speedup, SLOTTFTs: cfg.SLOTTFT.Seconds(), OverlapWeight: cfg.OverlapWeight,
-		OpenLoop: cfg.OpenLoop, ThinkTimeS: max(cfg.ThinkTime, 0).Seconds(), PrefillScale: cfg.PrefillScale,
-		ApproxCapacity: cfg.ApproxCapacity, ApproxBlock: cfg.ApproxBlock,
-		ScorerWeights: [3]float64{cfg.Scorer.PrefixWeight, cfg.Scorer.KVWeight, cfg.Scorer.QueueWeight},
-	}}
-	if !w.Timed {
-		out.Cluster.Rate = cfg.Rate
-		if out.Cluster.Rate == 0 {
-			out.Cluster.Rate = sim.DefaultTimedRate
-		}
-	}
-
-	var jobs []*runJob
-	alone := -1
-	shared := parallel > 1
-	for k := range points {
-		for _, rt := range rts {
-			c := cfg
-			if sw.key != "" {
-				sw.apply(&c, k)
-			} else if alone < 0 && rt.Name == "kv-aware" {
-				c.MeasureMemory = true
-				alone = len(jobs)
-			}
-			if i := len(jobs); i != alone && shared && c.Engine.Shards == 0 {
-				// The runs that share the CPUs take one index shard each: two at a
-				// time with the default shards would keep six goroutines busy on two
-				// cores, and the switching cost more than the shards gave.
-				c.Engine.Shards = 1
-			}
-			jobs = append(jobs, &runJob{rt: rt, cfg: c})
-		}
-	}
-	// The references are computed beside the simulations that share the CPU, not
-	// beside the one that measures the index.
-	var refs sim.References
-	if err := runAll(w, jobs, alone, parallel, func() { refs = sim.Reference(w, cfg) }); err != nil {
+	rep, err := report.RunTimed(report.Timed{Workload: w, Info: wi, Config: cfg, CostName: costName, Routings: rts,
+		Sweep: sw, Chart: chart, Warn: stderr, Parallel: parallel})
+	if err != nil {
 		return err
 	}
-	out.References = toReferencesJSON(refs)
-	if sw.key == "" {
-		for i, j := range jobs {
-			out.Policies = append(out.Policies, toTimedPolicyJSON(j.res, i == alone))
-		}
-		if alone >= 0 {
-			out.Index = out.Policies[alone].Index
-		}
-	} else {
-		for k := range points {
-			pt := timedPointJSON{Param: sw.key, Value: sw.vals[k], Label: sw.label(k)}
-			for _, j := range jobs[k*len(rts) : (k+1)*len(rts)] {
-				pt.Policies = append(pt.Policies, toTimedPolicyJSON(j.res, false))
-			}
-			out.Sweep = append(out.Sweep, pt)
-		}
-		switch sw.key {
-		case "speedup":
-			out.Cluster.Speedup = 0
-		case "routers":
-			out.Cluster.Routers = 0
-		case "capacity":
-			out.Cluster.Capacity = 0
-		case "event-delay":
-			out.Cluster.EventDelayMs = 0
-		}
-		if chart != "" && len(sw.vals) < 3 {
-			fmt.Fprintf(stderr, "warning: a sweep of %d points draws no curve: give at least 3\n", len(sw.vals))
-		}
-		if chart != "" && len(rts) > maxChartLines {
-			fmt.Fprintf(stderr, "warning: the chart draws the first %d of %d policies (--policies chooses them)\n", maxChartLines, len(rts))
-		}
-		if err := writeChartIf(chart, out, func(path string, out timedJSON) error { return writeTimedChart(path, out, sw) }); err != nil {
-			return err
-		}
-		out.Chart = chart
-	}
-	out.Seconds = time.Since(start).Seconds()
 	prog.finish()
 	if asJSON {
-		return printJSON(stdout, out)
+		return printJSON(stdout, rep.JSON)
 	}
-	printTimedHeader(stdout, out, w, sw)
-	if sw.key == "" {
-		printTimedPolicies(stdout, out.Policies)
-		printRecommended(stdout, out.Policies)
-		printTimedStages(stdout, out.Policies)
-		if out.Index != nil {
-			var r sim.TimedResult
-			for _, j := range jobs {
-				if j.rt.Name == out.Index.Policy {
-					r = j.res
-				}
-			}
-			printTimedIndex(stdout, out, r)
-		}
-	} else {
-		printTimedSweep(stdout, out, sw)
-	}
-	fmt.Fprintf(stdout, "\ntotal %.1f s\n", out.Seconds)
+	rep.Print(stdout)
 	return nil
-}
-
-func toReferencesJSON(r sim.References) referencesJSON {
-	var j referencesJSON
-	j.Infinite = toHitsJSON(r.Infinite, r.Infinite.HitBlocks, r.Infinite.Blocks)
-	j.Pooled = toHitsJSON(r.Pooled, r.Pooled.HitBlocks, r.Pooled.Blocks)
-	j.PooledBlocks = r.PooledBlocks
-	j.Reuse.Reusing, j.Reuse.GapP50, j.Reuse.GapP90 = r.Reuse.Reusing, r.Reuse.GapP50, r.Reuse.GapP90
-	j.Reuse.NewTokensP50, j.Reuse.NewTokensP90 = r.Reuse.NewTokensP50, r.Reuse.NewTokensP90
-	return j
-}
-
-// secs writes a duration in seconds with three significant digits.
-func secs(s float64) string {
-	switch {
-	case s >= 100:
-		return fmt.Sprintf("%.0f s", s)
-	case s >= 10:
-		return fmt.Sprintf("%.1f s", s)
-	case s >= 1:
-		return fmt.Sprintf("%.2f s", s)
-	}
-	return fmt.Sprintf("%.0f ms", s*1e3)
-}
-
-func printTimedHeader(w io.Writer, out timedJSON, wl *sim.Workload, sw timedSweep) {
-	wi, c, r := out.Workload, out.Cluster, out.References
-	fmt.Fprintf(w, "workload  %s\n", wi.Name)
-	fmt.Fprintf(w, "          %s requests, %s input tokens in %s full blocks of %d tokens, %s output tokens\n",
-		bench.Thousands(int64(wi.Requests)), bench.Thousands(wi.Tokens), bench.Thousands(wi.Blocks), wi.BlockSize, bench.Thousands(wl.OutputTokens))
-	switch {
-	case sw.key == "speedup" && wl.Timed:
-		fmt.Fprintf(w, "          arrivals: the trace's timestamps, divided by the swept speedup\n")
-	case sw.key == "speedup":
-		fmt.Fprintf(w, "          arrivals: Poisson, %g requests/s times the swept speedup\n", c.Rate)
-	case wl.Timed:
-		fmt.Fprintf(w, "          arrivals: the trace's timestamps divided by %g\n", c.Speedup)
-	default:
-		fmt.Fprintf(w, "          arrivals: Poisson, %g requests/s (--rate %g x --speedup %g)\n", c.Rate*c.Speedup, c.Rate, c.Speedup)
-	}
-	switch {
-	case c.OpenLoop:
-		fmt.Fprintf(w, "          sessions: open loop (a turn is sent at its arrival, even before the reply it repeats)\n")
-	case wl.Kind == "built-in":
-		fmt.Fprintf(w, "          sessions: closed loop (a turn waits for the reply it repeats, plus %s to think)\n", secs(c.ThinkTimeS))
-	}
-	if sw.key != "capacity" {
-		fleetTok := int64(c.Workers) * int64(c.Capacity) * int64(wi.BlockSize)
-		fmt.Fprintf(w, "          reuse: %.1f%% of requests reuse an earlier prefix, from p50 %s / p90 %s before, with p50 %s / p90 %s new tokens between (the fleet holds %s)\n",
-			100*float64(r.Reuse.Reusing)/float64(max(wi.Requests, 1)), secs(r.Reuse.GapP50), secs(r.Reuse.GapP90),
-			bench.Thousands(r.Reuse.NewTokensP50), bench.Thousands(r.Reuse.NewTokensP90), bench.Thousands(fleetTok))
-	}
-	capacity := "the swept number of"
-	if c.Capacity > 0 {
-		capacity = bench.Thousands(int64(c.Capacity))
-	}
-	scale := ""
-	if c.PrefillScale != 1 && c.PrefillScale != 0 {
-		scale = fmt.Sprintf(", prefill x %g", c.PrefillScale)
-	}
-	fmt.Fprintf(w, "cluster   %d engines x %s blocks, steps of %d tokens, at most %d running; cost model: %s%s\n",
-		c.Workers, capacity, c.StepTokens, c.MaxNumSeqs, c.CostModel, scale)
-	routers := "the swept number of routers"
-	if c.Routers > 0 {
-		routers = fmt.Sprintf("%d router", c.Routers)
-		if c.Routers > 1 {
-			routers += fmt.Sprintf("s (affinity: %s)", c.RouterAffinity)
-		}
-	}
-	delay := "the swept time"
-	if sw.key != "event-delay" {
-		delay = time.Duration(c.EventDelayMs * 1e6).String()
-	}
-	fmt.Fprintf(w, "          %s; events reach the index %s after the step that made them; index: %d shards, jump %d\n", routers, delay, c.Shards, c.Jump)
-	fmt.Fprintf(w, "          cost policies: overlap weight %g; scorer policies: prefix %g, KV %g, queue %g; goodput: TTFT <= %s\n",
-		c.OverlapWeight, c.ScorerWeights[0], c.ScorerWeights[1], c.ScorerWeights[2], secs(c.SLOTTFTs))
-	fmt.Fprintf(w, "          approximate knowledge: the router's own decisions, an LRU of %s keys of %d tokens per engine (llm-d's, %s tokens) or a 120 s TTL (Dynamo's)\n",
-		bench.Thousands(int64(c.ApproxCapacity)), c.ApproxBlock, bench.Thousands(int64(c.ApproxCapacity)*int64(c.ApproxBlock)))
-	if sw.key != "capacity" {
-		fmt.Fprintf(w, "reference infinite cache: block hit %s; one LRU of the fleet's %s blocks: %s\n",
-			pct(r.Infinite.BlockHitRate), bench.Thousands(r.PooledBlocks), pct(r.Pooled.BlockHitRate))
-	}
-	fmt.Fprintln(w)
-}
-
-func printTimedPolicies(w io.Writer, pols []timedPolicyJSON) {
-	fmt.Fprintf(w, "%-24s %9s %9s %9s %8s %9s %10s %8s %6s %7s %6s %8s %9s %9s %7s\n", "policy",
-		"TTFT p50", "p90", "p99", "ITL p90", "E2E p90", "out tok/s", "goodput", "SLO", "KV use", "queue", "preempt", "block hit", "reply hit", "waited")
-	for _, p := range pols {
-		fmt.Fprintf(w, "%-24s %9s %9s %9s %8s %9s %10.0f %8.2f %5.1f%% %6.0f%% %6.1f %8s %9s %9s %6.1f%%\n", p.Name,
-			secs(p.TTFTp50), secs(p.TTFTp90), secs(p.TTFTp99), secs(p.ITLp90), secs(p.E2Ep90),
-			p.OutTokPerS, p.Goodput, 100*p.SLOMet, 100*p.KVUtilMean, p.QueueMean, bench.Thousands(p.Preemptions), pct(p.BlockHitRate),
-			pct(p.ReplyHitRate), 100*p.WaitedShare)
-	}
-}
-
-// printRecommended names the recommended policy beside the best row of the run.
-func printRecommended(w io.Writer, pols []timedPolicyJSON) {
-	best := 0
-	for i, p := range pols {
-		if p.Goodput > pols[best].Goodput || p.Goodput == pols[best].Goodput && p.TTFTp90 < pols[best].TTFTp90 {
-			best = i
-		}
-	}
-	fmt.Fprintf(w, "\nrecommended: %s (llm-d's scorer on the exact index: prefix, KV use and queue); best here by goodput, then p90 TTFT: %s\n",
-		recommendedPolicy, pols[best].Name)
-}
-
-// printTimedStages is a ramp's table: each stage's p90 TTFT and output throughput
-// per policy, or "unstable" where the stage's queue still grew at its end.
-func printTimedStages(w io.Writer, pols []timedPolicyJSON) {
-	if len(pols) == 0 || len(pols[0].Stages) == 0 {
-		return
-	}
-	fmt.Fprintf(w, "\nby stage: p90 TTFT / output tokens per second (unstable: the engines' queue still grew at the stage's end)\n")
-	fmt.Fprintf(w, "%6s %6s", "rate", "secs")
-	for _, p := range pols {
-		fmt.Fprintf(w, " %24s", p.Name)
-	}
-	fmt.Fprintln(w)
-	for k, st := range pols[0].Stages {
-		fmt.Fprintf(w, "%6g %6g", st.Rate, st.DurationS)
-		for _, p := range pols {
-			s := p.Stages[k]
-			lat := secs(s.TTFTp90)
-			switch {
-			case s.Rate == 0:
-				lat = "pause"
-			case s.Unstable:
-				lat = "unstable"
-			}
-			fmt.Fprintf(w, " %24s", lat+" / "+strconv.FormatFloat(math.Round(s.OutTokPerS), 'f', 0, 64))
-		}
-		fmt.Fprintln(w)
-	}
-}
-
-// printTimedIndex is the index section: the measured run's engine calls.
-func printTimedIndex(w io.Writer, out timedJSON, r sim.TimedResult) {
-	s := r.Index
-	fmt.Fprintf(w, "\nindex (the %s run, simulated alone)\n", out.Index.Policy)
-	fmt.Fprintf(w, "  events applied   %s (%s stored, %s removed; %s rejected)\n",
-		bench.Thousands(int64(s.Events)), bench.Thousands(s.StoredEvents), bench.Thousands(s.RemovedEvents), bench.Thousands(s.Rejected))
-	fmt.Fprintf(w, "  block ops        %s (%s query hashes, %s stored, %s removed) in %.3f s of engine calls\n",
-		bench.Thousands(s.BlockOps()), bench.Thousands(s.QueryBlocks), bench.Thousands(s.StoredBlocks), bench.Thousands(s.RemovedBlocks), s.EngineSeconds)
-	fmt.Fprintf(w, "  throughput       %.2fM block ops/s\n", s.BlockOpsPerS()/1e6)
-	if s.Queries > 0 {
-		fmt.Fprintf(w, "  find-matches     p50 %s, p99 %s, p999 %s over %s queries\n",
-			micros(s.FindMatchesP50), micros(s.FindMatchesP99), micros(s.FindMatchesP999), bench.Thousands(s.Queries))
-	}
-	fmt.Fprintf(w, "  memberships      %s at the end, %.1f bytes per membership (engine heap %.1f MiB)\n",
-		bench.Thousands(s.Memberships), s.BytesPerMembership(), float64(s.HeapBytes)/(1<<20))
-}
-
-func printTimedSweep(w io.Writer, out timedJSON, sw timedSweep) {
-	fmt.Fprintf(w, "p90 TTFT / output tokens per second, by %s\n", sw.key)
-	fmt.Fprintf(w, "%-24s", "policy")
-	for _, pt := range out.Sweep {
-		fmt.Fprintf(w, " %18s", pt.Label)
-	}
-	fmt.Fprintln(w)
-	for i := range out.Sweep[0].Policies {
-		fmt.Fprintf(w, "%-24s", out.Sweep[0].Policies[i].Name)
-		for _, pt := range out.Sweep {
-			p := pt.Policies[i]
-			fmt.Fprintf(w, " %18s", secs(p.TTFTp90)+" / "+strconv.FormatFloat(math.Round(p.OutTokPerS), 'f', 0, 64))
-		}
-		fmt.Fprintln(w)
-	}
-	fmt.Fprintf(w, "\n%s\n", chartLine(out.Chart))
-}
-
-// maxChartLines bounds a chart's policies: more lines than this are unreadable.
-const maxChartLines = 6
-
-// familyColors colours a chart's line by the policy's scoring family, and
-// knowledgeDashes dashes it by its knowledge of the caches.
-var (
-	familyColors = map[sim.Scoring]color.RGBA{
-		sim.ScoreCost: {R: 0xd6, G: 0x27, B: 0x28, A: 0xff}, sim.ScoreWeighted: {R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
-		sim.ScoreLoad: {R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, sim.ScoreLeastLoaded: {R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
-		sim.ScoreRoundRobin: {R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}, sim.ScoreRandom: {R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
-	}
-	knowledgeDashes = map[sim.Knowledge][]vg.Length{
-		sim.Events: nil, sim.EventsPredict: {vg.Points(1), vg.Points(3)}, sim.ApproxTTL: {vg.Points(6), vg.Points(3)},
-		sim.ApproxLRU: {vg.Points(3), vg.Points(3)}, sim.Blind: {vg.Points(8), vg.Points(2), vg.Points(2), vg.Points(2)},
-	}
-)
-
-// writeTimedChart draws p90 TTFT (log scale, with the SLO as a line) and output
-// throughput (linear, from 0) against the swept parameter, one line per policy (at
-// most maxChartLines; colour by scoring family, dash by knowledge), as two panels of
-// one image captioned with the workload.
-func writeTimedChart(path string, out timedJSON, sw timedSweep) error {
-	x := func(k int) float64 { return float64(k) }
-	var ticks []plot.Tick
-	for k, pt := range out.Sweep {
-		ticks = append(ticks, plot.Tick{Value: x(k), Label: pt.Label})
-	}
-	xLabel := map[string]string{"speedup": "load (arrival rate x speedup)", "routers": "router replicas",
-		"capacity": fmt.Sprintf("KV blocks of %d tokens per engine", out.Workload.BlockSize), "event-delay": "event delay"}[sw.key]
-	lines := min(len(out.Sweep[0].Policies), maxChartLines)
-	panel := func(title, yLabel string, y func(timedPolicyJSON) float64, logY bool) (*plot.Plot, error) {
-		p := plot.New()
-		p.Title.Text = title
-		p.X.Label.Text = xLabel
-		p.Y.Label.Text = yLabel
-		p.X.Tick.Marker = plot.ConstantTicks(ticks)
-		p.Add(plotter.NewGrid())
-		p.Legend.Top, p.Legend.Left = true, true
-		if logY {
-			p.Y.Scale = plot.LogScale{}
-			p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-		}
-		for i := range lines {
-			name := out.Sweep[0].Policies[i].Name
-			pts := make(plotter.XYs, len(out.Sweep))
-			for k, pt := range out.Sweep {
-				pts[k].X, pts[k].Y = x(k), y(pt.Policies[i])
-				if logY {
-					pts[k].Y = max(pts[k].Y, 1e-3)
-				}
-			}
-			l, err := plotter.NewLine(pts)
-			if err != nil {
-				return nil, err
-			}
-			if rt, err := sim.ParseRouting(name); err == nil {
-				l.Color, l.Dashes = familyColors[rt.Scoring], knowledgeDashes[rt.Knowledge]
-			}
-			l.Width = vg.Points(1.5)
-			p.Add(l)
-			p.Legend.Add(name, l)
-		}
-		if logY && p.Y.Max <= p.Y.Min {
-			// Every point alike (a run too small to queue): gonum pads an empty
-			// range by 1 either side, below 0, which a log scale cannot draw.
-			p.Y.Min, p.Y.Max = p.Y.Min/10, p.Y.Max*10
-		}
-		if !logY {
-			p.Y.Min = 0
-		}
-		return p, nil
-	}
-	ttft, err := panel("p90 time to first token", "seconds (log scale)", func(p timedPolicyJSON) float64 { return p.TTFTp90 }, true)
-	if err != nil {
-		return err
-	}
-	if slo := out.Cluster.SLOTTFTs; slo > 0 {
-		l, err := plotter.NewLine(plotter.XYs{{X: x(0), Y: slo}, {X: x(len(out.Sweep) - 1), Y: slo}})
-		if err != nil {
-			return err
-		}
-		l.Color, l.Dashes = color.Black, []vg.Length{vg.Points(2), vg.Points(2)}
-		ttft.Add(l)
-		ttft.Legend.Add(fmt.Sprintf("TTFT objective (%s)", secs(slo)), l)
-		ttft.Y.Min, ttft.Y.Max = min(ttft.Y.Min, slo/2), max(ttft.Y.Max, slo*2)
-	}
-	tput, err := panel("output throughput", "output tokens per second", func(p timedPolicyJSON) float64 { return p.OutTokPerS }, false)
-	if err != nil {
-		return err
-	}
-	tput.Legend.Top, tput.Legend.Left = false, false
-	ttft.Title.Text += " - " + out.Workload.Name
-	if err := saveTwoPanels(ttft, tput, path); err != nil {
-		return fmt.Errorf("writing chart: %w", err)
-	}
-	return nil
-}
-
-// saveTwoPanels writes two plots side by side to path, in the format its extension
-// names (an SVG embeds its fonts, as saveChart's does).
-func saveTwoPanels(a, b *plot.Plot, path string) (err error) {
-	const w, h = 14 * vg.Inch, 5.5 * vg.Inch
-	var c vg.CanvasWriterTo
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".svg":
-		c = vgsvg.NewWith(vgsvg.UseWH(w, h), vgsvg.EmbedFonts(true))
-	case ".pdf":
-		c = vgpdf.New(w, h)
-	default:
-		c = vgimg.PngCanvas{Canvas: vgimg.New(w, h)}
-	}
-	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: 8 * vg.Millimeter, PadTop: 2 * vg.Millimeter, PadBottom: 2 * vg.Millimeter,
-		PadLeft: 2 * vg.Millimeter, PadRight: 2 * vg.Millimeter}
-	canvases := plot.Align([][]*plot.Plot{{a, b}}, tiles, draw.New(c))
-	a.Draw(canvases[0][0])
-	b.Draw(canvases[0][1])
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	_, err = c.WriteTo(f)
-	return err
 }
