@@ -70,14 +70,22 @@ func Example() {
 	// live true ready true
 }
 
-func TestClientErrors(t *testing.T) {
+// dialServer starts startServer's server and a client of it, both stopped when the
+// test ends.
+func dialServer(t *testing.T) *client.Client {
+	t.Helper()
 	addr, stop := startServer()
-	defer stop()
+	t.Cleanup(stop)
 	c, err := client.Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestClientErrors(t *testing.T) {
+	c := dialServer(t)
 	ctx := context.Background()
 	if _, err := c.MatchHashes(ctx, "no-such-model", []uint64{1}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("unknown model: %v", err)
@@ -108,13 +116,7 @@ func TestClientErrors(t *testing.T) {
 // its first token ends its prefill but keeps it tracked, a second Finished does not
 // know it, and an empty id is an invalid argument.
 func TestFinished(t *testing.T) {
-	addr, stop := startServer()
-	defer stop()
-	c, err := client.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialServer(t)
 	ctx := context.Background()
 	// 12 tokens, 8 cached on pod-7: 4 to prefill.
 	if _, err := c.Match(ctx, &kvindexv1.MatchRequest{Model: "llama-3-8b", Tokens: []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, Pick: true, RequestId: "req-1"}); err != nil {

@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -131,15 +130,7 @@ func TestReadyzNeverConnected(t *testing.T) {
 		ReconnectMax: server.Duration(20 * time.Millisecond),
 	}
 	var logs syncBuffer
-	s, err := server.New(cfg, server.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Shutdown(context.Background())
-	c := newClient(t, s.Addr())
+	_, c := startWith(t, cfg, server.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	state := func(worker string) string {
 		var ws struct{ Workers []server.WorkerInfo }
 		c.do("GET", "/v1/workers", "", &ws)

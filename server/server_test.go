@@ -138,7 +138,13 @@ func (c *client) waitReady(t *testing.T) {
 
 func start(t *testing.T, cfg server.Config) (*server.Server, *client) {
 	t.Helper()
-	s, err := server.New(cfg, server.Options{})
+	return startWith(t, cfg, server.Options{})
+}
+
+// startWith is start with options (a logger, an index of the test's own).
+func startWith(t *testing.T, cfg server.Config, opts server.Options) (*server.Server, *client) {
+	t.Helper()
+	s, err := server.New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

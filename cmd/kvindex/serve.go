@@ -290,11 +290,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 	}
 	// What the server will need later, checked now (startup.go; the snapshot's
 	// directory is checked by server.New).
-	if err := checkBinds(cfg); err != nil {
-		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
-		return 1
-	}
-	httpLn, grpcLn, err := listenEarly(cfg)
+	httpLn, grpcLn, err := bindEarly(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
 		return 1

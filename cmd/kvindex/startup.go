@@ -28,11 +28,7 @@ func checkServe(cfg server.Config, opts server.Options, stdout, stderr io.Writer
 		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
 		return 2
 	}
-	if err := checkBinds(cfg); err != nil {
-		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
-		return 1
-	}
-	httpLn, grpcLn, err := listenEarly(cfg)
+	httpLn, grpcLn, err := bindEarly(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
 		return 1
@@ -48,6 +44,15 @@ func checkServe(cfg server.Config, opts server.Options, stdout, stderr io.Writer
 		return 1
 	}
 	return 0
+}
+
+// bindEarly checks that every engine that binds can (checkBinds), then binds the
+// HTTP and gRPC addresses (listenEarly): serve's start checks of addresses.
+func bindEarly(cfg server.Config) (httpLn, grpcLn net.Listener, err error) {
+	if err := checkBinds(cfg); err != nil {
+		return nil, nil, err
+	}
+	return listenEarly(cfg)
 }
 
 // listenEarly binds the HTTP address and, when configured, the gRPC one.
