@@ -1089,10 +1089,42 @@ func (ev *evaluator) evalCall(e *callExpr, sc *scope) (any, error) {
 	if err := ev.step(e.line); err != nil {
 		return nil, err
 	}
+	// recv.method(...) on a string or dict runs the method without binding it first.
+	if a, ok := e.fn.(*attrExpr); ok {
+		recv, err := ev.eval(a.x, sc)
+		if err != nil {
+			return nil, err
+		}
+		if s, isStr := recv.(string); isStr && isStrMethod(a.name) || isDictRecvMethod(recv, a.name) {
+			args, kw, err := ev.evalArgs(e.args, e.kwargs, sc)
+			if err != nil {
+				return nil, err
+			}
+			if isStr {
+				return ev.strMethod(e.line, s, a.name, args, kw)
+			}
+			return ev.dictMethod(e.line, recv.(*Dict), a.name, args)
+		}
+		fn, err := ev.getAttr(a.line, recv, a.name)
+		if err != nil {
+			return nil, err
+		}
+		return ev.callValue(e, fn, sc)
+	}
 	fn, err := ev.eval(e.fn, sc)
 	if err != nil {
 		return nil, err
 	}
+	return ev.callValue(e, fn, sc)
+}
+
+func isDictRecvMethod(recv any, name string) bool {
+	_, ok := recv.(*Dict)
+	return ok && isDictMethod(name)
+}
+
+// callValue calls fn, the value of e.fn, with e's arguments.
+func (ev *evaluator) callValue(e *callExpr, fn any, sc *scope) (any, error) {
 	args, kw, err := ev.evalArgs(e.args, e.kwargs, sc)
 	if err != nil {
 		return nil, err

@@ -116,7 +116,7 @@ func writeJSON(b *strings.Builder, v any, o *jsonOpts, depth, limit int) error {
 	case *Dict:
 		return writeJSONObject(b, x, o, depth, limit)
 	default:
-		return fmt.Errorf("Object of type %s is not JSON serializable", typeName(v))
+		return fmt.Errorf("object of type %s is not JSON serializable", typeName(v))
 	}
 	return nil
 }
