@@ -21,11 +21,13 @@ import (
 func init() {
 	register("doctor", command{
 		summary:  "check engines for a few seconds: what they publish, what is wrong; or compare two replicas",
-		synopsis: "[--config FILE] [--engine SPEC]... [--for 5s] [flags] | --compare SOURCE1 SOURCE2 [--resync]",
+		synopsis: "[--config FILE] [--engine SPEC]... [--for 5s] [flags] | --compare SOURCE1 SOURCE2 [--resync] | --tokenize URL --tokenizer DIR",
 		about: "Connects to each engine's KV-event publisher, follows it (with its replay) for --for,\n" +
 			"and prints what it saw and which problems it found, with what to do about each.\n" +
 			"With --compare, reads the per-worker digests of two indexes (serve URLs or snapshot files)\n" +
 			"and prints the workers that differ; --resync then has SOURCE1, a NATS replica, rebuild them.\n" +
+			"With --tokenize, sends probe texts to an engine's /tokenize (vLLM's) and compares its token\n" +
+			"ids with --tokenizer's (a model folder, as kvindex tokenize), naming the first difference.\n" +
 			"Exit status 0: no problem; 1: problems (or a runtime failure); 2: bad usage.",
 		run: untilSignal(doctorMain),
 	})
@@ -39,9 +41,14 @@ func doctorMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if wantsCompare(args) {
 		return doctorCompare(ctx, args, stdout, stderr) // doctorcompare.go
 	}
+	if hasFlag(args, "tokenize") {
+		return doctorTokenize(ctx, args, stdout, stderr) // doctortokenize.go
+	}
 	fs := newFlags("doctor", stderr)
 	fs.Bool("compare", false, compareHelp)
 	fs.Bool("resync", false, "with --compare: ask SOURCE1, a NATS replica, to resync each worker that differs from its stream, then compare again")
+	fs.String("tokenize", "", tokenizeURLHelp)
+	fs.String("tokenizer", "", tokenizerHelp)
 	cfgPath := fs.String("config", "", "JSON configuration file (docs/serve.md, Configuration); flags override it")
 	blockSize := fs.Int("block-size", 0, "block size of engines that set none (default 16)")
 	dur := fs.Duration("for", 5*time.Second, "how long to follow the engines (an idle engine publishes nothing: send it a request meanwhile)")

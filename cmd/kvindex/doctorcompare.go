@@ -25,12 +25,15 @@ const compareHelp = "compare the digests of what two indexes hold per worker: kv
 	"each a serve URL (its /v1/workers) or a snapshot file (serve --snapshot's, or a NATS replica's); prints the workers that differ, exit status 1 if any"
 
 // wantsCompare reports whether doctor's arguments ask for --compare.
-func wantsCompare(args []string) bool {
+func wantsCompare(args []string) bool { return hasFlag(args, "compare") }
+
+// hasFlag reports whether args name flag (-flag, --flag or --flag=...) before any "--".
+func hasFlag(args []string, flag string) bool {
 	for _, a := range args {
 		if a == "--" {
 			return false
 		}
-		if name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); strings.HasPrefix(a, "-") && name == "compare" {
+		if name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); strings.HasPrefix(a, "-") && name == flag {
 			return true
 		}
 	}

@@ -27,6 +27,9 @@ func init() {
 	})
 }
 
+// tokenizerHelp is --tokenizer's help, in tokenize and doctor --tokenize.
+const tokenizerHelp = "model folder: tokenizer.json, tokenizer_config.json, optional chat_template.jinja (required)"
+
 // tokenizeStdin is the command's input (tests replace it).
 var tokenizeStdin io.Reader = os.Stdin
 
@@ -51,7 +54,7 @@ type tokenizeError struct {
 
 func runTokenize(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("tokenize", stderr)
-	dir := fs.String("tokenizer", "", "model folder: tokenizer.json, tokenizer_config.json, optional chat_template.jinja (required)")
+	dir := fs.String("tokenizer", "", tokenizerHelp)
 	maxLine := fs.Int("max-line-bytes", 16<<20, "longest input line accepted, in bytes (a longer one is an error line)")
 	if code, ok := parseFlags(fs, args, stdout); !ok {
 		return code
