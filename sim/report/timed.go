@@ -347,7 +347,7 @@ func RunTimed(t Timed) (*TimedReport, error) {
 			c := cfg
 			if sw.Key != "" {
 				sw.Apply(&c, k)
-			} else if alone < 0 && rt.Name == "kv-aware" {
+			} else if alone < 0 && rt.Knowledge == sim.Events {
 				c.MeasureMemory = true
 				alone = len(jobs)
 			}
