@@ -104,3 +104,27 @@ func TestRuntimeEngineRefusals(t *testing.T) {
 		t.Fatalf("%v engines from the API, want 3", got)
 	}
 }
+
+// TestServerRequestIDsUnguessable (issue 33, row 4): the ids the server gave picks the
+// caller did not name were sequential (kvindex-1, kvindex-2, ...), so any client could
+// finish another's picks. They are 128 random bits now.
+func TestServerRequestIDsUnguessable(t *testing.T) {
+	_, c := start(t, server.Config{Listen: "127.0.0.1:0", Engines: []server.EngineConfig{{Worker: "w", Model: "m", BlockSize: 4}}})
+	c.waitReady(t)
+	seen := map[string]bool{}
+	for range 3 {
+		var got server.MatchResponse
+		if code := c.do("POST", "/v1/match", `{"model":"m","content_hashes":[1],"pick":true}`, &got); code != 200 || got.Pick == nil {
+			t.Fatalf("pick: %d %+v", code, got)
+		}
+		id := got.Pick.RequestID
+		if len(id) != len("kvindex-")+32 || seen[id] || !strings.HasPrefix(id, "kvindex-") {
+			t.Fatalf("a server-made request id %q (seen %v)", id, seen)
+		}
+		seen[id] = true
+	}
+	var f server.FinishedResponse
+	if code := c.do("POST", "/v1/finished", `{"request_id":"kvindex-1"}`, &f); code != 200 || f.Known {
+		t.Fatalf("a guessed id: %d %+v", code, f)
+	}
+}

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"cmp"
 	"fmt"
 
+	"github.com/kvindex/kvindex/route"
 	"github.com/kvindex/kvindex/subscriber"
 )
 
@@ -25,10 +27,13 @@ import (
 //	              connection writes one answer of at most max_matches matches)
 //	namespaces  = index.namespace_bytes (the engine's namespace table, accounted)
 //	predictions = index.predicted_blocks × PredictedBlockBytes
+//	tracking    = routing.max_in_flight × (TrackedRequestBytes + MaxRequestIDBytes)
+//	              the routed requests the load-aware policies count, each under a
+//	              request id of at most MaxRequestIDBytes
 //	engines     = Σ over bound and dialled engine ranks of (10 + connections) ×
 //	              max_message_bytes (zmq4's queue and each connection's frame)
 //	Total       = GCFactor × (requests + connections + answers + namespaces +
-//	              predictions + engines)
+//	              predictions + tracking + engines)
 //
 // GCFactor is the Go collector's: with GOGC=100 the heap may reach twice what is live
 // before a collection. The blocks the engines hold are not in it: engines are trusted to
@@ -40,6 +45,7 @@ const (
 	ConnBytes           = 96 << 10 // one open connection
 	MatchBytes          = 256      // one match of an answer, encoded and decoded
 	PredictedBlockBytes = 64       // a predicted block: content, prefix, share of its entry
+	TrackedRequestBytes = 192      // a routed request tracked, besides its id (171 measured)
 	GCFactor            = 2
 	zmq4QueueMessages   = 10
 )
@@ -47,18 +53,18 @@ const (
 // MemoryBudget is the memory budget of a configuration, by term (see the comment at the
 // top of budget.go).
 type MemoryBudget struct {
-	Requests, Connections, Answers, Namespaces, Predictions, Engines int64
+	Requests, Connections, Answers, Namespaces, Predictions, Tracking, Engines int64
 }
 
 // Total is the budget: every term, times GCFactor.
 func (b MemoryBudget) Total() int64 {
-	return GCFactor * (b.Requests + b.Connections + b.Answers + b.Namespaces + b.Predictions + b.Engines)
+	return GCFactor * (b.Requests + b.Connections + b.Answers + b.Namespaces + b.Predictions + b.Tracking + b.Engines)
 }
 
 func (b MemoryBudget) String() string {
 	mib := func(v int64) string { return fmt.Sprintf("%.1f MiB", float64(v)/(1<<20)) }
-	return fmt.Sprintf("requests %s, connections %s, answers %s, namespaces %s, predictions %s, engines %s: total %s",
-		mib(b.Requests), mib(b.Connections), mib(b.Answers), mib(b.Namespaces), mib(b.Predictions), mib(b.Engines), mib(b.Total()))
+	return fmt.Sprintf("requests %s, connections %s, answers %s, namespaces %s, predictions %s, tracking %s, engines %s: total %s",
+		mib(b.Requests), mib(b.Connections), mib(b.Answers), mib(b.Namespaces), mib(b.Predictions), mib(b.Tracking), mib(b.Engines), mib(b.Total()))
 }
 
 // Budget returns the memory budget of cfg, defaults filled in.
@@ -93,6 +99,7 @@ func Budget(cfg Config) MemoryBudget {
 		Answers:     2 * conns * int64(c.MaxMatches) * MatchBytes,
 		Namespaces:  ec.NamespaceBytes,
 		Predictions: int64(ec.PredictedBlocks) * PredictedBlockBytes,
+		Tracking:    int64(cmp.Or(c.Routing.MaxInFlight, route.DefaultMaxInFlight)) * (TrackedRequestBytes + MaxRequestIDBytes),
 		Engines:     engines,
 	}
 }

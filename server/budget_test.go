@@ -48,7 +48,9 @@ func procKB(t *testing.T, key string) int64 {
 // clients than the in-flight budget admits, slow bodies that hold their reservation,
 // gRPC messages of the worst-decoding kind (1-byte varint hashes) and gRPC calls that
 // declare a message and never send it, predictions in a new 900-byte namespace each,
-// and more connections than the limit. The peak RSS stays under server.Budget of the
+// and more connections than the limit, after routed requests were tracked under
+// 256-byte request ids up to routing.max_in_flight and engines with the longest names
+// added up to runtime_engines.max_engines. The peak RSS stays under server.Budget of the
 // configuration (budget.go). Not under the race detector, whose shadow memory is
 // several times the heap: make race runs it without.
 func TestMemoryBudget(t *testing.T) {
@@ -59,7 +61,8 @@ func TestMemoryBudget(t *testing.T) {
 		Engines: []server.EngineConfig{{Worker: "w", Model: "m", BlockSize: 4}},
 		GRPC:    server.GRPCConfig{Listen: "127.0.0.1:0", MaxMessageBytes: 1 << 20},
 		Limits:  server.LimitsConfig{MaxConnections: 64, InFlightBytes: 8 << 20, ConnInFlightBytes: 2 << 20},
-		Index:   server.IndexConfig{PredictedBlocks: 1 << 16, NamespaceBytes: 2 << 20}}
+		Index:   server.IndexConfig{PredictedBlocks: 1 << 16, NamespaceBytes: 2 << 20},
+		Routing: server.RoutingConfig{MaxInFlight: 1 << 13}, RuntimeEngines: server.RuntimeEnginesConfig{MaxEngines: 64}}
 	budget := server.Budget(cfg)
 	s, c := start(t, cfg)
 	c.waitReady(t)
@@ -68,6 +71,7 @@ func TestMemoryBudget(t *testing.T) {
 		t.Skipf("SKIP (cannot reset the peak RSS): %v", err)
 	}
 	base := procKB(t, "VmRSS")
+	fillTracking(t, c, 1<<13, 64)
 	stop := startAttack(t, s, c)
 	time.Sleep(2 * time.Second) // the length of the attack, not a synchronisation
 	res := stop()
@@ -80,6 +84,32 @@ func TestMemoryBudget(t *testing.T) {
 	}
 	if st := s.Engine().Stats(); st.NamespaceBytes > 2<<20 {
 		t.Fatalf("namespace table holds %d bytes", st.NamespaceBytes)
+	}
+}
+
+// fillTracking tracks routed requests under the longest request ids up to their bound,
+// and adds engines with the longest names up to theirs; one more of each is refused.
+func fillTracking(t *testing.T, c *client, requests, engines int) {
+	t.Helper()
+	for i := range requests + 1 {
+		want := 200
+		if i == requests {
+			want = 503
+		}
+		var e struct{ Code string }
+		if code := c.do("POST", "/v1/routed", fmt.Sprintf(`{"model":"m","worker":"w","content_hashes":[1],"request_id":"%0256d"}`, i), &e); code != want {
+			t.Fatalf("routed request %d: %d %s, want %d", i, code, e.Code, want)
+		}
+	}
+	for i := range engines {
+		want := 201
+		if i == engines-1 { // the configured engine is one of them
+			want = 400
+		}
+		var e struct{ Code, Error string }
+		if code := c.do("POST", "/v1/engines", fmt.Sprintf(`{"worker":"%0256d","model":"%0255dm","block_size":4}`, i, i), &e); code != want {
+			t.Fatalf("engine %d: %d %+v, want %d", i, code, e, want)
+		}
 	}
 }
 

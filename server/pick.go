@@ -10,8 +10,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
-	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/kvindex/kvindex/route"
@@ -54,7 +52,6 @@ type routing struct {
 	cost    route.Cost
 	scorer  route.Scorer
 	tracker *route.Tracker[string]
-	seq     atomic.Uint64 // the ids of the picks the caller did not name
 }
 
 func newRouting(c RoutingConfig, now func() time.Time) (*routing, error) {
@@ -272,7 +269,7 @@ func (s *Server) candidates(m *model, matches []Match, loads map[string]*WorkerL
 // caller's request id or a new one, and returns the id ("" when not tracked).
 func (s *Server) track(pick *Pick, id string, tokens int, m *model) (string, error) {
 	if id == "" {
-		id = "kvindex-" + strconv.FormatUint(s.routing.seq.Add(1), 10)
+		id = newRequestID()
 	}
 	cached := int(math.Floor(pick.Weighted+1e-9)) * m.blockSize
 	if err := s.routing.tracker.Routed(id, pick.Worker, tokens, cached, m.blockSize); err != nil {
