@@ -17,12 +17,14 @@ echo "==> $name: started $(date -u +%H:%M:%S)"
 pid=$!
 # The ticker sleeps in short steps so that it ends within a second of the phase.
 (
-	while :; do
-		for ((i = 0; i < tick; i++)); do
-			kill -0 "$pid" 2>/dev/null || exit 0
-			sleep 1
-		done
-		echo "... $name: running for $(($(date +%s) - start)) s"
+	next=$((start + tick))
+	while kill -0 "$pid" 2>/dev/null; do
+		sleep 1
+		now=$(date +%s)
+		if ((now >= next)); then
+			echo "... $name: running for $((now - start)) s"
+			next=$((next + tick))
+		fi
 	done
 ) &
 ticker=$!
