@@ -27,10 +27,10 @@ fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 ## (default 2: lint and the 386 vet leave a core idle half the time), the longest (race)
 ## first. Each phase runs through scripts/phase.sh: a line when it starts, a line a
 ## minute while it runs, its whole output when it ends, then its result and wall time.
-## Every go test has an explicit -timeout (TEST_TIMEOUT per package binary, sized at
-## about 3x the slowest package's time on a cold, loaded 2-core machine).
+## Every go test has an explicit -timeout (TEST_TIMEOUT per package binary: a guard
+## against a hang, about 5x the slowest package's wall time at load 4 on 2 cores).
 TEST_JOBS ?= 2
-TEST_TIMEOUT ?= 9m
+TEST_TIMEOUT ?= 15m
 GOTEST = $(GO) test -timeout $(TEST_TIMEOUT)
 TEST_PHASES := race-pkgs race-invariants lint race-full build386 conformance fuzz docs-check
 test: shared-note tools
