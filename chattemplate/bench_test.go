@@ -6,9 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 )
 
 // benchChatML is a small ChatML template (the shape of Qwen2.5's without tools), so one
@@ -116,16 +114,6 @@ func benchGo(b *testing.B, tp *Template, ctx Context) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/render")
 	b.ReportMetric(float64((cpuTime()-c0).Nanoseconds())/float64(b.N), "cpu-ns/render")
-}
-
-// cpuTime is the process's user plus system CPU time: on a shared machine it moves far
-// less with other jobs' load than wall time (it includes the GC's other threads).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // externalBench has an external engine render the chat b.N times in its own loop and

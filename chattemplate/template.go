@@ -3,6 +3,7 @@ package chattemplate
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -144,7 +145,7 @@ func (t *Template) render(ctx Context, opts renderOpts) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ev := &evaluator{maxSteps: t.cfg.MaxSteps, work: meter{max: t.cfg.MaxSteps * workPerStep}, maxOutput: t.cfg.MaxOutput, now: time.Now, opts: opts}
+	ev := &evaluator{maxSteps: t.cfg.MaxSteps, work: meter{max: min(t.cfg.MaxSteps, math.MaxInt/workPerStep) * workPerStep}, maxOutput: t.cfg.MaxOutput, now: time.Now, opts: opts}
 	if !ctx.Now.IsZero() {
 		now := ctx.Now
 		ev.now = func() time.Time { return now }
