@@ -545,11 +545,11 @@ func (ev *evaluator) getAttr(line int, x any, name string) (any, error) {
 		if isDictMethod(name) {
 			return boundMethod(x, name), nil
 		}
-		if v, ok := o.vals[name]; ok {
+		if v, ok := o.Get(name); ok {
 			return v, nil
 		}
 	case *namespace:
-		if v, ok := o.d.vals[name]; ok {
+		if v, ok := o.d.Get(name); ok {
 			return v, nil
 		}
 	case *loopObj:
@@ -588,7 +588,7 @@ func (ev *evaluator) getItem(line int, x, k any) (any, error) {
 		return nil, ev.undefinedErr(line, o)
 	case *Dict:
 		if ks, ok := k.(string); ok {
-			if v, ok := o.vals[ks]; ok {
+			if v, ok := o.Get(ks); ok {
 				return v, nil
 			}
 			return ev.getAttr(line, x, ks)
@@ -865,7 +865,7 @@ func (ev *evaluator) contains(line int, haystack, needle any) (bool, error) {
 		if !ok {
 			return false, nil
 		}
-		_, found := h.vals[k]
+		_, found := h.Get(k)
 		return found, nil
 	case undefined:
 		return false, nil

@@ -67,8 +67,8 @@ func builtinNamespace(ev *evaluator, line int, args []any, kw []kwval) (any, err
 		if !ok {
 			return nil, ev.errf(line, "namespace() positional arguments must be mappings")
 		}
-		for _, k := range d.keys {
-			ns.d.Set(k, d.vals[k])
+		for i, k := range d.keys {
+			ns.d.Set(k, d.vals[i])
 		}
 	}
 	for _, k := range kw {
@@ -84,8 +84,8 @@ func builtinDict(ev *evaluator, line int, args []any, kw []kwval) (any, error) {
 		if !ok {
 			return nil, ev.errf(line, "dict() positional arguments must be mappings")
 		}
-		for _, k := range src.keys {
-			d.Set(k, src.vals[k])
+		for i, k := range src.keys {
+			d.Set(k, src.vals[i])
 		}
 	}
 	for _, k := range kw {

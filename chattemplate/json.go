@@ -139,7 +139,8 @@ func writeJSONObject(b *strings.Builder, d *Dict, o *jsonOpts, depth, limit int)
 		writeIndent(b, o, depth+1)
 		writeJSONString(b, k, o.ensureASCII)
 		b.WriteString(o.keySep)
-		if err := writeJSON(b, d.vals[k], o, depth+1, limit); err != nil {
+		v, _ := d.Get(k)
+		if err := writeJSON(b, v, o, depth+1, limit); err != nil {
 			return err
 		}
 	}

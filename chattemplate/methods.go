@@ -67,7 +67,7 @@ func (ev *evaluator) dictMethod(line int, d *Dict, name string, args []any) (any
 	case "items":
 		out := make([]any, len(d.keys))
 		for i, k := range d.keys {
-			out[i] = tuple{k, d.vals[k]}
+			out[i] = tuple{k, d.vals[i]}
 		}
 		return out, nil
 	case "keys":
@@ -78,16 +78,14 @@ func (ev *evaluator) dictMethod(line int, d *Dict, name string, args []any) (any
 		return out, nil
 	case "values":
 		out := make([]any, len(d.keys))
-		for i, k := range d.keys {
-			out[i] = d.vals[k]
-		}
+		copy(out, d.vals)
 		return out, nil
 	case "get":
 		if len(args) < 1 || len(args) > 2 {
 			return nil, ev.errf(line, "get expected 1 or 2 arguments, got %d", len(args))
 		}
 		if k, ok := args[0].(string); ok {
-			if v, ok := d.vals[k]; ok {
+			if v, ok := d.Get(k); ok {
 				return v, nil
 			}
 		}

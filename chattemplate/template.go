@@ -165,8 +165,8 @@ func outputGuess(vars map[string]any, limit int) int {
 	msgs, _ := vars["messages"].([]any)
 	for _, m := range msgs {
 		if d, ok := m.(*Dict); ok {
-			if c, ok := d.vals["content"].(string); ok {
-				n += len(c) + 64
+			if c, ok := d.Get("content"); ok && isString(c) {
+				n += len(c.(string)) + 64
 			}
 		}
 	}

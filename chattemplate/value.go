@@ -42,24 +42,58 @@ type (
 // order the request had them). Build one with NewDict and Set, or with DecodeJSON.
 type Dict struct {
 	keys []string
-	vals map[string]any
+	vals []any // vals[i] is the value of keys[i]
+	// index maps a key to its position once the Dict has more than dictIndexAt keys; a
+	// small Dict (a chat message, a namespace) is searched linearly and costs no map.
+	// Go maps are seeded per process, so hostile keys cannot flood it.
+	index map[string]int
 }
 
+const dictIndexAt = 8
+
 // NewDict returns an empty Dict.
-func NewDict() *Dict { return &Dict{vals: map[string]any{}} }
+func NewDict() *Dict { return &Dict{} }
+
+func (d *Dict) find(k string) int {
+	if d.index != nil {
+		if i, ok := d.index[k]; ok {
+			return i
+		}
+		return -1
+	}
+	for i, key := range d.keys {
+		if key == k {
+			return i
+		}
+	}
+	return -1
+}
 
 // Set stores v under k, appending k to the key order when it is new.
 func (d *Dict) Set(k string, v any) {
-	if _, ok := d.vals[k]; !ok {
-		d.keys = append(d.keys, k)
+	if i := d.find(k); i >= 0 {
+		d.vals[i] = v
+		return
 	}
-	d.vals[k] = v
+	d.keys = append(d.keys, k)
+	d.vals = append(d.vals, v)
+	switch {
+	case d.index != nil:
+		d.index[k] = len(d.keys) - 1
+	case len(d.keys) > dictIndexAt:
+		d.index = make(map[string]int, 2*len(d.keys))
+		for i, key := range d.keys {
+			d.index[key] = i
+		}
+	}
 }
 
 // Get returns the value under k.
 func (d *Dict) Get(k string) (any, bool) {
-	v, ok := d.vals[k]
-	return v, ok
+	if i := d.find(k); i >= 0 {
+		return d.vals[i], true
+	}
+	return nil, false
 }
 
 // Keys returns the keys in insertion order (the caller must not modify the slice).
@@ -80,7 +114,7 @@ func (d *Dict) MarshalJSON() ([]byte, error) {
 		kb, _ := json.Marshal(k)
 		b.Write(kb)
 		b.WriteByte(':')
-		vb, err := json.Marshal(d.vals[k])
+		vb, err := json.Marshal(d.vals[i])
 		if err != nil {
 			return nil, err
 		}
@@ -144,13 +178,13 @@ func fromGo(v any, depth int) (any, error) {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
-		d := &Dict{keys: keys, vals: make(map[string]any, len(x))}
+		d := NewDict()
 		for _, k := range keys {
 			c, err := fromGo(x[k], depth+1)
 			if err != nil {
 				return nil, err
 			}
-			d.vals[k] = c
+			d.Set(k, c)
 		}
 		return d, nil
 	}
@@ -279,7 +313,7 @@ func writeRepr(b *strings.Builder, v any, depth, limit int) {
 			}
 			writePyStrRepr(b, k)
 			b.WriteString(": ")
-			writeRepr(b, x.vals[k], depth+1, limit)
+			writeRepr(b, x.vals[i], depth+1, limit)
 		}
 		b.WriteByte('}')
 	case *namespace:
@@ -502,9 +536,9 @@ func equal(a, b any, work *meter) bool {
 		if !ok || x.Len() != y.Len() {
 			return false
 		}
-		for _, k := range x.keys {
-			yv, ok := y.vals[k]
-			if !ok || !equal(x.vals[k], yv, work) {
+		for i, k := range x.keys {
+			yv, ok := y.Get(k)
+			if !ok || !equal(x.vals[i], yv, work) {
 				return false
 			}
 		}
