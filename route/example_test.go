@@ -11,30 +11,33 @@ import (
 func ExampleCost() {
 	req := route.Request{Tokens: 4096, BlockSize: 64} // 64 blocks
 	cands := []route.Candidate{
-		{Overlap: 60, Load: route.Load{ActiveBlocks: 900}},
+		{Overlap: 60, ActiveOverlap: 60, Load: route.Load{ActiveBlocks: 900}},
 		{Overlap: 0, Load: route.Load{ActiveBlocks: 100}},
 		{Overlap: 32, Load: route.Load{ActiveBlocks: 200}},
 	}
 	costs := route.Cost{}.Costs(req, cands, nil)
 	fmt.Println(costs, route.Cost{}.Pick(req, cands, 0))
-	// Output: [968 228 296] 1
+	// Output: [908 228 296] 1
 }
 
-// Tracker keeps the load a router knows from its own requests; Scorer and Cost read it
-// through Candidate.Load.
+// Tracker keeps the load a router knows from its own requests, each distinct block
+// counted once; the policies read it through Candidate.Load (Tracker.Candidates).
 func ExampleTracker() {
 	tr, err := route.NewTracker[string](route.TrackerConfig{})
 	if err != nil {
 		panic(err)
 	}
-	_ = tr.Routed("req-1", "http://10.0.0.1:8000", 1000, 640, 64)
-	_ = tr.Routed("req-2", "http://10.0.0.1:8000", 300, 0, 64)
+	// Two requests of one conversation: the second repeats the first's 10 blocks.
+	first := route.Request{Tokens: 640, BlockSize: 64, Blocks: []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}
+	second := route.Request{Tokens: 1000, BlockSize: 64, Blocks: []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}}
+	_ = tr.Routed("req-1", "http://10.0.0.1:8000", first, 0)
+	_ = tr.Routed("req-2", "http://10.0.0.1:8000", second, 640)
 	tr.FirstToken("req-1")
 	fmt.Printf("%+v\n", tr.Load("http://10.0.0.1:8000"))
 	tr.Finished("req-1")
 	tr.Finished("req-2")
 	fmt.Printf("%+v\n", tr.Load("http://10.0.0.1:8000"))
 	// Output:
-	// {Requests:2 Tokens:1300 PrefillTokens:300 ActiveBlocks:21 Waiting:0 KVUtil:0}
-	// {Requests:0 Tokens:0 PrefillTokens:0 ActiveBlocks:0 Waiting:0 KVUtil:0}
+	// {Requests:2 Tokens:1640 UncachedTokens:1000 PrefillTokens:360 Prefilling:1 ActiveBlocks:15 Waiting:1 KVUtil:0}
+	// {Requests:0 Tokens:0 UncachedTokens:0 PrefillTokens:0 Prefilling:0 ActiveBlocks:0 Waiting:0 KVUtil:0}
 }

@@ -15,6 +15,8 @@ const (
 	// router that loses a report (a crashed client, a dropped stream) must not count the
 	// request against its worker forever.
 	DefaultTrackerTTL = 10 * time.Minute
+	// MaxRequestBlocks bounds the block hashes Routed keeps of one request.
+	MaxRequestBlocks = 1 << 20
 )
 
 // ErrFull is returned by Routed when MaxInFlight requests are in flight.
@@ -31,24 +33,37 @@ type TrackerConfig struct {
 	// TTL drops a request that has had no Finished for this long (default
 	// DefaultTrackerTTL).
 	TTL time.Duration
+	// Capacity, when > 0, is a worker's KV cache in blocks: Load then estimates
+	// KVUtil as ActiveBlocks / Capacity (default 0: KVUtil stays 0 unless the
+	// caller lays the engine's own figure over it).
+	Capacity int64
 	// Now is the clock (default time.Now); the simulator passes its simulated one.
 	Now func() time.Time
 }
 
 // Tracker is the load a router knows from its own decisions: per worker, the requests
-// it routed there and has not seen finish. It is safe for concurrent use.
+// it routed there and has not seen finish, and the distinct KV blocks they hold. It
+// is safe for concurrent use.
 //
-// A request's life: Routed (its prompt tokens, the tokens the router expects cached,
-// the block size) counts it in Requests, Tokens, PrefillTokens and ActiveBlocks;
-// FirstToken takes its prefill out of PrefillTokens; Finished (or the TTL) takes the
-// rest out. Reports for unknown ids are ignored (reported false), so a late or
-// repeated report is harmless.
+// A request's life: Routed (its prompt, its block hashes, the tokens the router
+// expects cached) counts it in Requests, Tokens, UncachedTokens, PrefillTokens,
+// Prefilling and, per distinct block hash, ActiveBlocks; FirstToken takes it out of
+// PrefillTokens and Prefilling; Finished (or the TTL) takes the rest out. Reports for
+// unknown ids are ignored (reported false), so a late or repeated report is
+// harmless. Active blocks are refcounted by hash per worker, as Dynamo's
+// ActiveSequences counts them (ai-dynamo/dynamo lib/llm/src/kv_router/sequences/
+// single.rs): a block shared by ten requests in flight is one block.
+//
+// On its own a Tracker yields every input the policies read: Load's Waiting is
+// estimated as the requests with no first token yet, and KVUtil, with a Capacity, as
+// the active blocks' share of it. A router that scrapes the engines lays their figures
+// over these (Load.Override).
 type Tracker[K comparable] struct {
 	cfg TrackerConfig
 
 	mu       sync.Mutex
-	workers  map[string]*Load // guarded by mu
-	inflight map[K]*tracked   // guarded by mu
+	workers  map[string]*workerState // guarded by mu
+	inflight map[K]*tracked          // guarded by mu
 	// order holds the in-flight requests by routing time, for the TTL; an entry whose
 	// request finished stays until it reaches the head (gen tells them apart).
 	order []orderEntry[K] // guarded by mu
@@ -56,13 +71,23 @@ type Tracker[K comparable] struct {
 	gen   uint64          // guarded by mu
 }
 
+// workerState is one worker's load and its active blocks' refcounts.
+type workerState struct {
+	load   Load
+	blocks map[uint64]int32 // distinct active block hash -> requests holding it
+	anon   int64            // blocks of the requests routed without hashes
+}
+
 type tracked struct {
-	worker  *Load
-	name    string
-	tokens  int64
-	prefill int64 // 0 once the first token came
-	blocks  int64
-	gen     uint64
+	worker   *workerState
+	name     string
+	tokens   int64
+	uncached int64
+	prefill  int64 // 0 once the first token came
+	filling  bool  // no first token yet
+	hashes   []uint64
+	anon     int64
+	gen      uint64
 }
 
 type orderEntry[K comparable] struct {
@@ -87,16 +112,20 @@ func NewTracker[K comparable](cfg TrackerConfig) (*Tracker[K], error) {
 		return nil, fmt.Errorf("%w: tracker max in flight %d, want 1..%d", ErrConfig, cfg.MaxInFlight, MaxInFlight)
 	case cfg.TTL < 0:
 		return nil, fmt.Errorf("%w: tracker TTL %v, want > 0", ErrConfig, cfg.TTL)
+	case cfg.Capacity < 0:
+		return nil, fmt.Errorf("%w: tracker capacity %d blocks, want >= 0", ErrConfig, cfg.Capacity)
 	}
-	return &Tracker[K]{cfg: cfg, workers: map[string]*Load{}, inflight: map[K]*tracked{}}, nil
+	return &Tracker[K]{cfg: cfg, workers: map[string]*workerState{}, inflight: map[K]*tracked{}}, nil
 }
 
-// Routed counts request id, of tokens prompt tokens of which cached were expected
-// cached, against worker. It returns ErrDuplicate for an id in flight, ErrFull when
-// MaxInFlight requests are, and ErrConfig for negative lengths or a block size < 1.
-func (t *Tracker[K]) Routed(id K, worker string, tokens, cached, blockSize int) error {
-	if tokens < 0 || cached < 0 || blockSize < 1 {
-		return fmt.Errorf("%w: routed %d tokens, %d cached, block size %d", ErrConfig, tokens, cached, blockSize)
+// Routed counts request id, req (its prompt tokens and, when known, block hashes) of
+// which cached tokens were expected cached, against worker. It returns ErrDuplicate
+// for an id in flight, ErrFull when MaxInFlight requests are, and ErrConfig for
+// negative lengths, a block size < 1 or more than MaxRequestBlocks hashes.
+func (t *Tracker[K]) Routed(id K, worker string, req Request, cached int) error {
+	if req.Tokens < 0 || cached < 0 || req.BlockSize < 1 || len(req.Blocks) > MaxRequestBlocks {
+		return fmt.Errorf("%w: routed %d tokens (%d block hashes), %d cached, block size %d",
+			ErrConfig, req.Tokens, len(req.Blocks), cached, req.BlockSize)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -110,18 +139,31 @@ func (t *Tracker[K]) Routed(id K, worker string, tokens, cached, blockSize int) 
 	}
 	w := t.workers[worker]
 	if w == nil {
-		w = &Load{}
+		w = &workerState{blocks: map[uint64]int32{}}
 		t.workers[worker] = w
 	}
 	t.gen++
-	r := &tracked{worker: w, name: worker, tokens: int64(tokens), prefill: int64(max(tokens-min(cached, tokens), 0)),
-		blocks: int64((tokens + blockSize - 1) / blockSize), gen: t.gen}
+	uncached := int64(max(req.Tokens-min(cached, req.Tokens), 0))
+	r := &tracked{worker: w, name: worker, tokens: int64(req.Tokens), uncached: uncached, prefill: uncached,
+		filling: true, gen: t.gen}
+	if len(req.Blocks) > 0 {
+		r.hashes = append([]uint64(nil), req.Blocks...)
+		for _, h := range r.hashes {
+			w.blocks[h]++
+		}
+	} else {
+		r.anon = req.blocks()
+		w.anon += r.anon
+	}
 	t.inflight[id] = r
 	t.order = append(t.order, orderEntry[K]{id: id, at: now, gen: t.gen})
-	w.Requests++
-	w.Tokens += r.tokens
-	w.PrefillTokens += r.prefill
-	w.ActiveBlocks += r.blocks
+	l := &w.load
+	l.Requests++
+	l.Prefilling++
+	l.Tokens += r.tokens
+	l.UncachedTokens += r.uncached
+	l.PrefillTokens += r.prefill
+	l.ActiveBlocks = int64(len(w.blocks)) + w.anon
 	return nil
 }
 
@@ -132,11 +174,13 @@ func (t *Tracker[K]) FirstToken(id K) bool {
 	defer t.mu.Unlock()
 	t.expireLocked(t.cfg.Now())
 	r := t.inflight[id]
-	if r == nil || r.prefill == 0 {
+	if r == nil || !r.filling {
 		return false
 	}
-	r.worker.PrefillTokens -= r.prefill
-	r.prefill = 0
+	l := &r.worker.load
+	l.PrefillTokens -= r.prefill
+	l.Prefilling--
+	r.prefill, r.filling = 0, false
 	return true
 }
 
@@ -156,12 +200,25 @@ func (t *Tracker[K]) Finished(id K) bool {
 
 func (t *Tracker[K]) dropLocked(id K, r *tracked) {
 	w := r.worker
-	w.Requests--
-	w.Tokens -= r.tokens
-	w.PrefillTokens -= r.prefill
-	w.ActiveBlocks -= r.blocks
+	l := &w.load
+	l.Requests--
+	l.Tokens -= r.tokens
+	l.UncachedTokens -= r.uncached
+	l.PrefillTokens -= r.prefill
+	if r.filling {
+		l.Prefilling--
+	}
+	for _, h := range r.hashes {
+		if n := w.blocks[h] - 1; n > 0 {
+			w.blocks[h] = n
+		} else {
+			delete(w.blocks, h)
+		}
+	}
+	w.anon -= r.anon
+	l.ActiveBlocks = int64(len(w.blocks)) + w.anon
 	delete(t.inflight, id)
-	if w.Requests == 0 {
+	if l.Requests == 0 {
 		delete(t.workers, r.name)
 	}
 }
@@ -200,17 +257,53 @@ func (t *Tracker[K]) expireLocked(now time.Time) {
 	}
 }
 
+// estimateLocked is w's load with the Tracker's own estimates of Waiting and KVUtil.
+func (t *Tracker[K]) estimateLocked(w *workerState) Load {
+	if w == nil {
+		return Load{}
+	}
+	l := w.load
+	l.Waiting = l.Prefilling
+	if t.cfg.Capacity > 0 {
+		l.KVUtil = min(float64(l.ActiveBlocks)/float64(t.cfg.Capacity), 1)
+	}
+	return l
+}
+
 // Load returns what the tracker knows of worker's load (the zero Load for a worker
-// with nothing in flight). Waiting and KVUtil are always zero: they are the worker's
-// own reports, which a Tracker does not see.
+// with nothing in flight), Waiting and KVUtil estimated (see Tracker).
 func (t *Tracker[K]) Load(worker string) Load {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.expireLocked(t.cfg.Now())
-	if w := t.workers[worker]; w != nil {
-		return *w
+	return t.estimateLocked(t.workers[worker])
+}
+
+// Candidates fills dst (grown when short) with one Candidate per worker: its load as
+// Load returns it, overlaps[i] as its Overlap (none when overlaps is nil), and how
+// many of req.Blocks are active on it (ActiveOverlap), under one lock.
+func (t *Tracker[K]) Candidates(workers []string, req Request, overlaps []int, dst []Candidate) []Candidate {
+	dst = append(dst[:0], make([]Candidate, len(workers))...)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.expireLocked(t.cfg.Now())
+	for i, name := range workers {
+		c := &dst[i]
+		if overlaps != nil {
+			c.Overlap = overlaps[i]
+		}
+		w := t.workers[name]
+		if w == nil {
+			continue
+		}
+		c.Load = t.estimateLocked(w)
+		for _, h := range req.Blocks {
+			if w.blocks[h] > 0 {
+				c.ActiveOverlap++
+			}
+		}
 	}
-	return Load{}
+	return dst
 }
 
 // InFlight returns the number of requests tracked.
@@ -219,4 +312,17 @@ func (t *Tracker[K]) InFlight() int {
 	defer t.mu.Unlock()
 	t.expireLocked(t.cfg.Now())
 	return len(t.inflight)
+}
+
+// Metrics are a worker's own reports, which override a Tracker's estimates.
+type Metrics struct {
+	// Waiting is the requests queued at the worker (vLLM's num_requests_waiting).
+	Waiting int
+	// KVUtil is its KV cache use in [0, 1] (vLLM's kv_cache_usage_perc).
+	KVUtil float64
+}
+
+// Override lays the worker's own metrics over l's estimates.
+func (l *Load) Override(m Metrics) {
+	l.Waiting, l.KVUtil = m.Waiting, min(max(m.KVUtil, 0), 1)
 }

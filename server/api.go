@@ -38,7 +38,7 @@ const (
 
 // Policies lists the policies.
 func Policies() []string {
-	return []string{PolicyLongestPrefix, PolicyRoundRobin, PolicyRandom, PolicyCost, PolicyScorer}
+	return append([]string{PolicyLongestPrefix, PolicyRoundRobin, PolicyRandom}, loadAware...)
 }
 
 // U64 is an unsigned 64-bit integer that JSON may carry as a number or, for clients
@@ -584,9 +584,8 @@ func (s *Server) resolvePolicy(policy string) (string, error) {
 	if policy == "" {
 		policy = s.cfg.Policy
 	}
-	switch policy {
-	case PolicyLongestPrefix, PolicyRoundRobin, PolicyRandom, PolicyCost, PolicyScorer:
-		return policy, nil
+	if p, ok := canonicalPolicy(policy); ok {
+		return p, nil
 	}
 	return "", fmt.Errorf("unknown policy %q (want one of %v)", policy, Policies())
 }

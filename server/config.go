@@ -69,7 +69,9 @@ type Config struct {
 	// certificate when auth.client_ca_file makes the API require one.
 	ProbeListen string `json:"probe_listen,omitempty"`
 	// Policy is the default routing policy of /v1/match: "longest-prefix" (default),
-	// "round-robin", "random", or the load-aware "cost" and "scorer" (pick.go).
+	// "round-robin", "random", or a load-aware one of package route (pick.go:
+	// "dynamo-cost", "llmd-scorer", "llmd-affinity", "llmd-load", "least-loaded"; the
+	// old "cost" and "scorer" are aliases).
 	Policy string `json:"policy,omitempty"`
 	// Routing configures the load-aware policies.
 	Routing RoutingConfig `json:"routing,omitempty"`
@@ -536,7 +538,7 @@ func (c Config) planner() (*planner, error) {
 	if _, _, err := net.SplitHostPort(c.ProbeListen); c.ProbeListen != "" && err != nil {
 		return nil, bad("probe_listen %q: %v", c.ProbeListen, err)
 	}
-	if !slices.Contains(Policies(), c.Policy) {
+	if _, ok := canonicalPolicy(c.Policy); !ok {
 		return nil, bad("policy %q: want one of %v", c.Policy, Policies())
 	}
 	if _, err := newRouting(c.Routing, nil); err != nil {

@@ -15,32 +15,73 @@ import (
 	"github.com/kvindex/kvindex/route"
 )
 
-// The load-aware policies of /v1/match: package route's, the code `kvindex sim` runs.
+// The load-aware policies of /v1/match: package route's families (route.Families),
+// the code `kvindex sim` measures, over the exact index and the load the server
+// tracks.
 const (
 	// PolicyCost is route.Cost (Dynamo's KV router): the least overlap-weighted
 	// prefill blocks plus decode blocks, from the load the server tracks (or the
-	// caller sends).
-	PolicyCost = "cost"
-	// PolicyScorer is route.Scorer (llm-d's weighted scorers): prefix share, KV
-	// utilisation and queue depth, from the load the caller sends.
-	PolicyScorer = "scorer"
+	// caller sends). "cost" is its old name.
+	PolicyCost = route.FamilyDynamoCost
+	// PolicyScorer is route.Scorer (llm-d's weighted scorers): prefix, KV utilisation
+	// and queue depth. "scorer" is its old name.
+	PolicyScorer = route.FamilyLLMDScorer
+	// PolicyAffinity is route.Affinity (llm-d's sticky-until-saturated default).
+	PolicyAffinity = route.FamilyLLMDAffinity
+	// PolicyLoad is route.Scorer without the prefix (llm-d's load-only scheduling).
+	PolicyLoad = route.FamilyLLMDLoad
+	// PolicyLeastLoaded is route.LeastLoaded: the fewest prompt tokens in flight.
+	PolicyLeastLoaded = route.FamilyLeastLoaded
 )
+
+// loadAware are the policies picked by a route policy over the tracked load.
+var loadAware = []string{PolicyCost, PolicyScorer, PolicyAffinity, PolicyLoad, PolicyLeastLoaded}
+
+// policyAliases are the old names of the load-aware policies.
+var policyAliases = map[string]string{"cost": PolicyCost, "scorer": PolicyScorer}
+
+// canonicalPolicy returns the policy named name (an old name resolved), or false.
+func canonicalPolicy(name string) (string, bool) {
+	if a, ok := policyAliases[name]; ok {
+		name = a
+	}
+	switch name {
+	case PolicyLongestPrefix, PolicyRoundRobin, PolicyRandom:
+		return name, true
+	}
+	return name, slices.Contains(loadAware, name)
+}
 
 // RoutingConfig configures the load-aware policies (config key "routing"). Zero fields
 // take their defaults.
 type RoutingConfig struct {
-	// OverlapWeight is cost's weight of a prefill block against a decode block
-	// (default 1, Dynamo's).
+	// OverlapWeight is dynamo-cost's weight of a prefill block against a decode block
+	// (default 1, Dynamo's), Temperature its softmax temperature (default 0: the
+	// least cost).
 	OverlapWeight float64 `json:"overlap_weight,omitempty"`
-	// PrefixWeight, KVWeight and QueueWeight are scorer's (defaults 2, 1, 1, llm-d's).
+	Temperature   float64 `json:"temperature,omitempty"`
+	// PrefixWeight, KVWeight and QueueWeight are llmd-scorer's (defaults 2, 1, 1,
+	// llm-d's).
 	PrefixWeight float64 `json:"prefix_weight,omitempty"`
 	KVWeight     float64 `json:"kv_weight,omitempty"`
 	QueueWeight  float64 `json:"queue_weight,omitempty"`
+	// AffinityThreshold, PeakPrefillThroughput (tokens/s) and MaxTTFTPenaltyMs are
+	// llmd-affinity's (defaults 0.8, 15,928 and 18,000, llm-d's).
+	AffinityThreshold     float64 `json:"affinity_threshold,omitempty"`
+	PeakPrefillThroughput float64 `json:"peak_prefill_throughput,omitempty"`
+	MaxTTFTPenaltyMs      float64 `json:"max_ttft_penalty_ms,omitempty"`
 	// MaxInFlight bounds the routed requests the server tracks (default 1,048,576).
 	MaxInFlight int `json:"max_in_flight,omitempty"`
 	// InFlightTTL forgets a routed request that no finished report ended (default
 	// 10m): a lost report must not count against a worker forever.
 	InFlightTTL Duration `json:"in_flight_ttl,omitempty"`
+}
+
+func (c RoutingConfig) params() route.Params {
+	return route.Params{OverlapWeight: c.OverlapWeight, Temperature: c.Temperature,
+		PrefixWeight: c.PrefixWeight, KVWeight: c.KVWeight, QueueWeight: c.QueueWeight,
+		Affinity: route.Affinity{Threshold: c.AffinityThreshold, PeakPrefillThroughput: c.PeakPrefillThroughput,
+			MaxTTFTPenaltyMs: c.MaxTTFTPenaltyMs}}
 }
 
 // MaxRequestIDBytes bounds a request id.
@@ -49,25 +90,26 @@ const MaxRequestIDBytes = 256
 // routing is the server's load-aware picking: the policies and the load it tracks.
 // Safe for concurrent use: the policies are values and the tracker locks itself.
 type routing struct {
-	cost    route.Cost
-	scorer  route.Scorer
-	tracker *route.Tracker[string]
+	policies map[string]route.Policy // by canonical name
+	tracker  *route.Tracker[string]
 }
 
 func newRouting(c RoutingConfig, now func() time.Time) (*routing, error) {
-	cost, err := route.NewCost(c.OverlapWeight)
-	if err != nil {
-		return nil, fmt.Errorf("routing: %w", err)
-	}
-	scorer, err := route.NewScorer(c.PrefixWeight, c.KVWeight, c.QueueWeight)
-	if err != nil {
-		return nil, fmt.Errorf("routing: %w", err)
+	r := &routing{policies: map[string]route.Policy{}}
+	for _, name := range loadAware {
+		// serve reads the exact index: exact knowledge.
+		p, err := route.New(route.Row{Family: name, Knowledge: route.Exact}, c.params())
+		if err != nil {
+			return nil, fmt.Errorf("routing: %w", err)
+		}
+		r.policies[name] = p
 	}
 	tr, err := route.NewTracker[string](route.TrackerConfig{MaxInFlight: c.MaxInFlight, TTL: time.Duration(c.InFlightTTL), Now: now})
 	if err != nil {
 		return nil, fmt.Errorf("routing: %w", err)
 	}
-	return &routing{cost: cost, scorer: scorer, tracker: tr}, nil
+	r.tracker = tr
+	return r, nil
 }
 
 // WorkerLoad is the load of one worker a caller may send with a match request
@@ -155,8 +197,8 @@ func decodeLoads(raw []byte) (map[string]*WorkerLoad, error) {
 // worker's overlap is its weighted score (blocks, each at its tier's weight), its load
 // what the server tracks with the caller's fields laid over. nil when no worker may be
 // picked.
-func (s *Server) loadPick(m *model, policy string, matches []Match, tokens int, loads map[string]*WorkerLoad) *Pick {
-	cands := s.candidates(m, matches, loads)
+func (s *Server) loadPick(m *model, policy string, matches []Match, o pickOpts) *Pick {
+	cands := s.candidates(m, matches, o.loads)
 	if len(cands) == 0 {
 		return nil
 	}
@@ -164,24 +206,18 @@ func (s *Server) loadPick(m *model, policy string, matches []Match, tokens int, 
 	for i := range matches {
 		byWorker[matches[i].Worker] = &matches[i]
 	}
-	cs := make([]route.Candidate, len(cands))
+	overlaps := make([]int, len(cands))
 	for i, w := range cands {
-		l := s.routing.tracker.Load(w)
-		// Without the engine's queue, the queue score counts the requests in flight
-		// the server tracks (llm-d's active-request scorer does the same).
-		l.Waiting = l.Requests
-		loads[w].apply(&l)
-		cs[i].Load = l
 		if mt := byWorker[w]; mt != nil {
-			cs[i].Overlap = int(math.Floor(mt.Weighted + 1e-9))
+			overlaps[i] = int(math.Floor(mt.Weighted + 1e-9))
 		}
 	}
-	req := route.Request{Tokens: tokens, BlockSize: m.blockSize}
-	var p route.Policy = s.routing.cost
-	if policy == PolicyScorer {
-		p = s.routing.scorer
+	req := route.Request{Tokens: o.tokens, BlockSize: m.blockSize, Blocks: o.blocks}
+	cs := s.routing.tracker.Candidates(cands, req, overlaps, nil)
+	for i, w := range cands {
+		o.loads[w].apply(&cs[i].Load)
 	}
-	k := p.Pick(req, cs, rand.Uint64())
+	k := s.routing.policies[policy].Pick(req, cs, rand.Uint64())
 	pick := &Pick{Worker: cands[k], Policy: policy, Reason: reasonFor(policy, cs[k])}
 	if mt := byWorker[cands[k]]; mt != nil {
 		pick.Score, pick.Weighted = mt.Score, mt.Weighted
@@ -190,8 +226,13 @@ func (s *Server) loadPick(m *model, policy string, matches []Match, tokens int, 
 }
 
 func reasonFor(policy string, c route.Candidate) string {
-	if policy == PolicyScorer {
+	switch policy {
+	case PolicyScorer, PolicyLoad:
 		return fmt.Sprintf("highest score: %d cached blocks, %d waiting, KV %.0f%% used", c.Overlap, c.Load.Waiting, 100*c.Load.KVUtil)
+	case PolicyAffinity:
+		return fmt.Sprintf("sticky until saturated: %d cached blocks, %d uncached tokens in flight", c.Overlap, c.Load.UncachedTokens)
+	case PolicyLeastLoaded:
+		return fmt.Sprintf("least loaded: %d prompt tokens in flight", c.Load.Tokens)
 	}
 	return fmt.Sprintf("least cost: %d cached blocks, %d prefill tokens and %d active blocks in flight", c.Overlap, c.Load.PrefillTokens, c.Load.ActiveBlocks)
 }
@@ -199,25 +240,26 @@ func reasonFor(policy string, c route.Candidate) string {
 // pickOpts are what a match request asks of its pick beyond the policy (the pipeline
 // fills them, match.go).
 type pickOpts struct {
-	track  bool   // "pick": true: count the pick as routed
-	id     string // its request id ("": make one up)
-	tokens int    // the prompt's tokens
+	track  bool     // "pick": true: count the pick as routed
+	id     string   // its request id ("": make one up)
+	tokens int      // the prompt's tokens
+	blocks []uint64 // the prompt's block hashes (the query)
 	loads  map[string]*WorkerLoad
 }
 
-// choose makes a match request's pick: with a load-aware policy (cost, scorer) or the
-// others', and, when asked, counts it as routed under its request id.
+// choose makes a match request's pick: with a load-aware policy or the others', and,
+// when asked, counts it as routed under its request id.
 func (s *Server) choose(m *model, policy string, matches []Match, o pickOpts) (*Pick, error) {
 	var p *Pick
-	if policy == PolicyCost || policy == PolicyScorer {
-		p = s.loadPick(m, policy, matches, o.tokens, o.loads)
+	if slices.Contains(loadAware, policy) {
+		p = s.loadPick(m, policy, matches, o)
 	} else {
 		p = s.pick(m, policy, matches)
 	}
 	if p == nil || !o.track {
 		return p, nil
 	}
-	id, err := s.track(p, o.id, o.tokens, m)
+	id, err := s.track(p, o, m)
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +280,7 @@ func (s *Server) trackRouted(ctx context.Context, m *model, ns, worker, id strin
 			cached = int(math.Floor(found[i].Weighted(s.weights)+1e-9)) * m.blockSize
 		}
 	}
-	return s.routing.tracker.Routed(id, worker, tokens, min(cached, tokens), m.blockSize)
+	return s.routing.tracker.Routed(id, worker, route.Request{Tokens: tokens, BlockSize: m.blockSize, Blocks: q}, min(cached, tokens))
 }
 
 // candidates are the model's pickable workers: its eligible subscribed workers and its
@@ -267,12 +309,14 @@ func (s *Server) candidates(m *model, matches []Match, loads map[string]*WorkerL
 
 // track counts a pick as routed when the caller asked for it ("pick": true), under the
 // caller's request id or a new one, and returns the id ("" when not tracked).
-func (s *Server) track(pick *Pick, id string, tokens int, m *model) (string, error) {
+func (s *Server) track(pick *Pick, o pickOpts, m *model) (string, error) {
+	id := o.id
 	if id == "" {
 		id = newRequestID()
 	}
 	cached := int(math.Floor(pick.Weighted+1e-9)) * m.blockSize
-	if err := s.routing.tracker.Routed(id, pick.Worker, tokens, cached, m.blockSize); err != nil {
+	req := route.Request{Tokens: o.tokens, BlockSize: m.blockSize, Blocks: o.blocks}
+	if err := s.routing.tracker.Routed(id, pick.Worker, req, cached); err != nil {
 		return "", err
 	}
 	return id, nil

@@ -38,7 +38,7 @@ func TestPickSpreadsIdenticalRequests(t *testing.T) {
 		if code := c.do("POST", "/v1/match", fmt.Sprintf(body, "cost", false), &resp); code != 200 || resp.Pick == nil {
 			t.Fatalf("match: %d %+v", code, resp)
 		}
-		if resp.Pick.Policy != "cost" || resp.Pick.RequestID == "" || !strings.Contains(resp.Pick.Reason, "least cost") {
+		if resp.Pick.Policy != "dynamo-cost" || resp.Pick.RequestID == "" || !strings.Contains(resp.Pick.Reason, "least cost") {
 			t.Fatalf("pick %+v", resp.Pick)
 		}
 		seen[resp.Pick.Worker] = true

@@ -58,9 +58,9 @@ func TestApproxLRUIsNotToldCapacity(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := TimedConfig{Config: Config{Workers: 4, Capacity: 2000, EventDelay: -1, Seed: 4}, Speedup: 0.05}
-	shipped := simulate(t, w, "approximate-lru", cfg)
+	shipped := simulate(t, w, "llmd-scorer/approx-lru", cfg)
 	cfg.ApproxCapacity, cfg.ApproxBlock = 200, 64
-	small := simulate(t, w, "approximate-lru", cfg)
+	small := simulate(t, w, "llmd-scorer/approx-lru", cfg)
 	if !(small.BlockHitRate() < shipped.BlockHitRate()) {
 		t.Errorf("block hit: 200 keys %.4f, llm-d's 31,250 of 16 tokens %.4f; want fewer hits with less", small.BlockHitRate(), shipped.BlockHitRate())
 	}

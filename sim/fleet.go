@@ -102,6 +102,9 @@ type TimedConfig struct {
 	OverlapWeight float64
 	// Scorer holds route.Scorer's weights (zero: llm-d's defaults).
 	Scorer route.Scorer
+	// Route holds the other parameters of the route policies (Cost's temperature,
+	// Affinity's); its weights are OverlapWeight's and Scorer's.
+	Route route.Params
 	// MetricsInterval is how often the engines' metrics refresh for the scorer (default
 	// DefaultMetricsInterval).
 	MetricsInterval time.Duration
@@ -203,8 +206,12 @@ func (c TimedConfig) Check(w *Workload) error {
 		}
 	}
 	aerr := checkApproxBlock(c.ApproxBlock, w.BlockSize)
-	_, werr := route.NewScorer(c.Scorer.PrefixWeight, c.Scorer.KVWeight, c.Scorer.QueueWeight)
-	_, cerr := route.NewCost(c.OverlapWeight)
+	var werr error
+	for _, row := range route.Rows() {
+		if _, err := route.New(row, c.routeParams()); err != nil {
+			werr = err
+		}
+	}
 	switch {
 	case c.HostCapacity != 0:
 		return fmt.Errorf("%w: a host tier (host capacity %d) is simulated without time only (Run)", ErrConfig, c.HostCapacity)
@@ -240,8 +247,6 @@ func (c TimedConfig) Check(w *Workload) error {
 		return fmt.Errorf("%w: approximate match of %d blocks at most, want 1..%d", ErrConfig, c.ApproxMaxBlocks, route.MaxApproxCapacity)
 	case werr != nil:
 		return fmt.Errorf("%w: %w", ErrConfig, werr)
-	case cerr != nil:
-		return fmt.Errorf("%w: %w", ErrConfig, cerr)
 	case c.Capacity < seq:
 		return fmt.Errorf("%w: capacity %d blocks per worker cannot hold the longest request with its output (%d blocks of %d tokens)",
 			ErrConfig, c.Capacity, seq, w.BlockSize)
@@ -314,6 +319,7 @@ type fleet struct {
 	free     []*job
 	overlaps []int
 	cands    []route.Candidate
+	chain    []uint64
 	matches  []engine.Match
 	akeys    []uint64 // the request's keys in approximate-lru's blocks
 	lat      []int64
@@ -350,26 +356,34 @@ func Simulate(ctx context.Context, w *Workload, rt Routing, cfg TimedConfig) (Ti
 	return *f.res, nil
 }
 
-func (f *fleet) policy() route.Policy {
-	switch f.rt.Scoring {
-	case ScoreCost:
-		return route.Cost{OverlapWeight: f.cfg.OverlapWeight}
-	case ScoreWeighted:
-		return f.cfg.Scorer
-	case ScoreLoad:
-		return route.Scorer{PrefixWeight: 0, KVWeight: 1, QueueWeight: 1}
-	case ScoreLeastLoaded:
-		return route.LeastLoaded{}
-	case ScoreRandom:
-		return route.Random{}
+// policy is the routing's route policy, nil for round-robin (each replica has its own
+// counter).
+func (f *fleet) policy() (route.Policy, error) {
+	if f.rt.Family == route.FamilyRoundRobin {
+		return nil, nil
 	}
-	return nil // round-robin: each replica's own
+	p, err := route.New(f.rt.Row(), f.cfg.routeParams())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return p, nil
+}
+
+// routeParams are the route policies' parameters the config sets.
+func (c TimedConfig) routeParams() route.Params {
+	p := c.Route
+	p.OverlapWeight = c.OverlapWeight
+	p.PrefixWeight, p.KVWeight, p.QueueWeight = c.Scorer.PrefixWeight, c.Scorer.KVWeight, c.Scorer.QueueWeight
+	return p
 }
 
 // build makes the engines, the exact index, the replicas and the arrival times.
 func (f *fleet) build() error {
 	cfg := f.cfg
-	f.pol = f.policy()
+	var err error
+	if f.pol, err = f.policy(); err != nil {
+		return err
+	}
 	f.d = &driver{delay: cfg.EventDelay, drop: !f.rt.events(), obs: cfg.Observer, st: &f.res.Index, batch: true}
 	epoch := time.Unix(0, 0)
 	clock := func() time.Time { return epoch.Add(f.now) }
@@ -385,12 +399,15 @@ func (f *fleet) build() error {
 	f.ttl = cfg.PredictionTTL
 	if f.ttl == 0 {
 		f.ttl = min(DefaultPredictionTTL+max(cfg.EventDelay, 0), engine.MaxPredictionTTL)
-		if f.rt.Knowledge == ApproxTTL {
+		switch f.rt.Knowledge {
+		case ApproxTTL:
 			f.ttl = DefaultApproximateTTL
+		case EventsSticky:
+			f.ttl = route.DefaultStickyTTL
 		}
 	}
 	pcfg := ecfg
-	if f.rt.Knowledge == ApproxTTL && pcfg.PredictionsPerWorker == 0 {
+	if (f.rt.Knowledge == ApproxTTL || f.rt.Knowledge == EventsSticky) && pcfg.PredictionsPerWorker == 0 {
 		pcfg.PredictionsPerWorker = DefaultApproximatePredictions
 	}
 	for i := range cfg.Routers {
@@ -826,12 +843,12 @@ func (f *fleet) route(i int) error {
 			}
 		}
 	}
-	for k, n := range f.name {
-		l := rep.tracker.Load(n)
-		l.Waiting, l.KVUtil = f.snap[k].waiting, f.snap[k].kvUtil
-		f.cands[k] = route.Candidate{Overlap: f.overlaps[k], Load: l}
+	f.chain = chainBlocks(r.Blocks, f.chain)
+	req := route.Request{Tokens: r.Tokens, BlockSize: f.w.BlockSize, Blocks: f.chain}
+	f.cands = rep.tracker.Candidates(f.name, req, f.overlaps, f.cands)
+	for k := range f.cands {
+		f.cands[k].Load.Override(route.Metrics{Waiting: f.snap[k].waiting, KVUtil: f.snap[k].kvUtil})
 	}
-	req := route.Request{Tokens: r.Tokens, BlockSize: f.w.BlockSize}
 	var k int
 	switch {
 	case f.cfg.force != nil:
@@ -842,7 +859,7 @@ func (f *fleet) route(i int) error {
 		k = f.pol.Pick(req, f.cands, rep.rng.Uint64())
 	}
 	name := f.name[k]
-	if err := rep.tracker.Routed(int32(i), name, r.Tokens, f.overlaps[k]*f.w.BlockSize, f.w.BlockSize); err != nil {
+	if err := rep.tracker.Routed(int32(i), name, req, f.overlaps[k]*f.w.BlockSize); err != nil {
 		return err
 	}
 	if rep.pred != nil && len(r.Blocks) > 0 {
@@ -867,6 +884,19 @@ func (f *fleet) route(i int) error {
 		return f.startStep(k)
 	}
 	return nil
+}
+
+// chainBlocks fills dst with the prefix hashes of a request's block content hashes
+// (each block's hash chained to its predecessors'), the keys by which the Tracker
+// counts a worker's distinct active blocks.
+func chainBlocks(content, dst []uint64) []uint64 {
+	dst = dst[:0]
+	h := uint64(0x616374697665) // "active"
+	for _, b := range content {
+		h = hash.Next(h, b)
+		dst = append(dst, h)
+	}
+	return dst
 }
 
 func (f *fleet) newJob(i, router int) *job {

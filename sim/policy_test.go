@@ -14,8 +14,14 @@ func TestPolicyNames(t *testing.T) {
 			t.Errorf("ParsePolicy(%q) = %v, %v", p, q, err)
 		}
 	}
-	if want := []string{"kv-aware", "random", "round-robin", "least-loaded", "kv-aware-predict", "approximate", "kv-weighted", "kv-any-tier"}; !slices.Equal(names, want) {
+	if want := []string{"longest-prefix/exact", "random", "round-robin", "least-loaded", "longest-prefix/exact+predict",
+		"longest-prefix/approx-ttl", "longest-prefix/exact:weighted-tiers", "longest-prefix/exact:any-tier"}; !slices.Equal(names, want) {
 		t.Fatalf("policies %v, want %v", names, want)
+	}
+	for old, want := range map[string]Policy{"kv-aware": KVAware, "approximate": Approximate, "kv-any-tier": KVAnyTier} {
+		if p, err := ParsePolicy(old); err != nil || p != want {
+			t.Errorf("old name %q: %v, %v, want %v", old, p, err, want)
+		}
 	}
 	if _, err := ParsePolicy("kv_aware"); err == nil {
 		t.Fatal("ParsePolicy accepted kv_aware")
@@ -35,7 +41,7 @@ func TestRouterPick(t *testing.T) {
 		picks  []pick
 	}{
 		{"kv-aware: the first request may go anywhere; ties go to the lowest index", KVAware, []int64{0, 0, 0},
-			[]pick{{scores: []float64{0, 0, 0}, want: 0}}},
+			[]pick{{scores: []float64{0, 0, 0}, want: 0}, {scores: []float64{0, 0, 1}, want: 2}}},
 		{"kv-aware: the longest prefix wins", KVAware, []int64{1, 1, 1},
 			[]pick{{scores: []float64{1, 5, 3}, want: 1}}},
 		{"kv-aware: a worker at 1.1x the mean is not eligible", KVAware, []int64{11, 10, 9},
@@ -47,6 +53,8 @@ func TestRouterPick(t *testing.T) {
 			[]pick{{scores: []float64{9, 2, 1}, want: 1}, {scores: []float64{9, 2, 1}, want: 0}}},
 		{"kv-aware: equal scores go to the least loaded, then the lowest index", KVAware, []int64{3, 2, 2, 3},
 			[]pick{{scores: []float64{4, 4, 4, 4}, want: 1}, {scores: []float64{4, 4, 4, 4}, want: 2}}},
+		{"kv-aware: weighted scores order to a fraction of a block", KVWeighted, []int64{1, 1, 1},
+			[]pick{{scores: []float64{2.25, 2.5, 2}, want: 1}}},
 		{"round-robin cycles in order", RoundRobin, []int64{0, 0, 0},
 			[]pick{{want: 0}, {want: 1}, {want: 2}, {want: 0}}},
 		{"least-loaded counts prompt tokens, ties to the lowest index", LeastLoaded, []int64{0, 0, 0},

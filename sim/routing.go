@@ -3,89 +3,86 @@ package sim
 import (
 	"fmt"
 	"strings"
+
+	"github.com/kvindex/kvindex/route"
 )
 
-// Knowledge is where a router's picture of the engines' caches comes from.
-type Knowledge int
-
+// The knowledge sources of package route, as Simulate provides them: the exact index
+// fed by the simulated engines' events, the replica's own predictions (engine.Predict
+// with a lifetime) and its approximate LRU (route.ApproxCache).
 const (
-	// Blind routers know nothing of the caches (the baselines).
-	Blind Knowledge = iota
-	// Events: the exact index, fed by the engines' KV events.
-	Events
-	// EventsPredict: the exact index, and the router's own decisions as predictions
-	// that bridge the events' delay (Config.PredictionTTL).
-	EventsPredict
-	// ApproxTTL: no events; the router's own decisions as predictions that live
-	// DefaultApproximateTTL (Dynamo's approximate mode, 120 s).
-	ApproxTTL
-	// ApproxLRU: no events; an LRU per engine of the blocks the router sent there,
-	// bounded by the engine's capacity (llm-d's approximate prefix cache).
-	ApproxLRU
+	Blind         = route.Blind
+	Events        = route.Exact
+	EventsPredict = route.ExactPredict
+	EventsSticky  = route.ExactSticky
+	ApproxTTL     = route.ApproxTTL
+	ApproxLRU     = route.ApproxLRU
 )
 
-// Scoring is how a router combines what it knows into a pick (package route).
-type Scoring int
-
-const (
-	// ScoreCost is route.Cost: Dynamo's overlap-weighted prefill blocks plus decode
-	// blocks, from the router's own load tracking.
-	ScoreCost Scoring = iota
-	// ScoreWeighted is route.Scorer: llm-d's prefix, KV-utilisation and queue scores,
-	// the load from the engines' reported metrics.
-	ScoreWeighted
-	// ScoreLoad is route.Scorer without the prefix: llm-d's load-only scheduling.
-	ScoreLoad
-	// ScoreLeastLoaded, ScoreRoundRobin and ScoreRandom are the baselines.
-	ScoreLeastLoaded
-	ScoreRoundRobin
-	ScoreRandom
-)
-
-// Routing is one routing policy of Simulate: a scoring and a source of knowledge.
+// Routing is one routing policy of Simulate: a row of package route's registry (a
+// policy family and a knowledge source), named as the registry names it.
 type Routing struct {
-	Name      string
-	Scoring   Scoring
-	Knowledge Knowledge
+	Name string
+	// Family is the route family, Knowledge where its picture of the caches comes
+	// from.
+	Family    string
+	Knowledge route.Knowledge
 }
 
-// routings are the timed policies, in report order.
-var routings = []Routing{
-	{"kv-aware", ScoreCost, Events},
-	{"kv-aware-predict", ScoreCost, EventsPredict},
-	{"approximate", ScoreCost, ApproxTTL},
-	{"approximate-lru", ScoreCost, ApproxLRU},
-	{"kv-aware-scorer", ScoreWeighted, Events},
-	{"kv-aware-predict-scorer", ScoreWeighted, EventsPredict},
-	{"approximate-scorer", ScoreWeighted, ApproxTTL},
-	{"approximate-lru-scorer", ScoreWeighted, ApproxLRU},
-	{"load-only", ScoreLoad, Blind},
-	{"least-loaded", ScoreLeastLoaded, Blind},
-	{"round-robin", ScoreRoundRobin, Blind},
-	{"random", ScoreRandom, Blind},
+// Row returns the routing's registry row.
+func (r Routing) Row() route.Row { return route.Row{Family: r.Family, Knowledge: r.Knowledge} }
+
+func routingOf(row route.Row) Routing {
+	return Routing{Name: row.Name(), Family: row.Family, Knowledge: row.Knowledge}
 }
 
-// Routings returns every timed routing policy, in report order.
-func Routings() []Routing { return append([]Routing(nil), routings...) }
+// defaultRows are the rows a run compares unless told otherwise: each cache-aware
+// family of the peers with exact events and with the approximate knowledge its peer
+// ships (Dynamo's TTL, llm-d's LRU), then load-only and round-robin.
+var defaultRows = []string{
+	"dynamo-cost/exact", "dynamo-cost/approx-ttl",
+	"llmd-scorer/exact", "llmd-scorer/approx-lru",
+	"llmd-affinity/exact", "llmd-affinity/approx-lru",
+	"llmd-load", "round-robin",
+}
 
-// ParseRouting returns the timed routing policy named s.
-func ParseRouting(s string) (Routing, error) {
-	for _, r := range routings {
-		if r.Name == s {
-			return r, nil
+// Routings returns the timed policies a run compares by default, in report order.
+func Routings() []Routing {
+	out := make([]Routing, 0, len(defaultRows))
+	for _, n := range defaultRows {
+		r, err := ParseRouting(n)
+		if err != nil {
+			panic(err) // defaultRows are registry rows
 		}
+		out = append(out, r)
 	}
-	names := make([]string, len(routings))
-	for i, r := range routings {
-		names[i] = r.Name
+	return out
+}
+
+// AllRoutings returns every row of the registry as a timed policy.
+func AllRoutings() []Routing {
+	var out []Routing
+	for _, row := range route.Rows() {
+		out = append(out, routingOf(row))
 	}
-	return Routing{}, fmt.Errorf("sim: unknown routing policy %q (want one of %s)", s, strings.Join(names, ", "))
+	return out
+}
+
+// ParseRouting returns the timed routing policy named s: a registry row
+// (route.ParseRow: "FAMILY/KNOWLEDGE", a blind family, or an old name kept as an
+// alias).
+func ParseRouting(s string) (Routing, error) {
+	row, err := route.ParseRow(strings.TrimSpace(s))
+	if err != nil {
+		return Routing{}, fmt.Errorf("sim: %w", err)
+	}
+	return routingOf(row), nil
 }
 
 func (r Routing) String() string { return r.Name }
 
 // events reports whether the policy reads the exact index.
-func (r Routing) events() bool { return r.Knowledge == Events || r.Knowledge == EventsPredict }
+func (r Routing) events() bool { return r.Knowledge.Exact() }
 
 // predicts reports whether the policy keeps predictions of its own.
-func (r Routing) predicts() bool { return r.Knowledge == EventsPredict || r.Knowledge == ApproxTTL }
+func (r Routing) predicts() bool { return r.Knowledge.Predicts() }

@@ -127,7 +127,7 @@ func candidates(workers []string, matches []engine.Match, loads map[string]route
 // pickWorker picks with Dynamo's cost: prefill blocks left after the cache hit, weighed
 // against the blocks each worker already decodes. A router makes the policy once.
 func pickWorker(workers []string, matches []engine.Match, loads map[string]route.Load, promptTokens, blockSize int) (string, error) {
-	cost, err := route.NewCost(route.DefaultOverlapWeight)
+	cost, err := route.NewCost(route.DefaultOverlapWeight, 0) // weight, temperature
 	if err != nil {
 		return "", err
 	}

@@ -20,7 +20,7 @@ func runGenOps(args []string, stdout, stderr io.Writer) int {
 		sim.DefaultCapacity, "KV cache blocks per worker")
 	out := fs.String("out", "", "op log to write ('-' for stdout); required")
 	every := fs.Int("expect-every", 0, "give every Nth query its exact answer (expect/sizes from the reference model); 0 = none")
-	policy := fs.String("policy", "kv-aware", "routing policy: kv-aware, random, round-robin or least-loaded")
+	policy := fs.String("policy", "longest-prefix/exact", "zero-time routing policy: longest-prefix/exact, random, round-robin or least-loaded; kvindex sim -h lists the others")
 	if code, ok := parseFlags(fs, args, stdout); !ok {
 		return code
 	}
@@ -36,7 +36,7 @@ func runGenOps(args []string, stdout, stderr io.Writer) int {
 		}
 		p, err := sim.ParsePolicy(*policy)
 		if err != nil {
-			return usageErr("--policy %q: want kv-aware, random, round-robin or least-loaded", *policy)
+			return usageErr("--policy %q: want longest-prefix/exact, random, round-robin or least-loaded", *policy)
 		}
 		w, _, err := f.workload(genOpsRequests, false)
 		if err != nil {

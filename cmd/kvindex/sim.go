@@ -59,7 +59,7 @@ func (f *simFlags) registerTiming(fs *flag.FlagSet) {
 	fs.DurationVar(&f.eventDelay, "event-delay", sim.DefaultEventDelay, "simulated time from serving a request to its events reaching the index (0: at once)")
 	fs.Float64Var(&f.rate, "rate", 0, fmt.Sprintf("built-in and shared-context workloads: arrivals per simulated second (0 = %d built-in, %d shared-context, Poisson; %d with --zero-time, evenly spaced; a trace has its own timestamps)",
 		sim.DefaultTimedRate, sim.DefaultSharedRate, sim.DefaultRate))
-	fs.DurationVar(&f.predictionTTL, "prediction-ttl", 0, "lifetime of kv-aware-predict's and approximate's predictions (default: the event delay + 2s, and 2m)")
+	fs.DurationVar(&f.predictionTTL, "prediction-ttl", 0, "lifetime of the exact+predict and approx-ttl knowledge's predictions (default: the event delay + 2s, and 2m; exact+sticky: 2m)")
 	fs.Float64Var(&f.hostLoadCost, "host-load-cost", sim.DefaultHostLoadCost, "with a host tier: loading a block from host, as a fraction of recomputing it (an assumption; (0, 1])")
 }
 
@@ -318,6 +318,14 @@ func toPolicyJSON(r sim.Result, measured, tiered bool) policyJSON {
 // spells them.
 func timedPolicyNames() []string {
 	var names []string
+	for _, r := range sim.AllRoutings() {
+		names = append(names, r.Name)
+	}
+	return names
+}
+
+func defaultTimedNames() []string {
+	var names []string
 	for _, r := range sim.Routings() {
 		names = append(names, r.Name)
 	}
@@ -336,7 +344,7 @@ func zeroTimePolicyNames() []string {
 // what the errors of parsePolicies and parseRoutings accept.
 func policiesHelp() string {
 	return "comma-separated routing policies to compare: " + strings.Join(timedPolicyNames(), ", ") +
-		" (default: every one); with --zero-time: " + strings.Join(zeroTimePolicyNames(), ", ") +
+		" (FAMILY/KNOWLEDGE, docs/routing.md; default: " + strings.Join(defaultTimedNames(), ",") + "); with --zero-time: " + strings.Join(zeroTimePolicyNames(), ", ") +
 		" (default " + zeroTimePolicies + ")"
 }
 
@@ -381,7 +389,7 @@ func (sp sweepSpec) points() int { return len(sp.caps) + len(sp.delays) + len(sp
 
 // tierPolicies are the policies a host-capacity sweep compares unless --policies says
 // otherwise: the three ways to score the tiers.
-const tierPolicies = "kv-aware,kv-weighted,kv-any-tier"
+const tierPolicies = "longest-prefix/exact,longest-prefix/exact:weighted-tiers,longest-prefix/exact:any-tier"
 
 // parseSweep reads "capacity=A,B,C", "event-delay=D1,D2,D3" (0 is at once) or
 // "host-capacity=H1,H2,H3" (0 is none).
@@ -518,7 +526,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 }
 
 // zeroTimePolicies are --zero-time's default policies.
-const zeroTimePolicies = "kv-aware,kv-aware-predict,approximate,random,round-robin,least-loaded"
+const zeroTimePolicies = "longest-prefix/exact,longest-prefix/exact+predict,longest-prefix/approx-ttl,random,round-robin,least-loaded"
 
 func simulate(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg sim.Config, pols []sim.Policy,
 	sp sweepSpec, chart string, asJSON, forceProgress bool) error {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvindex/kvindex/sim"
 	"go.uber.org/goleak"
 )
 
@@ -184,7 +185,7 @@ func TestSimZeroTimeJSON(t *testing.T) {
 	if got.Workload.Source != "built-in" || got.Workload.Requests != 400 || got.Ceiling.BlockHitRate == nil {
 		t.Fatalf("workload/ceiling: %s", out)
 	}
-	names := []string{"kv-aware", "kv-aware-predict", "approximate", "random", "round-robin", "least-loaded"}
+	names := []string{"longest-prefix/exact", "longest-prefix/exact+predict", "longest-prefix/approx-ttl", "random", "round-robin", "least-loaded"}
 	if len(got.Policies) != len(names) {
 		t.Fatalf("policies: %s", out)
 	}
@@ -197,7 +198,7 @@ func TestSimZeroTimeJSON(t *testing.T) {
 		}
 	}
 	ix := got.Index
-	if ix.Policy != "kv-aware" || ix.BlockOpsPerS == nil || *ix.BlockOpsPerS <= 0 || ix.P50 == nil || ix.P99 == nil ||
+	if ix.Policy != "longest-prefix/exact" || ix.BlockOpsPerS == nil || *ix.BlockOpsPerS <= 0 || ix.P50 == nil || ix.P99 == nil ||
 		*ix.P50 <= 0 || ix.Memberships == nil || *ix.Memberships <= 0 || ix.BytesPerMembership == nil || *ix.BytesPerMembership <= 0 {
 		t.Fatalf("index: %s", out)
 	}
@@ -213,7 +214,7 @@ func TestSimZeroTimeJSON(t *testing.T) {
 	}
 	for _, p := range raw.Policies {
 		_, has := p.Index["find_matches_p50_ns"]
-		if queried := p.Index["queries"].(float64) > 0; has != queried || p.Name == "kv-aware" && !has {
+		if queried := p.Index["queries"].(float64) > 0; has != queried || p.Name == "longest-prefix/exact" && !has {
 			t.Errorf("%s: %v queries, find_matches_p50_ns present %v", p.Name, p.Index["queries"], has)
 		}
 	}
@@ -224,7 +225,7 @@ func TestSimZeroTimeTable(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	for _, want := range []string{"workload  built-in conversations", "infinite cache", "kv-aware", "random",
+	for _, want := range []string{"workload  built-in conversations", "infinite cache", "longest-prefix/exact", "random",
 		"block ops/s", "find-matches     p50", "bytes per membership", "max/mean reqs", "max/mean tokens"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -368,7 +369,7 @@ func TestSimEventDelaySweep(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	for _, want := range []string{"block hit rate by event delay", "kv-aware-predict", "approximate", "50ms", "chart written to " + chart} {
+	for _, want := range []string{"block hit rate by event delay", "longest-prefix/exact+predict", "longest-prefix/approx-ttl", "50ms", "chart written to " + chart} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("no %q in:\n%s", want, out)
 		}
@@ -387,8 +388,8 @@ func TestSimHostTierSweep(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	for _, want := range []string{"by host capacity", "host tier: the swept number of blocks", "prefill work", "kv-weighted", "kv-any-tier",
-		"1,200    kv-aware", "chart written to " + chart} {
+	for _, want := range []string{"by host capacity", "host tier: the swept number of blocks", "prefill work", "longest-prefix/exact:weighted-tiers", "longest-prefix/exact:any-tier",
+		"1,200    longest-prefix/exact", "chart written to " + chart} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("no %q in:\n%s", want, out)
 		}
@@ -544,7 +545,10 @@ func TestSimTimedJSON(t *testing.T) {
 	if err := dec.Decode(&got); err != nil || dec.More() {
 		t.Fatalf("%v in %s", err, out)
 	}
-	names := strings.Split(defaultTimedPolicies, ",")
+	var names []string
+	for _, r := range sim.Routings() {
+		names = append(names, r.Name)
+	}
 	if got.Model != "timed" || len(got.Policies) != len(names) || got.References.Pooled.BlockHitRate == nil ||
 		got.References.Reuse.Reusing == nil || got.References.Reuse.GapP50 == nil {
 		t.Fatalf("model, policies or references: %s", out)
@@ -559,12 +563,12 @@ func TestSimTimedJSON(t *testing.T) {
 		}
 		// The policies that query an index (the exact one, or approximate's predictions)
 		// report its side; the others none.
-		reads := strings.HasPrefix(p.Name, "kv-aware") || p.Name == "approximate" || p.Name == "approximate-scorer"
+		reads := strings.Contains(p.Name, "/exact") || strings.HasSuffix(p.Name, "/approx-ttl")
 		if (p.Index != nil && p.Index.Queries > 0) != reads {
 			t.Errorf("%s: index %+v", p.Name, p.Index)
 		}
 	}
-	if got.Index == nil || got.Index.Policy != "kv-aware" || got.Index.BlockOpsPerS <= 0 {
+	if got.Index == nil || got.Index.Policy != "dynamo-cost/exact" || got.Index.BlockOpsPerS <= 0 {
 		t.Fatalf("index: %s", out)
 	}
 }
@@ -575,8 +579,8 @@ func TestSimTimedTable(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, want := range []string{"workload  built-in conversations", "arrivals: Poisson, 16 requests/s", "reuse:", "2 routers (affinity: session)",
-		"reference infinite cache", "one LRU of the fleet's 2,400 blocks", "TTFT p50", "out tok/s", "goodput", "approximate-lru-scorer",
-		"index (the kv-aware run, simulated alone)", "find-matches     p50", "total "} {
+		"reference infinite cache", "one LRU of the fleet's 2,400 blocks", "TTFT p50", "out tok/s", "goodput", "llmd-scorer/approx-lru",
+		"index (the dynamo-cost/exact run, simulated alone)", "find-matches     p50", "total "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

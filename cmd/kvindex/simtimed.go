@@ -26,6 +26,7 @@ type timedFlags struct {
 	affinity                       string
 	overlapWeight                  float64
 	prefixWeight, kvWeight, queueW float64
+	route                          route.Params // temperature, affinity, min-max prefix
 	maxSeqs, output, jobs          int
 	profile                        string
 	metricsInterval                time.Duration
@@ -38,7 +39,7 @@ type timedFlags struct {
 
 // timedOnly are the flags --zero-time has no use for.
 var timedOnly = []string{"speedup", "slo-ttft", "routers", "router-affinity", "overlap-weight", "prefix-weight", "kv-weight",
-	"queue-weight", "max-num-seqs", "output-length", "profile", "metrics-interval", "jobs", "open-loop", "think-time", "prefill-scale", "approx-capacity", "approx-block", "ramp"}
+	"queue-weight", "prefix-minmax", "temperature", "affinity-threshold", "peak-prefill-throughput", "max-ttft-penalty-ms", "max-num-seqs", "output-length", "profile", "metrics-interval", "jobs", "open-loop", "think-time", "prefill-scale", "approx-capacity", "approx-block", "ramp"}
 
 // zeroTimeOnly are the flags only --zero-time takes: host tiers are simulated without
 // time only.
@@ -54,6 +55,11 @@ func (t *timedFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&t.prefixWeight, "prefix-weight", route.DefaultPrefixWeight, "the scorer policies' weight of the prefix score (llm-d's)")
 	fs.Float64Var(&t.kvWeight, "kv-weight", route.DefaultKVWeight, "the scorer policies' weight of the KV-utilisation score")
 	fs.Float64Var(&t.queueW, "queue-weight", route.DefaultQueueWeight, "the scorer policies' weight of the queue score")
+	fs.BoolVar(&t.route.PrefixMinMax, "prefix-minmax", false, "llmd-scorer: min-max normalise the prefix score over the workers holding some of it (llm-d's earlier precise scorer) instead of matched/total")
+	fs.Float64Var(&t.route.Temperature, "temperature", 0, "dynamo-cost's softmax temperature (Dynamo's router_temperature; 0 = the least cost)")
+	fs.Float64Var(&t.route.Affinity.Threshold, "affinity-threshold", route.DefaultAffinityThreshold, "llmd-affinity: the prefix share that makes a worker sticky (llm-d's affinityThreshold)")
+	fs.Float64Var(&t.route.Affinity.PeakPrefillThroughput, "peak-prefill-throughput", route.DefaultPeakPrefillThroughput, "llmd-affinity: prefill tokens per second that turn in-flight tokens into an estimated TTFT (llm-d's peakPrefillThroughput)")
+	fs.Float64Var(&t.route.Affinity.MaxTTFTPenaltyMs, "max-ttft-penalty-ms", route.DefaultMaxTTFTPenaltyMs, "llmd-affinity: how much later (ms) a sticky worker's estimated first token may come before stickiness breaks (llm-d's maxTTFTPenaltyMs)")
 	fs.IntVar(&t.maxSeqs, "max-num-seqs", sim.DefaultMaxNumSeqs, "running requests per engine at most (vLLM's max_num_seqs; default: the profile's, else 1,024, vLLM's on H100s)")
 	fs.IntVar(&t.output, "output-length", 0, "tokens every request generates (0 = the workload's: a trace's output_length, the built-in replies, 1,000 for shared-context)")
 	fs.StringVar(&t.profile, "profile", "", "the engine: a shipped profile ("+strings.Join(sim.ShippedProfiles(), ", ")+"), an engine file (.profile: the model's shape and its GPUs'; its KV tokens set --capacity), or a CSV of measured ttft,ISL,CACHED,SECONDS and itl,BATCH,CONTEXT,SECONDS points (default "+sim.DefaultProfile+"; sim/README.md)")
@@ -83,8 +89,9 @@ func (t *timedFlags) validate(set map[string]bool) error {
 			return usageErr("--%s: host tiers are simulated by --zero-time only", n)
 		}
 	}
-	_, cerr := route.NewCost(t.overlapWeight)
-	_, serr := route.NewScorer(t.prefixWeight, t.kvWeight, t.queueW)
+	_, cerr := route.NewCost(t.overlapWeight, t.route.Temperature)
+	_, serr := route.NewScorer(t.prefixWeight, t.kvWeight, t.queueW, false)
+	_, aerr := route.NewAffinity(t.route.Affinity)
 	switch {
 	case !(t.speedup >= 1/sim.MaxSpeedup && t.speedup <= sim.MaxSpeedup):
 		return usageErr("--speedup %g: want %g..%g", t.speedup, 1/sim.MaxSpeedup, float64(sim.MaxSpeedup))
@@ -95,7 +102,9 @@ func (t *timedFlags) validate(set map[string]bool) error {
 	case t.affinity != "none" && t.affinity != "session":
 		return usageErr("--router-affinity %q: want none or session", t.affinity)
 	case cerr != nil:
-		return usageErr("--overlap-weight %g: want 0..%g", t.overlapWeight, route.MaxWeight)
+		return usageErr("--overlap-weight %g --temperature %g: %v", t.overlapWeight, t.route.Temperature, cerr)
+	case aerr != nil:
+		return usageErr("--affinity-threshold, --peak-prefill-throughput, --max-ttft-penalty-ms: %v", aerr)
 	case serr != nil:
 		return usageErr("--prefix-weight %g --kv-weight %g --queue-weight %g: each 0..%g", t.prefixWeight, t.kvWeight, t.queueW, route.MaxWeight)
 	case t.prefixWeight == 0 && t.kvWeight == 0 && t.queueW == 0:
@@ -122,18 +131,14 @@ func (t *timedFlags) validate(set map[string]bool) error {
 	return nil
 }
 
-// defaultTimedPolicies are the rows of the default report: each scoring family with
-// exact and approximate knowledge, load-only and round-robin ("all" runs every one).
-const defaultTimedPolicies = "kv-aware,approximate,kv-aware-scorer,approximate-lru-scorer,load-only,round-robin"
-
 // parseRoutings reads a comma-separated list of timed policies ("" = the default
-// rows, "all" = every one).
+// rows, sim.Routings; "all" = every row of the registry).
 func parseRoutings(s string) ([]sim.Routing, error) {
 	switch s {
 	case "all":
-		return sim.Routings(), nil
+		return sim.AllRoutings(), nil
 	case "":
-		s = defaultTimedPolicies
+		return sim.Routings(), nil
 	}
 	var out []sim.Routing
 	seen := map[string]bool{}
@@ -219,6 +224,7 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 		Ramp: ramp, EvenArrivals: even,
 		OverlapWeight: tf.overlapWeight, MetricsInterval: tf.metricsInterval, OpenLoop: tf.openLoop, ThinkTime: tf.thinkTime,
 		Scorer: route.Scorer{PrefixWeight: tf.prefixWeight, KVWeight: tf.kvWeight, QueueWeight: tf.queueW},
+		Route:  tf.route,
 	}
 	if f.eventDelay > 0 {
 		cfg.EventDelay = f.eventDelay

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/bench"
+	"github.com/kvindex/kvindex/route"
 	"github.com/kvindex/kvindex/sim"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -530,7 +531,7 @@ func printTimedPolicies(w io.Writer, pols []timedPolicyJSON) {
 }
 
 // Recommended is the routing policy the project recommends, named under the table.
-const Recommended = "kv-aware-scorer"
+const Recommended = "llmd-scorer/exact"
 
 // printRecommended names the recommended policy beside the best row of the run.
 func printRecommended(w io.Writer, pols []timedPolicyJSON) {
@@ -620,14 +621,16 @@ const maxChartLines = 6
 // familyColors colours a chart's line by the policy's scoring family, and
 // knowledgeDashes dashes it by its knowledge of the caches.
 var (
-	familyColors = map[sim.Scoring]color.RGBA{
-		sim.ScoreCost: {R: 0xd6, G: 0x27, B: 0x28, A: 0xff}, sim.ScoreWeighted: {R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
-		sim.ScoreLoad: {R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, sim.ScoreLeastLoaded: {R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
-		sim.ScoreRoundRobin: {R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}, sim.ScoreRandom: {R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
+	familyColors = map[string]color.RGBA{
+		route.FamilyDynamoCost: {R: 0xd6, G: 0x27, B: 0x28, A: 0xff}, route.FamilyLLMDScorer: {R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+		route.FamilyLLMDAffinity: {R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}, route.FamilyLongestPrefix: {R: 0x17, G: 0xbe, B: 0xcf, A: 0xff},
+		route.FamilyLLMDLoad: {R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, route.FamilyLeastLoaded: {R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
+		route.FamilyRoundRobin: {R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}, route.FamilyRandom: {R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
 	}
-	knowledgeDashes = map[sim.Knowledge][]vg.Length{
-		sim.Events: nil, sim.EventsPredict: {vg.Points(1), vg.Points(3)}, sim.ApproxTTL: {vg.Points(6), vg.Points(3)},
-		sim.ApproxLRU: {vg.Points(3), vg.Points(3)}, sim.Blind: {vg.Points(8), vg.Points(2), vg.Points(2), vg.Points(2)},
+	knowledgeDashes = map[route.Knowledge][]vg.Length{
+		route.Exact: nil, route.ExactPredict: {vg.Points(1), vg.Points(3)}, route.ExactSticky: {vg.Points(1), vg.Points(1)},
+		route.ApproxTTL: {vg.Points(6), vg.Points(3)}, route.ApproxLRU: {vg.Points(3), vg.Points(3)},
+		route.Blind: {vg.Points(8), vg.Points(2), vg.Points(2), vg.Points(2)},
 	}
 )
 
@@ -670,7 +673,7 @@ func writeTimedChart(path string, out TimedJSON, sw Sweep) error {
 				return nil, err
 			}
 			if rt, err := sim.ParseRouting(name); err == nil {
-				l.Color, l.Dashes = familyColors[rt.Scoring], knowledgeDashes[rt.Knowledge]
+				l.Color, l.Dashes = familyColors[rt.Family], knowledgeDashes[rt.Knowledge]
 			}
 			l.Width = vg.Points(1.5)
 			p.Add(l)

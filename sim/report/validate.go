@@ -14,8 +14,8 @@ import (
 
 // The routing policies the validation compares (package route's, through sim).
 const (
-	precise    = "kv-aware-scorer"        // llm-d's precise prefix scorer on KV events
-	approx     = "approximate-lru-scorer" // llm-d's approximate prefix scorer
+	precise    = "llmd-scorer/exact"      // llm-d's precise prefix scorer on KV events
+	approx     = "llmd-scorer/approx-lru" // llm-d's approximate prefix scorer
 	roundRobin = "round-robin"
 )
 
