@@ -155,10 +155,11 @@ func (t *Tokenizer) encodeText(dst []uint32, text string, sc *scratch) ([]uint32
 	rstrip := false
 	var err error
 	for i := 0; i < len(text); {
-		k, n := int32(-1), 0
-		if len(t.added) > 0 {
-			k, n = t.trie.match(text, i)
+		if t.trie.root[text[i]] == 0 { // no added token starts with this byte
+			i++
+			continue
 		}
+		k, n := t.trie.match(text, i)
 		if k < 0 {
 			i++
 			continue

@@ -43,7 +43,7 @@ const ids = (req.jobs || []).map((j) => {
     text = tm.t.render({ ...ctx, ...(j.kwargs || {}) });
   }
   texts.push(text);
-  return Array.from(t.encode(text, { add_special_tokens: !j.messages && j.special }));
+  return Array.from(t.encode(text, { add_special_tokens: !j.messages && j.special === true }));
 });
 
 let benchNs = 0;
