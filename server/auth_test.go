@@ -283,15 +283,8 @@ func TestProbesUnderMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer index.Close()
-	s, err := server.New(server.Config{Listen: "127.0.0.1:0", ProbeListen: "127.0.0.1:0", Models: map[string]int{"m": 4},
+	s, _ := startWith(t, server.Config{Listen: "127.0.0.1:0", ProbeListen: "127.0.0.1:0", Models: map[string]int{"m": 4},
 		Auth: server.AuthConfig{TLSCertFile: pki.certFile, TLSKeyFile: pki.keyFile, ClientCAFile: pki.caFile}}, server.Options{Index: index})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Shutdown(context.Background())
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.pool}}
 	defer tr.CloseIdleConnections()
 	if resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("https://" + s.Addr() + "/healthz"); err == nil {

@@ -56,18 +56,7 @@ func startGuarded(t *testing.T, cfg server.Config) *guarded {
 	if cfg.Auth.TokenFile == "" {
 		cfg.Auth.TokenFile = writeTokens(t, testToken)
 	}
-	s, err := server.New(cfg, server.Options{Index: index})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		s.Shutdown(ctx)
-	})
+	s, _ := startWith(t, cfg, server.Options{Index: index})
 	conn, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
