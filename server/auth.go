@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
@@ -86,9 +87,11 @@ func (a AuthConfig) authenticates() bool { return a.TokenFile != "" || a.ClientC
 type access struct {
 	tls      *tls.Config // nil: plaintext
 	on       bool        // clients are authenticated (AuthConfig.authenticates)
-	tokens   *guard.Tokens
-	admin    *guard.Tokens          // nil: no admin token (see adminPath)
-	failures *prometheus.CounterVec // api
+	// The token files' tokens, swapped whole by reload (a SIGHUP re-reads the files):
+	// nil when the file is not configured; admin nil: no admin token (see adminPath).
+	tokens, admin atomic.Pointer[guard.Tokens]
+	files         AuthConfig             // the files read
+	failures      *prometheus.CounterVec // api
 }
 
 // newAccess reads the auth configuration's files.
@@ -115,18 +118,31 @@ func newAccess(a AuthConfig) (*access, error) {
 			acc.tls.ClientCAs, acc.tls.ClientAuth = pool, tls.RequireAndVerifyClientCert
 		}
 	}
-	var err error
-	if a.TokenFile != "" {
-		if acc.tokens, err = guard.ReadTokens(a.TokenFile); err != nil {
-			return nil, fmt.Errorf("%w: auth.token_file: %w", ErrConfig, err)
-		}
-	}
-	if a.AdminTokenFile != "" {
-		if acc.admin, err = guard.ReadTokens(a.AdminTokenFile); err != nil {
-			return nil, fmt.Errorf("%w: auth.admin_token_file: %w", ErrConfig, err)
-		}
+	acc.files = a
+	if err := acc.reload(); err != nil {
+		return nil, err
 	}
 	return acc, nil
+}
+
+// reload reads the token files again and swaps in their tokens, both or neither: a
+// file that no longer reads leaves the tokens as they were.
+func (acc *access) reload() error {
+	var toks, admin *guard.Tokens
+	var err error
+	if f := acc.files.TokenFile; f != "" {
+		if toks, err = guard.ReadTokens(f); err != nil {
+			return fmt.Errorf("%w: auth.token_file: %w", ErrConfig, err)
+		}
+	}
+	if f := acc.files.AdminTokenFile; f != "" {
+		if admin, err = guard.ReadTokens(f); err != nil {
+			return fmt.Errorf("%w: auth.admin_token_file: %w", ErrConfig, err)
+		}
+	}
+	acc.tokens.Store(toks)
+	acc.admin.Store(admin)
+	return nil
 }
 
 // openPath reports whether an HTTP path is served without credentials.
@@ -153,8 +169,9 @@ func (acc *access) httpHandler(h http.Handler, marked func(*http.Request)) http.
 			return
 		}
 		cred := r.Header.Get("Authorization")
-		admin := acc.admin.Bearer(cred)
-		if acc.tokens != nil && !admin && !acc.tokens.Bearer(cred) {
+		toks, admins := acc.tokens.Load(), acc.admin.Load()
+		admin := admins.Bearer(cred)
+		if toks != nil && !admin && !toks.Bearer(cred) {
 			acc.failures.WithLabelValues("http").Inc()
 			w.Header().Set("WWW-Authenticate", `Bearer realm="kvindex"`)
 			writeError(w, http.StatusUnauthorized, "unauthenticated", "missing or wrong bearer token")
@@ -164,7 +181,7 @@ func (acc *access) httpHandler(h http.Handler, marked func(*http.Request)) http.
 		if acc.on && !admin && adminPath(r.URL.Path) {
 			acc.failures.WithLabelValues("http").Inc()
 			msg := "this endpoint is the admin role's: send an admin token (auth.admin_token_file)"
-			if acc.admin == nil {
+			if admins == nil {
 				msg = "this endpoint is the admin role's and no admin token is configured (auth.admin_token_file)"
 			}
 			writeError(w, http.StatusForbidden, "forbidden", "%s", msg)
@@ -177,11 +194,12 @@ func (acc *access) httpHandler(h http.Handler, marked func(*http.Request)) http.
 // grpcCheck checks a gRPC call's credentials from its header (the transport's tap,
 // before anything is reserved for it).
 func (acc *access) grpcCheck(md metadata.MD) error {
-	if acc.tokens == nil {
+	toks, admins := acc.tokens.Load(), acc.admin.Load()
+	if toks == nil {
 		return nil
 	}
 	for _, v := range md.Get("authorization") {
-		if acc.tokens.Bearer(v) || acc.admin.Bearer(v) {
+		if toks.Bearer(v) || admins.Bearer(v) {
 			return nil
 		}
 	}

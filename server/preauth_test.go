@@ -248,3 +248,38 @@ func TestSlowBodiesOneClient(t *testing.T) {
 		waitClosed(t, c)
 	}
 }
+
+// TestTokenFileReload (issue 33, low items): a changed token file was not read again on
+// SIGHUP, so a leaked token stayed good until a restart. Reload reads it: the rotated
+// token is accepted and the old one refused; a file that no longer reads is Reload's
+// error and changes nothing.
+func TestTokenFileReload(t *testing.T) {
+	path := writeTokens(t, testToken)
+	cfg := server.Config{Auth: server.AuthConfig{TokenFile: path}}
+	g := startGuarded(t, cfg)
+	const rotated = "a-rotated-token-of-some-length"
+	if code, _ := g.as(t, rotated, "GET", "/v1/workers", ""); code != 401 {
+		t.Fatalf("a token not yet in the file: %d", code)
+	}
+	if err := os.WriteFile(path, []byte(rotated+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listen, cfg.GRPC.Listen, cfg.Models = "127.0.0.1:0", "127.0.0.1:0", map[string]int{"m": 4}
+	if _, err := g.s.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	for tok, want := range map[string]int{rotated: 200, testToken: 401} {
+		if code, _ := g.as(t, tok, "GET", "/v1/workers", ""); code != want {
+			t.Fatalf("after the reload, %.5s: %d, want %d", tok, code, want)
+		}
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.s.Reload(cfg); err == nil || !strings.Contains(err.Error(), "other users") {
+		t.Fatalf("a token file readable by all: %v", err)
+	}
+	if code, _ := g.as(t, rotated, "GET", "/v1/workers", ""); code != 200 {
+		t.Fatalf("after a failed reload: %d", code)
+	}
+}

@@ -24,13 +24,21 @@ type ReloadResult struct {
 // changes nothing and its error is returned), then the configuration's engines become
 // its engines (SetEngines(SourceConfig, cfg.Engines): added, removed and changed
 // engines only; engines of the API and of discovery are left alone) and every other
-// setting that differs is reported in NotApplied, never silently dropped.
+// setting that differs is reported in NotApplied, never silently dropped. The token
+// files (auth.token_file, auth.admin_token_file) are read again: a token rotated in
+// them is accepted, and one removed refused, from now on; a file that no longer reads
+// is Reload's error and leaves every token as it was.
 func (s *Server) Reload(cfg Config) (ReloadResult, error) {
 	res := ReloadResult{NotApplied: []string{}}
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}
 	res.NotApplied = fixedChanges(spelledOut(s.cfg), spelledOut(cfg.withDefaults()))
+	// The token files are read again (a rotated token takes effect now); their paths
+	// are fixed settings like the rest.
+	if err := s.access.reload(); err != nil {
+		return res, err
+	}
 	ch, err := s.SetEngines(SourceConfig, cfg.Engines)
 	res.Engines = ch
 	if err != nil {
