@@ -85,8 +85,8 @@ func (a AuthConfig) authenticates() bool { return a.TokenFile != "" || a.ClientC
 
 // access is the server's loaded access control: TLS configuration and token digests.
 type access struct {
-	tls      *tls.Config // nil: plaintext
-	on       bool        // clients are authenticated (AuthConfig.authenticates)
+	tls *tls.Config // nil: plaintext
+	on  bool        // clients are authenticated (AuthConfig.authenticates)
 	// The token files' tokens, swapped whole by reload (a SIGHUP re-reads the files):
 	// nil when the file is not configured; admin nil: no admin token (see adminPath).
 	tokens, admin atomic.Pointer[guard.Tokens]
