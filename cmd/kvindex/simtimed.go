@@ -254,7 +254,7 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 			return usageErr("%s", msg)
 		}
 	}
-	return simulateTimed(stdout, stderr, w, wi, cfg, costName, rts, sw, chart, asJSON, forceProgress, tf.jobs)
+	return simulateTimed(stdout, stderr, w, wi, cfg, costName, rts, sw, chart, asJSON, forceProgress, tf.jobs, !f.set["router-affinity"])
 }
 
 // loadCost reads --profile: a shipped profile's name, an engine file (.profile) or a
@@ -294,8 +294,12 @@ func loadCost(profile string) (sim.CostModel, string, sim.EngineSpec, error) {
 
 // simulateTimed runs the experiment (sim/report) with a progress bar and prints it.
 func simulateTimed(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg sim.TimedConfig, costName string,
-	rts []sim.Routing, sw report.Sweep, chart string, asJSON, forceProgress bool, parallel int) error {
-	prog := newProgress(stderr, forceProgress, max(1, len(sw.Vals))*len(rts)*len(w.Requests))
+	rts []sim.Routing, sw report.Sweep, chart string, asJSON, forceProgress bool, parallel int, bothAffinities bool) error {
+	rows := len(rts)
+	if bothAffinities && cfg.Routers > 1 && sw.Key != "routers" {
+		rows *= 2
+	}
+	prog := newProgress(stderr, forceProgress, max(1, len(sw.Vals))*rows*len(w.Requests))
 	defer prog.finish()
 	var mu sync.Mutex
 	cfg.Progress = func(n int) {
@@ -307,7 +311,7 @@ func simulateTimed(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, c
 		parallel = runtime.GOMAXPROCS(0)
 	}
 	rep, err := report.RunTimed(report.Timed{Workload: w, Info: wi, Config: cfg, CostName: costName, Routings: rts,
-		Sweep: sw, Chart: chart, Warn: stderr, Parallel: parallel})
+		Sweep: sw, Chart: chart, Warn: stderr, Parallel: parallel, BothAffinities: bothAffinities})
 	if err != nil {
 		return err
 	}

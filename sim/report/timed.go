@@ -150,6 +150,7 @@ type (
 	timedPolicyJSON struct {
 		Name         string  `json:"name"`
 		Routers      int     `json:"routers"`
+		Affinity     string  `json:"router_affinity,omitempty"` // with BothAffinities
 		BlockHitRate float64 `json:"block_hit_rate"`
 		TokenHitRate float64 `json:"token_hit_rate"`
 		HitBlocks    int64   `json:"hit_blocks"`
@@ -243,10 +244,26 @@ func toTimedPolicyJSON(r sim.TimedResult, measured bool) timedPolicyJSON {
 
 // runJob is one simulation of a timed run.
 type runJob struct {
-	rt  sim.Routing
-	cfg sim.TimedConfig
-	res sim.TimedResult
-	err error
+	rt   sim.Routing
+	cfg  sim.TimedConfig
+	res  sim.TimedResult
+	err  error
+	both bool // the policy runs with and without session affinity
+}
+
+// affinitySuffix marks the row of a policy run with session affinity at the front.
+const affinitySuffix = " +affinity"
+
+// policyJSON is the job's row; measured says it measured the index's memory.
+func (j *runJob) policyJSON(measured bool) timedPolicyJSON {
+	p := toTimedPolicyJSON(j.res, measured)
+	if j.both {
+		p.Affinity = j.cfg.Affinity.String()
+		if j.cfg.Affinity == sim.AffinitySession {
+			p.Name += affinitySuffix
+		}
+	}
+	return p
 }
 
 // runAll runs the jobs on w, parallel of them at once, each result in its job; the job
@@ -307,6 +324,10 @@ type Timed struct {
 	Chart    string
 	Warn     io.Writer
 	Parallel int // simulations at once (0: 1)
+	// BothAffinities, with several router replicas (and no routers sweep), runs every
+	// policy twice: with the front load balancer spreading requests round-robin, and
+	// with session affinity (its row named "+affinity").
+	BothAffinities bool
 }
 
 // TimedReport is a Timed experiment's outcome: JSON is what --json prints, Print the
@@ -324,6 +345,11 @@ func RunTimed(t Timed) (*TimedReport, error) {
 	cfg, w, sw, rts, chart := t.Config, t.Workload, t.Sweep, t.Routings, t.Chart
 	points := max(1, len(sw.Vals))
 	parallel := max(t.Parallel, 1)
+	affs := []sim.Affinity{cfg.Affinity}
+	if t.BothAffinities && cfg.Routers > 1 && sw.Key != "routers" {
+		affs = []sim.Affinity{sim.AffinityNone, sim.AffinitySession}
+	}
+	rows := len(rts) * len(affs)
 	eff := cfg.Engine.WithDefaults()
 	out := TimedJSON{Model: "timed", Workload: t.Info, Cluster: timedClusterJSON{
 		Workers: cfg.Workers, Capacity: cfg.Capacity, StepTokens: cfg.ChunkTokens, MaxNumSeqs: cfg.MaxNumSeqs, CostModel: t.CostName,
@@ -344,8 +370,10 @@ func RunTimed(t Timed) (*TimedReport, error) {
 	alone := -1
 	shared := parallel > 1
 	for k := range points {
-		for _, rt := range rts {
+		for r := range rows {
+			rt := rts[r/len(affs)]
 			c := cfg
+			c.Affinity = affs[r%len(affs)]
 			if sw.Key != "" {
 				sw.Apply(&c, k)
 			} else if alone < 0 && rt.Knowledge == sim.Events {
@@ -358,7 +386,7 @@ func RunTimed(t Timed) (*TimedReport, error) {
 				// cores, and the switching cost more than the shards gave.
 				c.Engine.Shards = 1
 			}
-			jobs = append(jobs, &runJob{rt: rt, cfg: c})
+			jobs = append(jobs, &runJob{rt: rt, cfg: c, both: len(affs) > 1})
 		}
 	}
 	// The references are computed beside the simulations that share the CPU, not
@@ -370,7 +398,7 @@ func RunTimed(t Timed) (*TimedReport, error) {
 	out.References = toReferencesJSON(refs)
 	if sw.Key == "" {
 		for i, j := range jobs {
-			out.Policies = append(out.Policies, toTimedPolicyJSON(j.res, i == alone))
+			out.Policies = append(out.Policies, j.policyJSON(i == alone))
 		}
 		if alone >= 0 {
 			out.Index = out.Policies[alone].Index
@@ -378,8 +406,8 @@ func RunTimed(t Timed) (*TimedReport, error) {
 	} else {
 		for k := range points {
 			pt := timedPointJSON{Param: sw.Key, Value: sw.Vals[k], Label: sw.Label(k)}
-			for _, j := range jobs[k*len(rts) : (k+1)*len(rts)] {
-				pt.Policies = append(pt.Policies, toTimedPolicyJSON(j.res, false))
+			for _, j := range jobs[k*rows : (k+1)*rows] {
+				pt.Policies = append(pt.Policies, j.policyJSON(false))
 			}
 			out.Sweep = append(out.Sweep, pt)
 		}
@@ -396,8 +424,8 @@ func RunTimed(t Timed) (*TimedReport, error) {
 		if chart != "" && len(sw.Vals) < 3 {
 			fmt.Fprintf(t.Warn, "warning: a sweep of %d points draws no curve: give at least 3\n", len(sw.Vals))
 		}
-		if chart != "" && len(rts) > maxChartLines {
-			fmt.Fprintf(t.Warn, "warning: the chart draws the first %d of %d policies (--policies chooses them)\n", maxChartLines, len(rts))
+		if chart != "" && rows > maxChartLines {
+			fmt.Fprintf(t.Warn, "warning: the chart draws the first %d of %d rows (--policies chooses them)\n", maxChartLines, rows)
 		}
 		if chart != "" {
 			if err := writeTimedChart(chart, out, sw); err != nil {
@@ -520,10 +548,11 @@ func printTimedHeader(w io.Writer, out TimedJSON, wl *sim.Workload, sw Sweep) {
 }
 
 func printTimedPolicies(w io.Writer, pols []timedPolicyJSON) {
-	fmt.Fprintf(w, "%-24s %9s %9s %9s %8s %9s %10s %8s %6s %7s %6s %8s %9s %9s %7s\n", "policy",
+	nw := nameWidth(pols)
+	fmt.Fprintf(w, "%-*s %9s %9s %9s %8s %9s %10s %8s %6s %7s %6s %8s %9s %9s %7s\n", nw, "policy",
 		"TTFT p50", "p90", "p99", "ITL p90", "E2E p90", "out tok/s", "goodput", "SLO", "KV use", "queue", "preempt", "block hit", "reply hit", "waited")
 	for _, p := range pols {
-		fmt.Fprintf(w, "%-24s %9s %9s %9s %8s %9s %10.0f %8.2f %5.1f%% %6.0f%% %6.1f %8s %9s %9s %6.1f%%\n", p.Name,
+		fmt.Fprintf(w, "%-*s %9s %9s %9s %8s %9s %10.0f %8.2f %5.1f%% %6.0f%% %6.1f %8s %9s %9s %6.1f%%\n", nw, p.Name,
 			Secs(p.TTFTp50), Secs(p.TTFTp90), Secs(p.TTFTp99), Secs(p.ITLp90), Secs(p.E2Ep90),
 			p.OutTokPerS, p.Goodput, 100*p.SLOMet, 100*p.KVUtilMean, p.QueueMean, bench.Thousands(p.Preemptions), Pct(p.BlockHitRate),
 			Pct(p.ReplyHitRate), 100*p.WaitedShare)
@@ -532,6 +561,15 @@ func printTimedPolicies(w io.Writer, pols []timedPolicyJSON) {
 
 // Recommended is the routing policy the project recommends, named under the table.
 const Recommended = "llmd-scorer/exact"
+
+// nameWidth is the policy column's width: 24, or the longest name.
+func nameWidth(pols []timedPolicyJSON) int {
+	n := 24
+	for _, p := range pols {
+		n = max(n, len(p.Name))
+	}
+	return n
+}
 
 // printRecommended names the recommended policy beside the best row of the run.
 func printRecommended(w io.Writer, pols []timedPolicyJSON) {
@@ -599,13 +637,14 @@ func PrintIndexOps(w io.Writer, s sim.IndexStats) {
 
 func printTimedSweep(w io.Writer, out TimedJSON, sw Sweep) {
 	fmt.Fprintf(w, "p90 TTFT / output tokens per second, by %s\n", sw.Key)
-	fmt.Fprintf(w, "%-24s", "policy")
+	nw := nameWidth(out.Sweep[0].Policies)
+	fmt.Fprintf(w, "%-*s", nw, "policy")
 	for _, pt := range out.Sweep {
 		fmt.Fprintf(w, " %18s", pt.Label)
 	}
 	fmt.Fprintln(w)
 	for i := range out.Sweep[0].Policies {
-		fmt.Fprintf(w, "%-24s", out.Sweep[0].Policies[i].Name)
+		fmt.Fprintf(w, "%-*s", nw, out.Sweep[0].Policies[i].Name)
 		for _, pt := range out.Sweep {
 			p := pt.Policies[i]
 			fmt.Fprintf(w, " %18s", Secs(p.TTFTp90)+" / "+strconv.FormatFloat(math.Round(p.OutTokPerS), 'f', 0, 64))
@@ -672,7 +711,7 @@ func writeTimedChart(path string, out TimedJSON, sw Sweep) error {
 			if err != nil {
 				return nil, err
 			}
-			if rt, err := sim.ParseRouting(name); err == nil {
+			if rt, err := sim.ParseRouting(strings.TrimSuffix(name, affinitySuffix)); err == nil {
 				l.Color, l.Dashes = familyColors[rt.Family], knowledgeDashes[rt.Knowledge]
 			}
 			l.Width = vg.Points(1.5)

@@ -41,7 +41,8 @@ func smallRun(t *testing.T, sw Sweep, chart string, ramp []sim.Stage) (*TimedRep
 func TestRunTimed(t *testing.T) {
 	rep, _ := smallRun(t, Sweep{}, "", nil)
 	out := rep.JSON
-	if len(out.Policies) != 2 || out.Policies[0].Name != "kv-aware-scorer" || out.Index == nil || out.Index.Policy != "kv-aware-scorer" {
+	scorer := out.Policies[0].Name // the canonical name of kv-aware-scorer
+	if len(out.Policies) != 2 || scorer != Recommended || out.Index == nil || out.Index.Policy != scorer {
 		t.Fatalf("policies %+v, index %+v", out.Policies, out.Index)
 	}
 	if p := out.Policies[0]; p.TTFTp90 <= 0 || p.Turns == 0 || p.BlockHitRate <= out.Policies[1].BlockHitRate {
@@ -49,7 +50,7 @@ func TestRunTimed(t *testing.T) {
 	}
 	var b bytes.Buffer
 	rep.Print(&b)
-	for _, want := range []string{"workload  ", "recommended: " + Recommended, "index (the kv-aware-scorer run", "waited"} {
+	for _, want := range []string{"workload  ", "recommended: " + Recommended, "index (the " + scorer + " run", "waited"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("tables lack %q:\n%s", want, b.String())
 		}
@@ -85,5 +86,28 @@ func TestRunTimedSweepAndRamp(t *testing.T) {
 	rep.Print(&b)
 	if !strings.Contains(b.String(), "by stage:") {
 		t.Errorf("no stage table:\n%s", b.String())
+	}
+}
+
+// TestRunTimedBothAffinities: with several routers every policy runs without and with
+// session affinity at the front, the second row marked.
+func TestRunTimedBothAffinities(t *testing.T) {
+	w, err := sim.Generate(sim.GenConfig{Seed: 1, Requests: 200, Sessions: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := sim.ParseRouting("approximate-lru-scorer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := RunTimed(Timed{Workload: w, Config: sim.TimedConfig{Config: sim.Config{Workers: 4, Capacity: 800, EventDelay: -1, Seed: 1}, Routers: 2},
+		Routings: []sim.Routing{rt}, Parallel: 2, BothAffinities: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := rep.JSON.Policies
+	if len(p) != 2 || p[0].Name != rt.Name || p[0].Affinity != "none" ||
+		p[1].Name != rt.Name+affinitySuffix || p[1].Affinity != "session" {
+		t.Fatalf("rows %+v", p)
 	}
 }
