@@ -1,12 +1,10 @@
 package server_test
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -129,7 +127,7 @@ func TestReadyzNeverConnected(t *testing.T) {
 		ReconnectMin: server.Duration(time.Millisecond),
 		ReconnectMax: server.Duration(20 * time.Millisecond),
 	}
-	var logs syncBuffer
+	var logs lockedLog
 	_, c := startWith(t, cfg, server.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	state := func(worker string) string {
 		var ws struct{ Workers []server.WorkerInfo }
@@ -162,20 +160,3 @@ func TestReadyzNeverConnected(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the server's goroutines to log into.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
