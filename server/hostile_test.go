@@ -159,4 +159,3 @@ func TestReadyzNeverConnected(t *testing.T) {
 		t.Errorf("no warning for the unreachable publisher in the log:\n%s", logs.String())
 	}
 }
-
