@@ -1,6 +1,7 @@
 package chattemplate
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -114,6 +115,10 @@ func TestGoContext(t *testing.T) {
 	want := `{"a": ["x"], "content": "hi", "role": "user"}|2|<s>False|7`
 	if err != nil || out != want {
 		t.Fatalf("got %q, %v; want %q", out, err, want)
+	}
+	out, err = tp.Render(Context{Messages: []map[string]any{{"z": json.RawMessage(`{"b": 1, "a": 2.5}`)}}, Tools: []map[string]any{{}}, Extra: map[string]any{"x": ""}})
+	if want := `{"z": {"b": 1, "a": 2.5}}||False|`; err != nil || out != want {
+		t.Errorf("json.RawMessage: got %q, %v; want %q", out, err, want)
 	}
 	if _, err := tp.Render(Context{Extra: map[string]any{"x": make(chan int)}}); err == nil {
 		t.Error("a channel in the context was accepted")

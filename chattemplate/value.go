@@ -131,8 +131,9 @@ func isUndefined(v any) bool {
 
 // fromGo converts a caller's Go value into an engine value. Maps become Dicts with
 // sorted keys (a Go map has no order; pass a *Dict, or JSON through DecodeJSON, to keep
-// one). A float64 with an integral value becomes an int, as JSON "2" decoded by
-// encoding/json would otherwise print as "2.0"; json.Number keeps the distinction exact.
+// one, or a json.RawMessage, which is decoded by DecodeJSON). A float64 with an integral
+// value becomes an int, as JSON "2" decoded by encoding/json would otherwise print as
+// "2.0"; json.Number keeps the distinction exact.
 func fromGo(v any, depth int) (any, error) {
 	if depth > maxValueDepth {
 		return nil, fmt.Errorf("context nests deeper than %d levels", maxValueDepth)
@@ -153,6 +154,8 @@ func fromGo(v any, depth int) (any, error) {
 		return x, nil
 	case float32:
 		return fromGo(float64(x), depth)
+	case json.RawMessage:
+		return DecodeJSON(x)
 	case json.Number:
 		if i, err := x.Int64(); err == nil {
 			return i, nil
