@@ -98,6 +98,11 @@ type TimedConfig struct {
 	Routers int
 	// Affinity is how requests are spread over the replicas.
 	Affinity Affinity
+	// ShareLoad makes the replicas share their load, as kvindex serve's replicas do
+	// over NATS (fabric.LoadShare): every replica's Tracker counts every replica's
+	// requests, the deltas arriving at once (NATS takes a millisecond or so, far less
+	// than the engines' steps).
+	ShareLoad bool
 	// OverlapWeight is route.Cost's (0: route.DefaultOverlapWeight).
 	OverlapWeight float64
 	// Scorer holds route.Scorer's weights (zero: llm-d's defaults).
@@ -410,10 +415,18 @@ func (f *fleet) build() error {
 	if (f.rt.Knowledge == ApproxTTL || f.rt.Knowledge == EventsSticky) && pcfg.PredictionsPerWorker == 0 {
 		pcfg.PredictionsPerWorker = DefaultApproximatePredictions
 	}
+	var shared *route.Tracker[int32]
 	for i := range cfg.Routers {
 		tr, err := route.NewTracker[int32](route.TrackerConfig{MaxInFlight: route.MaxInFlight, TTL: math.MaxInt64, Now: clock})
 		if err != nil {
 			return err
+		}
+		if cfg.ShareLoad {
+			// One Tracker for all: each replica's deltas reach the others at once.
+			if shared == nil {
+				shared = tr
+			}
+			tr = shared
 		}
 		rep := &replica{tracker: tr, rng: rand.New(rand.NewPCG(cfg.Seed, 0x726f75746572+uint64(i)))} // "router"
 		if f.rt.predicts() {

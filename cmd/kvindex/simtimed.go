@@ -23,6 +23,7 @@ type timedFlags struct {
 	speedup                        float64
 	slo                            time.Duration
 	routers                        int
+	shareLoad                      bool
 	affinity                       string
 	overlapWeight                  float64
 	prefixWeight, kvWeight, queueW float64
@@ -38,7 +39,7 @@ type timedFlags struct {
 }
 
 // timedOnly are the flags --zero-time has no use for.
-var timedOnly = []string{"speedup", "slo-ttft", "routers", "router-affinity", "overlap-weight", "prefix-weight", "kv-weight",
+var timedOnly = []string{"speedup", "slo-ttft", "routers", "share-load", "router-affinity", "overlap-weight", "prefix-weight", "kv-weight",
 	"queue-weight", "prefix-minmax", "temperature", "affinity-threshold", "peak-prefill-throughput", "max-ttft-penalty-ms", "max-num-seqs", "output-length", "profile", "metrics-interval", "jobs", "open-loop", "think-time", "prefill-scale", "approx-capacity", "approx-block", "ramp"}
 
 // zeroTimeOnly are the flags only --zero-time takes: host tiers are simulated without
@@ -50,6 +51,7 @@ func (t *timedFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&t.speedup, "speedup", 1, "multiply arrival rates by X (a trace's timestamps are divided by it)")
 	fs.DurationVar(&t.slo, "slo-ttft", sim.DefaultSLOTTFT, "time-to-first-token objective of goodput")
 	fs.IntVar(&t.routers, "routers", 1, "independent router replicas (own load tracking, predictions, approximate cache), all reading one exact index")
+	fs.BoolVar(&t.shareLoad, "share-load", false, "the router replicas share their load, as kvindex serve's replicas do over NATS (each replica's tracker counts every replica's requests)")
 	fs.StringVar(&t.affinity, "router-affinity", "none", "how a front load balancer spreads requests over the routers: none (round-robin) or session")
 	fs.Float64Var(&t.overlapWeight, "overlap-weight", route.DefaultOverlapWeight, "the cost policies' weight of a prefill block against a decode block (Dynamo's kv-overlap-score-weight)")
 	fs.Float64Var(&t.prefixWeight, "prefix-weight", route.DefaultPrefixWeight, "the scorer policies' weight of the prefix score (llm-d's)")
@@ -224,7 +226,7 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 		Ramp: ramp, EvenArrivals: even,
 		OverlapWeight: tf.overlapWeight, MetricsInterval: tf.metricsInterval, OpenLoop: tf.openLoop, ThinkTime: tf.thinkTime,
 		Scorer: route.Scorer{PrefixWeight: tf.prefixWeight, KVWeight: tf.kvWeight, QueueWeight: tf.queueW},
-		Route:  tf.route,
+		Route:  tf.route, ShareLoad: tf.shareLoad,
 	}
 	if f.eventDelay > 0 {
 		cfg.EventDelay = f.eventDelay

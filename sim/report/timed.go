@@ -124,6 +124,7 @@ type (
 		EventDelayMs   float64    `json:"event_delay_ms"`
 		Routers        int        `json:"routers,omitempty"`
 		RouterAffinity string     `json:"router_affinity"`
+		ShareLoad      bool       `json:"share_load,omitempty"`
 		Speedup        float64    `json:"speedup,omitempty"`
 		Rate           float64    `json:"rate,omitempty"` // built-in workloads' arrivals per second before the speedup
 		SLOTTFTs       float64    `json:"slo_ttft_s"`
@@ -354,7 +355,7 @@ func RunTimed(t Timed) (*TimedReport, error) {
 	out := TimedJSON{Model: "timed", Workload: t.Info, Cluster: timedClusterJSON{
 		Workers: cfg.Workers, Capacity: cfg.Capacity, StepTokens: cfg.ChunkTokens, MaxNumSeqs: cfg.MaxNumSeqs, CostModel: t.CostName,
 		Shards: eff.Shards, Jump: eff.JumpSize, EventDelayMs: float64(max(cfg.EventDelay, 0)) / 1e6, Routers: cfg.Routers,
-		RouterAffinity: cfg.Affinity.String(), Speedup: cfg.Speedup, SLOTTFTs: cfg.SLOTTFT.Seconds(), OverlapWeight: cfg.OverlapWeight,
+		RouterAffinity: cfg.Affinity.String(), ShareLoad: cfg.ShareLoad, Speedup: cfg.Speedup, SLOTTFTs: cfg.SLOTTFT.Seconds(), OverlapWeight: cfg.OverlapWeight,
 		OpenLoop: cfg.OpenLoop, ThinkTimeS: max(cfg.ThinkTime, 0).Seconds(), PrefillScale: cfg.PrefillScale,
 		ApproxCapacity: cfg.ApproxCapacity, ApproxBlock: cfg.ApproxBlock,
 		ScorerWeights: [3]float64{cfg.Scorer.PrefixWeight, cfg.Scorer.KVWeight, cfg.Scorer.QueueWeight},
@@ -530,6 +531,9 @@ func printTimedHeader(w io.Writer, out TimedJSON, wl *sim.Workload, sw Sweep) {
 		if c.Routers > 1 {
 			routers += fmt.Sprintf("s (affinity: %s)", c.RouterAffinity)
 		}
+	}
+	if c.ShareLoad {
+		routers += " sharing their load"
 	}
 	delay := "the swept time"
 	if sw.Key != "event-delay" {
