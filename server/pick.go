@@ -92,6 +92,7 @@ const MaxRequestIDBytes = 256
 type routing struct {
 	policies map[string]route.Policy // by canonical name
 	tracker  *route.Tracker[string]
+	share    *loadShare // nil: the load is this replica's alone
 }
 
 func newRouting(c RoutingConfig, now func() time.Time) (*routing, error) {
@@ -280,7 +281,12 @@ func (s *Server) trackRouted(ctx context.Context, m *model, ns, worker, id strin
 			cached = int(math.Floor(found[i].Weighted(s.weights)+1e-9)) * m.blockSize
 		}
 	}
-	return s.routing.tracker.Routed(id, worker, route.Request{Tokens: tokens, BlockSize: m.blockSize, Blocks: q}, min(cached, tokens))
+	req := route.Request{Tokens: tokens, BlockSize: m.blockSize, Blocks: q}
+	if err := s.routing.tracker.Routed(id, worker, req, min(cached, tokens)); err != nil {
+		return err
+	}
+	s.routing.share.routed(id, worker, req, min(cached, tokens))
+	return nil
 }
 
 // candidates are the model's pickable workers: its eligible subscribed workers and its
@@ -319,6 +325,7 @@ func (s *Server) track(pick *Pick, o pickOpts, m *model) (string, error) {
 	if err := s.routing.tracker.Routed(id, pick.Worker, req, cached); err != nil {
 		return "", err
 	}
+	s.routing.share.routed(id, pick.Worker, req, cached)
 	return id, nil
 }
 
@@ -378,7 +385,12 @@ func (s *Server) finished(id string, firstToken bool) (known bool, e *apiError) 
 		return false, badRequest("bad_request_id", err)
 	}
 	if firstToken {
-		return s.routing.tracker.FirstToken(id), nil
+		known = s.routing.tracker.FirstToken(id)
+	} else {
+		known = s.routing.tracker.Finished(id)
 	}
-	return s.routing.tracker.Finished(id), nil
+	if known {
+		s.routing.share.finished(id, firstToken) // only this replica's own requests
+	}
+	return known, nil
 }

@@ -64,6 +64,9 @@ type Options struct {
 	// Context bounds what New does on the network (the replica's connection and
 	// start). Default: context.Background().
 	Context context.Context
+	// LoadShare, when set, shares the load this replica routes with the other
+	// replicas of serve on a NATS subject, and folds theirs (loadshare.go).
+	LoadShare *LoadShareOptions
 }
 
 // check refuses options that contradict each other.
@@ -332,6 +335,11 @@ func New(cfg Config, opts Options) (s *Server, err error) {
 	if err := s.initDiscovery(); err != nil {
 		return nil, err
 	}
+	if opts.LoadShare != nil {
+		if s.routing.share, err = startLoadShare(ctx, log, *opts.LoadShare, s.routing.tracker); err != nil {
+			return nil, err
+		}
+	}
 	s.handler = s.access.httpHandler(s.admit.httpHandler(s.routes(), cfg.MaxBodyBytes), s.admit.authenticated)
 	return s, nil
 }
@@ -528,6 +536,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			if err := s.feed.close(); err != nil {
 				errs = append(errs, err)
 			}
+		}
+		if err := s.routing.share.close(); err != nil {
+			errs = append(errs, err)
 		}
 		if s.ownsEngine {
 			if err := s.eng.Close(); err != nil {

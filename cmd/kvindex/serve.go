@@ -152,6 +152,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 	natsAuth := natsAuthFlags(fs)
 	natsURL := fs.String("nats", "", natsHelp+": follow a kvindex relay's stream there instead of (or besides) ZeroMQ engines")
 	stream := fs.String("stream", fabric.DefaultStream, "with --nats: "+streamHelp)
+	shareLoad := fs.String("share-load-nats", "", "share the load this replica routes (\"pick\": true, /v1/finished) with the other serve replicas on this NATS server (nats://HOST:PORT, usually --nats's), and count theirs (docs/routing.md)")
 	modelsFlag := fs.String("models", "", "with --nats: models served from the stream and their block sizes, as NAME=BLOCKSIZE,...")
 	peer := fs.String("peer", "", "with --nats: another serve replica of the stream (http://HOST:PORT) whose worker digests this one compares with its own every --peer-interval (kvindex_replica_peer_checks_total, _peer_mismatches_total)")
 	peerEvery := fs.Duration("peer-interval", 30*time.Second, "with --peer: how often to compare")
@@ -273,7 +274,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 		return 2
 	}
 	var natsOpts []nats.Option
-	if *natsURL != "" {
+	if *natsURL != "" || *shareLoad != "" {
 		if natsOpts, err = natsAuth.Options(); err != nil {
 			fmt.Fprintf(stderr, "kvindex serve: %v\n", err)
 			return 2
@@ -297,6 +298,9 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) (co
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	opts := server.Options{Logger: log, Listener: httpLn, GRPCListener: grpcLn, Context: ctx, Snapshot: snapOpts, Replica: replica}
+	if *shareLoad != "" {
+		opts.LoadShare = &server.LoadShareOptions{URL: *shareLoad, NATS: natsOpts}
+	}
 	s, err := server.New(cfg, opts)
 	if err != nil {
 		httpLn.Close()

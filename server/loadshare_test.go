@@ -1,0 +1,91 @@
+package server_test
+
+import (
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+
+	"github.com/kvindex/kvindex/server"
+)
+
+// startNATS runs an in-process NATS server on 127.0.0.1, shut down at cleanup.
+func startNATS(t *testing.T) string {
+	t.Helper()
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	})
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	return fmt.Sprintf("nats://127.0.0.1:%d", ns.Addr().(*net.TCPAddr).Port)
+}
+
+// TestLoadSharedAcrossReplicas: two serve replicas of one fleet on one NATS server.
+// Three identical requests picked with dynamo-cost through alternating replicas land on
+// three workers, because each replica counts the requests the other routed; their
+// finishes take the load back out of both.
+func TestLoadSharedAcrossReplicas(t *testing.T) {
+	url := startNATS(t)
+	a, ca := startWith(t, threeApproximate(), server.Options{LoadShare: &server.LoadShareOptions{URL: url, Replica: "a"}})
+	b, cb := startWith(t, threeApproximate(), server.Options{LoadShare: &server.LoadShareOptions{URL: url, Replica: "b"}})
+	folded := func(s *server.Server, n int) func() bool {
+		return func() bool { st, ok := s.LoadShareStats(); return ok && st.InFlight == n }
+	}
+	body := `{"model":"m","tokens":[1,2,3,4,5,6,7,8],"policy":"dynamo-cost","pick":true}`
+	seen := map[string]bool{}
+	var ids []string
+	pick := func(c *client) {
+		t.Helper()
+		var resp server.MatchResponse
+		if code := c.do("POST", "/v1/match", body, &resp); code != 200 || resp.Pick == nil {
+			t.Fatalf("match: %d %+v", code, resp)
+		}
+		seen[resp.Pick.Worker] = true
+		ids = append(ids, resp.Pick.RequestID)
+	}
+	pick(ca)
+	waitUntil(t, "b folds a's pick", folded(b, 1))
+	pick(cb)
+	waitUntil(t, "a folds b's pick", folded(a, 1))
+	pick(ca)
+	if len(seen) != 3 {
+		t.Fatalf("three identical requests through two replicas went to %v, want three workers", seen)
+	}
+	waitUntil(t, "b folds a's second pick", folded(b, 2))
+	for i, id := range ids {
+		c := ca
+		if i == 1 {
+			c = cb
+		}
+		var fr server.FinishedResponse
+		if code := c.do("POST", "/v1/finished", fmt.Sprintf(`{"request_id":%q}`, id), &fr); code != 200 || !fr.Known {
+			t.Fatalf("finished %s: %d %+v", id, code, fr)
+		}
+	}
+	waitUntil(t, "a folds b's finish", folded(a, 0))
+	waitUntil(t, "b folds a's finishes", folded(b, 0))
+	if alone, _ := start(t, threeApproximate()); func() bool { _, ok := alone.LoadShareStats(); return ok }() {
+		t.Fatal("a server without load sharing reports stats")
+	}
+}
+
+// waitUntil polls cond until it holds, failing after 10 s (a bounded poll of a
+// condition another goroutine makes true).
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+		time.Sleep(2 * time.Millisecond) // bounded poll of a condition
+	}
+}
