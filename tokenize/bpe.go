@@ -27,6 +27,9 @@ type bpe struct {
 	// direct[id] says BPE of the entry's own text yields exactly id, so a piece equal to
 	// an entry is encoded by one look-up (computed once at load, read-only after).
 	direct []bool
+	// cache holds the ids of recent pieces that took the merge path (nil while direct
+	// is computed).
+	cache *pieceCache
 }
 
 // symbol is one node of the doubly linked list a piece is merged in. id -1 marks a
@@ -69,8 +72,20 @@ func (m *bpe) word(dst []uint32, w string, sc *scratch) ([]uint32, error) {
 	if id, ok := m.vtab.get(w); ok && (m.ignoreMerges || m.direct[id]) {
 		return append(dst, uint32(id)), nil
 	}
+	cacheable := len(w) <= cacheMaxPiece && m.cache != nil
+	if cacheable {
+		var hit bool
+		if dst, hit = m.cache.get(dst, w); hit {
+			return dst, nil
+		}
+	}
+	start := len(dst)
 	m.merge(w, sc)
-	return m.emit(dst, w, sc)
+	dst, err := m.emit(dst, w, sc)
+	if err == nil && cacheable {
+		m.cache.put(w, dst[start:])
+	}
+	return dst, err
 }
 
 // merge runs BPE on w, leaving the result in sc.syms (symbol 0 is always the first).

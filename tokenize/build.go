@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"regexp"
 
 	"golang.org/x/text/unicode/norm"
@@ -99,6 +100,7 @@ func (t *Tokenizer) buildModel(mj *modelJSON) error {
 	if !m.ignoreMerges {
 		m.computeDirect(size)
 	}
+	m.cache = &pieceCache{seed: maphash.MakeSeed()}
 	return nil
 }
 

@@ -49,8 +49,11 @@
 // # Cost
 //
 // A piece of text equal to a vocabulary entry that BPE would rebuild whole (most words;
-// computed once at load) is one map look-up; other pieces are merged with a heap in
-// pooled memory. Encode allocates nothing in steady state. Figures: BENCHMARKS.md
+// computed once at load) is one look-up in an open-addressed table; other pieces are
+// merged with a heap in pooled memory, and their ids kept in a bounded lock-free cache
+// (a chat repeats its earlier turns in every request). Encode allocates nothing once its
+// memory has grown and the text's merged pieces are cached (a cache fill is one
+// allocation; 8,192 at most). A 7,000-token chat costs 0.2-0.4 ms of CPU: BENCHMARKS.md
 // ("Tokenizing").
 //
 // # Concurrency

@@ -3,6 +3,9 @@ package tokenize
 import (
 	"hash/maphash"
 	"math/bits"
+	"slices"
+	"strings"
+	"sync/atomic"
 )
 
 // The two look-ups on Encode's path, vocabulary by piece and merge by pair of ids, use
@@ -118,5 +121,57 @@ func (t *mergeTable) get(k uint64) (uint64, bool) {
 		if s.key == emptyPair {
 			return 0, false
 		}
+	}
+}
+
+// pieceCache remembers the ids of pieces that took the merge path (a word missing from
+// the vocabulary as one entry, a run of CJK characters): chats repeat their system
+// prompt and earlier turns in every request, so most such pieces come back. Each piece
+// has two candidate slots; a slot, once filled, is never replaced (a piece whose slots
+// are both taken is merged every time), so the steady state allocates nothing and
+// concurrent encodings need no lock (an immutable entry behind an atomic pointer, set by
+// compare-and-swap). Bounded: cacheSlots entries of pieces up to cacheMaxPiece bytes,
+// each fill one allocation.
+type pieceCache struct {
+	seed  maphash.Seed
+	slots [cacheSlots]atomic.Pointer[cacheEntry]
+}
+
+const (
+	cacheSlots    = 8192
+	cacheMaxPiece = 64
+)
+
+type cacheEntry struct {
+	piece string
+	ids   []uint32
+}
+
+// candidates are piece's two slots.
+func (c *pieceCache) candidates(piece string) (*atomic.Pointer[cacheEntry], *atomic.Pointer[cacheEntry]) {
+	h := maphash.String(c.seed, piece)
+	return &c.slots[h&(cacheSlots-1)], &c.slots[(h>>32)&(cacheSlots-1)]
+}
+
+// get appends piece's cached ids to dst, if the cache holds them.
+func (c *pieceCache) get(dst []uint32, piece string) ([]uint32, bool) {
+	a, b := c.candidates(piece)
+	for _, s := range [2]*atomic.Pointer[cacheEntry]{a, b} {
+		if e := s.Load(); e != nil && e.piece == piece {
+			return append(dst, e.ids...), true
+		}
+	}
+	return dst, false
+}
+
+// put stores piece's ids in one of its slots that is still empty, if any.
+func (c *pieceCache) put(piece string, ids []uint32) {
+	a, b := c.candidates(piece)
+	if a.Load() != nil && b.Load() != nil {
+		return
+	}
+	e := &cacheEntry{piece: strings.Clone(piece), ids: slices.Clone(ids)}
+	if !a.CompareAndSwap(nil, e) {
+		b.CompareAndSwap(nil, e)
 	}
 }

@@ -115,7 +115,8 @@ func (t *Tokenizer) VocabSize() int { return len(t.idText) }
 // text: what vLLM does for a completions prompt; a rendered chat is encoded without
 // (the template wrote them). Added and special tokens written in the text are recognised
 // as tokens in both cases, as Hugging Face's tokenizers do. Encode allocates nothing
-// once dst and its pooled working memory have grown to the size of the text.
+// once dst and its pooled working memory have grown to the size of the text and the
+// pieces it merges are in the piece cache (doc.go, "Cost").
 func (t *Tokenizer) Encode(dst []uint32, text string, addSpecial bool) ([]uint32, error) {
 	if len(text) > t.maxInput {
 		return dst, fmt.Errorf("%w: %d bytes, the maximum is %d", ErrTooLong, len(text), t.maxInput)
