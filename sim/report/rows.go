@@ -30,7 +30,7 @@ var rows = []row{
 	},
 	{
 		source:   "llm-d blog 2026-08-17, bottleneck-aware scheduling",
-		workload: "b2b-saas (the guides' workload and ramp, the first row's runs); llm-d's scorer on events stands in for sticky-until-saturated",
+		workload: "b2b-saas (the guides' workload and ramp, the first row's runs); sticky-until-saturated (llmd-affinity) on events",
 		runs:     func(float64) ([]run, error) { return nil, nil },
 		judge:    judgeBlog,
 	},
@@ -42,7 +42,7 @@ func guideRuns(scale float64) ([]run, error) {
 	if err != nil {
 		return nil, err
 	}
-	return runsOf("guide", w, cfg, nil, precise, approx, roundRobin)
+	return runsOf("guide", w, cfg, nil, precise, approx, roundRobin, sticky)
 }
 
 // runsOf is one run per policy; approxCfg, when set, changes the approximate one's
@@ -135,7 +135,7 @@ func judgeSGLang(res map[string]sim.TimedResult) []Check {
 }
 
 func judgeBlog(res map[string]sim.TimedResult) []Check {
-	p, rr := res["guide/"+precise], res["guide/"+roundRobin]
+	p, rr := res["guide/"+sticky], res["guide/"+roundRobin]
 	kp, kr := knee(p.Stages[1:], 0, 2), knee(rr.Stages[1:], 0, 2)
 	var hit, blocks int64
 	for _, s := range p.Stages[1:] {
@@ -146,7 +146,7 @@ func judgeBlog(res map[string]sim.TimedResult) []Check {
 	}
 	rate := float64(hit) / float64(max(blocks, 1))
 	return []Check{
-		greater(fmt.Sprintf("cache-aware knee / round-robin knee (p90 <= 2 s; here %g / %g QPS)", kp, kr), 2.0, kp/math.Max(kr, 1)),
-		check("cache-aware block hit past 20 QPS (90-95%)", 0.925, rate, ">= 0.9", rate >= 0.9),
+		greater(fmt.Sprintf("sticky knee / round-robin knee (p90 <= 2 s; here %g / %g QPS)", kp, kr), 2.0, kp/math.Max(kr, 1)),
+		check("sticky block hit past 20 QPS (90-95%)", 0.925, rate, ">= 0.9", rate >= 0.9),
 	}
 }

@@ -17,6 +17,7 @@ const (
 	precise    = "llmd-scorer/exact"      // llm-d's precise prefix scorer on KV events
 	approx     = "llmd-scorer/approx-lru" // llm-d's approximate prefix scorer
 	roundRobin = "round-robin"
+	sticky     = "llmd-affinity/exact" // llm-d's sticky-until-saturated default on KV events
 )
 
 // ValidateConfig sizes a validation run. The zero value is the full validation.
