@@ -29,7 +29,9 @@ import (
 //	predictions = index.predicted_blocks × PredictedBlockBytes
 //	tracking    = routing.max_in_flight × (TrackedRequestBytes + MaxRequestIDBytes)
 //	              the routed requests the load-aware policies count, each under a
-//	              request id of at most MaxRequestIDBytes
+//	              request id of at most MaxRequestIDBytes; each block hash a request
+//	              hands the tracker (route.Request.Blocks) adds about 37 bytes more,
+//	              which this term does not yet bound
 //	engines     = Σ over bound and dialled engine ranks of (10 + connections) ×
 //	              max_message_bytes (zmq4's queue and each connection's frame)
 //	Total       = GCFactor × (requests + connections + answers + namespaces +
@@ -45,7 +47,7 @@ const (
 	ConnBytes           = 96 << 10 // one open connection
 	MatchBytes          = 256      // one match of an answer, encoded and decoded
 	PredictedBlockBytes = 64       // a predicted block: content, prefix, share of its entry
-	TrackedRequestBytes = 192      // a routed request tracked, besides its id (171 measured)
+	TrackedRequestBytes = 256      // a routed request of one block tracked, besides its id (249 measured)
 	GCFactor            = 2
 	zmq4QueueMessages   = 10
 )
