@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 
@@ -293,4 +294,38 @@ func FuzzEncode(f *testing.F) {
 		}
 		checkSynth(t, tok, s)
 	})
+}
+
+// TestEncodeConcurrent: goroutines encoding at once (sharing the pooled memory and the
+// piece cache, filling it as they go) get the ids one goroutine gets alone. Run under
+// -race by make test.
+func TestEncodeConcurrent(t *testing.T) {
+	texts := corpus(5, 200)
+	want := make([][]uint32, len(texts))
+	for i, s := range texts {
+		want[i] = synthTok.encode(s, true)
+	}
+	tok := newSynth(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var ids []uint32
+			for k := range texts {
+				i := (k*7 + g*13) % len(texts) // each goroutine in its own order
+				var err error
+				if ids, err = tok.Encode(ids[:0], texts[i], true); err != nil || !slices.Equal(ids, want[i]) {
+					errs <- fmt.Errorf("goroutine %d, text %d: %v %v, want %v", g, i, ids, err, want[i])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }
