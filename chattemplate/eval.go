@@ -762,6 +762,9 @@ func (ev *evaluator) evalUnary(e *unaryExpr, sc *scope) (any, error) {
 }
 
 func (ev *evaluator) evalBinary(e *binExpr, sc *scope) (any, error) {
+	if e.op == "+" {
+		return ev.evalPlusChain(e, sc)
+	}
 	l, err := ev.eval(e.l, sc)
 	if err != nil {
 		return nil, err
@@ -787,6 +790,63 @@ func (ev *evaluator) evalBinary(e *binExpr, sc *scope) (any, error) {
 		return s, ev.checkSize(e.line, len(s))
 	}
 	return ev.arith(e.line, e.op, l, r)
+}
+
+// evalPlusChain evaluates a + b + c + ... left to right as Python does, but joins a run
+// of strings once instead of building every intermediate string (chat templates
+// concatenate five or six pieces per message).
+func (ev *evaluator) evalPlusChain(e *binExpr, sc *scope) (any, error) {
+	var rights []*binExpr // the chain's "+" nodes, innermost first after reversing
+	x := expr(e)
+	for {
+		b, ok := x.(*binExpr)
+		if !ok || b.op != "+" {
+			break
+		}
+		rights = append(rights, b)
+		x = b.l
+	}
+	acc, err := ev.eval(x, sc)
+	if err != nil {
+		return nil, err
+	}
+	var buf [8]string
+	parts := buf[:0] // strings waiting to be appended to acc (then a string)
+	size := 0
+	for i := len(rights) - 1; i >= 0; i-- {
+		b := rights[i]
+		r, err := ev.eval(b.r, sc)
+		if err != nil {
+			return nil, err
+		}
+		if as, ok := acc.(string); ok {
+			if rs, ok := r.(string); ok {
+				if len(parts) == 0 {
+					size = len(as)
+				}
+				size += len(rs)
+				if err := ev.checkSize(b.line, size); err != nil {
+					return nil, err
+				}
+				parts = append(parts, rs)
+				continue
+			}
+		}
+		acc = joinParts(acc, parts)
+		parts = parts[:0]
+		if acc, err = ev.arith(b.line, "+", acc, r); err != nil {
+			return nil, err
+		}
+	}
+	return joinParts(acc, parts), nil
+}
+
+// joinParts appends the pending parts to acc, a string when there are any.
+func joinParts(acc any, parts []string) any {
+	if len(parts) == 0 {
+		return acc
+	}
+	return acc.(string) + strings.Join(parts, "")
 }
 
 func (ev *evaluator) evalCompare(e *compareExpr, sc *scope) (any, error) {
