@@ -92,7 +92,7 @@
 // absent, add_generation_prompt both ways, CJK, emoji, combining marks, RTL, code,
 // special-token strings, Unicode whitespace). Every render is byte-identical to
 // @huggingface/jinja's, and, where python3 has jinja2, to jinja2's. Without Node.js the
-// test skips, and fails where CI=true. 121 probes (testdata/probes.json) check each
+// test skips, and fails where CI=true. 126 probes (testdata/probes.json) check each
 // construct above against jinja2, error for error.
 //
 // @huggingface/jinja deviates from Python where these templates do not go (it prints
@@ -128,12 +128,12 @@
 //	go test -run '^$' -bench BenchmarkRender20Turns -benchtime 2s -count 3 ./chattemplate/
 //
 //	template    Go, from JSON   Go, decoded   jinja2 3.1.6 (Python 3.11)   @huggingface/jinja 0.5.13 (Node 20)
-//	Qwen3          190 µs          134 µs           1,018 µs                    1,418 µs
-//	Llama 3.1      118 µs           69 µs             115 µs                      313 µs
+//	Qwen3          202 µs          133 µs           1,052 µs                    1,548 µs
+//	Llama 3.1      112 µs           56 µs             115 µs                      151 µs
 //
-// "From JSON" includes decoding MessagesJSON and ToolsJSON (a gateway's path: 69 KB and
-// 1,910 allocations per Qwen3 render); "decoded" passes DecodeJSON values through Extra
-// (47 KB, 1,269 allocations; Llama 3.1: 35 KB, 516), as the other engines get parsed
+// "From JSON" includes decoding MessagesJSON and ToolsJSON (a gateway's path: 65 KB and
+// 1,727 allocations per Qwen3 render); "decoded" passes DecodeJSON values through Extra
+// (44 KB, 1,086 allocations; Llama 3.1: 30 KB, 311), as the other engines get parsed
 // objects. The chat costs 615 steps with Qwen3's template and 210 with Llama 3.1's,
 // against a default bound of 1,000,000.
 package chattemplate
