@@ -24,7 +24,7 @@ var ErrConfig = errors.New("server: invalid config")
 const (
 	DefaultListen         = "127.0.0.1:8080"
 	DefaultBlockSize      = 16
-	DefaultPolicy         = PolicyLongestPrefix
+	DefaultPolicy         = PolicyScorer // the policy `kvindex sim` recommends (docs/routing.md)
 	DefaultMaxBodyBytes   = 1 << 20
 	MaxMaxBodyBytes       = 64 << 20
 	DefaultMaxMatches     = 1024
@@ -68,10 +68,11 @@ type Config struct {
 	// HTTP on this address too (probes.go): for probes that carry no client
 	// certificate when auth.client_ca_file makes the API require one.
 	ProbeListen string `json:"probe_listen,omitempty"`
-	// Policy is the default routing policy of /v1/match: "longest-prefix" (default),
-	// "round-robin", "random", or a load-aware one of package route (pick.go:
-	// "dynamo-cost", "llmd-scorer", "llmd-affinity", "llmd-load", "least-loaded"; the
-	// old "cost" and "scorer" are aliases).
+	// Policy is the default routing policy of /v1/match: a load-aware one of package
+	// route (pick.go: "llmd-scorer", the default, the policy `kvindex sim`
+	// recommends; "dynamo-cost", "llmd-affinity", "llmd-load", "least-loaded"; the old
+	// "cost" and "scorer" are aliases), or "longest-prefix", "round-robin",
+	// "random".
 	Policy string `json:"policy,omitempty"`
 	// Routing configures the load-aware policies.
 	Routing RoutingConfig `json:"routing,omitempty"`

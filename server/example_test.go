@@ -43,7 +43,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	s, err := server.New(server.Config{Models: map[string]int{"llama-3-8b": 4}},
+	s, err := server.New(server.Config{Models: map[string]int{"llama-3-8b": 4}, Policy: server.PolicyLongestPrefix},
 		server.Options{Index: index, Listener: ln})
 	if err != nil {
 		panic(err)

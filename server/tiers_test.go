@@ -62,6 +62,7 @@ func TestTiersEndToEnd(t *testing.T) {
 		"engines": [{"endpoint": %q, "replay_endpoint": %q, "worker": "pod", "model": "llama", "block_size": 4, "dp_ranks": 2}]
 	}`, pub.Ranks[0].Endpoint, pub.Ranks[0].ReplayEndpoint)
 	cfg, err := server.ParseConfig(strings.NewReader(cfgJSON))
+	cfg.Policy = server.PolicyLongestPrefix // its tie-breaking (score, then worker id) is what this test reads
 	if err != nil {
 		t.Fatal(err)
 	}
