@@ -53,6 +53,12 @@ type RelayConfig struct {
 	Engines []subscriber.Config
 	// Listener, when set, serves /healthz, /readyz and /metrics until Close.
 	Listener net.Listener
+	// MetricsTokenFile holds bearer tokens (serve's token file format) that /metrics
+	// then requires; /healthz and /readyz stay open. A Listener on a non-loopback
+	// address needs it unless AllowUnauthenticated (ErrUnauthenticatedListen): the
+	// metrics name every worker and its stream position.
+	MetricsTokenFile     string
+	AllowUnauthenticated bool
 	// Logger receives the relay's and its subscribers' lines (nil: discarded).
 	Logger *slog.Logger
 }
@@ -83,6 +89,14 @@ func NewRelay(ctx context.Context, cfg RelayConfig) (*Relay, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	auth := AuthConfig{TokenFile: cfg.MetricsTokenFile, AllowUnauthenticated: cfg.AllowUnauthenticated}
+	if err := checkListener(auth, cfg.Listener); err != nil {
+		return nil, err
+	}
+	acc, err := newAccess(auth)
+	if err != nil {
+		return nil, err
+	}
 	nc, pub, err := relayConnect(ctx, cfg, log)
 	if err != nil {
 		return nil, err
@@ -100,7 +114,7 @@ func NewRelay(ctx context.Context, cfg RelayConfig) (*Relay, error) {
 		r.subs = append(r.subs, sub)
 	}
 	if cfg.Listener != nil {
-		if err := r.serve(cfg.Listener); err != nil {
+		if err := r.serve(cfg.Listener, acc); err != nil {
 			r.Close()
 			return nil, err
 		}
@@ -197,15 +211,16 @@ func (r *Relay) Close() error {
 	return err
 }
 
-// serve starts the relay's /healthz, /readyz and /metrics on ln.
+// serve starts the relay's /healthz, /readyz and /metrics on ln; acc guards /metrics
+// (MetricsTokenFile).
 //
 // /healthz is liveness: 200 while the NATS connection is not closed for good (it
 // reconnects by itself otherwise). /readyz is 200 once NATS is connected and every
 // subscriber has synced (or its engine was removed after the grace period), 503 with
 // what it waits for otherwise.
-func (r *Relay) serve(ln net.Listener) error {
+func (r *Relay) serve(ln net.Listener, acc *access) error {
 	reg := prometheus.NewRegistry()
-	for _, c := range []prometheus.Collector{newRelayCollector(r), NewNATSCollector(r.nc), buildInfoGauge()} {
+	for _, c := range []prometheus.Collector{newRelayCollector(r), NewNATSCollector(r.nc), buildInfoGauge(), acc.failures} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
@@ -226,7 +241,7 @@ func (r *Relay) serve(ln net.Listener) error {
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"ready": true})
 	})
-	r.srv = &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	r.srv = &http.Server{Addr: ln.Addr().String(), Handler: acc.httpHandler(mux, func(*http.Request) {}), ReadHeaderTimeout: 10 * time.Second}
 	r.served = make(chan error, 1)
 	go func() { r.served <- r.srv.Serve(ln) }()
 	return nil

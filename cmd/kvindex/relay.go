@@ -32,6 +32,8 @@ func relayMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	maxMsg := fs.Int("max-message-bytes", 0, maxMessageHelp)
 	logLevel := fs.String("log-level", "info", logLevelHelp)
 	tiersFlag := fs.String("tiers", "", "media mapped to storage tiers over the defaults, as MEDIUM=TIER,... (as kvindex serve --tiers)")
+	metricsToken := fs.String("auth-token-file", "", "with --listen: /metrics requires \"Authorization: Bearer TOKEN\" with a token of this file (needed on a non-loopback --listen unless --allow-unauthenticated)")
+	allowUnauth := fs.Bool("allow-unauthenticated", false, "with --listen: serve /metrics to anyone on a non-loopback address")
 	listen := fs.String("listen", "", "serve /healthz, /readyz and /metrics (published, dropped, stream lag per worker) at this address, e.g. 127.0.0.1:9091 (default: none)")
 	natsAuth := natsAuthFlags(fs)
 	connectTimeout := fs.Duration("connect-timeout", fabric.DefaultConnectTimeout, "at start, keep trying to reach NATS and create the stream this long, then exit 1 with the reason")
@@ -92,6 +94,7 @@ func relayMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	r, err := server.NewRelay(ctx, server.RelayConfig{
 		URL: *url, NATS: natsOpts, ConnectTimeout: *connectTimeout, Logger: log, Listener: ln, Engines: subCfgs,
+		MetricsTokenFile: *metricsToken, AllowUnauthenticated: *allowUnauth,
 		Stream: fabric.StreamConfig{Name: *stream, SubjectPrefix: *prefix, Memory: *memory, Duplicates: *dups, MaxAge: *maxAge},
 	})
 	if err != nil {
