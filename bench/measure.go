@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/cputime"
 	"github.com/kvindex/kvindex/internal/replay"
 )
 
@@ -88,7 +89,7 @@ type EventResult struct {
 	BlockOpsPerSec float64
 	// CPUSeconds is the process CPU time (every thread's, user and system) of the pass
 	// whose CPU time is the median; CPUBlockOpsPerSec is BlockOps over it. 0 where the
-	// platform does not tell (processCPU), or the driver of a peer did not report it.
+	// platform does not tell (cputime.Process), or the driver of a peer did not report it.
 	CPUSeconds        float64
 	CPUBlockOpsPerSec float64
 	// AllocsPerEvent is heap allocations (runtime.MemStats.Mallocs) per event, over
@@ -274,11 +275,11 @@ func MeasureEvents(impl Impl, w *Workload, producers int, budget time.Duration, 
 		}
 		runtime.GC() // start every pass from the same heap, outside the timed region
 		runtime.ReadMemStats(&m0)
-		c0, cpuOK := processCPU()
+		c0, cpuOK := cputime.Process()
 		t0 := time.Now()
 		rej, err := applyPass(idx, w, parts, len(w.Events))
 		d := time.Since(t0)
-		if c1, ok := processCPU(); ok && cpuOK {
+		if c1, ok := cputime.Process(); ok && cpuOK {
 			cpus = append(cpus, (c1 - c0).Seconds())
 		}
 		runtime.ReadMemStats(&m1)

@@ -70,7 +70,17 @@ const (
 // default. New never modifies the caller's Config.
 type Config struct {
 	// Shards is the number of shard goroutines that own the positional index.
-	// Default: runtime.GOMAXPROCS(0), at most 8. Range 1..MaxShards.
+	// Range 1..MaxShards. Default (0, with LockedIndex unset): chosen by the cores the
+	// engine may use: the locked index (LockedIndex, Shards 1) where runtime.GOMAXPROCS(0)
+	// is 1 or 2, else runtime.GOMAXPROCS(0) shards, at most 8. On two cores the shards cost more CPU than they save: in ordered replay of
+	// the conversation trace (kvindex replay --ops trace_conversation.jsonl --json
+	// --repeat 3, process CPU time, alternated four times on a loaded 2-core machine)
+	// 2 shards spent 0.055-0.090 s and 1 shard 0.056-0.070 s against the locked index's
+	// 0.040-0.056 s: every event's deltas cross a ring to a shard goroutine that must be
+	// woken, and a query makes a round trip through the shards. With more cores the
+	// shards apply events in parallel, which the locked index cannot; scripts/scaling.sh
+	// measures where that starts to pay. Set Shards (1 or more) to run shard goroutines
+	// on any machine, or LockedIndex to run the locked index on any machine.
 	Shards int
 	// JumpSize is the jump-search stride in blocks. Default 64. Range 1..MaxJumpSize.
 	JumpSize int
@@ -88,16 +98,17 @@ type Config struct {
 	// sync.RWMutex: event callers apply their deltas under the write lock and queries
 	// probe under the read lock, on their own goroutines. Shards must be 0 or 1 with it.
 	//
-	// Choose it where the tail latency of concurrent queries matters most and events
-	// come from one or two ingesters: under two queriers and a streamer on two cores its
-	// find-matches p99 is 3.4 µs against 24 µs at one shard, it holds the least memory,
-	// and an event is visible to every query that starts after its call returns, with no
-	// Barrier. At rest one shard answers as fast (it walks its table the same way), and
-	// keep the sharded default when events must not wait for queries: every event takes
-	// the write lock, so a busy query load slows events several times over (437k
-	// events/s meanwhile against 1.95M at one shard), and with more cores the shards
-	// apply events in parallel. BENCHMARKS.md ("LockedIndex or shards") has the figures
-	// and their command.
+	// The zero Config runs it on one or two cores (Shards says why). Choose it on more
+	// where the tail latency of concurrent queries matters most and events come from one
+	// or two ingesters: under two queriers and a streamer on two cores its find-matches
+	// p99 is 3.4 µs against 24 µs at one shard, it holds the least memory, and an event
+	// is visible to every query that starts after its call returns, with no Barrier. At
+	// rest one shard answers as fast (it walks its table the same way). Choose shards
+	// (Shards >= 1) when events must not wait for queries: every event takes the write
+	// lock, so a busy query load slows events several times over (437k events/s
+	// meanwhile against 1.95M at one shard), and with more cores the shards apply events
+	// in parallel. BENCHMARKS.md ("LockedIndex or shards") has the figures and their
+	// command.
 	LockedIndex bool
 	// SpecChain makes the engine name positions by SPEC's XXH3 prefix chain
 	// (hash.Next) instead of its own keyed chain, which a query computes about five
@@ -137,9 +148,10 @@ func (c Config) Validate() error { return c.withDefaults().validate() }
 
 func (c Config) withDefaults() Config {
 	if c.Shards == 0 {
-		c.Shards = min(runtime.GOMAXPROCS(0), 8)
 		if c.LockedIndex {
 			c.Shards = 1
+		} else {
+			c.Shards, c.LockedIndex = defaultIndex(runtime.GOMAXPROCS(0))
 		}
 	}
 	if c.JumpSize == 0 {
@@ -167,6 +179,19 @@ func (c Config) withDefaults() Config {
 		c.NamespaceBytes = 64 << 20
 	}
 	return c
+}
+
+// lockedMaxProcs is the most runtime.GOMAXPROCS(0) at which the zero Config runs the
+// locked index rather than shard goroutines (Config.Shards has the figures).
+const lockedMaxProcs = 2
+
+// defaultIndex is the index the zero Config runs on procs usable cores: the locked index
+// up to lockedMaxProcs, else one shard per core, at most 8.
+func defaultIndex(procs int) (shards int, locked bool) {
+	if procs <= lockedMaxProcs {
+		return 1, true
+	}
+	return min(procs, 8), false
 }
 
 func (c Config) validate() error {

@@ -47,3 +47,6 @@ func HoldShard(e *Engine, i int) (release func(), ok bool) {
 	}
 	return e.shards[i].Let, true
 }
+
+// DefaultIndex is defaultIndex: the index the zero Config runs on procs cores.
+func DefaultIndex(procs int) (shards int, locked bool) { return defaultIndex(procs) }

@@ -132,7 +132,7 @@ func register(name string, c command) {
 
 // Help texts of the flags several commands share, so that they read the same everywhere.
 const (
-	shardsHelp   = "index shard goroutines (0 = default: GOMAXPROCS, at most 8)"
+	shardsHelp   = "index shard goroutines (0 = default: the locked index at GOMAXPROCS <= 2, else GOMAXPROCS shards, at most 8)"
 	jumpHelp     = "index jump-search stride in blocks (0 = default 64)"
 	engineHelp   = "an engine to follow (repeatable; worker=ID,model=NAME without endpoint: an engine without events, served from predictions): endpoint=tcp://HOST:PORT[,replay=tcp://HOST:PORT][,worker=ID][,model=NAME][,block_size=N][,dp_ranks=N][,dp_rank_start=N|,dp_rank=R (this rank only, on endpoint itself)][,topic=T][,bind=true][,allowed_peers=10.0.0.0/16|10.1.2.3 (with bind: the only peers that may connect)][,media=GPU|CPU (only these media, |-separated)][,hash_seed=PYTHONHASHSEED][,hash_algo=sha256 or sha256_cbor][,hash_sample=N][,kv_groups=0|2 (only these group indexes, |-separated)][,kv_group_kinds=full_attention (|-separated)][,kv_hybrid=true (every group under its reuse rule, learned from the events)][,kv_group_specs=full:16|sliding_window:16:4096|mamba:64 (a hybrid model's groups in group_idx order: KIND:BLOCK_SIZE[:WINDOW], |-separated)]"
 	natsHelp     = "NATS server URL(s), comma-separated"

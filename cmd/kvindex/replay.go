@@ -26,6 +26,7 @@ type replayJSON struct {
 	Ops                int     `json:"ops"`
 	BlockOps           int     `json:"block_ops"`
 	Seconds            float64 `json:"seconds"`
+	CPUSeconds         float64 `json:"cpu_seconds,omitempty"`
 	OpsPerS            float64 `json:"ops_per_s"`
 	BlockOpsPerS       float64 `json:"block_ops_per_s"`
 	QueryP50           int64   `json:"query_p50_ns"`
@@ -114,7 +115,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	out := replayJSON{
 		File: *file, Shards: eff.Shards, Jump: eff.JumpSize, Locked: eff.LockedIndex, SpecChain: eff.SpecChain,
 		Passed: res.Passed, Failed: res.Failed, Ops: res.Ops, BlockOps: res.BlockOps,
-		Seconds: res.Seconds, QueryP50: res.QueryP50, QueryP99: res.QueryP99,
+		Seconds: res.Seconds, CPUSeconds: res.CPUSeconds, QueryP50: res.QueryP50, QueryP99: res.QueryP99,
 		Rejected: res.Rejected, Memberships: res.Memberships, BytesPerMembership: res.BytesPerMembership,
 	}
 	if q := res.Stats.Queries; q > 0 && !eff.LockedIndex {
@@ -137,7 +138,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 			impl += ", SPEC's prefix chain"
 		}
 		fmt.Fprintf(stdout, "%s: %s jump=%d\n", *file, impl, out.Jump)
-		fmt.Fprintf(stdout, "  ops %d (%.0f/s), block ops %d (%.2fM/s), %.3f s\n", out.Ops, out.OpsPerS, out.BlockOps, out.BlockOpsPerS/1e6, out.Seconds)
+		fmt.Fprintf(stdout, "  ops %d (%.0f/s), block ops %d (%.2fM/s), %.3f s (CPU %.3f s)\n", out.Ops, out.OpsPerS, out.BlockOps, out.BlockOpsPerS/1e6, out.Seconds, out.CPUSeconds)
 		fmt.Fprintf(stdout, "  find-matches p50 %d ns, p99 %d ns; rejected stores %d\n", out.QueryP50, out.QueryP99, out.Rejected)
 		if !out.Locked {
 			fmt.Fprintf(stdout, "  per query: %.3f round trips to the shards, %.1f probes\n", out.RoundsPerQuery, out.ProbesPerQuery)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/cputime"
 	"github.com/kvindex/kvindex/internal/oplog"
 )
 
@@ -23,6 +24,11 @@ type Result struct {
 	// BlockOps counts query hashes, stored blocks and removed hashes.
 	BlockOps int
 	Seconds  float64
+	// CPUSeconds is the process's CPU time (every thread's: the caller's, the shard
+	// goroutines' and the collector's) over the same span as Seconds; 0 where the
+	// platform does not tell. Unlike Seconds, other load on the machine leaves it be, so
+	// it is the figure to compare configurations by on a shared machine.
+	CPUSeconds float64
 	// Query latency percentiles in nanoseconds (0 when there were no queries).
 	QueryP50, QueryP99, QueryP999 int64
 	Rejected                      int
@@ -96,6 +102,7 @@ func Run(ctx context.Context, ops []oplog.Op, opt Options) (Result, error) {
 	var matches []engine.Match
 	errs := make([]error, 0, 64)
 	start := time.Now()
+	cpu0, cpuOK := cputime.Process()
 	next := 0 // the first op not yet applied
 	for _, q := range queries {
 		if err := applyEvents(e, ops, events, next, q, opt.Batch, &errs, &res); err != nil {
@@ -133,6 +140,9 @@ func Run(ctx context.Context, ops []oplog.Op, opt Options) (Result, error) {
 		return res, err
 	}
 	res.Seconds = time.Since(start).Seconds()
+	if cpu1, ok := cputime.Process(); ok && cpuOK {
+		res.CPUSeconds = (cpu1 - cpu0).Seconds()
+	}
 	res.Stats = e.Stats()
 	res.Memberships = res.Stats.Blocks
 	if opt.MeasureMemory {

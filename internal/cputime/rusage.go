@@ -1,17 +1,17 @@
 //go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
 
-package bench
+package cputime
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU returns the CPU time (user and system) the process has used so far: every
+// Process returns the CPU time (user and system) the process has used so far: every
 // thread's, so that a sharded engine's shard goroutines and the garbage collector count
 // with the caller's. Neighbours' load on the machine does not inflate it as it does the
 // wall clock. ok is false where the platform does not tell.
-func processCPU() (d time.Duration, ok bool) {
+func Process() (d time.Duration, ok bool) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0, false
