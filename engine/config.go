@@ -72,15 +72,17 @@ type Config struct {
 	// Shards is the number of shard goroutines that own the positional index.
 	// Range 1..MaxShards. Default (0, with LockedIndex unset): chosen by the cores the
 	// engine may use: the locked index (LockedIndex, Shards 1) where runtime.GOMAXPROCS(0)
-	// is 1 or 2, else runtime.GOMAXPROCS(0) shards, at most 8. On two cores the shards cost more CPU than they save: in ordered replay of
-	// the conversation trace (kvindex replay --ops trace_conversation.jsonl --json
-	// --repeat 3, process CPU time, alternated four times on a loaded 2-core machine)
-	// 2 shards spent 0.055-0.090 s and 1 shard 0.056-0.070 s against the locked index's
-	// 0.040-0.056 s: every event's deltas cross a ring to a shard goroutine that must be
-	// woken, and a query makes a round trip through the shards. With more cores the
-	// shards apply events in parallel, which the locked index cannot; scripts/scaling.sh
-	// measures where that starts to pay. Set Shards (1 or more) to run shard goroutines
-	// on any machine, or LockedIndex to run the locked index on any machine.
+	// is 1 or 2, else runtime.GOMAXPROCS(0) shards, at most 8. On two cores the shards
+	// cost more CPU than they save: in ordered replay of the conversation trace
+	// (kvindex replay --ops trace_conversation.jsonl --json --repeat 3, the replay's
+	// process CPU time, six alternated runs on a loaded 2-core machine; BENCHMARKS.md,
+	// "The default index by cores") the locked index spent a median 0.049 s, 2 shards
+	// 0.063 s (+29%) and 1 shard 0.068 s (+39%): every event's deltas cross a ring to a
+	// shard goroutine that must be woken, and a query makes a round trip through the
+	// shards. With more cores the shards apply events in parallel, which the locked
+	// index cannot; scripts/scaling.sh measures where that starts to pay. Set Shards (1
+	// or more) to run shard goroutines on any machine, or LockedIndex to run the locked
+	// index on any machine.
 	Shards int
 	// JumpSize is the jump-search stride in blocks. Default 64. Range 1..MaxJumpSize.
 	JumpSize int
