@@ -202,6 +202,10 @@ fuzz:
 	$(GOTEST) -run '^$$' -fuzz '^FuzzGuard$$' -fuzztime $(call fuzzbudget,50000x) ./subscriber/
 	$(GOTEST) -run '^$$' -fuzz '^FuzzApplyBatch$$' -fuzztime $(call fuzzbudget,20000x) ./subscriber/
 	$(GOTEST) -run '^$$' -fuzz '^FuzzWatchStream$$' -fuzztime $(call fuzzbudget,20000x) ./internal/kube/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzEncode$$' -fuzztime $(call fuzzbudget,10000x) ./tokenize/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzTemplate$$' -fuzztime $(call fuzzbudget,10000x) ./chattemplate/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzDecodeJSON$$' -fuzztime $(call fuzzbudget,10000x) ./chattemplate/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzFromRequest$$' -fuzztime $(call fuzzbudget,10000x) ./chattemplate/
 
 fuzz-long: fuzz
 	$(GOTEST) -run '^$$' -fuzz '^FuzzDecodeMatch$$' -fuzztime $(call fuzzbudget,25000x) ./server/

@@ -244,7 +244,6 @@ var (
 	toIndexJSON = report.IndexOf
 	toHitsJSON  = report.HitsOf
 	pct         = report.Pct
-	micros      = report.Micros
 	chartLine   = report.ChartLine
 )
 
