@@ -86,8 +86,9 @@ unit: publisher-deps
 ## sweep (engine's TestOwnersRace: non-owners racing on each owner's state are reported
 ## by the detector); there the histories are sized by internal/testsize (Sized), as the
 ## checks recount after every event. race-full: the sequential checks the detector runs
-## short, at full size without it, and the index's zero-allocation tests, which skip
-## where the race detector or the invariant checks allocate.
+## short, at full size without it (the index's differentials, the tokenizer's and chat
+## template's comparisons with their npm references), and the index's zero-allocation
+## tests, which skip where the race detector or the invariant checks allocate.
 INDEX_PKGS := ./engine/... ./shard/... ./internal/table/... ./internal/invariants/
 race: race-pkgs race-invariants race-full
 
@@ -105,6 +106,7 @@ race-full: publisher-deps
 	$(GOTEST) -count=1 -run '^(TestConformance|TestDifferentialRandom)$$' ./bench/radix/
 	$(GOTEST) -count=1 -run '^(TestPartitionBalance|TestDifferential.*|Test.*Allocs.*)$$' ./engine/ ./shard/
 	$(GOTEST) -count=1 ./sim/
+	$(GOTEST) -count=1 -run '^(TestOracle.*|TestProbes.*)$$' ./tokenize/ ./chattemplate/
 
 ## test-long: every test at its full size under the race detector (KVINDEX_TEST_LONG=1:
 ## the histories, logs and sweeps make test shortens; see internal/testsize), and every

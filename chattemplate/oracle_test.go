@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/testsize"
 	"github.com/kvindex/kvindex/internal/tokoracle"
 )
 
@@ -215,6 +216,9 @@ func firstDiff(a, b string) int {
 // TestOracleHFJinja: the real Qwen3 and Llama 3.1 templates render byte-identically to
 // @huggingface/jinja on the random conversation corpus.
 func TestOracleHFJinja(t *testing.T) {
+	if !testsize.Full() {
+		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (race-full)")
+	}
 	dir := needOracle(t)
 	models := loadOracleModels(t)
 	cases := oracleCases(t, models)
@@ -255,6 +259,9 @@ func pythonCmd(t testing.TB, py string) *exec.Cmd {
 // TestOracleJinja2: the same corpus against Python's jinja2 configured as transformers
 // configures it, when python3 with jinja2 is installed.
 func TestOracleJinja2(t *testing.T) {
+	if !testsize.Full() {
+		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (race-full)")
+	}
 	py := python3Jinja2(t)
 	models := loadOracleModels(t)
 	cases := oracleCases(t, models)
@@ -266,6 +273,9 @@ func TestOracleJinja2(t *testing.T) {
 // chat templates use, and the edges where Python's semantics matter) renders as Python's
 // jinja2 renders it, error for error.
 func TestProbesJinja2(t *testing.T) {
+	if !testsize.Full() {
+		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (race-full)")
+	}
 	py := python3Jinja2(t)
 	raw, err := os.ReadFile(filepath.Join("testdata", "probes.json"))
 	if err != nil {

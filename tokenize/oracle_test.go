@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/kvindex/kvindex/internal/testsize"
 	"github.com/kvindex/kvindex/internal/tokoracle"
 	"github.com/kvindex/kvindex/tokenize"
 )
@@ -33,6 +34,9 @@ func load(t testing.TB, model string) *tokenize.Tokenizer {
 // the tokenizer's special tokens (a completions prompt) and, for every third prompt,
 // without (a rendered chat).
 func TestOracleCorpus(t *testing.T) {
+	if !testsize.Full() {
+		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (race-full)")
+	}
 	prompts := corpus(1, 2400)
 	compareWithOracle(t, prompts)
 }
@@ -40,6 +44,9 @@ func TestOracleCorpus(t *testing.T) {
 // TestOracleRandom is the oracle on random strings: a fresh seed each run (logged, so
 // a failure reproduces with -run and KVINDEX_TOKENIZE_SEED).
 func TestOracleRandom(t *testing.T) {
+	if !testsize.Full() {
+		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (race-full)")
+	}
 	seed := seedFromEnv(t)
 	compareWithOracle(t, corpus(seed, 500))
 }
@@ -88,6 +95,9 @@ func firstDiff(a, b []uint32) int {
 // encodes them (vLLM's chat convention), comparing the text with @huggingface/jinja's
 // rendering and the ids with transformers.js's.
 func TestOracleChats(t *testing.T) {
+	if !testsize.Full() {
+		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (race-full)")
+	}
 	convs := conversations(11, 500)
 	var jobs []tokoracle.Job
 	for _, m := range []string{"qwen3", "llama3.1"} {
