@@ -120,6 +120,7 @@ type (
 		MaxNumSeqs     int        `json:"max_num_seqs"`
 		CostModel      string     `json:"cost_model"`
 		Shards         int        `json:"shards"`
+		Locked         bool       `json:"locked_index,omitempty"`
 		Jump           int        `json:"jump"`
 		EventDelayMs   float64    `json:"event_delay_ms"`
 		Routers        int        `json:"routers,omitempty"`
@@ -354,7 +355,7 @@ func RunTimed(t Timed) (*TimedReport, error) {
 	eff := cfg.Engine.WithDefaults()
 	out := TimedJSON{Model: "timed", Workload: t.Info, Cluster: timedClusterJSON{
 		Workers: cfg.Workers, Capacity: cfg.Capacity, StepTokens: cfg.ChunkTokens, MaxNumSeqs: cfg.MaxNumSeqs, CostModel: t.CostName,
-		Shards: eff.Shards, Jump: eff.JumpSize, EventDelayMs: float64(max(cfg.EventDelay, 0)) / 1e6, Routers: cfg.Routers,
+		Shards: eff.Shards, Locked: eff.LockedIndex, Jump: eff.JumpSize, EventDelayMs: float64(max(cfg.EventDelay, 0)) / 1e6, Routers: cfg.Routers,
 		RouterAffinity: cfg.Affinity.String(), ShareLoad: cfg.ShareLoad, Speedup: cfg.Speedup, SLOTTFTs: cfg.SLOTTFT.Seconds(), OverlapWeight: cfg.OverlapWeight,
 		OpenLoop: cfg.OpenLoop, ThinkTimeS: max(cfg.ThinkTime, 0).Seconds(), PrefillScale: cfg.PrefillScale,
 		ApproxCapacity: cfg.ApproxCapacity, ApproxBlock: cfg.ApproxBlock,
@@ -382,10 +383,10 @@ func RunTimed(t Timed) (*TimedReport, error) {
 				alone = len(jobs)
 			}
 			if i := len(jobs); i != alone && shared && c.Engine.Shards == 0 {
-				// The runs that share the CPUs take one index shard each: two at a
-				// time with the default shards would keep six goroutines busy on two
+				// The runs that share the CPUs take the locked index each: two at a
+				// time with shard goroutines would keep six goroutines busy on two
 				// cores, and the switching cost more than the shards gave.
-				c.Engine.Shards = 1
+				c.Engine.LockedIndex = true
 			}
 			jobs = append(jobs, &runJob{rt: rt, cfg: c, both: len(affs) > 1})
 		}
@@ -539,7 +540,7 @@ func printTimedHeader(w io.Writer, out TimedJSON, wl *sim.Workload, sw Sweep) {
 	if sw.Key != "event-delay" {
 		delay = time.Duration(c.EventDelayMs * 1e6).String()
 	}
-	fmt.Fprintf(w, "          %s; events reach the index %s after the step that made them; index: %d shards, jump %d\n", routers, delay, c.Shards, c.Jump)
+	fmt.Fprintf(w, "          %s; events reach the index %s after the step that made them; index: %s, jump %d\n", routers, delay, indexName(c.Shards, c.Locked), c.Jump)
 	fmt.Fprintf(w, "          cost policies: overlap weight %g; scorer policies: prefix %g, KV %g, queue %g; goodput: TTFT <= %s\n",
 		c.OverlapWeight, c.ScorerWeights[0], c.ScorerWeights[1], c.ScorerWeights[2], Secs(c.SLOTTFTs))
 	fmt.Fprintf(w, "          approximate knowledge: the router's own decisions, an LRU of %s keys of %d tokens per engine (llm-d's, %s tokens) or a 120 s TTL (Dynamo's)\n",
@@ -792,4 +793,12 @@ func WriteCanvas(c vg.CanvasWriterTo, path string) (err error) {
 	}()
 	_, err = c.WriteTo(f)
 	return err
+}
+
+// indexName names an engine's index for the header: the locked index or its shards.
+func indexName(shards int, locked bool) string {
+	if locked {
+		return "locked"
+	}
+	return fmt.Sprintf("%d shards", shards)
 }
