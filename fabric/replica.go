@@ -180,18 +180,43 @@ func (r *Replica) warn(msg string, args ...any) {
 	r.cfg.Logger.Warn(msg, args...)
 }
 
+// waitStream returns the replica's stream, waiting for it while it does not exist yet
+// (a replica started before its relay created it) until ctx ends; other errors return
+// at once.
+func (r *Replica) waitStream(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, error) {
+	wait := 50 * time.Millisecond
+	for logged := false; ; {
+		stream, err := js.Stream(ctx, r.cfg.Stream.Name)
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return stream, err
+		}
+		if !logged {
+			r.cfg.Logger.Info("waiting for the stream to exist (a relay creates it)", "stream", r.cfg.Stream.Name)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (waited for it: %w)", err, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
 // Start builds the index and starts consuming. With snapshotPath set and the file
 // present, the index is restored from it and the stream consumed from the position it
 // records; a snapshot that is truncated, corrupted, from another stream, from a replica
 // of other Models, or older than the stream's oldest message is refused
 // (Stats().SnapshotErr says why) and the stream is replayed from its start instead. A missing file is not an error. snapshotPath may
-// also name an object in a JetStream object store (ObjectScheme + "BUCKET/NAME").
+// also name an object in a JetStream object store (ObjectScheme + "BUCKET/NAME"). A
+// stream that does not exist yet is waited for until ctx ends (a replica may start
+// before its relay creates the stream).
 func (r *Replica) Start(ctx context.Context, snapshotPath string) error {
 	js, err := jetstream.New(r.nc)
 	if err != nil {
 		return err
 	}
-	stream, err := js.Stream(ctx, r.cfg.Stream.Name)
+	stream, err := r.waitStream(ctx, js)
 	if err != nil {
 		return fmt.Errorf("fabric: stream %s: %w", r.cfg.Stream.Name, err)
 	}

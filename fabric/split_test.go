@@ -1,10 +1,14 @@
 package fabric
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"math"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -211,5 +215,61 @@ func TestReplicaRefusesSeqHops(t *testing.T) {
 	}
 	if est := r.Engine().Stats(); est.Blocks != 4 {
 		t.Fatalf("engine %+v, want w's 3 blocks and v's", est)
+	}
+}
+
+// waitingLog signals when a replica logs that it waits for its stream.
+type waitingLog struct {
+	slog.Handler
+	waiting chan struct{}
+	once    *sync.Once
+}
+
+func (waitingLog) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h waitingLog) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "waiting for the stream") {
+		h.once.Do(func() { close(h.waiting) })
+	}
+	return nil
+}
+
+// TestReplicaWaitsForStream (issue 33, low items): a replica started before its
+// stream existed failed its start (serve --nats exited 1). It now waits until the
+// stream exists, then follows it from its start; a context that ends first is the
+// error.
+func TestReplicaWaitsForStream(t *testing.T) {
+	ctx := testCtx(t)
+	ns := startNATS(t)
+	nc := ns.connect(t)
+	log := waitingLog{Handler: slog.DiscardHandler, waiting: make(chan struct{}), once: &sync.Once{}}
+	sc := StreamConfig{Memory: true}
+	r := NewReplica(nc, specChain(ReplicaConfig{Stream: sc, Logger: slog.New(log)}))
+	t.Cleanup(func() { r.Close() })
+	started := make(chan error, 1)
+	go func() { started <- r.Start(ctx, "") }()
+	select {
+	case <-log.waiting:
+	case err := <-started:
+		t.Fatalf("started before the stream existed: %v", err)
+	}
+	p := newPublisher(t, ctx, nc, PublisherConfig{Stream: sc}) // creates the stream
+	ev := engine.Event{Kind: engine.EventStored, Worker: "w", Namespace: namespace.Of(testModel, ""), Blocks: []engine.Block{{Content: 1, Seq: 1}}}
+	if err := p.Publish(ctx, testModel, &ev, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	waitApplied(t, ctx, r, streamLast(t, ctx, nc, DefaultStream))
+	if st := r.Engine().Stats(); st.Blocks != 1 {
+		t.Fatalf("engine %+v", st)
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	other := NewReplica(nc, ReplicaConfig{Stream: StreamConfig{Name: "NONE", Memory: true}})
+	defer other.Close()
+	if err := other.Start(short, ""); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a stream that never comes: %v", err)
 	}
 }
