@@ -20,6 +20,9 @@ var (
 	// ErrQueryTooLong rejects a query of MaxDepth blocks or more: no chain can be that
 	// deep, and a query is not an event (it changes nothing).
 	ErrQueryTooLong = errors.New("engine: query too long")
+	// ErrNotSpecChain refuses a query by prefix hashes (FindMatchesByPrefix) on an
+	// engine whose positions are named by its own keyed chain, not SPEC's.
+	ErrNotSpecChain = errors.New("engine: prefix-hash queries need the spec chain (Config.SpecChain)")
 	// ErrInvalidConfig wraps every Config validation failure.
 	ErrInvalidConfig = errors.New("engine: invalid config")
 	// ErrNamespaceTableFull rejects a stored event or prediction that would intern a

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/hash"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
 	"github.com/kvindex/kvindex/internal/replay"
@@ -316,7 +317,8 @@ func differentialSteps(t *testing.T, cfg engine.Config, steps []refmodel.Step, b
 	}
 	m := refmodel.New()
 	m.PredictionsPerWorker, m.PredictedBlocks, m.PredictionTTL = cfg.PredictionsPerWorker, cfg.PredictedBlocks, cfg.PredictionTTL
-	var got []engine.Match
+	var got, byPrefix []engine.Match
+	var prefixes []uint64
 	var pending []engine.Event
 	var pendingOps []int
 	var errs []error
@@ -362,6 +364,12 @@ func differentialSteps(t *testing.T, cfg engine.Config, steps []refmodel.Step, b
 				if got[j].Predicted > 0 {
 					predicted++
 				}
+			}
+			if cfg.SpecChain { // the same query by its rolling hashes answers the same
+				prefixes = hash.Prefixes(prefixes[:0], op.Content)
+				byPrefix, err = e.FindMatchesByPrefix(ctx, prefixes, byPrefix[:0])
+				require.NoError(t, err)
+				require.Equal(t, got, byPrefix, "op %d: query %v by its prefix hashes", i, op.Content)
 			}
 			queries++
 			continue
@@ -520,8 +528,10 @@ func stepsFromBytes(data []byte) []refmodel.Step {
 func TestFindMatchesZeroAllocs(t *testing.T) {
 	testsize.SkipAllocs(t)
 	// Two shards; one, which narrows wide strides before round 2; and the locked index.
-	for _, cfg := range []engine.Config{{Shards: 2, JumpSize: 8}, {Shards: 1, JumpSize: 64}, {LockedIndex: true, JumpSize: 64}} {
-		t.Run(fmt.Sprintf("locked=%v/shards=%d", cfg.LockedIndex, cfg.Shards), func(t *testing.T) { testFindMatchesZeroAllocs(t, cfg) })
+	// Each also by prefix hashes on the spec chain (FindMatchesByPrefix).
+	for _, cfg := range []engine.Config{{Shards: 2, JumpSize: 8}, {Shards: 1, JumpSize: 64}, {LockedIndex: true, JumpSize: 64},
+		{Shards: 2, JumpSize: 8, SpecChain: true}, {Shards: 1, JumpSize: 64, SpecChain: true}, {LockedIndex: true, JumpSize: 64, SpecChain: true}} {
+		t.Run(fmt.Sprintf("locked=%v/shards=%d/byprefix=%v", cfg.LockedIndex, cfg.Shards, cfg.SpecChain), func(t *testing.T) { testFindMatchesZeroAllocs(t, cfg) })
 	}
 }
 
@@ -538,13 +548,17 @@ func testFindMatchesZeroAllocs(t *testing.T, cfg engine.Config) {
 	}
 	require.NoError(t, e.Remove("w3", 1010)) // a gap, so round 2 runs too
 	require.NoError(t, e.Barrier(ctx))
+	find := e.FindMatches
+	if cfg.SpecChain {
+		q, find = hash.Prefixes(nil, q), e.FindMatchesByPrefix
+	}
 	// queryAllocs checks that a query answering want matches allocates nothing.
 	queryAllocs := func(want int) {
 		t.Helper()
 		dst := make([]engine.Match, 0, 2*want)
 		allocs := testing.AllocsPerRun(200, func() {
 			var err error
-			dst, err = e.FindMatches(ctx, q, dst[:0])
+			dst, err = find(ctx, q, dst[:0])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -691,6 +705,7 @@ func TestDifferentialPredictions(t *testing.T) {
 					steps := refmodel.RandomSteps(r, n, refmodel.RandomOptions{Alphabet: int(2 + seed), MaxChain: 40})
 					cfg := engine.Config{Shards: shards, JumpSize: 4, QueueSize: 4,
 						PredictionsPerWorker: int(seed), PredictedBlocks: []int{30, 200, 1 << 20}[seed-1]}
+					cfg.SpecChain = seed != 1 // and by prefix hashes (differentialSteps)
 					if shards == 0 {
 						cfg.Shards, cfg.LockedIndex = 1, true
 					}

@@ -428,7 +428,7 @@ func (e *Engine) longestAccepted(q *query, h *worker.Hybrid, gi int, r worker.Ru
 // groupHolds reports whether group gi holds, on a tier 0..t, a block whose prefix is
 // the query's first end units.
 func (e *Engine) groupHolds(q *query, h *worker.Hybrid, gi int, content []uint64, t worker.Tier, end int) bool {
-	k := worker.GroupKey{NS: q.ns, End: uint32(end), Prefix: q.tierPrefix(&e.env.Chain, content, end-1)}
+	k := worker.GroupKey{NS: q.ns, End: uint32(end), Prefix: q.tierPrefix(q.ch, content, end-1)}
 	for tt := worker.Tier(0); tt <= t; tt++ {
 		if h.Holds(gi, tt, k) {
 			return true

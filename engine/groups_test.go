@@ -31,6 +31,7 @@ func TestDifferentialHybrid(t *testing.T) {
 				if shards == 0 {
 					cfg, mode = engine.Config{LockedIndex: true, JumpSize: jump}, "locked"
 				}
+				cfg.SpecChain = seed == 2 // and by prefix hashes (differentialSteps)
 				t.Run(fmt.Sprintf("%s/jump=%d/seed=%d", mode, jump, seed), func(t *testing.T) {
 					t.Parallel()
 					ops := refmodel.RandomHybridOps(rand.New(rand.NewPCG(seed, uint64(jump))), n, refmodel.HybridOptions{Tiers: seed == 2})

@@ -79,7 +79,7 @@ func (e *Engine) queueWave(q *query, content []uint64, hi, dense int) {
 		}
 		q.landings = append(q.landings, q.wx)
 	}
-	q.extend(&e.env.Chain, content, hi)
+	q.extend(q.ch, content, hi)
 	for _, lx := range q.landings[from:] {
 		q.add(e, lx)
 	}
@@ -105,7 +105,7 @@ func (e *Engine) round(ctx context.Context, q *query, content []uint64, hi, ahea
 	h := len(q.pre) - 1
 	for h < ahead && q.answered() < sent {
 		h = min(h+hashAheadChunk, ahead)
-		q.extend(&e.env.Chain, content, h)
+		q.extend(q.ch, content, h)
 	}
 	if ahead > hi && (e.hooks.speculate > 0 || e.hooks.speculate == 0 && q.answered() < sent) {
 		q.alt = q.nshard

@@ -253,7 +253,9 @@ func (e *Engine) addPredicted(q *query, ns uint32, content []uint64, dst []Match
 	root := e.fingerprint(shard.Key{Prefix: content[0], NS: ns})
 	p.RLock()
 	defer p.RUnlock()
-	hits := p.AppendHits(q.phits[:0], root, ns, content, e.now())
+	hits := predict.AppendEach(p, q.phits[:0], root, ns, content, q.byPrefix, e.now(), func(w string, n int) predict.Hit {
+		return predict.Hit{Worker: w, N: n}
+	})
 	q.phits = hits
 	changed := false
 	for _, h := range hits {
@@ -314,7 +316,7 @@ func (e *Engine) PredictedIn(namespace string, content []uint64, dst []WorkerPre
 	root := e.fingerprint(shard.Key{Prefix: content[0], NS: ns})
 	p.RLock()
 	defer p.RUnlock()
-	return predict.AppendEach(p, dst, root, ns, content, e.now(), func(w string, n int) WorkerPrediction {
+	return predict.AppendEach(p, dst, root, ns, content, false, e.now(), func(w string, n int) WorkerPrediction {
 		return WorkerPrediction{Worker: w, Blocks: n}
 	})
 }

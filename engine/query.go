@@ -57,7 +57,9 @@ type candidate struct {
 type query struct {
 	done      chan struct{}
 	ns        uint32
-	pre       []uint64 // prefix hash per position
+	ch        *chain.Chain // the engine's chain, or chain.Given for a query by prefix hashes
+	byPrefix  bool         // the query's words are prefix hashes (FindMatchesByPrefixIn)
+	pre       []uint64     // prefix hash per position
 	sub       []shard.Batch
 	at        []probeAt // per hashed position: where its probe is, if it was probed
 	gen       uint32    // this call's stamp in at
@@ -96,12 +98,43 @@ func (e *Engine) getQuery() *query {
 // prefix, and its size. Matches are ordered by score (highest first), then worker name.
 // An empty query matches nothing. It returns ctx.Err() if ctx ends first, or ErrClosed.
 func (e *Engine) FindMatches(ctx context.Context, content []uint64, dst []Match) ([]Match, error) {
-	return e.findMatches(ctx, 0, content, dst)
+	return e.findMatches(ctx, 0, content, &e.env.Chain, dst)
 }
 
 // FindMatchesIn is FindMatches in a prefix namespace (see Event.Namespace); "" is the
 // default namespace. A namespace nothing was ever stored into matches nothing.
 func (e *Engine) FindMatchesIn(ctx context.Context, namespace string, content []uint64, dst []Match) ([]Match, error) {
+	return e.findMatchesIn(ctx, namespace, content, &e.env.Chain, dst)
+}
+
+// FindMatchesByPrefix is FindMatches for a query given by its prefix hashes instead
+// of its content hashes: prefixes[i] is SPEC's rolling hash of blocks 0..i
+// (prefixes[0] = content[0], prefixes[i] = hash.Next(prefixes[i-1], content[i]);
+// hash.Prefixes), the sequence hashes Dynamo and Mooncake's Conductor send. The index
+// is keyed by (position, prefix hash), so such a query is answered exactly as the
+// content hashes it was made from would be, predictions included. It needs an engine
+// on SPEC's chain (Config.SpecChain, or restored from a snapshot written with it) and
+// returns ErrNotSpecChain otherwise: the keyed chain's prefixes are the engine's
+// secret, and a rolling hash cannot be turned back into the blocks' contents.
+func (e *Engine) FindMatchesByPrefix(ctx context.Context, prefixes []uint64, dst []Match) ([]Match, error) {
+	return e.FindMatchesByPrefixIn(ctx, "", prefixes, dst)
+}
+
+// FindMatchesByPrefixIn is FindMatchesByPrefix in a prefix namespace (FindMatchesIn).
+func (e *Engine) FindMatchesByPrefixIn(ctx context.Context, namespace string, prefixes []uint64, dst []Match) ([]Match, error) {
+	if !e.env.Chain.Spec() {
+		return dst, ErrNotSpecChain
+	}
+	return e.findMatchesIn(ctx, namespace, prefixes, &chain.Given, dst)
+}
+
+// SpecChain reports whether the engine names positions by SPEC's chain, the one
+// FindMatchesByPrefix needs.
+func (e *Engine) SpecChain() bool { return e.env.Chain.Spec() }
+
+// findMatchesIn resolves a namespace and runs the query; ch is the engine's chain
+// (words are content hashes) or chain.Given (words are prefix hashes).
+func (e *Engine) findMatchesIn(ctx context.Context, namespace string, words []uint64, ch *chain.Chain, dst []Match) ([]Match, error) {
 	ns := uint32(0)
 	if namespace != "" {
 		if ns = e.namespaceID(namespace, nsFind); ns == 0 {
@@ -111,10 +144,10 @@ func (e *Engine) FindMatchesIn(ctx context.Context, namespace string, content []
 			return dst, nil
 		}
 	}
-	return e.findMatches(ctx, ns, content, dst)
+	return e.findMatches(ctx, ns, words, ch, dst)
 }
 
-func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, dst []Match) ([]Match, error) {
+func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, ch *chain.Chain, dst []Match) ([]Match, error) {
 	if e.closed.Load() {
 		return dst, e.err()
 	}
@@ -137,7 +170,7 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, d
 			e.abandoned.Add(1) // shards may still write into q: let the GC have it
 		}
 	}()
-	q.ns = ns
+	q.ns, q.ch, q.byPrefix = ns, ch, ch == &chain.Given
 	start := len(dst)
 	if e.walks() {
 		var done bool

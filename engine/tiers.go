@@ -132,7 +132,7 @@ func (q *query) heldByAny(e *Engine, comps []*worker.Worker, content []uint64, x
 			continue
 		}
 		if !computed {
-			k, computed = shard.Key{Prefix: q.tierPrefix(&e.env.Chain, content, x), Pos: uint32(x), NS: q.ns}, true
+			k, computed = shard.Key{Prefix: q.tierPrefix(q.ch, content, x), Pos: uint32(x), NS: q.ns}, true
 		}
 		if c.Holds(&e.env, k) {
 			return true

@@ -62,7 +62,7 @@ func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done 
 			q.sub[0].Out = buf
 			return dst, false
 		}
-		h = e.env.Chain.Step(h, content[x], uint32(x))
+		h = q.ch.Step(h, content[x], uint32(x))
 		buf = idx.AppendMembers(buf[:0], e.fingerprint(shard.Key{Prefix: h, Pos: uint32(x), NS: q.ns}))
 		q.seen.SetTo(buf)
 		for i := range q.cands {
@@ -133,7 +133,7 @@ func (e *Engine) gallop(q *query, idx *shard.Index, content []uint64, buf []uint
 		// The prefix hashes grow with the depth hashed, never with the query's length:
 		// a query of a billion blocks that its candidates leave early costs a few.
 		pre := slices.Grow(q.pre, x+1-len(q.pre))[:x+1]
-		e.env.Chain.Fill(pre, content, len(q.pre))
+		q.ch.Fill(pre, content, len(q.pre))
 		h := pre[x]
 		q.pre = pre
 		buf = idx.AppendMembers(buf[:0], e.fingerprint(shard.Key{Prefix: h, Pos: uint32(x), NS: q.ns}))

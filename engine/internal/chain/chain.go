@@ -39,8 +39,12 @@ import (
 // restored engine probes with the prefixes it saved.
 type Chain struct {
 	spec bool
-	key  table.Seed // the keyed chain's secret; its Hash64 gives k and T(j)
-	k    uint64
+	// given marks Given: the "content" a query hands it are already the positions'
+	// prefix hashes (a client's rolling hashes, which are SPEC's chain), so P(j) is
+	// the j-th word itself. Only Given sets it, and it implies spec.
+	given bool
+	key   table.Seed // the keyed chain's secret; its Hash64 gives k and T(j)
+	k     uint64
 	// tab holds the precomputed position multipliers T(0..n), shared by copies of the
 	// chain: it grows, doubling, to cover the deepest position the engine has hashed, up
 	// to chainTable, so that an engine whose keys and queries stay shallow keeps a small
@@ -118,9 +122,17 @@ func (c *Chain) multPast(j uint32) uint64 {
 	return c.key.Hash64(uint64(j)) | 1
 }
 
+// Given is the chain of a query by prefix hashes (an engine on the spec chain only):
+// it hands each position's word back as its prefix, so the query's phases, which
+// extend prefixes through a Chain, probe exactly the keys the client named.
+var Given = Chain{spec: true, given: true}
+
 // Step returns P(pos) from prev = P(pos-1) and the content hash at pos (pos >= 1).
 func (c *Chain) Step(prev, content uint64, pos uint32) uint64 {
 	if c.spec {
+		if c.given {
+			return content
+		}
 		return hash.Next(prev, content)
 	}
 	hi, lo := bits.Mul64(content^c.k, c.mult(pos))
@@ -134,6 +146,10 @@ func (c *Chain) Fill(pre, content []uint64, from int) {
 		return
 	}
 	h := pre[from-1]
+	if c.given {
+		copy(pre[from:], content[from:len(pre)])
+		return
+	}
 	if c.spec {
 		for i := from; i < len(pre); i++ {
 			h = hash.Next(h, content[i])

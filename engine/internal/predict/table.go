@@ -352,18 +352,28 @@ type Hit struct {
 // of content with any of them, when at least 1. Read side; nothing allocated beyond
 // dst's growth.
 func (p *Table) AppendHits(dst []Hit, rootFP uint64, ns uint32, content []uint64, now int64) []Hit {
-	return AppendEach(p, dst, rootFP, ns, content, now, func(w string, n int) Hit { return Hit{Worker: w, N: n} })
+	return AppendEach(p, dst, rootFP, ns, content, false, now, func(w string, n int) Hit { return Hit{Worker: w, N: n} })
 }
 
 // AppendEach is AppendHits with each hit made by mk (which must not capture, so that
-// it costs no allocation). Read side.
-func AppendEach[T any](p *Table, dst []T, rootFP uint64, ns uint32, content []uint64, now int64, mk func(worker string, n int) T) []T {
+// it costs no allocation). With byPrefix, key holds the query's prefix hashes instead
+// of its content hashes (a query by rolling hashes; the engine's chain is then SPEC's,
+// the one the entries' pre were made with), compared with each entry's pre: two
+// sequences share their first n prefix hashes exactly when they share their first n
+// blocks, barring a chain collision. Read side.
+func AppendEach[T any](p *Table, dst []T, rootFP uint64, ns uint32, key []uint64, byPrefix bool, now int64, mk func(worker string, n int) T) []T {
 	r := p.roots[rootFP]
 	if r == nil {
 		return dst
 	}
 	for k := range r.ws {
-		if n := p.bestPrefix(r.ws[k].ids, ns, content, now); n > 0 {
+		n := 0
+		if byPrefix {
+			n = p.bestByPrefix(r.ws[k].ids, ns, key, now)
+		} else {
+			n = p.bestPrefix(r.ws[k].ids, ns, key, now)
+		}
+		if n > 0 {
 			dst = append(dst, mk(r.ws[k].w.name, n))
 		}
 	}
@@ -387,6 +397,19 @@ func (p *Table) bestPrefix(ids []uint32, ns uint32, content []uint64, now int64)
 		if live(ids[i]) {
 			best = max(best, commonPrefix(p.ents[ids[i]].content, content))
 			break
+		}
+	}
+	return best
+}
+
+// bestByPrefix is bestPrefix for a query given by its prefix hashes: ids are sorted
+// by content, which the query does not reveal, so every live entry is compared (at
+// most Config.PredictionsPerWorker of them).
+func (p *Table) bestByPrefix(ids []uint32, ns uint32, pre []uint64, now int64) int {
+	best := 0
+	for _, id := range ids {
+		if x := &p.ents[id]; x.ns == ns && x.expires > now {
+			best = max(best, commonPrefix(x.pre, pre))
 		}
 	}
 	return best
