@@ -303,6 +303,20 @@ type WorkerPrediction struct {
 // answers an empty query, an unknown namespace and an engine without predictions with
 // dst unchanged; it never blocks on the shards and answers after Close too.
 func (e *Engine) PredictedIn(namespace string, content []uint64, dst []WorkerPrediction) []WorkerPrediction {
+	return e.predictedIn(namespace, content, false, dst)
+}
+
+// PredictedByPrefixIn is PredictedIn for a query given by its prefix hashes
+// (FindMatchesByPrefixIn); on an engine not on SPEC's chain it answers dst unchanged.
+func (e *Engine) PredictedByPrefixIn(namespace string, prefixes []uint64, dst []WorkerPrediction) []WorkerPrediction {
+	if !e.env.Chain.Spec() {
+		return dst
+	}
+	return e.predictedIn(namespace, prefixes, true, dst)
+}
+
+// predictedIn is PredictedIn; byPrefix says content holds prefix hashes.
+func (e *Engine) predictedIn(namespace string, content []uint64, byPrefix bool, dst []WorkerPrediction) []WorkerPrediction {
 	p := &e.preds
 	if len(content) == 0 || p.Live() == 0 {
 		return dst
@@ -316,7 +330,7 @@ func (e *Engine) PredictedIn(namespace string, content []uint64, dst []WorkerPre
 	root := e.fingerprint(shard.Key{Prefix: content[0], NS: ns})
 	p.RLock()
 	defer p.RUnlock()
-	return predict.AppendEach(p, dst, root, ns, content, false, e.now(), func(w string, n int) WorkerPrediction {
+	return predict.AppendEach(p, dst, root, ns, content, byPrefix, e.now(), func(w string, n int) WorkerPrediction {
 		return WorkerPrediction{Worker: w, Blocks: n}
 	})
 }

@@ -226,8 +226,18 @@ func (s *Server) checkLoadWorkers(m *model, loads map[string]*WorkerLoad) *apiEr
 
 // find asks the engine for the query's matches (ctx bounds it), appending to dst.
 func (s *Server) find(ctx context.Context, ns string, q []uint64, dst []engine.Match) ([]engine.Match, *apiError) {
+	return s.findBy(ctx, ns, q, false, dst)
+}
+
+// findBy is find; with byPrefix, q holds the query's rolling prefix hashes (an engine
+// on SPEC's chain: engine.FindMatchesByPrefixIn).
+func (s *Server) findBy(ctx context.Context, ns string, q []uint64, byPrefix bool, dst []engine.Match) ([]engine.Match, *apiError) {
 	start := time.Now()
-	found, err := s.eng.FindMatchesIn(ctx, ns, q, dst)
+	find := s.eng.FindMatchesIn
+	if byPrefix {
+		find = s.eng.FindMatchesByPrefixIn
+	}
+	found, err := find(ctx, ns, q, dst)
 	s.findLatency.Observe(time.Since(start).Seconds())
 	if err == nil {
 		return found, nil

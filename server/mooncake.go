@@ -46,13 +46,14 @@ import (
 //     The Conductor document now sends rolling sequence hashes, "seq_hashes" (its
 //     example) or "block_hash" (its alias for them, kept from the first draft):
 //     seq_hash[0] = local[0], seq_hash[i] = XXH3-64(LE64(seq_hash[i-1]) ||
-//     LE64(local[i]), seed 1337), package hash's Next. A rolling hash names a whole
-//     prefix, and the index is probed by each block's content, which cannot be
-//     recovered from it; so a query of one rolling hash (its prefix is the first
-//     block, whose rolling hash is its content hash) is answered, and a longer one is
-//     refused with a 400 that says why and what to send instead (token_ids to /query,
-//     or block_hashes), rather than read as content hashes that would match at most
-//     the first block.
+//     LE64(local[i]), seed 1337), package hash's Next: SPEC's prefix chain. On an
+//     index that runs it (index.spec_chain) they are the index's own per-position
+//     prefix hashes and a list of any length is answered (engine's
+//     FindMatchesByPrefixIn). The default keyed chain is the engine's secret, and a
+//     rolling hash does not reveal its blocks' contents; there a query of one
+//     rolling hash (the first block's is its content hash) is answered, and a longer
+//     one is refused with a 400 that says why and what to send instead, rather than
+//     read as content hashes that would match at most the first block.
 //   - The document's other keys are accepted: "model_name" (the model, as "model" or
 //     register's "modelname"; both given must agree) and "routing_group" (a label the
 //     index does not need).
@@ -161,11 +162,11 @@ type MooncakeQuery struct {
 	LoraID *int64 `json:"lora_id,omitempty"`
 	// TokenIDs (/query) are the prompt's tokens; only full blocks count.
 	TokenIDs []uint32 `json:"token_ids,omitempty"`
-	// BlockHashes or BlockHash (/query_by_hash) are the prompt's per-block content
-	// hashes; SeqHashes (rolling hashes) are refused.
+	// BlockHashes (/query_by_hash) are the prompt's per-block content hashes.
 	BlockHashes []U64 `json:"block_hashes,omitempty"`
 	// SeqHashes (the Conductor document's) and BlockHash (its alias for them) are
-	// rolling sequence hashes: answered for one block, refused beyond (see above).
+	// rolling sequence hashes: answered at every length on the spec chain, for one
+	// block otherwise (see above).
 	BlockHash []U64 `json:"block_hash,omitempty"`
 	SeqHashes []U64 `json:"seq_hashes,omitempty"`
 	// ModelName is the document's other name of Model; RoutingGroup is accepted and
@@ -424,6 +425,7 @@ func (s *Server) mooncakeQuery(ctx context.Context, req *MooncakeQuery, byHash b
 		}
 	}
 	var q []uint64
+	rolling := false // q holds rolling prefix hashes
 	switch {
 	case !byHash:
 		if req.BlockHashes != nil || req.BlockHash != nil || req.SeqHashes != nil {
@@ -443,7 +445,7 @@ func (s *Server) mooncakeQuery(ctx context.Context, req *MooncakeQuery, byHash b
 	case (req.SeqHashes != nil || req.BlockHash != nil) && req.BlockHashes != nil, req.SeqHashes != nil && req.BlockHash != nil:
 		return badReq("give one of block_hashes (local hashes), seq_hashes and block_hash (rolling hashes)")
 	case req.SeqHashes != nil || req.BlockHash != nil:
-		if q, err = rollingQuery(req, s.cfg.MaxQueryBlocks); err != nil {
+		if q, rolling, err = rollingQuery(req, s.cfg.MaxQueryBlocks, s.eng.SpecChain()); err != nil {
 			return nil, http.StatusBadRequest, err
 		}
 	default:
@@ -464,11 +466,11 @@ func (s *Server) mooncakeQuery(ctx context.Context, req *MooncakeQuery, byHash b
 		qctx, cancel := context.WithTimeout(ctx, time.Duration(s.cfg.QueryTimeout))
 		defer cancel()
 		var e *apiError
-		if found, e = s.find(qctx, ns, q, nil); e != nil { // the match pipeline's engine step (match.go)
+		if found, e = s.findBy(qctx, ns, q, rolling, nil); e != nil { // the match pipeline's engine step (match.go)
 			return nil, e.status, e
 		}
 		s.noteQuery(m, len(found) > 0)
-		found = s.trustFound(ns, q, found)
+		found = s.trustFound(ns, q, rolling, found)
 	}
 	return s.mooncakeAnswer(m, tenant, string(req.InstanceID), media, found), http.StatusOK, nil
 }
@@ -564,23 +566,30 @@ func oneName(f1, v1, f2, v2 string) (string, error) {
 	return cmp.Or(v1, v2), nil
 }
 
-// rollingQuery turns a query's rolling sequence hashes (seq_hashes, or block_hash, the
-// document's alias) into the content hashes the index is probed by, which is possible
-// for the first block only: its rolling hash is its content hash. A longer list is
-// refused, saying why: rolling hashes cannot be turned back into each block's content,
-// and answering the first block alone would report every longer hit as one block.
-func rollingQuery(req *MooncakeQuery, maxBlocks int) ([]uint64, error) {
+// rollingQuery reads a query's rolling sequence hashes (seq_hashes, or block_hash, the
+// document's alias), bounded by maxBlocks. On an index that runs SPEC's chain
+// (specChain) they are its own prefix hashes and are answered as they are (rolling
+// true: engine.FindMatchesByPrefixIn). Otherwise only the first block can be answered
+// (its rolling hash is its content hash, rolling false), and a longer list is refused
+// saying why: the keyed chain names positions by a secret, and a rolling hash cannot
+// be turned back into each block's content; answering the first block alone would
+// report every longer hit as one block.
+func rollingQuery(req *MooncakeQuery, maxBlocks int, specChain bool) (q []uint64, rolling bool, err error) {
 	field, hs := "seq_hashes", req.SeqHashes
 	if hs == nil {
 		field, hs = "block_hash", req.BlockHash
 	}
 	switch {
 	case len(hs) == 0:
-		return nil, fmt.Errorf("%s is empty: give the prompt's rolling hashes", field)
+		return nil, false, fmt.Errorf("%s is empty: give the prompt's rolling hashes", field)
 	case len(hs) > maxBlocks:
-		return nil, fmt.Errorf("%w: %d blocks, at most %d", errQueryTooLong, len(hs), maxBlocks)
-	case len(hs) > 1:
-		return nil, fmt.Errorf("%s: %d rolling sequence hashes: each names a whole prefix, and kvindex's index is keyed by each block's content (XXH3-64, seed 1337, of its token ids as little-endian uint32), which a rolling hash does not reveal past the first block; send block_hashes (the per-block local hashes; seq_hash[i] = XXH3-64(LE64(seq_hash[i-1]) || LE64(local[i])) chains them) or token_ids to /query", field, len(hs))
+		return nil, false, fmt.Errorf("%w: %d blocks, at most %d", errQueryTooLong, len(hs), maxBlocks)
+	case len(hs) > 1 && !specChain:
+		return nil, false, fmt.Errorf("%s: %d rolling sequence hashes: this index names positions by its own keyed prefix chain (index.spec_chain is off), and a rolling hash does not reveal a block's content past the first block; run serve with index.spec_chain (SPEC's XXH3 chain, which these hashes are), or send block_hashes (the per-block local hashes: XXH3-64, seed 1337, of each block's token ids as little-endian uint32) or token_ids to /query", field, len(hs))
 	}
-	return []uint64{uint64(hs[0])}, nil
+	q = make([]uint64, len(hs))
+	for i, h := range hs {
+		q[i] = uint64(h)
+	}
+	return q, len(q) > 1, nil
 }

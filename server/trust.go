@@ -187,12 +187,13 @@ func (s *Server) scoredTrust(f *fleet, lowered map[string]trust, worker string) 
 
 // trustScorer rescores one answer's matches by their workers' trust states.
 type trustScorer struct {
-	s       *Server
-	f       *fleet
-	lowered map[string]trust
-	ns      string
-	q       []uint64
-	preds   *[]engine.WorkerPrediction // nil until a worker needs its predictions
+	s        *Server
+	f        *fleet
+	lowered  map[string]trust
+	ns       string
+	q        []uint64
+	byPrefix bool                       // q holds prefix hashes (Mooncake's rolling hashes)
+	preds    *[]engine.WorkerPrediction // nil until a worker needs its predictions
 }
 
 func (s *Server) newTrustScorer(f *fleet, ns string, q []uint64) trustScorer {
@@ -219,7 +220,11 @@ func (ts *trustScorer) rescore(m *engine.Match, t trust) (keep bool) {
 func (ts *trustScorer) predicted(worker string) int {
 	if ts.preds == nil {
 		ts.preds = preds.Get().(*[]engine.WorkerPrediction)
-		ps := ts.s.eng.PredictedIn(ts.ns, ts.q, (*ts.preds)[:0])
+		predicted := ts.s.eng.PredictedIn
+		if ts.byPrefix {
+			predicted = ts.s.eng.PredictedByPrefixIn
+		}
+		ps := predicted(ts.ns, ts.q, (*ts.preds)[:0])
 		slices.SortFunc(ps, func(a, b engine.WorkerPrediction) int { return strings.Compare(a.Worker, b.Worker) })
 		*ts.preds = ps
 	}
@@ -240,10 +245,11 @@ func (ts *trustScorer) done() {
 
 // trustFound rescores an engine answer in place by its workers' trust states (the
 // Mooncake API's, which folds matches into instances without naming their states) and
-// returns what is left of it.
-func (s *Server) trustFound(ns string, q []uint64, found []engine.Match) []engine.Match {
+// returns what is left of it. With byPrefix, q holds the query's prefix hashes.
+func (s *Server) trustFound(ns string, q []uint64, byPrefix bool, found []engine.Match) []engine.Match {
 	f := s.fleet()
 	ts := s.newTrustScorer(f, ns, q)
+	ts.byPrefix = byPrefix
 	defer ts.done()
 	out := found[:0]
 	for _, m := range found {
