@@ -15,8 +15,17 @@ const (
 	// router that loses a report (a crashed client, a dropped stream) must not count the
 	// request against its worker forever.
 	DefaultTrackerTTL = 10 * time.Minute
-	// MaxRequestBlocks bounds the block hashes Routed keeps of one request.
+	// MaxRequestBlocks bounds the block hashes Routed takes of one request.
 	MaxRequestBlocks = 1 << 20
+	// DefaultMaxBlocks bounds the block hashes kept across every request in flight:
+	// each costs about TrackedBlockBytes (its copy in the request and its share of the
+	// worker's refcount map), so the default keeps the tracker's hashes near 40 MiB.
+	DefaultMaxBlocks = 1 << 20
+	// MaxBlocks is the largest MaxBlocks a TrackerConfig may set.
+	MaxBlocks = 1 << 28
+	// TrackedBlockBytes is what one kept block hash costs, measured: 38,929 bytes for
+	// a request of 1,024 hashes, rounded up.
+	TrackedBlockBytes = 40
 )
 
 // ErrFull is returned by Routed when MaxInFlight requests are in flight.
@@ -39,6 +48,11 @@ type TrackerConfig struct {
 	Capacity int64
 	// Now is the clock (default time.Now); the simulator passes its simulated one.
 	Now func() time.Time
+	// MaxBlocks bounds the block hashes kept across the requests in flight (default
+	// DefaultMaxBlocks, at most MaxBlocks). A request routed past it is counted by its
+	// number of blocks instead of its hashes: its load still counts, but its blocks
+	// are not shared with other requests' in ActiveBlocks until hashes fit again.
+	MaxBlocks int
 }
 
 // Tracker is the load a router knows from its own decisions: per worker, the requests
@@ -69,6 +83,7 @@ type Tracker[K comparable] struct {
 	order []orderEntry[K] // guarded by mu
 	head  int             // guarded by mu
 	gen   uint64          // guarded by mu
+	kept  int             // block hashes kept by the requests in flight; guarded by mu
 }
 
 // workerState is one worker's load and its active blocks' refcounts.
@@ -107,11 +122,16 @@ func NewTracker[K comparable](cfg TrackerConfig) (*Tracker[K], error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.MaxBlocks == 0 {
+		cfg.MaxBlocks = DefaultMaxBlocks
+	}
 	switch {
 	case cfg.MaxInFlight < 1 || cfg.MaxInFlight > MaxInFlight:
 		return nil, fmt.Errorf("%w: tracker max in flight %d, want 1..%d", ErrConfig, cfg.MaxInFlight, MaxInFlight)
 	case cfg.TTL < 0:
 		return nil, fmt.Errorf("%w: tracker TTL %v, want > 0", ErrConfig, cfg.TTL)
+	case cfg.MaxBlocks < 1 || cfg.MaxBlocks > MaxBlocks:
+		return nil, fmt.Errorf("%w: tracker max blocks %d, want 1..%d", ErrConfig, cfg.MaxBlocks, MaxBlocks)
 	case cfg.Capacity < 0:
 		return nil, fmt.Errorf("%w: tracker capacity %d blocks, want >= 0", ErrConfig, cfg.Capacity)
 	}
@@ -146,8 +166,9 @@ func (t *Tracker[K]) Routed(id K, worker string, req Request, cached int) error 
 	uncached := int64(max(req.Tokens-min(cached, req.Tokens), 0))
 	r := &tracked{worker: w, name: worker, tokens: int64(req.Tokens), uncached: uncached, prefill: uncached,
 		filling: true, gen: t.gen}
-	if len(req.Blocks) > 0 {
+	if len(req.Blocks) > 0 && t.kept+len(req.Blocks) <= t.cfg.MaxBlocks {
 		r.hashes = append([]uint64(nil), req.Blocks...)
+		t.kept += len(r.hashes)
 		for _, h := range r.hashes {
 			w.blocks[h]++
 		}
@@ -216,6 +237,7 @@ func (t *Tracker[K]) dropLocked(id K, r *tracked) {
 		}
 	}
 	w.anon -= r.anon
+	t.kept -= len(r.hashes)
 	l.ActiveBlocks = int64(len(w.blocks)) + w.anon
 	delete(t.inflight, id)
 	if l.Requests == 0 {
@@ -304,6 +326,15 @@ func (t *Tracker[K]) Candidates(workers []string, req Request, overlaps []int, d
 		}
 	}
 	return dst
+}
+
+// KeptBlocks returns the block hashes kept by the requests in flight (at most
+// TrackerConfig.MaxBlocks).
+func (t *Tracker[K]) KeptBlocks() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.expireLocked(t.cfg.Now())
+	return t.kept
 }
 
 // InFlight returns the number of requests tracked.

@@ -183,8 +183,40 @@ func TestTrackerSharedPrefix(t *testing.T) {
 	}
 }
 
+// TestTrackerMaxBlocks: past MaxBlocks kept hashes a request counts by its number of
+// blocks (unshared); finishing a request gives its hashes' room back.
+func TestTrackerMaxBlocks(t *testing.T) {
+	tr, err := NewTracker[int](TrackerConfig{MaxBlocks: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := Request{Tokens: 640, BlockSize: 64, Blocks: hashes(100, 10)}
+	for id := range 2 {
+		if err := tr.Routed(id, "w", req, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first request's 10 hashes are kept; the second's would pass 12: counted as
+	// 10 blocks of its own.
+	if k, l := tr.KeptBlocks(), tr.Load("w"); k != 10 || l.ActiveBlocks != 20 || l.Requests != 2 {
+		t.Fatalf("past the bound: kept %d, %+v", k, l)
+	}
+	tr.Finished(0)
+	if k, l := tr.KeptBlocks(), tr.Load("w"); k != 0 || l.ActiveBlocks != 10 {
+		t.Fatalf("after the kept one finished: kept %d, %+v", k, l)
+	}
+	if err := tr.Routed(2, "w", req, 0); err != nil {
+		t.Fatal(err)
+	}
+	tr.Finished(1)
+	if k, l := tr.KeptBlocks(), tr.Load("w"); k != 10 || l.ActiveBlocks != 10 || l.Requests != 1 {
+		t.Fatalf("hashes kept again: kept %d, %+v", k, l)
+	}
+}
+
 func TestTrackerRejects(t *testing.T) {
-	for _, cfg := range []TrackerConfig{{MaxInFlight: MaxInFlight + 1}, {Capacity: -1}, {TTL: -time.Second}} {
+	for _, cfg := range []TrackerConfig{{MaxInFlight: MaxInFlight + 1}, {Capacity: -1}, {TTL: -time.Second},
+		{MaxBlocks: -1}, {MaxBlocks: MaxBlocks + 1}} {
 		if _, err := NewTracker[string](cfg); !errors.Is(err, ErrConfig) {
 			t.Fatalf("NewTracker(%+v): %v", cfg, err)
 		}

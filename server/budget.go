@@ -27,11 +27,11 @@ import (
 //	              connection writes one answer of at most max_matches matches)
 //	namespaces  = index.namespace_bytes (the engine's namespace table, accounted)
 //	predictions = index.predicted_blocks × PredictedBlockBytes
-//	tracking    = routing.max_in_flight × (TrackedRequestBytes + MaxRequestIDBytes)
+//	tracking    = routing.max_in_flight × (TrackedRequestBytes + MaxRequestIDBytes) +
+//	              routing.max_tracked_blocks × route.TrackedBlockBytes
 //	              the routed requests the load-aware policies count, each under a
-//	              request id of at most MaxRequestIDBytes; each block hash a request
-//	              hands the tracker (route.Request.Blocks) adds about 37 bytes more,
-//	              which this term does not yet bound
+//	              request id of at most MaxRequestIDBytes, and the block hashes the
+//	              tracker keeps of them (past its bound a request counts unshared)
 //	engines     = Σ over bound and dialled engine ranks of (10 + connections) ×
 //	              max_message_bytes (zmq4's queue and each connection's frame)
 //	Total       = GCFactor × (requests + connections + answers + namespaces +
@@ -101,7 +101,8 @@ func Budget(cfg Config) MemoryBudget {
 		Answers:     2 * conns * int64(c.MaxMatches) * MatchBytes,
 		Namespaces:  ec.NamespaceBytes,
 		Predictions: int64(ec.PredictedBlocks) * PredictedBlockBytes,
-		Tracking:    int64(cmp.Or(c.Routing.MaxInFlight, route.DefaultMaxInFlight)) * (TrackedRequestBytes + MaxRequestIDBytes),
-		Engines:     engines,
+		Tracking: int64(cmp.Or(c.Routing.MaxInFlight, route.DefaultMaxInFlight))*(TrackedRequestBytes+MaxRequestIDBytes) +
+			int64(cmp.Or(c.Routing.MaxTrackedBlocks, route.DefaultMaxBlocks))*route.TrackedBlockBytes,
+		Engines: engines,
 	}
 }

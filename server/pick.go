@@ -75,6 +75,10 @@ type RoutingConfig struct {
 	// InFlightTTL forgets a routed request that no finished report ended (default
 	// 10m): a lost report must not count against a worker forever.
 	InFlightTTL Duration `json:"in_flight_ttl,omitempty"`
+	// MaxTrackedBlocks bounds the block hashes kept across the routed requests
+	// (default 1,048,576, about 40 MiB; route.TrackerConfig.MaxBlocks): past it a
+	// request's load counts by its number of blocks, unshared.
+	MaxTrackedBlocks int `json:"max_tracked_blocks,omitempty"`
 }
 
 func (c RoutingConfig) params() route.Params {
@@ -105,7 +109,8 @@ func newRouting(c RoutingConfig, now func() time.Time) (*routing, error) {
 		}
 		r.policies[name] = p
 	}
-	tr, err := route.NewTracker[string](route.TrackerConfig{MaxInFlight: c.MaxInFlight, TTL: time.Duration(c.InFlightTTL), Now: now})
+	tr, err := route.NewTracker[string](route.TrackerConfig{MaxInFlight: c.MaxInFlight, TTL: time.Duration(c.InFlightTTL), Now: now,
+		MaxBlocks: c.MaxTrackedBlocks})
 	if err != nil {
 		return nil, fmt.Errorf("routing: %w", err)
 	}
