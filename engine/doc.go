@@ -112,7 +112,8 @@
 // of the prefix chain or of the keyed fingerprint (DESIGN.md, "The prefix chain" and
 // "Exactness of fingerprints"). The prefix chain is the engine's own, keyed by a secret
 // per engine and computed about five times faster than SPEC's XXH3 chain (package engine/internal/chain;
-// Config.SpecChain selects SPEC's). Every table keyed by client-steerable values is
+// Config.SpecChain selects SPEC's, on which FindMatchesByPrefix answers a query given
+// by its rolling prefix hashes, Dynamo's and Mooncake's sequence hashes). Every table keyed by client-steerable values is
 // seeded per engine, so a client cannot aim keys at one probe run. The jump search only skips a stride for a
 // worker whose held keys are prefix-closed (no holes), which the worker's state tracks
 // exactly; DESIGN.md has the argument. Config.LockedIndex runs the same index behind one RWMutex instead of

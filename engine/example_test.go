@@ -141,3 +141,38 @@ func ExampleEngine_WriteSnapshot() {
 	// [{pod-a 2 2 0 [2 2 2]}] map[pod-a:41]
 	// true
 }
+
+// A client that sends rolling sequence hashes (Dynamo's and Mooncake Conductor's
+// seq_hashes: hash.Prefixes of the content hashes) is answered by FindMatchesByPrefix
+// on an engine that runs SPEC's chain, whose prefix hashes they are.
+func ExampleEngine_FindMatchesByPrefix() {
+	ctx := context.Background()
+	e, err := engine.New(engine.Config{SpecChain: true})
+	if err != nil {
+		panic(err)
+	}
+	defer e.Close()
+	content := []uint64{0x11, 0x22, 0x33}
+	if err := e.Store("pod-a", []engine.Block{{Content: 0x11, Seq: 1}, {Content: 0x22, Seq: 2}}); err != nil {
+		panic(err)
+	}
+	if err := e.Barrier(ctx); err != nil {
+		panic(err)
+	}
+	seqHashes := hash.Prefixes(nil, content) // what the client sends
+	matches, err := e.FindMatchesByPrefix(ctx, seqHashes, nil)
+	if err != nil {
+		panic(err)
+	}
+	for _, m := range matches {
+		fmt.Printf("%s holds the first %d\n", m.Worker, m.Score)
+	}
+	// On the default keyed chain the same query is refused.
+	keyed, _ := engine.New(engine.Config{})
+	defer keyed.Close()
+	_, err = keyed.FindMatchesByPrefix(ctx, seqHashes, nil)
+	fmt.Println(errors.Is(err, engine.ErrNotSpecChain))
+	// Output:
+	// pod-a holds the first 2
+	// true
+}
