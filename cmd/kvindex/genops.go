@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/kvindex/kvindex/sim"
+	"github.com/kvindex/kvindex/sim/report"
 )
 
 // genOpsRequests is gen-ops' default request count: the built-in workload is prefix-
@@ -70,7 +71,7 @@ func runGenOps(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(msg, "wrote %s: %d ops (%d queries, %d with expect/sizes; %d stored; %d removed), %.1f MB\n",
 			*out, res.Ops, res.Queries, res.Expectations, res.Stored, res.Removed, float64(res.Bytes)/1e6)
 		fmt.Fprintf(msg, "  %s, %s, %d requests, block hit rate %s\n",
-			w.Name, res.Sim.Policy, res.Sim.Requests, pct(res.Sim.BlockHitRate()))
+			w.Name, res.Sim.Policy, res.Sim.Requests, report.Pct(res.Sim.BlockHitRate()))
 		return nil
 	}()
 	return exitCode(stderr, "gen-ops", err)

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/kvindex/kvindex/bench"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,12 +18,6 @@ import (
 	"github.com/kvindex/kvindex/sim"
 	"github.com/kvindex/kvindex/sim/report"
 	"github.com/schollz/progressbar/v3"
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // progressDelay is how long a run goes before it shows a progress bar.
@@ -233,85 +225,8 @@ func (f *simFlags) config() sim.Config {
 	return c
 }
 
-// The JSON shapes the timed and zero-time reports share (sim/report).
-type (
-	workloadInfo = report.WorkloadInfo
-	hitsJSON     = report.HitsJSON
-	indexJSON    = report.IndexJSON
-)
-
-var (
-	toIndexJSON = report.IndexOf
-	toHitsJSON  = report.HitsOf
-	pct         = report.Pct
-	chartLine   = report.ChartLine
-)
-
-// JSON shapes of `kvindex sim --zero-time --json`.
-type (
-	clusterJSON struct {
-		Workers     int `json:"workers"`
-		Capacity    int `json:"capacity_blocks"`
-		ChunkTokens int `json:"chunk_tokens"`
-		Shards      int `json:"shards"`
-		Jump        int `json:"jump"`
-		// EventDelayMs is the simulated delay of events (0: at once).
-		EventDelayMs float64 `json:"event_delay_ms"`
-		// The host tier, in runs that have one or sweep it (absent otherwise).
-		HostCapacity *int      `json:"host_capacity_blocks,omitempty"`
-		HostLoadCost *float64  `json:"host_load_cost,omitempty"`
-		TierWeights  []float64 `json:"tier_weights,omitempty"`
-	}
-	policyJSON struct {
-		Name string `json:"name"`
-		hitsJSON
-		MaxMeanLoad  float64 `json:"max_mean_load"`
-		MaxMeanToken float64 `json:"max_mean_tokens"`
-		Seconds      float64 `json:"seconds"`
-		// With a host tier: the hit rate it adds (host_hit_blocks/blocks), the tokens
-		// loaded from it, and the prefill work left (computed tokens plus loaded ones at
-		// host_load_cost, over all input tokens).
-		HostHitRate   *float64  `json:"host_block_hit_rate,omitempty"`
-		HostHitBlocks *int64    `json:"host_hit_blocks,omitempty"`
-		LoadedTokens  *int64    `json:"loaded_tokens,omitempty"`
-		PrefillWork   *float64  `json:"prefill_work,omitempty"`
-		Orphans       *int64    `json:"orphan_blocks,omitempty"`
-		Index         indexJSON `json:"index"`
-	}
-	sweepPointJSON struct {
-		Capacity int `json:"capacity,omitempty"`
-		// EventDelayMs is set in an event-delay sweep, HostCapacity in a host-capacity
-		// sweep (capacity in a capacity sweep).
-		EventDelayMs *float64     `json:"event_delay_ms,omitempty"`
-		HostCapacity *int         `json:"host_capacity,omitempty"`
-		Policies     []policyJSON `json:"policies"`
-	}
-	simJSON struct {
-		Workload workloadInfo     `json:"workload"`
-		Cluster  clusterJSON      `json:"cluster"`
-		Ceiling  hitsJSON         `json:"ceiling"`
-		Policies []policyJSON     `json:"policies,omitempty"`
-		Index    *indexJSON       `json:"index,omitempty"`
-		Sweep    []sweepPointJSON `json:"sweep,omitempty"`
-		Chart    string           `json:"chart,omitempty"`
-		Seconds  float64          `json:"seconds"`
-	}
-)
-
-func ptr[T any](v T) *T { return &v }
-
-func toPolicyJSON(r sim.Result, measured, tiered bool) policyJSON {
-	pj := policyJSON{
-		Name: r.Policy.String(), hitsJSON: toHitsJSON(r, r.HitBlocks, r.Blocks),
-		MaxMeanLoad: r.MaxMeanLoad(), MaxMeanToken: r.MaxMeanTokens(), Seconds: r.Seconds,
-		Index: toIndexJSON(r, measured),
-	}
-	if tiered {
-		pj.HostHitRate, pj.HostHitBlocks, pj.LoadedTokens = ptr(r.HostHitRate()), ptr(r.HostHitBlocks), ptr(r.LoadedTokens)
-		pj.PrefillWork, pj.Orphans = ptr(r.PrefillWork()), ptr(r.Orphans)
-	}
-	return pj
-}
+// workloadInfo is what the reports say about the workload (sim/report).
+type workloadInfo = report.WorkloadInfo
 
 // timedPolicyNames and zeroTimePolicyNames are the policies of each model, as --policies
 // spells them.
@@ -344,7 +259,7 @@ func zeroTimePolicyNames() []string {
 func policiesHelp() string {
 	return "comma-separated routing policies to compare: " + strings.Join(timedPolicyNames(), ", ") +
 		" (FAMILY/KNOWLEDGE, docs/routing.md; default: " + strings.Join(defaultTimedNames(), ",") + "); with --zero-time: " + strings.Join(zeroTimePolicyNames(), ", ") +
-		" (default " + zeroTimePolicies + ")"
+		" (default " + report.DefaultZeroTimePolicies + ")"
 }
 
 // onlyIn lists the names of b that a does not have.
@@ -377,65 +292,6 @@ func parsePolicies(s string) ([]sim.Policy, error) {
 	return out, nil
 }
 
-// sweepSpec is a parsed --sweep: capacities, event delays, or host capacities.
-type sweepSpec struct {
-	caps   []int
-	delays []time.Duration
-	hosts  []int
-}
-
-func (sp sweepSpec) points() int { return len(sp.caps) + len(sp.delays) + len(sp.hosts) }
-
-// tierPolicies are the policies a host-capacity sweep compares unless --policies says
-// otherwise: the three ways to score the tiers.
-const tierPolicies = "longest-prefix/exact,longest-prefix/exact:weighted-tiers,longest-prefix/exact:any-tier"
-
-// parseSweep reads "capacity=A,B,C", "event-delay=D1,D2,D3" (0 is at once) or
-// "host-capacity=H1,H2,H3" (0 is none).
-func parseSweep(s string) (sweepSpec, error) {
-	key, list, ok := strings.Cut(s, "=")
-	var sp sweepSpec
-	switch strings.TrimSpace(key) {
-	case "capacity":
-		for _, v := range strings.Split(list, ",") {
-			c, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil || c < 1 || c > sim.MaxCapacity {
-				return sp, usageErr("--sweep: capacity %q is not a number of blocks in 1..%d", v, sim.MaxCapacity)
-			}
-			sp.caps = append(sp.caps, c)
-		}
-	case "event-delay":
-		for _, v := range strings.Split(list, ",") {
-			v = strings.TrimSpace(v)
-			d, err := time.ParseDuration(v)
-			if v == "0" {
-				d, err = 0, nil
-			}
-			if err != nil || d < 0 || d > time.Hour {
-				return sp, usageErr("--sweep: event delay %q is not a duration in 0..1h", v)
-			}
-			sp.delays = append(sp.delays, d)
-		}
-	case "host-capacity":
-		for _, v := range strings.Split(list, ",") {
-			c, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil || c < 0 || c > sim.MaxCapacity {
-				return sp, usageErr("--sweep: host capacity %q is not a number of blocks in 0..%d", v, sim.MaxCapacity)
-			}
-			sp.hosts = append(sp.hosts, c)
-		}
-	default:
-		ok = false
-	}
-	if !ok {
-		return sp, usageErr("--sweep %q: want capacity=A,B,C, event-delay=D1,D2,D3 or host-capacity=H1,H2,H3", s)
-	}
-	if sp.points() < 2 {
-		return sp, usageErr("--sweep %q: give at least two points", s)
-	}
-	return sp, nil
-}
-
 var chartFormats = map[string]bool{".svg": true, ".png": true, ".pdf": true}
 
 func runSim(args []string, stdout, stderr io.Writer) int {
@@ -452,7 +308,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	policies := fs.String("policies", "", policiesHelp())
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the tables")
 	forceProgress := fs.Bool("progress", false, "show a progress bar on stderr even when it is not a terminal")
-	sweep := fs.String("sweep", "", "rerun every policy at each point and chart the outcomes: speedup=X1,X2,..., routers=N1,N2,..., capacity=A,B,... or event-delay=D1,D2,...; with --zero-time capacity=, event-delay= or host-capacity=H1,H2,... (hit rates; host-capacity: the prefill work, policies default to "+tierPolicies+")")
+	sweep := fs.String("sweep", "", "rerun every policy at each point and chart the outcomes: speedup=X1,X2,..., routers=N1,N2,..., capacity=A,B,... or event-delay=D1,D2,...; with --zero-time capacity=, event-delay= or host-capacity=H1,H2,... (hit rates; host-capacity: the prefill work, policies default to "+report.TierPolicies+")")
 	chart := fs.String("chart", "", "with --sweep: chart file (.svg, .png or .pdf; none without it)")
 	if code, ok := parseFlags(fs, args, stdout); !ok {
 		return code
@@ -473,160 +329,57 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		if err := tf.checkZeroTime(f.set); err != nil {
 			return err
 		}
-		var sp sweepSpec
-		var err error
-		if *sweep != "" {
-			if sp, err = parseSweep(*sweep); err != nil {
-				return err
-			}
-			if sp.hosts != nil && f.set["host-capacity"] {
-				return usageErr("--host-capacity and --sweep host-capacity=...: give one")
-			}
-		}
-		if *policies == "" {
-			*policies = zeroTimePolicies
-			if sp.hosts != nil {
-				*policies = tierPolicies
-			}
-		}
-		pols, err := parsePolicies(*policies)
-		if err != nil {
-			return err
-		}
-		check := sp.caps
-		if len(check) == 0 {
-			check = []int{f.capacity}
-		}
-		// The fleet's bounds first: they need no workload, which can take seconds.
-		for _, c := range check {
-			if int64(f.workers)*(int64(c)+int64(f.hostCapacity)) > sim.MaxFleetBlocks {
-				return usageErr("--workers %d x (capacity %d + --host-capacity %d): more than %d blocks in all", f.workers, c, f.hostCapacity, sim.MaxFleetBlocks)
-			}
-		}
-		for _, h := range sp.hosts {
-			if int64(f.workers)*(int64(f.capacity)+int64(h)) > sim.MaxFleetBlocks {
-				return usageErr("--workers %d x (capacity %d + host capacity %d): more than %d blocks in all", f.workers, f.capacity, h, sim.MaxFleetBlocks)
-			}
-		}
-		w, wi, err := f.workload(sim.DefaultRequests, false)
-		if err != nil {
-			return err
-		}
-		cfg := f.config()
-		for _, c := range check {
-			if c < w.MaxBlocks {
-				return usageErr("capacity %d blocks per worker cannot hold the longest request (%d blocks of %d tokens); raise --capacity or the sweep's capacities",
-					c, w.MaxBlocks, w.BlockSize)
-			}
-		}
-		return simulate(stdout, stderr, w, wi, cfg, pols, sp, *chart, *asJSON, *forceProgress)
+		return runZeroTime(stdout, stderr, &f, *policies, *sweep, *chart, *asJSON, *forceProgress)
 	}()
 	return exitCode(stderr, "sim", err)
 }
 
-// zeroTimePolicies are --zero-time's default policies.
-const zeroTimePolicies = "longest-prefix/exact,longest-prefix/exact+predict,longest-prefix/approx-ttl,random,round-robin,least-loaded"
-
-func simulate(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg sim.Config, pols []sim.Policy,
-	sp sweepSpec, chart string, asJSON, forceProgress bool) error {
-	start := time.Now()
-	runs := len(pols) * max(1, sp.points())
-	prog := newProgress(stderr, forceProgress, runs*len(w.Requests))
-	defer prog.finish()
-	cfg.Progress = prog.add
-	ctx := context.Background()
-
-	ceil := sim.InfiniteCache(w)
-	eff := cfg.Engine.WithDefaults()
-	tiered := cfg.HostCapacity > 0 || sp.hosts != nil
-	out := simJSON{
-		Workload: wi,
-		Cluster: clusterJSON{Workers: cfg.Workers, Capacity: cfg.Capacity, ChunkTokens: cfg.ChunkTokens,
-			Shards: eff.Shards, Jump: eff.JumpSize, EventDelayMs: float64(max(cfg.EventDelay, 0)) / 1e6},
-		Ceiling: toHitsJSON(ceil, ceil.HitBlocks, ceil.Blocks),
+// runZeroTime checks --zero-time's flags, builds the workload and runs the experiment
+// (sim/report) with a progress bar.
+func runZeroTime(stdout, stderr io.Writer, f *simFlags, policies, sweep, chart string, asJSON, forceProgress bool) error {
+	var sp report.ZeroTimeSweep
+	var err error
+	if sweep != "" {
+		if sp, err = report.ParseZeroTimeSweep(sweep); err != nil {
+			return usageErr("%v", err)
+		}
+		if sp.Hosts != nil && f.set["host-capacity"] {
+			return usageErr("--host-capacity and --sweep host-capacity=...: give one")
+		}
 	}
-	if tiered {
-		out.Cluster.HostCapacity, out.Cluster.HostLoadCost = ptr(cfg.HostCapacity), ptr(cfg.HostLoadCost)
-		if cfg.HostLoadCost == 0 {
-			out.Cluster.HostLoadCost = ptr(sim.DefaultHostLoadCost)
+	if policies == "" {
+		policies = report.DefaultZeroTimePolicies
+		if sp.Hosts != nil {
+			policies = report.TierPolicies
 		}
-		wts := cfg.TierWeights
-		if wts == (engine.Weights{}) {
-			wts = engine.DefaultWeights
-		}
-		out.Cluster.TierWeights = wts[:]
 	}
-	if sp.points() == 0 {
-		cfg.MeasureMemory = true
-		var results []sim.Result
-		for _, p := range pols {
-			r, err := sim.Run(ctx, w, p, cfg)
-			if err != nil {
-				return err
-			}
-			results = append(results, r)
-			out.Policies = append(out.Policies, toPolicyJSON(r, true, tiered))
-		}
-		ix := toIndexJSON(results[0], true)
-		for _, r := range results {
-			if r.Policy == sim.KVAware {
-				ix = toIndexJSON(r, true)
-			}
-		}
-		out.Index = &ix
-		out.Seconds = time.Since(start).Seconds()
-		prog.finish()
-		if asJSON {
-			return printJSON(stdout, out)
-		}
-		printReport(stdout, out, results, ceil)
-		return nil
-	}
-
-	for k := range sp.points() {
-		var pt sweepPointJSON
-		switch {
-		case sp.caps != nil:
-			cfg.Capacity = sp.caps[k]
-			pt.Capacity = cfg.Capacity
-		case sp.hosts != nil:
-			cfg.HostCapacity = sp.hosts[k]
-			pt.HostCapacity = ptr(cfg.HostCapacity)
-		default:
-			cfg.EventDelay = sp.delays[k]
-			if cfg.EventDelay == 0 {
-				cfg.EventDelay = -1 // at once
-			}
-			ms := float64(sp.delays[k]) / 1e6
-			pt.EventDelayMs = &ms
-		}
-		for _, p := range pols {
-			r, err := sim.Run(ctx, w, p, cfg)
-			if err != nil {
-				return err
-			}
-			pt.Policies = append(pt.Policies, toPolicyJSON(r, false, tiered))
-		}
-		out.Sweep = append(out.Sweep, pt)
-	}
-	switch {
-	case sp.caps != nil:
-		out.Cluster.Capacity = 0
-	case sp.hosts != nil:
-		out.Cluster.HostCapacity = nil
-	default:
-		out.Cluster.EventDelayMs = 0
-	}
-	if err := writeChartIf(chart, out, writeChart); err != nil {
+	pols, err := parsePolicies(policies)
+	if err != nil {
 		return err
 	}
-	out.Chart = chart
-	out.Seconds = time.Since(start).Seconds()
+	if err := sp.CheckFleet(f.workers, f.capacity, f.hostCapacity); err != nil {
+		return usageErr("%v", err)
+	}
+	w, wi, err := f.workload(sim.DefaultRequests, false)
+	if err != nil {
+		return err
+	}
+	if err := sp.CheckWorkload(f.capacity, w); err != nil {
+		return usageErr("%v", err)
+	}
+	prog := newProgress(stderr, forceProgress, len(pols)*max(1, sp.Points())*len(w.Requests))
+	defer prog.finish()
+	cfg := f.config()
+	cfg.Progress = prog.add
+	rep, err := report.RunZeroTime(context.Background(), report.ZeroTime{Workload: w, Info: wi, Config: cfg, Policies: pols, Sweep: sp, Chart: chart})
+	if err != nil {
+		return err
+	}
 	prog.finish()
 	if asJSON {
-		return printJSON(stdout, out)
+		return printJSON(stdout, rep.JSON)
 	}
-	printSweep(stdout, out)
+	rep.Print(stdout)
 	return nil
 }
 
@@ -637,290 +390,6 @@ func printJSON(w io.Writer, v any) error {
 	}
 	_, err = fmt.Fprintln(w, string(b))
 	return err
-}
-
-func printHeader(w io.Writer, out simJSON, capacity string) {
-	wl := out.Workload
-	fmt.Fprintf(w, "workload  %s\n", wl.Name)
-	fmt.Fprintf(w, "          %s requests, %s input tokens, %s full blocks of %d tokens\n",
-		bench.Thousands(int64(wl.Requests)), bench.Thousands(wl.Tokens), bench.Thousands(wl.Blocks), wl.BlockSize)
-	if wl.TraceIDHitRate != nil {
-		fmt.Fprintf(w, "          trace's own ceiling at 512-token ids: %s of block references\n", pct(*wl.TraceIDHitRate))
-	}
-	c := out.Cluster
-	fmt.Fprintf(w, "cluster   %d mock vLLM engines x %s, prefill chunks of %d tokens; index: %d shards, jump %d\n",
-		c.Workers, capacity, c.ChunkTokens, c.Shards, c.Jump)
-	if len(out.Sweep) == 0 || out.Sweep[0].EventDelayMs == nil {
-		fmt.Fprintf(w, "          events reach the index %v after the request (simulated time)\n", time.Duration(c.EventDelayMs*1e6))
-	}
-	if c.HostLoadCost != nil {
-		host := "the swept number of"
-		if c.HostCapacity != nil {
-			host = bench.Thousands(int64(*c.HostCapacity))
-		}
-		fmt.Fprintf(w, "          host tier: %s blocks per engine; loading a block costs %g of recomputing it (--host-load-cost, an assumption); kv-weighted's weights %s\n",
-			host, *c.HostLoadCost, weightsString(c.TierWeights))
-	}
-	fmt.Fprintln(w)
-}
-
-// weightsString writes tier weights as --tier-weights takes them: "1,0.75,0.25".
-func weightsString(ws []float64) string {
-	parts := make([]string, len(ws))
-	for i, x := range ws {
-		parts[i] = strconv.FormatFloat(x, 'g', -1, 64)
-	}
-	return strings.Join(parts, ",")
-}
-
-// printTiered prints one row per run with the host tier's columns: device and host hit
-// rates, token hit, prefill work, load balance; lead (when not "") is a first column.
-func printTiered(w io.Writer, lead string, pols []policyJSON, header bool) {
-	if header {
-		label := ""
-		if lead != "" {
-			label = "host"
-		}
-		fmt.Fprintf(w, "%-*s%-16s %10s %9s %10s %13s %14s %16s\n", len(lead), label, "policy", "device hit", "host hit", "token hit", "prefill work", "max/mean reqs", "max/mean tokens")
-	}
-	for _, p := range pols {
-		fmt.Fprintf(w, "%s%-16s %10s %9s %10s %13s %14.3f %16.3f\n", lead, p.Name, pct(p.BlockHitRate), pct(*p.HostHitRate), pct(p.TokenHitRate), pct(*p.PrefillWork), p.MaxMeanLoad, p.MaxMeanToken)
-	}
-}
-
-func printReport(w io.Writer, out simJSON, results []sim.Result, ceil sim.Ceiling) {
-	printHeader(w, out, bench.Thousands(int64(out.Cluster.Capacity))+fmt.Sprintf(" blocks (%s tokens each)", bench.Thousands(int64(out.Cluster.Capacity*out.Workload.BlockSize))))
-	if out.Cluster.HostLoadCost != nil {
-		fmt.Fprintf(w, "infinite cache: block hit %s, token hit %s\n", pct(ceil.BlockHitRate()), pct(ceil.TokenHitRate()))
-		printTiered(w, "", out.Policies, true)
-	} else {
-		printPolicies(w, results, ceil)
-	}
-	printIndex(w, out, results)
-}
-
-// printPolicies is the policy table of a run without a host tier.
-func printPolicies(w io.Writer, results []sim.Result, ceil sim.Ceiling) {
-	// The two load columns: the busiest engine's requests, then its prompt tokens, each
-	// over the mean engine's (1.000 is perfect balance).
-	fmt.Fprintf(w, "%-16s %10s %10s %11s %14s %16s %8s\n", "policy", "block hit", "token hit", "of ceiling", "max/mean reqs", "max/mean tokens", "seconds")
-	fmt.Fprintf(w, "%-16s %10s %10s %11s %14s %16s %8s\n", "infinite cache", pct(ceil.BlockHitRate()), pct(ceil.TokenHitRate()), "100.0%", "-", "-", "-")
-	for _, r := range results {
-		of := "-"
-		if c := ceil.BlockHitRate(); c > 0 {
-			of = fmt.Sprintf("%.1f%%", 100*r.BlockHitRate()/c)
-		}
-		fmt.Fprintf(w, "%-16s %10s %10s %11s %14.3f %16.3f %8.2f\n", r.Policy, pct(r.BlockHitRate()), pct(r.TokenHitRate()), of, r.MaxMeanLoad(), r.MaxMeanTokens(), r.Seconds)
-	}
-}
-
-// printIndex is the index section of a run.
-func printIndex(w io.Writer, out simJSON, results []sim.Result) {
-	ix := *out.Index
-	var r sim.Result
-	for _, x := range results {
-		if x.Policy.String() == ix.Policy {
-			r = x
-		}
-	}
-	s := r.Index
-	fmt.Fprintf(w, "\nindex (the %s run)\n", ix.Policy)
-	fmt.Fprintf(w, "  events applied   %s (%s stored, %s removed; %s rejected)\n",
-		bench.Thousands(int64(s.Events)), bench.Thousands(s.StoredEvents), bench.Thousands(s.RemovedEvents), bench.Thousands(s.Rejected))
-	if out.Cluster.HostLoadCost != nil {
-		fmt.Fprintf(w, "  host tier        %s stored and %s removed events of those; %s host memberships at the end; %s blocks not offloaded (no tier held their parent)\n",
-			bench.Thousands(s.HostStoredEvents), bench.Thousands(s.HostRemovedEvents), bench.Thousands(s.HostMemberships), bench.Thousands(r.Orphans))
-	}
-	report.PrintIndexOps(w, s)
-	fmt.Fprintf(w, "\ntotal %.1f s\n", out.Seconds)
-}
-
-func printSweep(w io.Writer, out simJSON) {
-	caps := make([]string, len(out.Sweep))
-	for i, p := range out.Sweep {
-		caps[i] = sweepLabel(p)
-	}
-	if out.Sweep[0].HostCapacity != nil {
-		printHeader(w, out, bench.Thousands(int64(out.Cluster.Capacity))+" blocks")
-		fmt.Fprintf(w, "by host capacity (blocks per worker); infinite cache: block hit %s; prefill work = (computed tokens + %g x loaded tokens) / input tokens\n",
-			pct(out.Ceiling.BlockHitRate), *out.Cluster.HostLoadCost)
-		for i, p := range out.Sweep {
-			printTiered(w, fmt.Sprintf("%-8s ", caps[i]), p.Policies, i == 0)
-		}
-		fmt.Fprintf(w, "\n%s\ntotal %.1f s\n", chartLine(out.Chart), out.Seconds)
-		return
-	}
-	if out.Sweep[0].EventDelayMs != nil {
-		printHeader(w, out, bench.Thousands(int64(out.Cluster.Capacity))+" blocks")
-		fmt.Fprintf(w, "block hit rate by event delay (simulated time from a request to its events); infinite cache %s\n", pct(out.Ceiling.BlockHitRate))
-	} else {
-		printHeader(w, out, "{"+strings.Join(caps, ", ")+"} blocks")
-		fmt.Fprintf(w, "block hit rate by capacity (blocks per worker); infinite cache %s\n", pct(out.Ceiling.BlockHitRate))
-	}
-	fmt.Fprintf(w, "%-16s", "policy")
-	for _, c := range caps {
-		fmt.Fprintf(w, " %9s", c)
-	}
-	fmt.Fprintln(w)
-	for i := range out.Sweep[0].Policies {
-		fmt.Fprintf(w, "%-16s", out.Sweep[0].Policies[i].Name)
-		for _, p := range out.Sweep {
-			fmt.Fprintf(w, " %9s", pct(p.Policies[i].BlockHitRate))
-		}
-		fmt.Fprintln(w)
-	}
-	fmt.Fprintf(w, "\n%s\ntotal %.1f s\n", chartLine(out.Chart), out.Seconds)
-}
-
-// sweepLabel names a sweep point: its capacity, event delay or host capacity.
-func sweepLabel(pt sweepPointJSON) string {
-	if pt.EventDelayMs != nil {
-		return time.Duration(*pt.EventDelayMs * 1e6).String()
-	}
-	if pt.HostCapacity != nil {
-		return bench.Thousands(int64(*pt.HostCapacity))
-	}
-	return bench.Thousands(int64(pt.Capacity))
-}
-
-// writeChartIf writes a sweep's chart with write when --chart named a file.
-func writeChartIf[T any](path string, out T, write func(string, T) error) error {
-	if path == "" {
-		return nil
-	}
-	return write(path, out)
-}
-
-// writeChart draws hit rate against the swept parameter, one line per policy and the
-// ceiling.
-func writeChart(path string, out simJSON) error {
-	if out.Sweep[0].EventDelayMs != nil {
-		return writeDelayChart(path, out)
-	}
-	if out.Sweep[0].HostCapacity != nil {
-		return writeTierChart(path, out)
-	}
-	p := newHitRateChart("Prefix hit rate vs KV cache per worker",
-		fmt.Sprintf("capacity (blocks of %d tokens per worker)", out.Workload.BlockSize))
-	x := func(_ int, pt sweepPointJSON) float64 { return float64(pt.Capacity) }
-	lines := append(policyLines(out, x, hitRate), ceilingLine(out, x)...)
-	// Capacities usually double from point to point: a log axis spaces them evenly, and
-	// a tick at each one names it.
-	if lo, hi := xRange(out, x); hi >= 4*lo {
-		p.X.Scale = plot.LogScale{}
-	}
-	return finishChart(p, path, out, x, func(pt sweepPointJSON) string { return strconv.Itoa(pt.Capacity) }, lines)
-}
-
-// writeDelayChart draws hit rate against event delay: the points evenly spaced (the
-// delays usually grow by factors), each named by its tick.
-func writeDelayChart(path string, out simJSON) error {
-	p := newHitRateChart("Prefix hit rate vs event delay",
-		"event delay (simulated time from routing a request to its KV events reaching the index)")
-	lines := append(policyLines(out, sweepIndex, hitRate), ceilingLine(out, sweepIndex)...)
-	return finishChart(p, path, out, sweepIndex, sweepLabel, lines)
-}
-
-// sweepIndex places sweep point j at x = j: evenly spaced.
-func sweepIndex(j int, _ sweepPointJSON) float64 { return float64(j) }
-
-func hitRate(pol policyJSON) float64 { return pol.BlockHitRate }
-
-// newHitRateChart returns a chart of block hit rate, 0 to 1, against the given x axis.
-func newHitRateChart(title, xLabel string) *plot.Plot {
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = xLabel
-	p.Y.Label.Text = "block hit rate"
-	p.Y.Min, p.Y.Max = 0, 1
-	p.Legend.Top = false
-	p.Legend.Left = false
-	p.Add(plotter.NewGrid())
-	return p
-}
-
-// policyLines returns plotutil.AddLinePoints' arguments for one line per policy: its
-// name, then its value y at each sweep point, placed at x.
-func policyLines(out simJSON, x func(int, sweepPointJSON) float64, y func(policyJSON) float64) []any {
-	var lines []any
-	for i := range out.Sweep[0].Policies {
-		pts := make(plotter.XYs, len(out.Sweep))
-		for j, pt := range out.Sweep {
-			pts[j].X, pts[j].Y = x(j, pt), y(pt.Policies[i])
-		}
-		lines = append(lines, out.Sweep[0].Policies[i].Name, pts)
-	}
-	return lines
-}
-
-// ceilingLine returns the infinite cache's hit rate as a flat line across the sweep.
-func ceilingLine(out simJSON, x func(int, sweepPointJSON) float64) []any {
-	lo, hi := xRange(out, x)
-	return []any{"infinite cache", plotter.XYs{{X: lo, Y: out.Ceiling.BlockHitRate}, {X: hi, Y: out.Ceiling.BlockHitRate}}}
-}
-
-// xRange returns the least and greatest x of the sweep points.
-func xRange(out simJSON, x func(int, sweepPointJSON) float64) (lo, hi float64) {
-	lo, hi = math.Inf(1), math.Inf(-1)
-	for j, pt := range out.Sweep {
-		lo, hi = min(lo, x(j, pt)), max(hi, x(j, pt))
-	}
-	return lo, hi
-}
-
-// finishChart names each sweep point by a tick at its x, draws the lines and writes the
-// chart to path.
-func finishChart(p *plot.Plot, path string, out simJSON, x func(int, sweepPointJSON) float64, label func(sweepPointJSON) string, lines []any) error {
-	var ticks []plot.Tick
-	for j, pt := range out.Sweep {
-		ticks = append(ticks, plot.Tick{Value: x(j, pt), Label: label(pt)})
-	}
-	p.X.Tick.Marker = plot.ConstantTicks(ticks)
-	if err := plotutil.AddLinePoints(p, lines...); err != nil {
-		return err
-	}
-	if err := saveChart(p, path); err != nil {
-		return fmt.Errorf("writing chart: %w", err)
-	}
-	return nil
-}
-
-// writeTierChart draws the prefill work against the host tier's size, one line per
-// policy: the points evenly spaced (0, no host, cannot sit on a log axis), each named by
-// its tick. Lower is better: 1 is a cold cache.
-func writeTierChart(path string, out simJSON) error {
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Prefill work vs host tier (device %s blocks per worker; a host load costs %g of recompute)",
-		bench.Thousands(int64(out.Cluster.Capacity)), *out.Cluster.HostLoadCost)
-	p.X.Label.Text = fmt.Sprintf("host tier (blocks of %d tokens per worker)", out.Workload.BlockSize)
-	p.Y.Label.Text = "prefill work (fraction of a cold cache's)"
-	// The axis spans the lines, a twentieth of a cold cache's work beyond them: the
-	// policies differ by points, which an axis from 0 would flatten.
-	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, pt := range out.Sweep {
-		for _, pol := range pt.Policies {
-			lo, hi = min(lo, *pol.PrefillWork), max(hi, *pol.PrefillWork)
-		}
-	}
-	p.Y.Min, p.Y.Max = max(0, math.Floor(lo*20-0.5)/20), min(1, math.Ceil(hi*20+0.5)/20)
-	p.Legend.Top = true
-	p.Add(plotter.NewGrid())
-	lines := policyLines(out, sweepIndex, func(pol policyJSON) float64 { return *pol.PrefillWork })
-	return finishChart(p, path, out, sweepIndex, sweepLabel, lines)
-}
-
-// saveChart writes p to path in the format its extension names. An SVG carries its
-// fonts (gonum lays text out with the metrics of its own Liberation fonts; a viewer
-// that substitutes another font clips the labels), as a PDF does by default; a PNG is
-// rasterised here.
-func saveChart(p *plot.Plot, path string) error {
-	const w, h = 8 * vg.Inch, 5 * vg.Inch
-	if strings.ToLower(filepath.Ext(path)) != ".svg" {
-		return p.Save(w, h, path)
-	}
-	c := vgsvg.NewWith(vgsvg.UseWH(w, h), vgsvg.EmbedFonts(true))
-	p.Draw(draw.New(c))
-	return report.WriteCanvas(c, path)
 }
 
 // simProgress shows a bar on stderr once a run has gone on for progressDelay, when stderr

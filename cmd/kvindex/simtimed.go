@@ -2,11 +2,8 @@ package main
 
 import (
 	"flag"
-	"fmt"
 	"io"
-	"os"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -190,7 +187,7 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 			return usageErr("--ramp sets the rates; --rate has no use beside it")
 		}
 	}
-	cost, costName, spec, err := loadCost(tf.profile)
+	cost, costName, spec, err := report.LoadCost(tf.profile)
 	if err != nil {
 		return err
 	}
@@ -203,12 +200,8 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 	if spec.MaxNumBatchedTokens > 0 && !f.set["chunk"] {
 		f.chunk = spec.MaxNumBatchedTokens
 	}
-	if sw.Key == "capacity" {
-		for _, c := range sw.Vals {
-			if int64(f.workers)*int64(c) > sim.MaxFleetBlocks {
-				return usageErr("--workers %d x capacity %d: more than %d blocks in all", f.workers, int64(c), sim.MaxFleetBlocks)
-			}
-		}
+	if err := sw.CheckFleet(f.workers); err != nil {
+		return usageErr("%v", err)
 	}
 	defRequests := sim.DefaultRequests
 	if ramp != nil {
@@ -240,80 +233,33 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 	if cfg.Rate == 0 && w.Kind == "shared-context" {
 		cfg.Rate = sim.DefaultSharedRate
 	}
-	for k := range max(1, len(sw.Vals)) {
-		c := cfg
-		if sw.Key != "" {
-			sw.Apply(&c, k)
-		}
-		if int64(c.Workers)*int64(c.Capacity) > sim.MaxFleetBlocks {
-			return usageErr("--workers %d x capacity %d: more than %d blocks in all", c.Workers, c.Capacity, sim.MaxFleetBlocks)
-		}
-		if err := c.Check(w); err != nil {
-			msg := strings.TrimPrefix(err.Error(), sim.ErrConfig.Error()+": ")
-			if strings.Contains(msg, "cannot hold") {
-				msg += "; raise --capacity or the sweep's capacities"
-			}
-			return usageErr("%s", msg)
-		}
+	t := report.Timed{Workload: w, Info: wi, Config: cfg, CostName: costName, Routings: rts, Sweep: sw, Chart: chart,
+		Warn: stderr, Parallel: tf.jobs, BothAffinities: !f.set["router-affinity"]}
+	if err := t.Check(); err != nil {
+		return usageErr("%v", err)
 	}
-	return simulateTimed(stdout, stderr, w, wi, cfg, costName, rts, sw, chart, asJSON, forceProgress, tf.jobs, !f.set["router-affinity"])
-}
-
-// loadCost reads --profile: a shipped profile's name, an engine file (.profile) or a
-// CSV of measured points. It returns the cost model, its description and, for an
-// engine, its spec (zero for measured points).
-func loadCost(profile string) (sim.CostModel, string, sim.EngineSpec, error) {
-	if profile == "" {
-		profile = sim.DefaultProfile
-	}
-	var spec sim.EngineSpec
-	var err error
-	switch {
-	case slices.Contains(sim.ShippedProfiles(), profile):
-		spec, err = sim.ShippedProfile(profile)
-		if err != nil {
-			return nil, "", spec, err
-		}
-		return spec.Roofline(), "roofline of " + spec.Name + " (profile " + profile + ")", spec, nil
-	}
-	fh, err := os.Open(profile)
-	if err != nil {
-		return nil, "", spec, fmt.Errorf("--profile %q is not a shipped profile (%s): %w", profile, strings.Join(sim.ShippedProfiles(), ", "), err)
-	}
-	defer fh.Close()
-	if strings.HasSuffix(profile, ".profile") {
-		if spec, err = sim.ReadEngineSpec(fh); err != nil {
-			return nil, "", spec, fmt.Errorf("%s: %w", profile, err)
-		}
-		return spec.Roofline(), "roofline of " + spec.Name + " (" + profile + ")", spec, nil
-	}
-	p, err := sim.ReadProfile(fh)
-	if err != nil {
-		return nil, "", spec, fmt.Errorf("%s: %w", profile, err)
-	}
-	return p, "profile " + profile, spec, nil
+	return simulateTimed(stdout, stderr, t, asJSON, forceProgress)
 }
 
 // simulateTimed runs the experiment (sim/report) with a progress bar and prints it.
-func simulateTimed(stdout, stderr io.Writer, w *sim.Workload, wi workloadInfo, cfg sim.TimedConfig, costName string,
-	rts []sim.Routing, sw report.Sweep, chart string, asJSON, forceProgress bool, parallel int, bothAffinities bool) error {
+func simulateTimed(stdout, stderr io.Writer, t report.Timed, asJSON, forceProgress bool) error {
+	rts, sw, w := t.Routings, t.Sweep, t.Workload
 	rows := len(rts)
-	if bothAffinities && cfg.Routers > 1 && sw.Key != "routers" {
+	if t.BothAffinities && t.Config.Routers > 1 && sw.Key != "routers" {
 		rows *= 2
 	}
 	prog := newProgress(stderr, forceProgress, max(1, len(sw.Vals))*rows*len(w.Requests))
 	defer prog.finish()
 	var mu sync.Mutex
-	cfg.Progress = func(n int) {
+	t.Config.Progress = func(n int) {
 		mu.Lock()
 		prog.add(n)
 		mu.Unlock()
 	}
-	if parallel == 0 {
-		parallel = runtime.GOMAXPROCS(0)
+	if t.Parallel == 0 {
+		t.Parallel = runtime.GOMAXPROCS(0)
 	}
-	rep, err := report.RunTimed(report.Timed{Workload: w, Info: wi, Config: cfg, CostName: costName, Routings: rts,
-		Sweep: sw, Chart: chart, Warn: stderr, Parallel: parallel, BothAffinities: bothAffinities})
+	rep, err := report.RunTimed(t)
 	if err != nil {
 		return err
 	}
