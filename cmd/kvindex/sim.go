@@ -17,7 +17,6 @@ import (
 	"github.com/kvindex/kvindex/hash"
 	"github.com/kvindex/kvindex/sim"
 	"github.com/kvindex/kvindex/sim/report"
-	"github.com/schollz/progressbar/v3"
 )
 
 // progressDelay is how long a run goes before it shows a progress bar.
@@ -161,55 +160,27 @@ func (f *simFlags) validate(fs *flag.FlagSet) error {
 // workload builds the workload the flags describe: defRequests is the built-in
 // workload's length unless --requests is set, and with ramp set the shared-context
 // workload's too.
-func (f *simFlags) workload(defRequests int, ramp bool) (*sim.Workload, workloadInfo, error) {
-	if f.trace == "" && f.kind == "shared-context" {
-		n := f.requests
-		if n == 0 && ramp {
-			n = defRequests
-		}
-		w, err := sim.SharedContext(sim.SharedContextConfig{Seed: f.seed, Requests: n, BlockSize: f.blockSize,
+func (f *simFlags) workload(defRequests int, ramp bool) (*sim.Workload, report.WorkloadInfo, error) {
+	if f.trace != "" {
+		w, wi, err := report.TraceWorkload(f.trace, f.requests, f.blockSize)
+		return w, wi, traceNotFound(err)
+	}
+	n := f.requests
+	if n == 0 && (ramp || f.kind == "built-in") {
+		n = defRequests
+	}
+	var w *sim.Workload
+	var err error
+	if f.kind == "shared-context" {
+		w, err = sim.SharedContext(sim.SharedContextConfig{Seed: f.seed, Requests: n, BlockSize: f.blockSize,
 			Groups: f.groups, GroupTokens: f.groupTokens, UsersPerGroup: f.users, QueryTokens: f.queryTokens})
-		if err != nil {
-			return nil, workloadInfo{}, err
-		}
-		return w, describeWorkload(w, "shared-context", ""), nil
+	} else {
+		w, err = sim.Generate(sim.GenConfig{Seed: f.seed, Requests: n, BlockSize: f.blockSize, Sessions: f.sessions, ReplyDropped: 1 - f.replyReuse})
 	}
-	if f.trace == "" {
-		n := f.requests
-		if n == 0 {
-			n = defRequests
-		}
-		w, err := sim.Generate(sim.GenConfig{Seed: f.seed, Requests: n, BlockSize: f.blockSize, Sessions: f.sessions, ReplyDropped: 1 - f.replyReuse})
-		if err != nil {
-			return nil, workloadInfo{}, err
-		}
-		return w, describeWorkload(w, "built-in", ""), nil
-	}
-	fh, err := os.Open(f.trace)
 	if err != nil {
-		return nil, workloadInfo{}, traceNotFound(err)
+		return nil, report.WorkloadInfo{}, err
 	}
-	defer fh.Close()
-	recs, err := sim.ReadTrace(fh, f.requests)
-	if err != nil {
-		return nil, workloadInfo{}, fmt.Errorf("%s: %w", f.trace, err)
-	}
-	w, err := sim.FromTrace("Mooncake trace "+filepath.Base(f.trace), recs, f.blockSize)
-	if err != nil {
-		return nil, workloadInfo{}, err
-	}
-	wi := describeWorkload(w, "trace", f.trace)
-	h, r := sim.TraceCeiling(recs)
-	if r > 0 {
-		x := float64(h) / float64(r)
-		wi.TraceIDHitRate = &x
-	}
-	return w, wi, nil
-}
-
-func describeWorkload(w *sim.Workload, source, trace string) workloadInfo {
-	return workloadInfo{Name: w.Name, Source: source, Trace: trace, Requests: len(w.Requests),
-		Tokens: w.Tokens, Blocks: w.Blocks, BlockSize: w.BlockSize}
+	return w, report.Describe(w, f.kind, ""), nil // f.kind: built-in or shared-context
 }
 
 func (f *simFlags) config() sim.Config {
@@ -225,40 +196,24 @@ func (f *simFlags) config() sim.Config {
 	return c
 }
 
-// workloadInfo is what the reports say about the workload (sim/report).
-type workloadInfo = report.WorkloadInfo
-
-// timedPolicyNames and zeroTimePolicyNames are the policies of each model, as --policies
-// spells them.
-func timedPolicyNames() []string {
-	var names []string
-	for _, r := range sim.AllRoutings() {
-		names = append(names, r.Name)
+// names spells policies or routings as --policies does.
+func names[T fmt.Stringer](xs []T) []string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = x.String()
 	}
-	return names
+	return out
 }
 
-func defaultTimedNames() []string {
-	var names []string
-	for _, r := range sim.Routings() {
-		names = append(names, r.Name)
-	}
-	return names
-}
-
-func zeroTimePolicyNames() []string {
-	var names []string
-	for _, p := range sim.Policies() {
-		names = append(names, p.String())
-	}
-	return names
-}
+// timedPolicyNames and zeroTimePolicyNames are the policies of each model.
+func timedPolicyNames() []string    { return names(sim.AllRoutings()) }
+func zeroTimePolicyNames() []string { return names(sim.Policies()) }
 
 // policiesHelp is --policies' help: every policy of both models, so that the help lists
 // what the errors of parsePolicies and parseRoutings accept.
 func policiesHelp() string {
 	return "comma-separated routing policies to compare: " + strings.Join(timedPolicyNames(), ", ") +
-		" (FAMILY/KNOWLEDGE, docs/routing.md; default: " + strings.Join(defaultTimedNames(), ",") + "); with --zero-time: " + strings.Join(zeroTimePolicyNames(), ", ") +
+		" (FAMILY/KNOWLEDGE, docs/routing.md; default: " + strings.Join(names(sim.Routings()), ",") + "); with --zero-time: " + strings.Join(zeroTimePolicyNames(), ", ") +
 		" (default " + report.DefaultZeroTimePolicies + ")"
 }
 
@@ -368,14 +323,14 @@ func runZeroTime(stdout, stderr io.Writer, f *simFlags, policies, sweep, chart s
 		return usageErr("%v", err)
 	}
 	prog := newProgress(stderr, forceProgress, len(pols)*max(1, sp.Points())*len(w.Requests))
-	defer prog.finish()
+	defer prog.Finish()
 	cfg := f.config()
-	cfg.Progress = prog.add
+	cfg.Progress = prog.Add
 	rep, err := report.RunZeroTime(context.Background(), report.ZeroTime{Workload: w, Info: wi, Config: cfg, Policies: pols, Sweep: sp, Chart: chart})
 	if err != nil {
 		return err
 	}
-	prog.finish()
+	prog.Finish()
 	if asJSON {
 		return printJSON(stdout, rep.JSON)
 	}
@@ -392,70 +347,13 @@ func printJSON(w io.Writer, v any) error {
 	return err
 }
 
-// simProgress shows a bar on stderr once a run has gone on for progressDelay, when stderr
-// is a terminal or --progress was given.
-type simProgress struct {
-	w       *gatedWriter
-	on      bool
-	start   time.Time
-	bar     *progressbar.ProgressBar
-	stopped bool
-}
-
-// gatedWriter discards what is written until it opens: the progress bar runs, and
-// measures its rate, from the first request, but shows only after progressDelay.
-type gatedWriter struct {
-	w    io.Writer
-	open bool
-}
-
-func (g *gatedWriter) Write(b []byte) (int, error) {
-	if !g.open {
-		return len(b), nil
-	}
-	return g.w.Write(b)
-}
-
-func newProgress(w io.Writer, force bool, total int) *simProgress {
-	on := force
-	if f, ok := w.(*os.File); ok && !on {
+// newProgress shows a bar of total requests on stderr once a run has gone on for
+// progressDelay, when stderr is a terminal or --progress was given.
+func newProgress(w io.Writer, force bool, total int) *report.Progress {
+	if f, ok := w.(*os.File); ok && !force {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			on = true
+			force = true
 		}
 	}
-	p := &simProgress{w: &gatedWriter{w: w}, on: on && total > 0, start: time.Now()}
-	if p.on {
-		p.bar = progressbar.NewOptions(total,
-			progressbar.OptionSetWriter(p.w),
-			progressbar.OptionSetDescription("simulating"),
-			progressbar.OptionShowCount(),
-			progressbar.OptionSetItsString("req"),
-			progressbar.OptionShowIts(),
-			progressbar.OptionThrottle(100*time.Millisecond),
-			progressbar.OptionSetWidth(30),
-		)
-		p.bar.StartWithoutRender()
-	}
-	return p
-}
-
-func (p *simProgress) add(n int) {
-	if !p.on || p.stopped {
-		return
-	}
-	if !p.w.open && time.Since(p.start) >= progressDelay {
-		p.w.open = true
-	}
-	_ = p.bar.Add(n)
-}
-
-func (p *simProgress) finish() {
-	if p.stopped {
-		return
-	}
-	p.stopped = true
-	if p.bar != nil && p.w.open {
-		_ = p.bar.Finish()
-		fmt.Fprintln(p.w)
-	}
+	return report.NewProgress(w, force && total > 0, total, progressDelay)
 }

@@ -249,11 +249,11 @@ func simulateTimed(stdout, stderr io.Writer, t report.Timed, asJSON, forceProgre
 		rows *= 2
 	}
 	prog := newProgress(stderr, forceProgress, max(1, len(sw.Vals))*rows*len(w.Requests))
-	defer prog.finish()
+	defer prog.Finish()
 	var mu sync.Mutex
 	t.Config.Progress = func(n int) {
 		mu.Lock()
-		prog.add(n)
+		prog.Add(n)
 		mu.Unlock()
 	}
 	if t.Parallel == 0 {
@@ -263,7 +263,7 @@ func simulateTimed(stdout, stderr io.Writer, t report.Timed, asJSON, forceProgre
 	if err != nil {
 		return err
 	}
-	prog.finish()
+	prog.Finish()
 	if asJSON {
 		return printJSON(stdout, rep.JSON)
 	}
