@@ -144,79 +144,29 @@ func TestSimHelp(t *testing.T) {
 	}
 }
 
+// TestSimZeroTimeJSON: --zero-time --json prints one JSON value of the workload the
+// flags describe and the default policies, and nothing on stderr without a terminal or
+// --progress (sim/report tests the experiment itself).
 func TestSimZeroTimeJSON(t *testing.T) {
 	code, out, errs := runCLI(t, append([]string{"sim", "--zero-time", "--json"}, quickSim...)...)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
-	if errs != "" {
-		t.Fatalf("stderr without a terminal or --progress: %q", errs)
+	if code != 0 || errs != "" {
+		t.Fatalf("exit %d, stderr %q", code, errs)
 	}
 	var got struct {
 		Workload struct {
 			Source   string `json:"source"`
 			Requests int    `json:"requests"`
 		} `json:"workload"`
-		Ceiling struct {
-			BlockHitRate *float64 `json:"block_hit_rate"`
-		} `json:"ceiling"`
 		Policies []struct {
-			Name         string   `json:"name"`
-			BlockHitRate *float64 `json:"block_hit_rate"`
-			TokenHitRate *float64 `json:"token_hit_rate"`
-			MaxMeanLoad  *float64 `json:"max_mean_load"`
+			Name string `json:"name"`
 		} `json:"policies"`
-		Index struct {
-			Policy             string   `json:"policy"`
-			BlockOpsPerS       *float64 `json:"block_ops_per_s"`
-			P50                *int64   `json:"find_matches_p50_ns"`
-			P99                *int64   `json:"find_matches_p99_ns"`
-			Memberships        *int64   `json:"memberships"`
-			BytesPerMembership *float64 `json:"bytes_per_membership"`
-		} `json:"index"`
 	}
 	dec := json.NewDecoder(strings.NewReader(out))
-	if err := dec.Decode(&got); err != nil {
-		t.Fatalf("%v in %s", err, out)
+	if err := dec.Decode(&got); err != nil || dec.More() {
+		t.Fatalf("%v, more %v, in %s", err, dec.More(), out)
 	}
-	if dec.More() {
-		t.Fatal("more than one JSON value")
-	}
-	if got.Workload.Source != "built-in" || got.Workload.Requests != 400 || got.Ceiling.BlockHitRate == nil {
-		t.Fatalf("workload/ceiling: %s", out)
-	}
-	names := []string{"longest-prefix/exact", "longest-prefix/exact+predict", "longest-prefix/approx-ttl", "random", "round-robin", "least-loaded"}
-	if len(got.Policies) != len(names) {
-		t.Fatalf("policies: %s", out)
-	}
-	for i, p := range got.Policies {
-		if p.Name != names[i] || p.BlockHitRate == nil || p.TokenHitRate == nil || p.MaxMeanLoad == nil {
-			t.Fatalf("policy %d: %+v", i, p)
-		}
-		if *p.BlockHitRate > *got.Ceiling.BlockHitRate {
-			t.Fatalf("%s above the ceiling", p.Name)
-		}
-	}
-	ix := got.Index
-	if ix.Policy != "longest-prefix/exact" || ix.BlockOpsPerS == nil || *ix.BlockOpsPerS <= 0 || ix.P50 == nil || ix.P99 == nil ||
-		*ix.P50 <= 0 || ix.Memberships == nil || *ix.Memberships <= 0 || ix.BytesPerMembership == nil || *ix.BytesPerMembership <= 0 {
-		t.Fatalf("index: %s", out)
-	}
-	// What a run did not measure is absent, not 0: only kv-aware queries the index.
-	var raw struct {
-		Policies []struct {
-			Name  string         `json:"name"`
-			Index map[string]any `json:"index"`
-		} `json:"policies"`
-	}
-	if err := json.Unmarshal([]byte(out), &raw); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range raw.Policies {
-		_, has := p.Index["find_matches_p50_ns"]
-		if queried := p.Index["queries"].(float64) > 0; has != queried || p.Name == "longest-prefix/exact" && !has {
-			t.Errorf("%s: %v queries, find_matches_p50_ns present %v", p.Name, p.Index["queries"], has)
-		}
+	if got.Workload.Source != "built-in" || got.Workload.Requests != 400 || len(got.Policies) != 6 || got.Policies[0].Name != "longest-prefix/exact" {
+		t.Fatalf("JSON: %s", out)
 	}
 }
 
@@ -253,29 +203,11 @@ func TestSimProgress(t *testing.T) {
 	}
 }
 
+// TestSimZeroTimeSweep: --sweep and --chart reach the experiment (sim/report tests the
+// sweeps and charts).
 func TestSimZeroTimeSweep(t *testing.T) {
-	dir := t.TempDir()
-	for _, ext := range []string{".svg", ".png"} {
-		chart := filepath.Join(dir, "sweep"+ext)
-		code, out, errs := runCLI(t, append([]string{"sim", "--zero-time", "--sweep", "capacity=600, 1200", "--chart", chart, "--policies", "kv-aware,least-loaded"}, quickSim...)...)
-		if code != 0 {
-			t.Fatalf("exit %d: %s", code, errs)
-		}
-		if !strings.Contains(out, "chart written to "+chart) || !strings.Contains(out, "least-loaded") {
-			t.Fatalf("output:\n%s", out)
-		}
-		b, err := os.ReadFile(chart)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// An SVG carries its fonts: a viewer without them would lay the text out with
-		// other metrics and clip the labels.
-		if ext == ".svg" && (!bytes.Contains(b[:min(len(b), 512)], []byte("<svg")) || !bytes.Contains(b, []byte("@font-face"))) ||
-			ext == ".png" && !bytes.HasPrefix(b, []byte("\x89PNG")) {
-			t.Fatalf("%s is not a chart: %q", chart, b[:min(len(b), 64)])
-		}
-	}
-	code, out, errs := runCLI(t, append([]string{"sim", "--zero-time", "--json", "--sweep", "capacity=600,900", "--chart", filepath.Join(dir, "s.svg")}, quickSim...)...)
+	chart := filepath.Join(t.TempDir(), "s.svg")
+	code, out, errs := runCLI(t, append([]string{"sim", "--zero-time", "--json", "--sweep", "capacity=600, 900", "--chart", chart}, quickSim...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -286,12 +218,13 @@ func TestSimZeroTimeSweep(t *testing.T) {
 				Name string `json:"name"`
 			} `json:"policies"`
 		} `json:"sweep"`
+		Chart string `json:"chart"`
 	}
-	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Sweep) != 2 || got.Sweep[1].Capacity != 900 || len(got.Sweep[0].Policies) != 6 {
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Sweep) != 2 || got.Sweep[1].Capacity != 900 || len(got.Sweep[0].Policies) != 6 || got.Chart != chart {
 		t.Fatalf("sweep JSON %v: %s", err, out)
 	}
-	if strings.Contains(out, "bytes_per_membership") {
-		t.Errorf("sweep points do not measure the heap, yet the JSON has bytes_per_membership: %s", out)
+	if _, err := os.Stat(chart); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -362,102 +295,29 @@ func TestSimTrace(t *testing.T) {
 	}
 }
 
-func TestSimEventDelaySweep(t *testing.T) {
-	chart := filepath.Join(t.TempDir(), "delay.svg")
-	code, out, errs := runCLI(t, append([]string{"sim", "--zero-time", "--sweep", "event-delay=0,50ms,2s", "--chart", chart,
-		"--policies", "kv-aware,kv-aware-predict,approximate"}, quickSim...)...)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
-	for _, want := range []string{"block hit rate by event delay", "longest-prefix/exact+predict", "longest-prefix/approx-ttl", "50ms", "chart written to " + chart} {
-		if !strings.Contains(out, want) {
-			t.Fatalf("no %q in:\n%s", want, out)
-		}
-	}
-	if b, err := os.ReadFile(chart); err != nil || !bytes.Contains(b, []byte("<svg")) {
-		t.Fatalf("chart: %v", err)
-	}
-}
-
-// TestSimHostTierSweep runs the tier sweep: per host capacity, the three scorings of the
-// tiers (the default policies of this sweep), with a chart that embeds its fonts; and a
-// plain run with a host tier, whose table and JSON carry the host's columns.
+// TestSimHostTierSweep: a tier sweep without --policies compares the three scorings of
+// the tiers only, and the host flags reach a plain run's header (sim/report tests the
+// tier's numbers).
 func TestSimHostTierSweep(t *testing.T) {
-	chart := filepath.Join(t.TempDir(), "tiers.svg")
-	code, out, errs := runCLI(t, append([]string{"sim", "--zero-time", "--sweep", "host-capacity=0,300,1200", "--chart", chart}, quickSim...)...)
+	code, out, errs := runCLI(t, append([]string{"sim", "--zero-time", "--sweep", "host-capacity=0,300"}, quickSim...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	for _, want := range []string{"by host capacity", "host tier: the swept number of blocks", "prefill work", "longest-prefix/exact:weighted-tiers", "longest-prefix/exact:any-tier",
-		"1,200    longest-prefix/exact", "chart written to " + chart} {
-		if !strings.Contains(out, want) {
-			t.Fatalf("no %q in:\n%s", want, out)
-		}
-	}
-	if strings.Contains(out, "least-loaded") {
+	if !strings.Contains(out, "longest-prefix/exact:weighted-tiers") || !strings.Contains(out, "longest-prefix/exact:any-tier") || strings.Contains(out, "least-loaded") {
 		t.Fatalf("a tier sweep without --policies runs the three tier scorings only:\n%s", out)
 	}
-	if b, err := os.ReadFile(chart); err != nil || !bytes.Contains(b, []byte("<svg")) || !bytes.Contains(b, []byte("@font-face")) {
-		t.Fatalf("chart: %v", err)
-	}
-
-	code, out, errs = runCLI(t, append([]string{"sim", "--zero-time", "--json", "--sweep", "host-capacity=0,1200", "--chart", chart, "--policies", "kv-aware,kv-weighted"}, quickSim...)...)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
-	var got struct {
-		Cluster struct {
-			HostCapacity *int      `json:"host_capacity_blocks"`
-			HostLoadCost *float64  `json:"host_load_cost"`
-			TierWeights  []float64 `json:"tier_weights"`
-		} `json:"cluster"`
-		Sweep []struct {
-			HostCapacity *int `json:"host_capacity"`
-			Policies     []struct {
-				Name         string   `json:"name"`
-				BlockHitRate float64  `json:"block_hit_rate"`
-				HostHitRate  *float64 `json:"host_block_hit_rate"`
-				PrefillWork  *float64 `json:"prefill_work"`
-				TokenHitRate float64  `json:"token_hit_rate"`
-			} `json:"policies"`
-		} `json:"sweep"`
-	}
-	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Sweep) != 2 || got.Sweep[1].HostCapacity == nil || *got.Sweep[1].HostCapacity != 1200 ||
-		got.Cluster.HostCapacity != nil || got.Cluster.HostLoadCost == nil || *got.Cluster.HostLoadCost != 0.25 || len(got.Cluster.TierWeights) != 3 {
-		t.Fatalf("sweep JSON %v: %s", err, out)
-	}
-	for _, pt := range got.Sweep {
-		for _, p := range pt.Policies {
-			if p.HostHitRate == nil || p.PrefillWork == nil || (*pt.HostCapacity == 0) != (*p.HostHitRate == 0) ||
-				*p.PrefillWork < 1-p.TokenHitRate-1e-9 || *p.PrefillWork > 1 {
-				t.Fatalf("host %d, %s: %+v", *pt.HostCapacity, p.Name, p)
-			}
-		}
-	}
-
 	code, out, errs = runCLI(t, append([]string{"sim", "--zero-time", "--host-capacity", "600", "--host-load-cost", "0.5", "--tier-weights", "1,0.5,0", "--policies", "kv-aware,kv-weighted"}, quickSim...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	for _, want := range []string{"host tier: 600 blocks per engine; loading a block costs 0.5", "weights 1,0.5,0", "device hit", "host hit", "host memberships"} {
-		if !strings.Contains(out, want) {
-			t.Fatalf("no %q in:\n%s", want, out)
-		}
+	if want := "host tier: 600 blocks per engine; loading a block costs 0.5 of recomputing it (--host-load-cost, an assumption); kv-weighted's weights 1,0.5,0"; !strings.Contains(out, want) {
+		t.Fatalf("no %q in:\n%s", want, out)
 	}
 }
 
-// TestSimWithoutHostTierUnchanged: without --host-capacity, the JSON has none of the
-// tier fields, and gen-ops writes no medium (the output is what it was before tiers).
-func TestSimWithoutHostTierUnchanged(t *testing.T) {
-	code, out, errs := runCLI(t, append([]string{"sim", "--zero-time", "--json", "--policies", "kv-aware"}, quickSim...)...)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
-	for _, field := range []string{"host_", "prefill_work", "tier_weights", "loaded_tokens", "orphan"} {
-		if strings.Contains(out, field) {
-			t.Errorf("a run without a host tier reports %q: %s", field, out)
-		}
-	}
+// TestGenOpsWithoutHostTier: without --host-capacity, gen-ops writes no medium (the
+// output is what it was before tiers).
+func TestGenOpsWithoutHostTier(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "g.jsonl")
 	if code, _, errs := runCLI(t, append([]string{"gen-ops", "--out", path}, quickSim...)...); code != 0 {
 		t.Fatal(errs)
