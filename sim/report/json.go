@@ -71,8 +71,7 @@ func HitsOf(h interface {
 	return HitsJSON{BlockHitRate: h.BlockHitRate(), TokenHitRate: h.TokenHitRate(), HitBlocks: hitBlocks, Blocks: blocks}
 }
 
-// toPolicyJSON: tiered says whether the runs have a host tier (or sweep one).
-
+// Pct writes a rate as a percentage; Micros nanoseconds as microseconds.
 func Pct(x float64) string { return fmt.Sprintf("%.2f%%", 100*x) }
 
 func Micros(ns int64) string { return fmt.Sprintf("%.1f µs", float64(ns)/1e3) }

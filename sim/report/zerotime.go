@@ -72,6 +72,8 @@ type (
 	}
 )
 
+// toPolicyJSON is a zero-time run's row; measured says whether it measured its heap,
+// tiered whether the runs have a host tier (or sweep one).
 func toPolicyJSON(r sim.Result, measured, tiered bool) policyJSON {
 	pj := policyJSON{
 		Name: r.Policy.String(), HitsJSON: HitsOf(r, r.HitBlocks, r.Blocks),
