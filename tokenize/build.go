@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"regexp"
 
 	"golang.org/x/text/unicode/norm"
@@ -56,7 +57,7 @@ func (t *Tokenizer) buildModel(mj *modelJSON) error {
 	m.byteFallback, m.ignoreMerges, m.fuseUnk, m.unk = mj.ByteFallback, mj.IgnoreMerges, mj.FuseUnk, -1
 	size := 0
 	for tok, id := range mj.Vocab {
-		if id < 0 || id >= 1<<31 {
+		if id < 0 || id > math.MaxInt32 {
 			return fmt.Errorf("token %q has id %d", tok, id)
 		}
 		size = max(size, id+1)
@@ -109,7 +110,7 @@ func (t *Tokenizer) buildMerges(mj *modelJSON) error {
 	if err != nil {
 		return err
 	}
-	if len(pairs) >= 1<<31 {
+	if len(pairs) > math.MaxInt32 {
 		return fmt.Errorf("%d merges", len(pairs))
 	}
 	m := &t.model
@@ -134,7 +135,7 @@ func (t *Tokenizer) buildAdded(list []addedJSON) error {
 			continue
 		case a.SingleWord:
 			return fmt.Errorf("%q: single_word: %w", a.Content, errUnsupported)
-		case a.ID < 0 || a.ID >= 1<<31:
+		case a.ID < 0 || a.ID > math.MaxInt32:
 			return fmt.Errorf("%q has id %d", a.Content, a.ID)
 		}
 		if a.ID >= len(t.idText) {
