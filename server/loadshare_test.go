@@ -53,14 +53,14 @@ func TestLoadSharedAcrossReplicas(t *testing.T) {
 		ids = append(ids, resp.Pick.RequestID)
 	}
 	pick(ca)
-	waitUntil(t, "b folds a's pick", folded(b, 1))
+	waitFor(t, "b folds a's pick", folded(b, 1))
 	pick(cb)
-	waitUntil(t, "a folds b's pick", folded(a, 1))
+	waitFor(t, "a folds b's pick", folded(a, 1))
 	pick(ca)
 	if len(seen) != 3 {
 		t.Fatalf("three identical requests through two replicas went to %v, want three workers", seen)
 	}
-	waitUntil(t, "b folds a's second pick", folded(b, 2))
+	waitFor(t, "b folds a's second pick", folded(b, 2))
 	for i, id := range ids {
 		c := ca
 		if i == 1 {
@@ -71,21 +71,9 @@ func TestLoadSharedAcrossReplicas(t *testing.T) {
 			t.Fatalf("finished %s: %d %+v", id, code, fr)
 		}
 	}
-	waitUntil(t, "a folds b's finish", folded(a, 0))
-	waitUntil(t, "b folds a's finishes", folded(b, 0))
+	waitFor(t, "a folds b's finish", folded(a, 0))
+	waitFor(t, "b folds a's finishes", folded(b, 0))
 	if alone, _ := start(t, threeApproximate()); func() bool { _, ok := alone.LoadShareStats(); return ok }() {
 		t.Fatal("a server without load sharing reports stats")
-	}
-}
-
-// waitUntil polls cond until it holds, failing after 10 s (a bounded poll of a
-// condition another goroutine makes true).
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(2 * time.Millisecond) // bounded poll of a condition
 	}
 }

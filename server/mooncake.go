@@ -114,10 +114,9 @@ func checkID(field, id string) error {
 	return nil
 }
 
-// MooncakeRegister is the body of POST /register.
-type MooncakeRegister struct {
-	Endpoint       string `json:"endpoint"`
-	ReplayEndpoint string `json:"replay_endpoint,omitempty"`
+// MooncakeInstance names one publisher instance, as /register and /unregister both
+// carry it.
+type MooncakeInstance struct {
 	// Type is the publisher: "vLLM" (default) or "SGLang".
 	Type string `json:"type,omitempty"`
 	// ModelName is the model ("modelname" on the wire; "model_name", the document's
@@ -132,7 +131,14 @@ type MooncakeRegister struct {
 	// BlockSize must be the model's; 0: the model's, or the configured default.
 	BlockSize int `json:"block_size,omitempty"`
 	// DPRank is the rank this endpoint publishes (default 0).
-	DPRank         *int   `json:"dp_rank,omitempty"`
+	DPRank *int `json:"dp_rank,omitempty"`
+}
+
+// MooncakeRegister is the body of POST /register.
+type MooncakeRegister struct {
+	MooncakeInstance
+	Endpoint       string `json:"endpoint"`
+	ReplayEndpoint string `json:"replay_endpoint,omitempty"`
 	AdditionalSalt string `json:"additionalsalt,omitempty"`
 	// AdditionalSalt2 is Dynamo's spelling of AdditionalSalt.
 	AdditionalSalt2 string `json:"additional_salt,omitempty"`
@@ -142,15 +148,7 @@ type MooncakeRegister struct {
 // alone when given) under TenantID. The other fields of the RFC's body are accepted
 // and not needed.
 type MooncakeUnregister struct {
-	Type         string   `json:"type,omitempty"`
-	ModelName    string   `json:"modelname,omitempty"`
-	ModelName2   string   `json:"model_name,omitempty"`
-	RoutingGroup string   `json:"routing_group,omitempty"`
-	LoraName     string   `json:"lora_name,omitempty"`
-	TenantID     string   `json:"tenant_id,omitempty"`
-	InstanceID   idString `json:"instance_id"`
-	BlockSize    int      `json:"block_size,omitempty"`
-	DPRank       *int     `json:"dp_rank,omitempty"`
+	MooncakeInstance
 }
 
 // MooncakeQuery is the body of POST /query and /query_by_hash.
