@@ -432,26 +432,24 @@ func (d *jsonDecoder) escapedStr(start int) (string, error) {
 		if e != 'u' {
 			return "", d.errorf("bad escape \\%c", e)
 		}
-		r, err := d.hex4()
+		r0, err := d.hex4()
 		if err != nil {
 			return "", err
 		}
+		r := r0
 		if utf16.IsSurrogate(r) {
-			r2 := rune(-1)
-			if bytes.HasPrefix(d.data[d.pos:], []byte(`\u`)) {
+			// As encoding/json: the next \u escape is taken only when it completes a
+			// valid pair; otherwise this one is U+FFFD and the next is read on its own.
+			r = utf8.RuneError
+			if at := d.pos; bytes.HasPrefix(d.data[at:], []byte(`\u`)) {
 				d.pos += 2
-				if r2, err = d.hex4(); err != nil {
-					return "", err
+				if r2, err := d.hex4(); err == nil {
+					if dec := utf16.DecodeRune(r0, r2); dec != utf8.RuneError {
+						r = dec
+						at = d.pos
+					}
 				}
-			}
-			if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
-				r = dec
-			} else {
-				r = utf8.RuneError
-				if r2 >= 0 && !utf16.IsSurrogate(r2) {
-					b = utf8.AppendRune(b, r)
-					r = r2
-				}
+				d.pos = at
 			}
 		}
 		b = utf8.AppendRune(b, r)
