@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/server/internal/wire"
 	"github.com/kvindex/kvindex/subscriber"
 )
 
@@ -85,7 +86,7 @@ type MatchRequest struct {
 	// Policy overrides the configured policy for this request.
 	Policy string `json:"policy"`
 	// ExtraKeys are the per-block extra keys of a multimodal (or vLLM-salted) prompt,
-	// with Tokens: see extrakeys.go for the shape and the hash.
+	// with Tokens: see package wire (server/internal/wire) for the shape and the hash.
 	ExtraKeys []any `json:"extra_keys,omitempty"`
 	// Record records the pick as a prediction (as POST /v1/routed would, with the
 	// server's default TTL): the next requests sharing this prompt see it before the
@@ -410,7 +411,7 @@ func (s *Server) resolveModel(name string) (*model, error) {
 // request, the query's hashes and the engine's matches (gRPC uses the last two).
 type matchScratch struct {
 	body  bytes.Buffer
-	req   matchReq
+	req   wire.Request
 	q     []uint64
 	found []engine.Match
 
@@ -449,7 +450,7 @@ func (sc *matchScratch) release() {
 // readRequest reads a match or routed request's body and decodes it into sc.req,
 // answering every error itself (ok false). What it decodes is checked by the pipeline
 // (match.go).
-func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, sc *matchScratch, kind int) bool {
+func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, sc *matchScratch, kind wire.Kind) bool {
 	sc.body.Reset()
 	if !s.readBody(w, r, &sc.body) {
 		return false
@@ -458,15 +459,15 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, sc *matchSc
 		writeError(w, http.StatusBadRequest, "bad_json", "empty request body")
 		return false
 	}
-	if err := decodeRequest(sc.body.Bytes(), &sc.req, kind); err != nil {
+	if err := wire.Decode(sc.body.Bytes(), &sc.req, kind); err != nil {
 		writeError(w, http.StatusBadRequest, "bad_json", "invalid request: %v", err)
 		return false
 	}
 	return true
 }
 
-// query is a decoded request's query, for the pipeline.
-func (req *matchReq) query() queryInput {
+// queryOf is a decoded request's query, for the pipeline.
+func queryOf(req *wire.Request) queryInput {
 	return queryInput{model: req.Model, namespace: req.Namespace, loraName: req.LoraName, cacheSalt: req.CacheSalt,
 		tokens: req.Tokens, hashes: req.Hashes, hasTokens: req.HasTokens, hasHashes: req.HasHashes, extraKeys: req.ExtraKeys,
 		text: req.Text}
@@ -476,7 +477,7 @@ func (req *matchReq) query() queryInput {
 func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 	sc := scratchPool.Get().(*matchScratch)
 	defer sc.release()
-	if !s.readRequest(w, r, sc, kindMatch) {
+	if !s.readRequest(w, r, sc, wire.KindMatch) {
 		return
 	}
 	req := &sc.req
@@ -485,7 +486,7 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_load", "%v", err)
 		return
 	}
-	in := matchInput{queryInput: req.query(), policy: req.Policy, weights: req.Weights[:], nWeights: req.NWeights,
+	in := matchInput{queryInput: queryOf(req), policy: req.Policy, weights: req.Weights[:], nWeights: req.NWeights,
 		hasWeights: req.HasWeights, topK: req.TopK, record: req.Record, pick: req.Pick, requestID: req.RequestID, loads: loads}
 	var resp MatchResponse
 	if e := s.match(r.Context(), &in, sc, &resp); e != nil {
@@ -615,11 +616,11 @@ func (s *Server) servesWorker(m *model, worker string) bool {
 func (s *Server) handleRouted(w http.ResponseWriter, r *http.Request) {
 	sc := scratchPool.Get().(*matchScratch)
 	defer sc.release()
-	if !s.readRequest(w, r, sc, kindRouted) {
+	if !s.readRequest(w, r, sc, wire.KindRouted) {
 		return
 	}
 	req := &sc.req
-	in := routedInput{queryInput: req.query(), worker: req.Worker, ttlMs: req.TTLms, requestID: req.RequestID}
+	in := routedInput{queryInput: queryOf(req), worker: req.Worker, ttlMs: req.TTLms, requestID: req.RequestID}
 	resp, e := s.routed(r.Context(), &in, sc)
 	if e != nil {
 		writeAPIError(w, e)

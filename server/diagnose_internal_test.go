@@ -17,6 +17,7 @@ import (
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/hash"
 	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/server/internal/wire"
 	"github.com/kvindex/kvindex/subscriber"
 )
 
@@ -263,11 +264,11 @@ func TestExtraKeysVectors(t *testing.T) {
 		if c.ExtraKeys == nil {
 			continue
 		}
-		keys, err := parseExtraKeys([]byte(requestKeys(t, c.ExtraKeys, c.LoraName)), len(c.Contents))
+		keys, err := wire.ParseExtraKeys([]byte(requestKeys(t, c.ExtraKeys, c.LoraName)), len(c.Contents))
 		if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
 		}
-		got := contentsWithKeys(nil, c.Tokens, c.BlockSize, keys)
+		got := wire.ContentsWithKeys(nil, c.Tokens, c.BlockSize, keys)
 		for i, want := range c.Contents {
 			if s := strconvU(got[i]); s != want {
 				t.Errorf("%s: block %d content %s, want %s", c.Name, i, s, want)

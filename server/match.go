@@ -15,11 +15,12 @@ import (
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/hash"
 	"github.com/kvindex/kvindex/route"
+	"github.com/kvindex/kvindex/server/internal/wire"
 )
 
 // The match pipeline: one path from a decoded request to its answer, whichever
 // transport brought it. A transport only decodes (HTTP's single-pass reader in
-// numbers.go, a gRPC message's getters) and encodes (JSON, protobuf); every check, the
+// package wire, a gRPC message's getters) and encodes (JSON, protobuf); every check, the
 // hashing, the engine call, the trust states, the pick and top-k are here, in one
 // order, so the same request gets the same answer and the same error over both:
 //
@@ -81,11 +82,11 @@ type queryInput struct {
 	// hasTokens and hasHashes say the field was given (an empty list included; a gRPC
 	// request cannot tell an empty list from none, so there an empty one is not given).
 	hasTokens, hasHashes bool
-	// extraKeys is the raw JSON of extra_keys (extrakeys.go); nil when absent (gRPC
+	// extraKeys is the raw JSON of extra_keys (package wire); nil when absent (gRPC
 	// has none).
 	extraKeys []byte
 	// text is the request's prompt or messages instead of tokens (text.go).
-	text textReq
+	text wire.Text
 }
 
 // matchInput is a match request as its transport decoded it.
@@ -159,11 +160,11 @@ func (s *Server) hashQuery(m *model, in *queryInput, sc *matchScratch) ([]uint64
 	}
 	var q []uint64
 	if in.extraKeys != nil {
-		keys, err := parseExtraKeys(in.extraKeys, len(in.tokens)/m.blockSize)
+		keys, err := wire.ParseExtraKeys(in.extraKeys, len(in.tokens)/m.blockSize)
 		if err != nil {
 			return nil, badRequest("bad_extra_keys", fmt.Errorf("extra_keys: %w", err))
 		}
-		q = contentsWithKeys(sc.q[:0], in.tokens, m.blockSize, keys)
+		q = wire.ContentsWithKeys(sc.q[:0], in.tokens, m.blockSize, keys)
 	} else {
 		var err error
 		if q, err = hash.Blocks(sc.q[:0], in.tokens, m.blockSize); err != nil {
@@ -343,7 +344,7 @@ func (s *Server) match(ctx context.Context, in *matchInput, sc *matchScratch, re
 		}
 		resp.Recorded = true
 	}
-	if in.text.given() {
+	if in.text.Given() {
 		resp.Tokens = len(in.tokens)
 	}
 	resp.MatchesTotal = len(resp.Matches)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/kvindex/kvindex/api/kvindexv1"
+	"github.com/kvindex/kvindex/server/internal/wire"
 	"github.com/kvindex/kvindex/tokenize"
 )
 
@@ -25,81 +26,9 @@ import (
 // POST /v1/route takes an OpenAI completions or chat completions body unchanged (every
 // field this server does not need is ignored) and answers as /v1/match does, with a pick.
 
-// textReq is a request's text fields as its transport decoded them (raw JSON for the
-// structured ones; nil when absent).
-type textReq struct {
-	Prompt                   string
-	HasPrompt                bool
-	Messages, Tools, Kwargs  []byte
-	AddGeneration, HasAddGen bool
-}
-
-// given says whether the request carries text.
-func (t *textReq) given() bool { return t.HasPrompt || t.Messages != nil }
-
-// decodeTextField reads the value of text field key at b[i:] into *t and returns the
-// offset after it.
-func decodeTextField(key string, b []byte, i int, t *textReq) (int, error) {
-	if hasPrefix(b[i:], "null") {
-		return i + 4, nil
-	}
-	switch key {
-	case "prompt":
-		end, err := scanString(b, i)
-		if err != nil || b[i] != '"' {
-			return i, errors.New("prompt: want a string (token ids go in tokens)")
-		}
-		if t.Prompt, err = stringValue(b[i:end]); err != nil {
-			return i, fmt.Errorf("prompt: %w", err)
-		}
-		t.HasPrompt = true
-		return end, nil
-	case "add_generation_prompt":
-		switch {
-		case hasPrefix(b[i:], "true"):
-			t.AddGeneration, t.HasAddGen = true, true
-			return i + 4, nil
-		case hasPrefix(b[i:], "false"):
-			t.HasAddGen = true
-			return i + 5, nil
-		}
-		return i, errors.New("add_generation_prompt: want true or false")
-	}
-	end, err := scanValue(b, i)
-	if err != nil {
-		return i, fmt.Errorf("%s: %w", key, err)
-	}
-	raw := b[i:end]
-	if err := checkTextJSON(key, raw); err != nil {
-		return i, err
-	}
-	switch key {
-	case "messages":
-		t.Messages = raw
-	case "tools":
-		t.Tools = raw
-	default:
-		t.Kwargs = raw
-	}
-	return end, nil
-}
-
-// checkTextJSON checks the shape of a structured text field: messages and tools are
-// arrays, chat_template_kwargs an object.
-func checkTextJSON(key string, raw []byte) error {
-	open, what := byte('['), "an array"
-	if key == "chat_template_kwargs" {
-		open, what = '{', "an object"
-	}
-	if len(raw) == 0 || raw[0] != open || !json.Valid(raw) {
-		return fmt.Errorf("%s: want null or %s", key, what)
-	}
-	return nil
-}
-
 // grpcText is a gRPC MatchRequest's text (its shapes are checked by textQuery).
-func grpcText(req *kvindexv1.MatchRequest) textReq {
-	var t textReq
+func grpcText(req *kvindexv1.MatchRequest) wire.Text {
+	var t wire.Text
 	if req.Prompt != nil {
 		t.Prompt, t.HasPrompt = *req.Prompt, true
 	}
@@ -135,7 +64,7 @@ func loadTokenizers(dirs map[string]string) (map[string]*tokenize.Model, error) 
 func (s *Server) textQuery(m *model, in *queryInput, sc *matchScratch) *apiError {
 	t := &in.text
 	switch {
-	case !t.given():
+	case !t.Given():
 		if t.Tools != nil || t.Kwargs != nil || t.HasAddGen {
 			return badRequest("bad_query", errors.New("tools, add_generation_prompt and chat_template_kwargs go with messages"))
 		}
@@ -154,7 +83,7 @@ func (s *Server) textQuery(m *model, in *queryInput, sc *matchScratch) *apiError
 		raw []byte
 	}{{"messages", t.Messages}, {"tools", t.Tools}, {"chat_template_kwargs", t.Kwargs}} {
 		if f.raw != nil {
-			if err := checkTextJSON(f.key, f.raw); err != nil {
+			if err := wire.CheckTextJSON(f.key, f.raw); err != nil {
 				return badRequest("bad_query", err)
 			}
 		}

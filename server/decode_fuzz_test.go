@@ -8,42 +8,8 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/server/internal/wire"
 )
-
-func TestDecodeMatch(t *testing.T) {
-	for _, tc := range []struct {
-		in string
-		ok bool
-	}{
-		{`{}`, true},
-		{` { "model" : "m" , "tokens" : [ 1 , 2 ,3 ] } `, true},
-		{`{"model":"m\u00e9\n","namespace":null,"content_hashes":["18446744073709551615","0xff",7]}`, true},
-		{`{"tokens":null,"content_hashes":[]}`, true},
-		{`{"tokens":[4294967296]}`, false},
-		{`{"tokens":["1"]}`, false},
-		{`{"tokens":[-1]}`, false},
-		{`{"tokens":[1.5]}`, false},
-		{`{"tokens":[01]}`, false},
-		{`{"tokens":[1,]}`, false},
-		{`{"tokens":[1 2]}`, false},
-		{`{"content_hashes":["18446744073709551616"]}`, false},
-		{`{"content_hashes":["0x1ffffffffffffffff"]}`, false},
-		{`{"model":1}`, false},
-		{`{"model":"m",}`, false},
-		{`{"x":1}`, false},
-		{`{"model":"m"} {}`, false},
-		{`[]`, false},
-		{`{"model":"a`, false},
-		{`{"model":"a\u0001"}`, true},
-		{"{\"model\":\"a\x01\"}", false},
-	} {
-		var r matchReq
-		err := decodeMatch([]byte(tc.in), &r)
-		if (err == nil) != tc.ok {
-			t.Errorf("%s: err %v, want ok %v", tc.in, err, tc.ok)
-		}
-	}
-}
 
 // FuzzDecodeMatch holds the single-pass reader to encoding/json: whatever it accepts,
 // encoding/json (strict) decodes to the same request.
@@ -66,8 +32,8 @@ func FuzzDecodeMatch(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var r matchReq
-		if decodeMatch(b, &r) != nil {
+		var r wire.Request
+		if wire.DecodeMatch(b, &r) != nil {
 			return
 		}
 		// The handler reads "load" next: what it refuses, the request is refused for.
@@ -121,9 +87,9 @@ func FuzzDecodeMatch(f *testing.F) {
 		}
 		if r.ExtraKeys != nil {
 			// Never a panic; every accepted block key is bounded.
-			keys, err := parseExtraKeys(r.ExtraKeys, 64)
+			keys, err := wire.ParseExtraKeys(r.ExtraKeys, 64)
 			for _, k := range keys {
-				if err == nil && len(k) > maxKeyBytes {
+				if err == nil && len(k) > wire.MaxKeyBytes {
 					t.Fatalf("%q: key of %d bytes", b, len(k))
 				}
 			}
@@ -161,8 +127,8 @@ func FuzzDecodeRouted(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var r matchReq
-		if decodeRequest(b, &r, kindRouted) != nil {
+		var r wire.Request
+		if wire.Decode(b, &r, wire.KindRouted) != nil {
 			return
 		}
 		var want RoutedRequest

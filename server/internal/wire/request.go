@@ -1,4 +1,4 @@
-package server
+package wire
 
 import (
 	"bytes"
@@ -18,8 +18,8 @@ import (
 // fields and two integer arrays, so one pass reads it; the strict rules stay (unknown
 // fields, wrong types and trailing data are errors).
 
-// matchReq is a decoded match (or routed) request.
-type matchReq struct {
+// Request is a decoded match (or routed) request.
+type Request struct {
 	Model, Namespace, LoraName, CacheSalt, Policy string
 
 	Tokens               []uint32
@@ -50,39 +50,43 @@ type matchReq struct {
 	// pipeline checks it against MaxMaxMatches.
 	TopK uint64
 	// Text (match only) is the request's text instead of its tokens (text.go).
-	Text textReq
+	Text Text
 }
 
-var errSyntax = errors.New("invalid JSON")
+// ErrSyntax is the error of a body that is not JSON at all.
+var ErrSyntax = errors.New("invalid JSON")
 
-// The request kinds decodeRequest reads; each allows its own fields.
+// Kind is a request kind Decode reads; each allows its own fields.
+type Kind int
+
+// The request kinds: POST /v1/match (and /v1/route's match half) and POST /v1/routed.
 const (
-	kindMatch = iota
-	kindRouted
+	KindMatch Kind = iota
+	KindRouted
 )
 
 // requestFields are the fields of each kind, each with its bit in the duplicate check.
 var requestFields = [2]map[string]uint32{
-	kindMatch: {"model": 1, "namespace": 2, "lora_name": 4, "cache_salt": 8, "policy": 16,
+	KindMatch: {"model": 1, "namespace": 2, "lora_name": 4, "cache_salt": 8, "policy": 16,
 		"tokens": 32, "content_hashes": 64, "extra_keys": 128, "record": 256, "tier_weights": 512,
 		"pick": 1024, "request_id": 2048, "load": 4096, "top_k": 8192,
 		"prompt": 1 << 14, "messages": 1 << 15, "tools": 1 << 16, "add_generation_prompt": 1 << 17, "chat_template_kwargs": 1 << 18},
-	kindRouted: {"model": 1, "namespace": 2, "lora_name": 4, "cache_salt": 8, "worker": 16,
+	KindRouted: {"model": 1, "namespace": 2, "lora_name": 4, "cache_salt": 8, "worker": 16,
 		"tokens": 32, "content_hashes": 64, "extra_keys": 128, "ttl_ms": 256, "request_id": 512},
 }
 
-// decodeMatch reads a match request from b into *rp, reusing its slices' memory.
-func decodeMatch(b []byte, rp *matchReq) error { return decodeRequest(b, rp, kindMatch) }
+// DecodeMatch reads a match request from b into *rp, reusing its slices' memory.
+func DecodeMatch(b []byte, rp *Request) error { return Decode(b, rp, KindMatch) }
 
-// decodeRequest reads a request of the given kind from b into *rp, reusing its slices'
+// Decode reads a request of the given kind from b into *rp, reusing its slices'
 // memory. A field outside the kind's set, or given twice, is an error.
-func decodeRequest(b []byte, rp *matchReq, kind int) (err error) {
-	*rp = matchReq{Tokens: rp.Tokens[:0], Hashes: rp.Hashes[:0]}
+func Decode(b []byte, rp *Request, kind Kind) (err error) {
+	*rp = Request{Tokens: rp.Tokens[:0], Hashes: rp.Hashes[:0]}
 	r := rp
 	var seen uint32
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
-		return fmt.Errorf("%w: want an object", errSyntax)
+		return fmt.Errorf("%w: want an object", ErrSyntax)
 	}
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
@@ -94,7 +98,7 @@ func decodeRequest(b []byte, rp *matchReq, kind int) (err error) {
 	}
 	for {
 		if i >= len(b) || b[i] != '"' {
-			return fmt.Errorf("%w at offset %d: want a field name", errSyntax, i)
+			return fmt.Errorf("%w at offset %d: want a field name", ErrSyntax, i)
 		}
 		end, err := scanString(b, i)
 		if err != nil {
@@ -106,7 +110,7 @@ func decodeRequest(b []byte, rp *matchReq, kind int) (err error) {
 		}
 		i = skipSpace(b, end)
 		if i >= len(b) || b[i] != ':' {
-			return fmt.Errorf("%w at offset %d: want ':'", errSyntax, i)
+			return fmt.Errorf("%w at offset %d: want ':'", ErrSyntax, i)
 		}
 		i = skipSpace(b, i+1)
 		bit, ok := requestFields[kind][key]
@@ -239,7 +243,7 @@ func decodeRequest(b []byte, rp *matchReq, kind int) (err error) {
 		}
 		i = skipSpace(b, i)
 		if i >= len(b) {
-			return fmt.Errorf("%w: unexpected end", errSyntax)
+			return fmt.Errorf("%w: unexpected end", ErrSyntax)
 		}
 		switch b[i] {
 		case ',':
@@ -250,7 +254,7 @@ func decodeRequest(b []byte, rp *matchReq, kind int) (err error) {
 			}
 			return nil
 		default:
-			return fmt.Errorf("%w at offset %d: want ',' or '}'", errSyntax, i)
+			return fmt.Errorf("%w at offset %d: want ',' or '}'", ErrSyntax, i)
 		}
 	}
 }
@@ -266,10 +270,10 @@ func scanString(b []byte, i int) (int, error) {
 		case c == '"':
 			return j + 1, nil
 		case c < 0x20:
-			return 0, fmt.Errorf("%w: control character in a string", errSyntax)
+			return 0, fmt.Errorf("%w: control character in a string", ErrSyntax)
 		}
 	}
-	return 0, fmt.Errorf("%w: unterminated string", errSyntax)
+	return 0, fmt.Errorf("%w: unterminated string", ErrSyntax)
 }
 
 // stringValue decodes a JSON string literal (quotes included): directly when it holds
@@ -313,7 +317,7 @@ func parseNumbers[T uint32 | uint64](b []byte, i int, max uint64, allowStrings b
 	}
 	for n := 0; ; n++ {
 		if i >= len(b) {
-			return dst, false, i, fmt.Errorf("%w: unterminated array", errSyntax)
+			return dst, false, i, fmt.Errorf("%w: unterminated array", ErrSyntax)
 		}
 		var v uint64
 		if b[i] == '"' {
@@ -325,7 +329,7 @@ func parseNumbers[T uint32 | uint64](b []byte, i int, max uint64, allowStrings b
 				j++
 			}
 			if j >= len(b) {
-				return dst, false, i, fmt.Errorf("%w: unterminated string", errSyntax)
+				return dst, false, i, fmt.Errorf("%w: unterminated string", ErrSyntax)
 			}
 			v, err = parseUint(b[i+1:j], true)
 			i = j + 1
@@ -346,7 +350,7 @@ func parseNumbers[T uint32 | uint64](b []byte, i int, max uint64, allowStrings b
 		dst = append(dst, T(v))
 		i = skipSpace(b, i)
 		if i >= len(b) {
-			return dst, false, i, fmt.Errorf("%w: unterminated array", errSyntax)
+			return dst, false, i, fmt.Errorf("%w: unterminated array", ErrSyntax)
 		}
 		switch b[i] {
 		case ',':
@@ -354,7 +358,7 @@ func parseNumbers[T uint32 | uint64](b []byte, i int, max uint64, allowStrings b
 		case ']':
 			return dst, true, i + 1, nil
 		default:
-			return dst, false, i, fmt.Errorf("%w in array at offset %d", errSyntax, i)
+			return dst, false, i, fmt.Errorf("%w in array at offset %d", ErrSyntax, i)
 		}
 	}
 }
@@ -392,7 +396,7 @@ func parseWeightList(b []byte, i int, w *[engine.NumTiers]float64) (has bool, n,
 		}
 		i = skipSpace(b, j)
 		if i >= len(b) {
-			return false, 0, i, fmt.Errorf("%w: unterminated array", errSyntax)
+			return false, 0, i, fmt.Errorf("%w: unterminated array", ErrSyntax)
 		}
 		switch b[i] {
 		case ',':
@@ -400,7 +404,7 @@ func parseWeightList(b []byte, i int, w *[engine.NumTiers]float64) (has bool, n,
 		case ']':
 			return true, n + 1, i + 1, nil
 		default:
-			return false, 0, i, fmt.Errorf("%w in array at offset %d", errSyntax, i)
+			return false, 0, i, fmt.Errorf("%w in array at offset %d", ErrSyntax, i)
 		}
 	}
 }

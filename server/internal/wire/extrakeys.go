@@ -1,4 +1,4 @@
-package server
+package wire
 
 import (
 	"bytes"
@@ -39,10 +39,11 @@ import (
 // list of 1 MiB cost ~0.4 s of CPU and ~35 MB when the whole value was decoded first).
 const (
 	maxExtraDepth = 8
-	maxKeyBytes   = 4096 // CBOR bytes per block
+	// MaxKeyBytes bounds the CBOR bytes of one block's keys.
+	MaxKeyBytes = 4096
 	// maxEntryJSON bounds one entry's JSON: every CBOR key byte is at most six JSON
 	// bytes (a \u00XX escape, a hex digit pair is two) plus punctuation.
-	maxEntryJSON = 8 * maxKeyBytes
+	maxEntryJSON = 8 * MaxKeyBytes
 )
 
 // scanValue returns the offset past the JSON value at b[i] (strings, arrays, objects and
@@ -86,12 +87,12 @@ func scanValue(b []byte, i int) (int, error) {
 	if depth == 0 {
 		return len(b), nil
 	}
-	return 0, fmt.Errorf("%w: unterminated value", errSyntax)
+	return 0, fmt.Errorf("%w: unterminated value", ErrSyntax)
 }
 
-// parseExtraKeys decodes the extra_keys value raw into each block's CBOR key (nil:
+// ParseExtraKeys decodes the extra_keys value raw into each block's CBOR key (nil:
 // none), for a query of nb blocks.
-func parseExtraKeys(raw []byte, nb int) ([][]byte, error) {
+func ParseExtraKeys(raw []byte, nb int) ([][]byte, error) {
 	if bytes.Equal(raw, []byte("null")) {
 		return nil, nil
 	}
@@ -122,8 +123,8 @@ func parseExtraKeys(raw []byte, nb int) ([][]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("entry %d: %v", i, err)
 		}
-		if len(key) > maxKeyBytes {
-			return nil, fmt.Errorf("entry %d: keys of %d bytes exceed %d", i, len(key), maxKeyBytes)
+		if len(key) > MaxKeyBytes {
+			return nil, fmt.Errorf("entry %d: keys of %d bytes exceed %d", i, len(key), MaxKeyBytes)
 		}
 		out[i] = key
 	}
@@ -222,9 +223,9 @@ func appendKey(dst []byte, v any, depth int) ([]byte, error) {
 	return nil, fmt.Errorf("unsupported key %v", v)
 }
 
-// contentsWithKeys appends the content hash of each full block of toks to dst, with the
+// ContentsWithKeys appends the content hash of each full block of toks to dst, with the
 // block's extra keys where it has them.
-func contentsWithKeys(dst []uint64, toks []uint32, blockSize int, keys [][]byte) []uint64 {
+func ContentsWithKeys(dst []uint64, toks []uint32, blockSize int, keys [][]byte) []uint64 {
 	n := len(toks) / blockSize
 	for i := 0; i < n; i++ {
 		t := toks[i*blockSize : (i+1)*blockSize]

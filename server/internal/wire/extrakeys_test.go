@@ -1,4 +1,4 @@
-package server
+package wire
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ func TestExtraKeysBoundedBeforeDecoding(t *testing.T) {
 	for name, raw := range map[string][]byte{"entries": long, "entry": huge} {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		_, err := parseExtraKeys(raw, 4)
+		_, err := ParseExtraKeys(raw, 4)
 		runtime.ReadMemStats(&after)
 		if err == nil {
 			t.Fatalf("%s: accepted", name)
@@ -27,12 +27,12 @@ func TestExtraKeysBoundedBeforeDecoding(t *testing.T) {
 		}
 	}
 	// Within the bounds, every entry decodes as before.
-	keys, err := parseExtraKeys([]byte(` [ ["a"] , null , [] , [1, ["b", 7]] ] `), 4)
+	keys, err := ParseExtraKeys([]byte(` [ ["a"] , null , [] , [1, ["b", 7]] ] `), 4)
 	if err != nil || len(keys) != 4 || keys[1] != nil || keys[2] != nil || !bytes.Equal(keys[0], []byte{0x81, 0x61, 'a'}) {
 		t.Fatalf("keys %x, err %v", keys, err)
 	}
 	for _, bad := range []string{`[`, `[]]`, `[["a"],]`, `[["a"] ["b"]]`, `{}`, `[,]`} {
-		if _, err := parseExtraKeys([]byte(bad), 4); err == nil {
+		if _, err := ParseExtraKeys([]byte(bad), 4); err == nil {
 			t.Fatalf("%q accepted", bad)
 		}
 	}
