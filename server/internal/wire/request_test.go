@@ -38,4 +38,3 @@ func TestDecodeMatch(t *testing.T) {
 		}
 	}
 }
-
