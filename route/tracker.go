@@ -84,7 +84,15 @@ type Tracker[K comparable] struct {
 	head  int             // guarded by mu
 	gen   uint64          // guarded by mu
 	kept  int             // block hashes kept by the requests in flight; guarded by mu
+	// onDrop is OnDrop's callback (nil: none); set before the Tracker is shared.
+	onDrop func(id K, worker string, blocks int64)
 }
+
+// OnDrop makes the Tracker call f with each request that stops counting (Finished, or
+// the TTL), its worker and its blocks. f runs under the Tracker's lock and must not
+// call it. A caller that bounds what each of its clients has in flight gives the
+// client's share back there. Call it before the Tracker is shared.
+func (t *Tracker[K]) OnDrop(f func(id K, worker string, blocks int64)) { t.onDrop = f }
 
 // workerState is one worker's load and its active blocks' refcounts.
 type workerState struct {
@@ -240,6 +248,9 @@ func (t *Tracker[K]) dropLocked(id K, r *tracked) {
 	t.kept -= len(r.hashes)
 	l.ActiveBlocks = int64(len(w.blocks)) + w.anon
 	delete(t.inflight, id)
+	if t.onDrop != nil {
+		t.onDrop(id, r.name, int64(len(r.hashes))+r.anon)
+	}
 	if l.Requests == 0 {
 		delete(t.workers, r.name)
 	}

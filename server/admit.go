@@ -274,7 +274,10 @@ func (a *admission) release(conn *guard.Budget, client string, n int64) {
 type httpConnKey struct{}
 
 // connContext gives each HTTP connection its budget (http.Server.ConnContext).
-func (a *admission) connContext(ctx context.Context, _ net.Conn) context.Context {
+func (a *admission) connContext(ctx context.Context, c net.Conn) context.Context {
+	// The connection's source owns its requests until authentication names an
+	// identity (requestid.go).
+	ctx = withOwner(ctx, sourceOwner(c.RemoteAddr().String()))
 	return context.WithValue(ctx, httpConnKey{}, guard.NewBudget(a.limits.ConnInFlightBytes))
 }
 
@@ -378,6 +381,9 @@ func (a *admission) grpcTap(n int64, acc *access) tap.ServerInHandle {
 			}
 		} else if err := a.grpcReserve(res); err != nil {
 			return nil, err
+		}
+		if !open {
+			ctx = withOwner(ctx, acc.grpcOwner(ctx, addr, info.Header.Get("authorization")))
 		}
 		ctx, res.cancel = context.WithTimeout(ctx, time.Duration(a.limits.CallTimeout))
 		return context.WithValue(ctx, grpcReservationKey{}, res), nil

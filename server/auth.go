@@ -178,6 +178,9 @@ func (acc *access) httpHandler(h http.Handler, marked func(*http.Request)) http.
 			return
 		}
 		marked(r)
+		if acc.on {
+			r = r.WithContext(withOwner(r.Context(), acc.httpOwner(r, cred)))
+		}
 		if acc.on && !admin && adminPath(r.URL.Path) {
 			acc.failures.WithLabelValues("http").Inc()
 			msg := "this endpoint is the admin role's: send an admin token (auth.admin_token_file)"

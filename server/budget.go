@@ -27,10 +27,12 @@ import (
 //	              connection writes one answer of at most max_matches matches)
 //	namespaces  = index.namespace_bytes (the engine's namespace table, accounted)
 //	predictions = index.predicted_blocks × PredictedBlockBytes
-//	tracking    = routing.max_in_flight × (TrackedRequestBytes + MaxRequestIDBytes) +
+//	tracking    = routing.max_in_flight × (TrackedRequestBytes + MaxRequestIDBytes +
+//	              ownerBytes + clientEntryBytes) +
 //	              routing.max_tracked_blocks × route.TrackedBlockBytes
-//	              the routed requests the load-aware policies count, each under a
-//	              request id of at most MaxRequestIDBytes, and the block hashes the
+//	              the routed requests the load-aware policies count, each under its
+//	              owner and a request id of at most MaxRequestIDBytes, the per-client
+//	              shares (at worst one client per request), and the block hashes the
 //	              tracker keeps of them (past its bound a request counts unshared)
 //	engines     = Σ over bound and dialled engine ranks of (10 + connections) ×
 //	              max_message_bytes (zmq4's queue and each connection's frame)
@@ -101,7 +103,7 @@ func Budget(cfg Config) MemoryBudget {
 		Answers:     2 * conns * int64(c.MaxMatches) * MatchBytes,
 		Namespaces:  ec.NamespaceBytes,
 		Predictions: int64(ec.PredictedBlocks) * PredictedBlockBytes,
-		Tracking: int64(cmp.Or(c.Routing.MaxInFlight, route.DefaultMaxInFlight))*(TrackedRequestBytes+MaxRequestIDBytes) +
+		Tracking: int64(cmp.Or(c.Routing.MaxInFlight, route.DefaultMaxInFlight))*(TrackedRequestBytes+MaxRequestIDBytes+ownerBytes+clientEntryBytes) +
 			int64(cmp.Or(c.Routing.MaxTrackedBlocks, route.DefaultMaxBlocks))*route.TrackedBlockBytes,
 		Engines: engines,
 	}

@@ -276,8 +276,8 @@ func (g *grpcService) Routed(ctx context.Context, req *kvindexv1.RoutedRequest) 
 }
 
 // Finished is POST /v1/finished over gRPC.
-func (g *grpcService) Finished(_ context.Context, req *kvindexv1.FinishedRequest) (*kvindexv1.FinishedResponse, error) {
-	known, e := g.s.finished(req.GetRequestId(), req.GetFirstToken())
+func (g *grpcService) Finished(ctx context.Context, req *kvindexv1.FinishedRequest) (*kvindexv1.FinishedResponse, error) {
+	known, e := g.s.finished(ctx, req.GetRequestId(), req.GetFirstToken())
 	if e != nil {
 		return nil, e.grpcStatus()
 	}

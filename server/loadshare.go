@@ -65,21 +65,21 @@ func (l *loadShare) close() error {
 	return err
 }
 
-// routed, firstToken and finished publish this replica's deltas (no-ops without
-// sharing).
-func (l *loadShare) routed(id, worker string, req route.Request, cached int) {
+// routed and finished publish this replica's deltas of the request tracked under key
+// (no-ops without sharing), under the key's digest (shareID).
+func (l *loadShare) routed(key, worker string, req route.Request, cached int) {
 	if l != nil {
-		l.share.Routed(id, worker, req, cached)
+		l.share.Routed(shareID(key), worker, req, cached)
 	}
 }
 
-func (l *loadShare) finished(id string, firstToken bool) {
+func (l *loadShare) finished(key string, firstToken bool) {
 	switch {
 	case l == nil:
 	case firstToken:
-		l.share.FirstToken(id)
+		l.share.FirstToken(shareID(key))
 	default:
-		l.share.Finished(id)
+		l.share.Finished(shareID(key))
 	}
 }
 

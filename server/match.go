@@ -281,6 +281,8 @@ func trackError(err error) *apiError {
 		return &apiError{status: http.StatusConflict, code: "duplicate_request_id", grpc: codes.AlreadyExists, err: errors.New("request_id is already in flight")}
 	case errors.Is(err, route.ErrFull):
 		return &apiError{status: http.StatusServiceUnavailable, code: "too_many_in_flight", grpc: codes.ResourceExhausted, err: err}
+	case errors.As(err, new(*errClientBound)):
+		return &apiError{status: http.StatusTooManyRequests, code: "client_tracking_limit", grpc: codes.ResourceExhausted, err: err}
 	}
 	return badRequest("bad_request_id", err)
 }
@@ -333,7 +335,7 @@ func (s *Server) match(ctx context.Context, in *matchInput, sc *matchScratch, re
 	}
 	*resp = MatchResponse{Model: m.name, Namespace: ns, Blocks: len(q), TierWeights: weights,
 		Matches: s.matches(ns, q, found, weights, make([]Match, 0, len(found)))}
-	opts := pickOpts{track: in.pick, id: in.requestID, tokens: promptTokens(m, &in.queryInput, q), blocks: q, loads: in.loads}
+	opts := pickOpts{track: in.pick, id: in.requestID, owner: ownerOf(ctx), tokens: promptTokens(m, &in.queryInput, q), blocks: q, loads: in.loads}
 	if resp.Pick, err = s.choose(m, policy, resp.Matches, opts); err != nil {
 		return trackError(err)
 	}
@@ -385,7 +387,7 @@ func (s *Server) routed(ctx context.Context, in *routedInput, sc *matchScratch) 
 	defer cancel()
 	if in.requestID != "" {
 		if err := s.trackRouted(qctx, m, ns, in.worker, in.requestID, q, promptTokens(m, &in.queryInput, q)); err != nil {
-			if errors.Is(err, route.ErrDuplicate) || errors.Is(err, route.ErrFull) {
+			if errors.Is(err, route.ErrDuplicate) || errors.Is(err, route.ErrFull) || errors.As(err, new(*errClientBound)) {
 				return RoutedResponse{}, trackError(err)
 			}
 			return RoutedResponse{}, &apiError{status: http.StatusServiceUnavailable, code: "unavailable", grpc: codes.Unavailable, err: fmt.Errorf("find matches: %w", err)}

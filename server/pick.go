@@ -79,6 +79,14 @@ type RoutingConfig struct {
 	// (default 1,048,576, about 40 MiB; route.TrackerConfig.MaxBlocks): past it a
 	// request's load counts by its number of blocks, unshared.
 	MaxTrackedBlocks int `json:"max_tracked_blocks,omitempty"`
+	// MaxClientInFlight, MaxClientIDBytes and MaxClientWorkerBlocks bound what one
+	// client (its identity, or its source address without authentication) has
+	// tracked: requests (default 65,536), the bytes of their ids (default 16 MiB) and
+	// the blocks they count against one worker (default 16,384). Past one, a pick or
+	// routed request is refused with 429 (requestid.go).
+	MaxClientInFlight     int `json:"max_client_in_flight,omitempty"`
+	MaxClientIDBytes      int `json:"max_client_id_bytes,omitempty"`
+	MaxClientWorkerBlocks int `json:"max_client_worker_blocks,omitempty"`
 }
 
 func (c RoutingConfig) params() route.Params {
@@ -95,8 +103,10 @@ const MaxRequestIDBytes = 256
 // Safe for concurrent use: the policies are values and the tracker locks itself.
 type routing struct {
 	policies map[string]route.Policy // by canonical name
-	tracker  *route.Tracker[string]
-	share    *loadShare // nil: the load is this replica's alone
+	// tracker's keys are trackKey(owner, id) (requestid.go).
+	tracker *route.Tracker[string]
+	clients *clientTracking
+	share   *loadShare // nil: the load is this replica's alone
 }
 
 func newRouting(c RoutingConfig, now func() time.Time) (*routing, error) {
@@ -114,6 +124,10 @@ func newRouting(c RoutingConfig, now func() time.Time) (*routing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("routing: %w", err)
 	}
+	if r.clients, err = newClientTracking(c); err != nil {
+		return nil, err
+	}
+	tr.OnDrop(r.clients.give)
 	r.tracker = tr
 	return r, nil
 }
@@ -248,6 +262,7 @@ func reasonFor(policy string, c route.Candidate) string {
 type pickOpts struct {
 	track  bool     // "pick": true: count the pick as routed
 	id     string   // its request id ("": make one up)
+	owner  string   // the caller's identity (requestid.go)
 	tokens int      // the prompt's tokens
 	blocks []uint64 // the prompt's block hashes (the query)
 	loads  map[string]*WorkerLoad
@@ -276,6 +291,7 @@ func (s *Server) choose(m *model, policy string, matches []Match, o pickOpts) (*
 // trackRouted counts a request the caller routed itself (POST /v1/routed with a
 // request_id) against its worker, with the prefix the worker holds before it.
 func (s *Server) trackRouted(ctx context.Context, m *model, ns, worker, id string, q []uint64, tokens int) error {
+	key := trackKey(ownerOf(ctx), id)
 	found, err := s.eng.FindMatchesIn(ctx, ns, q, nil)
 	if err != nil {
 		return err
@@ -287,11 +303,7 @@ func (s *Server) trackRouted(ctx context.Context, m *model, ns, worker, id strin
 		}
 	}
 	req := route.Request{Tokens: tokens, BlockSize: m.blockSize, Blocks: q}
-	if err := s.routing.tracker.Routed(id, worker, req, min(cached, tokens)); err != nil {
-		return err
-	}
-	s.routing.share.routed(id, worker, req, min(cached, tokens))
-	return nil
+	return s.routing.routed(key, worker, req, min(cached, tokens))
 }
 
 // candidates are the model's pickable workers: its eligible subscribed workers and its
@@ -327,10 +339,9 @@ func (s *Server) track(pick *Pick, o pickOpts, m *model) (string, error) {
 	}
 	cached := int(math.Floor(pick.Weighted+1e-9)) * m.blockSize
 	req := route.Request{Tokens: o.tokens, BlockSize: m.blockSize, Blocks: o.blocks}
-	if err := s.routing.tracker.Routed(id, pick.Worker, req, cached); err != nil {
+	if err := s.routing.routed(trackKey(o.owner, id), pick.Worker, req, cached); err != nil {
 		return "", err
 	}
-	s.routing.share.routed(id, pick.Worker, req, cached)
 	return id, nil
 }
 
@@ -372,7 +383,7 @@ func (s *Server) handleFinished(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_json", "invalid request: want {\"request_id\": ID, \"first_token\": false}")
 		return
 	}
-	known, e := s.finished(req.RequestID, req.FirstToken)
+	known, e := s.finished(r.Context(), req.RequestID, req.FirstToken)
 	if e != nil {
 		writeAPIError(w, e)
 		return
@@ -382,20 +393,21 @@ func (s *Server) handleFinished(w http.ResponseWriter, r *http.Request) {
 
 // finished checks and applies a finished (or first-token) report, HTTP and gRPC alike:
 // known says the request was in flight.
-func (s *Server) finished(id string, firstToken bool) (known bool, e *apiError) {
+func (s *Server) finished(ctx context.Context, id string, firstToken bool) (known bool, e *apiError) {
 	if id == "" {
 		return false, badRequest("bad_request_id", errors.New("request_id is required"))
 	}
 	if err := checkRequestID(id); err != nil {
 		return false, badRequest("bad_request_id", err)
 	}
+	key := trackKey(ownerOf(ctx), id)
 	if firstToken {
-		known = s.routing.tracker.FirstToken(id)
+		known = s.routing.tracker.FirstToken(key)
 	} else {
-		known = s.routing.tracker.Finished(id)
+		known = s.routing.tracker.Finished(key)
 	}
 	if known {
-		s.routing.share.finished(id, firstToken) // only this replica's own requests
+		s.routing.share.finished(key, firstToken) // only this replica's own requests
 	}
 	return known, nil
 }
