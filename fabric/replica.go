@@ -137,6 +137,12 @@ type Replica struct {
 	fatal     error
 	msg       Message
 	warns     warnlimit.Limiter
+	// resyncs are the workers a Resync replays (resync.go); the live consumer skips
+	// their messages meanwhile. replaying is set while Resync applies one.
+	resyncs   map[string]*resyncing
+	replaying bool
+	// resyncHook, when set (tests), runs between two batches of a Resync, unlocked.
+	resyncHook func()
 
 	last atomic.Uint64
 	cc   jetstream.ConsumeContext
@@ -154,7 +160,8 @@ func NewReplica(nc *nats.Conn, cfg ReplicaConfig) *Replica {
 	if cfg.MaxSeqGap == 0 {
 		cfg.MaxSeqGap = DefaultMaxSeqGap
 	}
-	return &Replica{nc: nc, cfg: cfg, workerSeq: map[string]workerState{}, workers: map[string]*ReplicaWorker{}, models: map[string]string{}}
+	return &Replica{nc: nc, cfg: cfg, workerSeq: map[string]workerState{}, workers: map[string]*ReplicaWorker{}, models: map[string]string{},
+		resyncs: map[string]*resyncing{}}
 }
 
 // workerState is where a worker stands in the stream: the sequence of its last event
@@ -346,6 +353,10 @@ func (r *Replica) applyMsg(seq uint64, subject string, data []byte, now time.Tim
 	if why != "" {
 		r.stats.Foreign++
 		r.warn("message foreign to its subject skipped", "seq", seq, "subject", subject, "why", why)
+		return
+	}
+	if st := r.resyncs[ev.Worker]; st != nil && !r.replaying {
+		st.skipped = seq // Resync applies it in its turn
 		return
 	}
 	verdict := r.admit(seq, m)
@@ -587,6 +598,11 @@ func (r *Replica) Snapshot(path string) error {
 	defer r.mu.Unlock()
 	if r.eng == nil || r.closed {
 		return errors.New("fabric: snapshot of a replica not running")
+	}
+	if len(r.resyncs) > 0 {
+		// A worker being replayed is behind the replica's position: a snapshot now
+		// would restore it short.
+		return errors.New("fabric: snapshot refused while a worker is resynced; take it after")
 	}
 	wm := make(map[string]string, len(r.workers))
 	for name, w := range r.workers {

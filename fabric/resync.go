@@ -29,13 +29,20 @@ var ErrResync = errors.New("fabric: resync")
 var ErrStreamTrimmed = errors.New("the stream's retention dropped its first messages")
 
 // Resync rebuilds one worker from the stream: the index forgets it (engine
-// RemoveWorker), and the worker's messages from the stream's start up to the replica's
-// position are applied again, in stream order, with the replica's duplicate and gap
-// checks started afresh. Messages past the position arrive as usual afterwards. The
-// replica applies nothing else meanwhile (Resync holds its lock, reading the worker's
-// subjects with a consumer of its own), so a query sees the worker emptied and refilled
-// but never a message applied twice. For a worker whose digest differs from another
-// replica's (kvindex doctor --compare).
+// RemoveWorker), and the worker's messages from the stream's start are applied again,
+// in stream order, with the replica's duplicate and gap checks started afresh, reading
+// the worker's subjects with a consumer of its own. For a worker whose digest differs
+// from another replica's (kvindex doctor --compare).
+//
+// The replica's lock is held one batch (256 messages) at a time, not for the whole
+// replay: the other workers' messages keep applying between batches. Meanwhile the
+// live consumer skips the worker's own messages (recording the last it skipped), and
+// the replay applies them in their turn; it ends, under the lock, once it has applied
+// every message of the worker up to the replica's position: at a message past the
+// position (the live consumer applies that one and the rest), or when the stream has
+// no more and the last one skipped is replayed. So a query sees the worker emptied and
+// refilled but never a message applied twice or out of order. One Resync of a worker
+// at a time (ErrResync otherwise); Snapshot is refused while one runs.
 func (r *Replica) Resync(ctx context.Context, worker string) (ResyncResult, error) {
 	var res ResyncResult
 	js, err := jetstream.New(r.nc)
@@ -56,25 +63,11 @@ func (r *Replica) Resync(ctx context.Context, worker string) (ResyncResult, erro
 		// holds of them (from a snapshot, say) rather than repair it.
 		return res, fmt.Errorf("%w: %w (its first message is %d)", ErrResync, ErrStreamTrimmed, info.State.FirstSeq)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch {
-	case r.closed:
-		return res, fmt.Errorf("%w: the replica is closed", ErrResync)
-	case r.eng == nil:
-		return res, fmt.Errorf("%w: the replica has not started", ErrResync)
-	case r.fatal != nil:
-		return res, fmt.Errorf("%w: %w", ErrResync, r.fatal)
+	st, err := r.beginResync(worker)
+	if err != nil || st == nil {
+		return res, err
 	}
-	if err := r.eng.RemoveWorker(worker); err != nil {
-		return res, fmt.Errorf("%w: %w", ErrResync, err)
-	}
-	delete(r.workerSeq, worker)
-	delete(r.workers, worker)
-	target := r.stats.LastApplied
-	if target == 0 {
-		return res, nil
-	}
+	defer r.endResync(worker, st)
 	occ := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
 	if models := modelSet(r.cfg.Models); len(models) > 0 {
 		for _, m := range models {
@@ -87,26 +80,77 @@ func (r *Replica) Resync(ctx context.Context, worker string) (ResyncResult, erro
 	if err != nil {
 		return res, fmt.Errorf("%w: consumer: %w", ErrResync, err)
 	}
+	defer func() { // an ordered consumer is ephemeral: it would go after its inactivity threshold
+		_ = js.DeleteConsumer(context.WithoutCancel(ctx), r.cfg.Stream.Name, cons.CachedInfo().Name)
+	}()
 	ci, err := cons.Info(ctx)
 	if err != nil {
 		return res, fmt.Errorf("%w: consumer: %w", ErrResync, err)
 	}
-	defer func() { // an ordered consumer is ephemeral: it would go after its inactivity threshold
-		_ = js.DeleteConsumer(context.WithoutCancel(ctx), r.cfg.Stream.Name, cons.CachedInfo().Name)
-	}()
-	pending := ci.NumPending
-	for pending > 0 {
-		done, err := r.resyncBatch(ctx, cons, target, &res, &pending)
+	if ci.NumPending == 0 && r.handBack(st, true) {
+		return res, nil // the worker has no message in the stream
+	}
+	for {
+		done, err := r.resyncBatch(ctx, cons, st, &res)
 		if err != nil || done {
 			return res, err
 		}
+		if r.resyncHook != nil {
+			r.resyncHook()
+		}
 	}
-	return res, nil
 }
 
-// resyncBatch fetches and applies one batch of Resync's replay; done says it reached
-// the replica's position (target). r.mu is held.
-func (r *Replica) resyncBatch(ctx context.Context, cons jetstream.Consumer, target uint64, res *ResyncResult, pending *uint64) (done bool, err error) {
+// resyncing is one Resync's progress (guarded by r.mu): the stream sequence of the
+// worker's last message the live consumer skipped, and of the last one replayed.
+type resyncing struct {
+	worker            string
+	skipped, replayed uint64
+}
+
+// beginResync empties the worker and marks it resynced (nil when the replica has
+// applied nothing yet: there is nothing to replay).
+func (r *Replica) beginResync(worker string) (*resyncing, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.closed:
+		return nil, fmt.Errorf("%w: the replica is closed", ErrResync)
+	case r.eng == nil:
+		return nil, fmt.Errorf("%w: the replica has not started", ErrResync)
+	case r.fatal != nil:
+		return nil, fmt.Errorf("%w: %w", ErrResync, r.fatal)
+	case r.resyncs[worker] != nil:
+		return nil, fmt.Errorf("%w: worker %q is being resynced", ErrResync, worker)
+	}
+	if err := r.eng.RemoveWorker(worker); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrResync, err)
+	}
+	delete(r.workerSeq, worker)
+	delete(r.workers, worker)
+	if r.stats.LastApplied == 0 {
+		return nil, nil
+	}
+	st := &resyncing{worker: worker}
+	r.resyncs[worker] = st
+	return st, nil
+}
+
+// endResync hands the worker back to the live consumer if the replay did not (a
+// failed replay: the worker holds what it applied; Resync again to repair it).
+func (r *Replica) endResync(worker string, st *resyncing) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.resyncs[worker] == st {
+		delete(r.resyncs, worker)
+	}
+}
+
+// resyncBatch fetches one batch of Resync's replay and applies each message as it
+// arrives, under the replica's lock for that message only; done says the replay has
+// caught up with the live consumer, which has then taken the worker back (in the same
+// critical section: no message falls between them).
+func (r *Replica) resyncBatch(ctx context.Context, cons jetstream.Consumer, st *resyncing, res *ResyncResult) (done bool, err error) {
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	batch, err := cons.Fetch(256, jetstream.FetchContext(fctx))
@@ -116,32 +160,64 @@ func (r *Replica) resyncBatch(ctx context.Context, cons jetstream.Consumer, targ
 	got := 0
 	for msg := range batch.Messages() {
 		got++
-		meta, err := msg.Metadata()
-		if err != nil {
-			return false, fmt.Errorf("%w: message without metadata: %w", ErrResync, err)
-		}
-		*pending = meta.NumPending
-		seq := meta.Sequence.Stream
-		if seq > target {
-			return true, nil // past the replica's position: the live consumer applies it
-		}
-		res.Messages++
-		before := r.stats.Applied
-		now := time.Now()
-		r.applyMsg(seq, msg.Subject(), msg.Data(), now, now.Sub(meta.Timestamp))
-		res.Applied += r.stats.Applied - before
-		if r.fatal != nil {
-			return false, fmt.Errorf("%w: %w", ErrResync, r.fatal)
-		}
-		if seq == target {
-			return true, nil
+		if done, err := r.replayOne(msg, st, res); err != nil || done {
+			return done, err
 		}
 	}
-	if err := batch.Error(); err != nil {
+	if err := batch.Error(); err != nil && got == 0 {
+		if errors.Is(err, context.DeadlineExceeded) && r.handBack(st, true) {
+			return true, nil // nothing more in the stream, and nothing skipped since
+		}
 		return false, fmt.Errorf("%w: fetch: %w", ErrResync, err)
 	}
-	if got == 0 {
-		return false, fmt.Errorf("%w: the stream delivered none of the %d messages pending", ErrResync, *pending)
-	}
 	return false, nil
+}
+
+// replayOne applies one message of the replay under the replica's lock.
+func (r *Replica) replayOne(msg jetstream.Msg, st *resyncing, res *ResyncResult) (done bool, err error) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return false, fmt.Errorf("%w: message without metadata: %w", ErrResync, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false, fmt.Errorf("%w: the replica is closed", ErrResync)
+	}
+	seq := meta.Sequence.Stream
+	if seq > r.stats.LastApplied {
+		// Past the replica's position: the live consumer applies it and the rest.
+		return r.handBackLocked(st, false), nil
+	}
+	res.Messages++
+	before := r.stats.Applied
+	now := time.Now()
+	r.replaying = true
+	r.applyMsg(seq, msg.Subject(), msg.Data(), now, now.Sub(meta.Timestamp))
+	r.replaying = false
+	res.Applied += r.stats.Applied - before
+	st.replayed = seq
+	if r.fatal != nil {
+		return false, fmt.Errorf("%w: %w", ErrResync, r.fatal)
+	}
+	return meta.NumPending == 0 && r.handBackLocked(st, true), nil
+}
+
+// handBack is handBackLocked under the lock.
+func (r *Replica) handBack(st *resyncing, checkSkipped bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.handBackLocked(st, checkSkipped)
+}
+
+// handBackLocked gives the worker back to the live consumer, unless checkSkipped and
+// it skipped a message the replay has not applied yet (the replay goes on to it).
+func (r *Replica) handBackLocked(st *resyncing, checkSkipped bool) bool {
+	if checkSkipped && st.replayed < st.skipped {
+		return false
+	}
+	if r.resyncs[st.worker] == st {
+		delete(r.resyncs, st.worker)
+	}
+	return true
 }

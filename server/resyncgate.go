@@ -5,10 +5,11 @@ import (
 	"time"
 )
 
-// The resync gate: POST /v1/workers/{w}/resync replays a worker from the stream while
-// the replica applies nothing else (fabric.Replica.Resync holds its lock), and opens a
-// consumer on the NATS server. Four clients calling it in a loop held the replica 14.6
-// s behind its stream. So the endpoint is the admin role's (auth.go), names only a
+// The resync gate: POST /v1/workers/{w}/resync replays a worker from the stream (the
+// replica's lock held one message at a time: the other workers keep applying) and
+// opens a consumer on the NATS server. Four clients calling it in a loop once held the
+// replica 14.6 s behind its stream, when the replay held the lock throughout. So the
+// endpoint is the admin role's (auth.go), names only a
 // worker the replica follows (404 otherwise), runs one resync at a time, and resyncs a
 // worker at most once per resyncInterval: a call past either bound is refused with 429
 // and Retry-After, before anything is done.
