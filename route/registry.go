@@ -106,7 +106,17 @@ type Params struct {
 	Affinity Affinity
 	// LongestPrefixCap is longest-prefix's cap (0: none).
 	LongestPrefixCap float64
+	// QueueThreshold is dynamo-cost's router queue (Queue): 0 is Dynamo's default,
+	// DefaultQueueThreshold, and a negative value turns the queue off. A router that
+	// cannot hold requests (kvindex serve answers each pick at once) has none.
+	QueueThreshold float64
+	// TrackOutputBlocks is Dynamo's router_track_output_blocks for the router's
+	// Tracker (TrackerConfig.TrackOutputBlocks): off by default, as Dynamo ships it.
+	TrackOutputBlocks bool
 }
+
+// QueueOff is a Params.QueueThreshold that turns dynamo-cost's router queue off.
+const QueueOff = -1.0
 
 // Row is one policy: a family and the knowledge source it reads (Blind for the
 // cache-blind families). Its name is "FAMILY/KNOWLEDGE", or the family's alone.

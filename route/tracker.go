@@ -53,6 +53,13 @@ type TrackerConfig struct {
 	// number of blocks instead of its hashes: its load still counts, but its blocks
 	// are not shared with other requests' in ActiveBlocks until hashes fit again.
 	MaxBlocks int
+	// TrackOutputBlocks counts the blocks a request generates (Generated) in its
+	// worker's ActiveBlocks, each a block of its own: Dynamo's
+	// router_track_output_blocks, off by default as Dynamo ships it
+	// (ai-dynamo/dynamo lib/kv-router/src/scheduling/config.rs; the blocks are added by
+	// ActiveSequences::add_output_block in lib/kv-router/src/sequences/single.rs, with
+	// random hashes, so never shared). Off, Generated changes nothing.
+	TrackOutputBlocks bool
 }
 
 // Tracker is the load a router knows from its own decisions: per worker, the requests
@@ -99,7 +106,11 @@ type workerState struct {
 	load   Load
 	blocks map[uint64]int32 // distinct active block hash -> requests holding it
 	anon   int64            // blocks of the requests routed without hashes
+	out    int64            // output blocks of the requests in flight (TrackOutputBlocks)
 }
+
+// active is the worker's distinct active blocks.
+func (w *workerState) active() int64 { return int64(len(w.blocks)) + w.anon + w.out }
 
 type tracked struct {
 	worker   *workerState
@@ -110,6 +121,8 @@ type tracked struct {
 	filling  bool  // no first token yet
 	hashes   []uint64
 	anon     int64
+	out      int64 // output blocks counted (TrackOutputBlocks)
+	bs       int   // the request's block size
 	gen      uint64
 }
 
@@ -173,7 +186,7 @@ func (t *Tracker[K]) Routed(id K, worker string, req Request, cached int) error 
 	t.gen++
 	uncached := int64(max(req.Tokens-min(cached, req.Tokens), 0))
 	r := &tracked{worker: w, name: worker, tokens: int64(req.Tokens), uncached: uncached, prefill: uncached,
-		filling: true, gen: t.gen}
+		filling: true, bs: req.BlockSize, gen: t.gen}
 	if len(req.Blocks) > 0 && t.kept+len(req.Blocks) <= t.cfg.MaxBlocks {
 		r.hashes = append([]uint64(nil), req.Blocks...)
 		t.kept += len(r.hashes)
@@ -192,7 +205,7 @@ func (t *Tracker[K]) Routed(id K, worker string, req Request, cached int) error 
 	l.Tokens += r.tokens
 	l.UncachedTokens += r.uncached
 	l.PrefillTokens += r.prefill
-	l.ActiveBlocks = int64(len(w.blocks)) + w.anon
+	l.ActiveBlocks = w.active()
 	return nil
 }
 
@@ -210,6 +223,35 @@ func (t *Tracker[K]) FirstToken(id K) bool {
 	l.PrefillTokens -= r.prefill
 	l.Prefilling--
 	r.prefill, r.filling = 0, false
+	return true
+}
+
+// Generated says request id has generated tokens output tokens in all so far. With
+// TrackOutputBlocks, the blocks its sequence has completed past its prompt's full
+// blocks, (prompt + tokens) / block size - prompt / block size, count in its worker's
+// ActiveBlocks, each a block of its own, until Finished. It reports whether the id
+// was in flight; without TrackOutputBlocks it changes nothing. A count lower than an
+// earlier one is ignored: output only grows.
+func (t *Tracker[K]) Generated(id K, tokens int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.expireLocked(t.cfg.Now())
+	r := t.inflight[id]
+	if r == nil {
+		return false
+	}
+	if !t.cfg.TrackOutputBlocks || tokens <= 0 {
+		return true
+	}
+	bs := int64(r.bs)
+	out := (r.tokens+int64(tokens))/bs - r.tokens/bs
+	if out <= r.out {
+		return true
+	}
+	w := r.worker
+	w.out += out - r.out
+	r.out = out
+	w.load.ActiveBlocks = w.active()
 	return true
 }
 
@@ -245,8 +287,9 @@ func (t *Tracker[K]) dropLocked(id K, r *tracked) {
 		}
 	}
 	w.anon -= r.anon
+	w.out -= r.out
 	t.kept -= len(r.hashes)
-	l.ActiveBlocks = int64(len(w.blocks)) + w.anon
+	l.ActiveBlocks = w.active()
 	delete(t.inflight, id)
 	if t.onDrop != nil {
 		t.onDrop(id, r.name, int64(len(r.hashes))+r.anon)

@@ -6,22 +6,47 @@ import (
 	"github.com/kvindex/kvindex/hash"
 )
 
-// Defaults of llm-d's approximate prefix cache as the gateway-api-inference-extension
-// ships it (pkg/epp/scheduling/framework/plugins/multi/prefix: DefaultBlockSizeTokens,
-// DefaultLRUCapacityPerServer, DefaultMaxPrefixBlocks; the older character-keyed
-// plugin hashed 64 characters, 16 tokens at its 4 characters per token).
+// Defaults of llm-d's approximate prefix cache as llm-d-router ships it
+// (pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix: defaultConfig
+// with autoTune on, GetBlockSize, makeserver). Auto-tuned, the cache keys the prompt in
+// the engines' own KV block size, never under minBlockSizeTokens (64), holds per engine
+// as many keys as the engine reports KV blocks (vLLM's num_gpu_blocks), and matches
+// prompts up to maxPrefixTokensToMatch (131,072 tokens). The fixed defaults it falls
+// back on without the engines' metrics, 31,250 keys of 16 tokens and the first 256 keys
+// matched (4,096 tokens), are what --approx-capacity 31250 --approx-block 16 run.
 const (
-	// DefaultApproxBlock is the tokens one key of the approximate cache covers.
-	DefaultApproxBlock = 16
-	// DefaultApproxCapacity is the keys the approximate cache holds per engine: sized
-	// for Llama-3-8B on an H100 (500,000 tokens), whatever the engine really holds.
-	DefaultApproxCapacity = 31250
-	// DefaultApproxMaxBlocks is the most keys of a prompt it hashes and matches: the
-	// first 4,096 tokens at the default block.
-	DefaultApproxMaxBlocks = 256
+	// MinApproxBlock is the smallest key auto-tuning takes, in tokens (llm-d's
+	// minBlockSizeTokens).
+	MinApproxBlock = 64
+	// DefaultApproxMaxTokens is the longest prefix matched, in tokens (llm-d's
+	// defaultMaxPrefixTokens).
+	DefaultApproxMaxTokens = 131072
 	// MaxApproxBlock bounds TimedConfig.ApproxBlock.
 	MaxApproxBlock = 1 << 16
 )
+
+// Approx returns approximate-lru's key size in tokens, its capacity per engine in
+// keys and the most keys of a prompt it matches, for engines of blockSize-token
+// blocks: the config's, or where zero llm-d's auto-tuned ones (the engines' block
+// size, or its least multiple of at least MinApproxBlock tokens, so that a key is
+// whole engine blocks; the engines' capacity in blocks; DefaultApproxMaxTokens).
+func (c TimedConfig) Approx(blockSize int) (block, capacity, maxBlocks int) {
+	block, capacity, maxBlocks = c.ApproxBlock, c.ApproxCapacity, c.ApproxMaxBlocks
+	if block == 0 {
+		block = max(blockSize, 1)
+		block *= (MinApproxBlock + block - 1) / block
+	}
+	if capacity == 0 {
+		capacity = c.Capacity
+		if capacity == 0 {
+			capacity = DefaultTimedCapacity
+		}
+	}
+	if maxBlocks == 0 {
+		maxBlocks = max(DefaultApproxMaxTokens/block, 1)
+	}
+	return block, capacity, maxBlocks
+}
 
 // checkApproxBlock reports whether an approximate block of approx tokens can be cut
 // from engine blocks of engine tokens: one must divide the other.

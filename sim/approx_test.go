@@ -50,19 +50,45 @@ func TestApproxKeys(t *testing.T) {
 	}
 }
 
-// TestApproxLRUIsNotToldCapacity: approximate-lru's cache is sized as llm-d ships it,
-// not by the engines' capacity; told a smaller one it forgets sooner and hits less.
-func TestApproxLRUIsNotToldCapacity(t *testing.T) {
+// TestApproxAutoTuned: approximate-lru's defaults are llm-d-router's auto-tuned ones
+// (approximateprefix: GetBlockSize, makeserver, defaultMaxPrefixTokens): the engines'
+// block, at least 64 tokens; the engines' capacity; 131,072 tokens matched.
+func TestApproxAutoTuned(t *testing.T) {
+	for _, c := range []struct {
+		cfg                        TimedConfig
+		engineBlock                int
+		block, capacity, maxBlocks int
+	}{
+		{TimedConfig{Config: Config{Capacity: 4802}}, 64, 64, 4802, 2048},
+		{TimedConfig{Config: Config{Capacity: 1000}}, 16, 64, 1000, 2048},
+		{TimedConfig{Config: Config{Capacity: 1000}}, 48, 96, 1000, 1365},
+		{TimedConfig{Config: Config{Capacity: 1000}}, 256, 256, 1000, 512},
+		{TimedConfig{Config: Config{Capacity: 1000}, ApproxBlock: 16, ApproxCapacity: 31250, ApproxMaxBlocks: 256}, 64, 16, 31250, 256},
+	} {
+		b, capa, mb := c.cfg.Approx(c.engineBlock)
+		if b != c.block || capa != c.capacity || mb != c.maxBlocks {
+			t.Errorf("engine block %d, %+v: got %d, %d, %d; want %d, %d, %d", c.engineBlock, c.cfg.ApproxBlock,
+				b, capa, mb, c.block, c.capacity, c.maxBlocks)
+		}
+		if checkApproxBlock(b, c.engineBlock) != nil {
+			t.Errorf("engine block %d: auto-tuned key of %d tokens does not fit it", c.engineBlock, b)
+		}
+	}
+}
+
+// TestApproxLRUCapacity: told a smaller capacity than the engines', approximate-lru
+// forgets sooner and hits less.
+func TestApproxLRUCapacity(t *testing.T) {
 	w, err := Generate(GenConfig{Seed: 4, Requests: 3000, Sessions: 96})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := TimedConfig{Config: Config{Workers: 4, Capacity: 2000, EventDelay: -1, Seed: 4}, Speedup: 0.05}
-	shipped := simulate(t, w, "llmd-scorer/approx-lru", cfg)
-	cfg.ApproxCapacity, cfg.ApproxBlock = 200, 64
+	tuned := simulate(t, w, "llmd-scorer/approx-lru", cfg)
+	cfg.ApproxCapacity = 200
 	small := simulate(t, w, "llmd-scorer/approx-lru", cfg)
-	if !(small.BlockHitRate() < shipped.BlockHitRate()) {
-		t.Errorf("block hit: 200 keys %.4f, llm-d's 31,250 of 16 tokens %.4f; want fewer hits with less", small.BlockHitRate(), shipped.BlockHitRate())
+	if !(small.BlockHitRate() < tuned.BlockHitRate()) {
+		t.Errorf("block hit: 200 keys %.4f, auto-tuned (the engines' 2,000) %.4f; want fewer hits with less", small.BlockHitRate(), tuned.BlockHitRate())
 	}
-	t.Logf("approximate-lru block hit: shipped %.4f, 200 keys of 64 tokens %.4f", shipped.BlockHitRate(), small.BlockHitRate())
+	t.Logf("approximate-lru block hit: auto-tuned %.4f, 200 keys %.4f", tuned.BlockHitRate(), small.BlockHitRate())
 }

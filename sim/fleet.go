@@ -113,14 +113,13 @@ type TimedConfig struct {
 	// MetricsInterval is how often the engines' metrics refresh for the scorer (default
 	// DefaultMetricsInterval).
 	MetricsInterval time.Duration
-	// ApproxCapacity is approximate-lru's capacity per engine in its own blocks of
-	// ApproxBlock tokens (default DefaultApproxCapacity, llm-d's shipped
-	// lruCapacityPerServer: the router is not told the engines' size).
-	ApproxCapacity int
-	// ApproxBlock is the tokens one key of approximate-lru covers (default
-	// DefaultApproxBlock, llm-d's blockSizeTokens); it must divide, or be a multiple
-	// of, the block size. ApproxMaxBlocks is the most keys of a prompt it matches
-	// (default DefaultApproxMaxBlocks, llm-d's maxPrefixBlocksToMatch).
+	// ApproxCapacity is approximate-lru's capacity per engine in its own keys of
+	// ApproxBlock tokens (llm-d's lruCapacityPerServer), ApproxBlock the tokens one
+	// key covers (llm-d's blockSizeTokens; it must divide, or be a multiple of, the
+	// block size) and ApproxMaxBlocks the most keys of a prompt it matches (llm-d's
+	// maxPrefixTokensToMatch / blockSizeTokens). Zero takes llm-d's auto-tuned value
+	// (TimedConfig.Approx).
+	ApproxCapacity               int
 	ApproxBlock, ApproxMaxBlocks int
 	// Ramp, when set, replaces Rate: one continuous staged load, Poisson within each
 	// stage (or evenly spaced with EvenArrivals, inference-perf's "constant"), its
@@ -182,15 +181,6 @@ func (c TimedConfig) withDefaults() TimedConfig {
 	if c.MetricsInterval == 0 {
 		c.MetricsInterval = DefaultMetricsInterval
 	}
-	if c.ApproxCapacity == 0 {
-		c.ApproxCapacity = DefaultApproxCapacity
-	}
-	if c.ApproxBlock == 0 {
-		c.ApproxBlock = DefaultApproxBlock
-	}
-	if c.ApproxMaxBlocks == 0 {
-		c.ApproxMaxBlocks = DefaultApproxMaxBlocks
-	}
 	if c.ThinkTime == 0 {
 		c.ThinkTime = DefaultThinkTime
 	}
@@ -210,7 +200,8 @@ func (c TimedConfig) Check(w *Workload) error {
 			seq = max(seq, seqBlocks(w.Requests[i].Tokens, c.Output, w.BlockSize))
 		}
 	}
-	aerr := checkApproxBlock(c.ApproxBlock, w.BlockSize)
+	ablock, acap, amax := c.Approx(w.BlockSize)
+	aerr := checkApproxBlock(ablock, w.BlockSize)
 	var werr error
 	for _, row := range route.Rows() {
 		if _, err := route.New(row, c.routeParams()); err != nil {
@@ -244,12 +235,12 @@ func (c TimedConfig) Check(w *Workload) error {
 		return fmt.Errorf("%w: think time %v, want at most %v", ErrConfig, c.ThinkTime, MaxThinkTime)
 	case c.MetricsInterval < time.Microsecond || c.MetricsInterval > time.Hour:
 		return fmt.Errorf("%w: metrics interval %v, want 1µs..1h", ErrConfig, c.MetricsInterval)
-	case c.ApproxCapacity < 1 || c.ApproxCapacity > route.MaxApproxCapacity:
-		return fmt.Errorf("%w: approximate capacity %d blocks, want 1..%d", ErrConfig, c.ApproxCapacity, route.MaxApproxCapacity)
+	case acap < 1 || acap > route.MaxApproxCapacity:
+		return fmt.Errorf("%w: approximate capacity %d blocks, want 1..%d", ErrConfig, acap, route.MaxApproxCapacity)
 	case aerr != nil:
 		return aerr
-	case c.ApproxMaxBlocks < 1 || c.ApproxMaxBlocks > route.MaxApproxCapacity:
-		return fmt.Errorf("%w: approximate match of %d blocks at most, want 1..%d", ErrConfig, c.ApproxMaxBlocks, route.MaxApproxCapacity)
+	case amax < 1 || amax > route.MaxApproxCapacity:
+		return fmt.Errorf("%w: approximate match of %d blocks at most, want 1..%d", ErrConfig, amax, route.MaxApproxCapacity)
 	case werr != nil:
 		return fmt.Errorf("%w: %w", ErrConfig, werr)
 	case c.Capacity < seq:
@@ -291,6 +282,7 @@ type fleet struct {
 	rt   Routing
 	cfg  TimedConfig
 	pol  route.Policy
+	rq   *routerQueues // dynamo-cost's router queues (routing.go); nil: none
 	d    *driver
 	ttl  time.Duration
 	eng  []*timedEngine
@@ -389,6 +381,9 @@ func (f *fleet) build() error {
 	if f.pol, err = f.policy(); err != nil {
 		return err
 	}
+	if f.rq, err = newRouterQueues(f.rt, cfg); err != nil {
+		return err
+	}
 	f.d = &driver{delay: cfg.EventDelay, drop: !f.rt.events(), obs: cfg.Observer, st: &f.res.Index, batch: true}
 	epoch := time.Unix(0, 0)
 	clock := func() time.Time { return epoch.Add(f.now) }
@@ -417,7 +412,8 @@ func (f *fleet) build() error {
 	}
 	var shared *route.Tracker[int32]
 	for i := range cfg.Routers {
-		tr, err := route.NewTracker[int32](route.TrackerConfig{MaxInFlight: route.MaxInFlight, TTL: math.MaxInt64, Now: clock})
+		tr, err := route.NewTracker[int32](route.TrackerConfig{MaxInFlight: route.MaxInFlight, TTL: math.MaxInt64, Now: clock,
+			TrackOutputBlocks: cfg.Route.TrackOutputBlocks})
 		if err != nil {
 			return err
 		}
@@ -435,7 +431,8 @@ func (f *fleet) build() error {
 			}
 		}
 		if f.rt.Knowledge == ApproxLRU {
-			if rep.lru, err = route.NewApproxCache(cfg.ApproxCapacity); err != nil {
+			_, acap, _ := cfg.Approx(f.w.BlockSize)
+			if rep.lru, err = route.NewApproxCache(acap); err != nil {
 				return fmt.Errorf("%w: %w", ErrConfig, err)
 			}
 		}
@@ -595,6 +592,9 @@ func (f *fleet) run() error {
 			if err := f.endStep(s.e); err != nil {
 				return err
 			}
+			if err := f.rq.drain(f); err != nil {
+				return err
+			}
 		case len(f.releases) > 0 && rel <= arr:
 			r := f.releases.pop()
 			f.advance(r.t)
@@ -706,6 +706,7 @@ func (f *fleet) startStep(i int) error {
 func (f *fleet) endStep(i int) error {
 	e := f.eng[i]
 	e.stepDone(f.now, f.stepDur[i], f.firstToken, &f.itl, f.finished)
+	f.noteGenerated(i)
 	f.d.now = f.now
 	var em emitter = delayed{f.d}
 	if f.cfg.emitted != nil {
@@ -833,6 +834,9 @@ func (f *fleet) route(i int) error {
 	r := &f.w.Requests[i]
 	ri := f.replicaFor(i)
 	rep := f.reps[ri]
+	if f.rq.park(f, ri, i) {
+		return nil
+	}
 	clear(f.overlaps)
 	if len(r.Blocks) > 0 {
 		if f.rt.events() {
@@ -849,10 +853,11 @@ func (f *fleet) route(i int) error {
 			}
 		}
 		if rep.lru != nil {
-			f.akeys = approxKeys(f.akeys[:0], r.Blocks, f.w.BlockSize, f.cfg.ApproxBlock, f.cfg.ApproxMaxBlocks)
+			ablock, _, amax := f.cfg.Approx(f.w.BlockSize)
+			f.akeys = approxKeys(f.akeys[:0], r.Blocks, f.w.BlockSize, ablock, amax)
 			f.overlaps = rep.lru.MatchAll(f.name, f.akeys, f.overlaps)
 			for k, n := range f.overlaps {
-				f.overlaps[k] = engineBlocks(n, f.w.BlockSize, f.cfg.ApproxBlock)
+				f.overlaps[k] = engineBlocks(n, f.w.BlockSize, ablock)
 			}
 		}
 	}
@@ -889,6 +894,7 @@ func (f *fleet) route(i int) error {
 	f.res.LoadTokens[k] += int64(r.Tokens)
 
 	j := f.newJob(i, ri)
+	j.arrival = f.rq.arrival(j.idx, f.now)
 	j.worker = k
 	e := f.eng[k]
 	e.assign(j)

@@ -37,7 +37,7 @@ type timedFlags struct {
 
 // timedOnly are the flags --zero-time has no use for.
 var timedOnly = []string{"speedup", "slo-ttft", "routers", "share-load", "router-affinity", "overlap-weight", "prefix-weight", "kv-weight",
-	"queue-weight", "prefix-minmax", "temperature", "affinity-threshold", "peak-prefill-throughput", "max-ttft-penalty-ms", "max-num-seqs", "output-length", "profile", "metrics-interval", "jobs", "open-loop", "think-time", "prefill-scale", "approx-capacity", "approx-block", "ramp"}
+	"queue-weight", "prefix-minmax", "temperature", "affinity-threshold", "peak-prefill-throughput", "max-ttft-penalty-ms", "max-num-seqs", "output-length", "profile", "metrics-interval", "jobs", "open-loop", "think-time", "prefill-scale", "approx-capacity", "approx-block", "ramp", "queue-threshold", "output-blocks"}
 
 // zeroTimeOnly are the flags only --zero-time takes: host tiers are simulated without
 // time only.
@@ -56,14 +56,16 @@ func (t *timedFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&t.queueW, "queue-weight", route.DefaultQueueWeight, "the scorer policies' weight of the queue score")
 	fs.BoolVar(&t.route.PrefixMinMax, "prefix-minmax", false, "llmd-scorer: min-max normalise the prefix score over the workers holding some of it (llm-d's earlier precise scorer) instead of matched/total")
 	fs.Float64Var(&t.route.Temperature, "temperature", 0, "dynamo-cost's softmax temperature (Dynamo's router_temperature; 0 = the least cost)")
+	fs.Float64Var(&t.route.QueueThreshold, "queue-threshold", route.DefaultQueueThreshold, "dynamo-cost's router queue: a request waits at the router while every engine's prefill tokens in flight exceed this many steps of tokens (Dynamo's router_queue_threshold; negative: no queue)")
+	fs.BoolVar(&t.route.TrackOutputBlocks, "output-blocks", false, "count the blocks each request generates in its engine's active blocks, which dynamo-cost reads (Dynamo's router_track_output_blocks, off as it ships)")
 	fs.Float64Var(&t.route.Affinity.Threshold, "affinity-threshold", route.DefaultAffinityThreshold, "llmd-affinity: the prefix share that makes a worker sticky (llm-d's affinityThreshold)")
 	fs.Float64Var(&t.route.Affinity.PeakPrefillThroughput, "peak-prefill-throughput", route.DefaultPeakPrefillThroughput, "llmd-affinity: prefill tokens per second that turn in-flight tokens into an estimated TTFT (llm-d's peakPrefillThroughput)")
 	fs.Float64Var(&t.route.Affinity.MaxTTFTPenaltyMs, "max-ttft-penalty-ms", route.DefaultMaxTTFTPenaltyMs, "llmd-affinity: how much later (ms) a sticky worker's estimated first token may come before stickiness breaks (llm-d's maxTTFTPenaltyMs)")
 	fs.IntVar(&t.maxSeqs, "max-num-seqs", sim.DefaultMaxNumSeqs, "running requests per engine at most (vLLM's max_num_seqs; default: the profile's, else 1,024, vLLM's on H100s)")
 	fs.IntVar(&t.output, "output-length", 0, "tokens every request generates (0 = the workload's: a trace's output_length, the built-in replies, 1,000 for shared-context)")
 	fs.StringVar(&t.profile, "profile", "", "the engine: a shipped profile ("+strings.Join(sim.ShippedProfiles(), ", ")+"), an engine file (.profile: the model's shape and its GPUs'; its KV tokens set --capacity), or a CSV of measured ttft,ISL,CACHED,SECONDS and itl,BATCH,CONTEXT,SECONDS points (default "+sim.DefaultProfile+"; sim/README.md)")
-	fs.IntVar(&t.approxCapacity, "approx-capacity", sim.DefaultApproxCapacity, "approximate-lru's keys per engine (llm-d's lruCapacityPerServer; it is not told the engines' capacity)")
-	fs.IntVar(&t.approxBlock, "approx-block", sim.DefaultApproxBlock, "tokens per key of approximate-lru (llm-d's blockSizeTokens; 4 characters a token for the character-keyed plugin's blockSize)")
+	fs.IntVar(&t.approxCapacity, "approx-capacity", 0, "approximate-lru's keys per engine (llm-d's lruCapacityPerServer; 0: auto-tuned, the engine's KV blocks; llm-d's fallback without metrics is 31250)")
+	fs.IntVar(&t.approxBlock, "approx-block", 0, "tokens per key of approximate-lru (llm-d's blockSizeTokens; 0: auto-tuned, the engine's block, at least 64; llm-d's fallback is 16)")
 	fs.StringVar(&t.ramp, "ramp", "", "one continuous staged load, each stage inheriting the last one's queues: RATE:SECONDS,... or a published benchmark's ("+strings.Join(sim.RampNames(), ", ")+"); reports each stage")
 	fs.Float64Var(&t.prefillScale, "prefill-scale", 1, "multiply the engine's prefill time (sensitivity to the engine's speed)")
 	fs.DurationVar(&t.metricsInterval, "metrics-interval", sim.DefaultMetricsInterval, "how often the scorer policies' routers read the engines' queue and KV utilisation")
@@ -116,10 +118,12 @@ func (t *timedFlags) validate(set map[string]bool) error {
 		return usageErr("--metrics-interval %v: want 1µs..1h", t.metricsInterval)
 	case !(t.prefillScale >= 1.0/sim.MaxPrefillScale && t.prefillScale <= sim.MaxPrefillScale):
 		return usageErr("--prefill-scale %g: want %g..%g", t.prefillScale, 1.0/sim.MaxPrefillScale, float64(sim.MaxPrefillScale))
-	case t.approxCapacity < 1 || t.approxCapacity > route.MaxApproxCapacity:
-		return usageErr("--approx-capacity %d: want 1..%d keys", t.approxCapacity, route.MaxApproxCapacity)
-	case t.approxBlock < 1 || t.approxBlock > sim.MaxApproxBlock:
-		return usageErr("--approx-block %d: want 1..%d tokens", t.approxBlock, sim.MaxApproxBlock)
+	case t.approxCapacity < 0 || t.approxCapacity > route.MaxApproxCapacity:
+		return usageErr("--approx-capacity %d: want 0 (auto) or 1..%d keys", t.approxCapacity, route.MaxApproxCapacity)
+	case t.approxBlock < 0 || t.approxBlock > sim.MaxApproxBlock:
+		return usageErr("--approx-block %d: want 0 (auto) or 1..%d tokens", t.approxBlock, sim.MaxApproxBlock)
+	case t.route.QueueThreshold > route.MaxQueueThreshold:
+		return usageErr("--queue-threshold %g: want at most %g (negative: no queue)", t.route.QueueThreshold, route.MaxQueueThreshold)
 	case t.thinkTime < 0 || t.thinkTime > sim.MaxThinkTime:
 		return usageErr("--think-time %v: want 0..%v", t.thinkTime, sim.MaxThinkTime)
 	case t.openLoop && set["think-time"]:
@@ -226,6 +230,9 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 	}
 	if tf.affinity == "session" {
 		cfg.Affinity = sim.AffinitySession
+	}
+	if cfg.Route.QueueThreshold == 0 {
+		cfg.Route.QueueThreshold = 1e-12 // Dynamo's 0.0: busy at any prefill, where 0 would mean the default
 	}
 	if cfg.ThinkTime == 0 {
 		cfg.ThinkTime = -1 // none, where 0 would mean the default

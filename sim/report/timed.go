@@ -353,12 +353,13 @@ func RunTimed(t Timed) (*TimedReport, error) {
 	}
 	rows := len(rts) * len(affs)
 	eff := cfg.Engine.WithDefaults()
+	ablock, acap, _ := cfg.Approx(w.BlockSize)
 	out := TimedJSON{Model: "timed", Workload: t.Info, Cluster: timedClusterJSON{
 		Workers: cfg.Workers, Capacity: cfg.Capacity, StepTokens: cfg.ChunkTokens, MaxNumSeqs: cfg.MaxNumSeqs, CostModel: t.CostName,
 		Shards: eff.Shards, Locked: eff.LockedIndex, Jump: eff.JumpSize, EventDelayMs: float64(max(cfg.EventDelay, 0)) / 1e6, Routers: cfg.Routers,
 		RouterAffinity: cfg.Affinity.String(), ShareLoad: cfg.ShareLoad, Speedup: cfg.Speedup, SLOTTFTs: cfg.SLOTTFT.Seconds(), OverlapWeight: cfg.OverlapWeight,
 		OpenLoop: cfg.OpenLoop, ThinkTimeS: max(cfg.ThinkTime, 0).Seconds(), PrefillScale: cfg.PrefillScale,
-		ApproxCapacity: cfg.ApproxCapacity, ApproxBlock: cfg.ApproxBlock,
+		ApproxCapacity: acap, ApproxBlock: ablock,
 		ScorerWeights: [3]float64{cfg.Scorer.PrefixWeight, cfg.Scorer.KVWeight, cfg.Scorer.QueueWeight},
 	}}
 	if !w.Timed {
@@ -543,7 +544,7 @@ func printTimedHeader(w io.Writer, out TimedJSON, wl *sim.Workload, sw Sweep) {
 	fmt.Fprintf(w, "          %s; events reach the index %s after the step that made them; index: %s, jump %d\n", routers, delay, indexName(c.Shards, c.Locked), c.Jump)
 	fmt.Fprintf(w, "          cost policies: overlap weight %g; scorer policies: prefix %g, KV %g, queue %g; goodput: TTFT <= %s\n",
 		c.OverlapWeight, c.ScorerWeights[0], c.ScorerWeights[1], c.ScorerWeights[2], Secs(c.SLOTTFTs))
-	fmt.Fprintf(w, "          approximate knowledge: the router's own decisions, an LRU of %s keys of %d tokens per engine (llm-d's, %s tokens) or a 120 s TTL (Dynamo's)\n",
+	fmt.Fprintf(w, "          approximate knowledge: the router's own decisions, an LRU of %s keys of %d tokens per engine (llm-d's auto-tuned: %s tokens) or a 120 s TTL (Dynamo's)\n",
 		bench.Thousands(int64(c.ApproxCapacity)), c.ApproxBlock, bench.Thousands(int64(c.ApproxCapacity)*int64(c.ApproxBlock)))
 	if sw.Key != "capacity" {
 		fmt.Fprintf(w, "reference infinite cache: block hit %s; one LRU of the fleet's %s blocks: %s\n",
