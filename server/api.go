@@ -25,11 +25,11 @@ import (
 
 // The routing policies /v1/match can apply.
 const (
-	// PolicyLongestPrefix picks the worker with the highest weighted score (its
-	// leading blocks, each at the weight of the fastest tier holding it); ties go to the
-	// higher score, then the smaller size (fewer cached blocks), then the lower worker
-	// id. With no match it falls back to round-robin over the model's eligible
-	// workers.
+	// PolicyLongestPrefix is route.LongestPrefix, uncapped: the pickable worker with
+	// the highest weighted score (its leading blocks, each at the weight of the fastest
+	// tier holding it); ties, and a prompt no worker holds, go to the fewest requests
+	// in flight, then by the prompt's hash (pick.go's tieBreak), so equal prompts get
+	// equal picks.
 	PolicyLongestPrefix = "longest-prefix"
 	// PolicyRoundRobin cycles over the model's eligible workers, ignoring the cache.
 	PolicyRoundRobin = "round-robin"
@@ -550,20 +550,6 @@ func (s *Server) matches(ns string, q []uint64, found []engine.Match, w engine.W
 	return dst
 }
 
-// better reports whether match a beats match b for the longest-prefix pick: a higher
-// weighted score, then a higher score, a smaller size, a lower worker id.
-func better(a, b *Match) bool {
-	switch {
-	case a.Weighted != b.Weighted:
-		return a.Weighted > b.Weighted
-	case a.Score != b.Score:
-		return a.Score > b.Score
-	case a.Size != b.Size:
-		return a.Size < b.Size
-	}
-	return a.Worker < b.Worker
-}
-
 // noteMatch feeds a served match to the diagnostics (HTTP and gRPC alike): a non-empty
 // query counts toward the model's unmatched rate, and the picked worker is marked served
 // (for events_stopped).
@@ -635,32 +621,7 @@ func eligible(st subscriber.State) bool {
 	return st == subscriber.StateLive || st == subscriber.StateStale
 }
 
-// pickable reports whether a worker may be picked: its subscriber is live or stale, it
-// has no events to wait for (approximate), or the index is fed by another process.
-func (s *Server) pickable(f *fleet, worker string) bool {
-	if sub := f.byWorker[worker]; sub != nil {
-		return eligible(sub.State())
-	}
-	return f.approx[worker] != nil || s.external
-}
-
 func (s *Server) pick(m *model, policy string, matches []Match) *Pick {
-	if policy == PolicyLongestPrefix {
-		f := s.fleet()
-		best := -1
-		for i, mt := range matches {
-			if !s.pickable(f, mt.Worker) {
-				continue
-			}
-			if best < 0 || better(&matches[i], &matches[best]) {
-				best = i
-			}
-		}
-		if best >= 0 {
-			b := &matches[best]
-			return &Pick{Worker: b.Worker, Policy: policy, Score: b.Score, Weighted: b.Weighted, Reason: "longest cached prefix"}
-		}
-	}
 	// The fallback candidates: the eligible subscribed workers and the approximate ones,
 	// in id order.
 	var cands []string
@@ -681,8 +642,6 @@ func (s *Server) pick(m *model, policy string, matches []Match) *Pick {
 	switch policy {
 	case PolicyRandom:
 		c, reason = cands[rand.IntN(len(cands))], "random"
-	case PolicyLongestPrefix:
-		c, reason = cands[int(s.rr.Add(1)-1)%len(cands)], "no cached prefix: round-robin"
 	default:
 		c = cands[int(s.rr.Add(1)-1)%len(cands)]
 	}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kvindex/kvindex/hash"
 	"github.com/kvindex/kvindex/route"
 )
 
@@ -111,7 +112,7 @@ type routing struct {
 
 func newRouting(c RoutingConfig, now func() time.Time) (*routing, error) {
 	r := &routing{policies: map[string]route.Policy{}}
-	for _, name := range loadAware {
+	for _, name := range append([]string{PolicyLongestPrefix}, loadAware...) {
 		// serve reads the exact index: exact knowledge.
 		p, err := route.New(route.Row{Family: name, Knowledge: route.Exact}, c.params())
 		if err != nil {
@@ -229,7 +230,7 @@ func (s *Server) loadPick(m *model, policy string, matches []Match, o pickOpts) 
 	overlaps := make([]int, len(cands))
 	for i, w := range cands {
 		if mt := byWorker[w]; mt != nil {
-			overlaps[i] = int(math.Floor(mt.Weighted + 1e-9))
+			overlaps[i] = overlapOf(policy, mt.Weighted)
 		}
 	}
 	req := route.Request{Tokens: o.tokens, BlockSize: m.blockSize, Blocks: o.blocks}
@@ -237,7 +238,7 @@ func (s *Server) loadPick(m *model, policy string, matches []Match, o pickOpts) 
 	for i, w := range cands {
 		o.loads[w].apply(&cs[i].Load)
 	}
-	k := s.routing.policies[policy].Pick(req, cs, rand.Uint64())
+	k := s.routing.policies[policy].Pick(req, cs, tieBreak(policy, o.blocks))
 	pick := &Pick{Worker: cands[k], Policy: policy, Reason: reasonFor(policy, cs[k])}
 	if mt := byWorker[cands[k]]; mt != nil {
 		pick.Score, pick.Weighted = mt.Score, mt.Weighted
@@ -245,8 +246,41 @@ func (s *Server) loadPick(m *model, policy string, matches []Match, o pickOpts) 
 	return pick
 }
 
+// weightedScale orders longest-prefix's weighted scores to 1/1024 of a block: a host
+// block at weight 0.75 beats none, and the order of fractional scores is kept (the
+// zero-time sim scales them alike). The other policies read whole blocks.
+const weightedScale = 1024
+
+// overlapOf is a worker's Candidate.Overlap under policy, from its weighted score.
+func overlapOf(policy string, weighted float64) int {
+	if policy == PolicyLongestPrefix {
+		return int(math.Round(weighted * weightedScale))
+	}
+	return int(math.Floor(weighted + 1e-9))
+}
+
+// tieBreak is the random number a policy breaks ties with. For longest-prefix it is
+// the prompt's own hash: equal prompts get equal picks (a retried request goes where
+// it went, and HTTP and gRPC answer alike), different prompts spread uniformly over
+// the tied workers; the load-aware policies draw.
+func tieBreak(policy string, blocks []uint64) uint64 {
+	if policy != PolicyLongestPrefix || len(blocks) == 0 {
+		return rand.Uint64()
+	}
+	h := uint64(len(blocks))
+	for _, b := range blocks {
+		h = hash.Next(h, b)
+	}
+	return h
+}
+
 func reasonFor(policy string, c route.Candidate) string {
 	switch policy {
+	case PolicyLongestPrefix:
+		if c.Overlap > 0 {
+			return "longest cached prefix"
+		}
+		return "no cached prefix: fewest requests in flight"
 	case PolicyScorer, PolicyLoad:
 		return fmt.Sprintf("highest score: %d cached blocks, %d waiting, KV %.0f%% used", c.Overlap, c.Load.Waiting, 100*c.Load.KVUtil)
 	case PolicyAffinity:
@@ -272,7 +306,7 @@ type pickOpts struct {
 // when asked, counts it as routed under its request id.
 func (s *Server) choose(m *model, policy string, matches []Match, o pickOpts) (*Pick, error) {
 	var p *Pick
-	if slices.Contains(loadAware, policy) {
+	if policy == PolicyLongestPrefix || slices.Contains(loadAware, policy) {
 		p = s.loadPick(m, policy, matches, o)
 	} else {
 		p = s.pick(m, policy, matches)

@@ -210,3 +210,49 @@ func TestRoutingConfigRejects(t *testing.T) {
 		t.Fatalf("policy cost: %v", err)
 	}
 }
+
+// TestLongestPrefixIsRoutes: serve's longest-prefix is route.LongestPrefix, uncapped:
+// the worker holding the longest prefix wins whatever its load; a prompt nobody holds
+// goes to the fewest requests in flight (three fresh prompts picked with "pick": true
+// land on three workers); equal prompts get equal picks.
+func TestLongestPrefixIsRoutes(t *testing.T) {
+	_, c := start(t, threeApproximate())
+	match := func(body string) *server.Pick {
+		t.Helper()
+		var resp server.MatchResponse
+		if code := c.do("POST", "/v1/match", body, &resp); code != 200 || resp.Pick == nil {
+			t.Fatalf("match %s: %d %+v", body, code, resp)
+		}
+		return resp.Pick
+	}
+	seen := map[string]bool{}
+	for i := range 3 {
+		p := match(fmt.Sprintf(`{"model":"m","tokens":[%d,1,2,3],"policy":"longest-prefix","pick":true}`, 10+i))
+		if p.Reason != "no cached prefix: fewest requests in flight" {
+			t.Fatalf("fresh prompt %d: %+v", i, p)
+		}
+		seen[p.Worker] = true
+	}
+	if len(seen) != 3 {
+		t.Fatalf("three fresh prompts went to %v, want three workers (the fewest in flight)", seen)
+	}
+	// b holds [7 7 7 7 7 7]: it wins though it carries a request in flight, as it
+	// would carrying more than the others.
+	var rr server.RoutedResponse
+	if code := c.do("POST", "/v1/routed", `{"model":"m","worker":"b","tokens":[7,7,7,7,7,7]}`, &rr); code != 200 {
+		t.Fatalf("routed: %d", code)
+	}
+	for range 3 {
+		p := match(`{"model":"m","tokens":[7,7,7,7,7,7,7,7],"policy":"longest-prefix","pick":true}`)
+		if p.Worker != "b" || p.Score != 3 || p.Reason != "longest cached prefix" {
+			t.Fatalf("pick %+v, want b with 3 blocks", p)
+		}
+	}
+	// Untracked, the same fresh prompt is picked alike every time.
+	first := match(`{"model":"m","tokens":[9,9,9,9],"policy":"longest-prefix"}`).Worker
+	for range 4 {
+		if w := match(`{"model":"m","tokens":[9,9,9,9],"policy":"longest-prefix"}`).Worker; w != first {
+			t.Fatalf("the same prompt went to %s, then %s", first, w)
+		}
+	}
+}

@@ -62,7 +62,7 @@ func TestTiersEndToEnd(t *testing.T) {
 		"engines": [{"endpoint": %q, "replay_endpoint": %q, "worker": "pod", "model": "llama", "block_size": 4, "dp_ranks": 2}]
 	}`, pub.Ranks[0].Endpoint, pub.Ranks[0].ReplayEndpoint)
 	cfg, err := server.ParseConfig(strings.NewReader(cfgJSON))
-	cfg.Policy = server.PolicyLongestPrefix // its tie-breaking (score, then worker id) is what this test reads
+	cfg.Policy = server.PolicyLongestPrefix // its pick is the highest weighted score
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,13 +142,19 @@ func TestTiersEndToEnd(t *testing.T) {
 	}{
 		{"", "pod#dp0", 1.5, 1.1},                     // the server's [1, 0.5, 0.1]
 		{`,"tier_weights":[1,0,1]`, "pod#dp1", 1, 2},  // disk counts fully
-		{`,"tier_weights":[0,0,0]`, "pod#dp0", 0, 0},  // a tie: score, then worker id
+		{`,"tier_weights":[0,0,0]`, "pod#dp0", 0, 0},  // a tie: listed by score, then worker id; picked by the prompt's hash
 		{`,"tier_weights":null`, "pod#dp0", 1.5, 1.1}, // null: the server's
 		{`,"tier_weights":[1,0.75,0.25]`, "pod#dp0", 1.75, 1.25},
 	} {
 		mr := match(tc.weights)
-		if len(mr.Matches) != 2 || mr.Matches[0].Worker != tc.first || mr.Pick == nil || mr.Pick.Worker != tc.first {
+		if len(mr.Matches) != 2 || mr.Matches[0].Worker != tc.first || mr.Pick == nil {
 			t.Fatalf("%s: %+v", tc.weights, mr)
+		}
+		switch tie := tc.w0 == tc.w1; {
+		case !tie && mr.Pick.Worker != tc.first:
+			t.Fatalf("%s: picked %s, want %s", tc.weights, mr.Pick.Worker, tc.first)
+		case tie && (want[mr.Pick.Worker].Worker == "" || match(tc.weights).Pick.Worker != mr.Pick.Worker):
+			t.Fatalf("%s: tie picked %s, then not the same again", tc.weights, mr.Pick.Worker)
 		}
 		for _, got := range mr.Matches {
 			a := want[got.Worker]
