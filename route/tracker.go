@@ -214,8 +214,7 @@ func (t *Tracker[K]) Routed(id K, worker string, req Request, cached int) error 
 func (t *Tracker[K]) FirstToken(id K) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.expireLocked(t.cfg.Now())
-	r := t.inflight[id]
+	r := t.liveLocked(id)
 	if r == nil || !r.filling {
 		return false
 	}
@@ -235,8 +234,7 @@ func (t *Tracker[K]) FirstToken(id K) bool {
 func (t *Tracker[K]) Generated(id K, tokens int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.expireLocked(t.cfg.Now())
-	r := t.inflight[id]
+	r := t.liveLocked(id)
 	if r == nil {
 		return false
 	}
@@ -260,13 +258,19 @@ func (t *Tracker[K]) Generated(id K, tokens int) bool {
 func (t *Tracker[K]) Finished(id K) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.expireLocked(t.cfg.Now())
-	r := t.inflight[id]
+	r := t.liveLocked(id)
 	if r == nil {
 		return false
 	}
 	t.dropLocked(id, r)
 	return true
+}
+
+// liveLocked expires what the TTL drops, then returns request id, nil when not in
+// flight.
+func (t *Tracker[K]) liveLocked(id K) *tracked {
+	t.expireLocked(t.cfg.Now())
+	return t.inflight[id]
 }
 
 func (t *Tracker[K]) dropLocked(id K, r *tracked) {
