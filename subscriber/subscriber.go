@@ -81,6 +81,16 @@ type Subscriber struct {
 	// has applied the rest of its batch (owner only).
 	resumeAfter uint64
 
+	// own is held by whichever goroutine works on the owner's state: the session's
+	// (timers, socket errors, the catch-up) or a connection reader delivering a live
+	// message (deliver). sess is the running session (nil between sessions), closedGen
+	// the generation of the last socket closed; ownCond (on own) wakes readers waiting
+	// for their socket's session.
+	own       sync.Mutex
+	ownCond   *sync.Cond
+	sess      *sessionState
+	closedGen uint64
+
 	mu  sync.Mutex
 	pub Status
 	// wake is closed (and cleared) by publish when pub answers the callers of Wait;
@@ -118,8 +128,9 @@ func New(cfg Config) (*Subscriber, error) {
 		diag:      newDiagState(&cfg),
 		hyb:       newHybridState(&cfg),
 	}
+	s.ownCond = sync.NewCond(&s.own)
 	s.subGuard = &guard{self: zmq4.Sub, maxMsg: uint64(cfg.MaxMessageBytes), handshake: cfg.ReplayTimeout,
-		maxConns: maxBoundConns, refused: s.peerRefused}
+		maxConns: maxBoundConns, refused: s.peerRefused, sink: s.deliver}
 	s.subGuard.allowed, _ = ParsePeers(cfg.AllowedPeers) // validated
 	s.dealerGuard = &guard{self: zmq4.Dealer, maxMsg: uint64(cfg.MaxMessageBytes), handshake: cfg.ReplayTimeout,
 		maxConns: 1, refused: s.peerRefused}
@@ -281,8 +292,13 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	}()
 	backoff := s.cfg.ReconnectMin
 	for ctx.Err() == nil {
+		gen := s.subGuard.gen.Add(1) // the new socket's connections deliver under gen
 		sock, err := openSub(ctx, s.cfg.Endpoint, s.cfg.Topic, s.cfg.Bind, s.cfg.ReplayTimeout, s.subGuard)
 		if err != nil {
+			s.own.Lock()
+			s.closedGen = gen
+			s.ownCond.Broadcast()
+			s.own.Unlock()
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -301,7 +317,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 			backoff = min(backoff*2, s.cfg.ReconnectMax)
 			continue
 		}
-		err = s.session(ctx, sock)
+		err = s.session(ctx, sock, gen)
 		var fe errFatal
 		if errors.As(err, &fe) {
 			return fe.err
@@ -396,9 +412,23 @@ type received struct {
 	err error
 }
 
+// sessionState is what a session shares with its socket's connection readers, which
+// hand it live messages (deliver) in their own goroutines. Guarded by Subscriber.own.
+type sessionState struct {
+	ctx   context.Context
+	gen   uint64 // the socket's generation (guard.gen)
+	fresh bool   // bind mode: the next message comes from a new connection
+	tail  tailWatch
+	err   error         // a message's handling failed: the session ends with it
+	fail  chan struct{} // signalled (1 slot) when err is set
+}
+
 // session runs one socket: the catch-up after connecting, then live messages, until the
-// connection is lost (dial mode), ctx ends, or the index fails.
-func (s *Subscriber) session(ctx context.Context, sock zmq4.Socket) error {
+// connection is lost (dial mode), ctx ends, or the index fails. The live messages
+// reach the subscriber through deliver, in the connections' reader goroutines; this
+// goroutine sees the socket's errors and runs the timers. Either holds s.own while it
+// works on the subscriber's state, so each works as its owner.
+func (s *Subscriber) session(ctx context.Context, sock zmq4.Socket, gen uint64) error {
 	recv := make(chan received)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -418,13 +448,37 @@ func (s *Subscriber) session(ctx context.Context, sock zmq4.Socket) error {
 		}
 	}()
 	defer func() {
+		// No message is applied past here: the readers still delivering drop theirs.
+		s.own.Lock()
+		s.sess, s.closedGen = nil, gen
+		s.ownCond.Broadcast()
+		s.own.Unlock()
 		_ = sock.Close()
 		close(done)
 		wg.Wait()
 		closeDrain(sock)
 	}()
+	ss := &sessionState{ctx: ctx, gen: gen, fresh: true, fail: make(chan struct{}, 1), tail: tailWatch{every: s.cfg.TailCheck}}
+	if s.cfg.ReplayEndpoint == "" {
+		ss.tail.every = 0
+	}
+	if ss.tail.every > 0 {
+		// Created now, stopped: deliver arms it, and the loop below selects on its
+		// channel.
+		ss.tail.timer = time.NewTimer(ss.tail.every)
+		ss.tail.timer.Stop()
+	}
+	defer ss.tail.stop()
+	s.own.Lock()
+	defer s.own.Unlock()
+	s.sess = ss
+	s.ownCond.Broadcast()
+	return s.sessionLoop(ss, recv)
+}
 
-	fresh := true // bind mode: the next message comes from a new connection
+// sessionLoop is session's work, run with s.own held except while it waits.
+func (s *Subscriber) sessionLoop(ss *sessionState, recv <-chan received) error {
+	ctx := ss.ctx
 	if !s.cfg.Bind {
 		s.up()
 		s.setState()
@@ -432,7 +486,7 @@ func (s *Subscriber) session(ctx context.Context, sock zmq4.Socket) error {
 		if err := s.catchUp(ctx); err != nil {
 			return err
 		}
-		fresh = false
+		ss.fresh = false
 	} else {
 		// A bound socket: nothing tells when a publisher connects until it sends, so
 		// the catch-up runs now (through the replay endpoint, which the engine binds)
@@ -459,71 +513,44 @@ func (s *Subscriber) session(ctx context.Context, sock zmq4.Socket) error {
 			graceTimer.Stop()
 		}
 	}()
-	tail := tailWatch{every: s.cfg.TailCheck}
-	if s.cfg.ReplayEndpoint == "" {
-		tail.every = 0
-	}
-	defer tail.stop()
+	tailC := ss.tail.c()
 	for {
+		s.own.Unlock()
+		var r received
+		var tailAt, graceAt, resyncAt bool
 		select {
 		case <-ctx.Done():
+		case <-ss.fail:
+		case r = <-recv:
+		case <-tailC:
+			tailAt = true
+		case <-graceC:
+			graceAt = true
+		case <-resync:
+			resyncAt = true
+		}
+		s.own.Lock()
+		switch {
+		case ctx.Err() != nil:
 			return nil
-		case r := <-recv:
-			if r.err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				if errors.Is(r.err, ErrPeerRefused) {
-					// The refused message is lost, whatever it held: the index can no
-					// longer vouch for the worker.
-					if err := s.invalidate(); err != nil {
-						return err
-					}
-				}
-				s.down(r.err)
-				if !s.cfg.Bind {
-					s.setState()
-					s.publish()
-					return r.err
-				}
-				fresh = true
-				if g := s.graceLeft(); g >= 0 {
-					if graceTimer == nil {
-						graceTimer = time.NewTimer(g)
-					} else {
-						graceTimer.Reset(g)
-					}
-					graceC = graceTimer.C
-				}
-				s.setState()
-				s.publish()
-				continue
-			}
-			if fresh && s.cfg.Bind {
-				fresh = false
-				graceC = nil
-				s.up()
-				if err := s.catchUp(ctx); err != nil {
-					return err
-				}
-			}
-			if err := s.handle(ctx, r.msg.Frames); err != nil {
-				return err
-			}
-			tail.saw(s.now())
-		case <-tail.c():
-			if tail.fired(s.now()) && s.connected {
+		case ss.err != nil:
+			return ss.err
+		case tailAt:
+			if ss.tail.fired(s.now()) && s.connected {
 				s.local.TailChecks++
 				if _, err := s.catchUpResult(ctx); err != nil {
 					return err
 				}
 			}
-		case <-graceC:
+		case graceAt:
 			graceC = nil
+			if !ss.fresh { // a message came after the connection dropped
+				break
+			}
 			if err := s.checkGrace(); err != nil {
 				return err
 			}
-		case <-resync:
+		case resyncAt:
 			if err := s.resync(ctx); err != nil {
 				return err
 			}
@@ -534,10 +561,80 @@ func (s *Subscriber) session(ctx context.Context, sock zmq4.Socket) error {
 					return err
 				}
 			}
+		case r.err != nil:
+			if errors.Is(r.err, ErrPeerRefused) {
+				// The refused message is lost, whatever it held: the index can no
+				// longer vouch for the worker.
+				if err := s.invalidate(); err != nil {
+					return err
+				}
+			}
+			s.down(r.err)
+			if !s.cfg.Bind {
+				s.setState()
+				s.publish()
+				return r.err
+			}
+			ss.fresh = true
+			if g := s.graceLeft(); g >= 0 {
+				if graceTimer == nil {
+					graceTimer = time.NewTimer(g)
+				} else {
+					graceTimer.Reset(g)
+				}
+				graceC = graceTimer.C
+			}
+		default: // a message zmq4 delivered (the guard hands them to deliver)
+			if err := s.message(ss, r.msg.Frames); err != nil {
+				return err
+			}
 		}
 		s.setState()
 		s.publish()
 	}
+}
+
+// deliver is the SUB guard's sink: a live message read by a connection of the socket
+// of generation gen, in that connection's goroutine. It waits for the socket's
+// session to start (a dialled publisher may send before it does) and drops the
+// message once the session is over (the socket is closing). frames are views of the
+// connection's buffer: nothing here keeps them past the call.
+func (s *Subscriber) deliver(gen uint64, frames [][]byte) {
+	s.own.Lock()
+	defer s.own.Unlock()
+	for (s.sess == nil || s.sess.gen != gen) && gen > s.closedGen {
+		s.ownCond.Wait()
+	}
+	ss := s.sess
+	if ss == nil || ss.gen != gen || ss.err != nil {
+		return
+	}
+	if err := s.message(ss, frames); err != nil {
+		ss.err = err
+		select {
+		case ss.fail <- struct{}{}:
+		default:
+		}
+		return
+	}
+	s.setState()
+	s.publish()
+}
+
+// message handles one live message of the session (s.own held).
+func (s *Subscriber) message(ss *sessionState, frames [][]byte) error {
+	if ss.fresh && s.cfg.Bind {
+		ss.fresh = false
+		s.up()
+		if err := s.catchUp(ss.ctx); err != nil {
+			return err
+		}
+	}
+	if err := s.handle(ss.ctx, frames); err != nil {
+		return err
+	}
+	ss.tail.saw(s.now())
+	return nil
 }
 
 // tailWatch times the quiet-stream catch-up (Config.TailCheck). A PUB drops what is

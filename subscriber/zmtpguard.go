@@ -99,6 +99,13 @@ type guard struct {
 	maxConns  int64           // bound socket: connections open at once
 	refused   func(err error) // called once per refused connection, from any goroutine
 	allowed   []*net.IPNet    // bound socket: the peers accepted (nil: any)
+	// sink, when set (the SUB socket's guard), receives every message after the
+	// handshake, whole, in the connection's reader goroutine, instead of zmq4: frames
+	// are views of the connection's buffer, valid until sink returns. gen is the
+	// generation of the socket the connection belongs to (guard.gen when it opened),
+	// so that a sink can drop what a closing socket's connection still reads.
+	sink func(gen uint64, frames [][]byte)
+	gen  atomic.Uint64
 
 	live atomic.Int64 // guarded connections not yet closed
 	// conns are the bound socket's open connections, for eviction (Accept and Close).
@@ -346,7 +353,17 @@ type guardConn struct {
 	bodyLeft uint64 // bytes of the current message frame's body still to pass through
 	msgBytes uint64 // body bytes of the current multi-part message so far
 	frames   int    // frames of the current multi-part message so far
+	msgFrame bool   // the unit advance read last is a message frame's header
+	more     bool   // ... with the MORE flag
 	err      error  // sticky: once failed, every Read fails
+
+	// With a sink (guard.sink): the message being read, its frames' ends in msg, and
+	// the views handed to the sink. msg is kept between messages up to keepMsgBytes.
+	gen  uint64
+	msg  []byte
+	ends [maxMessageFrames]int
+	nf   int
+	fr   [maxMessageFrames][]byte
 
 	closeOnce sync.Once
 	closeErr  error
@@ -356,7 +373,7 @@ type guardConn struct {
 }
 
 func newGuardConn(c net.Conn, g *guard) *guardConn {
-	gc := &guardConn{Conn: c, g: g, br: bufio.NewReaderSize(c, readBufferBytes), buf: make([]byte, zmtpGreetingLen)}
+	gc := &guardConn{Conn: c, g: g, br: bufio.NewReaderSize(c, readBufferBytes), buf: make([]byte, zmtpGreetingLen), gen: g.gen.Load()}
 	gc.active.Store(time.Now().UnixNano())
 	if g.handshake > 0 {
 		_ = c.SetDeadline(time.Now().Add(g.handshake))
@@ -390,7 +407,13 @@ func (c *guardConn) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	if len(c.pending) == 0 && c.bodyLeft == 0 && c.err == nil {
-		if err := c.advance(); err != nil {
+		var err error
+		if c.g.sink != nil && c.ready {
+			err = c.deliver()
+		} else {
+			err = c.advance()
+		}
+		if err != nil {
 			c.fail(err)
 		}
 	}
@@ -414,6 +437,56 @@ func (c *guardConn) Read(p []byte) (int, error) {
 		c.fail(err)
 	}
 	return n, err
+}
+
+// keepMsgBytes is the message buffer a sink's connection keeps between messages: a
+// larger one (a rare huge batch) is let go, so that 2,048 connections do not each keep
+// the largest message they ever read.
+const keepMsgBytes = 64 << 10
+
+// deliver reads message frames and hands each whole message to the guard's sink, in
+// this goroutine (zmq4's reader of the connection, which stays in this Read), until a
+// command frame (left in pending for zmq4) or an error (returned to zmq4, which ends
+// the connection). A message costs one copy, from the read buffer into msg, no
+// allocation once msg has grown to the stream's message size, and no goroutine hop.
+func (c *guardConn) deliver() error {
+	for {
+		if err := c.advance(); err != nil {
+			return err
+		}
+		if !c.msgFrame {
+			return nil
+		}
+		// advance checked the frame against the per-message cap.
+		c.pending = nil
+		start, size := len(c.msg), int(c.bodyLeft)
+		if cap(c.msg)-start < size {
+			nb := make([]byte, start, max(2*cap(c.msg), start+size))
+			copy(nb, c.msg)
+			c.msg = nb
+		}
+		c.msg = c.msg[:start+size]
+		if _, err := io.ReadFull(c.br, c.msg[start:]); err != nil {
+			return err
+		}
+		c.bodyLeft = 0
+		c.ends[c.nf] = len(c.msg)
+		c.nf++
+		if c.more {
+			continue
+		}
+		frames, prev := c.fr[:c.nf], 0
+		for i := range frames {
+			frames[i], prev = c.msg[prev:c.ends[i]], c.ends[i]
+		}
+		c.active.Store(time.Now().UnixNano())
+		c.g.sink(c.gen, frames)
+		clear(frames)
+		c.msg, c.nf = c.msg[:0], 0
+		if cap(c.msg) > keepMsgBytes {
+			c.msg = nil
+		}
+	}
 }
 
 // fail records the connection's first error. Before the handshake is over it closes
@@ -447,6 +520,7 @@ func (c *guardConn) advance() error {
 		return err
 	}
 	flags, n, size := hdr[0], 2, uint64(hdr[1])
+	c.msgFrame = false
 	if flags&^(flagMore|flagLong|flagCommand) != 0 {
 		return c.refuse("reserved frame flag bits set (%#02x)", flags)
 	}
@@ -471,6 +545,7 @@ func (c *guardConn) advance() error {
 		return c.refuse("frame of %d bytes takes the message past the %d-byte cap", size, c.g.maxMsg)
 	}
 	c.msgBytes += size
+	c.msgFrame, c.more = true, flags&flagMore != 0
 	if flags&flagMore == 0 {
 		c.frames, c.msgBytes = 0, 0
 	}
