@@ -37,6 +37,12 @@ type Subscriber struct {
 	batch  kvevents.Batch
 	ev     engine.Event
 	blocks []engine.Block
+	// A batch for a batchIndex (applyEvents): its index events, the position of each
+	// in the decoded batch, whether each is a copy, and the index's answers.
+	evs    []engine.Event
+	srcs   []int32
+	copied []bool
+	errs   []error
 	nsMemo map[string]string
 
 	// Sequence state (owner only). has is false until a batch is applied; last is its
@@ -1042,7 +1048,11 @@ func (s *Subscriber) resync(ctx context.Context) error {
 
 // apply hands one event to the index; index failures are fatal.
 func (s *Subscriber) apply(ev *engine.Event) error {
-	err := s.cfg.Index.Apply(ev)
+	return s.applied(ev, s.cfg.Index.Apply(ev))
+}
+
+// applied counts the index's answer err to ev: a rejection, or a fatal failure.
+func (s *Subscriber) applied(ev *engine.Event, err error) error {
 	if h := s.hyb; h != nil && err == nil {
 		switch ev.Kind {
 		case engine.EventStored:
@@ -1105,13 +1115,19 @@ func (s *Subscriber) applyBatchAfter(seq uint64, payload []byte, after uint64) e
 			return err
 		}
 	}
-	for i := range b.Events {
-		c := SourceCursor(seq, i)
-		if c <= after {
-			continue
-		}
-		if err := s.applyEvent(&b.Events[i], c, now); err != nil {
+	if bi, ok := s.cfg.Index.(batchIndex); ok && s.hyb == nil {
+		if err := s.applyEvents(bi, b, seq, after, now); err != nil {
 			return err
+		}
+	} else {
+		for i := range b.Events {
+			c := SourceCursor(seq, i)
+			if c <= after {
+				continue
+			}
+			if err := s.applyEvent(&b.Events[i], c, now); err != nil {
+				return err
+			}
 		}
 	}
 	if b.Timestamp > 0 {
@@ -1153,23 +1169,41 @@ func (s *Subscriber) tierOf(medium string) (engine.Tier, bool) {
 
 // applyEvent hands one decoded event to the index; now is its batch's time.
 func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64, now time.Time) error {
+	ev := &s.ev
+	s.blocks = s.blocks[:0]
+	copied, ok := s.prepare(e, ev, cursor, s.exact, now)
+	if !ok {
+		return nil
+	}
+	before := s.local.Rejected
+	if err := s.apply(ev); err != nil {
+		return err
+	}
+	s.settle(e, ev, copied, before, now)
+	return nil
+}
+
+// prepare fills ev with the index event of e (at cursor; exact: the index holds
+// exactly the worker's blocks before it), counting and reporting false for an event
+// the index is not to get. A store's blocks are appended to s.blocks.
+func (s *Subscriber) prepare(e *kvevents.Event, ev *engine.Event, cursor uint64, exact bool, now time.Time) (copied, ok bool) {
 	tier, ok := s.tierOf(e.Medium)
 	if !ok {
 		s.local.Rejected[ReasonMedium]++
-		return nil
+		return false, false
 	}
 	if s.hyb == nil {
 		if ok, label := s.diag.indexed(e); !ok {
 			s.local.Rejected[ReasonKVGroup]++
 			s.diag.skipGroup(label)
-			return nil
+			return false, false
 		}
 	}
 	if e.HashOnly && tier == engine.TierDevice {
 		// No content and no faster tier to copy from: indexing it would need positions
 		// and prefixes it does not carry.
 		s.local.Rejected[ReasonHashOnly]++
-		return nil
+		return false, false
 	}
 	if s.hyb == nil || e.BlockSize == s.cfg.BlockSize || e.BlockSize == 0 {
 		s.diag.checkHashes(e, now) // a larger group block's hash covers its units' tokens
@@ -1177,10 +1211,8 @@ func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64, now time.Time)
 	if tier == engine.TierDevice {
 		s.diag.forget(e) // a copy's removal leaves the hash valid on the other tiers
 	}
-	ev := &s.ev
 	// A clear from the publisher leaves the index exact (applied below).
-	*ev = engine.Event{Worker: s.cfg.Worker, Cursor: cursor, Mark: Mark(s.digest, s.exact || e.Kind == kvevents.Cleared)}
-	copied := false
+	*ev = engine.Event{Worker: s.cfg.Worker, Cursor: cursor, Mark: Mark(s.digest, exact || e.Kind == kvevents.Cleared)}
 	switch e.Kind {
 	case kvevents.Stored:
 		if e.HashOnly {
@@ -1192,18 +1224,19 @@ func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64, now time.Time)
 		}
 		if e.ExtraKeys && s.cfg.SkipExtraKeys {
 			s.local.Rejected[ReasonExtraKeys]++
-			return nil
+			return false, false
 		}
 		ev.Kind = engine.EventStored
 		ev.Tier = tier
 		ev.Namespace = s.namespace(e.Namespace)
 		ev.Parent, ev.HasParent = e.Parent, e.HasParent
-		bl := s.blocks[:0]
+		// Appended after the blocks of the batch's earlier stores (batched): a growth
+		// leaves theirs in the old array, still whole.
+		start := len(s.blocks)
 		for i, seq := range e.Seqs {
-			bl = append(bl, engine.Block{Content: e.Contents[i], Seq: seq})
+			s.blocks = append(s.blocks, engine.Block{Content: e.Contents[i], Seq: seq})
 		}
-		s.blocks = bl
-		ev.Blocks = bl
+		ev.Blocks = s.blocks[start:len(s.blocks):len(s.blocks)]
 	case kvevents.Removed:
 		ev.Kind = engine.EventRemoved
 		ev.Tier = tier
@@ -1214,19 +1247,20 @@ func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64, now time.Time)
 		ev.Kind = engine.EventCleared
 	default:
 		s.local.Rejected[ReasonUnknownType]++
-		return nil
+		return false, false
 	}
 	if s.hyb != nil && ev.Kind != engine.EventCleared && !s.hybridEvent(e, ev) {
-		return nil
+		return false, false
 	}
-	before := s.local.Rejected
-	if err := s.apply(ev); err != nil {
-		return err
-	}
+	return copied, true
+}
+
+// settle counts e once the index has taken ev (the rejections before it in before).
+func (s *Subscriber) settle(e *kvevents.Event, ev *engine.Event, copied bool, before [NumReasons]uint64, now time.Time) {
 	s.diag.applied(e, s.local.Rejected == before,
 		s.local.Rejected[ReasonParentNotFound] != before[ReasonParentNotFound], now)
 	if s.local.Rejected != before {
-		return nil
+		return
 	}
 	switch {
 	case copied:
@@ -1242,6 +1276,48 @@ func (s *Subscriber) applyEvent(e *kvevents.Event, cursor uint64, now time.Time)
 			s.exact = true
 			s.local.Resyncs++
 		}
+	}
+}
+
+// batchIndex is an Index that applies a batch of events at once (engine.Engine).
+type batchIndex interface {
+	ApplyBatch(evs []engine.Event, errs []error) []error
+}
+
+// applyEvents hands the batch's events from index from on (those after after) to a
+// batchIndex in one call: one acquisition of the worker and one hand-over to the
+// shards per batch instead of per event. The counts and the diagnosis are those of
+// applyEvent, event by event.
+func (s *Subscriber) applyEvents(bi batchIndex, b *kvevents.Batch, seq, after uint64, now time.Time) error {
+	evs, srcs, copied := s.evs[:0], s.srcs[:0], s.copied[:0]
+	s.blocks = s.blocks[:0]
+	exact := s.exact
+	for i := range b.Events {
+		c := SourceCursor(seq, i)
+		if c <= after {
+			continue
+		}
+		evs = append(evs, engine.Event{})
+		cp, ok := s.prepare(&b.Events[i], &evs[len(evs)-1], c, exact, now)
+		if !ok {
+			evs = evs[:len(evs)-1]
+			continue
+		}
+		exact = exact || b.Events[i].Kind == kvevents.Cleared
+		srcs, copied = append(srcs, int32(i)), append(copied, cp)
+	}
+	s.evs, s.srcs, s.copied = evs, srcs, copied
+	if len(evs) == 0 {
+		return nil
+	}
+	s.errs = bi.ApplyBatch(evs, s.errs[:0])
+	defer clear(s.errs)
+	for k := range evs {
+		before := s.local.Rejected
+		if err := s.applied(&evs[k], s.errs[k]); err != nil {
+			return err
+		}
+		s.settle(&b.Events[srcs[k]], &evs[k], copied[k], before, now)
 	}
 	return nil
 }
