@@ -72,6 +72,13 @@ type Config struct {
 	StallServer bool
 	// KeepGoing runs every level even after one fails (default: stop at the first).
 	KeepGoing bool
+	// LoadgenNice, with an exec serve, is added to this process's nice value once serve
+	// has started, so that the generator (engines, queries, probes) yields the cores
+	// to serve (Linux; 0: same priority).
+	LoadgenNice int
+	// ServeCPUProfile, with an exec serve, is a file the serve child writes a CPU
+	// profile of its whole run to (the binary's KVINDEX_CPUPROFILE).
+	ServeCPUProfile string
 	// Log receives progress lines. Default: discard.
 	Log io.Writer
 }
@@ -142,6 +149,8 @@ func (c Config) validate() error {
 		return errors.New("fleet: no rates")
 	case c.Duration < 0 || c.Drain < 0 || c.Stall < 0 || c.WarmupMax < 0:
 		return errors.New("fleet: negative duration")
+	case c.LoadgenNice < 0 || c.LoadgenNice > 19:
+		return fmt.Errorf("fleet: loadgen nice %d (want 0..19)", c.LoadgenNice)
 	case c.Stall >= c.Duration:
 		return fmt.Errorf("fleet: stall %v must be shorter than the level (%v)", c.Stall, c.Duration)
 	case c.StallServer && c.Server != ServerExec:
@@ -265,7 +274,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	f.ReleasePorts()
 	var tgt target
 	if cfg.Server == ServerExec {
-		tgt, err = startChild(cfg.ServeCommand, scfg, logw)
+		tgt, err = startChild(cfg.ServeCommand, scfg, cfg.ServeCPUProfile, logw)
 	} else {
 		tgt, err = startInproc(scfg)
 	}
@@ -277,6 +286,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			_ = tgt.close()
 		}
 	}()
+	if cfg.Server == ServerExec {
+		if err := lowerPriority(cfg.LoadgenNice); err != nil {
+			return nil, err
+		}
+	}
 	f.Connect()
 	hc := &http.Client{Timeout: 60 * time.Second}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)

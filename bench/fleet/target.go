@@ -119,8 +119,9 @@ type child struct {
 	waitErr    error
 }
 
-// startChild runs command (e.g. [/path/kvindex serve]) with the configuration.
-func startChild(command []string, cfg server.Config, logw io.Writer) (*child, error) {
+// startChild runs command (e.g. [/path/kvindex serve]) with the configuration; with a
+// profile path, the child writes its CPU profile there (KVINDEX_CPUPROFILE).
+func startChild(command []string, cfg server.Config, profile string, logw io.Writer) (*child, error) {
 	if len(command) == 0 {
 		return nil, errors.New("fleet: empty serve command")
 	}
@@ -140,6 +141,9 @@ func startChild(command []string, cfg server.Config, logw io.Writer) (*child, er
 	args := append(append([]string(nil), command[1:]...), "--config", path, "--log-level", "warn")
 	c := &child{cmd: exec.Command(command[0], args...), dir: dir, stderr: &tailBuffer{max: 64 << 10}, logw: logw, done: make(chan struct{})}
 	c.cmd.Stderr = c.stderr
+	if profile != "" {
+		c.cmd.Env = append(os.Environ(), "KVINDEX_CPUPROFILE="+profile)
+	}
 	stdout, err := c.cmd.StdoutPipe()
 	if err != nil {
 		os.RemoveAll(dir)

@@ -47,6 +47,8 @@ func loadtestMain(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	connect := fs.Bool("connect", false, "the engines' PUB sockets connect to serve, which binds one endpoint per engine (bind=true; vLLM connects when its endpoint names a host)")
 	replayTimeout := fs.Duration("replay-timeout", 0, "serve's replay_timeout (default 5s)")
 	maxReplays := fs.Int("max-concurrent-replays", 0, "serve's max_concurrent_replays (default 32)")
+	loadgenNice := fs.Int("loadgen-nice", 10, "with --server exec, lower this process's priority (engines, queries, probes) by this much once serve has started, so that serve gets the cores first (Linux; 0: off)")
+	profile := fs.String("serve-cpuprofile", "", "with --server exec, serve writes a CPU profile of its whole run to this file (go tool pprof)")
 	seed := fs.Uint64("seed", 1, "seed of the workload")
 	out := fs.String("out", "", "also write the Markdown table to this file")
 	if code, ok := parseFlags(fs, args, stdout); !ok {
@@ -61,7 +63,7 @@ func loadtestMain(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		Duration: *levelDur, WarmupRate: *warmupRate, WarmupMax: *warmupMax, NoWarmup: *noWarmup, Drain: *drain,
 		QueryRate: *queries, NoQueries: *queries == 0, APIs: strings.Split(*apis, ","), QueryClients: *clients,
 		ProbeRate: *probes, ProbePoll: *probePoll, MaxLag: *maxLag, Stall: *stall, StallServer: *stallServer,
-		KeepGoing: *keepGoing, Log: stderr,
+		KeepGoing: *keepGoing, LoadgenNice: *loadgenNice, ServeCPUProfile: *profile, Log: stderr,
 	}
 	for _, r := range strings.Split(*rates, ",") {
 		v, err := strconv.ParseFloat(strings.TrimSpace(r), 64)

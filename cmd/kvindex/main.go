@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"sort"
 	"syscall"
 )
@@ -44,7 +45,32 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
+	if path := os.Getenv(cpuProfileEnv); path != "" {
+		stop, err := startCPUProfile(path)
+		if err != nil {
+			fmt.Fprintf(stderr, "kvindex: %s: %v\n", cpuProfileEnv, err)
+			return 1
+		}
+		defer stop()
+	}
 	return c.run(args[1:], stdout, stderr)
+}
+
+// cpuProfileEnv names a file to write a CPU profile of the whole command to: `kvindex
+// loadtest --serve-cpuprofile` sets it for its serve child.
+const cpuProfileEnv = "KVINDEX_CPUPROFILE"
+
+// startCPUProfile starts the CPU profile of cpuProfileEnv; stop ends it.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 func usage(w io.Writer) {
