@@ -121,13 +121,11 @@ type TimedConfig struct {
 	// (TimedConfig.Approx).
 	ApproxCapacity               int
 	ApproxBlock, ApproxMaxBlocks int
-	// Ramp, when set, replaces Rate: one continuous staged load, Poisson within each
-	// stage (or evenly spaced with EvenArrivals, inference-perf's "constant"), its
-	// rates multiplied by Speedup, until the ramp ends or the requests run out; the
-	// result reports each stage (TimedResult.Stages). Not for a trace, whose
-	// timestamps are its arrivals.
-	Ramp         []Stage
-	EvenArrivals bool
+	// Ramp, when it has stages, replaces Rate: one staged load, its rates multiplied
+	// by Speedup, until the ramp ends or the requests run out, each stage back to back
+	// or draining first (Ramp.Drain); the result reports each stage
+	// (TimedResult.Stages). Not for a trace, whose timestamps are its arrivals.
+	Ramp Ramp
 	// OpenLoop sends every turn at its arrival, even before the reply its prompt
 	// repeats (Request.After) has been generated. By default (the closed loop) such a
 	// turn is held until its predecessor's last token plus ThinkTime.
@@ -227,10 +225,12 @@ func (c TimedConfig) Check(w *Workload) error {
 		return fmt.Errorf("%w: prefill scale %g, want %g..%g", ErrConfig, c.PrefillScale, 1.0/MaxPrefillScale, float64(MaxPrefillScale))
 	case c.PrefillScale != 0 && !isScaler(c.Cost):
 		return fmt.Errorf("%w: a prefill scale needs a Roofline or Profile cost model, not %T", ErrConfig, c.Cost)
-	case len(c.Ramp) > 0 && w.Timed:
+	case len(c.Ramp.Stages) > 0 && w.Timed:
 		return fmt.Errorf("%w: a ramp for a trace, whose timestamps are its arrivals", ErrConfig)
-	case checkRamp(c.Ramp) != nil:
-		return checkRamp(c.Ramp)
+	case checkRamp(c.Ramp.Stages) != nil:
+		return checkRamp(c.Ramp.Stages)
+	case c.Ramp.Pause < 0 || c.Ramp.Pause > 24*time.Hour:
+		return fmt.Errorf("%w: pause between ramp stages %v, want 0..24h", ErrConfig, c.Ramp.Pause)
 	case c.ThinkTime > MaxThinkTime:
 		return fmt.Errorf("%w: think time %v, want at most %v", ErrConfig, c.ThinkTime, MaxThinkTime)
 	case c.MetricsInterval < time.Microsecond || c.MetricsInterval > time.Hour:
@@ -469,9 +469,11 @@ func (f *fleet) build() error {
 		f.lat = make([]int64, 0, len(f.w.Requests))
 	}
 	f.arrivals = arrivals(f.w, cfg)
-	if len(cfg.Ramp) > 0 {
-		f.arrivals = rampArrivals(cfg.Ramp, cfg.Speedup, cfg.EvenArrivals, len(f.w.Requests), cfg.Seed)
-		f.ramp = newRampState(cfg.Ramp)
+	if len(cfg.Ramp.Stages) > 0 {
+		var first []int
+		f.arrivals, first = rampArrivals(cfg.Ramp.Stages, cfg.Speedup, cfg.Ramp.Even, len(f.w.Requests), cfg.Seed)
+		f.ramp = newRampState(cfg.Ramp, first)
+		f.ramp.start(f.arrivals)
 	}
 	f.finishAt = make([]time.Duration, len(f.w.Requests))
 	for i := range f.finishAt {
@@ -579,13 +581,15 @@ func (f *fleet) run() error {
 			}
 		}
 		arr := time.Duration(math.MaxInt64)
-		if next < len(f.arrivals) {
+		if next < len(f.arrivals) && (f.ramp == nil || f.ramp.released(next)) {
 			arr = f.arrivals[next]
 		}
 		step, rel := f.steps.next(), f.releases.next()
 		switch {
 		case len(f.steps) == 0 && len(f.releases) == 0 && next == len(f.arrivals):
 			return nil
+		case len(f.steps) == 0 && len(f.releases) == 0 && arr == time.Duration(math.MaxInt64):
+			return fmt.Errorf("sim: ramp stage %d never started: nothing runs, %d requests to come", f.ramp.stageOf[next]+1, len(f.arrivals)-next)
 		case len(f.steps) > 0 && step <= rel && step <= arr:
 			s := f.steps.pop()
 			f.advance(s.t)
@@ -635,8 +639,8 @@ func (f *fleet) stage(i int32) *StageResult {
 	if f.ramp == nil {
 		return nil
 	}
-	if s := f.ramp.stageAt(f.arrivals[i]); s < len(f.ramp.res) {
-		return &f.ramp.res[s]
+	if int(i) < len(f.ramp.stageOf) {
+		return &f.ramp.res[f.ramp.stageOf[i]]
 	}
 	return nil
 }
@@ -737,7 +741,8 @@ func (f *fleet) firstToken(j *job) {
 	j.firstTok = f.now
 	f.ttft = append(f.ttft, t.Seconds())
 	if f.ramp != nil {
-		if s := f.ramp.stageAt(f.arrivals[j.idx]); s < len(f.ramp.ttft) {
+		if int(j.idx) < len(f.ramp.stageOf) {
+			s := f.ramp.stageOf[j.idx]
 			f.ramp.ttft[s] = append(f.ramp.ttft[s], t.Seconds())
 		}
 	}
@@ -755,8 +760,9 @@ func (f *fleet) finished(j *job) {
 	f.lastFinish = max(f.lastFinish, f.now)
 	f.finishAt[j.idx] = f.now
 	f.release(j.idx)
-	if f.ramp != nil {
-		f.ramp.generated(j.generated, j.firstTok, f.now)
+	if f.ramp != nil && int(j.idx) < len(f.ramp.stageOf) {
+		f.ramp.generated(int(j.idx), j.generated, j.firstTok, f.now)
+		f.ramp.finished(int(j.idx), f.now, f.arrivals)
 	}
 	if f.cfg.OnFinish != nil {
 		f.cfg.OnFinish(RequestOutcome{Index: int(j.idx), Worker: j.worker, Router: int(j.router),

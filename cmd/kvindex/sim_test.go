@@ -60,6 +60,10 @@ func TestSimBadFlags(t *testing.T) {
 		{[]string{"--sweep", "routers=1,0"}, `routers "0"`},
 		{[]string{"--sweep", "host-capacity=0,600"}, "host-capacity needs --zero-time"},
 		{[]string{"--workers", "0"}, "--workers 0"},
+		{[]string{"--workload", "shared-context", "--ramp", "llm-d-guide", "--ramp-stages", "drain:-1s"}, "--ramp-stages: ramp stages"},
+		{[]string{"--workload", "shared-context", "--ramp", "2:5", "--ramp-stages", "overlap"}, `ramp stages "overlap"`},
+		{[]string{"--workload", "shared-context", "--ramp-stages", "drain"}, "--ramp-stages without --ramp"},
+		{[]string{"--zero-time", "--ramp-stages", "drain"}, "--ramp-stages applies to the simulation under time"},
 		{[]string{"--workers", "99999"}, "--workers 99999"},
 		{[]string{"--capacity", "0"}, "--capacity 0"},
 		{[]string{"--capacity", "3", "--requests", "50"}, "cannot hold the longest request"},
@@ -525,6 +529,13 @@ func TestSimSharedContext(t *testing.T) {
 	// The exact scorer reuses the contexts; load-only scatters them.
 	if *got.Policies[0].BlockHitRate <= *got.Policies[1].BlockHitRate {
 		t.Errorf("kv-aware-scorer block hit %v not above load-only's %v", *got.Policies[0].BlockHitRate, *got.Policies[1].BlockHitRate)
+	}
+	// A ramp whose stages drain: the stage table says so, and the stages report spans.
+	code, out, errs = runCLI(t, "sim", "--workload", "shared-context", "--groups", "12", "--users", "3", "--group-tokens", "1000",
+		"--query-tokens", "200", "--output-length", "50", "--workers", "4", "--capacity", "200", "--policies", "round-robin",
+		"--profile", profile, "--ramp", "4:5,8:5", "--ramp-stages", "drain:2s")
+	if code != 0 || !strings.Contains(out, "each stage ran until its requests finished") {
+		t.Fatalf("drained ramp: exit %d\n%s\n%s", code, out, errs)
 	}
 	if code, _, errs := runCLI(t, append([]string{"sim", "--profile", filepath.Join(t.TempDir(), "none.csv")}, quickSim...)...); code != 1 || !strings.Contains(errs, "none.csv") {
 		t.Fatalf("missing profile: exit %d, %q", code, errs)

@@ -32,12 +32,12 @@ type timedFlags struct {
 	thinkTime                      time.Duration
 	prefillScale                   float64
 	approxCapacity, approxBlock    int
-	ramp                           string
+	ramp, rampStages               string
 }
 
 // timedOnly are the flags --zero-time has no use for.
 var timedOnly = []string{"speedup", "slo-ttft", "routers", "share-load", "router-affinity", "overlap-weight", "prefix-weight", "kv-weight",
-	"queue-weight", "prefix-minmax", "temperature", "affinity-threshold", "peak-prefill-throughput", "max-ttft-penalty-ms", "max-num-seqs", "output-length", "profile", "metrics-interval", "jobs", "open-loop", "think-time", "prefill-scale", "approx-capacity", "approx-block", "ramp", "queue-threshold", "output-blocks"}
+	"queue-weight", "prefix-minmax", "temperature", "affinity-threshold", "peak-prefill-throughput", "max-ttft-penalty-ms", "max-num-seqs", "output-length", "profile", "metrics-interval", "jobs", "open-loop", "think-time", "prefill-scale", "approx-capacity", "approx-block", "ramp", "ramp-stages", "queue-threshold", "output-blocks"}
 
 // zeroTimeOnly are the flags only --zero-time takes: host tiers are simulated without
 // time only.
@@ -66,7 +66,8 @@ func (t *timedFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.profile, "profile", "", "the engine: a shipped profile ("+strings.Join(sim.ShippedProfiles(), ", ")+"), an engine file (.profile: the model's shape and its GPUs'; its KV tokens set --capacity), or a CSV of measured ttft,ISL,CACHED,SECONDS and itl,BATCH,CONTEXT,SECONDS points (default "+sim.DefaultProfile+"; sim/README.md)")
 	fs.IntVar(&t.approxCapacity, "approx-capacity", 0, "approximate-lru's keys per engine (llm-d's lruCapacityPerServer; 0: auto-tuned, the engine's KV blocks; llm-d's fallback without metrics is 31250)")
 	fs.IntVar(&t.approxBlock, "approx-block", 0, "tokens per key of approximate-lru (llm-d's blockSizeTokens; 0: auto-tuned, the engine's block, at least 64; llm-d's fallback is 16)")
-	fs.StringVar(&t.ramp, "ramp", "", "one continuous staged load, each stage inheriting the last one's queues: RATE:SECONDS,... or a published benchmark's ("+strings.Join(sim.RampNames(), ", ")+"); reports each stage")
+	fs.StringVar(&t.ramp, "ramp", "", "one staged load: RATE:SECONDS,... (stages back to back, each inheriting the last one's queues) or a published benchmark's, run as it ran ("+strings.Join(sim.RampNames(), ", ")+"); reports each stage")
+	fs.StringVar(&t.rampStages, "ramp-stages", "", "with --ramp: back-to-back, or drain[:PAUSE] (each stage waits for its requests to finish, then PAUSE, as inference-perf runs stages; llm-d-guide's default: drain:31s)")
 	fs.Float64Var(&t.prefillScale, "prefill-scale", 1, "multiply the engine's prefill time (sensitivity to the engine's speed)")
 	fs.DurationVar(&t.metricsInterval, "metrics-interval", sim.DefaultMetricsInterval, "how often the scorer policies' routers read the engines' queue and KV utilisation")
 	fs.BoolVar(&t.openLoop, "open-loop", false, "send every turn of a conversation at its arrival, even before the reply it repeats is generated (default: the closed loop, which holds it until then plus --think-time)")
@@ -176,11 +177,13 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 	if err != nil {
 		return err
 	}
-	var ramp []sim.Stage
-	var even bool
+	var ramp sim.Ramp
 	if tf.ramp != "" {
-		if ramp, even, err = sim.ParseRamp(tf.ramp); err != nil {
+		if ramp, err = sim.ParseRamp(tf.ramp); err != nil {
 			return usageErr("--ramp: %s", strings.TrimPrefix(err.Error(), sim.ErrConfig.Error()+": "))
+		}
+		if ramp, err = ramp.WithStages(tf.rampStages); err != nil {
+			return usageErr("--ramp-stages: %s", strings.TrimPrefix(err.Error(), sim.ErrConfig.Error()+": "))
 		}
 		switch {
 		case f.trace != "":
@@ -208,10 +211,12 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 		return usageErr("%v", err)
 	}
 	defRequests := sim.DefaultRequests
-	if ramp != nil {
-		defRequests = sim.RampRequests(ramp, tf.speedup)
+	if tf.ramp != "" {
+		defRequests = sim.RampRequests(ramp.Stages, tf.speedup)
+	} else if tf.rampStages != "" {
+		return usageErr("--ramp-stages without --ramp")
 	}
-	w, wi, err := f.workload(defRequests, ramp != nil)
+	w, wi, err := f.workload(defRequests, tf.ramp != "")
 	if err != nil {
 		return err
 	}
@@ -220,7 +225,7 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 			Engine: engine.Config{Shards: f.shards, JumpSize: f.jump}, EventDelay: -1, Rate: f.rate, PredictionTTL: f.predictionTTL},
 		Speedup: tf.speedup, Output: tf.output, MaxNumSeqs: tf.maxSeqs, Cost: cost, SLOTTFT: tf.slo, Routers: tf.routers,
 		PrefillScale: tf.prefillScale, ApproxCapacity: tf.approxCapacity, ApproxBlock: tf.approxBlock,
-		Ramp: ramp, EvenArrivals: even,
+		Ramp:          ramp,
 		OverlapWeight: tf.overlapWeight, MetricsInterval: tf.metricsInterval, OpenLoop: tf.openLoop, ThinkTime: tf.thinkTime,
 		Scorer: route.Scorer{PrefixWeight: tf.prefixWeight, KVWeight: tf.kvWeight, QueueWeight: tf.queueW},
 		Route:  tf.route, ShareLoad: tf.shareLoad,

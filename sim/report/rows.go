@@ -38,7 +38,7 @@ var rows = []row{
 
 func guideRuns(scale float64) ([]run, error) {
 	w, cfg, err := rampedSharedContext(sim.SharedContextConfig{Seed: 1, Groups: 150, GroupTokens: 6000, UsersPerGroup: 5, QueryTokens: 1200, Output: 1000},
-		scaled(sim.Ramps["llm-d-guide"], scale), false, 8, "qwen3-32b-2xh100-tp2")
+		scaled("llm-d-guide", scale), 8, "qwen3-32b-2xh100-tp2")
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +76,7 @@ func judgeGuide(res map[string]sim.TimedResult) []Check {
 
 func capacityRuns(scale float64) ([]run, error) {
 	w, cfg, err := rampedSharedContext(sim.SharedContextConfig{Seed: 1, Groups: 83, GroupTokens: 8000, UsersPerGroup: 3, QueryTokens: 1000, Output: 1000},
-		scaled(sim.Ramps["llm-d-37-capacity"], scale), true, 4, "llama-3.1-70b-4xh100-tp4")
+		scaled("llm-d-37-capacity", scale), 4, "llama-3.1-70b-4xh100-tp4")
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +119,7 @@ func sglangRuns(scale float64) ([]run, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.Ramp = []sim.Stage{{Rate: sim.MaxStageRate, Duration: time.Second}}
+	cfg.Ramp = sim.Ramp{Stages: []sim.Stage{{Rate: sim.MaxStageRate, Duration: time.Second}}}
 	// SGLang's router keeps a radix tree of its own decisions, far larger than the
 	// engines: an approximate cache keyed at the engine's block, effectively unbounded.
 	return runsOf("sglang", w, cfg, func(c *sim.TimedConfig) { c.ApproxBlock, c.ApproxCapacity = w.BlockSize, 1<<20 }, approx, roundRobin)

@@ -192,6 +192,7 @@ type (
 		Rate         float64 `json:"rate"`
 		StartS       float64 `json:"start_s"`
 		DurationS    float64 `json:"duration_s"`
+		SpanS        float64 `json:"span_s"`
 		Requests     int     `json:"requests"`
 		TTFTp50      float64 `json:"ttft_p50_s"`
 		TTFTp90      float64 `json:"ttft_p90_s"`
@@ -200,6 +201,7 @@ type (
 		QueueMid     int     `json:"queue_mid"`
 		QueueEnd     int     `json:"queue_end"`
 		Unstable     bool    `json:"unstable"`
+		Drained      bool    `json:"drained"`
 	}
 	timedPointJSON struct {
 		Param    string            `json:"param"`
@@ -232,9 +234,9 @@ func toTimedPolicyJSON(r sim.TimedResult, measured bool) timedPolicyJSON {
 		MaxMeanLoad: r.MaxMeanLoad(), MaxMeanToken: r.MaxMeanTokens(), Seconds: r.Seconds,
 	}
 	for _, st := range r.Stages {
-		p.Stages = append(p.Stages, stageJSON{Rate: st.Rate, StartS: st.Start.Seconds(), DurationS: st.Duration.Seconds(),
+		p.Stages = append(p.Stages, stageJSON{Rate: st.Rate, StartS: st.Start.Seconds(), DurationS: st.Duration.Seconds(), SpanS: st.Span.Seconds(),
 			Requests: st.Requests, TTFTp50: st.TTFT.P50, TTFTp90: st.TTFT.P90, OutTokPerS: st.OutputTokPerS,
-			BlockHitRate: st.BlockHitRate(), QueueMid: st.QueueMid, QueueEnd: st.QueueEnd, Unstable: st.Unstable})
+			BlockHitRate: st.BlockHitRate(), QueueMid: st.QueueMid, QueueEnd: st.QueueEnd, Unstable: st.Unstable, Drained: st.Drained})
 	}
 	if r.Index.Queries > 0 || r.Index.Events > 0 {
 		ix := IndexOf(sim.Result{Policy: sim.KVAware, Index: r.Index}, measured)
@@ -590,12 +592,17 @@ func printRecommended(w io.Writer, pols []timedPolicyJSON) {
 }
 
 // printTimedStages is a ramp's table: each stage's p90 TTFT and output throughput
-// per policy, or "unstable" where the stage's queue still grew at its end.
+// per policy, or "unstable" where the stage's queue still grew at its end (a stage
+// that drained has the p90 of all its requests, however long they waited).
 func printTimedStages(w io.Writer, pols []timedPolicyJSON) {
 	if len(pols) == 0 || len(pols[0].Stages) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nby stage: p90 TTFT / output tokens per second (unstable: the engines' queue still grew at the stage's end)\n")
+	how := "unstable: the engines' queue still grew at the stage's end"
+	if pols[0].Stages[0].Drained {
+		how = "each stage ran until its requests finished, as inference-perf runs them; tokens per second of that span"
+	}
+	fmt.Fprintf(w, "\nby stage: p90 TTFT / output tokens per second (%s)\n", how)
 	fmt.Fprintf(w, "%6s %6s", "rate", "secs")
 	for _, p := range pols {
 		fmt.Fprintf(w, " %24s", p.Name)
@@ -609,7 +616,7 @@ func printTimedStages(w io.Writer, pols []timedPolicyJSON) {
 			switch {
 			case s.Rate == 0:
 				lat = "pause"
-			case s.Unstable:
+			case s.Unstable && !s.Drained:
 				lat = "unstable"
 			}
 			fmt.Fprintf(w, " %24s", lat+" / "+strconv.FormatFloat(math.Round(s.OutTokPerS), 'f', 0, 64))

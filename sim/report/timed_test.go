@@ -12,7 +12,7 @@ import (
 	"github.com/kvindex/kvindex/sim"
 )
 
-func smallRun(t *testing.T, sw Sweep, chart string, ramp []sim.Stage) (*TimedReport, string) {
+func smallRun(t *testing.T, sw Sweep, chart string, ramp sim.Ramp) (*TimedReport, string) {
 	t.Helper()
 	w, err := sim.Generate(sim.GenConfig{Seed: 1, Requests: 300, Sessions: 24})
 	if err != nil {
@@ -39,7 +39,7 @@ func smallRun(t *testing.T, sw Sweep, chart string, ramp []sim.Stage) (*TimedRep
 // TestRunTimed: one run per policy, the measured index on the exact one, the tables
 // naming the recommended policy, and the JSON round-trips.
 func TestRunTimed(t *testing.T) {
-	rep, _ := smallRun(t, Sweep{}, "", nil)
+	rep, _ := smallRun(t, Sweep{}, "", sim.Ramp{})
 	out := rep.JSON
 	scorer := out.Policies[0].Name // the canonical name of kv-aware-scorer
 	if len(out.Policies) != 2 || scorer != Recommended || out.Index == nil || out.Index.Policy != scorer {
@@ -68,7 +68,7 @@ func TestRunTimedSweepAndRamp(t *testing.T) {
 		t.Fatal(err)
 	}
 	chart := filepath.Join(t.TempDir(), "c.png")
-	rep, warn := smallRun(t, sw, chart, nil)
+	rep, warn := smallRun(t, sw, chart, sim.Ramp{})
 	if len(rep.JSON.Sweep) != 2 || !strings.Contains(warn, "at least 3") {
 		t.Errorf("%d points, warning %q", len(rep.JSON.Sweep), warn)
 	}
@@ -78,7 +78,7 @@ func TestRunTimedSweepAndRamp(t *testing.T) {
 	if _, err := ParseSweep("speedup=1"); err == nil {
 		t.Error("a sweep of one point accepted")
 	}
-	rep, _ = smallRun(t, Sweep{}, "", []sim.Stage{{Rate: 2, Duration: 20 * time.Second}, {Rate: 8, Duration: 20 * time.Second}})
+	rep, _ = smallRun(t, Sweep{}, "", sim.Ramp{Stages: []sim.Stage{{Rate: 2, Duration: 20 * time.Second}, {Rate: 8, Duration: 20 * time.Second}}})
 	if st := rep.JSON.Policies[0].Stages; len(st) != 2 || st[1].Rate != 8 || st[0].Requests == 0 {
 		t.Fatalf("stages %+v", st)
 	}

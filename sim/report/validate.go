@@ -136,13 +136,17 @@ func runParallel(ctx context.Context, all [][]run, parallel int, progress func(s
 	return nil
 }
 
-// scaled shortens a ramp's stages by scale (at least 2 s each).
-func scaled(r []sim.Stage, scale float64) []sim.Stage {
-	out := make([]sim.Stage, len(r))
-	for i, s := range r {
+// scaled is the named ramp with its stages and pauses shortened by scale (stages at
+// least 2 s each).
+func scaled(name string, scale float64) sim.Ramp {
+	r := sim.Ramps[name]
+	out := make([]sim.Stage, len(r.Stages))
+	for i, s := range r.Stages {
 		out[i] = sim.Stage{Rate: s.Rate, Duration: max(2*time.Second, time.Duration(float64(s.Duration)*scale))}
 	}
-	return out
+	r.Stages = out
+	r.Pause = time.Duration(float64(r.Pause) * scale)
+	return r
 }
 
 // engine returns a config of workers engines of a shipped profile: its cost model,
@@ -164,14 +168,14 @@ func policyRun(key string, w *sim.Workload, cfg sim.TimedConfig, policy string) 
 
 // rampedSharedContext is a shared-context workload long enough for a ramp, and the
 // config that runs it on workers engines of the profile.
-func rampedSharedContext(sc sim.SharedContextConfig, ramp []sim.Stage, even bool, workers int, profile string) (*sim.Workload, sim.TimedConfig, error) {
-	sc.Requests = sim.RampRequests(ramp, 1)
+func rampedSharedContext(sc sim.SharedContextConfig, ramp sim.Ramp, workers int, profile string) (*sim.Workload, sim.TimedConfig, error) {
+	sc.Requests = sim.RampRequests(ramp.Stages, 1)
 	w, err := sim.SharedContext(sc)
 	if err != nil {
 		return nil, sim.TimedConfig{}, err
 	}
 	cfg, err := engine(profile, workers, w.BlockSize)
-	cfg.Ramp, cfg.EvenArrivals = ramp, even
+	cfg.Ramp = ramp
 	return w, cfg, err
 }
 
@@ -183,7 +187,7 @@ func knee(stages []sim.StageResult, from float64, slo float64) float64 {
 		if s.Rate < from {
 			continue
 		}
-		if s.Unstable || s.TTFT.P90 > slo {
+		if p90(s) > slo {
 			break
 		}
 		k = max(k, s.Rate)
@@ -202,20 +206,21 @@ func stageAt(stages []sim.StageResult, rate float64) sim.StageResult {
 }
 
 // ladderOutput is the mean output throughput over the ramp's stages after the
-// warm-up, weighted by their durations.
+// warm-up, weighted by their spans.
 func ladderOutput(stages []sim.StageResult) float64 {
 	var tok, secs float64
 	for _, s := range stages[1:] {
-		tok += s.OutputTokPerS * s.Duration.Seconds()
-		secs += s.Duration.Seconds()
+		tok += s.OutputTokPerS * s.Span.Seconds()
+		secs += s.Span.Seconds()
 	}
 	return tok / secs
 }
 
-// p90 is a stage's p90 TTFT, or the stage's length when it was unstable (its latency
-// then grows with the run, and is at least that long a wait for its last arrivals).
+// p90 is a stage's p90 TTFT, or the stage's length when it was unstable and did not
+// drain (its latency then grows with the run, and is at least that long a wait for
+// its last arrivals); a drained stage's p90 is all its requests'.
 func p90(s sim.StageResult) float64 {
-	if s.Unstable {
+	if s.Unstable && !s.Drained {
 		return math.Max(s.TTFT.P90, s.Duration.Seconds())
 	}
 	return s.TTFT.P90
