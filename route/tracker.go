@@ -377,10 +377,14 @@ func (t *Tracker[K]) Candidates(workers []string, req Request, overlaps []int, d
 			continue
 		}
 		c.Load = t.estimateLocked(w)
+		// The hashes are chained (Request.Blocks) and Routed keeps all of a request's
+		// or none, so a worker's active blocks of req are a prefix of it: the count
+		// stops at the first block not active there.
 		for _, h := range req.Blocks {
-			if w.blocks[h] > 0 {
-				c.ActiveOverlap++
+			if w.blocks[h] == 0 {
+				break
 			}
+			c.ActiveOverlap++
 		}
 	}
 	return dst
