@@ -272,12 +272,25 @@ func (e *Engine) Apply(ev *Event) error {
 	}
 	out := e.getOutbox()
 	defer e.outboxes.Put(out)
-	w, err := e.lockFor(ev, nil, out)
+	return e.applyWith(out, ev)
+}
+
+// applyWith is Apply of a checked event with out, the caller's outbox: its Last worker
+// spares the name lookup when ev is that worker's.
+func (e *Engine) applyWith(out *worker.Outbox, ev *Event) error {
+	hint := out.Last
+	if hint != nil && hint.Name() != ev.Worker {
+		hint = nil
+	}
+	w, err := e.lockFor(ev, hint, out)
 	if w == nil {
 		return err
 	}
+	out.Last = w
 	gone, err := e.applyLocked(w, ev)
-	if !gone {
+	if gone {
+		out.Last = nil // do not keep a removed worker alive in the pool
+	} else {
 		if invariants.Enabled {
 			w.MustCheck(&e.env, false)
 		}
@@ -298,10 +311,17 @@ func (e *Engine) Apply(ev *Event) error {
 func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
 	out := e.getOutbox()
 	defer e.outboxes.Put(out)
-	// recent remembers the last workers the batch locked: an engine's batch interleaves
-	// few workers, and a name compare is cheaper than a lookup in the name table.
-	var recent [4]*worker.Worker
-	next := 0
+	return e.applyBatchWith(out, evs, errs)
+}
+
+// applyBatchWith is ApplyBatch with out, the caller's outbox.
+func (e *Engine) applyBatchWith(out *worker.Outbox, evs []Event, errs []error) []error {
+	// recent remembers the last workers the batch locked, starting with the outbox's
+	// (Outbox.Last: an ingester's batches come one worker at a time): an engine's batch
+	// interleaves few workers, and a name compare is cheaper than a lookup in the name
+	// table.
+	recent := [4]*worker.Worker{out.Last}
+	next := 1
 	var w *worker.Worker
 	release := func() {
 		if w == nil {
@@ -311,7 +331,7 @@ func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
 			errs[len(errs)-1] = err
 		}
 		e.unlock(w)
-		w = nil
+		out.Last, w = w, nil
 	}
 	for k := range evs {
 		ev := &evs[k]
@@ -342,6 +362,7 @@ func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
 			case gone:
 				e.unlock(w) // flushed already
 				w = nil
+				out.Last = nil // do not keep a removed worker alive in the pool
 			case err == nil && out.Pending >= e.maxPending():
 				err = e.flush(w)
 			}

@@ -233,3 +233,51 @@ func TestBarrierTable(t *testing.T) {
 	e.bars.Drop(id)
 	require.Nil(t, e.bars.Ack(id))
 }
+
+// TestStaleWorkerHint applies events through an outbox whose Last names a worker that
+// RemoveWorker has since forgotten (what another processor's pooled outbox may hold):
+// the events must reach the live worker of that name, never the removed one.
+func TestStaleWorkerHint(t *testing.T) {
+	for _, cfg := range []Config{{Shards: 2}, {Shards: 1, LockedIndex: true}} {
+		e, err := New(cfg)
+		require.NoError(t, err)
+		require.NoError(t, e.Store("w", []Block{{Content: 1, Seq: 1}, {Content: 2, Seq: 2}}))
+		old := e.lookup("w")
+		require.NotNil(t, old)
+		require.NoError(t, e.RemoveWorker("w"))
+
+		out := e.getOutbox()
+		out.Last = old
+		require.NoError(t, e.applyWith(out, &Event{Kind: EventStored, Worker: "w", Blocks: []Block{{Content: 1, Seq: 7}}}))
+		live := e.lookup("w")
+		require.NotNil(t, live)
+		require.NotSame(t, old, live)
+		require.Same(t, live, out.Last)
+
+		out.Last = old
+		errs := e.applyBatchWith(out, []Event{
+			{Kind: EventStored, Worker: "w", Parent: 7, HasParent: true, Blocks: []Block{{Content: 2, Seq: 8}}},
+			{Kind: EventRemoved, Worker: "w", Seqs: []uint64{8}},
+			{Kind: EventStored, Worker: "w", Parent: 7, HasParent: true, Blocks: []Block{{Content: 2, Seq: 9}}},
+		}, nil)
+		require.Equal(t, []error{nil, nil, nil}, errs)
+		require.Same(t, live, out.Last)
+		e.outboxes.Put(out)
+
+		require.NoError(t, e.Barrier(context.Background()))
+		old.Lock()
+		require.Zero(t, old.Len(), "the removed worker took an event")
+		old.Unlock()
+		st := e.Stats()
+		require.Equal(t, 1, st.Workers)
+		require.Equal(t, int64(2), st.Blocks)
+		require.Equal(t, int64(2), st.Memberships)
+		ms, err := e.FindMatches(context.Background(), []uint64{1, 2}, nil)
+		require.NoError(t, err)
+		require.Len(t, ms, 1)
+		require.Equal(t, "w", ms[0].Worker)
+		require.Equal(t, 2, ms[0].Score)
+		require.Equal(t, 2, ms[0].Size)
+		require.NoError(t, e.Close())
+	}
+}

@@ -91,6 +91,11 @@ func (e *Engine) Stats() Stats {
 	for t := range st.TierBlocks {
 		st.TierBlocks[t] = e.env.TierBlocks[t].Load()
 	}
+	if e.cfg.LockedIndex {
+		// The locked shard's counters are its table's, read under the read lock.
+		e.locked.RLock()
+		defer e.locked.RUnlock()
+	}
 	for i, s := range e.shards {
 		rs := s.Ring().Stats()
 		st.ProducerWaits += rs.FullWaits
