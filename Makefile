@@ -52,7 +52,7 @@ tools: publisher-deps proto-deps $(STATICCHECK)
 
 ## docs: regenerate the figure blocks of README.md and docs/*.md (each block's marker
 ## names the command that prints it; internal/docsgen).
-DOCS ?= README.md $(wildcard docs/*.md)
+DOCS ?= README.md sim/README.md $(wildcard docs/*.md)
 docs:
 	$(GO) run ./internal/docsgen -write $(DOCS)
 

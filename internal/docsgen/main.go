@@ -13,7 +13,8 @@
 //	                                            shown as produced, not regenerated
 //
 // COMMAND runs under bash from the repository root with a freshly built kvindex first on
-// PATH. Every `text` block must follow a marker, so every figure a document quotes names
+// PATH, once per docsgen run: documents quoting the same command (README.md and
+// sim/README.md both quote `kvindex sim`) are checked against one output. Every `text` block must follow a marker, so every figure a document quotes names
 // the command it came from; TestDocCommandsParse (cmd/kvindex) checks that every
 // documented command line parses. With -write each run and file block is replaced by
 // what the command prints now; without it, any difference in what is deterministic is
@@ -52,8 +53,9 @@ func main() {
 		fatal(fmt.Errorf("go build ./cmd/kvindex: %v\n%s", err, out))
 	}
 	failed := false
+	p := &producer{outputs: map[string][]string{}, run: func(command string) ([]byte, error) { return runCommand(command, bin) }}
 	for _, f := range flag.Args() {
-		problems, err := process(f, bin, *write)
+		problems, err := process(f, p, *write)
 		if err != nil {
 			fatal(err)
 		}
@@ -89,7 +91,7 @@ type block struct {
 
 // process checks (or, with write, rewrites) the figure blocks of one document and
 // returns what differs.
-func process(path, bin string, write bool) (problems []string, err error) {
+func process(path string, p *producer, write bool) (problems []string, err error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -102,7 +104,7 @@ func process(path, bin string, write bool) (problems []string, err error) {
 		if b.kind == "sample" {
 			continue
 		}
-		got, err := produce(b, bin)
+		got, err := p.produce(b)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%d: %s: %v", b.line, b.command, err))
 			continue
@@ -166,27 +168,47 @@ func parse(lines []string) (blocks []block, problems []string) {
 	return blocks, problems
 }
 
-// produce runs a block's command (or reads its file) and returns its lines.
-func produce(b block, bin string) ([]string, error) {
+// producer gives each block its output, running each distinct command once.
+type producer struct {
+	outputs map[string][]string // by kind and command
+	run     func(command string) ([]byte, error)
+}
+
+// produce runs a block's command (or reads its file), or recalls its output, and
+// returns its lines.
+func (p *producer) produce(b block) ([]string, error) {
+	key := b.kind + " " + b.command
+	if out, ok := p.outputs[key]; ok {
+		return out, nil
+	}
 	var out []byte
+	var err error
 	switch b.kind {
 	case "file":
-		var err error
-		if out, err = os.ReadFile(b.command); err != nil {
-			return nil, err
-		}
+		out, err = os.ReadFile(b.command)
 	case "run":
-		cmd := exec.Command("bash", "-c", "set -o pipefail; "+b.command)
-		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		start := time.Now()
-		var err error
-		if out, err = cmd.Output(); err != nil {
-			return nil, fmt.Errorf("%v after %v\n%s", err, time.Since(start).Round(time.Millisecond), stderr.Bytes())
-		}
+		out, err = p.run(b.command)
 	}
-	return strings.Split(strings.TrimSuffix(string(out), "\n"), "\n"), nil
+	if err != nil {
+		return nil, err
+	}
+	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	p.outputs[key] = lines
+	return lines, nil
+}
+
+// runCommand runs command under bash with bin first on PATH and returns its output.
+func runCommand(command, bin string) ([]byte, error) {
+	cmd := exec.Command("bash", "-c", "set -o pipefail; "+command)
+	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%v after %v\n%s", err, time.Since(start).Round(time.Millisecond), stderr.Bytes())
+	}
+	return out, nil
 }
 
 // differ returns "" when got matches want, else the first difference. A line matching a
