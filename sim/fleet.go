@@ -867,8 +867,14 @@ func (f *fleet) route(i int) error {
 			}
 		}
 	}
-	f.chain = chainBlocks(r.Blocks, f.chain)
-	req := route.Request{Tokens: r.Tokens, BlockSize: f.w.BlockSize, Blocks: f.chain}
+	req := route.Request{Tokens: r.Tokens, BlockSize: f.w.BlockSize}
+	if f.rt.Family == route.FamilyDynamoCost {
+		// Only Dynamo's cost reads the Tracker's active blocks (Load.ActiveBlocks,
+		// Candidate.ActiveOverlap), counted by these hashes; for the other families
+		// the Tracker's per-block refcounts would be work that changes no pick.
+		f.chain = chainBlocks(r.Blocks, f.chain)
+		req.Blocks = f.chain
+	}
 	f.cands = rep.tracker.Candidates(f.name, req, f.overlaps, f.cands)
 	for k := range f.cands {
 		f.cands[k].Load.Override(route.Metrics{Waiting: f.snap[k].waiting, KVUtil: f.snap[k].kvUtil})
