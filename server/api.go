@@ -667,6 +667,9 @@ type WorkerInfo struct {
 	Trust     string `json:"trust"`
 	Synced    bool   `json:"synced"`
 	Connected bool   `json:"connected"`
+	// ReplayShort: the last catch-up replay broke off before its end (state stale
+	// until a retry completes; subscriber.Status.ReplayShort).
+	ReplayShort bool `json:"replay_short,omitempty"`
 	// Size is the number of blocks the index holds for the worker; null when the index
 	// cannot tell.
 	Size *int `json:"size"`
@@ -708,6 +711,7 @@ func (s *Server) workerInfo(sub *subscriber.Subscriber, sizer WorkerSizer, now t
 	wi := WorkerInfo{
 		Worker: st.Worker, Endpoint: st.Endpoint, ReplayEndpoint: st.ReplayEndpoint, Model: st.Model,
 		DPRank: st.DPRank, State: st.State.String(), Trust: s.workerTrust(st.Worker), Synced: st.Synced, Connected: st.Connected,
+		ReplayShort: st.ReplayShort,
 		Restarts: st.Restarts, Replays: st.Replays, Duplicates: st.Duplicates, Batches: st.Batches,
 		LagSeconds: st.Lag.Seconds(), LastError: st.LastError, Rejected: map[string]uint64{},
 	}

@@ -569,6 +569,8 @@ func (s *Server) sizer() WorkerSizer {
 // unready and says so (its last error is in /v1/workers).
 func subWaiting(st subscriber.Status) (string, bool) {
 	switch {
+	case st.Synced && st.ReplayShort && st.State != subscriber.StateRemoved:
+		return st.Worker + " (its replay broke off; retrying: " + st.LastError + ")", true
 	case st.Synced:
 		return "", false
 	case st.State != subscriber.StateRemoved:

@@ -124,6 +124,13 @@ type Status struct {
 	// Synced is true once the first catch-up after connecting completed (or, without a
 	// replay endpoint, once connected): the subscriber knows where it stands.
 	Synced bool
+	// ReplayShort: the last catch-up broke off before its end (a reply cut short, as
+	// an engine's ROUTER past its high-water mark cuts it, a timeout, a refused dial):
+	// the worker is stale and the catch-up is retried, ReconnectMin doubling to
+	// ReconnectMax, until one completes. ShortReplays counts the times it began,
+	// ReplayRetries the retries.
+	ReplayShort                 bool
+	ShortReplays, ReplayRetries uint64
 	// Connected reports a live connection (dial mode) or a bound socket whose publisher
 	// has not been seen to drop (bind mode).
 	Connected bool

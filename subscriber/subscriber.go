@@ -62,6 +62,10 @@ type Subscriber struct {
 	inGap     bool   // a catch-up started by a live gap is running
 	gapSeq    uint64 // ... for the live batch with this sequence
 	replayErr error  // why the last failed replay failed
+	// short: the last catch-up broke off (no end marker: a timeout, a malformed reply,
+	// a refused dial), so the worker may hold only part of what its engine holds; it
+	// is stale and the catch-up is retried (session's retry) until one completes.
+	short bool
 	// badSeen holds the (sequence, digest) of undecodable batches already counted: an
 	// engine that still buffers one replays it at every resync (bounded, cleared when
 	// full).
@@ -194,7 +198,7 @@ func (s *Subscriber) publish() {
 	st := &s.local
 	st.PeersRefused = s.refused.Load()
 	st.HasSeq, st.LastSeq = s.has, s.last
-	st.Connected, st.Synced = s.connected, s.synced
+	st.Connected, st.Synced, st.ReplayShort = s.connected, s.synced, s.short
 	st.DecoderRejected = s.dec.Stats().Rejected
 	s.diag.publishInto(st, s.now())
 	s.mu.Lock()
@@ -222,7 +226,7 @@ func (s *Subscriber) setState() {
 		st.State = StateConnecting
 	case !s.synced:
 		st.State = StateSyncing
-	case s.exact:
+	case s.exact && !s.short:
 		st.State = StateLive
 	default:
 		st.State = StateStale
@@ -504,6 +508,9 @@ func (s *Subscriber) sessionLoop(ss *sessionState, recv <-chan received) error {
 		}
 	}
 
+	var retry catchRetry
+	defer retry.stop()
+	retry.arm(s)
 	s.setState()
 	s.publish()
 	var resync <-chan time.Time
@@ -521,9 +528,10 @@ func (s *Subscriber) sessionLoop(ss *sessionState, recv <-chan received) error {
 	}()
 	tailC := ss.tail.c()
 	for {
+		retry.arm(s) // also for a catch-up a message ran (deliver) since the last turn
 		s.own.Unlock()
 		var r received
-		var tailAt, graceAt, resyncAt bool
+		var tailAt, graceAt, resyncAt, retryAt bool
 		select {
 		case <-ctx.Done():
 		case <-ss.fail:
@@ -534,6 +542,8 @@ func (s *Subscriber) sessionLoop(ss *sessionState, recv <-chan received) error {
 			graceAt = true
 		case <-resync:
 			resyncAt = true
+		case <-retry.c:
+			retryAt = true
 		}
 		s.own.Lock()
 		switch {
@@ -544,9 +554,17 @@ func (s *Subscriber) sessionLoop(ss *sessionState, recv <-chan received) error {
 		case tailAt:
 			if ss.tail.fired(s.now()) && s.connected {
 				s.local.TailChecks++
-				if _, err := s.catchUpResult(ctx); err != nil {
+				res, err := s.catchUpResult(ctx)
+				if err != nil {
 					return err
 				}
+				s.noteCatch(res)
+			}
+		case retryAt:
+			retry.c = nil
+			s.local.ReplayRetries++
+			if err := s.catchUp(ctx); err != nil {
+				return err
 			}
 		case graceAt:
 			graceC = nil
@@ -732,6 +750,7 @@ func (s *Subscriber) handle(ctx context.Context, frames [][]byte) error {
 func (s *Subscriber) live(ctx context.Context, seq uint64, payload []byte) error {
 	if !s.has {
 		if seq == 0 {
+			s.short = false // the engine's first batch: nothing before it to miss
 			return s.applyBatch(seq, payload)
 		}
 		return s.gap(ctx, seq, payload)
@@ -789,6 +808,7 @@ func (s *Subscriber) gap(ctx context.Context, seq uint64, payload []byte) error 
 	if err != nil {
 		return err
 	}
+	s.noteCatch(res)
 	switch {
 	case s.has && seq <= s.last:
 		if res == catchOK {
@@ -841,6 +861,7 @@ func (s *Subscriber) catchUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.noteCatch(res)
 	if !s.synced && s.connected {
 		s.synced = true
 		if res == catchFailed && !s.has {
@@ -848,6 +869,56 @@ func (s *Subscriber) catchUp(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// noteCatch records whether a catch-up completed: one that broke off leaves the worker
+// stale (short) until a retry completes.
+func (s *Subscriber) noteCatch(res catchResult) {
+	switch res {
+	case catchFailed:
+		if !s.short {
+			s.local.ShortReplays++
+		}
+		s.short = true
+	case catchOK, catchHole:
+		s.short = false
+	}
+}
+
+// catchRetry times the retries of a catch-up that broke off: from ReconnectMin,
+// doubling to ReconnectMax, with jitter. Owner goroutine only.
+type catchRetry struct {
+	timer   *time.Timer
+	c       <-chan time.Time // nil: not armed
+	backoff time.Duration
+}
+
+// arm starts the wait for the next retry while the worker is short, and forgets the
+// backoff once it is not.
+func (r *catchRetry) arm(s *Subscriber) {
+	switch {
+	case !s.short || !s.connected:
+		r.backoff = 0
+		if r.c != nil {
+			r.timer.Stop()
+			r.c = nil
+		}
+	case r.c == nil:
+		r.backoff = min(max(2*r.backoff, s.cfg.ReconnectMin), s.cfg.ReconnectMax)
+		d := s.jitter(r.backoff)
+		if r.timer == nil {
+			r.timer = time.NewTimer(d)
+		} else {
+			r.timer.Reset(d)
+		}
+		r.c = r.timer.C
+	}
+}
+
+func (r *catchRetry) stop() {
+	if r.timer != nil {
+		r.timer.Stop()
+	}
 }
 
 // catchUpResult asks the replay endpoint for every batch from the last applied one (or
@@ -994,7 +1065,7 @@ func (s *Subscriber) replayed(seq uint64, payload []byte) (hole bool, err error)
 func (s *Subscriber) restart(why string) error {
 	s.local.Restarts++
 	s.cfg.Logger.Info("publisher restart detected", "worker", s.cfg.Worker, "why", why)
-	s.has, s.exact, s.connFloor = false, true, -1
+	s.has, s.exact, s.connFloor, s.short = false, true, -1, false
 	return s.apply(&engine.Event{Kind: engine.EventCleared, Worker: s.cfg.Worker})
 }
 
@@ -1038,6 +1109,12 @@ func (s *Subscriber) resync(ctx context.Context) error {
 	if err != nil && ctx.Err() == nil {
 		s.local.ReplayFailures++
 		s.local.LastError = err.Error()
+	}
+	switch {
+	case started && err != nil:
+		s.noteCatch(catchFailed) // rebuilt in part: the retries go on from there
+	case started:
+		s.noteCatch(catchOK)
 	}
 	if started && s.exact {
 		s.local.Resyncs++

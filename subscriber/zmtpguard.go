@@ -46,7 +46,10 @@ import (
 //     publisher; each connection may hold one capped frame in zmq4) unless the open
 //     connection idle longest has been idle evictIdle or more: that one is closed to make
 //     room, so idle connections cannot lock the real publisher out (it reconnects, and
-//     it is the one that sends).
+//     it is the one that sends). On a SUB socket only a message shaped as a publisher's
+//     counts as activity: [topic, an 8-byte sequence, a payload that opens a msgpack
+//     array, as every vLLM and SGLang batch does]; a peer that sends anything else
+//     (garbage every half second, say) is as idle as a silent one, and is evicted.
 //
 // A peer that does not finish the handshake within guard.handshake is cut off too (zmq4
 // would wait forever, holding its accept loop or the dialling goroutine).
@@ -367,7 +370,8 @@ type guardConn struct {
 
 	closeOnce sync.Once
 	closeErr  error
-	// active is when the connection last passed bytes (Unix nanoseconds; any
+	// active is when the connection last passed bytes, or with a sink a message
+	// shaped as a publisher's (publisherShaped), or was opened (Unix nanoseconds; any
 	// goroutine reads it for eviction).
 	active atomic.Int64
 }
@@ -479,7 +483,9 @@ func (c *guardConn) deliver() error {
 		for i := range frames {
 			frames[i], prev = c.msg[prev:c.ends[i]], c.ends[i]
 		}
-		c.active.Store(time.Now().UnixNano())
+		if publisherShaped(frames) {
+			c.active.Store(time.Now().UnixNano())
+		}
 		c.g.sink(c.gen, frames)
 		clear(frames)
 		c.msg, c.nf = c.msg[:0], 0
@@ -487,6 +493,18 @@ func (c *guardConn) deliver() error {
 			c.msg = nil
 		}
 	}
+}
+
+// publisherShaped reports whether a live message has a publisher's shape: [topic,
+// 8-byte sequence, payload opening a msgpack array]. A message of another shape is
+// delivered all the same (the subscriber counts what it cannot decode); it only does
+// not count as the connection's activity, so garbage cannot hold a bound socket's slot.
+func publisherShaped(frames [][]byte) bool {
+	if len(frames) != 3 || len(frames[1]) != 8 || len(frames[2]) == 0 {
+		return false
+	}
+	b := frames[2][0]
+	return b&0xf0 == 0x90 || b == 0xdc || b == 0xdd // fixarray, array 16, array 32
 }
 
 // fail records the connection's first error. Before the handshake is over it closes

@@ -336,7 +336,14 @@ func (e *simEngine) replay(out []byte, start uint64) []byte {
 		first = e.seq - n
 	}
 	sent := uint64(0)
+	cut := uint64(e.f.replayCut.Load())
 	for s := max(start, first); s < e.seq; s++ {
+		if cut > 0 && sent == cut {
+			e.mu.Unlock()
+			e.replays.Add(1)
+			e.replayed.Add(sent)
+			return out // broken off: the rest, end marker included, dropped
+		}
 		binary.BigEndian.PutUint64(seq[:], s)
 		out = AppendMessage(out, nil, e.f.topic, seq[:], e.ring[s%uint64(len(e.ring))])
 		sent++

@@ -125,6 +125,10 @@ type Fleet struct {
 	connsMu sync.Mutex
 	conns   map[net.Conn]struct{} // every accepted connection, closed by Close
 
+	// replayCut, when > 0, is how many batches a replay reply carries before it
+	// breaks off (SetReplayCut).
+	replayCut atomic.Int64
+
 	acceptErrors    atomic.Uint64
 	handshakeErrors atomic.Uint64
 	// replayTime is the longest replay service, from the DEALER's connection accepted
@@ -160,6 +164,11 @@ func (f *Fleet) Probes() <-chan Probe { return f.probes }
 // TakeReplayTime returns the longest replay service since the last call (from the
 // DEALER's connection accepted to the reply written) and resets it.
 func (f *Fleet) TakeReplayTime() time.Duration { return f.replayTime.take() }
+
+// SetReplayCut makes every replay reply from now on break off after n batches, with
+// no end marker, as vLLM's ROUTER does when it drops the replies past its high-water
+// mark (a hostile engine, for tests); 0 answers whole replies again.
+func (f *Fleet) SetReplayCut(n int) { f.replayCut.Store(int64(n)) }
 
 // Config is the fleet's configuration with its defaults applied.
 func (f *Fleet) Config() FleetConfig { return f.cfg }
