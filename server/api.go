@@ -711,8 +711,7 @@ func (s *Server) workerInfo(sub *subscriber.Subscriber, sizer WorkerSizer, now t
 	wi := WorkerInfo{
 		Worker: st.Worker, Endpoint: st.Endpoint, ReplayEndpoint: st.ReplayEndpoint, Model: st.Model,
 		DPRank: st.DPRank, State: st.State.String(), Trust: s.workerTrust(st.Worker), Synced: st.Synced, Connected: st.Connected,
-		ReplayShort: st.ReplayShort,
-		Restarts: st.Restarts, Replays: st.Replays, Duplicates: st.Duplicates, Batches: st.Batches,
+		ReplayShort: st.ReplayShort, Restarts: st.Restarts, Replays: st.Replays, Duplicates: st.Duplicates, Batches: st.Batches,
 		LagSeconds: st.Lag.Seconds(), LastError: st.LastError, Rejected: map[string]uint64{},
 	}
 	if sizer != nil {
