@@ -39,6 +39,7 @@ func TestSimBadFlags(t *testing.T) {
 		{[]string{"--overlap-weight", "-1"}, "--overlap-weight -1"},
 		{[]string{"--queue-threshold", "2e6"}, "--queue-threshold 2e+06"},
 		{[]string{"--approx-block", "-1"}, "--approx-block -1"},
+		{[]string{"--approx-max-blocks", "-1"}, "--approx-max-blocks -1"},
 		{[]string{"--prefix-weight", "-1"}, "--prefix-weight -1"},
 		{[]string{"--prefix-weight", "0", "--kv-weight", "0", "--queue-weight", "0"}, "all 0"},
 		{[]string{"--slo-ttft", "-1s"}, "--slo-ttft -1s"},

@@ -32,12 +32,13 @@ type timedFlags struct {
 	thinkTime                      time.Duration
 	prefillScale                   float64
 	approxCapacity, approxBlock    int
+	approxMaxBlocks                int
 	ramp, rampStages               string
 }
 
 // timedOnly are the flags --zero-time has no use for.
 var timedOnly = []string{"speedup", "slo-ttft", "routers", "share-load", "router-affinity", "overlap-weight", "prefix-weight", "kv-weight",
-	"queue-weight", "prefix-minmax", "temperature", "affinity-threshold", "peak-prefill-throughput", "max-ttft-penalty-ms", "max-num-seqs", "output-length", "profile", "metrics-interval", "jobs", "open-loop", "think-time", "prefill-scale", "approx-capacity", "approx-block", "ramp", "ramp-stages", "queue-threshold", "output-blocks"}
+	"queue-weight", "prefix-minmax", "temperature", "affinity-threshold", "peak-prefill-throughput", "max-ttft-penalty-ms", "max-num-seqs", "output-length", "profile", "metrics-interval", "jobs", "open-loop", "think-time", "prefill-scale", "approx-capacity", "approx-block", "ramp", "ramp-stages", "queue-threshold", "output-blocks", "approx-max-blocks"}
 
 // zeroTimeOnly are the flags only --zero-time takes: host tiers are simulated without
 // time only.
@@ -66,6 +67,7 @@ func (t *timedFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.profile, "profile", "", "the engine: a shipped profile ("+strings.Join(sim.ShippedProfiles(), ", ")+"), an engine file (.profile: the model's shape and its GPUs'; its KV tokens set --capacity), or a CSV of measured ttft,ISL,CACHED,SECONDS and itl,BATCH,CONTEXT,SECONDS points (default "+sim.DefaultProfile+"; sim/README.md)")
 	fs.IntVar(&t.approxCapacity, "approx-capacity", 0, "approximate-lru's keys per engine (llm-d's lruCapacityPerServer; 0: auto-tuned, the engine's KV blocks; llm-d's fallback without metrics is 31250)")
 	fs.IntVar(&t.approxBlock, "approx-block", 0, "tokens per key of approximate-lru (llm-d's blockSizeTokens; 0: auto-tuned, the engine's block, at least 64; llm-d's fallback is 16)")
+	fs.IntVar(&t.approxMaxBlocks, "approx-max-blocks", 0, "the most keys of a prompt approximate-lru matches (0: auto-tuned, 131,072 tokens' worth, llm-d's maxPrefixTokensToMatch; GIE's earlier maxPrefixBlocksToMatch was 256)")
 	fs.StringVar(&t.ramp, "ramp", "", "one staged load: RATE:SECONDS,... (stages back to back, each inheriting the last one's queues) or a published benchmark's, run as it ran ("+strings.Join(sim.RampNames(), ", ")+"); reports each stage")
 	fs.StringVar(&t.rampStages, "ramp-stages", "", "with --ramp: back-to-back, or drain[:PAUSE] (each stage waits for its requests to finish, then PAUSE, as inference-perf runs stages; llm-d-guide's default: drain:31s)")
 	fs.Float64Var(&t.prefillScale, "prefill-scale", 1, "multiply the engine's prefill time (sensitivity to the engine's speed)")
@@ -121,6 +123,8 @@ func (t *timedFlags) validate(set map[string]bool) error {
 		return usageErr("--prefill-scale %g: want %g..%g", t.prefillScale, 1.0/sim.MaxPrefillScale, float64(sim.MaxPrefillScale))
 	case t.approxCapacity < 0 || t.approxCapacity > route.MaxApproxCapacity:
 		return usageErr("--approx-capacity %d: want 0 (auto) or 1..%d keys", t.approxCapacity, route.MaxApproxCapacity)
+	case t.approxMaxBlocks < 0 || t.approxMaxBlocks > route.MaxApproxCapacity:
+		return usageErr("--approx-max-blocks %d: want 0 (auto) or 1..%d keys", t.approxMaxBlocks, route.MaxApproxCapacity)
 	case t.approxBlock < 0 || t.approxBlock > sim.MaxApproxBlock:
 		return usageErr("--approx-block %d: want 0 (auto) or 1..%d tokens", t.approxBlock, sim.MaxApproxBlock)
 	case t.route.QueueThreshold > route.MaxQueueThreshold:
@@ -224,7 +228,7 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 		Config: sim.Config{Workers: f.workers, Capacity: f.capacity, ChunkTokens: f.chunk, Seed: f.seed,
 			Engine: engine.Config{Shards: f.shards, JumpSize: f.jump}, EventDelay: -1, Rate: f.rate, PredictionTTL: f.predictionTTL},
 		Speedup: tf.speedup, Output: tf.output, MaxNumSeqs: tf.maxSeqs, Cost: cost, SLOTTFT: tf.slo, Routers: tf.routers,
-		PrefillScale: tf.prefillScale, ApproxCapacity: tf.approxCapacity, ApproxBlock: tf.approxBlock,
+		PrefillScale: tf.prefillScale, ApproxCapacity: tf.approxCapacity, ApproxBlock: tf.approxBlock, ApproxMaxBlocks: tf.approxMaxBlocks,
 		Ramp:          ramp,
 		OverlapWeight: tf.overlapWeight, MetricsInterval: tf.metricsInterval, OpenLoop: tf.openLoop, ThinkTime: tf.thinkTime,
 		Scorer: route.Scorer{PrefixWeight: tf.prefixWeight, KVWeight: tf.kvWeight, QueueWeight: tf.queueW},
