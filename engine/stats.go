@@ -70,7 +70,6 @@ type ShardStats struct {
 func (e *Engine) Stats() Stats {
 	st := Stats{
 		Workers:                int(e.nlive.Load()),
-		Blocks:                 e.env.Blocks.Load(),
 		Events:                 e.events.Load(),
 		RejectedParentNotFound: e.rejParent.Load(),
 		RejectedInvalid:        e.rejInvalid.Load(),
@@ -90,6 +89,7 @@ func (e *Engine) Stats() Stats {
 	}
 	for t := range st.TierBlocks {
 		st.TierBlocks[t] = e.env.TierBlocks[t].Load()
+		st.Blocks += st.TierBlocks[t]
 	}
 	if e.cfg.LockedIndex {
 		// The locked shard's counters are its table's, read under the read lock.

@@ -30,10 +30,10 @@ type Env struct {
 	// after).
 	Register func(p *Worker, t Tier) *Worker
 
-	// Blocks counts the entries of every worker (seq tables and declared groups, every
-	// tier), TierBlocks per tier. Atomics: added to by the holder of a worker's mutex
-	// when it publishes (Publish, PublishGroups), read by anyone (the engine's Stats).
-	Blocks     atomic.Int64
+	// TierBlocks counts the entries of every worker (seq tables and declared groups) per
+	// tier; their sum is the engine's block count (one atomic add per publication, not
+	// two). Atomics: added to by the holder of a worker's mutex when it publishes
+	// (Publish, PublishGroups), read by anyone (the engine's Stats).
 	TierBlocks [NumTiers]atomic.Int64
 }
 

@@ -115,15 +115,10 @@ func (w *Worker) DropGroups(env *Env, forget bool) bool {
 func (w *Worker) PublishGroups(env *Env, before [NumTiers]int) {
 	h := w.hyb
 	w.hybSize.Store(int64(h.n))
-	total := 0
 	for t := range NumTiers {
 		if d := h.tn[t] - before[t]; d != 0 {
 			env.TierBlocks[t].Add(int64(d))
-			total += d
 		}
-	}
-	if total != 0 {
-		env.Blocks.Add(int64(total))
 	}
 }
 

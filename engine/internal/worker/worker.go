@@ -459,7 +459,6 @@ func (w *Worker) publish(env *Env) {
 		w.gappy.Store(g)
 	}
 	if d := int64(w.seqs.n) - w.size.Load(); d != 0 {
-		env.Blocks.Add(d)
 		env.TierBlocks[w.tier].Add(d)
 		w.size.Store(int64(w.seqs.n))
 	}
