@@ -43,7 +43,7 @@
 // 20-byte key record in a slab; a 6-byte key-index slot only for the records their
 // parent's record cannot reach (roots, ghosts, children of branch points: a few percent
 // on the trace-driven logs). A Worker is 232 bytes (the 240-byte size class) whatever
-// it holds: its Outbox (80 bytes, and the delta buffers behind it) is lent only while
+// it holds: its Outbox (88 bytes, and the delta buffers behind it) is lent only while
 // it applies events, so 100,000 idle workers keep none. Each membership change leaves
 // as one 12-byte shard.Delta. The event path allocates nothing in steady state (the
 // engine's tests assert 0 allocations per event), so its methods take the Env by
