@@ -19,7 +19,7 @@ SHARED      ?= ../shared
 FUZZTIME    ?=
 fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 
-.PHONY: tools race-pkgs race-invariants race-full test-phases build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
+.PHONY: tools race-pkgs race-invariants plain test-phases build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
 
 ## test: everything CI runs: lint, race-enabled unit tests, conformance replays, short
 ## fuzzing, the docs check. The tools are installed first, one at a time (apt-get holds a
@@ -32,7 +32,7 @@ fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 TEST_JOBS ?= 2
 TEST_TIMEOUT ?= 15m
 GOTEST = $(GO) test -timeout $(TEST_TIMEOUT)
-TEST_PHASES := race-pkgs race-invariants lint race-full build386 conformance fuzz docs-check
+TEST_PHASES := race-pkgs race-invariants lint plain build386 conformance fuzz docs-check
 test: shared-note tools
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-phases
 
@@ -76,43 +76,53 @@ publisher-deps:
 unit: publisher-deps
 	$(GOTEST) -short ./...
 
-## race: the race detector over every package, in three parts that make test runs side
-## by side. race-pkgs: every package but the index's own, at the sizes package
-## internal/testsize gives the detector (a sequential replay is ten times slower under it
-## and gives it nothing to find). race-invariants: the index's packages (engine, shard,
-## the table toolkit) under the detector with their invariants checked after every
-## change (-tags invariants, package internal/invariants; -short: the histories that
-## honour it shorter, as the checks recount after each event), then the owners' race
-## sweep (engine's TestOwnersRace: non-owners racing on each owner's state are reported
-## by the detector); there the histories are sized by internal/testsize (Sized), as the
-## checks recount after every event. race-full: the sequential checks the detector runs
-## short, at full size without it (the index's differentials, the tokenizer's and chat
-## template's comparisons with their npm references), and the index's zero-allocation
-## tests, which skip where the race detector or the invariant checks allocate.
+## race and plain: make test runs each package's tests once, in the build that can find
+## something in them. race-pkgs: the packages whose code starts goroutines or shares
+## memory between them (RACE_PKGS; TestRacePackages in internal/docsgen checks the list
+## against the code), under the race detector, at the sizes package internal/testsize
+## gives it, and the goroutine paths of two otherwise sequential packages (the CLI's demo
+## and doctor, the simulator's parallel runs). race-invariants: the index's packages
+## (engine, shard, the table toolkit) under the detector with their invariants checked
+## after every change (-tags invariants, package internal/invariants; -short, and the
+## histories sized by testsize.Sized, as the checks recount after each event), then the
+## owners' race sweep (engine's TestOwnersRace: non-owners racing on each owner's state
+## are reported by the detector). plain: every other package, sequential code that the
+## detector slows 5-10x and finds nothing in (the CLI, the simulator, the tokenizer and
+## chat templates with their npm references, the decoders, the replays), at full size
+## without the detector, plus the index's differentials at full size, its zero-allocation
+## tests (which skip where the detector or the invariant checks allocate) and the
+## sequential end-to-end checks of the concurrent packages.
+RACE_PKGS := ./bench/fleet ./bench/loadgen ./engine/internal/worker ./fabric ./internal/fakevllm \
+	./internal/freeport ./internal/kube ./internal/warnlimit ./ringbuf ./route ./server \
+	./server/internal/guard ./subscriber ./subscriber/pubtest
 INDEX_PKGS := ./engine/... ./shard/... ./internal/table/... ./internal/invariants/
-race: race-pkgs race-invariants race-full
+# PLAIN_PKGS: every package that is neither in RACE_PKGS nor an index package.
+PLAIN_PKGS = $$($(GO) list ./... | grep -v -x $(foreach p,$(RACE_PKGS),-e 'github.com/kvindex/kvindex/$(patsubst ./%,%,$(p))') \
+	-e '.*/engine' -e '.*/shard' -e '.*/internal/table' -e '.*/internal/invariants')
+race: race-pkgs race-invariants plain
 
 race-pkgs: publisher-deps
-	$(GOTEST) -race -count=1 $$($(GO) list ./... | grep -v -e '/engine$$' -e '/engine/' -e '/shard$$' -e '/internal/table$$' -e '/internal/invariants$$')
+	$(GOTEST) -race -count=1 $(RACE_PKGS)
+	$(GOTEST) -race -count=1 -run '^(TestDemo|TestDemoEnginesOnly|TestDoctor(Healthy|Misconfigured|Unobservable|ReportsFrameRefusal))$$' ./cmd/kvindex/
+	$(GOTEST) -race -count=1 -run '^(TestRunTimed|TestRunTimedBothAffinities)$$' ./sim/report/
 
 race-invariants:
 	$(GOTEST) -race -short -tags invariants -count=1 $(INDEX_PKGS)
 	KVINDEX_RACE_SWEEP=1 $(GOTEST) -count=1 -run '^TestOwnersRace$$' ./engine/
 
-race-full: publisher-deps
-	$(GOTEST) -count=1 -run '^TestFloodRSSBounded$$' ./subscriber/
-	$(GOTEST) -count=1 -run '^TestMemoryBudget$$' ./server/
-	$(GOTEST) -count=1 -run '^TestReferenceModelConformance$$' ./internal/replay/
-	$(GOTEST) -count=1 -run '^(TestConformance|TestDifferentialRandom)$$' ./bench/radix/
+plain: publisher-deps
+	$(GOTEST) -count=1 $(PLAIN_PKGS)
 	$(GOTEST) -count=1 -run '^(TestPartitionBalance|TestDifferential.*|Test.*Allocs.*)$$' ./engine/ ./shard/
-	$(GOTEST) -count=1 ./sim/
-	$(GOTEST) -count=1 -run '^(TestOracle.*|TestProbes.*)$$' ./tokenize/ ./chattemplate/
+	$(GOTEST) -count=1 -run '^(TestFloodRSSBounded)$$' ./subscriber/
+	$(GOTEST) -count=1 -run '^(TestMemoryBudget|TestTextRouting.*)$$' ./server/
 
 ## test-long: every test at its full size under the race detector (KVINDEX_TEST_LONG=1:
 ## the histories, logs and sweeps make test shortens; see internal/testsize), and every
-## package vetted on 386 (build386-all), and every fuzz target (fuzz-long). CI may skip it.
+## package vetted on 386 (build386-all), every conformance pairing, and every fuzz
+## target (fuzz-long). CI may skip it.
 test-long: publisher-deps build386-all
 	KVINDEX_TEST_LONG=1 $(GO) test -race -count=1 -timeout 60m ./...
+	$(MAKE) conformance CONFORMANCE_MATRIX=full
 	$(MAKE) fuzz-long
 
 lint: fmt-check vet staticcheck tidy-check proto-check
@@ -178,43 +188,52 @@ build386:
 build386-all:
 	GOARCH=386 $(GO) vet ./...
 
-## conformance: replays every golden op log through the kvindex CLI at shards 1, 2, 3, 4
-## and 8 and on the locked baseline, at jumps 1, 4 and 64, and on the locked baseline with
-## SPEC's prefix chain (--spec-chain) at the same jumps (scripts/conformance.sh, a log per
-## CPU at a time): the repository's own logs (testdata/demo.jsonl, testdata/tiers.jsonl)
-## always, the shared ones (hybrid/ included) where present (skipped, with a notice, where
-## they are absent).
+## conformance: replays every golden op log through the kvindex CLI (scripts/conformance.sh,
+## a log per CPU at a time): on the engine at shards 1, 2, 3, 4 and 8, on the locked
+## baseline, and on the locked baseline with SPEC's prefix chain (--spec-chain), at jumps
+## 1, 4 and 64: nine of those pairings in make test (CONFORMANCE_MATRIX=short: every
+## implementation, every jump on each kind of index), all 21 in make test-long. The
+## repository's own logs (testdata/demo.jsonl, testdata/tiers.jsonl) always, the shared
+## ones (hybrid/ included) where present (skipped, with a notice, where they are absent).
+CONFORMANCE_MATRIX ?= short
 conformance:
 	@logs="testdata/demo.jsonl testdata/tiers.jsonl"; \
 	if ls $(SHARED)/conformance/*.jsonl >/dev/null 2>&1; then logs="$$logs $$(ls $(SHARED)/conformance/*.jsonl $(SHARED)/conformance/hybrid/*.jsonl 2>/dev/null)"; \
 	else echo "SKIP shared conformance logs: $(SHARED)/conformance not found"; fi; \
 	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && $(GO) build -o $$tmp/kvindex ./cmd/kvindex && \
-	bash scripts/conformance.sh $$tmp/kvindex $$logs
+	MATRIX=$(CONFORMANCE_MATRIX) bash scripts/conformance.sh $$tmp/kvindex $$logs
 
-## fuzz: a short run of every fuzz target of the index, the decoders and the subscribers
-## (see FUZZTIME above). fuzz-long adds server's request decoders (HTTP, gRPC, Mooncake),
-## whose instrumented build (gRPC, protobuf, Prometheus) is 77 s of CPU on a cold cache;
-## make test-long runs it, and their seed corpora run in every make test.
+## fuzz: a short run of the fuzz targets fed by the network (see FUZZTIME above): the
+## engines' event batches (kvevents), what a ZeroMQ peer sends (subscriber), a chat body
+## as serve reads it (chattemplate), a Kubernetes watch stream (internal/kube). Each
+## target's instrumented build is its own compile of its package's dependencies, so
+## fuzz-long (make test-long) runs the others: hashing, op logs, the index's histories
+## and snapshots, the tokenizer, the template engine and JSON reader, server's request
+## decoders (HTTP, gRPC, Mooncake; their instrumented build of gRPC, protobuf and
+## Prometheus is 77 s of CPU on a cold cache), the fleet's NATS messages (fabric).
+## Every target's seed corpus runs in every make test, as a test.
 fuzz:
+	$(GOTEST) -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(call fuzzbudget,50000x) ./kvevents/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzGuard$$' -fuzztime $(call fuzzbudget,50000x) ./subscriber/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzFromRequest$$' -fuzztime $(call fuzzbudget,10000x) ./chattemplate/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzWatchStream$$' -fuzztime $(call fuzzbudget,20000x) ./internal/kube/
+
+fuzz-long: fuzz
+	$(GOTEST) -run '^$$' -fuzz '^FuzzApplyBatch$$' -fuzztime $(call fuzzbudget,20000x) ./subscriber/
 	$(GOTEST) -run '^$$' -fuzz '^FuzzBlocks$$' -fuzztime $(call fuzzbudget,30000x) ./hash/
 	$(GOTEST) -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(call fuzzbudget,60000x) ./internal/oplog/
 	$(GOTEST) -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime $(call fuzzbudget,12000x) ./engine/
 	$(GOTEST) -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime $(call fuzzbudget,25000x) ./engine/
-	$(GOTEST) -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(call fuzzbudget,50000x) ./kvevents/
-	$(GOTEST) -run '^$$' -fuzz '^FuzzGuard$$' -fuzztime $(call fuzzbudget,50000x) ./subscriber/
-	$(GOTEST) -run '^$$' -fuzz '^FuzzApplyBatch$$' -fuzztime $(call fuzzbudget,20000x) ./subscriber/
-	$(GOTEST) -run '^$$' -fuzz '^FuzzWatchStream$$' -fuzztime $(call fuzzbudget,20000x) ./internal/kube/
 	$(GOTEST) -run '^$$' -fuzz '^FuzzEncode$$' -fuzztime $(call fuzzbudget,10000x) ./tokenize/
 	$(GOTEST) -run '^$$' -fuzz '^FuzzTemplate$$' -fuzztime $(call fuzzbudget,10000x) ./chattemplate/
 	$(GOTEST) -run '^$$' -fuzz '^FuzzDecodeJSON$$' -fuzztime $(call fuzzbudget,10000x) ./chattemplate/
-	$(GOTEST) -run '^$$' -fuzz '^FuzzFromRequest$$' -fuzztime $(call fuzzbudget,10000x) ./chattemplate/
-
-fuzz-long: fuzz
 	$(GOTEST) -run '^$$' -fuzz '^FuzzDecodeMatch$$' -fuzztime $(call fuzzbudget,25000x) ./server/
 	$(GOTEST) -run '^$$' -fuzz '^FuzzDecodeRouted$$' -fuzztime $(call fuzzbudget,25000x) ./server/
 	$(GOTEST) -run '^$$' -fuzz '^FuzzGRPCMatch$$' -fuzztime $(call fuzzbudget,20000x) ./server/
 	$(GOTEST) -run '^$$' -fuzz '^FuzzMooncake$$' -fuzztime $(call fuzzbudget,15000x) ./server/
 	$(GOTEST) -run '^$$' -fuzz '^FuzzDigestInfo$$' -fuzztime $(call fuzzbudget,10000x) ./server/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzDecodeMessage$$' -fuzztime $(call fuzzbudget,20000x) ./fabric/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzLoadDelta$$' -fuzztime $(call fuzzbudget,20000x) ./fabric/
 
 ## soak: bounded soaks (SOAK each, default 3m): publisher churn, restarts, gaps, hostile
 ## peers and queries through real libzmq (subscriber); serve's API under every

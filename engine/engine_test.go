@@ -136,7 +136,7 @@ func TestRejections(t *testing.T) {
 // TestDifferential replays long random histories on the engine and on the reference
 // model, comparing every query after a barrier, for several jump sizes and shard counts.
 func TestDifferential(t *testing.T) {
-	n := testsize.Sized(6000, 2000, 500) // full size in the plain build (make test's race-full) or in make test-long
+	n := testsize.Sized(6000, 2000, 500) // full size in the plain build (make test's plain phase) or in make test-long
 	if testing.Short() && n > 2000 {
 		n = 2000
 	}
@@ -264,7 +264,7 @@ func TestDifferentialEveryDepth(t *testing.T) {
 // stores and removals per tier, copies of held blocks to other tiers under parents held
 // elsewhere. Every answer's per-tier lengths are compared.
 func TestDifferentialTiers(t *testing.T) {
-	n := testsize.Sized(6000, 2000, 500) // full size in the plain build (make test's race-full) or in make test-long
+	n := testsize.Sized(6000, 2000, 500) // full size in the plain build (make test's plain phase) or in make test-long
 	if testing.Short() && n > 2000 {
 		n = 2000
 	}
@@ -692,7 +692,7 @@ func TestStatsCounters(t *testing.T) {
 // contradicted, expired, refreshed and evicted by both bounds, for event workers and for
 // one that sends no events) on the engine and on the reference model.
 func TestDifferentialPredictions(t *testing.T) {
-	n := testsize.Sized(4000, 1500, 400) // full size in the plain build (make test's race-full) or in make test-long
+	n := testsize.Sized(4000, 1500, 400) // full size in the plain build (make test's plain phase) or in make test-long
 	if testing.Short() && n > 1500 {
 		n = 1500
 	}

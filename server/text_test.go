@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvindex/kvindex/api/kvindexv1"
 	"github.com/kvindex/kvindex/internal/fakevllm"
+	"github.com/kvindex/kvindex/internal/testsize"
 	"github.com/kvindex/kvindex/internal/tokoracle"
 	"github.com/kvindex/kvindex/server"
 	"github.com/kvindex/kvindex/tokenize"
@@ -130,6 +131,9 @@ func TestTextMatchRejects(t *testing.T) {
 // (transformers.js, @huggingface/jinja); the same text routed through serve finds every
 // one of them.
 func TestTextRoutingMatchesEngine(t *testing.T) {
+	if !testsize.Full() {
+		t.Skip("a sequential end-to-end comparison with the reference, which the race detector slows 5-10x: make test runs it in the plain build (its plain phase)")
+	}
 	dir := tokoracle.ModelDir(t, "qwen3")
 	msgs := []map[string]any{{"role": "system", "content": "You route requests."}, {"role": "user", "content": "Which worker holds the longest prefix of this conversation? 你好 😀"}}
 	prompt := "def f(x):\n    return x ** 2  # the completions prompt, 42 times <|im_start|>"

@@ -35,7 +35,7 @@ func load(t testing.TB, model string) *tokenize.Tokenizer {
 // without (a rendered chat).
 func TestOracleCorpus(t *testing.T) {
 	if !testsize.Full() {
-		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (race-full)")
+		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (its plain phase)")
 	}
 	prompts := corpus(1, 2400)
 	compareWithOracle(t, prompts)
@@ -45,7 +45,7 @@ func TestOracleCorpus(t *testing.T) {
 // a failure reproduces with -run and KVINDEX_TOKENIZE_SEED).
 func TestOracleRandom(t *testing.T) {
 	if !testsize.Full() {
-		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (race-full)")
+		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (its plain phase)")
 	}
 	seed := seedFromEnv(t)
 	compareWithOracle(t, corpus(seed, 500))
@@ -96,7 +96,7 @@ func firstDiff(a, b []uint32) int {
 // rendering and the ids with transformers.js's.
 func TestOracleChats(t *testing.T) {
 	if !testsize.Full() {
-		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (race-full)")
+		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (its plain phase)")
 	}
 	convs := conversations(11, 500)
 	var jobs []tokoracle.Job

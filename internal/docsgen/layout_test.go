@@ -2,6 +2,7 @@ package main
 
 import (
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,8 +22,29 @@ func TestDesignLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	listed := layoutTable(t, string(design))
-	var pkgs []string
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	pkgs := slices.Sorted(maps.Keys(goPackages(t, root)))
+	if len(pkgs) < 20 {
+		t.Fatalf("found %d packages under %s: the walk is wrong", len(pkgs), root)
+	}
+	for _, p := range pkgs {
+		if !listed[p] {
+			t.Errorf("package %s is not in DESIGN.md's layout table: add a row saying what it owns", p)
+		}
+	}
+	for p := range listed {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Errorf("DESIGN.md's layout table lists %s, which is gone: %v", p, err)
+		}
+	}
+}
+
+// goPackages returns the module's packages under root (each directory holding a
+// non-test .go file, outside testdata, node_modules, Rust targets and hidden
+// directories, as `go list ./...` finds them) with their non-test .go files.
+func goPackages(t *testing.T, root string) map[string][]string {
+	t.Helper()
+	pkgs := map[string][]string{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -38,28 +60,14 @@ func TestDesignLayout(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			pkgs = append(pkgs, filepath.ToSlash(rel))
+			pkgs[filepath.ToSlash(rel)] = append(pkgs[filepath.ToSlash(rel)], path)
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	slices.Sort(pkgs)
-	pkgs = slices.Compact(pkgs)
-	if len(pkgs) < 20 {
-		t.Fatalf("found %d packages under %s: the walk is wrong", len(pkgs), root)
-	}
-	for _, p := range pkgs {
-		if !listed[p] {
-			t.Errorf("package %s is not in DESIGN.md's layout table: add a row saying what it owns", p)
-		}
-	}
-	for p := range listed {
-		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
-			t.Errorf("DESIGN.md's layout table lists %s, which is gone: %v", p, err)
-		}
-	}
+	return pkgs
 }
 
 // layoutTable returns the entries of the first column of DESIGN.md's "## Layout"

@@ -15,6 +15,7 @@ package tokoracle
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
@@ -106,9 +107,11 @@ func install() (string, error) {
 		return "", err
 	}
 	args := append([]string{"install", "--no-audit", "--no-fund", "--ignore-scripts", "--no-save", "--loglevel=error"}, Packages...)
-	cmd := exec.Command("npm", args...)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "npm", args...)
 	cmd.Dir = tmp
-	out, err := runTimeout(cmd, 5*time.Minute)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("npm install %s: %v: %s", strings.Join(Packages, " "), err, out)
 	}
@@ -133,24 +136,6 @@ func complete(dir string) bool {
 		return os.WriteFile(filepath.Join(dir, "oracle.cjs"), script, 0o644) == nil
 	}
 	return true
-}
-
-func runTimeout(cmd *exec.Cmd, d time.Duration) ([]byte, error) {
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		return out.Bytes(), err
-	case <-time.After(d):
-		_ = cmd.Process.Kill()
-		<-done
-		return out.Bytes(), fmt.Errorf("timed out after %v", d)
-	}
 }
 
 // ModelDir is the folder holding a model's tokenizer.json and tokenizer_config.json.
