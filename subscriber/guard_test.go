@@ -149,7 +149,7 @@ func TestHostilePublisherDialMode(t *testing.T) {
 				<-closed
 			}
 			l.Close()
-			waitFor(t, 10*time.Second, "refusals counted", func() bool { return s.Status().PeersRefused >= 2 })
+			waitFor(t, 30*time.Second, "refusals counted", func() bool { return s.Status().PeersRefused >= 2 })
 			if st := s.Status(); st.State == subscriber.StateLive && st.Batches > 0 {
 				t.Fatalf("live on a hostile peer: %+v", st)
 			}
@@ -176,7 +176,7 @@ func TestHostilePeerBindMode(t *testing.T) {
 				fakevllm.Hostile(c, hc.bytes) // returns once the subscriber closed it
 				c.Close()
 			}
-			waitFor(t, 10*time.Second, "refusals counted", func() bool { return s.Status().PeersRefused >= 3 })
+			waitFor(t, 30*time.Second, "refusals counted", func() bool { return s.Status().PeersRefused >= 3 })
 			waitLive(t, s, eng, newGoodPub(t, ep, false))
 		})
 	}
