@@ -124,6 +124,7 @@ type Server struct {
 	engMu       sync.Mutex
 	entries     map[string]*engineEntry // by key
 	entrySeq    uint64
+	claims      claims                           // the entries' claims, kept as they change (enginesinc.go)
 	queryWins   map[string]*queryWindow          // by model
 	runCtx      context.Context                  // the subscribers' parent; nil before Start
 	closed      bool                             // Shutdown has begun: no more changes
