@@ -249,16 +249,6 @@ func (t *clientTracking) give(key, worker string, blocks int64) {
 	}
 }
 
-// inFlight is how many requests owner has tracked (tests).
-func (t *clientTracking) inFlight(owner string) int64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if c := t.clients[owner]; c != nil {
-		return c.requests
-	}
-	return 0
-}
-
 // routed tracks one request under key: the owner's shares first, then the tracker
 // (which gives them back when the request stops counting), then the other replicas.
 func (r *routing) routed(key, worker string, req route.Request, cached int) error {
