@@ -20,6 +20,9 @@
 //     Finished), per worker: requests and prompt tokens in flight, prefill tokens not
 //     yet computed, KV blocks of the running requests. Dynamo's router tracks its own
 //     requests the same way; each router replica knows only its own.
+//   - Queue: Dynamo's router queue, which holds requests at the router while every
+//     worker's prefill tokens in flight exceed a threshold times its batched-token
+//     budget, and releases the oldest as load drops.
 //   - ApproxCache: llm-d's approximate prefix cache, for engines that publish no KV
 //     events: an LRU per worker, of the blocks the router sent there, bounded by an
 //     estimate of the worker's capacity.
@@ -36,7 +39,9 @@
 // # The numbers
 //
 // Cost's default overlap weight is 1, Dynamo's default (kv-overlap-score-weight):
-// prefill blocks and decode blocks count the same. Scorer's default weights are 2 for
+// prefill blocks and decode blocks count the same. Queue's default threshold is 16 batched-token budgets of
+// prefill, Dynamo's router_queue_threshold; the Tracker counts no output blocks unless
+// told to (Dynamo's router_track_output_blocks, off). Scorer's default weights are 2 for
 // the prefix, 1 for KV utilisation and 1 for the queue, the weights of llm-d's
 // benchmarked "precise" and "approximate" configurations
 // (llm-d-kv-cache-manager, benchmarking/37-capacity). ApproxCache has no default
