@@ -90,8 +90,9 @@ unit: publisher-deps
 ## owners' race sweep (engine's TestOwnersRace: non-owners racing on each owner's state
 ## are reported by the detector). plain: every other package, sequential code that the
 ## detector slows 5-10x and finds nothing in (the CLI, the simulator, the tokenizer and
-## chat templates with their npm references, the decoders, the replays), at full size
-## without the detector, plus the index's differentials at full size, its zero-allocation
+## chat templates with their npm references, the decoders, the replays), without the
+## detector and -short (the trace-sized replays and oracle corpora shortened; the
+## conformance phase replays the trace log, make test-long runs them whole), plus the index's differentials at full size, its zero-allocation
 ## tests (which skip where the detector or the invariant checks allocate) and the
 ## sequential end-to-end checks of the concurrent packages.
 RACE_PKGS := ./bench/fleet ./bench/loadgen ./engine/internal/worker ./fabric ./internal/fakevllm \
@@ -113,8 +114,8 @@ race-invariants:
 	KVINDEX_RACE_SWEEP=1 $(GOTEST) -count=1 -run '^TestOwnersRace$$' ./engine/
 
 plain: publisher-deps
-	$(GOTEST) -count=1 $(PLAIN_PKGS)
-	$(GOTEST) -count=1 -run '^(TestPartitionBalance|TestDifferential.*|Test.*Allocs.*)$$' ./engine/ ./shard/
+	$(GOTEST) -short -count=1 $(PLAIN_PKGS)
+	$(GOTEST) -count=1 -run '^(TestPartitionBalance|TestDifferential.*|Test.*Allocs.*|TestIndexAgainstMap)$$' ./engine/ ./shard/
 	$(GOTEST) -count=1 -run '^(TestFloodRSSBounded)$$' ./subscriber/
 	$(GOTEST) -count=1 -run '^(TestMemoryBudget|TestTextRouting.*)$$' ./server/
 

@@ -37,8 +37,11 @@ func TestOracleCorpus(t *testing.T) {
 	if !testsize.Full() {
 		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (its plain phase)")
 	}
-	prompts := corpus(1, 2400)
-	compareWithOracle(t, prompts)
+	n := 2400
+	if testing.Short() { // make test; make test-long compares all of them
+		n = 600
+	}
+	compareWithOracle(t, corpus(1, n))
 }
 
 // TestOracleRandom is the oracle on random strings: a fresh seed each run (logged, so
@@ -48,7 +51,11 @@ func TestOracleRandom(t *testing.T) {
 		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (its plain phase)")
 	}
 	seed := seedFromEnv(t)
-	compareWithOracle(t, corpus(seed, 500))
+	n := 500
+	if testing.Short() {
+		n = 150
+	}
+	compareWithOracle(t, corpus(seed, n))
 }
 
 func compareWithOracle(t *testing.T, prompts []string) {
@@ -98,7 +105,11 @@ func TestOracleChats(t *testing.T) {
 	if !testsize.Full() {
 		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (its plain phase)")
 	}
-	convs := conversations(11, 500)
+	n := 500
+	if testing.Short() {
+		n = 150
+	}
+	convs := conversations(11, n)
 	var jobs []tokoracle.Job
 	for _, m := range []string{"qwen3", "llama3.1"} {
 		for i, c := range convs {
