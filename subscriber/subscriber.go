@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -1162,6 +1163,22 @@ func (s *Subscriber) applyBatch(seq uint64, payload []byte) error {
 // applyBatchAfter is applyBatch for a batch the index holds up to the event whose
 // SourceCursor is after (0: none of it): the events up to it are skipped.
 func (s *Subscriber) applyBatchAfter(seq uint64, payload []byte, after uint64) error {
+	applySlots <- struct{}{}
+	defer func() { <-applySlots }()
+	return s.decodeApply(seq, payload, after)
+}
+
+// applySlots bounds the batches being decoded and applied at once in the process, over
+// every subscriber, to GOMAXPROCS-1 (at least one): each subscriber applies in its
+// connections' reader goroutines, so without a bound a burst (a fleet's catch-up
+// after a stall, replays) could hold every P, and a router's queries would wait
+// behind event application in the Go scheduler's run queues. With it one P is
+// always free of ingestion. A slot is held for one batch's CPU work only, never
+// across a replay's network wait.
+var applySlots = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1))
+
+// decodeApply is applyBatchAfter's work, holding an apply slot.
+func (s *Subscriber) decodeApply(seq uint64, payload []byte, after uint64) error {
 	s.resumeAfter = 0 // a batch applied: the resumed one is behind
 	s.has, s.last, s.digest = true, seq, xxh3.Hash(payload)
 	s.local.Batches++
