@@ -366,7 +366,7 @@ func (s *Server) initMetrics() {
 	}, []string{"source", "change"})
 	s.reg.MustRegister(s.initTrust(), newTrustCollector(s), newDigestCollector(s))
 	s.reg.MustRegister(s.findLatency, s.requests, s.inFlight, s.engChanges, newEngineCollector(s), newDiscoveryCollector(s), newCollector(s), newDiagCollector(s), buildInfoGauge(),
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 
 // Engine returns the server's index.

@@ -219,6 +219,10 @@ type Level struct {
 	// figures include it).
 	GenCPU float64
 	GenRSS int64
+	// ServeSched and ServeFind are serve's own p99s over the level (from its
+	// /metrics; 0 where unread): the Go scheduler's wait of a runnable goroutine for a
+	// P, and the index's find-matches call of /v1/match.
+	ServeSched, ServeFind time.Duration
 	// Load is the machine's load average when the level started.
 	Load string
 	// Held: no loss, nothing stale, no size differs, lag p99 within MaxLag, and the
@@ -384,6 +388,7 @@ func (r *runner) level(ctx context.Context, rate float64, d time.Duration, warmu
 	} else {
 		close(stallDone)
 	}
+	h0, _ := scrapeHists(ctx, r.hc, r.t.httpAddr(), schedHist, findHist)
 	cpu0, _ := readProc(r.t.pid())
 	gen0, _ := readProc(selfPID())
 	r.f.TakeReplayTime()
@@ -400,6 +405,10 @@ func (r *runner) level(ctx context.Context, rate float64, d time.Duration, warmu
 	cpu1, _ := readProc(r.t.pid())
 	gen1, _ := readProc(selfPID())
 	wall := time.Since(t0).Seconds()
+	if h1, err := scrapeHists(ctx, r.hc, r.t.httpAddr(), schedHist, findHist); err == nil && h0 != nil {
+		l.ServeSched = h1[schedHist].quantileSince(h0[schedHist], 0.99)
+		l.ServeFind = h1[findHist].quantileSince(h0[findHist], 0.99)
+	}
 	stopLoad()
 	wg.Wait()
 	if n, err := r.t.goroutines(ctx); err == nil {
