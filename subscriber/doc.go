@@ -21,15 +21,25 @@
 //
 // # Who may call it
 //
-// New, then Run once in a goroutine of the caller's choosing (the owner goroutine); Run
-// returns when its context ends. Status, Synced and Wait (block until the first catch-up
-// is done, woken by the owner: no polling) may be called from any goroutine at any time.
-// Several Subscribers share one Index: *engine.Engine is safe for concurrent use and
-// serialises each worker's events, and each Subscriber applies its worker's events from
-// its owner goroutine only, in sequence order, so the events of one worker stay in order.
+// New, then Run once in a goroutine of the caller's choosing; Run returns when its
+// context ends. Status, Synced and Wait (block until the first catch-up is done, woken
+// by the owner: no polling) may be called from any goroutine at any time. Several
+// Subscribers share one Index: *engine.Engine is safe for concurrent use and serialises
+// each worker's events, and each Subscriber applies its worker's events as the owner of
+// its state, in sequence order, so the events of one worker stay in order.
 //
-//	Run (owner goroutine)                         reader goroutine (one per socket)
-//	  open SUB: dial endpoint (or listen, Bind)     sock.Recv() -> chan -> owner
+// The owner is whichever goroutine holds the subscriber's owner lock: Run's (the
+// catch-up after connecting, socket errors, the timers) or a SUB connection's reader,
+// which zmq4 runs per connection and which applies each live message itself, as the
+// ZMTP guard reads it (zmtpguard.go, deliver): from the frame bytes to the index with
+// one copy, into a buffer kept per connection, one decode, one ApplyBatch per batch
+// when the Index has it (engine.Engine does), no allocation in steady state
+// (TestLiveMessageZeroAlloc) and no goroutine hop. At most GOMAXPROCS-1 batches are
+// decoded and applied at once in the process (applySlots), so one P always stays free
+// of ingestion for a server's queries.
+//
+//	Run                                           SUB connection reader (zmq4's)
+//	  open SUB: dial endpoint (or listen, Bind)     frames -> guard -> deliver (owner lock)
 //	  catch-up: DEALER -> replay endpoint
 //	  for each live [topic, seq, payload]:
 //	    seq == next            apply
@@ -107,8 +117,9 @@
 // ReplayTimeout and a bound socket holds at most 8 connections. A refusal closes the
 // connection, is logged once and counted (Status.PeersRefused); a refused live message
 // invalidates the worker and a dialled peer is redialled with backoff. Memory is
-// bounded by the cap times the messages zmq4 may hold: its 10-slot queue plus one per
-// connection.
+// bounded by the cap per connection: a live message is read whole into the
+// connection's buffer (kept between messages up to 64 KiB) and never reaches zmq4's
+// queue; a replay reply, by the DEALER's 10-slot queue plus one.
 //
 // # Namespaces
 //
