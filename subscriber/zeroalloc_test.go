@@ -18,12 +18,14 @@ import (
 // read serves the next message.
 var errPause = errors.New("pause")
 
-// pausedConn serves one ZMTP message per read, then errPause once.
+// pausedConn serves one ZMTP message per read, then errPause once. The messages are
+// served in a loop, their sequence frames (8 bytes at seqAt) rewritten to count on.
 type pausedConn struct {
 	net.Conn
-	msgs [][]byte
-	next int
-	half bool // the current message was served: pause next
+	msgs  [][]byte
+	seqAt int
+	next  int
+	half  bool // the current message was served: pause next
 }
 
 func (c *pausedConn) Read(p []byte) (int, error) {
@@ -32,6 +34,7 @@ func (c *pausedConn) Read(p []byte) (int, error) {
 		return 0, errPause
 	}
 	m := c.msgs[c.next%len(c.msgs)]
+	binary.BigEndian.PutUint64(m[c.seqAt:], uint64(c.next))
 	c.next++
 	c.half = true
 	return copy(p, m), nil
@@ -52,28 +55,32 @@ func zmtpFrame(dst []byte, more bool, body []byte) []byte {
 	return append(dst, body...)
 }
 
-// TestLiveMessageZeroAlloc: in steady state a live batch goes from the connection's
-// bytes through the ZMTP guard, the subscriber (decode, checks, diagnosis) and
-// engine.ApplyBatch without one allocation. The batches are those of BenchmarkIngest
-// (13-block stores extending conversations, and the removal of the oldest 13 once
-// 4,096 are held); one round over them first lets every buffer and table grow.
-func TestLiveMessageZeroAlloc(t *testing.T) {
+// liveRig is a subscriber fed live messages as the ZMTP guard reads them from a
+// connection: step hands it the next recorded batch (BenchmarkIngest's), from the
+// frame bytes through deliver to a locked engine.
+type liveRig struct {
+	e    *engine.Engine
+	s    *Subscriber
+	c    *guardConn
+	pc   *pausedConn
+	step func()
+}
+
+func newLiveRig(tb testing.TB) *liveRig {
 	e, err := engine.New(engine.Config{LockedIndex: true})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer e.Close()
+	tb.Cleanup(func() { e.Close() })
 	s, err := New(Config{Endpoint: "tcp://127.0.0.1:1", Worker: "w", Index: e, BlockSize: 16})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	payloads := ingestBatches(4096 + 2048)
-	pc := &pausedConn{}
-	for seq, p := range payloads {
-		var sb [8]byte
-		binary.BigEndian.PutUint64(sb[:], uint64(seq))
-		m := zmtpFrame(nil, true, []byte(s.cfg.Topic))
-		m = zmtpFrame(m, true, sb[:])
+	topic := zmtpFrame(nil, true, []byte(s.cfg.Topic))
+	pc := &pausedConn{seqAt: len(topic) + 2}
+	for _, p := range payloads {
+		m := zmtpFrame(append([]byte(nil), topic...), true, make([]byte, 8))
 		pc.msgs = append(pc.msgs, zmtpFrame(m, false, p))
 	}
 	g := &guard{self: s.subGuard.self, maxMsg: s.subGuard.maxMsg, maxConns: 1, refused: func(error) {}, sink: s.deliver}
@@ -81,19 +88,62 @@ func TestLiveMessageZeroAlloc(t *testing.T) {
 	c.greeted, c.ready = true, true
 	s.sess = &sessionState{ctx: context.Background(), gen: c.gen, fail: make(chan struct{}, 1)}
 	s.up()
-	step := func() {
+	r := &liveRig{e: e, s: s, c: c, pc: pc}
+	r.step = func() {
 		if err := c.deliver(); !errors.Is(err, errPause) {
-			t.Fatalf("deliver: %v", err)
+			tb.Fatalf("deliver: %v", err)
 		}
 	}
+	return r
+}
+
+// TestLiveMessageZeroAlloc: in steady state a live batch goes from the connection's
+// bytes through the ZMTP guard, the subscriber (decode, checks, diagnosis) and
+// engine.ApplyBatch without one allocation. The batches are those of BenchmarkIngest
+// (13-block stores extending conversations, and the removal of the oldest 13 once
+// 4,096 are held); a warm-up lets every buffer and table grow first.
+func TestLiveMessageZeroAlloc(t *testing.T) {
+	r := newLiveRig(t)
 	for range 4096 { // a full cache: the removals start
-		step()
+		r.step()
 	}
-	if allocs := testing.AllocsPerRun(2000, step); allocs != 0 {
+	if allocs := testing.AllocsPerRun(2000, r.step); allocs != 0 {
 		t.Errorf("%v allocations per live batch, want 0", allocs)
 	}
-	st := s.Status()
-	if st.Batches != uint64(pc.next) || st.Stored == 0 || st.Removed == 0 || st.Rejected != ([NumReasons]uint64{}) || s.sess.err != nil {
-		t.Fatalf("batches %d of %d, stored %d, removed %d, rejected %v, err %v", st.Batches, pc.next, st.Stored, st.Removed, st.Rejected, s.sess.err)
+	st := r.s.Status()
+	if st.Batches != uint64(r.pc.next) || st.Stored == 0 || st.Removed == 0 || st.Rejected != ([NumReasons]uint64{}) || r.s.sess.err != nil {
+		t.Fatalf("batches %d of %d, stored %d, removed %d, rejected %v, err %v", st.Batches, r.pc.next, st.Stored, st.Removed, st.Rejected, r.s.sess.err)
+	}
+}
+
+// BenchmarkLiveMessage is serve's work per live batch short of the socket: the ZMTP
+// frames parsed and copied by the guard, the owner lock, the decode, one ApplyBatch
+// into a locked engine, the status published. Reported: CPU time per batch (the
+// process's, as BenchmarkIngest) and allocations.
+//
+//	go test -run '^$' -bench LiveMessage -benchtime 20000x ./subscriber/
+func BenchmarkLiveMessage(b *testing.B) {
+	r := newLiveRig(b)
+	for range 4096 {
+		r.step()
+	}
+	b.ReportAllocs()
+	c0, cpuOK := processCPU()
+	for b.Loop() {
+		if r.pc.next%len(r.pc.msgs) == 0 {
+			b.StopTimer() // a new round of the same batches: start from an empty worker
+			if err := r.e.Apply(&engine.Event{Kind: engine.EventCleared, Worker: "w"}); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+		r.step()
+	}
+	b.StopTimer()
+	if st := r.s.Status(); st.Batches != uint64(r.pc.next) || st.Duplicates != 0 {
+		b.Fatalf("batches %d of %d, duplicates %d", st.Batches, r.pc.next, st.Duplicates)
+	}
+	if c1, ok := processCPU(); ok && cpuOK {
+		b.ReportMetric(float64((c1-c0).Nanoseconds())/float64(b.N), "cpu-ns/batch")
 	}
 }
