@@ -60,3 +60,32 @@ func TestApplySlotsBound(t *testing.T) {
 		t.Fatalf("%d apply slots still held", len(applySlots))
 	}
 }
+
+// plainIdx is an Index without ApplyBatch (as a relay's, which publishes each event).
+type plainIdx struct{}
+
+func (plainIdx) Apply(*engine.Event) error { return nil }
+
+// TestApplySlotsOnlyBatchIndex: an Index without ApplyBatch takes no apply slot, so a
+// relay's subscribers are not held up by each other's network waits: with every slot
+// taken, a batch still goes through.
+func TestApplySlotsOnlyBatchIndex(t *testing.T) {
+	s, err := New(Config{Endpoint: "tcp://127.0.0.1:1", Worker: "w", Index: plainIdx{}, BlockSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range cap(applySlots) {
+		applySlots <- struct{}{}
+	}
+	defer func() {
+		for range cap(applySlots) {
+			<-applySlots
+		}
+	}()
+	if err := s.applyBatch(0, ingestBatches(1)[0]); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.local.Stored; n != 1 {
+		t.Fatalf("stored %d events, want 1", n)
+	}
+}

@@ -35,8 +35,8 @@
 // one copy, into a buffer kept per connection, one decode, one ApplyBatch per batch
 // when the Index has it (engine.Engine does), no allocation in steady state
 // (TestLiveMessageZeroAlloc) and no goroutine hop. At most GOMAXPROCS-1 batches are
-// decoded and applied at once in the process (applySlots), so one P always stays free
-// of ingestion for a server's queries.
+// decoded and applied at once in the process into an index that applies batches
+// (applySlots), so one P always stays free of ingestion for a server's queries.
 //
 //	Run                                           SUB connection reader (zmq4's)
 //	  open SUB: dial endpoint (or listen, Bind)     frames -> guard -> deliver (owner lock)

@@ -38,6 +38,8 @@ type Subscriber struct {
 	batch  kvevents.Batch
 	ev     engine.Event
 	blocks []engine.Block
+	// bi is Config.Index when it applies batches (nil otherwise).
+	bi batchIndex
 	// A batch for a batchIndex (applyEvents): its index events, the position of each
 	// in the decoded batch, whether each is a copy, and the index's answers.
 	evs    []engine.Event
@@ -140,6 +142,7 @@ func New(cfg Config) (*Subscriber, error) {
 		hyb:       newHybridState(&cfg),
 	}
 	s.ownCond = sync.NewCond(&s.own)
+	s.bi, _ = cfg.Index.(batchIndex)
 	s.subGuard = &guard{self: zmq4.Sub, maxMsg: uint64(cfg.MaxMessageBytes), handshake: cfg.ReplayTimeout,
 		maxConns: maxBoundConns, refused: s.peerRefused, sink: s.deliver}
 	s.subGuard.allowed, _ = ParsePeers(cfg.AllowedPeers) // validated
@@ -1163,18 +1166,24 @@ func (s *Subscriber) applyBatch(seq uint64, payload []byte) error {
 // applyBatchAfter is applyBatch for a batch the index holds up to the event whose
 // SourceCursor is after (0: none of it): the events up to it are skipped.
 func (s *Subscriber) applyBatchAfter(seq uint64, payload []byte, after uint64) error {
+	if s.bi == nil {
+		return s.decodeApply(seq, payload, after)
+	}
 	applySlots <- struct{}{}
 	defer func() { <-applySlots }()
 	return s.decodeApply(seq, payload, after)
 }
 
 // applySlots bounds the batches being decoded and applied at once in the process, over
-// every subscriber, to GOMAXPROCS-1 (at least one): each subscriber applies in its
+// every subscriber whose Index applies batches (batchIndex: an in-memory index,
+// engine.Engine), to GOMAXPROCS-1 (at least one): each subscriber applies in its
 // connections' reader goroutines, so without a bound a burst (a fleet's catch-up
 // after a stall, replays) could hold every P, and a router's queries would wait
 // behind event application in the Go scheduler's run queues. With it one P is
 // always free of ingestion. A slot is held for one batch's CPU work only, never
-// across a replay's network wait.
+// across a replay's network wait; an Index without ApplyBatch (a relay's, which
+// publishes each event over the network) takes none, so that one slow stream cannot
+// hold the others up.
 var applySlots = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1))
 
 // decodeApply is applyBatchAfter's work, holding an apply slot.
@@ -1209,8 +1218,8 @@ func (s *Subscriber) decodeApply(seq uint64, payload []byte, after uint64) error
 			return err
 		}
 	}
-	if bi, ok := s.cfg.Index.(batchIndex); ok && s.hyb == nil {
-		if err := s.applyEvents(bi, b, seq, after, now); err != nil {
+	if s.bi != nil && s.hyb == nil {
+		if err := s.applyEvents(s.bi, b, seq, after, now); err != nil {
 			return err
 		}
 	} else {
