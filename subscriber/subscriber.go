@@ -38,8 +38,6 @@ type Subscriber struct {
 	batch  kvevents.Batch
 	ev     engine.Event
 	blocks []engine.Block
-	// bi is Config.Index when it applies batches (nil otherwise).
-	bi batchIndex
 	// A batch for a batchIndex (applyEvents): its index events, the position of each
 	// in the decoded batch, whether each is a copy, and the index's answers.
 	evs    []engine.Event
@@ -142,7 +140,6 @@ func New(cfg Config) (*Subscriber, error) {
 		hyb:       newHybridState(&cfg),
 	}
 	s.ownCond = sync.NewCond(&s.own)
-	s.bi, _ = cfg.Index.(batchIndex)
 	s.subGuard = &guard{self: zmq4.Sub, maxMsg: uint64(cfg.MaxMessageBytes), handshake: cfg.ReplayTimeout,
 		maxConns: maxBoundConns, refused: s.peerRefused, sink: s.deliver}
 	s.subGuard.allowed, _ = ParsePeers(cfg.AllowedPeers) // validated
@@ -1166,12 +1163,13 @@ func (s *Subscriber) applyBatch(seq uint64, payload []byte) error {
 // applyBatchAfter is applyBatch for a batch the index holds up to the event whose
 // SourceCursor is after (0: none of it): the events up to it are skipped.
 func (s *Subscriber) applyBatchAfter(seq uint64, payload []byte, after uint64) error {
-	if s.bi == nil {
-		return s.decodeApply(seq, payload, after)
+	bi, _ := s.cfg.Index.(batchIndex)
+	if bi == nil {
+		return s.decodeApply(seq, payload, after, nil)
 	}
 	applySlots <- struct{}{}
 	defer func() { <-applySlots }()
-	return s.decodeApply(seq, payload, after)
+	return s.decodeApply(seq, payload, after, bi)
 }
 
 // applySlots bounds the batches being decoded and applied at once in the process, over
@@ -1186,8 +1184,9 @@ func (s *Subscriber) applyBatchAfter(seq uint64, payload []byte, after uint64) e
 // hold the others up.
 var applySlots = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1))
 
-// decodeApply is applyBatchAfter's work, holding an apply slot.
-func (s *Subscriber) decodeApply(seq uint64, payload []byte, after uint64) error {
+// decodeApply is applyBatchAfter's work (holding an apply slot when bi, the Index
+// as a batchIndex, is not nil).
+func (s *Subscriber) decodeApply(seq uint64, payload []byte, after uint64, bi batchIndex) error {
 	s.resumeAfter = 0 // a batch applied: the resumed one is behind
 	s.has, s.last, s.digest = true, seq, xxh3.Hash(payload)
 	s.local.Batches++
@@ -1218,8 +1217,8 @@ func (s *Subscriber) decodeApply(seq uint64, payload []byte, after uint64) error
 			return err
 		}
 	}
-	if s.bi != nil && s.hyb == nil {
-		if err := s.applyEvents(s.bi, b, seq, after, now); err != nil {
+	if bi != nil && s.hyb == nil {
+		if err := s.applyEvents(bi, b, seq, after, now); err != nil {
 			return err
 		}
 	} else {
