@@ -126,7 +126,13 @@ func serveHostile(t *testing.T, l net.Listener, payload []byte) <-chan struct{} 
 	}()
 	t.Cleanup(func() {
 		l.Close()
-		<-done
+		for { // every connection's goroutine reports on closed before ServeHostile returns
+			select {
+			case <-closed:
+			case <-done:
+				return
+			}
+		}
 	})
 	return closed
 }
@@ -252,7 +258,9 @@ func TestMaxMessageBytesConfig(t *testing.T) {
 
 // TestHostileReplaySocket: the replay endpoint answers the DEALER with a frame header
 // declaring 2^50 bytes. The replay fails, the peer is refused and counted, and the live
-// stream still makes the worker live.
+// stream's batches are still applied; the worker stays stale with its replay short (the
+// history before them never arrived) and the replay is retried, each retry refused
+// again, until an endpoint answers.
 func TestHostileReplaySocket(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -263,9 +271,15 @@ func TestHostileReplaySocket(t *testing.T) {
 	pub := newGoodPub(t, ep, true)
 	s, eng := runSub(t, subscriber.Config{Endpoint: ep, ReplayEndpoint: "tcp://" + l.Addr().String()})
 	<-closed
-	waitFor(t, 10*time.Second, "replay refused", func() bool {
+	waitFor(t, 30*time.Second, "replay refused", func() bool {
 		st := s.Status()
 		return st.PeersRefused >= 1 && st.ReplayFailures >= 1
 	})
-	waitLive(t, s, eng, pub)
+	waitFor(t, 30*time.Second, "live batches applied", func() bool {
+		pub.Send()
+		return s.Status().Batches > 0 && eng.Stats().Workers == 1
+	})
+	if st := s.Status(); st.State == subscriber.StateLive || !st.ReplayShort {
+		t.Fatalf("a worker whose replay was refused: %+v", st)
+	}
 }
