@@ -27,14 +27,17 @@ fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 ## docs check. The tools are installed first, one at a time (apt-get holds a
 ## lock; `make tools` says what each is for); then the phases run TEST_JOBS at a time
 ## (default 2: lint and the 386 vet leave a core idle half the time), the longest (race)
-## first. Each phase runs through scripts/phase.sh: a line when it starts, a line a
-## minute while it runs, its whole output when it ends, then its result and wall time.
+## first, beside lint: on a cold cache two phases of one build configuration side by side
+## would both compile the same standard library and dependencies (go commands do not
+## share work in flight), so each pairing mixes the race and the plain build. Each
+## phase runs through scripts/phase.sh: a line when it starts, a line a minute while it
+## runs, its whole output when it ends, then its result and wall time.
 ## Every go test has an explicit -timeout (TEST_TIMEOUT per package binary: a guard
 ## against a hang, about 5x the slowest package's wall time at load 4 on 2 cores).
 TEST_JOBS ?= 2
 TEST_TIMEOUT ?= 15m
 GOTEST = $(GO) test -timeout $(TEST_TIMEOUT)
-TEST_PHASES := race-pkgs race-invariants lint plain build386 conformance docs-check
+TEST_PHASES := race-pkgs lint race-invariants plain build386 conformance docs-check
 test: shared-note tools
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-phases
 
