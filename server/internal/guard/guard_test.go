@@ -147,7 +147,7 @@ func closedByPeer(c net.Conn) bool {
 // gives every slot back.
 func TestListenerBounds(t *testing.T) {
 	l, acc, shed := listen(t, ListenerConfig{Max: 10, PerSource: 2, Unauthenticated: 3, Handshake: 300 * time.Millisecond})
-	a1, _ := dialFrom(t, 2, l.Addr().String()), dialFrom(t, 2, l.Addr().String())
+	a1, a2 := dialFrom(t, 2, l.Addr().String()), dialFrom(t, 2, l.Addr().String())
 	first := <-acc
 	<-acc
 	a3 := dialFrom(t, 2, l.Addr().String()) // the source's third
@@ -169,7 +169,15 @@ func TestListenerBounds(t *testing.T) {
 			t.Fatal("an unauthenticated connection outlived the window")
 		}
 	}
-	_ = a1
+	// The source's other connection never authenticated: closed when the window ends too
+	// (waited for, so that Open counts only the authenticated one).
+	other := a1
+	if first.RemoteAddr().String() == a1.LocalAddr().String() {
+		other = a2
+	}
+	if !closedByPeer(other) {
+		t.Fatal("the source's unauthenticated connection outlived the window")
+	}
 	if got := shed(); got["src"] != 1 || got["unauth"] != 1 || got["hs"] < 2 {
 		t.Fatalf("shed %v", got)
 	}
