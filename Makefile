@@ -115,7 +115,7 @@ race: race-pkgs race-invariants plain
 race-pkgs: publisher-deps
 	$(GOTEST) -race -count=1 -p 1 $(RACE_PKGS)
 	$(GOTEST) -race -count=1 -run '^(TestDemo|TestDemoEnginesOnly|TestDoctor(Healthy|Misconfigured|Unobservable|ReportsFrameRefusal))$$' ./cmd/kvindex/
-	$(GOTEST) -race -count=1 -run '^(TestRunTimed|TestRunTimedBothAffinities)$$' ./sim/report/
+	$(GOTEST) -race -count=1 -run '^(TestRunTimed|TestRunTimedBothAffinities|TestRunParallel)$$' ./sim/report/
 
 race-invariants:
 	$(GOTEST) -race -short -tags invariants -count=1 $(INDEX_PKGS)

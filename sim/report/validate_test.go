@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -92,4 +93,45 @@ func stagesOf(x [][3]float64) []sim.StageResult {
 		out[i] = sim.StageResult{Stage: sim.Stage{Rate: s[0], Duration: d}, Span: d, TTFT: sim.Latency{P90: s[2]}}
 	}
 	return out
+}
+
+// TestRunParallel: the validation's worker pool runs every run once, two at a time
+// sharing one workload, each result its own, and reports each finished run (make test
+// runs it under the race detector).
+func TestRunParallel(t *testing.T) {
+	w, err := sim.Generate(sim.GenConfig{Seed: 1, Requests: 200, Sessions: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := sim.TimedConfig{Config: sim.Config{Workers: 4, Capacity: 800, EventDelay: -1, Seed: 1}}
+	var all [][]run
+	for i, names := range [][]string{{"kv-aware-scorer", "round-robin"}, {"round-robin"}} {
+		var rs []run
+		for j, n := range names {
+			rt, err := sim.ParseRouting(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs = append(rs, run{name: fmt.Sprintf("%d/%d %s", i, j, n), w: w, rt: rt, cfg: cfg})
+		}
+		all = append(all, rs)
+	}
+	var done []string // appended by the pool's workers, one at a time
+	if err := runParallel(t.Context(), all, 2, func(name string) { done = append(done, name) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(done) != 3 {
+		t.Fatalf("progress reported %v, want 3 runs", done)
+	}
+	for _, rs := range all {
+		for _, x := range rs {
+			if x.res.Requests != len(w.Requests) {
+				t.Errorf("%s: %d requests, want %d", x.name, x.res.Requests, len(w.Requests))
+			}
+		}
+	}
+	// The two round-robin runs share the workload and the seed: the same result.
+	if a, b := all[0][1].res, all[1][0].res; a.HitBlocks != b.HitBlocks || a.Blocks != b.Blocks {
+		t.Errorf("round-robin twice: %d/%d and %d/%d hit blocks", a.HitBlocks, a.Blocks, b.HitBlocks, b.Blocks)
+	}
 }
