@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/kvindex/kvindex/hash"
 	"github.com/kvindex/kvindex/route"
 )
 
@@ -45,6 +46,9 @@ const (
 	// MaxShareBlocks bounds the block hashes a routed delta carries; a longer request
 	// shares its first MaxShareBlocks (its tail blocks then count as its own).
 	MaxShareBlocks = 8192
+	// MaxShareTokens bounds a routed delta's prompt tokens, so that no peer can make
+	// one request count past any real prompt (or overflow a worker's sums).
+	MaxShareTokens = 1 << 24
 )
 
 // The kinds of load delta.
@@ -81,7 +85,8 @@ func decodeDelta(data []byte) (loadDelta, error) {
 		return loadDelta{}, fmt.Errorf("%w: replica, id or worker empty or over %d bytes", errDelta, MaxLoadName)
 	case d.Kind != deltaBeat && d.ID == "":
 		return loadDelta{}, fmt.Errorf("%w: %s without a request id", errDelta, d.Kind)
-	case d.Kind == deltaRouted && (d.Worker == "" || d.Tokens < 0 || d.Cached < 0 || d.BlockSize < 1 || len(d.Blocks) > MaxShareBlocks):
+	case d.Kind == deltaRouted && (d.Worker == "" || d.Tokens < 0 || d.Tokens > MaxShareTokens || d.Cached < 0 ||
+		d.BlockSize < 1 || d.BlockSize > hash.MaxBlockSize || len(d.Blocks) > MaxShareBlocks):
 		return loadDelta{}, fmt.Errorf("%w: routed %q to %q: %d tokens, %d cached, block size %d, %d hashes",
 			errDelta, d.ID, d.Worker, d.Tokens, d.Cached, d.BlockSize, len(d.Blocks))
 	case d.Kind != deltaRouted && d.Kind != deltaFirstToken && d.Kind != deltaFinished && d.Kind != deltaBeat:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/kvindex/kvindex/hash"
 	"github.com/kvindex/kvindex/route"
 )
 
@@ -114,6 +115,8 @@ func TestLoadShareHostilePeer(t *testing.T) {
 		loadDelta{Replica: "x", Kind: "steal"},
 		loadDelta{Replica: "x", Kind: deltaRouted, ID: "1", Worker: "w", Tokens: -1, BlockSize: 4},
 		loadDelta{Replica: "x", Kind: deltaRouted, ID: "1", Worker: "w", Tokens: 1, BlockSize: 0},
+		loadDelta{Replica: "x", Kind: deltaRouted, ID: "1", Worker: "w", Tokens: MaxShareTokens + 1, BlockSize: 4},
+		loadDelta{Replica: "x", Kind: deltaRouted, ID: "1", Worker: "w", Tokens: 1, BlockSize: hash.MaxBlockSize + 1},
 		loadDelta{Replica: "x", Kind: deltaRouted, ID: "1", Worker: "w", Tokens: 1, BlockSize: 4, Blocks: make([]uint64, MaxShareBlocks+1)},
 		routed(strings.Repeat("x", MaxLoadName+1), "1"), routed("x", strings.Repeat("i", MaxLoadName+1)),
 		loadDelta{Replica: "x", Kind: deltaFinished},
@@ -144,7 +147,8 @@ func FuzzLoadDelta(f *testing.F) {
 			return
 		}
 		if d.Replica == "" || len(d.Replica) > MaxLoadName || len(d.ID) > MaxLoadName || len(d.Worker) > MaxLoadName ||
-			len(d.Blocks) > MaxShareBlocks || d.Kind == deltaRouted && (d.BlockSize < 1 || d.Tokens < 0 || d.Cached < 0) {
+			len(d.Blocks) > MaxShareBlocks || d.Kind == deltaRouted && (d.BlockSize < 1 || d.BlockSize > hash.MaxBlockSize ||
+			d.Tokens < 0 || d.Tokens > MaxShareTokens || d.Cached < 0) {
 			t.Fatalf("accepted out of bounds: %+v", d)
 		}
 	})
