@@ -163,34 +163,16 @@ func Decode(b []byte, rp *Request, kind Kind) (err error) {
 			if err != nil {
 				return fmt.Errorf("tier_weights: %w", err)
 			}
-		case "top_k":
-			if hasPrefix(b[i:], "null") {
-				i += 4
-				break
+		case "top_k", "ttl_ms":
+			var v uint64
+			if v, i, err = nullableUint(b, i); err != nil {
+				return fmt.Errorf("%s: %w", key, err)
 			}
-			j := i
-			for j < len(b) && b[j] != ',' && b[j] != '}' && !isSpace(b[j]) {
-				j++
+			if key == "top_k" {
+				r.TopK = v
+			} else {
+				r.TTLms = v
 			}
-			v, err := parseUint(b[i:j], false)
-			if err != nil {
-				return fmt.Errorf("top_k: %w", err)
-			}
-			r.TopK, i = v, j
-		case "ttl_ms":
-			if hasPrefix(b[i:], "null") {
-				i += 4
-				break
-			}
-			j := i
-			for j < len(b) && b[j] != ',' && b[j] != '}' && !isSpace(b[j]) {
-				j++
-			}
-			v, err := parseUint(b[i:j], false)
-			if err != nil {
-				return fmt.Errorf("ttl_ms: %w", err)
-			}
-			r.TTLms, i = v, j
 		case "model":
 			str = &r.Model
 		case "namespace":
@@ -257,6 +239,20 @@ func Decode(b []byte, rp *Request, kind Kind) (err error) {
 			return fmt.Errorf("%w at offset %d: want ',' or '}'", ErrSyntax, i)
 		}
 	}
+}
+
+// nullableUint reads the unsigned integer or null (0) at b[i] and returns the offset
+// after it.
+func nullableUint(b []byte, i int) (uint64, int, error) {
+	if hasPrefix(b[i:], "null") {
+		return 0, i + 4, nil
+	}
+	j := i
+	for j < len(b) && b[j] != ',' && b[j] != '}' && !isSpace(b[j]) {
+		j++
+	}
+	v, err := parseUint(b[i:j], false)
+	return v, j, err
 }
 
 func hasPrefix(b []byte, s string) bool { return len(b) >= len(s) && string(b[:len(s)]) == s }
