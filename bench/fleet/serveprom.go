@@ -3,7 +3,6 @@ package fleet
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -30,20 +29,13 @@ type hist struct {
 
 // scrapeHists reads the named histograms from serve's /metrics.
 func scrapeHists(ctx context.Context, hc *http.Client, addr string, names ...string) (map[string]*hist, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	body, err := get(ctx, hc, addr, "/metrics")
 	if err != nil {
 		return nil, err
 	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("/metrics: %s", resp.Status)
-	}
+	defer body.Close()
 	out := map[string]*hist{}
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		for _, n := range names {

@@ -215,16 +215,12 @@ func (c *child) failed() error {
 
 // goroutines reads go_goroutines from the child's /metrics.
 func (c *child) goroutines(ctx context.Context) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.http+"/metrics", nil)
+	body, err := get(ctx, http.DefaultClient, c.http, "/metrics")
 	if err != nil {
 		return 0, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
+	defer body.Close()
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
@@ -300,9 +296,9 @@ type workerState struct {
 	Restarts uint64 `json:"restarts"`
 }
 
-// fetchWorkers reads GET /v1/workers.
-func fetchWorkers(ctx context.Context, hc *http.Client, addr string) (map[string]workerState, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/workers", nil)
+// get is the body of GET http://addr+path, an error unless it answers 200.
+func get(ctx context.Context, hc *http.Client, addr, path string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -310,14 +306,24 @@ func fetchWorkers(ctx context.Context, hc *http.Client, addr string) (map[string
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("/v1/workers: %s", resp.Status)
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s: %s", path, resp.Status)
 	}
+	return resp.Body, nil
+}
+
+// fetchWorkers reads GET /v1/workers.
+func fetchWorkers(ctx context.Context, hc *http.Client, addr string) (map[string]workerState, error) {
+	r, err := get(ctx, hc, addr, "/v1/workers")
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
 	var body struct {
 		Workers []workerState `json:"workers"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+	if err := json.NewDecoder(r).Decode(&body); err != nil {
 		return nil, fmt.Errorf("/v1/workers: %w", err)
 	}
 	out := make(map[string]workerState, len(body.Workers))
