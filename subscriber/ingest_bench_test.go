@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/cputime"
 )
 
 // ingestBatches records n batches of the shape `kvindex loadtest`'s engines publish:
@@ -71,7 +72,7 @@ func BenchmarkIngest(b *testing.B) {
 			}
 			b.ReportAllocs()
 			seq := uint64(0)
-			c0, cpuOK := processCPU()
+			c0, cpuOK := cputime.Process()
 			for b.Loop() {
 				if err := s.applyBatch(seq, payloads[seq%uint64(len(payloads))]); err != nil {
 					b.Fatal(err)
@@ -86,7 +87,7 @@ func BenchmarkIngest(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			if c1, ok := processCPU(); ok && cpuOK {
+			if c1, ok := cputime.Process(); ok && cpuOK {
 				// (the clears between rounds count too: one per 8,192 batches)
 				b.ReportMetric(float64((c1-c0).Nanoseconds())/float64(b.N), "cpu-ns/batch")
 			}

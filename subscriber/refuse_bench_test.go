@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/cputime"
 )
 
 // BenchmarkRefusingEndpoints runs 1,000 subscribers whose endpoints refuse connections
@@ -23,7 +24,7 @@ func BenchmarkRefusingEndpoints(b *testing.B) {
 	defer eng.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	c0, ok := processCPU()
+	c0, ok := cputime.Process()
 	if !ok {
 		b.Skip("no process CPU time on this system")
 	}
@@ -43,7 +44,7 @@ func BenchmarkRefusingEndpoints(b *testing.B) {
 		go func() { defer wg.Done(); _ = s.Run(ctx) }()
 	}
 	time.Sleep(20 * time.Second) // the window measured
-	c1, _ := processCPU()
+	c1, _ := cputime.Process()
 	b.ReportMetric(float64(c1-c0)/float64(time.Since(w0)), "cores")
 	cancel()
 	wg.Wait()

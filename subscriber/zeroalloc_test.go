@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/cputime"
 )
 
 // errPause ends a pausedConn's message: the guard's reader returns it, and the next
@@ -128,7 +129,7 @@ func BenchmarkLiveMessage(b *testing.B) {
 		r.step()
 	}
 	b.ReportAllocs()
-	c0, cpuOK := processCPU()
+	c0, cpuOK := cputime.Process()
 	for b.Loop() {
 		if r.pc.next%len(r.pc.msgs) == 0 {
 			b.StopTimer() // a new round of the same batches: start from an empty worker
@@ -143,7 +144,7 @@ func BenchmarkLiveMessage(b *testing.B) {
 	if st := r.s.Status(); st.Batches != uint64(r.pc.next) || st.Duplicates != 0 {
 		b.Fatalf("batches %d of %d, duplicates %d", st.Batches, r.pc.next, st.Duplicates)
 	}
-	if c1, ok := processCPU(); ok && cpuOK {
+	if c1, ok := cputime.Process(); ok && cpuOK {
 		b.ReportMetric(float64((c1-c0).Nanoseconds())/float64(b.N), "cpu-ns/batch")
 	}
 }
