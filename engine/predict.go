@@ -253,9 +253,7 @@ func (e *Engine) addPredicted(q *query, ns uint32, content []uint64, dst []Match
 	root := e.fingerprint(shard.Key{Prefix: content[0], NS: ns})
 	p.RLock()
 	defer p.RUnlock()
-	hits := predict.AppendEach(p, q.phits[:0], root, ns, content, q.byPrefix, e.now(), func(w string, n int) predict.Hit {
-		return predict.Hit{Worker: w, N: n}
-	})
+	hits := p.AppendHits(q.phits[:0], root, ns, content, q.byPrefix, e.now())
 	q.phits = hits
 	changed := false
 	for _, h := range hits {

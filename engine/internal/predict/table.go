@@ -349,10 +349,10 @@ type Hit struct {
 
 // AppendHits appends to dst, for each worker with a live entry in namespace ns filed
 // under rootFP (the fingerprint of the query's first key), the longest common prefix
-// of content with any of them, when at least 1. Read side; nothing allocated beyond
-// dst's growth.
-func (p *Table) AppendHits(dst []Hit, rootFP uint64, ns uint32, content []uint64, now int64) []Hit {
-	return AppendEach(p, dst, rootFP, ns, content, false, now, func(w string, n int) Hit { return Hit{Worker: w, N: n} })
+// of key with any of them, when at least 1 (byPrefix: key holds prefix hashes,
+// AppendEach). Read side; nothing allocated beyond dst's growth.
+func (p *Table) AppendHits(dst []Hit, rootFP uint64, ns uint32, key []uint64, byPrefix bool, now int64) []Hit {
+	return AppendEach(p, dst, rootFP, ns, key, byPrefix, now, func(w string, n int) Hit { return Hit{Worker: w, N: n} })
 }
 
 // AppendEach is AppendHits with each hit made by mk (which must not capture, so that

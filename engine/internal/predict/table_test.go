@@ -13,7 +13,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func hits(p *Table, root uint64, ns uint32, content []uint64, now int64) []Hit {
 	p.RLock()
 	defer p.RUnlock()
-	h := p.AppendHits(nil, root, ns, content, now)
+	h := p.AppendHits(nil, root, ns, content, false, now)
 	slices.SortFunc(h, func(a, b Hit) int { return cmpString(a.Worker, b.Worker) })
 	return h
 }
