@@ -26,10 +26,15 @@ func TestBoundGarbagePeersEvicted(t *testing.T) {
 		close(stop)
 		wg.Wait()
 	}()
+	listenBy := time.Now().Add(10 * time.Second)
 	for attackers := 0; attackers < subscriber.MaxBoundConns; {
 		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			continue // not listening yet
+		if err != nil { // not listening yet
+			if time.Now().After(listenBy) {
+				t.Fatalf("the bound socket never listened: %v", err)
+			}
+			time.Sleep(time.Millisecond) // the retry's pace, not a synchronisation
+			continue
 		}
 		attackers++
 		wg.Add(1)
