@@ -45,24 +45,25 @@ func (p LongestPrefix) Pick(req Request, cands []Candidate, rnd uint64) int {
 	if p.Cap > 0 && total > 0 && len(cands) > 0 {
 		limit = p.Cap * float64(total) / float64(len(cands))
 	}
+	// The overlap first, then fewer requests: overlaps and request counts are far
+	// below 2^20, so one float orders both exactly.
+	key := func(c *Candidate) float64 {
+		return float64(c.Overlap)*(1<<21) - float64(min(c.Load.Requests, 1<<20))
+	}
 	var buf [64]float64
 	vals := buf[:0]
 	eligible := false
 	for i := range cands {
-		r := cands[i].Load.Requests
-		if float64(r) >= limit {
+		if float64(cands[i].Load.Requests) >= limit {
 			vals = append(vals, math.Inf(-1))
 			continue
 		}
 		eligible = true
-		// The overlap first, then fewer requests: overlaps and request counts are
-		// far below 2^20, so one float orders both exactly.
-		vals = append(vals, float64(cands[i].Overlap)*(1<<21)-float64(min(r, 1<<20)))
+		vals = append(vals, key(&cands[i]))
 	}
-	if !eligible {
-		vals = vals[:0]
+	if !eligible { // nobody under the cap: the longest prefix still wins
 		for i := range cands {
-			vals = append(vals, float64(cands[i].Overlap)*(1<<21)-float64(min(cands[i].Load.Requests, 1<<20)))
+			vals[i] = key(&cands[i])
 		}
 	}
 	return pickBest(vals, rnd, true)
