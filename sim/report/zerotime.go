@@ -592,5 +592,3 @@ func saveChart(p *plot.Plot, path string) error {
 	p.Draw(draw.New(c))
 	return WriteCanvas(c, path)
 }
-
-// simProgress shows a bar on stderr once a run has gone on for progressDelay, when stderr
