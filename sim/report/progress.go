@@ -13,7 +13,6 @@ import (
 // a short run prints nothing. Its methods are not safe for concurrent use.
 type Progress struct {
 	w       *gatedWriter
-	on      bool
 	delay   time.Duration
 	start   time.Time
 	bar     *progressbar.ProgressBar
@@ -36,8 +35,8 @@ func (g *gatedWriter) Write(b []byte) (int, error) {
 // NewProgress returns a bar of total requests that writes to w after delay; when on is
 // false it shows nothing.
 func NewProgress(w io.Writer, on bool, total int, delay time.Duration) *Progress {
-	p := &Progress{w: &gatedWriter{w: w}, on: on, delay: delay, start: time.Now()}
-	if p.on {
+	p := &Progress{w: &gatedWriter{w: w}, delay: delay, start: time.Now()}
+	if on {
 		p.bar = progressbar.NewOptions(total,
 			progressbar.OptionSetWriter(p.w),
 			progressbar.OptionSetDescription("simulating"),
@@ -54,7 +53,7 @@ func NewProgress(w io.Writer, on bool, total int, delay time.Duration) *Progress
 
 // Add counts n more requests simulated (sim.Config.Progress).
 func (p *Progress) Add(n int) {
-	if !p.on || p.stopped {
+	if p.bar == nil || p.stopped {
 		return
 	}
 	if !p.w.open && time.Since(p.start) >= p.delay {
