@@ -2,6 +2,7 @@ package route
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -153,11 +154,7 @@ var aliases = map[string]string{
 
 // Aliases returns the old names and the names they stand for.
 func Aliases() map[string]string {
-	out := make(map[string]string, len(aliases))
-	for k, v := range aliases {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(aliases)
 }
 
 // ParseRow returns the row named s: "FAMILY/KNOWLEDGE" for a cache-aware family, the
