@@ -54,10 +54,8 @@ func LoadCost(profile string) (sim.CostModel, string, sim.EngineSpec, error) {
 		profile = sim.DefaultProfile
 	}
 	var spec sim.EngineSpec
-	var err error
-	switch {
-	case slices.Contains(sim.ShippedProfiles(), profile):
-		spec, err = sim.ShippedProfile(profile)
+	if slices.Contains(sim.ShippedProfiles(), profile) {
+		spec, err := sim.ShippedProfile(profile)
 		if err != nil {
 			return nil, "", spec, err
 		}
