@@ -14,8 +14,9 @@
 //
 // COMMAND runs under bash from the repository root with a freshly built kvindex first on
 // PATH, once per docsgen run: documents quoting the same command (README.md and
-// sim/README.md both quote `kvindex sim`) are checked against one output. Every `text` block must follow a marker, so every figure a document quotes names
-// the command it came from; TestDocCommandsParse (cmd/kvindex) checks that every
+// sim/README.md both quote `kvindex sim`) are checked against one output. Every `text`
+// block must follow a marker, so every figure a document quotes names the command it
+// came from; TestDocCommandsParse (cmd/kvindex) checks that every
 // documented command line parses. With -write each run and file block is replaced by
 // what the command prints now; without it, any difference in what is deterministic is
 // reported and the exit status is 1.
