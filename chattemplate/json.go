@@ -139,7 +139,10 @@ func writeJSONObject(b *strings.Builder, d *Dict, o *jsonOpts, depth, limit int)
 		writeIndent(b, o, depth+1)
 		writeJSONString(b, k, o.ensureASCII)
 		b.WriteString(o.keySep)
-		v, _ := d.Get(k)
+		v := d.vals[i] // keys is d.keys unless sorted
+		if o.sortKeys {
+			v, _ = d.Get(k)
+		}
 		if err := writeJSON(b, v, o, depth+1, limit); err != nil {
 			return err
 		}

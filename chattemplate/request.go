@@ -61,8 +61,8 @@ func FromRequest(body []byte) (Context, error) {
 			return ctx, errors.New("chattemplate: chat_template_kwargs must be an object")
 		}
 		ctx.Extra = make(map[string]any, d.Len())
-		for _, k := range d.Keys() {
-			ctx.Extra[k], _ = d.Get(k)
+		for i, k := range d.keys {
+			ctx.Extra[k] = d.vals[i]
 		}
 	}
 	return ctx, nil
@@ -285,10 +285,9 @@ func dumpModel(d *Dict, fields []string, override map[string]any) *Dict {
 		}
 		out.Set(f, v)
 	}
-	for _, k := range d.Keys() {
+	for i, k := range d.keys {
 		if !contains(fields, k) {
-			v, _ := d.Get(k)
-			out.Set(k, v)
+			out.Set(k, d.vals[i])
 		}
 	}
 	return out
