@@ -219,13 +219,14 @@ func (c LoadShareConfig) withDefaults() (LoadShareConfig, error) {
 	return c, nil
 }
 
-// Routed publishes that this replica routed request id to worker.
+// Routed publishes that this replica routed request id to worker (its tokens and
+// hashes cut to MaxShareTokens and MaxShareBlocks, which the others refuse past).
 func (l *LoadShare) Routed(id, worker string, req route.Request, cached int) {
 	blocks := req.Blocks
 	if len(blocks) > MaxShareBlocks {
 		blocks = blocks[:MaxShareBlocks]
 	}
-	l.publish(loadDelta{Kind: deltaRouted, ID: id, Worker: worker, Tokens: req.Tokens, Cached: cached,
+	l.publish(loadDelta{Kind: deltaRouted, ID: id, Worker: worker, Tokens: min(req.Tokens, MaxShareTokens), Cached: cached,
 		BlockSize: req.BlockSize, Blocks: blocks})
 }
 
