@@ -253,7 +253,7 @@ func (e *Engine) addPredicted(q *query, ns uint32, content []uint64, dst []Match
 	root := e.fingerprint(shard.Key{Prefix: content[0], NS: ns})
 	p.RLock()
 	defer p.RUnlock()
-	hits := p.AppendHits(q.phits[:0], root, ns, content, q.byPrefix, e.now())
+	hits := p.AppendHits(q.phits[:0], root, ns, content, q.byPrefix(), e.now())
 	q.phits = hits
 	changed := false
 	for _, h := range hits {

@@ -53,12 +53,14 @@ type candidate struct {
 	lo, hi int
 }
 
+// byPrefix reports whether the query's words are prefix hashes (FindMatchesByPrefixIn).
+func (q *query) byPrefix() bool { return q.ch == &chain.Given }
+
 // query is a pooled per-call workspace: nothing in it survives a call except capacity.
 type query struct {
 	done      chan struct{}
 	ns        uint32
-	ch        *chain.Chain // the engine's chain, or chain.Given for a query by prefix hashes
-	byPrefix  bool         // the query's words are prefix hashes (FindMatchesByPrefixIn)
+	ch        *chain.Chain // the engine's chain, or chain.Given for a query by prefix hashes (byPrefix)
 	pre       []uint64     // prefix hash per position
 	sub       []shard.Batch
 	at        []probeAt // per hashed position: where its probe is, if it was probed
@@ -170,7 +172,7 @@ func (e *Engine) findMatches(ctx context.Context, ns uint32, content []uint64, c
 			e.abandoned.Add(1) // shards may still write into q: let the GC have it
 		}
 	}()
-	q.ns, q.ch, q.byPrefix = ns, ch, ch == &chain.Given
+	q.ns, q.ch = ns, ch
 	start := len(dst)
 	if e.walks() {
 		var done bool
