@@ -241,6 +241,7 @@ func TestStaleWorkerHint(t *testing.T) {
 	for _, cfg := range []Config{{Shards: 2}, {Shards: 1, LockedIndex: true}} {
 		e, err := New(cfg)
 		require.NoError(t, err)
+		t.Cleanup(func() { _ = e.Close() }) // a failed require leaves no shard goroutine behind
 		require.NoError(t, e.Store("w", []Block{{Content: 1, Seq: 1}, {Content: 2, Seq: 2}}))
 		old := e.lookup("w")
 		require.NotNil(t, old)
