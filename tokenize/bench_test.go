@@ -3,10 +3,10 @@ package tokenize_test
 import (
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 
 	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/internal/cputime"
 	"github.com/kvindex/kvindex/internal/testsize"
 	"github.com/kvindex/kvindex/internal/tokoracle"
 	"github.com/kvindex/kvindex/tokenize"
@@ -67,7 +67,7 @@ func BenchmarkChatPrompt(b *testing.B) {
 				b.Run(map[bool]string{false: "warm", true: "cold"}[cold], func(b *testing.B) {
 					b.SetBytes(int64(len(text)))
 					b.ReportAllocs()
-					cpu0 := cpuTime()
+					cpu0, _ := cputime.Process()
 					b.ResetTimer()
 					for b.Loop() {
 						if cold {
@@ -77,7 +77,8 @@ func BenchmarkChatPrompt(b *testing.B) {
 						blocks, _ = hash.Blocks(blocks[:0], ids, 16)
 					}
 					b.StopTimer()
-					b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+					cpu1, _ := cputime.Process() // 0 where the platform does not tell
+					b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/op")
 					b.ReportMetric(float64(len(ids)), "tokens")
 					b.ReportMetric(js.(float64), "js-ns/op")
 				})
@@ -114,13 +115,4 @@ func TestEncodeAllocates(t *testing.T) {
 			check(t, tok, chatPrompt(tok, 7000))
 		})
 	}
-}
-
-// cpuTime is the process's CPU time so far, in nanoseconds.
-func cpuTime() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
 }
