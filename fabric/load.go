@@ -25,7 +25,7 @@ import (
 // other replica's into the local Tracker under keys of their own, so that each
 // replica's Tracker counts the whole fleet's requests in flight. Core NATS, not
 // JetStream: load is perishable, a lost delta costs accuracy until the request's
-// finish (or the Tracker's TTL, or the sender's silence) and nothing more.
+// finish, its TTL or the sender's silence, and nothing more.
 //
 // Deltas are input from whoever may publish on the subject, so a LoadShare bounds
 // what they make it hold: at most MaxReplicas senders, each with at most
@@ -33,6 +33,15 @@ import (
 // route.MaxRequestBlocks hashes; a sender silent for Silence (it publishes a heartbeat
 // every Heartbeat) has all its requests dropped. Every refused delta is counted in
 // LoadShareStats.
+//
+// A request of another replica also stops counting TTL after it was folded, finish or
+// not, as the sender's own Tracker forgets it (route.TrackerConfig.TTL): a request the
+// sender drops by its TTL sends no finish, and core NATS may lose one, so without it a
+// replica that keeps heartbeating would fill its MaxPerReplica with requests long
+// gone and have every later delta refused. Each remote replica keeps its requests in
+// folding order; the expired head is dropped whenever that replica's next delta is
+// folded and, for every replica, at each heartbeat tick, so expiry costs amortised
+// O(1) a delta and needs no timer per request.
 
 // Load sharing defaults and bounds.
 const (
@@ -41,6 +50,9 @@ const (
 	DefaultSilence       = 10 * time.Second
 	DefaultMaxPerReplica = 1 << 16
 	DefaultMaxReplicas   = 256
+	// DefaultShareTTL is how long another replica's request counts without a finish:
+	// the Tracker's default TTL, which the sender forgets it by.
+	DefaultShareTTL = route.DefaultTrackerTTL
 	// MaxLoadName bounds a replica id, a request id and a worker name in a delta.
 	MaxLoadName = 256
 	// MaxShareBlocks bounds the block hashes a routed delta carries; a longer request
@@ -113,6 +125,9 @@ type LoadShareConfig struct {
 	// Silence how long another may stay quiet before its load is dropped (default
 	// DefaultSilence; more than Heartbeat).
 	Heartbeat, Silence time.Duration
+	// TTL drops another replica's request that has had no finish for this long
+	// (default DefaultShareTTL): set it to the senders' Tracker TTL.
+	TTL time.Duration
 	// MaxPerReplica and MaxReplicas bound what the others make this replica hold.
 	MaxPerReplica, MaxReplicas int
 	// Logger reports refused deltas, at a bounded rate (default: discard).
@@ -128,7 +143,7 @@ type LoadShareStats struct {
 	// Folded counts the other replicas' deltas applied to the sink.
 	Folded uint64
 	// Refused counts deltas malformed or over a bound; Expired the requests dropped
-	// because their replica went silent.
+	// without a finish, past the TTL or because their replica went silent.
 	Refused, Expired uint64
 	// Replicas is the other replicas heard from and not silent, InFlight their
 	// requests in flight.
@@ -151,12 +166,76 @@ type LoadShare struct {
 	remote map[string]*remoteReplica // guarded by mu: by replica id
 	st     LoadShareStats            // guarded by mu
 	warned time.Time                 // guarded by mu
+	// expired is expireLocked's scratch, kept to spare an allocation a delta.
+	expired []string // guarded by mu
 }
 
 // remoteReplica is another replica's requests in flight, as folded into the sink.
 type remoteReplica struct {
-	ids  map[string]struct{}
+	ids  map[string]uint64 // request id -> the serial of its entry in folded
 	seen time.Time
+	// folded is the requests by folding time, for the TTL, from index next on. A
+	// finished request's entry stays until it reaches the front or the queue is
+	// compacted (its serial no longer matches ids), so the queue holds at most twice
+	// MaxPerReplica entries past next.
+	folded []foldedEntry
+	next   int
+	serial uint64
+}
+
+// foldedEntry is one routed delta folded: the request, when, and its serial.
+type foldedEntry struct {
+	id     string
+	at     time.Time
+	serial uint64
+}
+
+// live reports whether e is the entry of a request still in flight.
+func (r *remoteReplica) live(e foldedEntry) bool {
+	s, ok := r.ids[e.id]
+	return ok && s == e.serial
+}
+
+// add records request id folded at now.
+func (r *remoteReplica) add(id string, now time.Time) {
+	r.serial++
+	r.ids[id] = r.serial
+	r.folded = append(r.folded, foldedEntry{id: id, at: now, serial: r.serial})
+}
+
+// expire removes the requests folded at or before now - ttl from r and returns them
+// (appended to dst), then bounds the queue: it drops the entries of finished
+// requests when they are most of it, and moves the live ones to the front when the
+// expired front is most of it.
+func (r *remoteReplica) expire(now time.Time, ttl time.Duration, maxLive int, dst []string) []string {
+	for ; r.next < len(r.folded); r.next++ {
+		e := r.folded[r.next]
+		if r.live(e) {
+			if now.Sub(e.at) < ttl {
+				break
+			}
+			delete(r.ids, e.id)
+			dst = append(dst, e.id)
+		}
+		r.folded[r.next] = foldedEntry{}
+	}
+	pending := r.folded[r.next:]
+	switch {
+	case len(pending) >= 2*maxLive:
+		kept := r.folded[:0]
+		for _, e := range pending {
+			if r.live(e) {
+				kept = append(kept, e)
+			}
+		}
+		clear(r.folded[len(kept):])
+		r.folded, r.next = kept, 0
+	case r.next > 1024 && 2*r.next > len(r.folded):
+		n := copy(r.folded, pending)
+		clear(r.folded[n:])
+		r.folded, r.next = r.folded[:n], 0
+	}
+	return dst
 }
 
 // NewLoadShare subscribes to the subject and starts the heartbeat.
@@ -195,6 +274,9 @@ func (c LoadShareConfig) withDefaults() (LoadShareConfig, error) {
 	if c.Silence == 0 {
 		c.Silence = max(DefaultSilence, 3*c.Heartbeat)
 	}
+	if c.TTL == 0 {
+		c.TTL = DefaultShareTTL
+	}
 	if c.MaxPerReplica == 0 {
 		c.MaxPerReplica = DefaultMaxPerReplica
 	}
@@ -212,6 +294,8 @@ func (c LoadShareConfig) withDefaults() (LoadShareConfig, error) {
 		return c, fmt.Errorf("fabric: load share: replica id of %d bytes, want at most %d", len(c.Replica), MaxLoadName)
 	case c.Heartbeat < time.Millisecond || c.Silence <= c.Heartbeat:
 		return c, fmt.Errorf("fabric: load share: heartbeat %v and silence %v: want heartbeat >= 1ms and silence > heartbeat", c.Heartbeat, c.Silence)
+	case c.TTL < 0:
+		return c, fmt.Errorf("fabric: load share: TTL %v, want > 0", c.TTL)
 	case c.MaxPerReplica < 1 || c.MaxPerReplica > route.MaxInFlight || c.MaxReplicas < 1 || c.MaxReplicas > 1<<16:
 		return c, fmt.Errorf("fabric: load share: %d per replica, %d replicas: want 1..%d and 1..%d",
 			c.MaxPerReplica, c.MaxReplicas, route.MaxInFlight, 1<<16)
@@ -283,10 +367,11 @@ func (l *LoadShare) foldLocked(d loadDelta, now time.Time) error {
 		if len(l.remote) >= l.cfg.MaxReplicas {
 			return fmt.Errorf("%w: more than %d replicas", errDelta, l.cfg.MaxReplicas)
 		}
-		r = &remoteReplica{ids: map[string]struct{}{}}
+		r = &remoteReplica{ids: map[string]uint64{}}
 		l.remote[d.Replica] = r
 	}
 	r.seen = now
+	l.expireLocked(d.Replica, r, now)
 	switch d.Kind {
 	case deltaRouted:
 		if len(r.ids) >= l.cfg.MaxPerReplica {
@@ -296,7 +381,7 @@ func (l *LoadShare) foldLocked(d loadDelta, now time.Time) error {
 		if err := l.sink.Routed(key(d.Replica, d.ID), d.Worker, req, d.Cached); err != nil {
 			return fmt.Errorf("%w: %w", errDelta, err)
 		}
-		r.ids[d.ID] = struct{}{}
+		r.add(d.ID, now)
 	case deltaFirstToken:
 		l.sink.FirstToken(key(d.Replica, d.ID))
 	case deltaFinished:
@@ -306,19 +391,30 @@ func (l *LoadShare) foldLocked(d loadDelta, now time.Time) error {
 	return nil
 }
 
-// sweep drops the requests of the replicas silent since before now - Silence.
+// expireLocked drops replica name's requests past the TTL from r and the sink.
+func (l *LoadShare) expireLocked(name string, r *remoteReplica, now time.Time) {
+	l.expired = r.expire(now, l.cfg.TTL, l.cfg.MaxPerReplica, l.expired[:0])
+	for _, id := range l.expired {
+		l.sink.Finished(key(name, id))
+		l.st.Expired++
+	}
+	clear(l.expired)
+}
+
+// sweep drops the requests past the TTL, and every request of the replicas silent
+// since before now - Silence.
 func (l *LoadShare) sweep(now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for name, r := range l.remote {
 		if now.Sub(r.seen) < l.cfg.Silence {
+			l.expireLocked(name, r, now)
 			continue
 		}
 		for id := range r.ids {
-			if l.sink.Finished(key(name, id)) {
-				l.st.Expired++
-			}
+			l.sink.Finished(key(name, id))
 		}
+		l.st.Expired += uint64(len(r.ids))
 		delete(l.remote, name)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ func newShare(t *testing.T, nc *nats.Conn, name string, now func() time.Time) (*
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := NewLoadShare(nc, tr, LoadShareConfig{Replica: name, Heartbeat: time.Hour, Silence: 2 * time.Hour, MaxPerReplica: 3, MaxReplicas: 2, Now: now})
+	l, err := NewLoadShare(nc, tr, LoadShareConfig{Replica: name, Heartbeat: time.Hour, Silence: 2 * time.Hour, TTL: 4 * time.Hour, MaxPerReplica: 3, MaxReplicas: 2, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,6 +137,109 @@ func TestLoadShareHostilePeer(t *testing.T) {
 	}
 }
 
+// TestLoadShareLossyPeer: a peer of our own that keeps heartbeating but never sends a
+// finish (its requests dropped by its own TTL, or their finishes lost on core NATS)
+// routes 70,000 requests, more than MaxPerReplica, over 1,390 s of a test clock. Each
+// request stops counting DefaultShareTTL after it was folded, so none is refused and
+// what the replica holds stays at the requests of the last TTL, in the LoadShare and
+// in its tracker alike.
+func TestLoadShareLossyPeer(t *testing.T) {
+	const (
+		batches = 140
+		batch   = 500
+		step    = 10 * time.Second // the test clock's advance between batches
+	)
+	ns := startNATS(t)
+	var clock atomic.Int64 // nanoseconds since start
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	tr, err := route.NewTracker[string](route.TrackerConfig{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The heartbeat ticker is long and the peer beats at every step, so silence
+	// never drops the peer: only the TTL can.
+	b, err := NewLoadShare(ns.connect(t), tr, LoadShareConfig{Replica: "b", Heartbeat: 20 * time.Second, Silence: 30 * time.Second, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	peer := ns.connect(t)
+	send := func(d loadDelta) {
+		data, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := peer.Publish(DefaultLoadSubject, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := uint64(0)
+	for i := range batches {
+		clock.Store(int64(i) * int64(step))
+		send(loadDelta{Replica: "x", Kind: deltaBeat})
+		for j := range batch {
+			n := uint64(i*batch + j)
+			send(loadDelta{Replica: "x", Kind: deltaRouted, ID: fmt.Sprint(n), Worker: fmt.Sprint("w", n%8), Tokens: 128,
+				BlockSize: 64, Blocks: []uint64{n % 97, n}})
+		}
+		sent += 1 + batch
+		// The clock moves only once the batch is folded, so each delta is folded at
+		// its batch's time.
+		waitFor(t, fmt.Sprint("batch ", i, " handled"), func() bool { st := b.Stats(); return st.Folded+st.Refused == sent })
+	}
+	// Batch i was folded at i*step; at the last batch's time the batches folded less
+	// than the TTL before it, ceil(TTL/step) of them, are still in flight.
+	live := batch * int((DefaultShareTTL+step-1)/step)
+	st := b.Stats()
+	if st.Refused != 0 || st.InFlight != live || st.Expired != uint64(batches*batch-live) || tr.InFlight() != live {
+		t.Fatalf("stats %+v, tracker %d in flight; want nothing refused, %d in flight in both, %d expired",
+			st, tr.InFlight(), live, batches*batch-live)
+	}
+}
+
+// TestLoadShareQueueBounded: a peer that keeps one request in flight and routes and
+// finishes 20,000 others within the TTL leaves the folding queue bounded (its
+// finished entries compacted away), and the long-running request still expires at
+// its TTL.
+func TestLoadShareQueueBounded(t *testing.T) {
+	var clock time.Time
+	now := func() time.Time { return clock }
+	tr, err := route.NewTracker[string](route.TrackerConfig{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadShareConfig{Replica: "b", MaxPerReplica: 3, TTL: time.Minute, Now: now}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &LoadShare{sink: tr, cfg: cfg, remote: map[string]*remoteReplica{}}
+	fold := func(kind, id string) {
+		t.Helper()
+		if err := l.foldLocked(loadDelta{Replica: "x", Kind: kind, ID: id, Worker: "w", Tokens: 8, BlockSize: 4}, clock); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fold(deltaRouted, "long")
+	most := 0
+	for i := range 20_000 {
+		fold(deltaRouted, fmt.Sprint(i))
+		fold(deltaFinished, fmt.Sprint(i))
+		most = max(most, len(l.remote["x"].folded))
+	}
+	if bound := 2*cfg.MaxPerReplica + 1; most > bound {
+		t.Fatalf("folding queue reached %d entries, want at most %d", most, bound)
+	}
+	clock = clock.Add(time.Minute)
+	fold(deltaBeat, "")
+	if r := l.remote["x"]; len(r.ids) != 0 || tr.InFlight() != 0 || l.st.Expired != 1 {
+		t.Fatalf("past the TTL: %d in flight, tracker %d, %d expired", len(r.ids), tr.InFlight(), l.st.Expired)
+	}
+}
+
 // FuzzLoadDelta: any bytes decode to an error or to a delta within the bounds.
 func FuzzLoadDelta(f *testing.F) {
 	f.Add([]byte(`{"r":"a","k":"routed","id":"1","w":"w","t":640,"c":64,"b":64,"h":[1,2,3]}`))
@@ -156,7 +260,7 @@ func FuzzLoadDelta(f *testing.F) {
 
 func TestLoadShareConfig(t *testing.T) {
 	for _, c := range []LoadShareConfig{{Replica: strings.Repeat("r", MaxLoadName+1)}, {Heartbeat: time.Second, Silence: time.Second},
-		{MaxPerReplica: -1}, {MaxReplicas: 1 << 20}} {
+		{MaxPerReplica: -1}, {MaxReplicas: 1 << 20}, {TTL: -time.Second}} {
 		if _, err := c.withDefaults(); err == nil {
 			t.Errorf("config %+v accepted", c)
 		}

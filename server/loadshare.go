@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -38,8 +39,11 @@ type loadShare struct {
 	share *fabric.LoadShare
 }
 
-// startLoadShare connects and starts sharing tr's load.
-func startLoadShare(ctx context.Context, log *slog.Logger, o LoadShareOptions, tr *route.Tracker[string]) (*loadShare, error) {
+// startLoadShare connects and starts sharing tr's load. The others' requests expire
+// after ttl (RoutingConfig.InFlightTTL, 0 for its default), as each replica's tracker
+// forgets its own, on the server's clock.
+func startLoadShare(ctx context.Context, log *slog.Logger, o LoadShareOptions, tr *route.Tracker[string], ttl time.Duration,
+	now func() time.Time) (*loadShare, error) {
 	if o.URL == "" {
 		return nil, fmt.Errorf("%w: Options.LoadShare needs a NATS URL", ErrConfig)
 	}
@@ -48,7 +52,7 @@ func startLoadShare(ctx context.Context, log *slog.Logger, o LoadShareOptions, t
 		return nil, fmt.Errorf("%w: load share: %w", ErrReplica, err)
 	}
 	share, err := fabric.NewLoadShare(nc, tr, fabric.LoadShareConfig{Subject: o.Subject, Replica: o.Replica,
-		Logger: log.With("component", "load-share")})
+		TTL: ttl, Now: now, Logger: log.With("component", "load-share")})
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("%w: %w", ErrReplica, err)

@@ -337,7 +337,8 @@ func New(cfg Config, opts Options) (s *Server, err error) {
 		return nil, err
 	}
 	if opts.LoadShare != nil {
-		if s.routing.share, err = startLoadShare(ctx, log, *opts.LoadShare, s.routing.tracker); err != nil {
+		if s.routing.share, err = startLoadShare(ctx, log, *opts.LoadShare, s.routing.tracker,
+			time.Duration(cfg.Routing.InFlightTTL), func() time.Time { return s.now() }); err != nil {
 			return nil, err
 		}
 	}
