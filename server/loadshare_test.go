@@ -2,31 +2,17 @@ package server_test
 
 import (
 	"fmt"
-	"net"
 	"testing"
-	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
-
+	"github.com/kvindex/kvindex/internal/natstest"
 	"github.com/kvindex/kvindex/server"
 )
 
-// startNATS runs an in-process NATS server on 127.0.0.1, shut down at cleanup.
+// startNATS runs a NATS server on 127.0.0.1 (a nats-server process, stopped at
+// cleanup) and returns its URL.
 func startNATS(t *testing.T) string {
 	t.Helper()
-	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(func() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	})
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
-	return fmt.Sprintf("nats://127.0.0.1:%d", ns.Addr().(*net.TCPAddr).Port)
+	return natstest.Start(t, natstest.Options{}).URL()
 }
 
 // TestLoadSharedAcrossReplicas: two serve replicas of one fleet on one NATS server.

@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvindex/kvindex/fabric"
 	"github.com/kvindex/kvindex/internal/fakevllm"
 	"github.com/kvindex/kvindex/internal/freeport"
+	"github.com/kvindex/kvindex/internal/natstest"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
 	"github.com/kvindex/kvindex/server"
@@ -26,19 +26,9 @@ import (
 
 // startNATSServer is relayNATS with the server's handle (to stop it mid-test), with or
 // without JetStream.
-func startNATSServer(t *testing.T, jetStream bool) *natsserver.Server {
+func startNATSServer(t *testing.T, jetStream bool) *natstest.Server {
 	t.Helper()
-	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: jetStream,
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
-	return s
+	return natstest.Start(t, natstest.Options{JetStream: jetStream})
 }
 
 // waitExit waits for a background command's exit code; a command still running after
@@ -64,7 +54,7 @@ func TestRelayFailsFast(t *testing.T) {
 		want      []string
 	}{
 		{"unreachable", "nats" + strings.TrimPrefix(freeport.Endpoint(t), "tcp"), []string{"no NATS server at", "attempts", "no servers available"}},
-		{"no-jetstream", noJS.ClientURL(), []string{"creating stream KVINDEX at " + noJS.ClientURL(), "is JetStream enabled"}},
+		{"no-jetstream", noJS.URL(), []string{"creating stream KVINDEX at " + noJS.URL(), "is JetStream enabled"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var out, errOut syncBuffer
@@ -152,7 +142,7 @@ func TestRelayHealthAndMetrics(t *testing.T) {
 	spec := fmt.Sprintf("endpoint=%s,replay=%s,worker=%s,model=%s,block_size=16", pub, rep, worker, fakevllm.Model)
 	var out, errOut syncBuffer
 	done, stop := background(t, func(ctx context.Context) int {
-		return relayMain(ctx, []string{"--nats", ns.ClientURL(), "--memory", "--engine", spec, "--listen", "127.0.0.1:0", "--log-level", "warn"}, &out, &errOut)
+		return relayMain(ctx, []string{"--nats", ns.URL(), "--memory", "--engine", spec, "--listen", "127.0.0.1:0", "--log-level", "warn"}, &out, &errOut)
 	})
 	addr := waitListening(t, &out, &errOut)
 	tr := &http.Transport{}
@@ -178,7 +168,7 @@ func TestRelayHealthAndMetrics(t *testing.T) {
 		m = scrape(t, hc, base+"/metrics")
 		return m[lastSeq] == float64(batches-1)
 	})
-	nc, err := nats.Connect(ns.ClientURL())
+	nc, err := nats.Connect(ns.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,8 +201,7 @@ func TestRelayHealthAndMetrics(t *testing.T) {
 		t.Error("no kvindex_build_info series")
 	}
 
-	ns.Shutdown()
-	ns.WaitForShutdown()
+	ns.Stop()
 	poll(t, "readyz waiting for NATS", func() bool {
 		return getJSON(t, hc, base+"/readyz", &ready) == 503 && len(ready.Waiting) == 1 && strings.HasPrefix(ready.Waiting[0], "nats (")
 	})

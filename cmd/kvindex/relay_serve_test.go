@@ -11,8 +11,7 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
-
+	"github.com/kvindex/kvindex/internal/natstest"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
 	"github.com/kvindex/kvindex/server"
@@ -188,17 +187,7 @@ func TestRelaySplitsPastMaxPayload(t *testing.T) {
 // --nats-password-file and serve matches the log; without them relay exits 1 (before,
 // neither had a way to give credentials).
 func TestRelayServeNATSCredentials(t *testing.T) {
-	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
-		NoLog: true, NoSigs: true, Username: "kvindex", Password: "not-on-the-command-line"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
-	url := s.ClientURL()
+	url := natstest.Start(t, natstest.Options{JetStream: true, User: "kvindex", Password: "not-on-the-command-line"}).URL()
 	dir := t.TempDir()
 	pw := filepath.Join(dir, "pw")
 	log := filepath.Join(dir, "ops.jsonl")

@@ -9,30 +9,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvindex/kvindex/fabric"
+	"github.com/kvindex/kvindex/internal/natstest"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
 	"github.com/kvindex/kvindex/subscriber"
 )
 
-// relayNATS starts an in-process NATS server with JetStream on 127.0.0.1 and returns
-// its URL; it is shut down at cleanup.
+// relayNATS starts a NATS server with JetStream on 127.0.0.1 (a nats-server process,
+// stopped at cleanup) and returns its URL.
 func relayNATS(t *testing.T) string {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
-	return s.ClientURL()
+	return natstest.Start(t, natstest.Options{JetStream: true}).URL()
 }
 
 func TestRelayBadFlags(t *testing.T) {
