@@ -408,12 +408,14 @@ func (s *Server) resolveModel(name string) (*model, error) {
 }
 
 // matchScratch is one request's reusable memory: the HTTP body and its decoded
-// request, the query's hashes and the engine's matches (gRPC uses the last two).
+// request, the query's hashes and the engine's matches (gRPC uses the last two), and
+// a load-aware pick's working memory.
 type matchScratch struct {
 	body  bytes.Buffer
 	req   wire.Request
 	q     []uint64
 	found []engine.Match
+	pick  pickScratch
 
 	tokens []uint32 // a text query's ids (text.go)
 }

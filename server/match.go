@@ -335,7 +335,8 @@ func (s *Server) match(ctx context.Context, in *matchInput, sc *matchScratch, re
 	}
 	*resp = MatchResponse{Model: m.name, Namespace: ns, Blocks: len(q), TierWeights: weights,
 		Matches: s.matches(ns, q, found, weights, make([]Match, 0, len(found)))}
-	opts := pickOpts{track: in.pick, id: in.requestID, owner: ownerOf(ctx), tokens: promptTokens(m, &in.queryInput, q), blocks: q, loads: in.loads}
+	opts := pickOpts{track: in.pick, id: in.requestID, owner: ownerOf(ctx), tokens: promptTokens(m, &in.queryInput, q), blocks: q, loads: in.loads,
+		scratch: &sc.pick}
 	if resp.Pick, err = s.choose(m, policy, resp.Matches, opts); err != nil {
 		return trackError(err)
 	}

@@ -217,33 +217,62 @@ func decodeLoads(raw []byte) (map[string]*WorkerLoad, error) {
 // loadPick picks with a load-aware policy among the model's pickable workers: each
 // worker's overlap is its weighted score (blocks, each at its tier's weight), its load
 // what the server tracks with the caller's fields laid over. nil when no worker may be
-// picked.
+// picked. Its working memory is o.scratch (a fresh one when nil); only the answer,
+// the Pick and its reason, is allocated.
 func (s *Server) loadPick(m *model, policy string, matches []Match, o pickOpts) *Pick {
-	cands := s.candidates(m, matches, o.loads)
-	if len(cands) == 0 {
+	ps := o.scratch
+	if ps == nil {
+		ps = new(pickScratch)
+	}
+	k := s.loadChoose(m, policy, matches, o, ps)
+	if k < 0 {
 		return nil
 	}
-	byWorker := make(map[string]*Match, len(matches))
-	for i := range matches {
-		byWorker[matches[i].Worker] = &matches[i]
-	}
-	overlaps := make([]int, len(cands))
-	for i, w := range cands {
-		if mt := byWorker[w]; mt != nil {
-			overlaps[i] = overlapOf(policy, mt.Weighted)
-		}
-	}
-	req := route.Request{Tokens: o.tokens, BlockSize: m.blockSize, Blocks: o.blocks}
-	cs := s.routing.tracker.Candidates(cands, req, overlaps, nil)
-	for i, w := range cands {
-		o.loads[w].apply(&cs[i].Load)
-	}
-	k := s.routing.policies[policy].Pick(req, cs, tieBreak(policy, o.blocks))
-	pick := &Pick{Worker: cands[k], Policy: policy, Reason: reasonFor(policy, cs[k])}
-	if mt := byWorker[cands[k]]; mt != nil {
+	pick := &Pick{Worker: ps.cands[k], Policy: policy, Reason: reasonFor(policy, ps.cs[k])}
+	if mt := ps.byWorker[ps.cands[k]]; mt != nil {
 		pick.Score, pick.Weighted = mt.Score, mt.Weighted
 	}
+	clear(ps.byWorker) // it points into matches, the answer's: keep none in the pool
 	return pick
+}
+
+// pickScratch is a load-aware pick's working memory, one per request (matchScratch):
+// once grown to the fleet, a pick allocates none of it.
+type pickScratch struct {
+	cands    []string          // the pickable workers, in id order
+	byWorker map[string]*Match // the matches by worker, cleared after each pick
+	overlaps []int             // cands[i]'s overlap under the policy
+	cs       []route.Candidate // cands[i] as the policy sees it
+}
+
+// loadChoose fills ps for a load-aware pick and returns the index in ps.cands of the
+// worker policy picks, -1 when no worker may be picked.
+func (s *Server) loadChoose(m *model, policy string, matches []Match, o pickOpts, ps *pickScratch) int {
+	ps.cands = s.candidates(m, matches, o.loads, ps.cands[:0])
+	if len(ps.cands) == 0 {
+		return -1
+	}
+	if ps.byWorker == nil {
+		ps.byWorker = make(map[string]*Match, len(matches))
+	}
+	clear(ps.byWorker)
+	for i := range matches {
+		ps.byWorker[matches[i].Worker] = &matches[i]
+	}
+	ps.overlaps = ps.overlaps[:0]
+	for _, w := range ps.cands {
+		overlap := 0
+		if mt := ps.byWorker[w]; mt != nil {
+			overlap = overlapOf(policy, mt.Weighted)
+		}
+		ps.overlaps = append(ps.overlaps, overlap)
+	}
+	req := route.Request{Tokens: o.tokens, BlockSize: m.blockSize, Blocks: o.blocks}
+	ps.cs = s.routing.tracker.Candidates(ps.cands, req, ps.overlaps, ps.cs)
+	for i, w := range ps.cands {
+		o.loads[w].apply(&ps.cs[i].Load)
+	}
+	return s.routing.policies[policy].Pick(req, ps.cs, tieBreak(policy, o.blocks))
 }
 
 // weightedScale orders longest-prefix's weighted scores to 1/1024 of a block: a host
@@ -300,6 +329,8 @@ type pickOpts struct {
 	tokens int      // the prompt's tokens
 	blocks []uint64 // the prompt's block hashes (the query)
 	loads  map[string]*WorkerLoad
+	// scratch is the request's memory for a load-aware pick (nil: a fresh one).
+	scratch *pickScratch
 }
 
 // choose makes a match request's pick: with a load-aware policy or the others', and,
@@ -343,9 +374,8 @@ func (s *Server) trackRouted(ctx context.Context, m *model, ns, worker, id strin
 // candidates are the model's pickable workers: its eligible subscribed workers and its
 // approximate ones, as the other policies' fallback takes them; with an index fed by
 // another process, which alone knows the workers, also the ones the query matched and
-// the ones the caller sent load for. In id order.
-func (s *Server) candidates(m *model, matches []Match, loads map[string]*WorkerLoad) []string {
-	var out []string
+// the ones the caller sent load for. In id order, appended to out.
+func (s *Server) candidates(m *model, matches []Match, loads map[string]*WorkerLoad, out []string) []string {
 	for _, sub := range m.subs {
 		if eligible(sub.State()) {
 			out = append(out, sub.Worker())
