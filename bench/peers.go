@@ -359,7 +359,7 @@ func writeReplayTables(b *strings.Builder, sums []Summary, markdown bool) {
 	if peer == nil {
 		return
 	}
-	hdr = []string{"impl", "per event (CPU)", "coalesced (CPU)", "per event (wall)", "coalesced (wall)"}
+	hdr = []string{"impl", "per event (CPU)", "coalesced (CPU)", "per event (wall)", "coalesced (wall)", "p50 at rest", "bytes/membership"}
 	rows = rows[:0]
 	for _, s := range sums {
 		if s.Impl == ratioPeer {
@@ -381,11 +381,25 @@ func writeReplayTables(b *strings.Builder, sums []Summary, markdown bool) {
 			ratio(func(r Result) float64 { return eventsOf(r).CPUBlockOpsPerSec }),
 			ratio(func(r Result) float64 { return r.Coalesced.CPUBlockOpsPerSec }),
 			ratio(func(r Result) float64 { return eventsOf(r).BlockOpsPerSec }),
-			ratio(func(r Result) float64 { return r.Coalesced.BlockOpsPerSec })})
+			ratio(func(r Result) float64 { return r.Coalesced.BlockOpsPerSec }),
+			ratio(func(r Result) float64 { return float64(r.Rest.P50) }),
+			ratio(residentPerMembership)})
 	}
-	section(b, markdown, "Like for like: block ops/s over "+ratioPeer+"'s", hdr, rows)
-	b.WriteString("Each cell: the median over the rounds of the round's ratio, per event to per event and coalesced " +
-		"to coalesced (above 1: faster than " + ratioPeer + ").\n\n")
+	section(b, markdown, "Like for like: over "+ratioPeer+"'s", hdr, rows)
+	b.WriteString("Each cell: the median over the rounds of the round's ratio to " + ratioPeer + "'s figure of the same round. " +
+		"Block ops/s per event to per event and coalesced to coalesced (above 1: faster than " + ratioPeer + "); " +
+		"find-matches p50 at rest (below 1: faster); bytes per membership, heap for a Go row and RSS for a peer, " +
+		"over " + ratioPeer + "'s RSS (below 1: smaller).\n\n")
+}
+
+// residentPerMembership is what r's index keeps per membership, as the ratio table compares
+// it: the Go heap's growth for a Go implementation, the resident-set growth for a peer (whose
+// allocator count includes reserved arena chunks nothing has touched).
+func residentPerMembership(r Result) float64 {
+	if r.Memory.Method == MemoryAllocator {
+		return r.Memory.RSSBytesPerMembership
+	}
+	return r.Memory.BytesPerMembership
 }
 
 // eventsOf is r's one-producer events measurement (zero if it has none).

@@ -224,6 +224,16 @@ func TestWritePeerTableGivesLikeForLikeRatios(t *testing.T) {
 	}
 	ours := Summary{Impl: "locked", Rounds: []Result{mk(1e6, 2e6, 3e6, 4e6), mk(2e6, 2e6, 2e6, 2e6)}}
 	chain := Summary{Impl: ratioPeer, Rounds: []Result{mk(2e6, 4e6, 6e6, 8e6), mk(1e6, 1e6, 4e6, 4e6)}}
+	// p50 at rest: ours 300 and 500 ns, its 200 and 250 (ratios 1.5 and 2). Memory: our heap
+	// 60 B against its RSS 40 and 80 (its allocator count, 400, is not what is compared).
+	for k, p50 := range []int64{300, 500} {
+		ours.Rounds[k].Rest.P50 = p50
+		ours.Rounds[k].Memory = MemoryResult{BytesPerMembership: 60, Method: MemoryHeap}
+	}
+	for k, p50 := range []int64{200, 250} {
+		chain.Rounds[k].Rest.P50 = p50
+		chain.Rounds[k].Memory = MemoryResult{BytesPerMembership: 400, Method: MemoryAllocator, RSSBytesPerMembership: float64(40 * (k + 1))}
+	}
 	var b bytes.Buffer
 	if err := WritePeerTable(&b, Header{Command: "x", Workload: w}, []Summary{ours, chain}, 2, true); err != nil {
 		t.Fatal(err)
@@ -232,7 +242,7 @@ func TestWritePeerTableGivesLikeForLikeRatios(t *testing.T) {
 	for _, want := range []string{
 		"| locked | 1.50M | 2.00M | 2.50M | 3.00M | 5/5 |",
 		// Per round: CPU per event 0.5 and 2, coalesced 0.5 and 0.5; wall 0.5 and 2, 0.5 and 0.5.
-		"| locked | 1.25 | 0.50 | 1.25 | 0.50 |",
+		"| locked | 1.25 | 0.50 | 1.25 | 0.50 | 1.75 | 1.12 |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
