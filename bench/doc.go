@@ -85,8 +85,9 @@
 // it; the drivers' --coalesce merges by the same rule), and every events pass reads the
 // process's CPU clock beside the wall clock. WritePeerTable then gives every
 // implementation's per-event and coalesced rates in wall and CPU time, and its ratios to
-// ChainIndex's per event to per event and coalesced to coalesced: a batching replay of
-// ours is never set against a peer that applies one event per call.
+// ChainIndex's per event to per event and coalesced to coalesced (a batching replay of
+// ours is never set against a peer that applies one event per call), find-matches p50 at
+// rest to its p50, and bytes per membership (our heap, a peer's RSS) to its RSS.
 //
 // Nothing here is imported by the engine: the package is a benchmark-only dependency of
 // cmd/kvindex.
