@@ -107,9 +107,10 @@ unit: publisher-deps
 ## conformance phase replays the trace log, make test-long runs them whole), plus the index's differentials at full size, its zero-allocation
 ## tests (which skip where the detector or the invariant checks allocate) and the
 ## sequential end-to-end checks of the concurrent packages. race-pkgs runs one test
-## binary at a time (-p 1): beside race-invariants' engine binary (650 MB under the
-## detector), two of its own (subscriber 413 MB, server 376 MB) took make test past
-## 1.5 GB, and on 2 cores a second binary only shares the same CPU.
+## binary at a time (scripts/gotest-serial.sh, which still builds them in parallel):
+## beside race-invariants' engine binary (650 MB under the detector), two of its own
+## (subscriber 413 MB, server 376 MB) took make test past 1.5 GB, and on 2 cores a second
+## binary only shares the same CPU.
 RACE_PKGS := ./bench/fleet ./bench/loadgen ./engine/internal/worker ./fabric ./internal/fakevllm ./internal/natstest \
 	./internal/freeport ./internal/kube ./internal/warnlimit ./ringbuf ./route ./server \
 	./server/internal/guard ./subscriber ./subscriber/pubtest
@@ -120,7 +121,7 @@ PLAIN_PKGS = $$($(GO) list ./... | grep -v -x $(foreach p,$(RACE_PKGS),-e 'githu
 race: race-pkgs race-invariants plain
 
 race-pkgs: publisher-deps
-	$(GOTEST) -race -count=1 -p 1 $(RACE_PKGS)
+	GO=$(GO) bash scripts/gotest-serial.sh "-race" "-test.timeout=$(TEST_TIMEOUT)" $(RACE_PKGS)
 	$(GOTEST) -race -count=1 -run '^(TestDemo|TestDemoEnginesOnly|TestDoctor(Healthy|Misconfigured|Unobservable|ReportsFrameRefusal))$$' ./cmd/kvindex/
 	$(GOTEST) -race -count=1 -run '^(TestRunTimed|TestRunTimedBothAffinities|TestRunParallel)$$' ./sim/report/
 
