@@ -12,27 +12,37 @@ const DefaultOverlapWeight = 1.0
 // MaxTemperature bounds Cost's Temperature.
 const MaxTemperature = 100.0
 
-// Cost is NVIDIA Dynamo's KV router cost (ai-dynamo/dynamo: the logit and
-// softmax_sample of DefaultWorkerSelector in lib/llm/src/kv_router/scheduler.rs, the
-// loads of ActiveSequences::potential_blocks_and_tokens in
-// lib/llm/src/kv_router/sequences/single.rs). For each worker, with the request
-// placed there:
+// Cost is NVIDIA Dynamo's KV router cost (ai-dynamo/dynamo at
+// a4bdb9bfa1eed0afd4d67331f0938f9d5e3b58ed: DefaultWorkerScorer::worker_logit,
+// minimum_cost_index and softmax_sample_index in
+// lib/kv-router/src/scheduling/selector/default.rs; the loads of
+// WorkerLoadProjection, potential_decode_blocks, in
+// lib/kv-router/src/sequences/prompt_registry.rs and single.rs). For each worker,
+// with the request placed there:
 //
 //	logit          = OverlapWeight * prefill blocks + decode blocks
 //	prefill blocks = (Load.PrefillTokens + req.Tokens - Overlap*BlockSize) / BlockSize
 //	decode blocks  = Load.ActiveBlocks + (the request's blocks - ActiveOverlap)
 //
-// PrefillTokens is the uncached prompt tokens of the requests routed there with no
-// first token yet; ActiveBlocks the distinct blocks (by hash) the requests in flight
-// there hold, so a block shared by many requests, or already active for this one,
-// costs once. With Temperature 0 the least logit wins; above 0 a worker is drawn with
-// probability softmax(-logit / (max - min) / Temperature), as Dynamo's softmax_sample.
+// which is Dynamo's prefill_load_scale x max(0, raw_prefill_blocks -
+// overlap_score_credit x device_overlap_blocks) + decode_cost_blocks +
+// decode_active_request_weight x active_requests at its defaults (scheduling/config.rs:
+// credit 1, credit decay 0, scale 1, active-request weight 0). PrefillTokens is the
+// uncached prompt tokens of the requests routed there with no first token yet
+// (Dynamo's active_prefill_tokens, which decay only under router_prefill_load_model
+// "aic", off by default: sequences/prefill_tracker.rs); ActiveBlocks the distinct
+// blocks (by hash) the requests in flight there hold, so a block shared by many
+// requests, or already active for this one, costs once. With Temperature 0 the least
+// logit wins, ties uniformly by rnd (as Dynamo's minimum_cost_index draws among
+// them); above 0 a worker is drawn with probability
+// softmax(-logit / (max - min) / Temperature), as Dynamo's softmax_sample_index.
 //
-// Where it differs from Dynamo: ties go uniformly by rnd (Dynamo prefers the worker
-// with the smaller radix tree); a request without block hashes adds its full block
+// Where it differs from Dynamo: a request without block hashes adds its full block
 // count (Dynamo adds none); output blocks are not counted (Dynamo's default,
-// router_track_output_blocks off); data-parallel ranks are separate candidates only
-// if the caller makes them so. The zero value has weight DefaultOverlapWeight and
+// router_track_output_blocks off); host and disk tiers get no credit of their own
+// (Dynamo's host_cache_hit_weight 0.75 and disk_cache_hit_weight 0.25: the caller's
+// Overlap may weigh tiers so); data-parallel ranks are separate candidates only if
+// the caller makes them so. The zero value has weight DefaultOverlapWeight and
 // temperature 0.
 type Cost struct {
 	OverlapWeight float64

@@ -5,12 +5,18 @@ import (
 	"math"
 )
 
-// Dynamo's router queue defaults (ai-dynamo/dynamo lib/kv-router/src/scheduling/config.rs,
-// KvRouterConfig::default and router_queue_threshold; queue.rs, DEFAULT_MAX_BATCHED_TOKENS).
+// Dynamo's router queue parameters (ai-dynamo/dynamo lib/kv-router/src/scheduling/queue.rs,
+// DEFAULT_MAX_BATCHED_TOKENS; router_queue_threshold in scheduling/config.rs). Dynamo
+// ships the queue off: router_queue_threshold is unset by default (KvRouterConfig::default,
+// and --router-queue-threshold in components/src/dynamo/common/configuration/groups/
+// kv_router_args.py at 021d6169e7d13b9efdf45110b0697cb3cf0fc309: "Unset by default;
+// setting a numeric value enables router queueing").
 const (
-	// DefaultQueueThreshold is the fraction of a worker's batched-token budget its
-	// prefill tokens in flight must exceed for the worker to be busy: Dynamo's
-	// router_queue_threshold, 16.
+	// DefaultQueueThreshold is the threshold NewQueue takes for 0: the fraction of a
+	// worker's batched-token budget its prefill tokens in flight must exceed for the
+	// worker to be busy, 16 (the router_queue_threshold Dynamo's configuration
+	// defaulted to where it set one, scheduling/config.rs at
+	// 0243c51bb6e8958be89df4978b5761677c9adc23).
 	DefaultQueueThreshold = 16.0
 	// DefaultMaxBatchedTokens is the budget of a worker that does not publish its
 	// max_num_batched_tokens: Dynamo's DEFAULT_MAX_BATCHED_TOKENS, 10,000,000, large

@@ -80,7 +80,7 @@ type Family struct {
 }
 
 var families = []Family{
-	{FamilyDynamoCost, true, "ai-dynamo/dynamo lib/llm/src/kv_router/scheduler.rs, sequences/single.rs"},
+	{FamilyDynamoCost, true, "ai-dynamo/dynamo lib/kv-router/src/scheduling/selector/default.rs, sequences/single.rs"},
 	{FamilyLLMDScorer, true, "llm-d/llm-d-router pkg/epp/framework/plugins/scheduling/scorer (precise-prefix-cache-scorer, kv-cache-utilization and queue scorers)"},
 	{FamilyLLMDAffinity, true, "llm-d/llm-d-router pkg/epp/framework/plugins/scheduling (prefix-cache-affinity-filter, token-load-scorer)"},
 	{FamilyLongestPrefix, true, "sgl-project/sglang sgl-router/src/policies/cache_aware.rs"},
@@ -107,9 +107,10 @@ type Params struct {
 	Affinity Affinity
 	// LongestPrefixCap is longest-prefix's cap (0: none).
 	LongestPrefixCap float64
-	// QueueThreshold is dynamo-cost's router queue (Queue): 0 is Dynamo's default,
-	// DefaultQueueThreshold, and a negative value turns the queue off. A router that
-	// cannot hold requests (kvindex serve answers each pick at once) has none.
+	// QueueThreshold is dynamo-cost's router queue (Queue): a positive value puts
+	// one in front at that threshold; 0, Dynamo's default (router_queue_threshold
+	// unset), and a negative value (QueueOff) leave it out. A router that cannot
+	// hold requests (kvindex serve answers each pick at once) has none.
 	QueueThreshold float64
 	// TrackOutputBlocks is Dynamo's router_track_output_blocks for the router's
 	// Tracker (TrackerConfig.TrackOutputBlocks): off by default, as Dynamo ships it.

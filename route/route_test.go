@@ -32,10 +32,12 @@ func hashes(base uint64, n int) []uint64 {
 }
 
 // TestCostHandComputed checks Cost against Dynamo's logit worked out by hand
-// (ai-dynamo/dynamo lib/llm/src/kv_router/scheduler.rs: logit = overlap_weight *
-// potential_prefill_blocks + potential_decode_blocks; sequences/single.rs:
-// potential blocks = new blocks + active blocks, potential tokens = new tokens + active
-// prefill tokens): a 640-token request (10 blocks of 64) on three workers.
+// (ai-dynamo/dynamo lib/kv-router/src/scheduling/selector/default.rs, worker_logit:
+// logit = prefill_load_scale * max(0, raw_prefill_blocks - credit *
+// device_overlap_blocks) + decode_cost_blocks, raw prefill = active prefill tokens +
+// the prompt's, decode cost = active blocks + the prompt's blocks not already active,
+// sequences/prompt_registry.rs potential_decode_blocks): a 640-token request (10
+// blocks of 64) on three workers.
 func TestCostHandComputed(t *testing.T) {
 	req := Request{Tokens: 640, BlockSize: 64, Blocks: hashes(1, 10)}
 	cands := []Candidate{
@@ -60,7 +62,7 @@ func TestCostHandComputed(t *testing.T) {
 }
 
 // TestCostTemperature checks the softmax draw against probabilities worked out by
-// hand from Dynamo's softmax_sample (scheduler.rs): logits 104, 72, 80 normalised by
+// hand from Dynamo's softmax_sample_index (selector/default.rs): logits 104, 72, 80 normalised by
 // max-min = 32 and negated are -3.25, -2.25, -2.5; at temperature 1 their softmax is
 // e^-1, 1, e^-0.25 over 2.14670: 0.17137, 0.46584, 0.36279.
 func TestCostTemperature(t *testing.T) {

@@ -89,10 +89,10 @@ func (r Routing) events() bool { return r.Knowledge.Exact() }
 func (r Routing) predicts() bool { return r.Knowledge.Predicts() }
 
 // routerQueues are the replicas' router queues, Dynamo's (route.Queue): for the
-// dynamo-cost rows unless Route.QueueThreshold turns them off. A request that reaches
-// its replica while every engine is busy waits there; each step end releases the
-// oldest waiting while an engine is not busy. Its time to first token counts from
-// when it reached the router.
+// dynamo-cost rows when Route.QueueThreshold is positive (Dynamo ships none). A
+// request that reaches its replica while every engine is busy waits there; each step
+// end releases the oldest waiting while an engine is not busy. Its time to first
+// token counts from when it reached the router.
 type routerQueues struct {
 	qs    []*route.Queue[int32] // by replica
 	at    map[int32]time.Duration
@@ -103,7 +103,7 @@ type routerQueues struct {
 // batched-token budget is the step's (ChunkTokens: vLLM's max_num_batched_tokens,
 // which Dynamo's workers publish).
 func newRouterQueues(rt Routing, cfg TimedConfig) (*routerQueues, error) {
-	if rt.Family != route.FamilyDynamoCost || cfg.Route.QueueThreshold < 0 {
+	if rt.Family != route.FamilyDynamoCost || cfg.Route.QueueThreshold <= 0 {
 		return nil, nil
 	}
 	rq := &routerQueues{at: map[int32]time.Duration{}}

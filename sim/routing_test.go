@@ -36,7 +36,8 @@ func TestShareLoad(t *testing.T) {
 // the last three reach the engine during the first one's step and prefill together,
 // sharing a first-token time; with it each waits at the router for the previous one's
 // first token, so the first tokens come one by one, and each time to first token still
-// counts from the request's arrival at the router.
+// counts from the request's arrival at the router. The zero threshold, Dynamo's
+// default, has no queue.
 func TestRouterQueue(t *testing.T) {
 	w := &Workload{Name: "distinct", BlockSize: 16, Timed: true}
 	for i := range 4 {
@@ -70,6 +71,10 @@ func TestRouterQueue(t *testing.T) {
 	off := firsts(run(-1))
 	if off[1] != off[2] || off[2] != off[3] {
 		t.Fatalf("no queue: first tokens %v, want the last three together", off)
+	}
+	// The zero threshold is Dynamo's default, router_queue_threshold unset: no queue.
+	if rq, err := newRouterQueues(mustRouting(t, "dynamo-cost/exact"), TimedConfig{Routers: 1}); rq != nil || err != nil {
+		t.Fatalf("the default threshold: queues %v (%v), want none", rq, err)
 	}
 	queued := run(1e-12)
 	on := firsts(queued)

@@ -57,7 +57,7 @@ func (t *timedFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&t.queueW, "queue-weight", route.DefaultQueueWeight, "the scorer policies' weight of the queue score")
 	fs.BoolVar(&t.route.PrefixMinMax, "prefix-minmax", false, "llmd-scorer: min-max normalise the prefix score over the workers holding some of it (llm-d's earlier precise scorer) instead of matched/total")
 	fs.Float64Var(&t.route.Temperature, "temperature", 0, "dynamo-cost's softmax temperature (Dynamo's router_temperature; 0 = the least cost)")
-	fs.Float64Var(&t.route.QueueThreshold, "queue-threshold", route.DefaultQueueThreshold, "dynamo-cost's router queue: a request waits at the router while every engine's prefill tokens in flight exceed this many steps of tokens (Dynamo's router_queue_threshold; negative: no queue)")
+	fs.Float64Var(&t.route.QueueThreshold, "queue-threshold", route.QueueOff, "dynamo-cost's router queue: a request waits at the router while every engine's prefill tokens in flight exceed this many steps of tokens (Dynamo's router_queue_threshold, 16 in its earlier default; negative: no queue, Dynamo's default)")
 	fs.BoolVar(&t.route.TrackOutputBlocks, "output-blocks", false, "count the blocks each request generates in its engine's active blocks, which dynamo-cost reads (Dynamo's router_track_output_blocks, off as it ships)")
 	fs.Float64Var(&t.route.Affinity.Threshold, "affinity-threshold", route.DefaultAffinityThreshold, "llmd-affinity: the prefix share that makes a worker sticky (llm-d's affinityThreshold)")
 	fs.Float64Var(&t.route.Affinity.PeakPrefillThroughput, "peak-prefill-throughput", route.DefaultPeakPrefillThroughput, "llmd-affinity: prefill tokens per second that turn in-flight tokens into an estimated TTFT (llm-d's peakPrefillThroughput)")
@@ -241,7 +241,7 @@ func runTimed(stdout, stderr io.Writer, f *simFlags, tf *timedFlags, policies, s
 		cfg.Affinity = sim.AffinitySession
 	}
 	if cfg.Route.QueueThreshold == 0 {
-		cfg.Route.QueueThreshold = 1e-12 // Dynamo's 0.0: busy at any prefill, where 0 would mean the default
+		cfg.Route.QueueThreshold = 1e-12 // Dynamo's 0.0: busy at any prefill, where 0 would mean no queue (the default)
 	}
 	if cfg.ThinkTime == 0 {
 		cfg.ThinkTime = -1 // none, where 0 would mean the default
