@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -390,17 +389,17 @@ func isUpperHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'A' && c <= '
 func (s *Server) resolveModel(name string) (*model, error) {
 	models := s.fleet().models
 	if name == "" {
-		if len(models) == 1 {
-			for _, m := range models {
+		if models.Len() == 1 {
+			for _, m := range models.All() {
 				return m, nil
 			}
 		}
-		if m, ok := models[""]; ok {
+		if m, ok := models.Get(""); ok {
 			return m, nil
 		}
 		return nil, errors.New("model is required: several models are served")
 	}
-	m, ok := models[name]
+	m, ok := models.Get(name)
 	if !ok {
 		return nil, fmt.Errorf("unknown model %q", name)
 	}
@@ -562,7 +561,7 @@ func (s *Server) noteMatch(m *model, blocks, found int, pick *Pick) {
 	if pick == nil {
 		return
 	}
-	if sub := s.fleet().byWorker[pick.Worker]; sub != nil {
+	if sub := s.fleet().worker(pick.Worker); sub != nil {
 		sub.NoteServed(s.now())
 	}
 }
@@ -590,10 +589,10 @@ const (
 // index is fed by another process, which knows them).
 func (s *Server) servesWorker(m *model, worker string) bool {
 	f := s.fleet()
-	if sub := f.byWorker[worker]; sub != nil {
+	if sub := f.worker(worker); sub != nil {
 		return sub.Model() == m.name
 	}
-	if am := f.approx[worker]; am != nil {
+	if am := f.approxOf(worker); am != nil {
 		return am.name == m.name
 	}
 	return s.external
@@ -627,13 +626,13 @@ func (s *Server) pick(m *model, policy string, matches []Match) *Pick {
 	// The fallback candidates: the eligible subscribed workers and the approximate ones,
 	// in id order.
 	var cands []string
-	for _, sub := range m.subs {
+	for _, sub := range m.subs.All() {
 		if eligible(sub.State()) {
 			cands = append(cands, sub.Worker())
 		}
 	}
-	if len(m.approx) > 0 {
-		cands = append(cands, m.approx...)
+	if m.approx.Len() > 0 {
+		cands = slices.AppendSeq(cands, m.approx.Keys())
 		slices.Sort(cands)
 	}
 	if len(cands) == 0 {
@@ -762,14 +761,14 @@ func (s *Server) handleWorkers(w http.ResponseWriter, r *http.Request) {
 // order, then those without events by id.
 func (s *Server) workerInfos(sizer WorkerSizer, now time.Time) []WorkerInfo {
 	f := s.fleet()
-	out := make([]WorkerInfo, 0, len(f.subs)+len(f.approx))
-	for _, sub := range f.subs {
+	out := make([]WorkerInfo, 0, f.subs.Len()+f.approx.Len())
+	for _, sub := range f.subs.All() {
 		out = append(out, s.workerInfo(sub, sizer, now))
 	}
-	for _, name := range slices.Sorted(maps.Keys(f.approx)) {
+	for name, am := range f.approx.All() {
 		// A worker without events: only its model, state and size (0 unless a relay
 		// feeds the index) mean anything.
-		wi := WorkerInfo{Worker: name, Model: f.approx[name].name, State: stateApproximate, Trust: TrustApproximate, Rejected: map[string]uint64{}}
+		wi := WorkerInfo{Worker: name, Model: am.name, State: stateApproximate, Trust: TrustApproximate, Rejected: map[string]uint64{}}
 		if sizer != nil {
 			n, _ := sizer.WorkerSize(name)
 			wi.Size = &n
@@ -796,7 +795,7 @@ func (s *Server) fedWorkers(f *fleet) []WorkerInfo {
 	ws := s.extWorkers()
 	out := ws[:0]
 	for _, wi := range ws {
-		if f.byWorker[wi.Worker] != nil || f.approx[wi.Worker] != nil {
+		if f.worker(wi.Worker) != nil || f.approxOf(wi.Worker) != nil {
 			continue
 		}
 		if wi.Rejected == nil {

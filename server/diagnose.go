@@ -2,8 +2,6 @@ package server
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -102,7 +100,7 @@ func (s *Server) populated(m *model) bool {
 	if sizer == nil {
 		return true // cannot tell: count every miss
 	}
-	for _, sub := range m.subs {
+	for _, sub := range m.subs.All() {
 		if n, ok := sizer.WorkerSize(sub.Worker()); ok && n > 0 {
 			return true
 		}
@@ -148,9 +146,8 @@ type ModelInfo struct {
 
 func (s *Server) modelInfos(now time.Time) []ModelInfo {
 	models := s.fleet().models
-	out := make([]ModelInfo, 0, len(models))
-	for _, name := range slices.Sorted(maps.Keys(models)) {
-		m := models[name]
+	out := make([]ModelInfo, 0, models.Len())
+	for name, m := range models.All() {
 		_, total, _ := m.queries.recent(now, s.diagWindow())
 		ps := s.modelProblems(m, now)
 		if ps == nil {
@@ -228,13 +225,13 @@ func (s *Server) logProblems(now time.Time) {
 		s.log.Warn("routing may ignore the cache: "+p.Message, kind, who, "model", model, "problem", p.Code, "hint", p.Hint)
 	}
 	f := s.fleet()
-	for _, sub := range f.subs {
+	for _, sub := range f.subs.All() {
 		for _, p := range sub.Problems(now) {
 			report("worker", sub.Worker(), sub.Model(), p)
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(f.models)) {
-		for _, p := range s.modelProblems(f.models[name], now) {
+	for name, m := range f.models.All() {
+		for _, p := range s.modelProblems(m, now) {
 			report("model", name, name, p)
 		}
 	}
@@ -291,7 +288,7 @@ func (c *diagCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
 	now := s.now()
 	f := s.fleet()
-	for _, sub := range f.subs {
+	for _, sub := range f.subs.All() {
 		st := sub.Status()
 		active := map[string]bool{}
 		for _, p := range sub.Problems(now) {
@@ -317,8 +314,7 @@ func (c *diagCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.groups, prometheus.CounterValue, float64(g.Count), st.Worker, g.Group)
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(f.models)) {
-		m := f.models[name]
+	for name, m := range f.models.All() {
 		_, total, _ := m.queries.recent(now, s.diagWindow())
 		ch <- prometheus.MustNewConstMetric(c.modelQ, prometheus.CounterValue, float64(total[0]), name)
 		ch <- prometheus.MustNewConstMetric(c.modelUnm, prometheus.CounterValue, float64(total[1]), name)

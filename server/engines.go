@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/kvindex/kvindex/internal/ptree"
 	"github.com/kvindex/kvindex/subscriber"
 )
 
@@ -71,14 +72,14 @@ var (
 // change and never modified after.
 type fleet struct {
 	// subs are the subscribed workers, in the order their engines were added (the
-	// configuration's first, in its order).
-	subs     []*subscriber.Subscriber
-	byWorker map[string]*subscriber.Subscriber
-	models   map[string]*model
+	// configuration's first, in its order), keyed by subKey.
+	subs     ptree.Map[uint64, *subscriber.Subscriber]
+	byWorker ptree.Map[string, *subscriber.Subscriber]
+	models   ptree.Map[string, *model]
 	// approx maps each worker without events to its model.
-	approx map[string]*model
+	approx ptree.Map[string, *model]
 	// ranks maps every worker to its instance and rank (mooncake.go).
-	ranks map[string]rankOf
+	ranks ptree.Map[string, rankOf]
 }
 
 // rankOf is a worker's place in its instance: the Mooncake API folds an instance's
@@ -90,6 +91,18 @@ type rankOf struct {
 
 // fleet returns the engines as of now.
 func (s *Server) fleet() *fleet { return s.fl.Load() }
+
+// worker returns the subscribed worker w (nil when none is).
+func (f *fleet) worker(w string) *subscriber.Subscriber {
+	sub, _ := f.byWorker.Get(w)
+	return sub
+}
+
+// approxOf returns the model of worker w without events (nil when w is not one).
+func (f *fleet) approxOf(w string) *model {
+	m, _ := f.approx.Get(w)
+	return m
+}
 
 // engineEntry is one served engine (owned by engMu).
 type engineEntry struct {
@@ -524,35 +537,18 @@ func (s *Server) launchLocked(en *engineEntry) {
 // query windows outlive the fleets; a model no engine serves any more (and not in
 // Config.Models) leaves with its window.
 func (s *Server) publishLocked() {
-	f := &fleet{byWorker: map[string]*subscriber.Subscriber{}, models: map[string]*model{}, approx: map[string]*model{},
-		ranks: map[string]rankOf{}}
-	modelOf := func(name string, bs int) *model {
-		m := f.models[name]
-		if m == nil {
-			q := s.queryWins[name]
-			if q == nil {
-				q = &queryWindow{}
-				s.queryWins[name] = q
-			}
-			m = &model{name: name, blockSize: bs, queries: q}
-			f.models[name] = m
-		}
-		return m
-	}
+	e := (*fleet)(nil).edit(s.queryWins)
 	for _, en := range s.sortedEntries() {
-		f.addEntry(en, modelOf, false)
+		e.addEntry(en)
 	}
 	for name, bs := range s.cfg.Models {
-		modelOf(name, bs)
+		e.model(name, bs)
 	}
+	f := e.done()
 	for name := range s.queryWins {
-		if f.models[name] == nil {
+		if _, ok := f.models.Get(name); !ok {
 			delete(s.queryWins, name)
 		}
-	}
-	for _, m := range f.models {
-		slices.Sort(m.approx)
-		slices.SortFunc(m.subs, func(a, b *subscriber.Subscriber) int { return cmp.Compare(a.Worker(), b.Worker()) })
 	}
 	s.fl.Store(f)
 	// Every source seen keeps its series (0 once its engines are gone).

@@ -1,11 +1,10 @@
 package server
 
 import (
-	"cmp"
 	"fmt"
 	"maps"
-	"slices"
 
+	"github.com/kvindex/kvindex/internal/ptree"
 	"github.com/kvindex/kvindex/subscriber"
 )
 
@@ -123,89 +122,128 @@ func (c *claims) releasePlanned(pubs []publisher) {
 
 // publishAddLocked publishes the fleet with en added (engMu held; en inserted).
 func (s *Server) publishAddLocked(en *engineEntry) {
-	old := s.fleet()
-	f := &fleet{subs: slices.Grow(slices.Clone(old.subs), len(en.runs)), byWorker: maps.Clone(old.byWorker),
-		models: maps.Clone(old.models), approx: maps.Clone(old.approx), ranks: maps.Clone(old.ranks)}
-	f.addEntry(en, func(name string, bs int) *model { return s.fleetModel(f, name, bs) }, true)
-	s.fl.Store(f)
+	e := s.fleet().edit(s.queryWins)
+	e.addEntry(en)
+	s.fl.Store(e.done())
 	s.countEngines(en.source, 1)
-}
-
-// addEntry adds en's workers to f, their models from modelOf. sorted keeps the
-// models' worker lists in order as it inserts (a full rebuild sorts them once at the
-// end instead).
-func (f *fleet) addEntry(en *engineEntry, modelOf func(name string, bs int) *model, sorted bool) {
-	runs := en.runs
-	for _, p := range en.pubs {
-		f.ranks[p.cfg.Worker] = rankOf{instance: p.instance, tenant: en.tenant, rank: p.cfg.DPRank}
-		m := modelOf(p.cfg.Model, p.cfg.BlockSize)
-		if p.approx {
-			i := len(m.approx)
-			if sorted {
-				i, _ = slices.BinarySearch(m.approx, p.cfg.Worker)
-			}
-			m.approx = slices.Insert(m.approx, i, p.cfg.Worker)
-			f.approx[p.cfg.Worker] = m
-			continue
-		}
-		sub := runs[0].sub
-		runs = runs[1:]
-		f.subs = append(f.subs, sub)
-		f.byWorker[sub.Worker()] = sub
-		i := len(m.subs)
-		if sorted {
-			i, _ = slices.BinarySearchFunc(m.subs, sub.Worker(), func(a *subscriber.Subscriber, w string) int { return cmp.Compare(a.Worker(), w) })
-		}
-		m.subs = slices.Insert(m.subs, i, sub)
-	}
 }
 
 // publishRemoveLocked publishes the fleet with ens taken out (engMu held; ens deleted
 // from the entries).
 func (s *Server) publishRemoveLocked(ens []*engineEntry) {
-	old := s.fleet()
-	f := &fleet{byWorker: maps.Clone(old.byWorker), models: maps.Clone(old.models), approx: maps.Clone(old.approx),
-		ranks: maps.Clone(old.ranks)}
-	gone := map[*subscriber.Subscriber]bool{}
+	e := s.fleet().edit(s.queryWins)
 	for _, en := range ens {
-		m := s.fleetModel(f, en.spec.Model, en.spec.BlockSize)
-		for _, p := range en.pubs {
-			delete(f.ranks, p.cfg.Worker)
-			delete(f.approx, p.cfg.Worker)
-			m.approx = slices.DeleteFunc(m.approx, func(w string) bool { return w == p.cfg.Worker })
-		}
-		for _, r := range en.runs {
-			gone[r.sub] = true
-			delete(f.byWorker, r.sub.Worker())
-		}
-		m.subs = slices.DeleteFunc(m.subs, func(sub *subscriber.Subscriber) bool { return gone[sub] })
-		if _, configured := s.cfg.Models[m.name]; len(m.subs)+len(m.approx) == 0 && !configured {
-			delete(f.models, m.name)
-			delete(s.queryWins, m.name)
-		}
+		e.removeEntry(en, s.cfg.Models)
 		s.countEngines(en.source, -1)
 	}
-	f.subs = slices.DeleteFunc(slices.Clone(old.subs), func(sub *subscriber.Subscriber) bool { return gone[sub] })
-	s.fl.Store(f)
+	s.fl.Store(e.done())
 }
 
-// fleetModel returns f's model name as a copy f owns (its worker lists copied), made
-// when f has none (engMu held).
-func (s *Server) fleetModel(f *fleet, name string, bs int) *model {
-	if m := f.models[name]; m != nil {
-		c := *m
-		c.subs, c.approx = slices.Clone(m.subs), slices.Clone(m.approx)
-		f.models[name] = &c
-		return &c
+// fleetEdit is the next fleet being made from the published one (engMu held): the
+// fleet's maps and the worker lists of the models it touches are persistent maps
+// (internal/ptree), so the change copies O(log n) nodes per entry it sets or deletes,
+// never a whole map, and the published fleet stays as it was for its readers.
+type fleetEdit struct {
+	subs     *ptree.Builder[uint64, *subscriber.Subscriber]
+	byWorker *ptree.Builder[string, *subscriber.Subscriber]
+	models   *ptree.Builder[string, *model]
+	approx   *ptree.Builder[string, *model]
+	ranks    *ptree.Builder[string, rankOf]
+	touched  map[string]*modelEdit // the models changed, by name
+	wins     map[string]*queryWindow
+}
+
+// modelEdit is a model's copy in the next fleet, its worker lists being changed.
+type modelEdit struct {
+	m      *model
+	subs   *ptree.Builder[string, *subscriber.Subscriber]
+	approx *ptree.Builder[string, struct{}]
+}
+
+// edit starts the next fleet from f (nil: from nothing). wins are the server's query
+// windows by model (engMu): a model new to the fleet takes its window there.
+func (f *fleet) edit(wins map[string]*queryWindow) *fleetEdit {
+	if f == nil {
+		f = &fleet{}
 	}
-	q := s.queryWins[name]
-	if q == nil {
-		q = &queryWindow{}
-		s.queryWins[name] = q
+	return &fleetEdit{subs: f.subs.Edit(), byWorker: f.byWorker.Edit(), models: f.models.Edit(), approx: f.approx.Edit(),
+		ranks: f.ranks.Edit(), touched: map[string]*modelEdit{}, wins: wins}
+}
+
+// done returns the next fleet, to publish; e is spent.
+func (e *fleetEdit) done() *fleet {
+	for _, me := range e.touched {
+		me.m.subs, me.m.approx = me.subs.Map(), me.approx.Map()
 	}
-	m := &model{name: name, blockSize: bs, queries: q}
-	f.models[name] = m
-	return m
+	return &fleet{subs: e.subs.Map(), byWorker: e.byWorker.Map(), models: e.models.Map(), approx: e.approx.Map(),
+		ranks: e.ranks.Map()}
+}
+
+// model returns the next fleet's copy of model name, made (with block size bs) when
+// the fleet has none.
+func (e *fleetEdit) model(name string, bs int) *modelEdit {
+	if me := e.touched[name]; me != nil {
+		return me
+	}
+	var c *model
+	if m, ok := e.models.Get(name); ok {
+		cp := *m
+		c = &cp
+	} else {
+		q := e.wins[name]
+		if q == nil {
+			q = &queryWindow{}
+			e.wins[name] = q
+		}
+		c = &model{name: name, blockSize: bs, queries: q}
+	}
+	e.models.Set(name, c)
+	me := &modelEdit{m: c, subs: c.subs.Edit(), approx: c.approx.Edit()}
+	e.touched[name] = me
+	return me
+}
+
+// subKey orders the fleet's subscribed workers: by their engine's order of addition,
+// then by rank (an engine has at most MaxDPRanks ranks).
+func subKey(en *engineEntry, run int) uint64 { return en.seq<<16 | uint64(run) }
+
+// addEntry adds en's workers.
+func (e *fleetEdit) addEntry(en *engineEntry) {
+	me := e.model(en.spec.Model, en.spec.BlockSize)
+	run := 0
+	for _, p := range en.pubs {
+		e.ranks.Set(p.cfg.Worker, rankOf{instance: p.instance, tenant: en.tenant, rank: p.cfg.DPRank})
+		if p.approx {
+			me.approx.Set(p.cfg.Worker, struct{}{})
+			e.approx.Set(p.cfg.Worker, me.m)
+			continue
+		}
+		sub := en.runs[run].sub
+		e.subs.Set(subKey(en, run), sub)
+		e.byWorker.Set(sub.Worker(), sub)
+		me.subs.Set(sub.Worker(), sub)
+		run++
+	}
+}
+
+// removeEntry takes en's workers out, and its model with them when no worker is left
+// and configured (Config.Models) does not list it.
+func (e *fleetEdit) removeEntry(en *engineEntry, configured map[string]int) {
+	me := e.model(en.spec.Model, en.spec.BlockSize)
+	for _, p := range en.pubs {
+		e.ranks.Delete(p.cfg.Worker)
+		e.approx.Delete(p.cfg.Worker)
+		me.approx.Delete(p.cfg.Worker)
+	}
+	for run, r := range en.runs {
+		e.subs.Delete(subKey(en, run))
+		e.byWorker.Delete(r.sub.Worker())
+		me.subs.Delete(r.sub.Worker())
+	}
+	if _, kept := configured[me.m.name]; me.subs.Len()+me.approx.Len() == 0 && !kept {
+		e.models.Delete(me.m.name)
+		delete(e.wins, me.m.name)
+	}
 }
 
 // countEngines moves source's engine count by d (engMu held).

@@ -287,10 +287,10 @@ func (g *grpcService) Finished(ctx context.Context, req *kvindexv1.FinishedReque
 // workerState is the state a match reports for worker, as /v1/match does.
 func (s *Server) workerState(worker string) string {
 	f := s.fleet()
-	if sub := f.byWorker[worker]; sub != nil {
+	if sub := f.worker(worker); sub != nil {
 		return sub.State().String()
 	}
-	if f.approx[worker] != nil {
+	if f.approxOf(worker) != nil {
 		return stateApproximate
 	}
 	if s.external {

@@ -160,7 +160,7 @@ func (c *collector) Collect(out chan<- prometheus.Metric) {
 	ch := metricSink(out)
 	counter, gauge := ch.counter, ch.gauge
 	sizer := c.s.sizer()
-	for _, sub := range c.s.fleet().subs {
+	for _, sub := range c.s.fleet().subs.All() {
 		st := sub.Status()
 		c.workerSeries.collect(ch, st)
 		if sizer != nil {

@@ -495,9 +495,9 @@ func mooncakeNamespace(model string, req *MooncakeQuery) (string, error) {
 func (s *Server) mooncakeAnswer(m *model, tenant, inst string, media []engine.Tier, found []engine.Match) map[string]map[string]*MooncakeHits {
 	f := s.fleet()
 	out := map[string]*MooncakeHits{}
-	fm := f.models[m.name]
+	fm, _ := f.models.Get(m.name)
 	entry := func(worker string) (*MooncakeHits, string, bool) {
-		ro, ok := f.ranks[worker]
+		ro, ok := f.ranks.Get(worker)
 		if !ok || ro.tenant != tenant || (inst != "" && ro.instance != inst) {
 			return nil, "", false
 		}
@@ -524,10 +524,10 @@ func (s *Server) mooncakeAnswer(m *model, tenant, inst string, media []engine.Ti
 		return h, rank, true
 	}
 	if fm != nil {
-		for _, sub := range fm.subs {
+		for _, sub := range fm.subs.All() {
 			entry(sub.Worker())
 		}
-		for _, w := range fm.approx {
+		for w := range fm.approx.Keys() {
 			entry(w)
 		}
 	}

@@ -376,12 +376,14 @@ func (s *Server) trackRouted(ctx context.Context, m *model, ns, worker, id strin
 // another process, which alone knows the workers, also the ones the query matched and
 // the ones the caller sent load for. In id order, appended to out.
 func (s *Server) candidates(m *model, matches []Match, loads map[string]*WorkerLoad, out []string) []string {
-	for _, sub := range m.subs {
+	for _, sub := range m.subs.All() {
 		if eligible(sub.State()) {
 			out = append(out, sub.Worker())
 		}
 	}
-	out = append(out, m.approx...)
+	for w := range m.approx.Keys() {
+		out = append(out, w)
+	}
 	if s.external {
 		for i := range matches {
 			out = append(out, matches[i].Worker)

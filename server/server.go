@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/fabric"
+	"github.com/kvindex/kvindex/internal/ptree"
 	"github.com/kvindex/kvindex/subscriber"
 	"github.com/kvindex/kvindex/tokenize"
 )
@@ -92,9 +93,10 @@ type WorkerSizer interface {
 type model struct {
 	name      string
 	blockSize int
-	subs      []*subscriber.Subscriber
-	// approx are the model's workers without events (served from predictions), sorted.
-	approx []string
+	// subs are the model's workers with events, by worker id.
+	subs ptree.Map[string, *subscriber.Subscriber]
+	// approx are the model's workers without events (served from predictions).
+	approx ptree.Map[string, struct{}]
 	// queries is the model's query window (diagnose.go), kept across fleets.
 	queries *queryWindow
 }
@@ -375,7 +377,9 @@ func (s *Server) Engine() *engine.Engine { return s.eng }
 
 // Subscribers returns the server's subscribers as of now, one per engine rank, in the
 // order their engines were added (the configuration's first, in its order).
-func (s *Server) Subscribers() []*subscriber.Subscriber { return slices.Clone(s.fleet().subs) }
+func (s *Server) Subscribers() []*subscriber.Subscriber {
+	return slices.Collect(s.fleet().subs.Values())
+}
 
 // Handler returns the HTTP API (for tests; Start serves it).
 func (s *Server) Handler() http.Handler { return s.handler }
@@ -477,7 +481,7 @@ func (s *Server) Start() error {
 	if err := s.startProbes(); err != nil {
 		return err
 	}
-	s.log.Info("serving", "addr", s.ln.Addr().String(), "engines", len(s.cfg.Engines), "workers", len(s.fleet().subs))
+	s.log.Info("serving", "addr", s.ln.Addr().String(), "engines", len(s.cfg.Engines), "workers", s.fleet().subs.Len())
 	s.checkFDs()
 	return nil
 }
@@ -599,7 +603,7 @@ func (s *Server) isReady() (bool, []string) {
 			waiting = append(waiting, "discovery "+d.source)
 		}
 	}
-	for _, sub := range s.fleet().subs {
+	for _, sub := range s.fleet().subs.All() {
 		if w, ok := subWaiting(sub.Status()); ok {
 			waiting = append(waiting, w)
 		}

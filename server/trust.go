@@ -166,10 +166,10 @@ func (s *Server) initTrust() *prometheus.CounterVec {
 // trustOf is worker's diagnosed trust state in fleet f, lowered by the problems in
 // lowered.
 func trustOf(f *fleet, lowered map[string]trust, worker string) trust {
-	if sub := f.byWorker[worker]; sub != nil {
+	if sub := f.worker(worker); sub != nil {
 		return max(stateTrust(sub.State()), lowered[worker])
 	}
-	if f.approx[worker] != nil {
+	if f.approxOf(worker) != nil {
 		return trustApproximate // no events: predictions are all the index knows of it
 	}
 	return trustExact // fed by another process (a relay), which vouches for its stream
@@ -179,7 +179,7 @@ func trustOf(f *fleet, lowered map[string]trust, worker string) trust {
 // for a worker with a stream when the fallback is off.
 func (s *Server) scoredTrust(f *fleet, lowered map[string]trust, worker string) trust {
 	t := trustOf(f, lowered, worker)
-	if s.trust.off.Load() && f.approx[worker] == nil {
+	if s.trust.off.Load() && f.approxOf(worker) == nil {
 		return trustExact
 	}
 	return t
@@ -275,7 +275,7 @@ func (s *Server) refreshTrust(now time.Time) {
 	old := *s.trust.lowered.Load()
 	next := map[string]trust{}
 	var codes []string
-	for _, sub := range s.fleet().subs {
+	for _, sub := range s.fleet().subs.All() {
 		t := trustExact
 		codes = codes[:0]
 		for _, p := range sub.Problems(now) {
@@ -349,10 +349,10 @@ func (c *trustCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, worker, u.String())
 		}
 	}
-	for _, sub := range f.subs {
+	for _, sub := range f.subs.All() {
 		emit(sub.Worker())
 	}
-	for _, w := range slices.Sorted(maps.Keys(f.approx)) {
+	for w := range f.approx.Keys() {
 		emit(w)
 	}
 }
