@@ -632,7 +632,10 @@ func (s *Server) pick(m *model, policy string, matches []Match) *Pick {
 		}
 	}
 	if m.approx.Len() > 0 {
-		cands = slices.AppendSeq(cands, m.approx.Keys())
+		cands = slices.Grow(cands, m.approx.Len())
+		for w := range m.approx.Keys() {
+			cands = append(cands, w)
+		}
 		slices.Sort(cands)
 	}
 	if len(cands) == 0 {
