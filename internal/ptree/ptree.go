@@ -14,9 +14,6 @@ const (
 	degree   = 8
 	maxItems = 2*degree - 1
 	minItems = degree - 1
-	// maxDepth bounds a tree's height: every inner node but the root has at least
-	// degree children, so 2^63 items fit in 22 levels.
-	maxDepth = 24
 )
 
 // Map is an immutable ordered map from K to V. The zero Map is empty and ready to
