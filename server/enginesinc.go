@@ -8,15 +8,15 @@ import (
 	"github.com/kvindex/kvindex/subscriber"
 )
 
-// Adding or removing one engine costs O(1) work under engMu besides copying: the
-// claims every served engine holds (worker ids, endpoints, model block sizes, Mooncake
-// instances) are kept as the entries change, instead of planned again from every entry
-// (a formatted name and a map entry per engine, and the whole configuration validated
-// once more), and the fleet a change publishes is the previous one with the engine
-// added or taken out (its maps cloned, which copies their tables without hashing or
-// formatting anything; the affected model's worker list copied), not rebuilt from
-// every entry sorted. SetEngines, which changes many at once, still plans and builds
-// from every entry.
+// Adding or removing one engine costs O(log n) work under engMu for n engines served:
+// the claims every served engine holds (worker ids, endpoints, model block sizes,
+// Mooncake instances) are kept as the entries change (maps changed in place: only
+// engMu reads them), instead of planned again from every entry, and the fleet a change
+// publishes is the previous one with the engine added or taken out (fleetEdit): its
+// maps and its models' worker lists are persistent maps (internal/ptree), so the new
+// fleet copies the nodes on the changed keys' paths and shares the rest with the
+// published one, which its readers keep seeing whole. SetEngines, which changes many
+// at once, still plans and builds from every entry.
 
 // claims are what the served engines hold (engMu).
 type claims struct {
