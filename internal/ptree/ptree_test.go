@@ -5,6 +5,8 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -21,8 +23,9 @@ type snapshot struct {
 // TestDifferential: random sets and deletes (through Map and through Builders), over
 // key ranges small enough to hit existing keys often, each result compared with Go's
 // map (entries, order, Len, Get of present and absent keys) and checked for the
-// B-tree's shape; every Map made along the way still equals its map at the end, so
-// later changes never reach an earlier version.
+// B-tree's shape; every Map made along the way (a Builder's too, the Builder going on
+// with more changes) still equals its map at the end, so later changes never reach an
+// earlier version.
 func TestDifferential(t *testing.T) {
 	for seed := range uint64(6) {
 		rng := rand.New(rand.NewPCG(seed, 33))
@@ -55,7 +58,13 @@ func TestDifferential(t *testing.T) {
 				want[k] = v
 			}
 			if b != nil && rng.IntN(20) == 0 {
-				cur, b = b.Map(), nil
+				// A Map taken from a Builder that goes on changing: it must not
+				// see the later changes.
+				cur = b.Map()
+				snaps = append(snaps, snapshot{cur, maps.Clone(want)})
+				if rng.IntN(2) == 0 {
+					b = nil
+				}
 			}
 			if b != nil {
 				if b.Len() != len(want) {
@@ -251,5 +260,57 @@ func TestReadsAllocateNothing(t *testing.T) {
 		}
 	}); a != 0 {
 		t.Fatalf("reads allocate %.0f times", a)
+	}
+}
+
+// TestReadersWhileChanging (run it with -race): readers range over and look up the
+// published Map while one writer publishes new versions through a Builder and Set;
+// each version a reader loads is whole (its Len entries, in order, keys 0..Len-1 with
+// their values), and the race detector sees no write to a published node.
+func TestReadersWhileChanging(t *testing.T) {
+	var pub atomic.Pointer[Map[int, int]]
+	pub.Store(&Map[int, int]{})
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				m := *pub.Load()
+				i := 0
+				for k, v := range m.All() {
+					if k != i || v != -k {
+						errs <- fmt.Errorf("entry %d is %d -> %d", i, k, v)
+						return
+					}
+					i++
+				}
+				if _, ok := m.Get(m.Len() - 1); i != m.Len() || (m.Len() > 0 && !ok) {
+					errs <- fmt.Errorf("a version of %d entries yielded %d", m.Len(), i)
+					return
+				}
+			}
+		}()
+	}
+	b := pub.Load().Edit()
+	for i := range 3000 {
+		b.Set(i, -i)
+		if i%7 == 0 {
+			m := b.Map()
+			pub.Store(&m)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }
