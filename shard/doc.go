@@ -57,4 +57,37 @@
 // fingerprints collide; DESIGN.md ("Exactness of fingerprints") gives the argument. See
 // table_bench_test.go for the built-in map and github.com/dolthub/swiss measured on the
 // same key and value shape.
+//
+// # Runs of changes
+//
+// The events the index is tuned for come in runs: on the trace-driven logs 98-99% of
+// the events are removals that follow a removal by the same worker, and 98.5% of those
+// remove the parent of the block removed just before (vLLM evicts a chain tail first).
+// A run's changes still land one per key: keys are named by a seeded hash, so the
+// blocks of one chain are spread over the whole table, and each change's probe starts
+// with a cache miss (the conversation log's index is about 0.5 MB, the worker tables as
+// much again: together past a core's L2). Profiled on the locked index at steady state
+// (engine's BenchmarkEventRuns, 8 workers x 64 chains of 64 blocks, a chain evicted tail
+// first and one stored per batch), the table probes are most of the cost: the positional
+// index 40% (add 23%, removal 17%), the workers' seq tables 33% (removal 21%, store
+// 12%), most of it the first read of each probe.
+//
+// So apply reads ahead: before the changes of each group of touchGroup (16) deltas it
+// reads their home slots (Index.touch), and the worker's store and removal do the same
+// for the seq slots of each 16 engine hashes (package engine/internal/worker), so that a
+// run's misses overlap instead of following one another, and its probes then hit the
+// cache. It changes no table, so exactness does not depend on it. One alternating run
+// of the old and new binaries, process CPU time, on the conversation log
+// (/tmp/run_replay_alt.sh: `kvindex replay --ops LOG --repeat 3 --json`, five rounds;
+// block ops there count query blocks too): see BENCHMARKS-like figures below.
+//
+// What it does not do is make a run cost one change per run: every block of a run still
+// probes the seq table by its engine hash, the positional index by its key and, on
+// removal, shifts both back. That needs a layout whose unit is a worker's contiguous
+// chain segment: a segment record per run (its first key, its length, its engine
+// hashes in order) in the worker's tables, and a positional index that names segments,
+// so that a query's probe of (position, prefix) finds the segment covering it, as SMG's
+// ChainIndex, a run-compressed index (bench/peers/README.md), removes a contiguous range
+// with one holding change. Jump search and the per-key membership would then read
+// through a segment; the index does not do that yet.
 package shard

@@ -61,6 +61,8 @@ type Index struct {
 	ovfFree []uint32
 	// ovfCap is the total capacity of the overflow sets, kept so that Bytes is O(1).
 	ovfCap int
+	// sink takes what touch reads.
+	sink uint32
 	// changes counts the changes since the last full check (invariants builds only;
 	// see mustCheck).
 	changes int
@@ -110,6 +112,23 @@ func (x *Index) Probes(fp uint64) int {
 			return int(d) + 1
 		}
 	}
+}
+
+// touchGroup is how many deltas' home slots apply reads ahead (Index.touch).
+const touchGroup = 16
+
+// touch reads the home slot of each membership change in ds, so that the cache misses
+// of a run of changes overlap instead of following one another: the slots are spread
+// over the table by a seeded hash, each change's probe starts with a miss, and a probe
+// cannot start before the previous change is done. The changes then find their slots
+// in the cache. What it reads goes to x.sink, so the loads are not dropped.
+func (x *Index) touch(ds []Delta) {
+	var sum uint32
+	n := len(x.slots)
+	for i := range ds {
+		sum += x.slots[table.Home(ds[i].FP(), n)].m
+	}
+	x.sink += sum
 }
 
 // Len returns the number of keys with at least one member.

@@ -335,6 +335,9 @@ func (s *Loop) apply(ds []Delta) {
 	s.owner.Check("shard apply")
 	counted := 0 // deltas of ds already added to applied
 	for i := range ds {
+		if i%touchGroup == 0 {
+			s.idx.touch(ds[i:min(i+touchGroup, len(ds))])
+		}
 		d := &ds[i]
 		switch d.Op() {
 		case OpAdd:

@@ -99,12 +99,17 @@ func (t *seqTable) find(h uint64) (i uint64, found bool) {
 // index), after making room for one more entry, and seq's mixed hash for setAt. The
 // slot stays valid until the table is next modified.
 func (t *seqTable) locate(seed *table.Seed, seq uint64) (i, h uint64, found bool) {
+	h = seed.Mix64(seq)
+	i, found = t.locateMixed(h)
+	return i, h, found
+}
+
+// locateMixed is locate of the seq of mixed hash h.
+func (t *seqTable) locateMixed(h uint64) (i uint64, found bool) {
 	if table.Full(t.n, len(t.slots)) {
 		t.resize(table.Grown(len(t.slots)))
 	}
-	h = seed.Mix64(seq)
-	i, found = t.find(h)
-	return i, h, found
+	return t.find(h)
 }
 
 // setAt points slot i, found by locate for the seq of mixed hash h, at record rid.
@@ -123,14 +128,39 @@ func (t *seqTable) setAt(i uint64, h uint64, rid uint32) {
 	t.slots[i] = e
 }
 
-// del removes seq and returns its record id, if it was there. The slots after it shift
-// back up to the first one at its home (Robin Hood order keeps each run sorted by home,
-// so none after that one can move).
+// touchGroup is how many engine hashes of a run store and remove look up ahead
+// (seqTable.touch).
+const touchGroup = 16
+
+// touch reads the home slot of each mixed hash in hs and returns what it read, which the
+// caller keeps (Outbox.sink) so that the loads are not dropped. The homes are spread
+// over the table by the seed, so each probe of a run starts with a cache miss, and one
+// block's probe cannot start before the previous block's bookkeeping is done; read
+// together first, the misses overlap, and the run's probes find their slots in the
+// cache. A slot moved since (a shift, a resize) only makes a read useless, never wrong.
+func (t *seqTable) touch(hs []uint64) uint32 {
+	var sum uint32
+	if n := len(t.slots); n > 0 {
+		for _, h := range hs {
+			sum += t.slots[table.Home(h, n)].ref
+		}
+	}
+	return sum
+}
+
+// del removes seq and returns its record id, if it was there.
 func (t *seqTable) del(seed *table.Seed, seq uint64) (rid uint32, ok bool) {
+	return t.delMixed(seed.Mix64(seq))
+}
+
+// delMixed removes the seq of mixed hash h and returns its record id, if it was there.
+// The slots after it shift back up to the first one at its home (Robin Hood order keeps
+// each run sorted by home, so none after that one can move).
+func (t *seqTable) delMixed(h uint64) (rid uint32, ok bool) {
 	if t.n == 0 {
 		return 0, false
 	}
-	i, found := t.find(seed.Mix64(seq))
+	i, found := t.find(h)
 	if !found {
 		return 0, false
 	}

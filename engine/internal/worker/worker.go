@@ -144,6 +144,9 @@ type Outbox struct {
 	Pend [][]shard.Delta
 	// seen is the duplicate check's scratch set.
 	seen seqSet
+	// sink keeps what the look-ahead reads of a run's seq slots (seqTable.touch) return,
+	// so that the compiler keeps the loads.
+	sink uint32
 	// Last is the worker the outbox was last lent to, or nil: the engine's Apply tries it
 	// before the name table, since almost every event of an ingester's stream follows
 	// one of the same worker (98-99% of the trace logs' removals). The outbox pool is
@@ -225,10 +228,13 @@ func (w *Worker) KeyOf(env *Env, seq uint64) (shard.Key, bool) {
 // store applies an accepted stored event to this tier's tables: the parent (if any) is
 // p, the duplicate check passed, and positions fit.
 func (w *Worker) store(env *Env, ns uint32, p parentRef, blocks []Block) {
-	seed := &env.Seed
 	prefix, pos, ref := p.prefix, p.pos, p.ref
-	var dc DigestCell // the entries this event adds to namespace ns
+	var dc DigestCell         // the entries this event adds to namespace ns
+	var hs [touchGroup]uint64 // the mixed hashes of blocks[i-i%touchGroup:], read ahead
 	for i, b := range blocks {
+		if i%touchGroup == 0 {
+			w.touchBlocks(env, hs[:], blocks[i:])
+		}
 		parentPrefix := prefix
 		var k key
 		if i > 0 || p.has {
@@ -238,7 +244,8 @@ func (w *Worker) store(env *Env, ns uint32, p parentRef, blocks []Block) {
 		}
 		prefix, pos = k.prefix, k.pos
 		// The seq's slot stays valid below: dropKey and addKey touch only the key table.
-		si, sh, found := w.seqs.locate(seed, b.Seq)
+		sh := hs[i%touchGroup]
+		si, found := w.seqs.locateMixed(sh)
 		if found {
 			old := w.seqs.slots[si].ref - 1
 			if w.keys.is(old, k, w.keys.locOf(k, false)) {
@@ -381,8 +388,12 @@ func (w *Worker) dropKey(env *Env, rid uint32) {
 func (w *Worker) remove(env *Env, seqs []uint64) (skipped int) {
 	var dc DigestCell // the entries dropped from namespace dns since the last change of namespace
 	var dns uint32
-	for _, s := range seqs {
-		rid, ok := w.seqs.del(&env.Seed, s)
+	var hs [touchGroup]uint64 // the mixed hashes of seqs[j-j%touchGroup:], read ahead
+	for j, s := range seqs {
+		if j%touchGroup == 0 {
+			w.touchSeqs(env, hs[:], seqs[j:])
+		}
+		rid, ok := w.seqs.delMixed(hs[j%touchGroup])
 		if !ok {
 			skipped++
 			continue
@@ -401,6 +412,25 @@ func (w *Worker) remove(env *Env, seqs []uint64) (skipped int) {
 		w.compact(&env.Seed)
 	}
 	return skipped
+}
+
+// touchBlocks is touchSeqs of the blocks' engine hashes.
+func (w *Worker) touchBlocks(env *Env, hs []uint64, blocks []Block) {
+	g := hs[:min(len(blocks), len(hs))]
+	for j := range g {
+		g[j] = env.Seed.Mix64(blocks[j].Seq)
+	}
+	w.out.sink += w.seqs.touch(g)
+}
+
+// touchSeqs puts the mixed hashes of the first len(hs) seqs (fewer if seqs is shorter)
+// in hs and reads their home slots ahead (seqTable.touch).
+func (w *Worker) touchSeqs(env *Env, hs []uint64, seqs []uint64) {
+	g := hs[:min(len(seqs), len(hs))]
+	for j := range g {
+		g[j] = env.Seed.Mix64(seqs[j])
+	}
+	w.out.sink += w.seqs.touch(g)
 }
 
 // compact renumbers the live key records densely and rebuilds the key index at the size
