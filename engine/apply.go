@@ -322,6 +322,7 @@ func (e *Engine) applyBatchWith(out *worker.Outbox, evs []Event, errs []error) [
 	// table.
 	recent := [4]*worker.Worker{out.Last}
 	next := 1
+	ahead := 0 // the events before it had their seq slots read ahead (touchAhead)
 	var w *worker.Worker
 	release := func() {
 		if w == nil {
@@ -353,6 +354,9 @@ func (e *Engine) applyBatchWith(out *worker.Outbox, evs []Event, errs []error) [
 			}
 		}
 		if apply && w != nil {
+			if ev.Kind == EventRemoved && k >= ahead {
+				ahead = touchAhead(&e.env, w, evs, k)
+			}
 			var gone bool
 			gone, err = e.applyLocked(w, ev)
 			if invariants.Enabled && !gone {
@@ -372,6 +376,29 @@ func (e *Engine) applyBatchWith(out *worker.Outbox, evs []Event, errs []error) [
 	release()
 	e.maybeSweepNamespaces()
 	return errs
+}
+
+// touchAhead reads ahead the seq slots of the removals that follow evs[k] in a run of
+// removed events of its worker on its tier, up to worker.TouchGroup engine hashes
+// (Worker.TouchSeqs), and returns the index of the first event it did not read:
+// almost every event of the trace logs is a removal of one block after one of the same
+// worker, so that the slots of one event per call would never overlap their misses.
+// It only reads: an event it read ahead may still be refused or apply otherwise. Holder
+// of w's mutex, with an outbox lent.
+func touchAhead(env *worker.Env, w *worker.Worker, evs []Event, k int) int {
+	ev := &evs[k]
+	var seqs [worker.TouchGroup]uint64
+	n := 0
+	j := k + 1
+	for ; j < len(evs) && n < len(seqs); j++ {
+		x := &evs[j]
+		if x.Kind != EventRemoved || x.Tier != ev.Tier || x.Worker != ev.Worker {
+			break
+		}
+		n += copy(seqs[n:], x.Seqs)
+	}
+	w.TouchSeqs(env, worker.Tier(ev.Tier), seqs[:n])
+	return j
 }
 
 // check rejects what needs no worker state and reports whether ev must be applied: not

@@ -156,3 +156,42 @@ func (h *runHistory) removeRange(w string, d int) {
 		h.ops = append(h.ops, oplog.Op{Kind: oplog.Removed, Worker: w, Seqs: []uint64{s}})
 	}
 }
+
+// TestApplyBatchRunsZeroAllocs holds ApplyBatch of a store and of its eviction, one
+// removed event per block and then one event for the rest (the runs whose engine hashes
+// it reads ahead), to zero allocations in steady state, on the locked index and on
+// shards.
+func TestApplyBatchRunsZeroAllocs(t *testing.T) {
+	testsize.SkipAllocs(t)
+	for _, cfg := range []engine.Config{{LockedIndex: true}, {Shards: 2}} {
+		e := newEngine(t, cfg)
+		resident := make([]engine.Block, 64)
+		for i := range resident {
+			resident[i] = engine.Block{Content: uint64(100 + i), Seq: uint64(5000 + i)}
+		}
+		require.NoError(t, e.Store("w", resident))
+		chain := make([]engine.Block, 64)
+		seqs := make([]uint64, len(chain))
+		for i := range chain {
+			chain[i] = engine.Block{Content: uint64(i % 5), Seq: uint64(7 + i)}
+			seqs[len(seqs)-1-i] = uint64(7 + i) // tail first
+		}
+		evs := []engine.Event{{Kind: engine.EventStored, Worker: "w", Blocks: chain}}
+		for i := 0; i < 40; i++ {
+			evs = append(evs, engine.Event{Kind: engine.EventRemoved, Worker: "w", Seqs: seqs[i : i+1]})
+		}
+		evs = append(evs, engine.Event{Kind: engine.EventRemoved, Worker: "w", Seqs: seqs[40:]})
+		errs := make([]error, 0, len(evs))
+		allocs := testing.AllocsPerRun(200, func() {
+			errs = e.ApplyBatch(evs, errs[:0])
+			for _, err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+		require.Zero(t, allocs, "%+v", cfg)
+		require.NoError(t, e.Barrier(ctx))
+		require.Equal(t, int64(len(resident)), e.Stats().Blocks)
+	}
+}

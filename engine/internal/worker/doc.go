@@ -46,7 +46,8 @@
 // it holds: its Outbox (88 bytes, and the delta buffers behind it) is lent only while
 // it applies events, so 100,000 idle workers keep none. Each membership change leaves
 // as one 12-byte shard.Delta. A store or removal reads the home seq slots of each 16
-// engine hashes of its run before it changes the first of them (seqTable.touch; package
+// engine hashes of its run before it changes the first of them (seqTable.touch; the
+// engine's ApplyBatch reads ahead across a run of removed events with TouchSeqs; package
 // shard's doc, "Runs of changes", has the measurement), so that the run's cache misses
 // overlap. The event path allocates nothing in steady state (the
 // engine's tests assert 0 allocations per event), so its methods take the Env by

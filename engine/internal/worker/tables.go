@@ -128,9 +128,9 @@ func (t *seqTable) setAt(i uint64, h uint64, rid uint32) {
 	t.slots[i] = e
 }
 
-// touchGroup is how many engine hashes of a run store and remove look up ahead
-// (seqTable.touch).
-const touchGroup = 16
+// TouchGroup is how many engine hashes of a run store and remove look up ahead
+// (seqTable.touch), and the most TouchSeqs reads.
+const TouchGroup = 16
 
 // touch reads the home slot of each mixed hash in hs and returns what it read, which the
 // caller keeps (Outbox.sink) so that the loads are not dropped. The homes are spread

@@ -230,9 +230,9 @@ func (w *Worker) KeyOf(env *Env, seq uint64) (shard.Key, bool) {
 func (w *Worker) store(env *Env, ns uint32, p parentRef, blocks []Block) {
 	prefix, pos, ref := p.prefix, p.pos, p.ref
 	var dc DigestCell         // the entries this event adds to namespace ns
-	var hs [touchGroup]uint64 // the mixed hashes of blocks[i-i%touchGroup:], read ahead
+	var hs [TouchGroup]uint64 // the mixed hashes of blocks[i-i%TouchGroup:], read ahead
 	for i, b := range blocks {
-		if i%touchGroup == 0 {
+		if i%TouchGroup == 0 {
 			w.touchBlocks(env, hs[:], blocks[i:])
 		}
 		parentPrefix := prefix
@@ -244,7 +244,7 @@ func (w *Worker) store(env *Env, ns uint32, p parentRef, blocks []Block) {
 		}
 		prefix, pos = k.prefix, k.pos
 		// The seq's slot stays valid below: dropKey and addKey touch only the key table.
-		sh := hs[i%touchGroup]
+		sh := hs[i%TouchGroup]
 		si, found := w.seqs.locateMixed(sh)
 		if found {
 			old := w.seqs.slots[si].ref - 1
@@ -388,12 +388,12 @@ func (w *Worker) dropKey(env *Env, rid uint32) {
 func (w *Worker) remove(env *Env, seqs []uint64) (skipped int) {
 	var dc DigestCell // the entries dropped from namespace dns since the last change of namespace
 	var dns uint32
-	var hs [touchGroup]uint64 // the mixed hashes of seqs[j-j%touchGroup:], read ahead
+	var hs [TouchGroup]uint64 // the mixed hashes of seqs[j-j%TouchGroup:], read ahead
 	for j, s := range seqs {
-		if j%touchGroup == 0 {
+		if j%TouchGroup == 0 {
 			w.touchSeqs(env, hs[:], seqs[j:])
 		}
-		rid, ok := w.seqs.delMixed(hs[j%touchGroup])
+		rid, ok := w.seqs.delMixed(hs[j%TouchGroup])
 		if !ok {
 			skipped++
 			continue
@@ -421,6 +421,16 @@ func (w *Worker) touchBlocks(env *Env, hs []uint64, blocks []Block) {
 		g[j] = env.Seed.Mix64(blocks[j].Seq)
 	}
 	w.out.sink += w.seqs.touch(g)
+}
+
+// TouchSeqs reads ahead the seq slots of the first TouchGroup of seqs in primary w's
+// tier t (seqTable.touch), for removals of them that are about to come: it changes
+// nothing. Holder of w's mutex, with an outbox lent.
+func (w *Worker) TouchSeqs(env *Env, t Tier, seqs []uint64) {
+	if c := w.TierOf(env, t, false); c != nil && len(seqs) > 0 {
+		var hs [TouchGroup]uint64
+		c.touchSeqs(env, hs[:], seqs)
+	}
 }
 
 // touchSeqs puts the mixed hashes of the first len(hs) seqs (fewer if seqs is shorter)
