@@ -768,10 +768,10 @@ func (s *Server) workerInfos(sizer WorkerSizer, now time.Time) []WorkerInfo {
 	for _, sub := range f.subs.All() {
 		out = append(out, s.workerInfo(sub, sizer, now))
 	}
-	for name, am := range f.approx.All() {
+	for _, name := range slices.Sorted(f.approx.Keys()) {
 		// A worker without events: only its model, state and size (0 unless a relay
 		// feeds the index) mean anything.
-		wi := WorkerInfo{Worker: name, Model: am.name, State: stateApproximate, Trust: TrustApproximate, Rejected: map[string]uint64{}}
+		wi := WorkerInfo{Worker: name, Model: f.approxOf(name).name, State: stateApproximate, Trust: TrustApproximate, Rejected: map[string]uint64{}}
 		if sizer != nil {
 			n, _ := sizer.WorkerSize(name)
 			wi.Size = &n

@@ -75,13 +75,15 @@ var (
 type fleet struct {
 	// subs are the subscribed workers, in the order their engines were added (the
 	// configuration's first, in its order), keyed by subKey.
-	subs     ptree.Map[uint64, *subscriber.Subscriber]
-	byWorker ptree.Map[string, *subscriber.Subscriber]
+	subs ptree.Map[uint64, *subscriber.Subscriber]
+	// byWorker, approx and ranks are looked up for every worker a query matches:
+	// keyed by a seeded hash (worker ids are the clients'), in no order.
+	byWorker ptree.Hashed[*subscriber.Subscriber]
 	models   ptree.Map[string, *model]
 	// approx maps each worker without events to its model.
-	approx ptree.Map[string, *model]
+	approx ptree.Hashed[*model]
 	// ranks maps every worker to its instance and rank (mooncake.go).
-	ranks ptree.Map[string, rankOf]
+	ranks ptree.Hashed[rankOf]
 }
 
 // rankOf is a worker's place in its instance: the Mooncake API folds an instance's

@@ -145,10 +145,10 @@ func (s *Server) publishRemoveLocked(ens []*engineEntry) {
 // never a whole map, and the published fleet stays as it was for its readers.
 type fleetEdit struct {
 	subs     *ptree.Builder[uint64, *subscriber.Subscriber]
-	byWorker *ptree.Builder[string, *subscriber.Subscriber]
+	byWorker *ptree.HashedBuilder[*subscriber.Subscriber]
 	models   *ptree.Builder[string, *model]
-	approx   *ptree.Builder[string, *model]
-	ranks    *ptree.Builder[string, rankOf]
+	approx   *ptree.HashedBuilder[*model]
+	ranks    *ptree.HashedBuilder[rankOf]
 	touched  map[string]*modelEdit // the models changed, by name
 	wins     map[string]*queryWindow
 }

@@ -352,7 +352,7 @@ func (c *trustCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, sub := range f.subs.All() {
 		emit(sub.Worker())
 	}
-	for w := range f.approx.Keys() {
+	for _, w := range slices.Sorted(f.approx.Keys()) {
 		emit(w)
 	}
 }

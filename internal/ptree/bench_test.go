@@ -66,3 +66,22 @@ func BenchmarkGet(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkHashedGet measures a lookup of a present key among 10,000 in a Hashed.
+func BenchmarkHashedGet(b *testing.B) {
+	const n = 10000
+	bl := Hashed[*int]{}.Edit()
+	keys := make([]string, n)
+	for i := range n {
+		keys[i] = "pod-" + strconv.Itoa(i)
+		bl.Set(keys[i], &i)
+	}
+	h := bl.Map()
+	i := 0
+	for b.Loop() {
+		if _, ok := h.Get(keys[i%n]); !ok {
+			b.Fatal("missing")
+		}
+		i += 7919
+	}
+}
