@@ -42,10 +42,13 @@ import (
 // the previous fleet with it added or taken out (enginesinc.go): nothing formatted,
 // planned or copied per served engine, the fleet's maps being persistent
 // (internal/ptree), so that a change copies O(log n) nodes. An add and a remove
-// allocate 107 times and 25 KB with 100 engines served, 128 times and 38 KB with
-// 10,000 (TestEngineAddCostFlat); the median process CPU time of an add is 13-17 µs
-// with 100, 13-19 µs with 1,000 and 17-19 µs with 10,000 engines (go test -run '^$'
-// -bench BenchmarkEngineAdd -benchtime 500x ./server/, on a shared 2-core machine).
+// allocate 131 times and 25 KB with 100 engines served, 150 times and 35 KB with
+// 10,000, where cloning the maps allocated 42 KB and 3.3 MB (TestEngineAddCostFlat);
+// the median process CPU time of an add is 12-17 µs with 100, 13-21 µs with 1,000
+// and 17-29 µs with 10,000 engines, against 17-22, 37-69 and 276-368 µs when the maps
+// were cloned (go test -run '^$' -bench BenchmarkEngineAdd -benchtime 500x ./server/,
+// both builds in one session on a shared 2-core machine; under a load of 12 the
+// 10,000 case reached 43-118 µs).
 //
 // Concurrency: engMu serialises every change, Start's launch of the subscribers and
 // Shutdown's end of changes; it owns entries, runCtx, closed and the per-model query
