@@ -23,7 +23,7 @@ SHARED      ?= ../shared
 FUZZTIME    ?=
 fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 
-.PHONY: tools race-pkgs race-invariants plain test-phases build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
+.PHONY: tools race-deps race-pkgs race-invariants plain test-phases build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
 
 ## test: everything CI runs: lint, every package's tests once (the concurrent ones under
 ## the race detector, the index's with its invariants checked too, the sequential ones
@@ -31,11 +31,7 @@ fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 ## docs check. The tools are installed first, one at a time (apt-get holds a
 ## lock; `make tools` says what each is for); then the phases run TEST_JOBS at a time
 ## (default 2: lint and the 386 build leave a core idle half the time), the longest (race)
-## first. On a cold cache the two race phases compile the standard library side by side
-## (go commands do not share work in flight: race-invariants takes 278 s of CPU there,
-## 114 s after race-pkgs), yet this order is the leaner one: race-pkgs beside lint puts
-## staticcheck (844 MB cold) beside the race compiles, 939 s instead of 976 s beside two
-## busy cores but a peak of 1,687 MiB instead of 1,406 MiB (scripts/coldtest.sh). Each
+## first, after race-deps has built what both race phases share. Each
 ## phase runs through scripts/phase.sh: a line when it starts, a line a minute while it
 ## runs, its whole output when it ends, then its result and wall time.
 ## Every go test has an explicit -timeout (TEST_TIMEOUT per package binary: a guard
@@ -48,6 +44,17 @@ test: shared-note tools
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-phases
 
 test-phases: $(addprefix phase-,$(TEST_PHASES))
+
+## race-deps: the race detector's build of what the two race phases share (the standard
+## library and the test libraries the index's tests import), once, before either starts.
+## Two go commands do not share work in flight: without it both compiled the standard
+## library for the detector side by side, and race-invariants took 308 s of CPU on a cold
+## cache instead of 114 s.
+RACE_DEPS = $$($(GO) list -deps -test -tags invariants $(INDEX_PKGS) | grep -v -e '^github.com/kvindex/' -e ' ' -e '\.test$$')
+race-deps:
+	$(GO) build -race $(RACE_DEPS)
+
+phase-race-pkgs phase-race-invariants: phase-race-deps
 
 phase-%:
 	@bash scripts/phase.sh $* $(MAKE) --no-print-directory $*
