@@ -70,33 +70,31 @@
 // (engine's BenchmarkEventRuns, 8 workers x 64 chains of 64 blocks, a chain evicted tail
 // first and one stored per batch), the table probes are most of the cost: the positional
 // index 40% (add 23%, removal 17%), the workers' seq tables 33% (removal 21%, store
-// 12%), most of it the first read of each probe.
+// 11%), most of it the first read of each probe.
 //
 // So apply reads ahead: before the changes of each group of touchGroup (16) deltas it
 // reads their home slots (Index.touch), and the worker's store and removal do the same
 // for the seq slots of each 16 engine hashes (package engine/internal/worker), as does
 // the engine's ApplyBatch across a run of one worker's removed events of one block each
 // (touchAhead), so that a run's misses overlap instead of following one another, and its
-// probes then hit the cache. It changes no table, so exactness does not depend on it. Measured with the
-// binaries before and after alternated in one run, process CPU time, on a 2-core machine
-// shared with other work (load average 9-12):
+// probes then hit the cache. It changes no table, so exactness does not depend on it.
+// Measured with the binaries before and after alternated in one run, process CPU time,
+// on a 2-core machine shared with other work (load average 9-20):
 //
-//	engine's BenchmarkEventRuns, locked index, -test.benchtime 10000x, CPU ns per
-//	block op, median of 6 rounds at 32k memberships and of 4 at 512k:
-//	  32k:  per event 149 -> 138, coalesced 133 -> 121
-//	  512k: per event 504 -> 355, coalesced 484 -> 231
-//	kvindex replay --ops trace_conversation.jsonl [--batch=false] --repeat 11 --json,
-//	median of 4 rounds, block ops (query blocks included) per CPU second:
-//	  locked:   per event 7.64M -> 7.64M, ApplyBatch 8.64M -> 9.74M,
-//	            coalesced 10.10M -> 11.06M
-//	  shards=1: per event 5.03M -> 6.41M, ApplyBatch 7.44M -> 7.47M,
-//	            coalesced 7.38M -> 8.22M (the shard goroutine's polling makes these
-//	            noisier)
+//	engine's BenchmarkEventRuns, locked index, -test.benchtime 10000x, CPU ns per block
+//	op, medians of 3-6 rounds (a run evicted one removed event per block / coalesced):
+//	  32k memberships:  per event 151 -> 141, coalesced 133 -> 121
+//	  512k memberships: per event 495 -> 240, coalesced 484 -> 231
+//	kvindex replay --locked --ops trace_conversation.jsonl [--batch=false] --repeat 21
+//	--json, block ops (query blocks included) per CPU second, medians of 6 rounds:
+//	  one call per event 5.52M -> 7.91M, ApplyBatch 8.75M -> 8.89M,
+//	  coalesced 9.88M -> 9.61M
 //
 // (coalesced: the log with each worker's consecutive removed events merged into one, and
 // a stored event under the previous one's last block merged into it, as ChainIndex's
-// coalesced driver is fed). The gain is small on this log because its tables, about 1
-// MB, mostly fit the caches; past them (512k) a coalesced run costs half as much.
+// coalesced driver is fed). On the conversation log, whose tables (about 1 MB) mostly
+// fit the caches, the rounds spread by a third either way and no row differs beyond
+// that; past the caches (512k) a run costs half as much.
 //
 // What it does not do is make a run cost one change per run: every block of a run still
 // probes the seq table by its engine hash, the positional index by its key and, on
