@@ -81,10 +81,11 @@
 // Measured with the binaries before and after alternated in one run, process CPU time,
 // on a 2-core machine shared with other work (load average 9-20):
 //
-//	engine's BenchmarkEventRuns, locked index, -test.benchtime 10000x, CPU ns per block
-//	op, medians of 3-6 rounds (a run evicted one removed event per block / coalesced):
+//	engine's BenchmarkEventRuns, locked index unless said, -test.benchtime 10000x, CPU ns
+//	per block op, medians of 3-6 rounds (a run evicted one removed event per block / coalesced):
 //	  32k memberships:  per event 151 -> 141, coalesced 133 -> 121
 //	  512k memberships: per event 495 -> 240, coalesced 484 -> 231
+//	  512k, one shard:  per event 560 -> 403, coalesced 542 -> 317
 //	kvindex replay --locked --ops trace_conversation.jsonl [--batch=false] --repeat 21
 //	--json, block ops (query blocks included) per CPU second, medians of 6 rounds:
 //	  one call per event 5.52M -> 7.91M, ApplyBatch 8.75M -> 8.89M,
