@@ -260,6 +260,43 @@ func TestDifferentialEveryDepth(t *testing.T) {
 	}
 }
 
+// TestDifferentialGallopHints holds gallop's scores to the model wherever bisect's hint
+// (the score of the previous query's largest group) falls: right, one off, inside or
+// outside the stride being bisected, and a probe that every candidate holds or that none
+// does. Gap-free workers only (gallop, not the walk): one at each of a sparse set of
+// depths, and groups at a few more, each group larger than the ones before it, so that
+// once it is stored the full-length query makes its depth the hint for the queries after
+// it, whose lengths put that depth in every part of a stride; queries along a second
+// chain, held to other depths, meet each hint where no candidate scores it.
+func TestDifferentialGallopHints(t *testing.T) {
+	const n = 200
+	h := newChainHistory(n, 13)
+	for _, d := range []int{1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, n} {
+		h.store(fmt.Sprintf("d%03d", d), h.content[:d])
+	}
+	other := newChainHistory(n, 17)
+	for _, d := range []int{3, 10, 19, 30, 60, 150} {
+		h.store(fmt.Sprintf("other%03d", d), other.content[:d])
+	}
+	for k, g := range []int{7, 8, 9, 20, 23, 24, 57, 100, 199} {
+		for i := range k + 2 {
+			h.store(fmt.Sprintf("g%03d-%d", g, i), h.content[:g])
+		}
+		h.query(n, g+1, 129, 100, 25, 21, 9, 8, g, g-1, n)
+		for _, l := range []int{n, 18, 31, 61, 151, 6} {
+			h.query(n)
+			h.ops = append(h.ops, oplog.Op{Kind: oplog.Query, Content: other.content[:l]})
+		}
+	}
+	ops := h.ops
+	for _, cfg := range []engine.Config{{LockedIndex: true}, {Shards: 1}, {LockedIndex: true, JumpSize: 4}} {
+		t.Run(fmt.Sprintf("locked=%v/shards=%d/jump=%d", cfg.LockedIndex, cfg.Shards, cfg.JumpSize), func(t *testing.T) {
+			t.Parallel()
+			require.Positive(t, differential(t, cfg, ops))
+		})
+	}
+}
+
 // TestDifferentialTiers is TestDifferential over histories with host and disk events:
 // stores and removals per tier, copies of held blocks to other tiers under parents held
 // elsewhere. Every answer's per-tier lengths are compared.

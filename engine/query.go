@@ -56,7 +56,8 @@ type candidate struct {
 // byPrefix reports whether the query's words are prefix hashes (FindMatchesByPrefixIn).
 func (q *query) byPrefix() bool { return q.ch == &chain.Given }
 
-// query is a pooled per-call workspace: nothing in it survives a call except capacity.
+// query is a pooled per-call workspace: nothing in it survives a call except capacity
+// and gallop's hint.
 type query struct {
 	done      chan struct{}
 	ns        uint32
@@ -79,6 +80,12 @@ type query struct {
 	tstamp    uint32
 	phits     []predict.Hit // addPredicted's scratch
 	skeys     []matchKey    // sortByKeys' scratch
+	// hint is the score gallop's last query on this workspace gave its largest group
+	// of candidates, which bisect probes around first; it is the one thing that
+	// survives a call besides capacity (a pooled workspace that the GC drops takes it
+	// along, and the next query learns it again). nextHint and hintN are this call's
+	// largest group so far: its score and size.
+	hint, nextHint, hintN int
 }
 
 func (e *Engine) getQuery() *query {
