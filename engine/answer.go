@@ -3,6 +3,8 @@ package engine
 import (
 	"encoding/binary"
 	"slices"
+
+	"github.com/kvindex/kvindex/engine/internal/worker"
 )
 
 // Answer assembly: the scored candidates become matches in answer order (collect,
@@ -14,11 +16,16 @@ import (
 // id no longer names the worker it named when the query found it is left out (the
 // answer is then the one of a moment after the removal).
 //
-// Candidates that are tiers of one worker (tiers.go) become one match.
+// The candidates are put in answer order as keys (matchKey, the workers' name keys
+// cached per id in q.names) and appended in that order, so that no 64-byte match moves:
+// on the 16-worker trace log, whose answers have fifteen matches, sorting the matches
+// after appending them took a fifth of a query at rest. Candidates that are tiers of
+// one worker (tiers.go) become one match, merged into the sorted answer.
 func (e *Engine) collect(q *query, content []uint64, dst []Match) []Match {
 	now := e.workers()
 	start := len(dst)
 	tiered := false
+	keys := q.skeys[:0]
 	for i := range q.cands {
 		c := &q.cands[i]
 		if int(c.wid) >= len(now) || now[c.wid].Load() != c.w {
@@ -28,14 +35,43 @@ func (e *Engine) collect(q *query, content []uint64, dst []Match) []Match {
 			tiered = true
 			continue
 		}
+		keys = append(keys, q.nameKey(c.wid, c.w, c.score, i))
+	}
+	sortKeys(keys, func(i int) string { return q.cands[i].w.Name() })
+	for _, k := range keys {
+		c := &q.cands[k.i]
 		s := c.score
 		dst = append(dst, Match{Worker: c.w.Name(), Score: s, Size: int(c.w.Size()), Tiers: [NumTiers]int{s, s, s}})
 	}
+	q.skeys = keys
 	if tiered {
 		dst = e.collectTiers(q, content, dst)
+		q.sortMatches(dst[start:])
 	}
-	q.sortMatches(dst[start:])
 	return dst
+}
+
+// nameKey returns candidate i's key (its worker w, whose id is wid, with score s),
+// taking the name's part from q.names while it holds w's, and caching it there
+// otherwise: a name does not change, and the same few workers answer query after query.
+// (A cached entry keeps its worker reachable until another worker takes its id, or the
+// pool drops the workspace.)
+func (q *query) nameKey(wid uint32, w *worker.Worker, s, i int) matchKey {
+	if int(wid) >= len(q.names) {
+		q.names = append(q.names, make([]nameKey, int(wid)+1-len(q.names)+len(q.names)/4)...)
+	}
+	n := &q.names[wid]
+	if n.w != w {
+		k := keyOf(w.Name(), 0, 0)
+		*n = nameKey{w: w, a: k.a, b: k.b}
+	}
+	return matchKey{score: s, a: n.a, b: n.b, i: i}
+}
+
+// nameKey is a cached worker's name key (matchKey's a and b).
+type nameKey struct {
+	w    *worker.Worker
+	a, b uint64
 }
 
 // sortMatches orders by score descending, then worker name. An answer has one match per
@@ -75,14 +111,15 @@ type matchKey struct {
 	i     int // index in the unsorted answer
 }
 
-func keyOf(m *Match, i int) matchKey {
+func keyOf(name string, score, i int) matchKey {
 	var buf [16]byte
-	copy(buf[:], m.Worker)
-	return matchKey{score: m.Score, a: binary.BigEndian.Uint64(buf[:8]), b: binary.BigEndian.Uint64(buf[8:]), i: i}
+	copy(buf[:], name)
+	return matchKey{score: score, a: binary.BigEndian.Uint64(buf[:8]), b: binary.BigEndian.Uint64(buf[8:]), i: i}
 }
 
-// before reports whether k comes before l in answer order, m being the unsorted answer.
-func (k *matchKey) before(l *matchKey, m []Match) bool {
+// before reports whether k comes before l in answer order; name(i) is the worker name
+// of the key whose index is i, read only when the keys are equal.
+func (k *matchKey) before(l *matchKey, name func(int) string) bool {
 	switch {
 	case k.score != l.score:
 		return k.score > l.score
@@ -91,39 +128,20 @@ func (k *matchKey) before(l *matchKey, m []Match) bool {
 	case k.b != l.b:
 		return k.b < l.b
 	}
-	return m[k.i].Worker < m[l.i].Worker
+	return name(k.i) < name(l.i)
 }
 
-// sortByKeys sorts m through keys: one key per match, an insertion sort of the keys
-// (slices.SortFunc past 64), then at most one move of each match. On the 16-worker
-// trace log at rest, slices.SortFunc over fifteen matches took about 1 us of a 2.5 us
-// locked query; go test -run '^$' -bench SortMatches ./engine/ (names like that log's,
-// three runs): 15 matches 260-321 ns against 677-740, 64 matches 2.2-2.5 us against 3.7.
+// sortByKeys sorts m through keys: one key per match, sorted (sortKeys), then at most
+// one move of each match. On the 16-worker trace log at rest, slices.SortFunc over
+// fifteen matches took about 1 us of a 2.5 us locked query; go test -run '^$' -bench
+// SortMatches ./engine/ (names like that log's, three runs): 15 matches 260-321 ns
+// against 677-740, 64 matches 2.2-2.5 us against 3.7.
 func (q *query) sortByKeys(m []Match) {
 	keys := q.skeys[:0]
 	for i := range m {
-		keys = append(keys, keyOf(&m[i], i))
+		keys = append(keys, keyOf(m[i].Worker, m[i].Score, i))
 	}
-	if len(keys) > 64 {
-		slices.SortFunc(keys, func(k, l matchKey) int {
-			if k.before(&l, m) {
-				return -1
-			}
-			if l.before(&k, m) {
-				return 1
-			}
-			return 0
-		})
-	} else {
-		for i := 1; i < len(keys); i++ {
-			x := keys[i]
-			j := i
-			for ; j > 0 && x.before(&keys[j-1], m); j-- {
-				keys[j] = keys[j-1]
-			}
-			keys[j] = x
-		}
-	}
+	sortKeys(keys, func(i int) string { return m[i].Worker })
 	// Place the matches by following the permutation's cycles: position j takes the
 	// match at keys[j].i, a placed key is marked -1, and each cycle's first match waits
 	// in x for the last position of its cycle.
@@ -144,6 +162,32 @@ func (q *query) sortByKeys(m []Match) {
 		}
 	}
 	q.skeys = keys
+}
+
+// sortKeys sorts keys into answer order: an insertion sort (answers are short, and often
+// arrive sorted or nearly so), slices.SortFunc past 64 keys. name(i) is the worker name
+// of the key whose index is i (matchKey.before).
+func sortKeys(keys []matchKey, name func(int) string) {
+	if len(keys) > 64 {
+		slices.SortFunc(keys, func(k, l matchKey) int {
+			if k.before(&l, name) {
+				return -1
+			}
+			if l.before(&k, name) {
+				return 1
+			}
+			return 0
+		})
+		return
+	}
+	for i := 1; i < len(keys); i++ {
+		x := keys[i]
+		j := i
+		for ; j > 0 && x.before(&keys[j-1], name); j-- {
+			keys[j] = keys[j-1]
+		}
+		keys[j] = x
+	}
 }
 
 // matchBefore reports whether a comes before b in answer order.

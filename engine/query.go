@@ -56,8 +56,8 @@ type candidate struct {
 // byPrefix reports whether the query's words are prefix hashes (FindMatchesByPrefixIn).
 func (q *query) byPrefix() bool { return q.ch == &chain.Given }
 
-// query is a pooled per-call workspace: nothing in it survives a call except capacity
-// and gallop's hint.
+// query is a pooled per-call workspace: nothing in it survives a call except capacity,
+// gallop's hint and the cached name keys (names).
 type query struct {
 	done      chan struct{}
 	ns        uint32
@@ -79,7 +79,8 @@ type query struct {
 	tpre      []uint64         // tierLengths' scratch: prefix hashes, as deep as it looked
 	tstamp    uint32
 	phits     []predict.Hit // addPredicted's scratch
-	skeys     []matchKey    // sortByKeys' scratch
+	skeys     []matchKey    // collect's and sortByKeys' scratch
+	names     []nameKey     // per worker id, the name key of the worker that had it (nameKey)
 	// hint is the score gallop's last query on this workspace gave its largest group
 	// of candidates, which bisect probes around first; it is the one thing that
 	// survives a call besides capacity (a pooled workspace that the GC drops takes it

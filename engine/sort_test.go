@@ -108,3 +108,51 @@ func BenchmarkSortMatches(b *testing.B) {
 		})
 	}
 }
+
+// TestCollectOrder: answers come in the contract's order from collect's keys, for names
+// that share long prefixes, pad with NULs or are prefixes of each other (randomMatches),
+// on every query path (the locked index's gallop, a one-shard engine, jump search on two
+// shards), asked twice (the second time from the cached name keys), and again after
+// every worker is removed and new ones, named otherwise, take their ids.
+func TestCollectOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	content := make([]uint64, 40)
+	for i := range content {
+		content[i] = uint64(i)*0x9e3779b97f4a7c15 + 3
+	}
+	store := func(e *Engine, name string, depth int) {
+		ev := Event{Kind: EventStored, Worker: name}
+		for i := range depth {
+			ev.Blocks = append(ev.Blocks, Block{Content: content[i], Seq: uint64(i + 1)})
+		}
+		require.NoError(t, e.Apply(&ev))
+	}
+	for _, cfg := range []Config{{LockedIndex: true}, {Shards: 1}, {Shards: 2}} {
+		e, err := New(cfg)
+		require.NoError(t, err)
+		for round := range 3 {
+			m := randomMatches(r, 20+10*round)
+			for i := range m {
+				if m[i].Worker == "" {
+					m[i].Worker = "\x01" // (a worker needs a name; randomMatches makes no other)
+				}
+				m[i].Score = 8 + 4*r.IntN(3) // ties at the depths a system prompt gives
+				m[i].Size = m[i].Score
+				m[i].Tiers = [NumTiers]int{m[i].Score, m[i].Score, m[i].Score}
+				store(e, m[i].Worker, m[i].Score)
+			}
+			require.NoError(t, e.Barrier(t.Context()))
+			want := slices.Clone(m)
+			slices.SortFunc(want, referenceOrder)
+			for range 2 {
+				got, err := e.FindMatches(t.Context(), content, nil)
+				require.NoError(t, err)
+				require.Equal(t, want, got, "%+v round %d", cfg, round)
+			}
+			for i := range m {
+				require.NoError(t, e.Apply(&Event{Kind: EventRemoveWorker, Worker: m[i].Worker}))
+			}
+		}
+		e.Close()
+	}
+}
