@@ -522,11 +522,12 @@ func (s *Server) matches(ns string, q []uint64, found []engine.Match, w engine.W
 	defer ts.done()
 	for i := range found {
 		f := found[i]
-		state := s.workerState(f.Worker)
+		fw := fl.lookup(f.Worker) // once per worker: the fleet's index (fleetindex.go)
+		state := fw.state(s.external)
 		if state == stateUnknown {
 			continue
 		}
-		t := s.scoredTrust(fl, ts.lowered, f.Worker)
+		t := s.scoredTrust(fw, ts.lowered, f.Worker)
 		if !ts.rescore(&f, t) {
 			continue
 		}

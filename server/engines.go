@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/kvindex/kvindex/internal/ptree"
 	"github.com/kvindex/kvindex/subscriber"
@@ -54,7 +55,9 @@ import (
 // Shutdown's end of changes; it owns entries, runCtx, closed and the per-model query
 // windows. Handlers never take it: they read the fleet, an immutable value a change
 // publishes whole (one atomic pointer), so a request sees the engines before or after
-// a change, never half of one.
+// a change, never half of one. What they read of a worker comes from the fleet's read
+// index, a Go map the fleet's first reader builds (fleetindex.go): a change stays
+// O(log n) under engMu, a lookup costs a Go map's.
 
 // The sources of engines besides discovery.
 const (
@@ -87,6 +90,11 @@ type fleet struct {
 	approx ptree.Hashed[*model]
 	// ranks maps every worker to its instance and rank (mooncake.go).
 	ranks ptree.Hashed[rankOf]
+
+	// idx is the read index of byWorker, approx and ranks (fleetindex.go), nil until
+	// the first lookup builds it; building is set by the reader that builds it.
+	idx      atomic.Pointer[map[string]fleetWorker]
+	building atomic.Bool
 }
 
 // rankOf is a worker's place in its instance: the Mooncake API folds an instance's
@@ -100,16 +108,10 @@ type rankOf struct {
 func (s *Server) fleet() *fleet { return s.fl.Load() }
 
 // worker returns the subscribed worker w (nil when none is).
-func (f *fleet) worker(w string) *subscriber.Subscriber {
-	sub, _ := f.byWorker.Get(w)
-	return sub
-}
+func (f *fleet) worker(w string) *subscriber.Subscriber { return f.lookup(w).sub }
 
 // approxOf returns the model of worker w without events (nil when w is not one).
-func (f *fleet) approxOf(w string) *model {
-	m, _ := f.approx.Get(w)
-	return m
-}
+func (f *fleet) approxOf(w string) *model { return f.lookup(w).approx }
 
 // engineEntry is one served engine (owned by engMu).
 type engineEntry struct {

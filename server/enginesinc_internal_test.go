@@ -65,26 +65,7 @@ func TestIncrementalFleet(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	var keys []string
 	for i := range 400 {
-		if len(keys) > 0 && rng.IntN(3) == 0 {
-			k := keys[rng.IntN(len(keys))]
-			if _, err := s.RemoveEngine(k); err != nil {
-				t.Fatal(err)
-			}
-			keys = slices.DeleteFunc(keys, func(x string) bool { return x == k })
-		} else {
-			model := fmt.Sprint("m", rng.IntN(3))
-			e := EngineConfig{Worker: fmt.Sprint("w", i), Model: model, BlockSize: 4}
-			switch rng.IntN(3) {
-			case 0:
-				e.Endpoint = fmt.Sprintf("tcp://127.0.0.1:%d", 20000+i*4)
-			case 1:
-				e.Endpoint, e.DPRanks = fmt.Sprintf("tcp://127.0.0.1:%d", 20000+i*4), 2
-			}
-			if _, _, err := s.AddEngine(e); err != nil {
-				t.Fatal(err)
-			}
-			keys = append(keys, engineKey(e))
-		}
+		keys = randomChange(t, s, rng, i, keys)
 		got := shapeOf(s)
 		s.engMu.Lock()
 		s.publishLocked()
@@ -103,6 +84,30 @@ func TestIncrementalFleet(t *testing.T) {
 			t.Errorf("%+v added", e)
 		}
 	}
+}
+
+// randomChange removes one of the engines keys names (a third of the time) or adds
+// engine i of model m0, m1 or m2: with events, approximate or with 2 ranks. It
+// returns the keys served now.
+func randomChange(t testing.TB, s *Server, rng *rand.Rand, i int, keys []string) []string {
+	if len(keys) > 0 && rng.IntN(3) == 0 {
+		k := keys[rng.IntN(len(keys))]
+		if _, err := s.RemoveEngine(k); err != nil {
+			t.Fatal(err)
+		}
+		return slices.DeleteFunc(keys, func(x string) bool { return x == k })
+	}
+	e := EngineConfig{Worker: fmt.Sprint("w", i), Model: fmt.Sprint("m", rng.IntN(3)), BlockSize: 4}
+	switch rng.IntN(3) {
+	case 0:
+		e.Endpoint = fmt.Sprintf("tcp://127.0.0.1:%d", 20000+i*4)
+	case 1:
+		e.Endpoint, e.DPRanks = fmt.Sprintf("tcp://127.0.0.1:%d", 20000+i*4), 2
+	}
+	if _, _, err := s.AddEngine(e); err != nil {
+		t.Fatal(err)
+	}
+	return append(keys, engineKey(e))
 }
 
 // TestEngineAddCostFlat (issue 33, row 8): each engine added through the admin API was

@@ -286,17 +286,7 @@ func (g *grpcService) Finished(ctx context.Context, req *kvindexv1.FinishedReque
 
 // workerState is the state a match reports for worker, as /v1/match does.
 func (s *Server) workerState(worker string) string {
-	f := s.fleet()
-	if sub := f.worker(worker); sub != nil {
-		return sub.State().String()
-	}
-	if f.approxOf(worker) != nil {
-		return stateApproximate
-	}
-	if s.external {
-		return fedReplicated // fed by another process (a relay), which vouches for it
-	}
-	return stateUnknown
+	return s.fleet().lookup(worker).state(s.external)
 }
 
 // Workers is GET /v1/workers over gRPC: the same workers, those without events

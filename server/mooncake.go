@@ -497,8 +497,9 @@ func (s *Server) mooncakeAnswer(m *model, tenant, inst string, media []engine.Ti
 	out := map[string]*MooncakeHits{}
 	fm, _ := f.models.Get(m.name)
 	entry := func(worker string) (*MooncakeHits, string, bool) {
-		ro, ok := f.ranks.Get(worker)
-		if !ok || ro.tenant != tenant || (inst != "" && ro.instance != inst) {
+		fw := f.lookup(worker) // the fleet's index (fleetindex.go)
+		ro := fw.rank
+		if !fw.ranked || !fw.served() || ro.tenant != tenant || (inst != "" && ro.instance != inst) {
 			return nil, "", false
 		}
 		h := out[ro.instance]
@@ -534,10 +535,7 @@ func (s *Server) mooncakeAnswer(m *model, tenant, inst string, media []engine.Ti
 	bs := m.blockSize
 	for i := range found {
 		mt := &found[i]
-		if s.workerState(mt.Worker) == stateUnknown {
-			continue
-		}
-		h, rank, ok := entry(mt.Worker)
+		h, rank, ok := entry(mt.Worker) // only a served worker's
 		if !ok {
 			continue
 		}

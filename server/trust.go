@@ -166,23 +166,28 @@ func (s *Server) initTrust() *prometheus.CounterVec {
 // trustOf is worker's diagnosed trust state in fleet f, lowered by the problems in
 // lowered.
 func trustOf(f *fleet, lowered map[string]trust, worker string) trust {
-	if sub := f.worker(worker); sub != nil {
-		return max(stateTrust(sub.State()), lowered[worker])
+	return f.lookup(worker).trust(lowered, worker)
+}
+
+// trust is the worker's diagnosed trust state (its id is worker), lowered by the
+// problems in lowered.
+func (fw fleetWorker) trust(lowered map[string]trust, worker string) trust {
+	if fw.sub != nil {
+		return max(stateTrust(fw.sub.State()), lowered[worker])
 	}
-	if f.approxOf(worker) != nil {
+	if fw.approx != nil {
 		return trustApproximate // no events: predictions are all the index knows of it
 	}
 	return trustExact // fed by another process (a relay), which vouches for its stream
 }
 
-// scoredTrust is the trust state worker's score comes from: its diagnosed one, or exact
-// for a worker with a stream when the fallback is off.
-func (s *Server) scoredTrust(f *fleet, lowered map[string]trust, worker string) trust {
-	t := trustOf(f, lowered, worker)
-	if s.trust.off.Load() && f.approxOf(worker) == nil {
+// scoredTrust is the trust state the score of worker fw (its id is worker) comes from:
+// its diagnosed one, or exact for a worker with a stream when the fallback is off.
+func (s *Server) scoredTrust(fw fleetWorker, lowered map[string]trust, worker string) trust {
+	if s.trust.off.Load() && fw.approx == nil {
 		return trustExact
 	}
-	return t
+	return fw.trust(lowered, worker)
 }
 
 // trustScorer rescores one answer's matches by their workers' trust states.
@@ -253,7 +258,7 @@ func (s *Server) trustFound(ns string, q []uint64, byPrefix bool, found []engine
 	defer ts.done()
 	out := found[:0]
 	for _, m := range found {
-		t := s.scoredTrust(f, ts.lowered, m.Worker)
+		t := s.scoredTrust(f.lookup(m.Worker), ts.lowered, m.Worker)
 		if !ts.rescore(&m, t) {
 			continue
 		}

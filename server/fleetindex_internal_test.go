@@ -1,0 +1,175 @@
+package server
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// checkIndex fails t unless fleet f's index answers for every worker it serves, and
+// for workers it does not, what its persistent maps answer (fleetindex.go).
+func checkIndex(t testing.TB, f *fleet, unknown ...string) {
+	t.Helper()
+	for w := range f.ranks.Keys() {
+		got, want := f.lookup(w), f.lookupTrees(w)
+		if got != want || !got.served() || !got.ranked {
+			t.Fatalf("worker %q: index %+v, maps %+v", w, got, want)
+		}
+	}
+	for _, w := range unknown {
+		if got := f.lookup(w); got != (fleetWorker{}) {
+			t.Fatalf("unserved worker %q: index %+v", w, got)
+		}
+	}
+	if idx := f.idx.Load(); idx != nil && len(*idx) != f.ranks.Len() {
+		t.Fatalf("the index holds %d workers, the fleet %d", len(*idx), f.ranks.Len())
+	}
+}
+
+// TestFleetIndex: through random adds and removes of engines with events, approximate
+// ones and ranked ones, each published fleet's index agrees with its persistent maps,
+// and so does the index of the fleet before the change (built before it, and still
+// read by handlers that loaded that fleet).
+func TestFleetIndex(t *testing.T) {
+	s, err := New(Config{Listen: "127.0.0.1:0", Engines: []EngineConfig{{Worker: "cfg", Model: "m0", BlockSize: 4}}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 3))
+	var keys []string
+	for i := range 300 {
+		before := s.fleet()
+		checkIndex(t, before, "nobody", fmt.Sprint("w", i))
+		keys = randomChange(t, s, rng, i, keys)
+		checkIndex(t, s.fleet(), "nobody", fmt.Sprint("w", i+1))
+		checkIndex(t, before, "nobody")
+	}
+	if s.fleet().ranks.Len() < 50 {
+		t.Fatalf("only %d workers served at the end: the test did not grow the fleet", s.fleet().ranks.Len())
+	}
+}
+
+// TestFleetIndexReaders: readers look workers up in the fleets a writer publishes
+// while it publishes them, each fleet's index being built by whichever reader comes
+// first (run under -race: the index is published to the others safely), and every
+// answer agrees with the fleet's maps, whether it came from the index or, while
+// another reader builds it, from the maps.
+func TestFleetIndexReaders(t *testing.T) {
+	s, err := New(Config{Listen: "127.0.0.1:0", Models: map[string]int{"m0": 4}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for r := range 4 {
+		wg.Go(func() {
+			for n := 0; !stop.Load(); n++ {
+				f := s.fleet()
+				w := "w" + strconv.Itoa((n*7+r)%200)
+				if got, want := f.lookup(w), f.lookupTrees(w); got != want {
+					errs <- fmt.Errorf("worker %q: %+v, maps %+v", w, got, want)
+					return
+				}
+			}
+		})
+	}
+	rng := rand.New(rand.NewPCG(5, 5))
+	var keys []string
+	for i := range 200 {
+		keys = randomChange(t, s, rng, i, keys)
+	}
+	stop.Store(true)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// TestFleetLookupZeroAllocs: once a fleet's index is built, a lookup and the state and
+// trust a match reads of it allocate nothing.
+func TestFleetLookupZeroAllocs(t *testing.T) {
+	s := indexedServer(t, 100)
+	f, lowered := s.fleet(), *s.trust.lowered.Load()
+	f.lookup("pod-0")
+	if n := testing.AllocsPerRun(100, func() {
+		fw := f.lookup("pod-7")
+		_ = fw.state(s.external)
+		_ = s.scoredTrust(fw, lowered, "pod-7")
+	}); n != 0 {
+		t.Fatalf("a lookup allocates %.0f times", n)
+	}
+}
+
+// indexedServer returns a server (not started) serving n engines of model "m", a
+// third of them without events.
+func indexedServer(t testing.TB, n int) *Server {
+	s, err := New(Config{Listen: "127.0.0.1:0", Models: map[string]int{"m": 4}, RuntimeEngines: RuntimeEnginesConfig{MaxEngines: n + 1}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		e := EngineConfig{Worker: "pod-" + strconv.Itoa(i), Model: "m", BlockSize: 4}
+		if i%3 != 0 {
+			e.Endpoint = fmt.Sprintf("tcp://10.0.%d.%d:5557", i/250, i%250)
+		}
+		if _, _, err := s.AddEngine(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// BenchmarkFleetLookup compares what a match reads of a worker among 10,000 served:
+// "index", one lookup in the fleet's index; "maps", its subscriber, model and rank in
+// the persistent maps (the index's build, and its fallback while another reader
+// builds it); "maps-x3", the three lookups of the subscriber and model a match made
+// per worker without the index (workerState, then scoredTrust).
+func BenchmarkFleetLookup(b *testing.B) {
+	const n = 10000
+	s := indexedServer(b, n)
+	f := s.fleet()
+	f.lookup("pod-0")
+	ws := make([]string, 1024)
+	for i := range ws {
+		ws[i] = "pod-" + strconv.Itoa(i*7919%n)
+	}
+	b.Run("index", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			_ = f.lookup(ws[i&1023])
+			i++
+		}
+	})
+	b.Run("maps", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			_ = f.lookupTrees(ws[i&1023])
+			i++
+		}
+	})
+	b.Run("maps-x3", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			w := ws[i&1023]
+			_, _ = f.byWorker.Get(w)
+			_, _ = f.byWorker.Get(w)
+			_, _ = f.approx.Get(w)
+			i++
+		}
+	})
+}
+
+// BenchmarkFleetIndexBuild measures the build of a fleet's index (fleetindex.go): what
+// the first reader of a fleet of 10,000 workers pays once.
+func BenchmarkFleetIndexBuild(b *testing.B) {
+	f := indexedServer(b, 10000).fleet()
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = f.buildIndex()
+	}
+}
