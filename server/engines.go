@@ -43,7 +43,7 @@ import (
 // the previous fleet with it added or taken out (enginesinc.go): nothing formatted,
 // planned or copied per served engine, the fleet's maps being persistent
 // (internal/ptree), so that a change copies O(log n) nodes. An add and a remove
-// allocate 131 times and 25 KB with 100 engines served, 150 times and 35 KB with
+// allocate 120 times and 23 KB with 100 engines served, 135 times and 30 KB with
 // 10,000, where cloning the maps allocated 42 KB and 3.3 MB (TestEngineAddCostFlat);
 // the median process CPU time of an add is 12-17 µs with 100, 13-21 µs with 1,000
 // and 17-29 µs with 10,000 engines, against 17-22, 37-69 and 276-368 µs when the maps
@@ -82,17 +82,16 @@ type fleet struct {
 	// subs are the subscribed workers, in the order their engines were added (the
 	// configuration's first, in its order), keyed by subKey.
 	subs ptree.Map[uint64, *subscriber.Subscriber]
-	// byWorker, approx and ranks are looked up for every worker a query matches:
-	// keyed by a seeded hash (worker ids are the clients'), in no order.
-	byWorker ptree.Hashed[*subscriber.Subscriber]
-	models   ptree.Map[string, *model]
-	// approx maps each worker without events to its model.
+	// workers holds every worker: its subscriber or model, its instance and rank,
+	// keyed by a seeded hash (worker ids are the clients'), in no order. Handlers
+	// read it through idx.
+	workers ptree.Hashed[fleetWorker]
+	models  ptree.Map[string, *model]
+	// approx maps each worker without events to its model (the listings').
 	approx ptree.Hashed[*model]
-	// ranks maps every worker to its instance and rank (mooncake.go).
-	ranks ptree.Hashed[rankOf]
 
-	// idx is the read index of byWorker, approx and ranks (fleetindex.go), nil until
-	// the first lookup builds it; building is set by the reader that builds it.
+	// idx is the read index of workers (fleetindex.go), nil until the first lookup
+	// builds it; building is set by the reader that builds it.
 	idx      atomic.Pointer[map[string]fleetWorker]
 	building atomic.Bool
 }

@@ -144,13 +144,12 @@ func (s *Server) publishRemoveLocked(ens []*engineEntry) {
 // (internal/ptree), so the change copies O(log n) nodes per entry it sets or deletes,
 // never a whole map, and the published fleet stays as it was for its readers.
 type fleetEdit struct {
-	subs     *ptree.Builder[uint64, *subscriber.Subscriber]
-	byWorker *ptree.HashedBuilder[*subscriber.Subscriber]
-	models   *ptree.Builder[string, *model]
-	approx   *ptree.HashedBuilder[*model]
-	ranks    *ptree.HashedBuilder[rankOf]
-	touched  map[string]*modelEdit // the models changed, by name
-	wins     map[string]*queryWindow
+	subs    *ptree.Builder[uint64, *subscriber.Subscriber]
+	workers *ptree.HashedBuilder[fleetWorker]
+	models  *ptree.Builder[string, *model]
+	approx  *ptree.HashedBuilder[*model]
+	touched map[string]*modelEdit // the models changed, by name
+	wins    map[string]*queryWindow
 }
 
 // modelEdit is a model's copy in the next fleet, its worker lists being changed.
@@ -166,8 +165,8 @@ func (f *fleet) edit(wins map[string]*queryWindow) *fleetEdit {
 	if f == nil {
 		f = &fleet{}
 	}
-	return &fleetEdit{subs: f.subs.Edit(), byWorker: f.byWorker.Edit(), models: f.models.Edit(), approx: f.approx.Edit(),
-		ranks: f.ranks.Edit(), touched: map[string]*modelEdit{}, wins: wins}
+	return &fleetEdit{subs: f.subs.Edit(), workers: f.workers.Edit(), models: f.models.Edit(), approx: f.approx.Edit(),
+		touched: map[string]*modelEdit{}, wins: wins}
 }
 
 // done returns the next fleet, to publish; e is spent.
@@ -175,8 +174,7 @@ func (e *fleetEdit) done() *fleet {
 	for _, me := range e.touched {
 		me.m.subs, me.m.approx = me.subs.Map(), me.approx.Map()
 	}
-	return &fleet{subs: e.subs.Map(), byWorker: e.byWorker.Map(), models: e.models.Map(), approx: e.approx.Map(),
-		ranks: e.ranks.Map()}
+	return &fleet{subs: e.subs.Map(), workers: e.workers.Map(), models: e.models.Map(), approx: e.approx.Map()}
 }
 
 // model returns the next fleet's copy of model name, made (with block size bs) when
@@ -212,15 +210,16 @@ func (e *fleetEdit) addEntry(en *engineEntry) {
 	me := e.model(en.spec.Model, en.spec.BlockSize)
 	run := 0
 	for _, p := range en.pubs {
-		e.ranks.Set(p.cfg.Worker, rankOf{instance: p.instance, tenant: en.tenant, rank: p.cfg.DPRank})
+		rank := rankOf{instance: p.instance, tenant: en.tenant, rank: p.cfg.DPRank}
 		if p.approx {
 			me.approx.Set(p.cfg.Worker, struct{}{})
 			e.approx.Set(p.cfg.Worker, me.m)
+			e.workers.Set(p.cfg.Worker, fleetWorker{approx: me.m, rank: rank})
 			continue
 		}
 		sub := en.runs[run].sub
 		e.subs.Set(subKey(en, run), sub)
-		e.byWorker.Set(sub.Worker(), sub)
+		e.workers.Set(sub.Worker(), fleetWorker{sub: sub, rank: rank})
 		me.subs.Set(sub.Worker(), sub)
 		run++
 	}
@@ -231,13 +230,13 @@ func (e *fleetEdit) addEntry(en *engineEntry) {
 func (e *fleetEdit) removeEntry(en *engineEntry, configured map[string]int) {
 	me := e.model(en.spec.Model, en.spec.BlockSize)
 	for _, p := range en.pubs {
-		e.ranks.Delete(p.cfg.Worker)
+		e.workers.Delete(p.cfg.Worker)
 		e.approx.Delete(p.cfg.Worker)
 		me.approx.Delete(p.cfg.Worker)
 	}
 	for run, r := range en.runs {
 		e.subs.Delete(subKey(en, run))
-		e.byWorker.Delete(r.sub.Worker())
+		e.workers.Delete(r.sub.Worker())
 		me.subs.Delete(r.sub.Worker())
 	}
 	if _, kept := configured[me.m.name]; me.subs.Len()+me.approx.Len() == 0 && !kept {

@@ -2,7 +2,6 @@ package server
 
 import (
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -20,15 +19,18 @@ type fleetShape struct {
 
 func shapeOf(s *Server) fleetShape {
 	f := s.fleet()
-	sh := fleetShape{Models: map[string]string{}, Approx: map[string]string{}, Ranks: maps.Collect(f.ranks.All()), Count: *s.engineCount.Load()}
+	sh := fleetShape{Models: map[string]string{}, Approx: map[string]string{}, Ranks: map[string]rankOf{}, Count: *s.engineCount.Load()}
 	for _, sub := range f.subs.All() {
 		sh.Subs = append(sh.Subs, sub.Worker())
 		if f.worker(sub.Worker()) != sub {
 			sh.Subs = append(sh.Subs, "(byWorker differs)")
 		}
 	}
-	if f.byWorker.Len() != f.subs.Len() {
-		sh.Subs = append(sh.Subs, fmt.Sprintf("(byWorker holds %d)", f.byWorker.Len()))
+	for w, fw := range f.workers.All() {
+		sh.Ranks[w] = fw.rank
+	}
+	if n := f.subs.Len() + f.approx.Len(); f.workers.Len() != n {
+		sh.Subs = append(sh.Subs, fmt.Sprintf("(workers holds %d of %d)", f.workers.Len(), n))
 	}
 	for name, m := range f.models.All() {
 		ws := []string{}

@@ -499,7 +499,7 @@ func (s *Server) mooncakeAnswer(m *model, tenant, inst string, media []engine.Ti
 	entry := func(worker string) (*MooncakeHits, string, bool) {
 		fw := f.lookup(worker) // the fleet's index (fleetindex.go)
 		ro := fw.rank
-		if !fw.ranked || !fw.served() || ro.tenant != tenant || (inst != "" && ro.instance != inst) {
+		if !fw.served() || ro.tenant != tenant || (inst != "" && ro.instance != inst) {
 			return nil, "", false
 		}
 		h := out[ro.instance]
