@@ -13,7 +13,12 @@ import (
 // on the first lookup of a worker, a Go map copy of it, built once outside engMu by
 // that reader and published on the fleet by an atomic pointer: a match pays one Go map
 // lookup per matched worker (state, trust and rank together) and allocates nothing for
-// it.
+// it. What a match does per matched worker after the index answered (Server.matches)
+// took 209-272 µs of CPU time for 1,000 workers and 5.1-7.4 ms for 10,000, against
+// 281-395 µs and 7.7-11.8 ms with the persistent maps looked up per worker and 207-262
+// µs and 6.0-6.9 ms with Go maps cloned per change (go test -run '^$' -bench
+// BenchmarkMatchesFleet ./server/, the three builds alternating in one session on a
+// shared 2-core machine); a lookup takes 41-82 ns (BenchmarkFleetLookup).
 //
 // The bound: the first reader of a fleet builds its index in O(n) for n workers, one
 // map's allocation (BenchmarkFleetIndexBuild: 0.24-0.27 ms of CPU time with 1,000
