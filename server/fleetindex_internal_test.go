@@ -130,7 +130,7 @@ func indexedServer(t testing.TB, n int) *Server {
 // "index", one lookup in the fleet's index; "maps", its subscriber, model and rank in
 // the persistent maps (the index's build, and its fallback while another reader
 // builds it); "maps-x3", the three lookups of the subscriber and model a match made
-// per worker without the index (workerState, then scoredTrust).
+// per worker without the index (for its state, then for its trust).
 func BenchmarkFleetLookup(b *testing.B) {
 	const n = 10000
 	s := indexedServer(b, n)

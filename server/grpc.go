@@ -284,11 +284,6 @@ func (g *grpcService) Finished(ctx context.Context, req *kvindexv1.FinishedReque
 	return &kvindexv1.FinishedResponse{Known: known}, nil
 }
 
-// workerState is the state a match reports for worker, as /v1/match does.
-func (s *Server) workerState(worker string) string {
-	return s.fleet().lookup(worker).state(s.external)
-}
-
 // Workers is GET /v1/workers over gRPC: the same workers, those without events
 // included (state "approximate").
 func (g *grpcService) Workers(ctx context.Context, _ *kvindexv1.WorkersRequest) (*kvindexv1.WorkersResponse, error) {
