@@ -127,10 +127,10 @@ func indexedServer(t testing.TB, n int) *Server {
 }
 
 // BenchmarkFleetLookup compares what a match reads of a worker among 10,000 served:
-// "index", one lookup in the fleet's index; "maps", its subscriber, model and rank in
-// the persistent maps (the index's build, and its fallback while another reader
-// builds it); "maps-x3", the three lookups of the subscriber and model a match made
-// per worker without the index (for its state, then for its trust).
+// "index", one lookup in the fleet's index; "maps", one in the fleet's persistent map
+// (the fallback while another reader builds the index); "maps-x3", three persistent
+// map lookups, as many as a match made per worker without the index (its subscriber
+// for its state, again for its trust, and its model).
 func BenchmarkFleetLookup(b *testing.B) {
 	const n = 10000
 	s := indexedServer(b, n)
