@@ -38,6 +38,12 @@ fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 ## against a hang, about 5x the slowest package's wall time at load 4 on 2 cores).
 TEST_JOBS ?= 2
 TEST_TIMEOUT ?= 15m
+## TEST_GOFLAGS: make test builds without debug information (DWARF). Nothing in a test
+## run reads it: panics and race reports are symbolised from the binary's own tables
+## (file and line, as before). Linking a test binary costs about a quarter less CPU
+## (server's: 2.2-2.7 s -> 1.6-1.9 s), compiling about 7% less.
+TEST_GOFLAGS ?= -ldflags=-w -gcflags=all=-dwarf=false
+test: export GOFLAGS += $(TEST_GOFLAGS)
 GOTEST = $(GO) test -timeout $(TEST_TIMEOUT)
 TEST_PHASES := race-pkgs race-invariants lint plain build386 conformance docs-check
 test: shared-note tools
