@@ -30,8 +30,9 @@ fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 ## without it), the 386 build, conformance replays, every fuzz target's seed corpus, the
 ## docs check. The tools are installed first, one at a time (apt-get holds a
 ## lock; `make tools` says what each is for); then the phases run TEST_JOBS at a time
-## (default 2: lint and the 386 build leave a core idle half the time), the longest (race)
-## first, after race-deps has built what both race phases share. Each
+## (default 2: lint and the 386 build leave a core idle half the time), the longest first:
+## race-pkgs (which starts by building race-deps) beside lint, then race-invariants, whose
+## race-deps is then built already. Each
 ## phase runs through scripts/phase.sh: a line when it starts, a line a minute while it
 ## runs, its whole output when it ends, then its result and wall time.
 ## Every go test has an explicit -timeout (TEST_TIMEOUT per package binary: a guard
@@ -45,7 +46,7 @@ TEST_TIMEOUT ?= 15m
 TEST_GOFLAGS ?= -ldflags=-w -gcflags=all=-dwarf=false
 test: export GOFLAGS += $(TEST_GOFLAGS)
 GOTEST = $(GO) test -timeout $(TEST_TIMEOUT)
-TEST_PHASES := race-pkgs race-invariants lint plain build386 conformance docs-check
+TEST_PHASES := race-pkgs lint race-invariants plain build386 conformance docs-check
 test: shared-note tools
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-phases
 
@@ -55,12 +56,11 @@ test-phases: $(addprefix phase-,$(TEST_PHASES))
 ## library and the test libraries the index's tests import), once, before either starts.
 ## Two go commands do not share work in flight: without it both compiled the standard
 ## library for the detector side by side, and race-invariants took 308 s of CPU on a cold
-## cache instead of 114 s.
+## cache instead of 114 s. Both phases start with it (make runs it once per phase; the
+## second finds it built); race-invariants runs after lint, by when race-pkgs has built it.
 RACE_DEPS = $$($(GO) list -deps -test -tags invariants $(INDEX_PKGS) | grep -v -e '^github.com/kvindex/' -e ' ' -e '\.test$$')
 race-deps:
 	$(GO) build -race $(RACE_DEPS)
-
-phase-race-pkgs phase-race-invariants: phase-race-deps
 
 phase-%:
 	@bash scripts/phase.sh $* $(MAKE) --no-print-directory $*
@@ -133,12 +133,12 @@ PLAIN_PKGS = $$($(GO) list ./... | grep -v -x $(foreach p,$(RACE_PKGS),-e 'githu
 	-e '.*/engine' -e '.*/shard' -e '.*/internal/table' -e '.*/internal/invariants')
 race: race-pkgs race-invariants plain
 
-race-pkgs: publisher-deps
+race-pkgs: publisher-deps race-deps
 	GO=$(GO) bash scripts/gotest-serial.sh "-race" "-test.timeout=$(TEST_TIMEOUT)" $(RACE_PKGS)
 	$(GOTEST) -race -count=1 -run '^(TestDemo|TestDemoEnginesOnly|TestDoctor(Healthy|Misconfigured|Unobservable|ReportsFrameRefusal))$$' ./cmd/kvindex/
 	$(GOTEST) -race -count=1 -run '^(TestRunTimed|TestRunTimedBothAffinities|TestRunParallel)$$' ./sim/report/
 
-race-invariants:
+race-invariants: race-deps
 	$(GOTEST) -race -short -tags invariants -count=1 $(INDEX_PKGS)
 	KVINDEX_RACE_SWEEP=1 $(GOTEST) -count=1 -run '^TestOwnersRace$$' ./engine/
 
