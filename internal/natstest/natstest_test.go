@@ -21,39 +21,19 @@ func TestJetStreamSurvivesRestart(t *testing.T) {
 	s := Start(t, Options{JetStream: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	publish := func() {
-		nc, err := nats.Connect(s.URL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := js.Publish(ctx, "s.a", []byte("kept")); err != nil {
-			t.Fatal(err)
-		}
+	js := jetStream(t, s.URL())
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
 	}
-	publish()
+	if _, err := js.Publish(ctx, "s.a", []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
 	port := s.Port()
 	s.Restart()
 	if s.Port() != port {
 		t.Fatalf("port %d after restart, was %d", s.Port(), port)
 	}
-	nc, err := nats.Connect(s.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := js.Stream(ctx, "S")
+	st, err := jetStream(t, s.URL()).Stream(ctx, "S")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,6 +44,21 @@ func TestJetStreamSurvivesRestart(t *testing.T) {
 	if string(msg.Data) != "kept" {
 		t.Fatalf("message %q after restart", msg.Data)
 	}
+}
+
+// jetStream connects to url, closed when the test ends.
+func jetStream(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 // TestTokenRequired: a server with a token refuses a client without it and takes one
