@@ -43,7 +43,12 @@ TEST_TIMEOUT ?= 15m
 ## run reads it: panics and race reports are symbolised from the binary's own tables
 ## (file and line, as before). Linking a test binary costs about a quarter less CPU
 ## (server's: 2.2-2.7 s -> 1.6-1.9 s), compiling about 7% less.
-TEST_GOFLAGS ?= -ldflags=-w -gcflags=all=-dwarf=false
+## -vet=off: go test's own vet pass is off in make test, where the lint phase's go vet
+## runs every analyzer on every package and its tests (and with -tags invariants on the
+## index's). go test's pass ran a subset of the same analyzers again per build (race,
+## invariants, plain), each over the dependencies too for their facts: 75 s of CPU on a
+## cold cache.
+TEST_GOFLAGS ?= -ldflags=-w -gcflags=all=-dwarf=false -vet=off
 test: export GOFLAGS += $(TEST_GOFLAGS)
 GOTEST = $(GO) test -timeout $(TEST_TIMEOUT)
 TEST_PHASES := race-pkgs lint race-invariants plain build386 conformance docs-check
@@ -111,9 +116,9 @@ unit: publisher-deps
 ## and doctor, the simulator's parallel runs). race-invariants: the index's packages
 ## (engine, shard, the table toolkit) under the detector with their invariants checked
 ## after every change (-tags invariants, package internal/invariants; -short, and the
-## histories sized by testsize.Sized, as the checks recount after each event), then the
-## owners' race sweep (engine's TestOwnersRace: non-owners racing on each owner's state
-## are reported by the detector). plain: every other package, sequential code that the
+## histories sized by testsize.Sized, as the checks recount after each event), the
+## owners' race sweep among them (engine's TestOwnersRace: non-owners racing on each
+## owner's state are reported, in child runs of the same binary). plain: every other package, sequential code that the
 ## detector slows 5-10x and finds nothing in (the CLI, the simulator, the tokenizer and
 ## chat templates with their npm references, the decoders, the replays), without the
 ## detector and -short (the trace-sized replays and oracle corpora shortened; the
@@ -140,7 +145,6 @@ race-pkgs: publisher-deps race-deps
 
 race-invariants: race-deps
 	$(GOTEST) -race -short -tags invariants -count=1 $(INDEX_PKGS)
-	KVINDEX_RACE_SWEEP=1 $(GOTEST) -count=1 -run '^TestOwnersRace$$' ./engine/
 
 plain: publisher-deps
 	$(GOTEST) -short -count=1 $(PLAIN_PKGS)
@@ -201,6 +205,7 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags invariants $(INDEX_PKGS)
 
 $(STATICCHECK):
 	GOFLAGS=-mod=mod $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
@@ -230,8 +235,10 @@ build386-all:
 ## conformance: replays every golden op log through the kvindex CLI (scripts/conformance.sh,
 ## a log per CPU at a time): on the engine at shards 1, 2, 3, 4 and 8, on the locked
 ## baseline, and on the locked baseline with SPEC's prefix chain (--spec-chain), at jumps
-## 1, 4 and 64: nine of those pairings in make test (CONFORMANCE_MATRIX=short: every
-## implementation, every jump on each kind of index), all 21 in make test-long. The
+## 1, 4 and 64: five of those pairings in make test (CONFORMANCE_MATRIX=short: one,
+## three and eight shards at jumps 64, 4 and 1, the locked index at 64, the spec chain
+## at 1; internal/replay's TestConformance, in the plain phase, replays every log in
+## process at shards 1 and 4 and every jump), all 21 in make test-long. The
 ## repository's own logs (testdata/demo.jsonl, testdata/tiers.jsonl) always, the shared
 ## ones (hybrid/ included) where present (skipped, with a notice, where they are absent).
 CONFORMANCE_MATRIX ?= short

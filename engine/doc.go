@@ -85,7 +85,7 @@
 //
 // With -tags invariants (package internal/invariants) owner-only methods check that
 // their goroutine holds the worker's mutex or the shard's token. TestOwnersRace (run
-// by make race) checks the rules against the race detector: for a worker's state, a
+// by go test -race) checks the rules against the race detector: for a worker's state, a
 // shard's table, a probe batch, the predictions and the registry, two goroutines that
 // are not the owner touching the state at once are reported as a data race, and the
 // owner's own accesses are not.

@@ -1,16 +1,15 @@
-//go:build racesweep
-
 package engine
 
 import (
+	"os"
 	"sync"
 	"testing"
 
 	"github.com/kvindex/kvindex/shard"
 )
 
-// The deliberately racy half of TestOwnersRace (owners_race_test.go), built only with
-// -tags racesweep and run only by it, under the race detector: each subtest has two
+// The deliberately racy half of TestOwnersRace (owners_race_test.go), run only in the
+// child processes it starts (raceSweepChild set), under the race detector: each subtest has two
 // goroutines that are not the owner of one piece of state (package doc, "Ownership
 // rules") touch it at once, which the detector must report; "control" does the same
 // work as the owner (under the worker's mutex), which it must not.
@@ -29,6 +28,9 @@ func racePair(f func(i int)) {
 }
 
 func TestRaceSweep(t *testing.T) {
+	if os.Getenv(raceSweepChild) == "" {
+		t.Skip("run by TestOwnersRace in a child process, under the race detector")
+	}
 	newEngine := func(t *testing.T, cfg Config) *Engine {
 		e, err := New(cfg)
 		if err != nil {
