@@ -118,20 +118,23 @@ unit: publisher-deps
 ## after every change (-tags invariants, package internal/invariants; -short, and the
 ## histories sized by testsize.Sized, as the checks recount after each event), the
 ## owners' race sweep among them (engine's TestOwnersRace: non-owners racing on each
-## owner's state are reported, in child runs of the same binary). plain: every other package, sequential code that the
-## detector slows 5-10x and finds nothing in (the CLI, the simulator, the tokenizer and
+## owner's state are reported, in child runs of the same binary). plain: every other
+## package, sequential code that the detector slows 5-10x and finds nothing in (the CLI, the simulator, the tokenizer and
 ## chat templates with their npm references, the decoders, the replays), without the
 ## detector and -short (the trace-sized replays and oracle corpora shortened; the
 ## conformance phase replays the trace log, make test-long runs them whole), plus the index's differentials at full size, its zero-allocation
 ## tests (which skip where the detector or the invariant checks allocate) and the
-## sequential end-to-end checks of the concurrent packages. race-pkgs runs one test
-## binary at a time (scripts/gotest-serial.sh, which still builds them in parallel):
-## beside race-invariants' engine binary (650 MB under the detector), two of its own
-## (subscriber 413 MB, server 376 MB) took make test past 1.5 GB, and on 2 cores a second
-## binary only shares the same CPU.
+## sequential end-to-end checks of the concurrent packages. race-pkgs builds its test
+## binaries with one go test -c and runs them in two lanes (scripts/gotest-lanes.sh):
+## its large ones (RACE_HEAVY) one at a time, the small ones one at a time beside them.
+## Beside race-invariants' engine binary (650 MB under the detector), two large ones at
+## once (subscriber 460 MB, server 490 MB) took make test past 1.5 GB.
 RACE_PKGS := ./bench/fleet ./bench/loadgen ./engine/internal/worker ./fabric ./internal/fakevllm ./internal/natstest \
 	./internal/freeport ./internal/kube ./internal/warnlimit ./ringbuf ./route ./server \
 	./server/internal/guard ./subscriber ./subscriber/pubtest
+# RACE_HEAVY: race-pkgs' test binaries of 0.3 GB and more, run one at a time in their
+# own lane (scripts/gotest-lanes.sh); the others run one at a time beside them.
+RACE_HEAVY := ./server ./subscriber ./cmd/kvindex
 INDEX_PKGS := ./engine/... ./shard/... ./internal/table/... ./internal/invariants/
 # PLAIN_PKGS: every package that is neither in RACE_PKGS nor an index package.
 PLAIN_PKGS = $$($(GO) list ./... | grep -v -x $(foreach p,$(RACE_PKGS),-e 'github.com/kvindex/kvindex/$(patsubst ./%,%,$(p))') \
@@ -139,9 +142,9 @@ PLAIN_PKGS = $$($(GO) list ./... | grep -v -x $(foreach p,$(RACE_PKGS),-e 'githu
 race: race-pkgs race-invariants plain
 
 race-pkgs: publisher-deps race-deps
-	GO=$(GO) bash scripts/gotest-serial.sh "-race" "-test.timeout=$(TEST_TIMEOUT)" $(RACE_PKGS)
-	$(GOTEST) -race -count=1 -run '^(TestDemo|TestDemoEnginesOnly|TestDoctor(Healthy|Misconfigured|Unobservable|ReportsFrameRefusal))$$' ./cmd/kvindex/
-	$(GOTEST) -race -count=1 -run '^(TestRunTimed|TestRunTimedBothAffinities|TestRunParallel)$$' ./sim/report/
+	GO=$(GO) HEAVY="$(RACE_HEAVY)" bash scripts/gotest-lanes.sh "-race" "-test.timeout=$(TEST_TIMEOUT)" $(RACE_PKGS) \
+		'./cmd/kvindex:^(TestDemo|TestDemoEnginesOnly|TestDoctor(Healthy|Misconfigured|Unobservable|ReportsFrameRefusal))$$' \
+		'./sim/report:^(TestRunTimed|TestRunTimedBothAffinities|TestRunParallel)$$'
 
 race-invariants: race-deps
 	$(GOTEST) -race -short -tags invariants -count=1 $(INDEX_PKGS)
@@ -205,7 +208,7 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
-	$(GO) vet -tags invariants $(INDEX_PKGS)
+	$(GO) vet -tags invariants ./internal/invariants/
 
 $(STATICCHECK):
 	GOFLAGS=-mod=mod $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)

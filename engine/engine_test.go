@@ -444,7 +444,7 @@ func TestDifferentialBatched(t *testing.T) {
 			for seed := uint64(1); seed <= 2; seed++ {
 				t.Run(fmt.Sprintf("shards=%d/jump=%d/seed=%d", shards, jump, seed), func(t *testing.T) {
 					t.Parallel()
-					ops := refmodel.RandomOps(rand.New(rand.NewPCG(seed, 99)), 3000, refmodel.RandomOptions{MaxChain: 80})
+					ops := refmodel.RandomOps(rand.New(rand.NewPCG(seed, 99)), testsize.Sized(3000, 1500, 1000), refmodel.RandomOptions{MaxChain: 80})
 					require.Positive(t, differentialMode(t, engine.Config{Shards: shards, JumpSize: jump, QueueSize: 4}, ops, true))
 				})
 			}
