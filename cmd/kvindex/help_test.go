@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -312,6 +315,10 @@ func tryCommand(t *testing.T, cmd string, args []string) (int, string) {
 		if !slices.Contains(args, "--server") {
 			full = append(full, "--server", "inproc")
 		}
+		// With --server exec, loadtest renices every thread of its process, for good:
+		// here that is this test binary, whose later tests (and their node and serve
+		// children) would run at nice 10 behind any busy neighbour.
+		full = append(full, "--loadgen-nice", "0")
 		full = append(full, "--engines", "1", "--rates", "100", "--no-warmup", "--queries", "0", "--probes", "0")
 		return loadtestMain(cancelled, full, &out, &errOut), errOut.String()
 	}
@@ -324,6 +331,12 @@ func tryCommand(t *testing.T, cmd string, args []string) (int, string) {
 // outside the list is refused with an error that names every listed one.
 func TestHelpValuesAreAccepted(t *testing.T) {
 	t.Setenv(serveChildEnv, "1") // loadtest --server exec runs this test binary as serve
+	nice := maxThreadNice(t)
+	defer func() {
+		if after := maxThreadNice(t); after != nice {
+			t.Errorf("a command run in process reniced this test binary's threads: nice %d, was %d", after, nice)
+		}
+	}()
 	var lists []valueList
 	for name := range commands {
 		lists = append(lists, valueLists(name, parseHelp(t, name))...)
@@ -363,4 +376,29 @@ func TestHelpValuesAreAccepted(t *testing.T) {
 			}
 		}
 	}
+}
+
+// maxThreadNice is the highest nice value among this process's threads (Linux's
+// /proc/self/task; -100 where it cannot be read, so that the check compares equal).
+func maxThreadNice(t *testing.T) int {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return -100
+	}
+	most := -100
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/stat")
+		if err != nil {
+			continue // exited
+		}
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 17 {
+			continue
+		}
+		if n, err := strconv.Atoi(f[16]); err == nil { // field 19 of stat: nice
+			most = max(most, n)
+		}
+	}
+	return most
 }
