@@ -50,6 +50,11 @@ TEST_TIMEOUT ?= 15m
 ## cold cache.
 TEST_GOFLAGS ?= -ldflags=-w -gcflags=all=-dwarf=false -vet=off
 test: export GOFLAGS += $(TEST_GOFLAGS)
+## TEST_GORACE: a race-detector binary sleeps a second at exit by default, so that other
+## threads can finish a report (atexit_sleep_ms); a test binary's goroutines have ended
+## by then (goleak checks it in every TestMain), and make test starts about 25 of them.
+TEST_GORACE ?= atexit_sleep_ms=0
+test: export GORACE = $(TEST_GORACE)
 GOTEST = $(GO) test -timeout $(TEST_TIMEOUT)
 TEST_PHASES := race-pkgs lint race-invariants plain build386 conformance docs-check
 test: shared-note tools
