@@ -23,21 +23,23 @@ SHARED      ?= ../shared
 FUZZTIME    ?=
 fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 
-.PHONY: tools race-deps race-pkgs race-invariants plain test-phases build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
+.PHONY: checks tools race-deps race-pkgs race-invariants plain test-phases build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
 
 ## test: everything CI runs: lint, every package's tests once (the concurrent ones under
 ## the race detector, the index's with its invariants checked too, the sequential ones
 ## without it), the 386 build, conformance replays, every fuzz target's seed corpus, the
 ## docs check. The tools are installed first, one at a time (apt-get holds a
 ## lock; `make tools` says what each is for); then the phases run TEST_JOBS at a time
-## (default 2: lint and the 386 build leave a core idle half the time), the longest first:
-## race-pkgs (which starts by building race-deps) beside lint, then race-invariants, whose
-## race-deps is then built already. Each
+## (default 3), in an order that lets no two go commands compile the same packages at
+## once (they do not share work in flight): race-deps, checks (lint without staticcheck)
+## and build386 first; the two race phases after race-deps (both reuse what it built for
+## the detector); plain, staticcheck, conformance and docs-check after checks (whose go
+## vet has compiled every package without the detector). Each
 ## phase runs through scripts/phase.sh: a line when it starts, a line a minute while it
 ## runs, its whole output when it ends, then its result and wall time.
 ## Every go test has an explicit -timeout (TEST_TIMEOUT per package binary: a guard
 ## against a hang, about 5x the slowest package's wall time at load 4 on 2 cores).
-TEST_JOBS ?= 2
+TEST_JOBS ?= 3
 TEST_TIMEOUT ?= 15m
 ## TEST_GOFLAGS: make test builds without debug information (DWARF). Nothing in a test
 ## run reads it: panics and race reports are symbolised from the binary's own tables
@@ -56,11 +58,13 @@ test: export GOFLAGS += $(TEST_GOFLAGS)
 TEST_GORACE ?= atexit_sleep_ms=0
 test: export GORACE = $(TEST_GORACE)
 GOTEST = $(GO) test -timeout $(TEST_TIMEOUT)
-TEST_PHASES := race-pkgs lint race-invariants plain build386 conformance docs-check
+TEST_PHASES := race-deps checks build386 race-pkgs race-invariants plain staticcheck conformance docs-check
 test: shared-note tools
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-phases
 
 test-phases: $(addprefix phase-,$(TEST_PHASES))
+phase-race-pkgs phase-race-invariants: phase-race-deps
+phase-plain phase-staticcheck phase-conformance phase-docs-check: phase-checks
 
 ## race-deps: the race detector's build of what the two race phases share (the standard
 ## library and the test libraries the index's tests import), once, before either starts.
@@ -169,7 +173,10 @@ test-long: publisher-deps build386-all
 	$(MAKE) conformance CONFORMANCE_MATRIX=full
 	$(MAKE) fuzz-long
 
-lint: fmt-check vet staticcheck tidy-check proto-check
+## lint: gofmt, go vet, staticcheck, go mod tidy and the generated gRPC code; make test
+## runs it as two phases, checks (all but staticcheck) and staticcheck.
+lint: checks staticcheck
+checks: fmt-check vet tidy-check proto-check
 
 ## proto-deps: protoc (Debian's protobuf-compiler, when missing) and the pinned Go plugins.
 proto-deps: $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
