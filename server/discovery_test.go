@@ -107,24 +107,29 @@ func TestFileDiscovery(t *testing.T) {
 
 	// One engine the server rejects (it claims b's endpoint): the others apply.
 	bad := `[{"endpoint": "` + eps["b"] + `", "worker": "b"}, {"endpoint": "` + eps["b"] + `", "worker": "x"}, {"endpoint": "` + eps["d"] + `", "worker": "d", "model": "m"}]`
-	write(bad, false)
-	// The watcher applies the list and then records its success: wait for both, or
-	// the metrics may be read between the two.
-	var m string
-	waitFor(t, "b(changed), d", func() bool {
-		m = c.text("/metrics")
-		return slices.Equal(engineKeys(s, server.SourceFile), []string{"b", "d"}) &&
-			strings.Contains(m, `kvindex_discovery_up{source="file"} 1`)
-	})
-	for _, want := range []string{
+	write(bad, true)
+	// The watcher publishes the engines, then counts the changes, then records its
+	// success: wait for all of it, in one reading of the metrics taken after the
+	// engines were seen.
+	wants := []string{
 		`kvindex_discovery_up{source="file"} 1`,
 		`kvindex_engine_changes_total{change="rejected",source="file"} 1`,
 		`kvindex_engine_changes_total{change="replaced",source="file"} 1`, // b: model "m" -> ""
 		`kvindex_engines{source="file"} 2`,
-	} {
-		if !strings.Contains(m, want) {
-			t.Errorf("metrics lack %q", want)
+	}
+	var m string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		keys := engineKeys(s, server.SourceFile)
+		m = c.text("/metrics")
+		missing := slices.DeleteFunc(slices.Clone(wants), func(w string) bool { return strings.Contains(m, w) })
+		if slices.Equal(keys, []string{"b", "d"}) && len(missing) == 0 {
+			break
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("engines %v, metrics lack %q:\n%s", keys, missing, m)
+		}
+		time.Sleep(5 * time.Millisecond) // bounded poll of a condition
 	}
 	if errs := metricValue(m, `kvindex_discovery_errors_total{source="file"}`); errs < 1 {
 		t.Errorf("discovery errors %v, want >= 1", errs)

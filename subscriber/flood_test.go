@@ -43,18 +43,20 @@ func procKB(t *testing.T, key string) int64 {
 // frame took RSS to 227 MB and five to 429 MB, kept after 30 s idle). The process's
 // peak RSS stays within floodPeakBound of where it started, and after the flood
 // (debug.FreeOSMemory) within floodAfterBound. The flood is counted, not timed: the
-// test waits for every message and every refusal. Measured without -race:
-// +56 MB peak, below the start after FreeOSMemory.
+// test waits for every message and every refusal. Measured without -race: +56 MB
+// peak on a quiet machine, +96.5 MB beside two busy loops (the collector, starved of
+// CPU, lets more of the 128 MiB of garbage pile up before it runs), below the start
+// after FreeOSMemory. The peak bound, 144 MB, is under one refused header's 200 MB.
 func TestFloodRSSBounded(t *testing.T) {
 	if raceEnabled {
 		t.Skip("SKIP (the race detector's shadow memory dominates RSS): make test runs this test without -race")
 	}
 	const (
 		capBytes        = 1 << 20
-		perConn         = 16       // messages at the cap per connection
-		conns           = 8        // each ends with a 200 MB header, refused
-		floodPeakBound  = 96 << 10 // kB
-		floodAfterBound = 24 << 10 // kB
+		perConn         = 16        // messages at the cap per connection
+		conns           = 8         // each ends with a 200 MB header, refused
+		floodPeakBound  = 144 << 10 // kB
+		floodAfterBound = 24 << 10  // kB
 	)
 	payload := bytes.Repeat([]byte{0xc1}, capBytes-16) // undecodable: 0xc1 is never used
 	var stream []byte
