@@ -57,6 +57,7 @@ test: export GOFLAGS += $(TEST_GOFLAGS)
 ## by then (goleak checks it in every TestMain), and make test starts about 25 of them.
 TEST_GORACE ?= atexit_sleep_ms=0
 test: export GORACE = $(TEST_GORACE)
+test: export DOCS_PARSE = 0
 GOTEST = $(GO) test -timeout $(TEST_TIMEOUT)
 TEST_PHASES := race-deps checks build386 race-pkgs race-invariants plain staticcheck conformance docs-check
 test: shared-note tools
@@ -99,10 +100,13 @@ docs:
 
 ## docs-check: the figure blocks equal what their commands print now (timings and memory,
 ## marked volatile, up to their digits), every text block names its command, and every
-## documented kvindex command line parses (TestDocCommandsParse). About 40 s.
+## documented kvindex command line parses (TestDocCommandsParse; make test's plain phase
+## runs it with the CLI's other tests, so its docs-check phase sets DOCS_PARSE=0). About
+## 40 s.
+DOCS_PARSE ?= 1
 docs-check:
 	$(GO) run ./internal/docsgen $(DOCS)
-	$(GOTEST) -count=1 -run '^TestDocCommandsParse' ./cmd/kvindex/
+	$(if $(filter 1,$(DOCS_PARSE)),$(GOTEST) -count=1 -run '^TestDocCommandsParse' ./cmd/kvindex/)
 
 ## shared-note: one line saying which tests skip when $(SHARED) (traces, conformance logs,
 ## EVENTS.md; not shipped to users) is absent.
@@ -131,7 +135,7 @@ unit: publisher-deps
 ## package, sequential code that the detector slows 5-10x and finds nothing in (the CLI, the simulator, the tokenizer and
 ## chat templates with their npm references, the decoders, the replays), without the
 ## detector and -short (the trace-sized replays and oracle corpora shortened; the
-## conformance phase replays the trace log, make test-long runs them whole), plus the index's differentials at full size, its zero-allocation
+## conformance phase replays the trace log, make test-long runs them whole), plus the index's differentials (-short: the detector's sizes or more), its zero-allocation
 ## tests (which skip where the detector or the invariant checks allocate) and the
 ## sequential end-to-end checks of the concurrent packages. race-pkgs builds its test
 ## binaries with one go test -c and runs them in two lanes (scripts/gotest-lanes.sh):
@@ -160,7 +164,7 @@ race-invariants: race-deps
 
 plain: publisher-deps
 	$(GOTEST) -short -count=1 $(PLAIN_PKGS)
-	$(GOTEST) -count=1 -run '^(TestPartitionBalance|TestDifferential.*|Test.*Allocs.*|TestIndexAgainstMap)$$' ./engine/ ./shard/
+	$(GOTEST) -short -count=1 -run '^(TestPartitionBalance|TestDifferential.*|Test.*Allocs.*|TestIndexAgainstMap)$$' ./engine/ ./shard/
 	$(GOTEST) -count=1 -run '^(TestFloodRSSBounded)$$' ./subscriber/
 	$(GOTEST) -count=1 -run '^(TestMemoryBudget|TestTextRouting.*)$$' ./server/
 
