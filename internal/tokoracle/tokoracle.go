@@ -96,8 +96,19 @@ func install() (string, error) {
 	if err := os.MkdirAll(base, 0o755); err != nil {
 		return "", err
 	}
-	// Install into a fresh folder and rename it into place: concurrent test binaries
-	// (go test runs packages in parallel) never see a half-installed tree.
+	// One install at a time across processes: go test runs test binaries in parallel,
+	// and each of them found the folder missing and ran its own npm install (286 MB
+	// and seconds of CPU each) on a cold cache. The others wait and find it complete.
+	unlock, err := lockDir(base)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if complete(dir) {
+		return dir, nil
+	}
+	// Install into a fresh folder and rename it into place: a reader that does not
+	// take the lock never sees a half-installed tree.
 	tmp, err := os.MkdirTemp(base, "install-")
 	if err != nil {
 		return "", err
