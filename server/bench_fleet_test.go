@@ -51,8 +51,7 @@ func BenchmarkMatchFleet(b *testing.B) {
 					b.Fatal(rec.Code, rec.Body.String())
 				}
 			}
-			c1, _ := cputime.Process() // 0 where the platform does not tell
-			b.ReportMetric(float64((c1-c0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(cputime.PerOp(c0, b.N), "cpu-ns/op")
 		})
 	}
 }

@@ -95,7 +95,7 @@ func TestFleetIndexReaders(t *testing.T) {
 // TestFleetLookupZeroAllocs: once a fleet's index is built, a lookup and the state and
 // trust a match reads of it allocate nothing.
 func TestFleetLookupZeroAllocs(t *testing.T) {
-	s := indexedServer(t, 100)
+	s := indexedServer(t, 100, 3, TrustConfig{})
 	f, lowered := s.fleet(), *s.trust.lowered.Load()
 	f.lookup("pod-0")
 	if n := testing.AllocsPerRun(100, func() {
@@ -107,16 +107,17 @@ func TestFleetLookupZeroAllocs(t *testing.T) {
 	}
 }
 
-// indexedServer returns a server (not started) serving n engines of model "m", a
-// third of them without events.
-func indexedServer(t testing.TB, n int) *Server {
-	s, err := New(Config{Listen: "127.0.0.1:0", Models: map[string]int{"m": 4}, RuntimeEngines: RuntimeEnginesConfig{MaxEngines: n + 1}}, Options{})
+// indexedServer returns a server (not started) serving n engines of model "m" named
+// pod-0, pod-1, ...: every approxEvery-th one (0: none) without events.
+func indexedServer(t testing.TB, n, approxEvery int, trust TrustConfig) *Server {
+	s, err := New(Config{Listen: "127.0.0.1:0", Models: map[string]int{"m": 16}, Trust: trust,
+		RuntimeEngines: RuntimeEnginesConfig{MaxEngines: n + 1}}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range n {
-		e := EngineConfig{Worker: "pod-" + strconv.Itoa(i), Model: "m", BlockSize: 4}
-		if i%3 != 0 {
+		e := EngineConfig{Worker: "pod-" + strconv.Itoa(i), Model: "m", BlockSize: 16}
+		if approxEvery == 0 || i%approxEvery != 0 {
 			e.Endpoint = fmt.Sprintf("tcp://10.0.%d.%d:5557", i/250, i%250)
 		}
 		if _, _, err := s.AddEngine(e); err != nil {
@@ -133,7 +134,7 @@ func indexedServer(t testing.TB, n int) *Server {
 // for its state, again for its trust, and its model).
 func BenchmarkFleetLookup(b *testing.B) {
 	const n = 10000
-	s := indexedServer(b, n)
+	s := indexedServer(b, n, 3, TrustConfig{})
 	f := s.fleet()
 	f.lookup("pod-0")
 	ws := make([]string, 1024)
@@ -172,14 +173,13 @@ func BenchmarkFleetLookup(b *testing.B) {
 func BenchmarkFleetIndexBuild(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		b.Run("workers-"+strconv.Itoa(n), func(b *testing.B) {
-			f := indexedServer(b, n).fleet()
+			f := indexedServer(b, n, 3, TrustConfig{}).fleet()
 			b.ReportAllocs()
 			c0, _ := cputime.Process()
 			for b.Loop() {
 				_ = f.buildIndex()
 			}
-			c1, _ := cputime.Process() // 0 where the platform does not tell
-			b.ReportMetric(float64((c1-c0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(cputime.PerOp(c0, b.N), "cpu-ns/op")
 		})
 	}
 }

@@ -77,8 +77,7 @@ func BenchmarkChatPrompt(b *testing.B) {
 						blocks, _ = hash.Blocks(blocks[:0], ids, 16)
 					}
 					b.StopTimer()
-					cpu1, _ := cputime.Process() // 0 where the platform does not tell
-					b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/op")
+					b.ReportMetric(cputime.PerOp(cpu0, b.N), "cpu-ns/op")
 					b.ReportMetric(float64(len(ids)), "tokens")
 					b.ReportMetric(js.(float64), "js-ns/op")
 				})
