@@ -45,9 +45,9 @@ TEST_TIMEOUT ?= 15m
 ## run reads it: panics and race reports are symbolised from the binary's own tables
 ## (file and line, as before). Linking a test binary costs about a quarter less CPU
 ## (server's: 2.2-2.7 s -> 1.6-1.9 s), compiling about 7% less.
-## -vet=off: go test's own vet pass is off in make test, where the lint phase's go vet
-## runs every analyzer on every package and its tests (and with -tags invariants on the
-## index's). go test's pass ran a subset of the same analyzers again per build (race,
+## -vet=off: go test's own vet pass is off in make test, where the checks phase's go vet
+## runs every analyzer on every package and its tests (and with -tags invariants on
+## internal/invariants, the one package with tagged files). go test's pass ran a subset of the same analyzers again per build (race,
 ## invariants, plain), each over the dependencies too for their facts: 75 s of CPU on a
 ## cold cache.
 TEST_GOFLAGS ?= -ldflags=-w -gcflags=all=-dwarf=false -vet=off
@@ -71,8 +71,8 @@ phase-plain phase-staticcheck phase-conformance phase-docs-check: phase-checks
 ## library and the test libraries the index's tests import), once, before either starts.
 ## Two go commands do not share work in flight: without it both compiled the standard
 ## library for the detector side by side, and race-invariants took 308 s of CPU on a cold
-## cache instead of 114 s. Both phases start with it (make runs it once per phase; the
-## second finds it built); race-invariants runs after lint, by when race-pkgs has built it.
+## cache instead of 114 s. make test runs it as a phase before both (each phase's own
+## race-deps then finds it built).
 RACE_DEPS = $$($(GO) list -deps -test -tags invariants $(INDEX_PKGS) | grep -v -e '^github.com/kvindex/' -e ' ' -e '\.test$$')
 race-deps:
 	$(GO) build -race $(RACE_DEPS)
@@ -132,10 +132,11 @@ unit: publisher-deps
 ## histories sized by testsize.Sized, as the checks recount after each event), the
 ## owners' race sweep among them (engine's TestOwnersRace: non-owners racing on each
 ## owner's state are reported, in child runs of the same binary). plain: every other
-## package, sequential code that the detector slows 5-10x and finds nothing in (the CLI, the simulator, the tokenizer and
-## chat templates with their npm references, the decoders, the replays), without the
-## detector and -short (the trace-sized replays and oracle corpora shortened; the
-## conformance phase replays the trace log, make test-long runs them whole), plus the index's differentials (-short: the detector's sizes or more), its zero-allocation
+## package, sequential code that the detector slows 5-10x and finds nothing in (the CLI,
+## the simulator, the tokenizer and chat templates with their npm references, the
+## decoders, the replays), without the detector and -short (the trace-sized replays and
+## oracle corpora shortened; the conformance phase replays the trace log, make test-long
+## runs them whole), plus the index's differentials (-short sizes), its zero-allocation
 ## tests (which skip where the detector or the invariant checks allocate) and the
 ## sequential end-to-end checks of the concurrent packages. race-pkgs builds its test
 ## binaries with one go test -c and runs them in two lanes (scripts/gotest-lanes.sh):
@@ -145,9 +146,15 @@ unit: publisher-deps
 RACE_PKGS := ./bench/fleet ./bench/loadgen ./engine/internal/worker ./fabric ./internal/fakevllm ./internal/natstest \
 	./internal/freeport ./internal/kube ./internal/warnlimit ./ringbuf ./route ./server \
 	./server/internal/guard ./subscriber ./subscriber/pubtest
-# RACE_HEAVY: race-pkgs' test binaries of 0.3 GB and more, run one at a time in their
-# own lane (scripts/gotest-lanes.sh); the others run one at a time beside them.
+# RACE_HEAVY and INDEX_HEAVY: the race phases' test binaries of 0.3 GB and more, run in
+# their own lane (scripts/gotest-lanes.sh) holding HEAVY_LOCK, so that one runs at a
+# time across both phases whatever the build cache (with three phases at a time and a
+# warm cache, the engine's and server's together took make test to 1.64 GB); the others
+# run one at a time beside them.
 RACE_HEAVY := ./server ./subscriber ./cmd/kvindex
+INDEX_HEAVY := github.com/kvindex/kvindex/engine github.com/kvindex/kvindex/internal/table
+HEAVY_LOCK ?= $(or $(TMPDIR),/tmp)/kvindex-heavy-tests.$(shell id -u).lock
+export HEAVY_LOCK
 INDEX_PKGS := ./engine/... ./shard/... ./internal/table/... ./internal/invariants/
 # PLAIN_PKGS: every package that is neither in RACE_PKGS nor an index package.
 PLAIN_PKGS = $$($(GO) list ./... | grep -v -x $(foreach p,$(RACE_PKGS),-e 'github.com/kvindex/kvindex/$(patsubst ./%,%,$(p))') \
@@ -160,7 +167,8 @@ race-pkgs: publisher-deps race-deps
 		'./sim/report:^(TestRunTimed|TestRunTimedBothAffinities|TestRunParallel)$$'
 
 race-invariants: race-deps
-	$(GOTEST) -race -short -tags invariants -count=1 $(INDEX_PKGS)
+	GO=$(GO) HEAVY="$(INDEX_HEAVY)" bash scripts/gotest-lanes.sh "-race -tags invariants" "-test.short -test.timeout=$(TEST_TIMEOUT)" \
+		$$($(GO) list -tags invariants $(INDEX_PKGS))
 
 plain: publisher-deps
 	$(GOTEST) -short -count=1 $(PLAIN_PKGS)

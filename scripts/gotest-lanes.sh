@@ -12,7 +12,10 @@
 # (server 0.49 GB, subscriber 0.46 GB) beside race-invariants' engine binary (0.65 GB)
 # within 1.5 GB; but one binary at a time left the phase, the longest path through make
 # test, waiting on small binaries whose tests mostly sleep on sockets and timers. The
-# heavy lane holds at most one large binary; the light lane's largest is 0.18 GB.
+# heavy lane holds at most one large binary; the light lane's largest is 0.18 GB. With
+# HEAVY_LOCK set (a file path), each heavy binary runs holding an flock on it, so that
+# the heavy lanes of several invocations (make test's race-pkgs and race-invariants)
+# run one large binary at a time between them.
 # Each binary runs in its package's folder, as go test runs it, with TESTFLAGS (its own
 # -test.* flags). The output is go test's, in the order the packages were given once all
 # have run: an "ok" line per passing package, the whole output of a failing one and a
@@ -64,12 +67,25 @@ for i in "${!pkgs[@]}"; do
 	paths+=("$p")
 	dirs+=("$d")
 done
+# locked I: one I, holding HEAVY_LOCK where it is set and flock(1) exists.
+locked() {
+	if [ -n "${HEAVY_LOCK:-}" ] && command -v flock >/dev/null; then
+		(
+			flock 9
+			one "$1"
+		) 9>"$HEAVY_LOCK"
+	else
+		one "$1"
+	fi
+}
 lane() { # lane HEAVY: runs, in order, the packages that are (1) or are not (0) heavy
-	local i is
+	local i
 	for i in "${!pkgs[@]}"; do
-		is=0
-		[[ $heavy == *" ${pkgs[$i]} "* ]] && is=1
-		[ "$is" = "$1" ] && one "$i"
+		if [[ $heavy == *" ${pkgs[$i]} "* ]]; then
+			[ "$1" = 1 ] && locked "$i"
+		else
+			[ "$1" = 0 ] && one "$i"
+		fi
 	done
 }
 lane 1 &
