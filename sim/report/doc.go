@@ -6,9 +6,10 @@
 // published benchmarks (Validate, PrintValidation), and the progress bar they show. The
 // command only parses flags and builds the workload and config.
 //
-// It owns the goroutines of the simulations it runs at once (Timed.Parallel,
-// ValidateConfig.Parallel), all finished before it returns; a sim.Workload is read-only,
-// so they share it. The run that measures the index runs first and alone, so that its
+// It runs several simulations at once (Timed.Parallel, ValidateConfig.Parallel) on the
+// workers of package internal/parallel, all finished before it returns, and starts no
+// goroutine of its own; each simulation writes only its own job's result, read once
+// the pool has returned, and a sim.Workload is read-only, so they share it. The run that measures the index runs first and alone, so that its
 // timings are its own. RunZeroTime runs one simulation at a time, on its caller's
 // goroutine.
 //

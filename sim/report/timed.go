@@ -8,12 +8,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/kvindex/kvindex/bench"
+	"github.com/kvindex/kvindex/internal/parallel"
 	"github.com/kvindex/kvindex/route"
 	"github.com/kvindex/kvindex/sim"
 	"gonum.org/v1/plot"
@@ -270,10 +271,10 @@ func (j *runJob) policyJSON(measured bool) timedPolicyJSON {
 	return p
 }
 
-// runAll runs the jobs on w, parallel of them at once, each result in its job; the job
+// runAll runs the jobs on w, workers of them at once, each result in its job; the job
 // alone (the one that measures the index; -1 for none) runs first, by itself, so that
 // its timings are its own. beside runs with the others.
-func runAll(w *sim.Workload, jobs []*runJob, alone, parallel int, beside func()) error {
+func runAll(w *sim.Workload, jobs []*runJob, alone, workers int, beside func()) error {
 	ctx := context.Background()
 	run := func(j *runJob) { j.res, j.err = sim.Simulate(ctx, w, j.rt, j.cfg) }
 	if alone >= 0 {
@@ -282,29 +283,13 @@ func runAll(w *sim.Workload, jobs []*runJob, alone, parallel int, beside func())
 			return err
 		}
 	}
-	work := make(chan *runJob)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		beside()
-	}()
-	for range max(1, parallel) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range work {
-				run(j)
-			}
-		}()
+	rest := jobs
+	if alone >= 0 {
+		rest = slices.Delete(slices.Clone(jobs), alone, alone+1)
 	}
-	for i, j := range jobs {
-		if i != alone {
-			work <- j
-		}
-	}
-	close(work)
-	wg.Wait()
+	parallel.Beside(beside, func() {
+		parallel.Each(len(rest), workers, func(i int) { run(rest[i]) }, nil)
+	})
 	for _, j := range jobs {
 		if j.err != nil {
 			return j.err
@@ -348,7 +333,7 @@ func RunTimed(t Timed) (*TimedReport, error) {
 	start := time.Now()
 	cfg, w, sw, rts, chart := t.Config, t.Workload, t.Sweep, t.Routings, t.Chart
 	points := max(1, len(sw.Vals))
-	parallel := max(t.Parallel, 1)
+	workers := max(t.Parallel, 1)
 	affs := []sim.Affinity{cfg.Affinity}
 	if t.BothAffinities && cfg.Routers > 1 && sw.Key != "routers" {
 		affs = []sim.Affinity{sim.AffinityNone, sim.AffinitySession}
@@ -373,7 +358,7 @@ func RunTimed(t Timed) (*TimedReport, error) {
 
 	var jobs []*runJob
 	alone := -1
-	shared := parallel > 1
+	shared := workers > 1
 	for k := range points {
 		for r := range rows {
 			rt := rts[r/len(affs)]
@@ -397,7 +382,7 @@ func RunTimed(t Timed) (*TimedReport, error) {
 	// The references are computed beside the simulations that share the CPU, not
 	// beside the one that measures the index.
 	var refs sim.References
-	if err := runAll(w, jobs, alone, parallel, func() { refs = sim.Reference(w, cfg) }); err != nil {
+	if err := runAll(w, jobs, alone, workers, func() { refs = sim.Reference(w, cfg) }); err != nil {
 		return nil, err
 	}
 	out.References = toReferencesJSON(refs)

@@ -6,9 +6,9 @@ import (
 	"io"
 	"math"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/parallel"
 	"github.com/kvindex/kvindex/sim"
 )
 
@@ -101,31 +101,23 @@ func Validate(ctx context.Context, vc ValidateConfig) ([]Row, error) {
 	return out, nil
 }
 
-func runParallel(ctx context.Context, all [][]run, parallel int, progress func(string)) error {
-	work := make(chan *run)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	for range parallel {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for x := range work {
-				x.res, x.err = sim.Simulate(ctx, x.w, x.rt, x.cfg)
-				if progress != nil {
-					mu.Lock()
-					progress(x.name)
-					mu.Unlock()
-				}
-			}
-		}()
-	}
+// runParallel runs every simulation of all, workers at once (package internal/parallel),
+// telling progress each one's name as it finishes; the first error in all's order wins.
+func runParallel(ctx context.Context, all [][]run, workers int, progress func(string)) error {
+	var runs []*run
 	for i := range all {
 		for j := range all[i] {
-			work <- &all[i][j]
+			runs = append(runs, &all[i][j])
 		}
 	}
-	close(work)
-	wg.Wait()
+	var done func(int)
+	if progress != nil {
+		done = func(i int) { progress(runs[i].name) }
+	}
+	parallel.Each(len(runs), workers, func(i int) {
+		x := runs[i]
+		x.res, x.err = sim.Simulate(ctx, x.w, x.rt, x.cfg)
+	}, done)
 	for i := range all {
 		for _, x := range all[i] {
 			if x.err != nil {
