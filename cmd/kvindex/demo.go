@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/kvindex/kvindex/internal/fakevllm"
@@ -79,16 +78,8 @@ func demoMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fmt.Fprintf(stdout, "kvindex demo: %d simulated vLLM engines on 127.0.0.1 publish %g batches/s of model %q (block size %d)\n",
 		*engines, *rate, fakevllm.Model, demoBlockSize)
 
-	var wg sync.WaitGroup
-	dctx, stopDriving := context.WithCancel(ctx)
-	defer func() { stopDriving(); wg.Wait() }()
-	wg.Add(1)
-	go func() { // publish until stopped
-		defer wg.Done()
-		for dctx.Err() == nil {
-			fl.Drive(dctx, *rate, time.Hour, false)
-		}
-	}()
+	stopDriving := fl.DriveInBackground(ctx, *rate) // publish until the demo ends
+	defer stopDriving()
 
 	if *enginesOnly {
 		fmt.Fprintf(stdout, "kvindex demo: run serve in another terminal:\n\n  %s\n\nkvindex demo: waiting for serve at %s\n", serveCommand(cfg), addr)

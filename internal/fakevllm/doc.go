@@ -11,6 +11,7 @@
 //	   │           ├── ROUTER listener ─── per DEALER: replay replies from the ring
 //	   │           └── block pool + requester (owned by one driver goroutine)
 //	   └─ D driver goroutines (Drive): publish to their engines in turn at rate/D
+//	      (DriveInBackground: one goroutine running Drive until stopped)
 //
 // Enc (msgpack.go) is the module's one msgpack encoder of vLLM batches: the engines'
 // batches (payload.go), the decoders' test vectors and the hostile peers' payloads.
@@ -20,8 +21,8 @@
 //
 // # Who may call it
 //
-// NewFleet, Drive, Stall/Resume and Close for a fleet of one's own; Drive must not run
-// twice at once; Counts between Drives. WantProbe, Probes, SamplePrompt and
+// NewFleet, Drive (or DriveInBackground and its stop), Stall/Resume and Close for a
+// fleet of one's own; Drive must not run twice at once; Counts between Drives. WantProbe, Probes, SamplePrompt and
 // TakeReplayTime are the load test's view of what the drivers publish. Only the kvindex
 // module imports it (internal/).
 //

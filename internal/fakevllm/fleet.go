@@ -414,6 +414,25 @@ func (f *Fleet) Drive(ctx context.Context, rate float64, d time.Duration, untilF
 	return res
 }
 
+// DriveInBackground publishes at rate (as Drive) on a goroutine of its own until ctx
+// ends or stop is called; stop ends the publishing and returns once it has stopped, so
+// that Counts and another Drive may follow (`kvindex demo` publishes this way for as
+// long as it runs). stop may be called more than once. It counts as a Drive: none may
+// run beside it.
+func (f *Fleet) DriveInBackground(ctx context.Context, rate float64) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			f.Drive(ctx, rate, time.Hour, false)
+		}
+	})
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
+
 // drive is one driver goroutine: it publishes to owned in turn at rate batches/s. It
 // sleeps while ahead of its schedule and, when behind, publishes without sleeping.
 func (f *Fleet) drive(ctx context.Context, owned []*simEngine, rate float64, start, deadline time.Time, untilFull bool) (sent uint64, behind time.Duration, full bool) {
