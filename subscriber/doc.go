@@ -22,7 +22,8 @@
 // # Who may call it
 //
 // New, then Run once in a goroutine of the caller's choosing; Run returns when its
-// context ends. Status, Synced and Wait (block until the first catch-up is done, woken
+// context ends. RunFor runs a group of subscribers for a set time, on goroutines of its
+// own, and calls back before it stops them (`kvindex doctor`). Status, Synced and Wait (block until the first catch-up is done, woken
 // by the owner: no polling) may be called from any goroutine at any time. Several
 // Subscribers share one Index: *engine.Engine is safe for concurrent use and serialises
 // each worker's events, and each Subscriber applies its worker's events as the owner of

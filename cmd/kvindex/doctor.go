@@ -8,7 +8,6 @@ import (
 	"io"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/kvindex/kvindex/engine"
@@ -182,35 +181,16 @@ func runDoctor(ctx context.Context, cfgs []subscriber.Config, d time.Duration) (
 			return nil, err
 		}
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make([]error, len(subs))
-	for i, s := range subs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = s.Run(runCtx)
-		}()
-	}
-	timer := time.NewTimer(d)
-	select {
-	case <-timer.C:
-	case <-ctx.Done():
-		timer.Stop()
-	}
 	// Diagnose at the end of the run, before Run returns and marks the subscribers stopped.
-	now := time.Now()
 	out := make([]finding, len(subs))
-	for i, s := range subs {
-		out[i] = diagnoseOne(s, cfgs[i], now)
-	}
-	cancel()
-	wg.Wait()
-	for _, e := range errs {
-		if e != nil {
-			return nil, e
+	diagnose := func() {
+		now := time.Now()
+		for i, s := range subs {
+			out[i] = diagnoseOne(s, cfgs[i], now)
 		}
+	}
+	if err := subscriber.RunFor(ctx, subs, d, diagnose); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
