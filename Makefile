@@ -125,8 +125,7 @@ unit: publisher-deps
 ## something in them. race-pkgs: the packages whose code starts goroutines or shares
 ## memory between them (RACE_PKGS; TestRacePackages in internal/docsgen checks the list
 ## against the code), under the race detector, at the sizes package internal/testsize
-## gives it, and the goroutine paths of two otherwise sequential packages (the CLI's demo
-## and doctor, the simulator's parallel runs). race-invariants: the index's packages
+## gives it. race-invariants: the index's packages
 ## (engine, shard, the table toolkit) under the detector with their invariants checked
 ## after every change (-tags invariants, package internal/invariants; -short, and the
 ## histories sized by testsize.Sized, as the checks recount after each event), the
@@ -143,8 +142,8 @@ unit: publisher-deps
 ## its large ones (RACE_HEAVY) one at a time, the small ones one at a time beside them.
 ## Beside race-invariants' engine binary (650 MB under the detector), two large ones at
 ## once (subscriber 460 MB, server 490 MB) took make test past 1.5 GB.
-RACE_PKGS := ./bench/fleet ./bench/loadgen ./engine/internal/worker ./fabric ./internal/fakevllm ./internal/natstest \
-	./internal/freeport ./internal/kube ./internal/warnlimit ./ringbuf ./route ./server \
+RACE_PKGS := ./bench ./bench/fleet ./bench/loadgen ./engine/internal/worker ./fabric ./internal/fakevllm ./internal/natstest \
+	./internal/freeport ./internal/kube ./internal/parallel ./internal/warnlimit ./ringbuf ./route ./server \
 	./server/internal/guard ./subscriber ./subscriber/pubtest
 # RACE_HEAVY and INDEX_HEAVY: the race phases' test binaries of 0.3 GB and more, run in
 # their own lane (scripts/gotest-lanes.sh) holding HEAVY_LOCK, so that one runs at a
@@ -162,9 +161,7 @@ PLAIN_PKGS = $$($(GO) list ./... | grep -v -x $(foreach p,$(RACE_PKGS),-e 'githu
 race: race-pkgs race-invariants plain
 
 race-pkgs: publisher-deps race-deps
-	GO=$(GO) HEAVY="$(RACE_HEAVY)" bash scripts/gotest-lanes.sh "-race" "-test.timeout=$(TEST_TIMEOUT)" $(RACE_PKGS) \
-		'./cmd/kvindex:^(TestDemo|TestDemoEnginesOnly|TestDoctor(Healthy|Misconfigured|Unobservable|ReportsFrameRefusal))$$' \
-		'./sim/report:^(TestRunTimed|TestRunTimedBothAffinities|TestRunParallel)$$'
+	GO=$(GO) HEAVY="$(RACE_HEAVY)" bash scripts/gotest-lanes.sh "-race" "-test.timeout=$(TEST_TIMEOUT)" $(RACE_PKGS)
 
 race-invariants: race-deps
 	GO=$(GO) HEAVY="$(INDEX_HEAVY)" bash scripts/gotest-lanes.sh "-race -tags invariants" "-test.short -test.timeout=$(TEST_TIMEOUT)" \

@@ -13,26 +13,31 @@ import (
 )
 
 // TestRacePackages keeps make test's split honest: a package whose code starts a
-// goroutine runs under the race detector in make test (the Makefile's RACE_PKGS, a
-// -run subset in its race-pkgs recipe, or an index package in INDEX_PKGS), and every
-// package RACE_PKGS names exists. The rest run once, in the plain build (Makefile,
-// "race and plain").
+// goroutine (a go statement, or a WaitGroup's or errgroup's Go) runs under the race
+// detector in make test (the Makefile's RACE_PKGS, a -run subset in its race-pkgs
+// recipe, or an index package in INDEX_PKGS); every package RACE_PKGS names exists and
+// has concurrent code of its own to check (it starts goroutines, or imports sync or
+// sync/atomic to share memory with its callers' goroutines), since a sequential
+// package costs the race build its dependencies and finds nothing. The rest run once,
+// in the plain build (Makefile, "race and plain").
 func TestRacePackages(t *testing.T) {
 	const root = "../.."
 	mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	raced := map[string]bool{} // packages named
-	under := map[string]bool{} // packages named with /...: their subpackages too
 	pkgPath := regexp.MustCompile(`\./[A-Za-z0-9_/.-]*`)
-	for _, part := range []string{makeVar(t, string(mk), "RACE_PKGS"), makeVar(t, string(mk), "INDEX_PKGS"), makeRecipe(t, string(mk), "race-pkgs")} {
+	raced := map[string]bool{}  // packages named
+	under := map[string]bool{}  // packages named with /...: their subpackages too
+	listed := map[string]bool{} // packages RACE_PKGS names
+	for i, part := range []string{makeVar(t, string(mk), "RACE_PKGS"), makeVar(t, string(mk), "INDEX_PKGS"), makeRecipe(t, string(mk), "race-pkgs")} {
 		for _, p := range pkgPath.FindAllString(part, -1) {
 			p = strings.TrimSuffix(strings.TrimPrefix(p, "./"), "/")
 			if q, ok := strings.CutSuffix(p, "/..."); ok {
 				p, under[q] = q, true
 			}
 			raced[p] = true
+			listed[p] = listed[p] || i == 0
 		}
 	}
 	pkgs := goPackages(t, root)
@@ -43,18 +48,23 @@ func TestRacePackages(t *testing.T) {
 	}
 	fset := token.NewFileSet()
 	for p, files := range pkgs {
-		if raced[p] || coveredBy(p, under) {
-			continue
-		}
+		var starts token.Pos
+		shares := false
 		for _, f := range files {
 			file, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if pos, ok := firstGo(file); ok {
-				t.Errorf("%s starts a goroutine (%s) but make test never runs it under the race detector: add it to RACE_PKGS", p, fset.Position(pos))
-				break
+			if pos, ok := firstGo(file); ok && starts == token.NoPos {
+				starts = pos
 			}
+			shares = shares || importsSync(file)
+		}
+		switch {
+		case starts != token.NoPos && !raced[p] && !coveredBy(p, under):
+			t.Errorf("%s starts a goroutine (%s) but make test never runs it under the race detector: add it to RACE_PKGS", p, fset.Position(starts))
+		case listed[p] && starts == token.NoPos && !shares:
+			t.Errorf("RACE_PKGS names %s, whose code neither starts goroutines nor imports sync or sync/atomic: its tests belong to the plain build", p)
 		}
 	}
 }
@@ -71,16 +81,33 @@ func coveredBy(p string, under map[string]bool) bool {
 	return false
 }
 
-// firstGo returns the position of the first go statement in file.
+// firstGo returns the position of the first place in file that starts a goroutine: a
+// go statement, or a call of a method named Go with one argument (sync.WaitGroup.Go,
+// errgroup.Group.Go: each runs its function on a goroutine of its own).
 func firstGo(file *ast.File) (token.Pos, bool) {
 	var at token.Pos
 	ast.Inspect(file, func(n ast.Node) bool {
-		if g, ok := n.(*ast.GoStmt); ok && at == token.NoPos {
-			at = g.Pos()
+		switch n := n.(type) {
+		case *ast.GoStmt:
+			at = n.Pos()
+		case *ast.CallExpr:
+			if sel, ok := n.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Go" && len(n.Args) == 1 {
+				at = n.Pos()
+			}
 		}
 		return at == token.NoPos
 	})
 	return at, at != token.NoPos
+}
+
+// importsSync says whether file imports sync or sync/atomic.
+func importsSync(file *ast.File) bool {
+	for _, imp := range file.Imports {
+		if imp.Path.Value == `"sync"` || imp.Path.Value == `"sync/atomic"` {
+			return true
+		}
+	}
+	return false
 }
 
 // makeVar returns the value of a Makefile variable set with := or =, its backslash
