@@ -5,10 +5,10 @@ import (
 	"io"
 	"runtime"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/internal/parallel"
 	"github.com/kvindex/kvindex/route"
 	"github.com/kvindex/kvindex/sim"
 	"github.com/kvindex/kvindex/sim/report"
@@ -266,12 +266,7 @@ func simulateTimed(stdout, stderr io.Writer, t report.Timed, asJSON, forceProgre
 	}
 	prog := newProgress(stderr, forceProgress, max(1, len(sw.Vals))*rows*len(w.Requests))
 	defer prog.Finish()
-	var mu sync.Mutex
-	t.Config.Progress = func(n int) {
-		mu.Lock()
-		prog.Add(n)
-		mu.Unlock()
-	}
+	t.Config.Progress = parallel.Serialize(prog.Add) // the simulations running at once all add
 	if t.Parallel == 0 {
 		t.Parallel = runtime.GOMAXPROCS(0)
 	}

@@ -14,12 +14,16 @@
 //	           pool's lock, one at a time
 //	Beside(a, b)
 //	  a goroutine runs a; the caller runs b; returns when both have
+//	Serialize(f)
+//	  f behind a lock: the calls of the simulations' shared progress bar, one at a time
 //
-// The pool owns its goroutines and the lock that serialises done; it returns only
-// when every goroutine it started has returned. The callers own the data do(i) writes:
-// each call writes only its own slot (the i-th job or result), so the workers share
-// nothing but the pool's channel and lock, and the caller reads every slot after Each
-// returns (the WaitGroup orders those reads after the writes).
+// The pool owns its goroutines and the lock that serialises done (Serialize's function
+// its own lock); it returns only when every goroutine it started has returned. The
+// callers own the data do(i) writes: each call writes only its own slot (the i-th job
+// or result), so the workers share nothing but the pool's channel and lock, and the
+// caller reads every slot after Each returns (the WaitGroup orders those reads after
+// the writes). With Each, Beside and Serialize here, package sim/report and the CLI
+// import neither sync nor sync/atomic.
 //
 // # Who may call it
 //

@@ -41,3 +41,15 @@ func Beside(a, b func()) {
 	b()
 	wg.Wait()
 }
+
+// Serialize returns f behind a lock of its own: the calls of the function it returns run
+// one at a time, whichever goroutines make them (a progress bar that the simulations
+// running on Each's workers all advance).
+func Serialize[T any](f func(T)) func(T) {
+	var mu sync.Mutex
+	return func(v T) {
+		mu.Lock()
+		defer mu.Unlock()
+		f(v)
+	}
+}

@@ -91,3 +91,14 @@ func TestBeside(t *testing.T) {
 		t.Fatalf("a wrote %d, b %d; want 1, 2", fromA, fromB)
 	}
 }
+
+// TestSerialize: the workers of a pool all call the serialised function, which adds to
+// a plain int (the race detector reports two calls at once), and every call counts.
+func TestSerialize(t *testing.T) {
+	sum := 0
+	add := Serialize(func(n int) { sum += n })
+	Each(100, 4, func(i int) { add(i) }, nil)
+	if sum != 99*100/2 {
+		t.Fatalf("sum %d, want %d", sum, 99*100/2)
+	}
+}

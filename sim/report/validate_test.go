@@ -95,9 +95,9 @@ func stagesOf(x [][3]float64) []sim.StageResult {
 	return out
 }
 
-// TestRunParallel: the validation's worker pool runs every run once, two at a time
-// sharing one workload, each result its own, and reports each finished run (make test
-// runs it under the race detector).
+// TestRunParallel: the validation runs every run once, two at a time sharing one
+// workload, each result its own, and reports each finished run (the pool, package
+// internal/parallel, runs under the race detector in its own tests).
 func TestRunParallel(t *testing.T) {
 	w, err := sim.Generate(sim.GenConfig{Seed: 1, Requests: 200, Sessions: 16})
 	if err != nil {
