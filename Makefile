@@ -150,7 +150,7 @@ RACE_PKGS := ./bench ./bench/fleet ./bench/loadgen ./engine/internal/worker ./fa
 # time across both phases whatever the build cache (with three phases at a time and a
 # warm cache, the engine's and server's together took make test to 1.64 GB); the others
 # run one at a time beside them.
-RACE_HEAVY := ./server ./subscriber ./cmd/kvindex
+RACE_HEAVY := ./server ./subscriber
 INDEX_HEAVY := github.com/kvindex/kvindex/engine github.com/kvindex/kvindex/internal/table
 HEAVY_LOCK ?= $(or $(TMPDIR),/tmp)/kvindex-heavy-tests.$(shell id -u).lock
 export HEAVY_LOCK

@@ -5,7 +5,7 @@
 # (space-separated, as given on the command line) in one, the others in the other.
 # PKG:RUN runs only the tests matching the regular expression RUN in PKG.
 #
-#   HEAVY="./server" scripts/gotest-lanes.sh "-race" "-test.timeout=15m" ./server ./fabric './cmd/kvindex:^TestDemo$'
+#   HEAVY="./server" scripts/gotest-lanes.sh "-race" "-test.timeout=15m" ./server ./fabric './route:^TestTracker'
 #
 # Why lanes: `go test` runs as many test binaries at once as it builds packages (-p), and
 # make test's race-pkgs phase cannot afford two of its large race-detector binaries
@@ -22,7 +22,7 @@
 # FAIL line; the exit status is 1 if any failed.
 set -uo pipefail
 usage="usage: gotest-lanes.sh BUILDFLAGS TESTFLAGS PKG[:RUN]..."
-build=${1:?$usage}
+build=${1?$usage}
 testflags=${2?$usage}
 shift 2
 go=${GO:-go}
@@ -47,16 +47,24 @@ one() {
 	local args=(-test.paniconexit0)
 	[ -n "${runs[$i]}" ] && args+=(-test.run "${runs[$i]}")
 	start=$(date +%s%N)
+	# The subshell's `times` gives the binary's CPU time (its second line: the children's
+	# user and system time), reported beside the wall time.
 	# shellcheck disable=SC2086 # TESTFLAGS is a list of flags
-	(cd "$dir" && "$exe" "${args[@]}" $testflags) >"$out" 2>&1
+	(
+		cd "$dir" && "$exe" "${args[@]}" $testflags
+		rc=$?
+		times >&3
+		exit $rc
+	) >"$out" 2>&1 3>"$work/$i.times"
 	rc=$?
 	ms=$((($(date +%s%N) - start) / 1000000))
+	cpu=$(tail -1 "$work/$i.times" | awk '{ t = 0; for (i = 1; i <= NF; i++) { split($i, a, "m"); t += a[1] * 60 + a[2] } printf "%.1f", t }')
 	if [ $rc = 0 ]; then
-		printf 'ok  \t%s\t%d.%03ds\n' "$path" $((ms / 1000)) $((ms % 1000)) >"$work/$i.out"
+		printf 'ok  \t%s\t%d.%03ds\tCPU %ss\n' "$path" $((ms / 1000)) $((ms % 1000)) "$cpu" >"$work/$i.out"
 	else
 		{
 			cat "$out"
-			printf 'FAIL\t%s\t%d.%03ds\n' "$path" $((ms / 1000)) $((ms % 1000))
+			printf 'FAIL\t%s\t%d.%03ds\tCPU %ss\n' "$path" $((ms / 1000)) $((ms % 1000)) "$cpu"
 		} >"$work/$i.out"
 	fi
 }
