@@ -8,6 +8,7 @@ import (
 	"github.com/kvindex/kvindex/engine/internal/worker"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/testsize"
 )
 
 // TestWorkerTablesCheck applies random histories (chains stored, extended and branched,
@@ -26,7 +27,9 @@ func TestWorkerTablesCheck(t *testing.T) {
 				// Long chains (seeds 5, 6) grow tables past worker.TableFloor and shrink them
 				// again: compact renumbers and relinks the records.
 				opt := refmodel.RandomOptions{Alphabet: int(1 + seed%4), MaxChain: []int{40, 300}[seed/5], Tiers: tiers}
-				ops := refmodel.RandomOps(r, 1500, opt)
+				// Under -tags invariants (make test) the engine runs the same checks after
+				// every event itself: a third of the history there.
+				ops := refmodel.RandomOps(r, testsize.Sized(1500, 1500, 500), opt)
 				e, err := New(Config{LockedIndex: true})
 				if err != nil {
 					t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/kvindex/kvindex/internal/testsize"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -488,7 +489,9 @@ func TestSequenceWrap(t *testing.T) {
 }
 
 func TestHammer(t *testing.T) {
-	per := 20000
+	// 24 configurations; under the race detector (make test) 5,000 items each still
+	// interleave every producer with the consumer thousands of times.
+	per := testsize.Pick(20000, 5000)
 	if testing.Short() {
 		per = 2000
 	}
