@@ -10,10 +10,14 @@
 // install fails, a test is skipped visibly, and fails where CI=true (or
 // KVINDEX_REQUIRE_NODE=1): make test must not pass without the oracle.
 //
-// It owns no goroutine; each Encode call runs one node process.
+// It owns no goroutine. A test binary runs one node process, started by its first Run
+// and answering every later Run in turn (mu), each model loaded once: loading the three
+// tokenizers costs node about 4 s of CPU, and a process per call paid it per test. The
+// process ends when the test binary does (its stdin closes).
 package tokoracle
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -204,20 +208,119 @@ func Run(t testing.TB, jobs []Job, bench *Bench) Result {
 	if err := os.WriteFile(f, req, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("node", filepath.Join(dir, "oracle.cjs"), dir, f)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("node oracle.cjs: %v: %s", err, tail(stderr.Bytes(), 2000))
+	line, err := ask(dir, f)
+	if err != nil {
+		t.Fatalf("node oracle.cjs: %v", err)
 	}
 	var res Result
-	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+	if err := json.Unmarshal(line, &res); err != nil {
 		t.Fatalf("oracle output: %v", err)
 	}
 	if len(res.IDs) != len(jobs) {
 		t.Fatalf("oracle answered %d jobs of %d", len(res.IDs), len(jobs))
 	}
 	return res
+}
+
+// oracle is the test binary's node process: requests go to stdin, one file path per
+// line, and each answer is one line on stdout.
+type oracle struct {
+	cmd    *exec.Cmd
+	in     *os.File      // the write end of its stdin
+	out    *bufio.Reader // the read end of its stdout
+	stderr *os.File      // where it writes errors (a temporary file)
+}
+
+var (
+	mu   sync.Mutex
+	proc *oracle // guarded by mu; nil until the first Run, and after a failure
+)
+
+// ask sends the request file to the node process, starting it if there is none, and
+// returns its answer line. A failed process is stopped and replaced by the next call.
+func ask(dir, request string) ([]byte, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	if proc == nil {
+		p, err := start(dir)
+		if err != nil {
+			return nil, err
+		}
+		proc = p
+	}
+	line, err := proc.roundTrip(request)
+	if err != nil {
+		proc.stop()
+		proc = nil
+	}
+	return line, err
+}
+
+// start runs oracle.cjs in serve mode. Its pipes are plain files, so exec starts no
+// goroutine to copy them (goleak checks every TestMain); go's pipes are close-on-exec,
+// so no other child holds them and node sees its stdin end with the test binary.
+func start(dir string) (*oracle, error) {
+	stderr, err := os.CreateTemp("", "tokoracle-stderr-")
+	if err != nil {
+		return nil, err
+	}
+	_ = os.Remove(stderr.Name()) // kept open; gone with the descriptor where the OS allows
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		stderr.Close()
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		stderr.Close()
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	cmd := exec.Command("node", filepath.Join(dir, "oracle.cjs"), dir)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, stderr
+	err = cmd.Start()
+	inR.Close() // the child's ends: ours would keep the pipes open after node exits
+	outW.Close()
+	if err != nil {
+		stderr.Close()
+		inW.Close()
+		outR.Close()
+		return nil, err
+	}
+	return &oracle{cmd: cmd, in: inW, out: bufio.NewReader(outR), stderr: stderr}, nil
+}
+
+func (o *oracle) roundTrip(request string) ([]byte, error) {
+	if _, err := o.in.WriteString(request + "\n"); err != nil {
+		return nil, fmt.Errorf("%w: %s", err, o.errors())
+	}
+	line, err := o.out.ReadBytes('\n')
+	if err != nil {
+		return nil, fmt.Errorf("no answer (%w): %s", err, o.errors())
+	}
+	return line, nil
+}
+
+// errors is the end of what node wrote to stderr.
+func (o *oracle) errors() []byte {
+	var buf bytes.Buffer
+	chunk := make([]byte, 4096)
+	for off := int64(0); ; {
+		n, err := o.stderr.ReadAt(chunk, off)
+		buf.Write(chunk[:n])
+		off += int64(n)
+		if err != nil {
+			return tail(buf.Bytes(), 2000)
+		}
+	}
+}
+
+func (o *oracle) stop() {
+	_ = o.cmd.Process.Kill()
+	_ = o.cmd.Wait()
+	o.in.Close()
+	o.stderr.Close()
 }
 
 // tail is the end of b (node prints the minified source line of an exception first).
