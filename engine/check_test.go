@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/engine/internal/worker"
+	"github.com/kvindex/kvindex/internal/invariants"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/refmodel"
 	"github.com/kvindex/kvindex/internal/testsize"
@@ -86,6 +87,9 @@ func TestWorkerTablesCompact(t *testing.T) {
 				t.Helper()
 				if err := e.Apply(&ev); err != nil {
 					t.Fatal(err)
+				}
+				if invariants.Enabled {
+					return // the engine has just run the same check itself
 				}
 				w := e.lookup("w")
 				w.Lock()

@@ -48,7 +48,7 @@ func TestConcurrentGappyQueries(t *testing.T) {
 			}
 			ctx := context.Background()
 			require.NoError(t, e.Barrier(ctx))
-			goroutines, calls := 8, testsize.Sized(2000, 1000, 400)
+			goroutines, calls := 8, testsize.Sized(2000, 1000, 100)
 			var wg sync.WaitGroup
 			errs := make(chan error, goroutines)
 			for g := 0; g < goroutines; g++ {

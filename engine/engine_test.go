@@ -464,7 +464,7 @@ func applyOp(e *engine.Engine, op *oplog.Op) error {
 // tiny-alphabet histories are exercised on every run, not only while fuzzing.
 func TestRandomByteHistories(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 9))
-	for i := 0; i < testsize.Sized(5000, 2000, 1000); i++ {
+	for i := 0; i < testsize.Sized(5000, 2000, 500); i++ {
 		b := make([]byte, r.IntN(64))
 		for j := range b {
 			b[j] = byte(r.Uint32())

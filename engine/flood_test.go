@@ -99,7 +99,7 @@ func TestSnapshotDoesNotDependOnSeed(t *testing.T) {
 	var snaps []string
 	events := 3000
 	if invariants.Enabled {
-		events = 600 // each event recounts every table
+		events = 300 // each event recounts every table
 	}
 	for _, seed := range []uint64{1, 2, 3} {
 		e, err := newSeeded(Config{Shards: 2}, table.SeedFrom(seed))
