@@ -259,10 +259,10 @@ build386-all:
 ## conformance: replays every golden op log through the kvindex CLI (scripts/conformance.sh,
 ## a log per CPU at a time): on the engine at shards 1, 2, 3, 4 and 8, on the locked
 ## baseline, and on the locked baseline with SPEC's prefix chain (--spec-chain), at jumps
-## 1, 4 and 64: three of those pairings in make test (CONFORMANCE_MATRIX=short: one
-## shard at jump 64, eight at jump 1, the locked index with the spec chain at jump 4;
-## internal/replay's TestConformance, in the plain phase, replays every log in process
-## at shards 1 and 4 and every jump), all 21 in make test-long. The
+## 1, 4 and 64: two of those pairings in make test (CONFORMANCE_MATRIX=short: eight
+## shards at jump 1, the locked index with the spec chain at jump 4; internal/replay's
+## TestConformance, in the plain phase, replays every log in process at shards 1 and 4
+## and every jump), all 21 in make test-long. The
 ## repository's own logs (testdata/demo.jsonl, testdata/tiers.jsonl) always, the shared
 ## ones (hybrid/ included) where present (skipped, with a notice, where they are absent).
 CONFORMANCE_MATRIX ?= short
