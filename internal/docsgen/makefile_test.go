@@ -87,6 +87,9 @@ func coveredBy(p string, under map[string]bool) bool {
 func firstGo(file *ast.File) (token.Pos, bool) {
 	var at token.Pos
 	ast.Inspect(file, func(n ast.Node) bool {
+		if at != token.NoPos {
+			return false // found: Inspect still visits siblings, which must not move it
+		}
 		switch n := n.(type) {
 		case *ast.GoStmt:
 			at = n.Pos()
