@@ -30,10 +30,21 @@ func engineKeys(s *server.Server, source string) []string {
 // waitFor polls cond (bounded) until it holds.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	waitForState(t, func() (bool, string) { return cond(), what })
+}
+
+// waitForState is waitFor whose condition also says what it saw: the last reading is
+// the failure's message.
+func waitForState(t *testing.T, cond func() (done bool, state string)) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
+	for {
+		done, state := cond()
+		if done {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out waiting; last seen: %s", state)
 		}
 		time.Sleep(5 * time.Millisecond) // bounded poll of a condition
 	}
@@ -118,19 +129,13 @@ func TestFileDiscovery(t *testing.T) {
 		`kvindex_engines{source="file"} 2`,
 	}
 	var m string
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitForState(t, func() (bool, string) {
 		keys := engineKeys(s, server.SourceFile)
 		m = c.text("/metrics")
 		missing := slices.DeleteFunc(slices.Clone(wants), func(w string) bool { return strings.Contains(m, w) })
-		if slices.Equal(keys, []string{"b", "d"}) && len(missing) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("engines %v, metrics lack %q:\n%s", keys, missing, m)
-		}
-		time.Sleep(5 * time.Millisecond) // bounded poll of a condition
-	}
+		return slices.Equal(keys, []string{"b", "d"}) && len(missing) == 0,
+			fmt.Sprintf("engines %v, metrics lack %q:\n%s", keys, missing, m)
+	})
 	if errs := metricValue(m, `kvindex_discovery_errors_total{source="file"}`); errs < 1 {
 		t.Errorf("discovery errors %v, want >= 1", errs)
 	}
