@@ -151,7 +151,7 @@ RACE_PKGS := ./bench ./bench/fleet ./bench/loadgen ./engine/internal/worker ./fa
 # warm cache, the engine's and server's together took make test to 1.64 GB); the others
 # run one at a time beside them.
 RACE_HEAVY := ./server ./subscriber
-INDEX_HEAVY := github.com/kvindex/kvindex/engine github.com/kvindex/kvindex/internal/table
+INDEX_HEAVY := ./engine ./internal/table
 HEAVY_LOCK ?= $(or $(TMPDIR),/tmp)/kvindex-heavy-tests.$(shell id -u).lock
 export HEAVY_LOCK
 INDEX_PKGS := ./engine/... ./shard/... ./internal/table/... ./internal/invariants/

@@ -2,7 +2,7 @@
 # gotest-lanes.sh BUILDFLAGS TESTFLAGS PKG[:RUN]...: go test for PKGs, with the test
 # binaries built by one `go test -c` (go's default build parallelism) and run in two
 # lanes side by side, each lane one binary at a time: the packages named in HEAVY
-# (space-separated, as given on the command line) in one, the others in the other.
+# (space-separated, in any form go list takes) in one, the others in the other.
 # PKG:RUN runs only the tests matching the regular expression RUN in PKG.
 #
 #   HEAVY="./server" scripts/gotest-lanes.sh "-race" "-test.timeout=15m" ./server ./fabric './route:^TestTracker'
@@ -26,7 +26,11 @@ build=${1?$usage}
 testflags=${2?$usage}
 shift 2
 go=${GO:-go}
-heavy=" ${HEAVY:-} "
+heavy=" "
+if [ -n "${HEAVY:-}" ]; then # as import paths, however they were written
+	# shellcheck disable=SC2086 # HEAVY is a list of packages
+	heavy=" $($go list $HEAVY | tr '\n' ' ')" || exit 1
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -89,7 +93,7 @@ locked() {
 lane() { # lane HEAVY: runs, in order, the packages that are (1) or are not (0) heavy
 	local i
 	for i in "${!pkgs[@]}"; do
-		if [[ $heavy == *" ${pkgs[$i]} "* ]]; then
+		if [[ $heavy == *" ${paths[$i]} "* ]]; then
 			[ "$1" = 1 ] && locked "$i"
 		else
 			[ "$1" = 0 ] && one "$i"
