@@ -8,6 +8,12 @@
 # cache and the tokenizer tests' npm packages start empty; the Go module cache, the
 # tools `make tools` installs into GOPATH/bin and the Debian packages stay (a CI image
 # holds them). Logs go to OUT (default a temporary folder, printed).
+#
+# Each run also samples, once a second, the threads the machine has runnable
+# (/proc/stat's procs_running, less the busy loops and the sampler): the average is how
+# many threads make test kept ready to run, which decides its share of the two cores
+# beside the busy loops (each runnable thread gets an equal share). runN.threads holds
+# the samples, "SECONDS THREADS" a line.
 set -uo pipefail
 runs=${1:-1}
 busy=${BUSY:-2}
@@ -28,12 +34,21 @@ for ((r = 1; r <= runs; r++)); do
 	mkdir -p "$work/cache"
 	(while :; do cut -d' ' -f1 /proc/loadavg; sleep 30; done) >"$out/load$r.txt" &
 	sampler=$!
+	(
+		t0=$(date +%s)
+		while :; do
+			echo "$(($(date +%s) - t0)) $(($(awk '/^procs_running/ { print $2 }' /proc/stat) - busy - 1))"
+			sleep 1
+		done
+	) >"$out/run$r.threads" &
+	threads=$!
 	(cd "$work/kvindex" && XDG_CACHE_HOME="$work/cache" GOCACHE="$work/cache/go-build" CI=true \
 		bash scripts/peakrss.sh .ci/run) >"$out/run$r.txt" 2>&1
 	rc=$?
-	kill "$sampler" 2>/dev/null
+	kill "$sampler" "$threads" 2>/dev/null
 	loads=$(sort -n "$out/load$r.txt" | sed -n '1p;$p' | paste -sd- -)
-	echo "run $r: exit $rc; $(grep '^peakrss:' "$out/run$r.txt" | tail -1); load average $loads"
+	ready=$(awk '{ s += ($2 > 0 ? $2 : 0); n++ } END { if (n) printf "%.1f", s / n }' "$out/run$r.threads")
+	echo "run $r: exit $rc; $(grep '^peakrss:' "$out/run$r.txt" | tail -1); load average $loads; $ready threads runnable on average"
 	grep -E '^==> .*(ok|FAIL)' "$out/run$r.txt"
 	[ $rc = 0 ] || fail=1
 	rm -rf "$work"
