@@ -23,16 +23,15 @@ SHARED      ?= ../shared
 FUZZTIME    ?=
 fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 
-.PHONY: checks tools race-deps race-pkgs race-invariants plain test-phases build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
+.PHONY: test-export plain-pkgs plain-index plain-memory checks tools race-deps race-pkgs race-invariants plain test-phases build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
 
 ## test: everything CI runs: lint, every package's tests once (the concurrent ones under
 ## the race detector, the index's with its invariants checked too, the sequential ones
-## without it), the 386 build, conformance replays, every fuzz target's seed corpus, the
-## docs check. The tools are installed first, one at a time (apt-get holds a
+## without it), conformance replays, every fuzz target's seed corpus, the docs check. The tools are installed first, one at a time (apt-get holds a
 ## lock; `make tools` says what each is for); then the phases run TEST_JOBS at a time
 ## (default 3), in an order that lets no two go commands compile the same packages at
-## once (they do not share work in flight): race-deps, checks (lint without staticcheck)
-## and build386 first; the two race phases after race-deps (both reuse what it built for
+## once (they do not share work in flight): race-deps and checks (lint without
+## staticcheck) first; the two race phases after race-deps (both reuse what it built for
 ## the detector); plain, staticcheck, conformance and docs-check after checks (whose go
 ## vet has compiled every package without the detector). Each
 ## phase runs through scripts/phase.sh: a line when it starts, a line a minute while it
@@ -59,7 +58,7 @@ TEST_GORACE ?= atexit_sleep_ms=0
 test: export GORACE = $(TEST_GORACE)
 test: export DOCS_PARSE = 0
 GOTEST = $(GO) test -timeout $(TEST_TIMEOUT)
-TEST_PHASES := race-deps checks build386 race-pkgs race-invariants plain staticcheck conformance docs-check
+TEST_PHASES := race-deps checks race-pkgs race-invariants plain staticcheck conformance docs-check
 test: shared-note tools
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-phases
 
@@ -167,9 +166,17 @@ race-invariants: race-deps
 	GO=$(GO) HEAVY="$(INDEX_HEAVY)" bash scripts/gotest-lanes.sh "-race -tags invariants" "-test.short -test.timeout=$(TEST_TIMEOUT)" \
 		$$($(GO) list -tags invariants $(INDEX_PKGS))
 
+## plain runs its three parts side by side (scripts/together.sh): one after another, the
+## last started once the first had ended, and make test's final minute ran on one or two
+## threads. The two memory tests stay one after the other.
 plain: publisher-deps
+	@bash scripts/together.sh '$(MAKE) --no-print-directory plain-pkgs' '$(MAKE) --no-print-directory plain-index' \
+		'$(MAKE) --no-print-directory plain-memory'
+plain-pkgs:
 	$(GOTEST) -short -count=1 $(PLAIN_PKGS)
+plain-index:
 	$(GOTEST) -short -count=1 -run '^(TestPartitionBalance|TestDifferential.*|Test.*Allocs.*|TestIndexAgainstMap)$$' ./engine/ ./shard/
+plain-memory:
 	$(GOTEST) -count=1 -run '^(TestFloodRSSBounded)$$' ./subscriber/
 	$(GOTEST) -count=1 -run '^(TestMemoryBudget|TestTextRouting.*)$$' ./server/
 
@@ -185,7 +192,15 @@ test-long: publisher-deps build386-all
 ## lint: gofmt, go vet, staticcheck, go mod tidy and the generated gRPC code; make test
 ## runs it as two phases, checks (all but staticcheck) and staticcheck.
 lint: checks staticcheck
-checks: fmt-check vet tidy-check proto-check
+checks: fmt-check vet tidy-check proto-check test-export
+
+## test-export: compiles every package's tests (their export data, `go list -export
+## -test`), which go vet leaves out where nothing imports them. After checks, the plain
+## phase's go test and staticcheck (whose loader asks go list for every package's
+## export data) both find them built: started side by side, both compiled them, each
+## its own copy (no two go commands share work in flight).
+test-export: vet
+	$(GO) list -export -test ./... >/dev/null
 
 ## proto-deps: protoc (Debian's protobuf-compiler, when missing) and the pinned Go plugins.
 proto-deps: $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
@@ -241,13 +256,12 @@ tidy-check:
 	@$(GO) mod tidy -diff || { echo "go mod tidy would change go.mod/go.sum (run go mod tidy)"; exit 1; }
 
 ## build386: catches 64-bit assumptions in sizes and constants (an int constant past 2^31,
-## a size assertion written for 8-byte words). make test compiles for 386 the packages
-## whose arithmetic an embedder relies on (the index, the ring buffers, hashing, the event
-## decoder, the tokenizer and chat templates, routing, op logs), as an embedder's build
-## would: without their tests, whose testify and goleak pull in net/http and crypto/tls
-## (vetting them with their tests compiled 190 standard packages for 386, 108 s of CPU on
-## a cold cache; the build needs 40 s). make test-long vets every package with its tests
-## on 386 (build386-all).
+## a size assertion written for 8-byte words) in the packages whose arithmetic an embedder
+## relies on (the index, the ring buffers, hashing, the event decoder, the tokenizer and
+## chat templates, routing, op logs), compiled for 386 as an embedder's build would,
+## without their tests. make test-long vets every package with its tests on 386
+## (build386-all), which includes it; make test runs neither: the 386 build compiles the
+## standard library a third time (37-44 s of CPU on a cold cache, 4% of make test).
 BUILD386 := ./engine/... ./shard/... ./internal/table/... ./ringbuf ./hash ./kvevents ./tokenize \
 	./chattemplate ./route ./internal/oplog ./internal/cbor ./internal/namespace ./vllmhash
 build386:
