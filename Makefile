@@ -23,19 +23,20 @@ SHARED      ?= ../shared
 FUZZTIME    ?=
 fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 
-.PHONY: test-export plain-pkgs plain-index plain-memory checks tools race-deps race-pkgs race-invariants plain test-phases build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
+.PHONY: plain-pkgs plain-index plain-diffs plain-memory checks tools race-deps race-pkgs race-invariants plain test-phases build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
 
 ## test: everything CI runs: lint, every package's tests once (the concurrent ones under
 ## the race detector, the index's with its invariants checked too, the sequential ones
-## without it), conformance replays, every fuzz target's seed corpus, the docs check. The tools are installed first, one at a time (apt-get holds a
-## lock; `make tools` says what each is for); then the phases run TEST_JOBS at a time
-## (default 3), in an order that lets no two go commands compile the same packages at
-## once (they do not share work in flight): race-deps and checks (lint without
-## staticcheck) first; the two race phases after race-deps (both reuse what it built for
-## the detector); plain, staticcheck, conformance and docs-check after checks (whose go
-## vet has compiled every package without the detector). Each
-## phase runs through scripts/phase.sh: a line when it starts, a line a minute while it
-## runs, its whole output when it ends, then its result and wall time.
+## without it), conformance replays, every fuzz target's seed corpus, the docs check.
+## The tools are installed first, one at a time (apt-get holds a lock; `make tools` says
+## what each is for); then the phases run TEST_JOBS at a time (default 3), in an order
+## that lets no two go commands compile the same packages at once (they do not share
+## work in flight): race-deps and checks (lint without staticcheck) first; the two race
+## phases after race-deps (both reuse what it built for the detector); plain-index after
+## race-invariants; plain-pkgs, staticcheck, conformance and docs-check after checks
+## (whose go vet has compiled every package without the detector). Each phase runs
+## through scripts/phase.sh: a line when it starts, a line a minute while it runs, its
+## whole output when it ends, then its result and wall time.
 ## Every go test has an explicit -timeout (TEST_TIMEOUT per package binary: a guard
 ## against a hang, about 5x the slowest package's wall time at load 4 on 2 cores).
 TEST_JOBS ?= 3
@@ -58,13 +59,14 @@ TEST_GORACE ?= atexit_sleep_ms=0
 test: export GORACE = $(TEST_GORACE)
 test: export DOCS_PARSE = 0
 GOTEST = $(GO) test -timeout $(TEST_TIMEOUT)
-TEST_PHASES := race-deps checks race-pkgs race-invariants plain staticcheck conformance docs-check
+TEST_PHASES := race-deps checks race-pkgs race-invariants plain-index plain-pkgs staticcheck conformance docs-check
 test: shared-note tools
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-phases
 
 test-phases: $(addprefix phase-,$(TEST_PHASES))
 phase-race-pkgs phase-race-invariants: phase-race-deps
-phase-plain phase-staticcheck phase-conformance phase-docs-check: phase-checks
+phase-plain-index: phase-race-invariants
+phase-plain-pkgs phase-staticcheck phase-conformance phase-docs-check: phase-checks
 
 ## race-deps: the race detector's build of what the two race phases share (the standard
 ## library and the test libraries the index's tests import), once, before either starts.
@@ -166,15 +168,17 @@ race-invariants: race-deps
 	GO=$(GO) HEAVY="$(INDEX_HEAVY)" bash scripts/gotest-lanes.sh "-race -tags invariants" "-test.short -test.timeout=$(TEST_TIMEOUT)" \
 		$$($(GO) list -tags invariants $(INDEX_PKGS))
 
-## plain runs its three parts side by side (scripts/together.sh): one after another, the
-## last started once the first had ended, and make test's final minute ran on one or two
-## threads. The two memory tests stay one after the other.
-plain: publisher-deps
-	@bash scripts/together.sh '$(MAKE) --no-print-directory plain-pkgs' '$(MAKE) --no-print-directory plain-index' \
-		'$(MAKE) --no-print-directory plain-memory'
-plain-pkgs:
+## make test runs plain as two phases: plain-index (the index's differentials and
+## zero-allocation tests, with serve's and the subscriber's memory tests beside them)
+## once race-invariants has ended, by when checks' go vet has compiled what it needs,
+## and plain-pkgs (every other package) after checks. Run as one phase after checks,
+## plain was make test's longest path, and its last minute ran on one or two threads.
+plain: plain-pkgs plain-index
+plain-pkgs: publisher-deps
 	$(GOTEST) -short -count=1 $(PLAIN_PKGS)
-plain-index:
+plain-index: publisher-deps
+	@bash scripts/together.sh '$(MAKE) --no-print-directory plain-diffs' '$(MAKE) --no-print-directory plain-memory'
+plain-diffs:
 	$(GOTEST) -short -count=1 -run '^(TestPartitionBalance|TestDifferential.*|Test.*Allocs.*|TestIndexAgainstMap)$$' ./engine/ ./shard/
 plain-memory:
 	$(GOTEST) -count=1 -run '^(TestFloodRSSBounded)$$' ./subscriber/
@@ -192,15 +196,8 @@ test-long: publisher-deps build386-all
 ## lint: gofmt, go vet, staticcheck, go mod tidy and the generated gRPC code; make test
 ## runs it as two phases, checks (all but staticcheck) and staticcheck.
 lint: checks staticcheck
-checks: fmt-check vet tidy-check proto-check test-export
+checks: fmt-check vet tidy-check proto-check
 
-## test-export: compiles every package's tests (their export data, `go list -export
-## -test`), which go vet leaves out where nothing imports them. After checks, the plain
-## phase's go test and staticcheck (whose loader asks go list for every package's
-## export data) both find them built: started side by side, both compiled them, each
-## its own copy (no two go commands share work in flight).
-test-export: vet
-	$(GO) list -export -test ./... >/dev/null
 
 ## proto-deps: protoc (Debian's protobuf-compiler, when missing) and the pinned Go plugins.
 proto-deps: $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # together.sh CMD...: runs each CMD (a bash command line) at the same time, each with its
 # output kept aside; once all have ended, prints each one's output in the order given and
-# exits 1 if any failed (naming them). make test's plain phase runs its go test commands
-# through it: one after another, the last of them started when the first had ended, and
-# the phase, the last of make test, ran its final minute on one or two threads.
+# exits 1 if any failed (naming them). make test's plain-index phase runs its two parts
+# through it (the index's differentials; serve's and the subscriber's memory tests).
 set -uo pipefail
 [ $# -gt 0 ] || { echo "usage: together.sh CMD..." >&2; exit 2; }
 work=$(mktemp -d)
