@@ -139,15 +139,17 @@ func TestLoadShareHostilePeer(t *testing.T) {
 
 // TestLoadShareLossyPeer: a peer of our own that keeps heartbeating but never sends a
 // finish (its requests dropped by its own TTL, or their finishes lost on core NATS)
-// routes 70,000 requests, more than MaxPerReplica, over 1,390 s of a test clock. Each
-// request stops counting DefaultShareTTL after it was folded, so none is refused and
-// what the replica holds stays at the requests of the last TTL, in the LoadShare and
-// in its tracker alike.
+// routes 7,000 requests, more than its MaxPerReplica of 6,500, over 1,390 s of a test
+// clock. Each request stops counting DefaultShareTTL after it was folded, so none is
+// refused and what the replica holds stays at the requests of the last TTL (3,000), in
+// the LoadShare and in its tracker alike. (The bound is the test's own, a tenth of the
+// default: the default needs ten times the deltas for the same check.)
 func TestLoadShareLossyPeer(t *testing.T) {
 	const (
 		batches = 140
-		batch   = 500
+		batch   = 50
 		step    = 10 * time.Second // the test clock's advance between batches
+		bound   = 6500             // under batches*batch, over the TTL's worth
 	)
 	ns := startNATS(t)
 	var clock atomic.Int64 // nanoseconds since start
@@ -158,7 +160,8 @@ func TestLoadShareLossyPeer(t *testing.T) {
 	}
 	// The heartbeat ticker is long and the peer beats at every step, so silence
 	// never drops the peer: only the TTL can.
-	b, err := NewLoadShare(ns.connect(t), tr, LoadShareConfig{Replica: "b", Heartbeat: 20 * time.Second, Silence: 30 * time.Second, Now: now})
+	b, err := NewLoadShare(ns.connect(t), tr, LoadShareConfig{Replica: "b", Heartbeat: 20 * time.Second, Silence: 30 * time.Second,
+		MaxPerReplica: bound, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,6 +197,9 @@ func TestLoadShareLossyPeer(t *testing.T) {
 	// Batch i was folded at i*step; at the last batch's time the batches folded less
 	// than the TTL before it, ceil(TTL/step) of them, are still in flight.
 	live := batch * int((DefaultShareTTL+step-1)/step)
+	if live >= bound || batches*batch <= bound {
+		t.Fatalf("the bound %d must lie between the TTL's %d requests and the %d sent", bound, live, batches*batch)
+	}
 	st := b.Stats()
 	if st.Refused != 0 || st.InFlight != live || st.Expired != uint64(batches*batch-live) || tr.InFlight() != live {
 		t.Fatalf("stats %+v, tracker %d in flight; want nothing refused, %d in flight in both, %d expired",

@@ -26,6 +26,13 @@ for ((i = 0; i < busy; i++)); do
 	pids+=($!)
 done
 trap 'kill "${pids[@]}" 2>/dev/null' EXIT
+# loops_cpu: the busy loops' CPU time so far, in clock ticks.
+loops_cpu() {
+	local p t=0
+	for p in "${pids[@]}"; do t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat"))); done
+	echo $t
+}
+hz=$(getconf CLK_TCK)
 fail=0
 for ((r = 1; r <= runs; r++)); do
 	work=$(mktemp -d)
@@ -42,13 +49,17 @@ for ((r = 1; r <= runs; r++)); do
 		done
 	) >"$out/run$r.threads" &
 	threads=$!
+	before=$(loops_cpu)
+	t0=$(date +%s)
 	(cd "$work/kvindex" && XDG_CACHE_HOME="$work/cache" GOCACHE="$work/cache/go-build" CI=true \
 		bash scripts/peakrss.sh .ci/run) >"$out/run$r.txt" 2>&1
 	rc=$?
+	wall=$(($(date +%s) - t0))
+	loops=$((($(loops_cpu) - before) / hz))
 	kill "$sampler" "$threads" 2>/dev/null
 	loads=$(sort -n "$out/load$r.txt" | sed -n '1p;$p' | paste -sd- -)
 	ready=$(awk '{ s += ($2 > 0 ? $2 : 0); n++ } END { if (n) printf "%.1f", s / n }' "$out/run$r.threads")
-	echo "run $r: exit $rc; $(grep '^peakrss:' "$out/run$r.txt" | tail -1); load average $loads; $ready threads runnable on average"
+	echo "run $r: exit $rc; $(grep '^peakrss:' "$out/run$r.txt" | tail -1); load average $loads; $ready threads runnable on average; the busy loops took $loops s of CPU in $wall s (what was left: $(awk -v c="$(nproc)" -v w="$wall" -v l="$loops" 'BEGIN { printf "%.2f", (c * w - l) / w }') cores)"
 	grep -E '^==> .*(ok|FAIL)' "$out/run$r.txt"
 	[ $rc = 0 ] || fail=1
 	rm -rf "$work"
