@@ -23,7 +23,7 @@ SHARED      ?= ../shared
 FUZZTIME    ?=
 fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 
-.PHONY: plain-pkgs plain-index plain-diffs plain-memory checks tools race-deps race-pkgs race-invariants plain test-phases build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
+.PHONY: index plain-pkgs plain-index plain-diffs plain-memory checks tools race-deps race-pkgs race-invariants plain test-phases build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
 
 ## test: everything CI runs: lint, every package's tests once (the concurrent ones under
 ## the race detector, the index's with its invariants checked too, the sequential ones
@@ -31,9 +31,9 @@ fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 ## The tools are installed first, one at a time (apt-get holds a lock; `make tools` says
 ## what each is for); then the phases run TEST_JOBS at a time (default 3), in an order
 ## that lets no two go commands compile the same packages at once (they do not share
-## work in flight): race-deps and checks (lint without staticcheck) first; the two race
-## phases after race-deps (both reuse what it built for the detector); plain-index after
-## race-invariants; plain-pkgs, staticcheck, conformance and docs-check after checks
+## work in flight): race-deps and checks (lint without staticcheck) first; race-pkgs and
+## index (race-invariants, then plain-index) after race-deps (both reuse what it built for
+## the detector); plain-pkgs, staticcheck, docs-check and conformance after checks
 ## (whose go vet has compiled every package without the detector). Each phase runs
 ## through scripts/phase.sh: a line when it starts, a line a minute while it runs, its
 ## whole output when it ends, then its result and wall time.
@@ -59,13 +59,12 @@ TEST_GORACE ?= atexit_sleep_ms=0
 test: export GORACE = $(TEST_GORACE)
 test: export DOCS_PARSE = 0
 GOTEST = $(GO) test -timeout $(TEST_TIMEOUT)
-TEST_PHASES := race-deps checks race-pkgs race-invariants plain-index plain-pkgs staticcheck docs-check conformance
+TEST_PHASES := race-deps checks race-pkgs index plain-pkgs staticcheck docs-check conformance
 test: shared-note tools
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-phases
 
 test-phases: $(addprefix phase-,$(TEST_PHASES))
-phase-race-pkgs phase-race-invariants: phase-race-deps
-phase-plain-index: phase-race-invariants
+phase-race-pkgs phase-index: phase-race-deps
 phase-plain-pkgs phase-staticcheck phase-conformance phase-docs-check: phase-checks
 
 ## race-deps: the race detector's build of what the two race phases share (the standard
@@ -76,14 +75,8 @@ phase-plain-pkgs phase-staticcheck phase-conformance phase-docs-check: phase-che
 ## race-deps then finds it built).
 RACE_DEPS = $$($(GO) list -deps -test -tags invariants $(INDEX_PKGS) | grep -v -e '^github.com/kvindex/' -e ' ' -e '\.test$$')
 race-deps:
-	$(GO) build $(BUILD_P) -race $(RACE_DEPS)
+	$(GO) build -race $(RACE_DEPS)
 
-## BUILD_P: the two builds that start make test (race-deps and checks' go vet) compile one
-## package more at a time than the machine has cores (go's default is as many): beside
-## two busy loops, where each runnable thread gets an equal share of the cores, make test
-## kept 6 threads runnable while these two ran alone, 8-9 later. They run before any
-## test binary starts, where memory allows it.
-BUILD_P ?= -p $(shell echo $$(( $$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2) + 1 )))
 
 phase-%:
 	@bash scripts/phase.sh $* $(MAKE) --no-print-directory $*
@@ -175,11 +168,15 @@ race-invariants: race-deps
 	GO=$(GO) HEAVY="$(INDEX_HEAVY)" bash scripts/gotest-lanes.sh "-race -tags invariants" "-test.short -test.timeout=$(TEST_TIMEOUT)" \
 		$$($(GO) list -tags invariants $(INDEX_PKGS))
 
-## make test runs plain as two phases: plain-index (the index's differentials and
-## zero-allocation tests, with serve's and the subscriber's memory tests beside them)
-## once race-invariants has ended, by when checks' go vet has compiled what it needs,
-## and plain-pkgs (every other package) after checks. Run as one phase after checks,
-## plain was make test's longest path, and its last minute ran on one or two threads.
+## make test runs plain in two phases: plain-index (the index's differentials and
+## zero-allocation tests, with serve's and the subscriber's memory tests beside them) in
+## the index phase, after race-invariants, by when checks' go vet has compiled most of
+## what it needs; plain-pkgs (every other package) after checks. Run as one phase after
+## checks, plain was make test's longest path, and its last minute ran on one or two
+## threads.
+index:
+	@$(MAKE) --no-print-directory race-invariants
+	@$(MAKE) --no-print-directory plain-index
 plain: plain-pkgs plain-index
 plain-pkgs: publisher-deps
 	$(GOTEST) -short -count=1 $(PLAIN_PKGS)
@@ -247,7 +244,7 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-ed:"; echo "$$out"; exit 1; fi
 
 vet:
-	$(GO) vet $(BUILD_P) ./...
+	$(GO) vet ./...
 	$(GO) vet -tags invariants ./internal/invariants/
 
 $(STATICCHECK):
