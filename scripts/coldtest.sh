@@ -42,9 +42,12 @@ for ((r = 1; r <= runs; r++)); do
 	(while :; do cut -d' ' -f1 /proc/loadavg; sleep 30; done) >"$out/load$r.txt" &
 	sampler=$!
 	(
-		t0=$(date +%s)
+		# The shell's own read and clock: one process (sleep) a second.
+		printf -v t0 '%(%s)T' -1
 		while :; do
-			echo "$(($(date +%s) - t0)) $(($(awk '/^procs_running/ { print $2 }' /proc/stat) - busy - 1))"
+			while read -r key n _; do [ "$key" = procs_running ] && break; done </proc/stat
+			printf -v now '%(%s)T' -1
+			echo "$((now - t0)) $((n - busy - 1))"
 			sleep 1
 		done
 	) >"$out/run$r.threads" &
