@@ -20,7 +20,8 @@ pid=$!
 # second per phase (a process start costs about 8 ms of CPU on a busy 2-core machine:
 # about 50 ms a second with three phases at a time).
 (
-	trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+	nap=
+	trap '[ -n "$nap" ] && kill "$nap" 2>/dev/null; exit 0' TERM
 	while :; do
 		sleep "$tick" >/dev/null 2>&1 &
 		nap=$!
