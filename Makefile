@@ -23,7 +23,7 @@ SHARED      ?= ../shared
 FUZZTIME    ?=
 fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 
-.PHONY: index plain-pkgs plain-index plain-diffs plain-memory checks tools race-deps race-pkgs race-invariants plain test-phases build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
+.PHONY: index plain-pkgs plain-index checks tools race-deps race-pkgs race-invariants plain test-phases build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
 
 ## test: everything CI runs: lint, every package's tests once (the concurrent ones under
 ## the race detector, the index's with its invariants checked too, the sequential ones
@@ -77,7 +77,6 @@ RACE_DEPS = $$($(GO) list -deps -test -tags invariants $(INDEX_PKGS) | grep -v -
 race-deps:
 	$(GO) build -race $(RACE_DEPS)
 
-
 phase-%:
 	@bash scripts/phase.sh $* $(MAKE) --no-print-directory $*
 
@@ -101,7 +100,7 @@ docs:
 
 ## docs-check: the figure blocks equal what their commands print now (timings and memory,
 ## marked volatile, up to their digits), every text block names its command, and every
-## documented kvindex command line parses (TestDocCommandsParse; make test's plain phase
+## documented kvindex command line parses (TestDocCommandsParse; make test's plain-pkgs phase
 ## runs it with the CLI's other tests, so its docs-check phase sets DOCS_PARSE=0). About
 ## 40 s.
 DOCS_PARSE ?= 1
@@ -169,8 +168,8 @@ race-invariants: race-deps
 		$$($(GO) list -tags invariants $(INDEX_PKGS))
 
 ## make test runs plain in two phases: plain-index (the index's differentials and
-## zero-allocation tests, with serve's and the subscriber's memory tests beside them) in
-## the index phase, after race-invariants, by when checks' go vet has compiled most of
+## zero-allocation tests in one lane of scripts/gotest-lanes.sh, serve's and the
+## subscriber's memory tests one after the other in the other) in the index phase, after race-invariants, by when checks' go vet has compiled most of
 ## what it needs; plain-pkgs (every other package) after checks. Run as one phase after
 ## checks, plain was make test's longest path, and its last minute ran on one or two
 ## threads.
@@ -180,13 +179,11 @@ index:
 plain: plain-pkgs plain-index
 plain-pkgs: publisher-deps
 	$(GOTEST) -short -count=1 $(PLAIN_PKGS)
+PLAIN_INDEX_RUN := ^(TestPartitionBalance|TestDifferential.*|Test.*Allocs.*|TestIndexAgainstMap)$$
 plain-index: publisher-deps
-	@bash scripts/together.sh '$(MAKE) --no-print-directory plain-diffs' '$(MAKE) --no-print-directory plain-memory'
-plain-diffs:
-	$(GOTEST) -short -count=1 -run '^(TestPartitionBalance|TestDifferential.*|Test.*Allocs.*|TestIndexAgainstMap)$$' ./engine/ ./shard/
-plain-memory:
-	$(GOTEST) -count=1 -run '^(TestFloodRSSBounded)$$' ./subscriber/
-	$(GOTEST) -count=1 -run '^(TestMemoryBudget|TestTextRouting.*)$$' ./server/
+	GO=$(GO) HEAVY="./engine ./shard" HEAVY_LOCK= bash scripts/gotest-lanes.sh "" "-test.short -test.timeout=$(TEST_TIMEOUT)" \
+		'./engine:$(PLAIN_INDEX_RUN)' './shard:$(PLAIN_INDEX_RUN)' \
+		'./subscriber:^TestFloodRSSBounded$$' './server:^(TestMemoryBudget|TestTextRouting.*)$$'
 
 ## test-long: every test at its full size under the race detector (KVINDEX_TEST_LONG=1:
 ## the histories, logs and sweeps make test shortens; see internal/testsize), and every
@@ -201,7 +198,6 @@ test-long: publisher-deps build386-all
 ## runs it as two phases, checks (all but staticcheck) and staticcheck.
 lint: checks staticcheck
 checks: fmt-check vet tidy-check proto-check
-
 
 ## proto-deps: protoc (Debian's protobuf-compiler, when missing) and the pinned Go plugins.
 proto-deps: $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
@@ -276,7 +272,7 @@ build386-all:
 ## baseline, and on the locked baseline with SPEC's prefix chain (--spec-chain), at jumps
 ## 1, 4 and 64: two of those pairings in make test (CONFORMANCE_MATRIX=short: eight
 ## shards at jump 1, the locked index with the spec chain at jump 4; internal/replay's
-## TestConformance, in the plain phase, replays every log in process at shards 1 and 4
+## TestConformance, in the plain-pkgs phase, replays every log in process at shards 1 and 4
 ## and every jump), all 21 in make test-long. The
 ## repository's own logs (testdata/demo.jsonl, testdata/tiers.jsonl) always, the shared
 ## ones (hybrid/ included) where present (skipped, with a notice, where they are absent).

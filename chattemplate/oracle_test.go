@@ -217,7 +217,7 @@ func firstDiff(a, b string) int {
 // @huggingface/jinja on the random conversation corpus.
 func TestOracleHFJinja(t *testing.T) {
 	if !testsize.Full() {
-		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (its plain phase)")
+		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (its plain-pkgs phase)")
 	}
 	dir := needOracle(t)
 	models := loadOracleModels(t)
@@ -260,7 +260,7 @@ func pythonCmd(t testing.TB, py string) *exec.Cmd {
 // configures it, when python3 with jinja2 is installed.
 func TestOracleJinja2(t *testing.T) {
 	if !testsize.Full() {
-		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (its plain phase)")
+		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (its plain-pkgs phase)")
 	}
 	py := python3Jinja2(t)
 	models := loadOracleModels(t)
@@ -274,7 +274,7 @@ func TestOracleJinja2(t *testing.T) {
 // jinja2 renders it, error for error.
 func TestProbesJinja2(t *testing.T) {
 	if !testsize.Full() {
-		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (its plain phase)")
+		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (its plain-pkgs phase)")
 	}
 	py := python3Jinja2(t)
 	raw, err := os.ReadFile(filepath.Join("testdata", "probes.json"))

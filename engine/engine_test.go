@@ -136,7 +136,7 @@ func TestRejections(t *testing.T) {
 // TestDifferential replays long random histories on the engine and on the reference
 // model, comparing every query after a barrier, for several jump sizes and shard counts.
 func TestDifferential(t *testing.T) {
-	n := testsize.Sized(6000, 2000, 500) // full size in the plain build (make test's plain phase) or in make test-long
+	n := testsize.Sized(6000, 2000, 500) // full size in the plain build (make test's plain-index) or in make test-long
 	if testing.Short() && n > 2000 {
 		n = 2000
 	}
@@ -309,7 +309,7 @@ func TestDifferentialGallopHints(t *testing.T) {
 // stores and removals per tier, copies of held blocks to other tiers under parents held
 // elsewhere. Every answer's per-tier lengths are compared.
 func TestDifferentialTiers(t *testing.T) {
-	n := testsize.Sized(6000, 2000, 500) // full size in the plain build (make test's plain phase) or in make test-long
+	n := testsize.Sized(6000, 2000, 500) // full size in the plain build (make test's plain-index) or in make test-long
 	if testing.Short() && n > 2000 {
 		n = 2000
 	}
@@ -338,7 +338,7 @@ func TestDifferentialTiers(t *testing.T) {
 
 // checkedSparse: under the invariant checks (make test's race-invariants phase, where each
 // event recounts its worker's tables) the differentials' matrices run a covering subset;
-// the plain build (make test's plain phase) and make test-long run every cell.
+// the plain build (make test's plain-index) and make test-long run every cell.
 var checkedSparse = testsize.Sized(false, false, true)
 
 // latinCell reports whether the differentials' cell of shard count si (of 4), jump ji
@@ -753,7 +753,7 @@ func TestStatsCounters(t *testing.T) {
 // contradicted, expired, refreshed and evicted by both bounds, for event workers and for
 // one that sends no events) on the engine and on the reference model.
 func TestDifferentialPredictions(t *testing.T) {
-	n := testsize.Sized(4000, 1500, 400) // full size in the plain build (make test's plain phase) or in make test-long
+	n := testsize.Sized(4000, 1500, 400) // full size in the plain build (make test's plain-index) or in make test-long
 	if testing.Short() && n > 1500 {
 		n = 1500
 	}

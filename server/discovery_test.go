@@ -30,7 +30,7 @@ func engineKeys(s *server.Server, source string) []string {
 // waitFor polls cond (bounded) until it holds.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	waitForState(t, func() (bool, string) { return cond(), what })
+	waitForState(t, func() (bool, string) { return cond(), "still waiting for " + what })
 }
 
 // waitForState is waitFor whose condition also says what it saw: the last reading is
@@ -44,7 +44,7 @@ func waitForState(t *testing.T, cond func() (done bool, state string)) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting; last seen: %s", state)
+			t.Fatalf("timed out after 10 s: %s", state)
 		}
 		time.Sleep(5 * time.Millisecond) // bounded poll of a condition
 	}

@@ -132,7 +132,7 @@ func TestTextMatchRejects(t *testing.T) {
 // one of them.
 func TestTextRoutingMatchesEngine(t *testing.T) {
 	if !testsize.Full() {
-		t.Skip("a sequential end-to-end comparison with the reference, which the race detector slows 5-10x: make test runs it in the plain build (its plain phase)")
+		t.Skip("a sequential end-to-end comparison with the reference, which the race detector slows 5-10x: make test runs it in the plain build (its plain-index)")
 	}
 	dir := tokoracle.ModelDir(t, "qwen3")
 	msgs := []map[string]any{{"role": "system", "content": "You route requests."}, {"role": "user", "content": "Which worker holds the longest prefix of this conversation? 你好 😀"}}

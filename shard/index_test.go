@@ -48,7 +48,7 @@ func TestIndexAgainstMap(t *testing.T) {
 			model := map[Key]map[uint32]bool{}
 			members := 0
 			// Under -tags invariants every change rechecks the table (O(n) each): a sixth
-			// of the history there; make test's plain phase runs it whole.
+			// of the history there; make test's plain-index runs it whole.
 			steps := testsize.Sized(60000, 60000, 10000)
 			for step := 0; step < steps; step++ {
 				k := Key{Prefix: uint64(r.IntN(tc.keys)), Pos: uint32(r.IntN(3))}

@@ -35,7 +35,7 @@ func load(t testing.TB, model string) *tokenize.Tokenizer {
 // without (a rendered chat).
 func TestOracleCorpus(t *testing.T) {
 	if !testsize.Full() {
-		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (its plain phase)")
+		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (its plain-pkgs phase)")
 	}
 	n := 2400
 	if testing.Short() { // make test; make test-long compares all of them
@@ -48,7 +48,7 @@ func TestOracleCorpus(t *testing.T) {
 // a failure reproduces with -run and KVINDEX_TOKENIZE_SEED).
 func TestOracleRandom(t *testing.T) {
 	if !testsize.Full() {
-		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (its plain phase)")
+		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (its plain-pkgs phase)")
 	}
 	seed := seedFromEnv(t)
 	n := 500
@@ -103,7 +103,7 @@ func firstDiff(a, b []uint32) int {
 // rendering and the ids with transformers.js's.
 func TestOracleChats(t *testing.T) {
 	if !testsize.Full() {
-		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (its plain phase)")
+		t.Skip("a sequential comparison with the reference, which the race detector slows 5-10x and adds nothing to: make test runs it in the plain build (its plain-pkgs phase)")
 	}
 	n := 500
 	if testing.Short() {
