@@ -35,12 +35,18 @@ func hostileCases(typ string) []hostileCase {
 	}
 	truncated := []byte{0x04, 8, 5, 'R', 'E', 'A', 'D', 'Y', 1, 'A'} // key, no value length
 	oddKey := append([]byte{0x04, 25, 5, 'R', 'E', 'A', 'D', 'Y', 11}, "SoCket-TYpe\x00\x00\x00\x03PUB"...)
+	// multi: a 1 MiB frame, then a header declaring 15 MiB and a byte: each frame is
+	// under the 16 MiB cap, the message passes it when the second header arrives.
+	ready, first, second := fakevllm.Ready(typ), fakevllm.LongHeader(0x01, 1<<20), fakevllm.LongHeader(0, 15<<20+1)
+	multi := make([]byte, 0, len(ready)+len(first)+1<<20+len(second))
+	multi = append(append(multi, ready...), first...)
+	multi = append(multi[:len(multi)+1<<20], second...) // the frame's bytes: zeros
 	return append(cs,
 		hostileCase{"truncated READY property", truncated},
 		hostileCase{"READY with Socket-Type spelled oddly", oddKey}, // zmq4 alone: "unknown socket-type" panic
 		hostileCase{"READY with an unknown socket type", fakevllm.Ready("FOO")},
 		hostileCase{"many empty frames", append(fakevllm.Ready(typ), bytes.Repeat([]byte{0x01, 0}, 64)...)},
-		hostileCase{"multi-part past the cap", append(fakevllm.Ready(typ), append(append(fakevllm.LongHeader(0x01, 12<<20), make([]byte, 12<<20)...), fakevllm.LongHeader(0, 8<<20)...)...)})
+		hostileCase{"multi-part past the cap", multi})
 }
 
 // newGoodPub starts a well-behaved publisher listening on (bind) or dialling endpoint.
