@@ -29,7 +29,7 @@ fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 ## the race detector, the index's with its invariants checked too, the sequential ones
 ## without it), conformance replays, every fuzz target's seed corpus, the docs check.
 ## The tools are installed first, one at a time (apt-get holds a lock; `make tools` says
-## what each is for); then the phases run TEST_JOBS at a time (default 3), in an order
+## what each is for); then the phases run TEST_JOBS at a time (default 4), in an order
 ## that lets no two go commands compile the same packages at once (they do not share
 ## work in flight): race-deps and checks (lint without staticcheck) first; race-pkgs and
 ## index (race-invariants, then plain-index) after race-deps (both reuse what it built for
@@ -39,7 +39,12 @@ fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 ## whole output when it ends, then its result and wall time.
 ## Every go test has an explicit -timeout (TEST_TIMEOUT per package binary: a guard
 ## against a hang, about 5x the slowest package's wall time at load 4 on 2 cores).
-TEST_JOBS ?= 3
+## Four at a time: phases wait on one another and on the disk, and on a 2-core machine
+## shared with a busy neighbour the scheduler shares the cores by runnable thread, so a
+## fourth phase in the slots the dependencies leave open shortens make test (cold,
+## beside two busy loops: 603-631 s with three, see README for four); its memory stays
+## under 1.5 GB because the race phases' largest binaries take turns (HEAVY_LOCK).
+TEST_JOBS ?= 4
 TEST_TIMEOUT ?= 15m
 ## TEST_GOFLAGS: make test builds without debug information (DWARF). Nothing in a test
 ## run reads it: panics and race reports are symbolised from the binary's own tables
@@ -140,16 +145,15 @@ unit: publisher-deps
 ## sequential end-to-end checks of the concurrent packages. race-pkgs builds its test
 ## binaries with one go test -c and runs them in two lanes (scripts/gotest-lanes.sh):
 ## its large ones (RACE_HEAVY) one at a time, the small ones one at a time beside them.
-## Beside race-invariants' engine binary (650 MB under the detector), two large ones at
-## once (subscriber 460 MB, server 490 MB) took make test past 1.5 GB.
 RACE_PKGS := ./bench ./bench/fleet ./bench/loadgen ./engine/internal/worker ./fabric ./internal/fakevllm ./internal/natstest \
 	./internal/freeport ./internal/kube ./internal/parallel ./internal/warnlimit ./ringbuf ./route ./server \
 	./server/internal/guard ./subscriber ./subscriber/pubtest
-# RACE_HEAVY and INDEX_HEAVY: the race phases' test binaries of 0.3 GB and more, run in
-# their own lane (scripts/gotest-lanes.sh) holding HEAVY_LOCK, so that one runs at a
-# time across both phases whatever the build cache (with three phases at a time and a
-# warm cache, the engine's and server's together took make test to 1.64 GB); the others
-# run one at a time beside them.
+# RACE_HEAVY and INDEX_HEAVY: the race phases' largest test binaries (peak RSS under the
+# detector with make test's flags: engine 390 MB, server 225 MB, subscriber 140 MB),
+# run in their own lane (scripts/gotest-lanes.sh) holding HEAVY_LOCK, so that one runs
+# at a time across both phases whatever the build cache (make test's 1.5 GB leaves room
+# for one beside the other phases' compiles and links); the others run one at a time
+# beside them.
 RACE_HEAVY := ./server ./subscriber
 INDEX_HEAVY := ./engine ./internal/table
 HEAVY_LOCK ?= $(or $(TMPDIR),/tmp)/kvindex-heavy-tests.$(shell id -u).lock
