@@ -159,9 +159,8 @@ INDEX_HEAVY := ./engine ./internal/table
 HEAVY_LOCK ?= $(or $(TMPDIR),/tmp)/kvindex-heavy-tests.$(shell id -u).lock
 export HEAVY_LOCK
 INDEX_PKGS := ./engine/... ./shard/... ./internal/table/... ./internal/invariants/
-# PLAIN_PKGS: every package that is neither in RACE_PKGS nor an index package nor one of
-# PLAIN_INDEX_PKGS.
-PLAIN_PKGS = $$($(GO) list ./... | grep -v -x $(foreach p,$(RACE_PKGS) $(PLAIN_INDEX_PKGS),-e 'github.com/kvindex/kvindex/$(patsubst ./%,%,$(p))') \
+# PLAIN_PKGS: every package that is neither in RACE_PKGS nor an index package.
+PLAIN_PKGS = $$($(GO) list ./... | grep -v -x $(foreach p,$(RACE_PKGS),-e 'github.com/kvindex/kvindex/$(patsubst ./%,%,$(p))') \
 	-e '.*/engine' -e '.*/shard' -e '.*/internal/table' -e '.*/internal/invariants')
 race: race-pkgs race-invariants plain
 
@@ -173,15 +172,11 @@ race-invariants: race-deps
 		$$($(GO) list -tags invariants $(INDEX_PKGS))
 
 ## make test runs plain in two phases: plain-index (the index's differentials and
-## zero-allocation tests and the op-log replays of internal/replay in one lane of
-## scripts/gotest-lanes.sh, serve's and the subscriber's memory tests and package
-## tokenize in the other) in the index phase, after race-invariants, by when checks' go
-## vet has compiled most of what it needs; plain-pkgs (every other package) after checks.
-## Run as one phase after checks, plain was make test's longest path, and its last
-## minute ran on one or two threads; internal/replay and tokenize (43 and 35 s of wall
-## time beside two busy loops, tokenize's mostly its node oracle) moved from plain-pkgs,
-## which ended make test, to plain-index, which ends about two minutes before it.
-PLAIN_INDEX_PKGS := ./internal/replay ./tokenize
+## zero-allocation tests in one lane of scripts/gotest-lanes.sh, serve's and the
+## subscriber's memory tests one after the other in the other) in the index phase, after race-invariants, by when checks' go vet has compiled most of
+## what it needs; plain-pkgs (every other package) after checks. Run as one phase after
+## checks, plain was make test's longest path, and its last minute ran on one or two
+## threads.
 index:
 	@$(MAKE) --no-print-directory race-invariants
 	@$(MAKE) --no-print-directory plain-index
@@ -190,8 +185,8 @@ plain-pkgs: publisher-deps
 	$(GOTEST) -short -count=1 $(PLAIN_PKGS)
 PLAIN_INDEX_RUN := ^(TestPartitionBalance|TestDifferential.*|Test.*Allocs.*|TestIndexAgainstMap)$$
 plain-index: publisher-deps
-	GO=$(GO) HEAVY="./engine ./shard ./internal/replay" HEAVY_LOCK= bash scripts/gotest-lanes.sh "" "-test.short -test.timeout=$(TEST_TIMEOUT)" \
-		'./engine:$(PLAIN_INDEX_RUN)' './shard:$(PLAIN_INDEX_RUN)' $(PLAIN_INDEX_PKGS) \
+	GO=$(GO) HEAVY="./engine ./shard" HEAVY_LOCK= bash scripts/gotest-lanes.sh "" "-test.short -test.timeout=$(TEST_TIMEOUT)" \
+		'./engine:$(PLAIN_INDEX_RUN)' './shard:$(PLAIN_INDEX_RUN)' \
 		'./subscriber:^TestFloodRSSBounded$$' './server:^(TestMemoryBudget|TestTextRouting.*)$$'
 
 ## test-long: every test at its full size under the race detector (KVINDEX_TEST_LONG=1:
