@@ -4,10 +4,12 @@
 package readlimit
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 )
 
 // ErrTooLarge is returned when an input has more than the limit's bytes.
@@ -31,7 +33,7 @@ func ReadAll(r io.Reader, max int64) ([]byte, error) {
 	}
 	var data []byte
 	var err error
-	if left >= 0 {
+	if left >= 0 && left <= math.MaxInt-bytes.MinRead { // a size that fits an int (386)
 		data, err = readSized(r, left)
 	} else {
 		data, err = io.ReadAll(r)
@@ -70,21 +72,15 @@ func remaining(r io.Reader) int64 {
 	return st.Size() - off
 }
 
-// readSized reads r to its end into a buffer sized for the size bytes expected, plus
-// room to see the end without growing it; a file that grew meanwhile grows the buffer.
+// readSized reads r to its end into a buffer sized for the size bytes expected, with
+// bytes.MinRead more so that the read that finds the end does not grow it (bytes.Buffer
+// grows a full buffer by at least MinRead before each read); a file that grew meanwhile
+// grows it.
 func readSized(r io.Reader, size int64) ([]byte, error) {
-	b := make([]byte, 0, size+512)
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			return b, nil
-		}
-		if err != nil {
-			return nil, err
-		}
+	var b bytes.Buffer
+	b.Grow(int(size) + bytes.MinRead)
+	if _, err := b.ReadFrom(r); err != nil {
+		return nil, err
 	}
+	return b.Bytes(), nil
 }
