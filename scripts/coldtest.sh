@@ -7,7 +7,8 @@
 # Cold: each run gets its own empty XDG_CACHE_HOME, so the Go build cache, staticcheck's
 # cache and the tokenizer tests' npm packages start empty; the Go module cache, the
 # tools `make tools` installs into GOPATH/bin and the Debian packages stay (a CI image
-# holds them). Logs go to OUT (default a temporary folder, printed).
+# holds them). Logs go to OUT (default a temporary folder, printed): runN.txt the run's
+# output, runN.peak the processes at its peak RSS (scripts/peakrss.sh's PEAKRSS_LOG).
 #
 # Each run also samples, once a second, the threads the machine has runnable
 # (/proc/stat's procs_running, less the busy loops and the sampler): the average is how
@@ -54,7 +55,7 @@ for ((r = 1; r <= runs; r++)); do
 	threads=$!
 	before=$(loops_cpu)
 	t0=$(date +%s)
-	(cd "$work/kvindex" && XDG_CACHE_HOME="$work/cache" GOCACHE="$work/cache/go-build" CI=true \
+	(cd "$work/kvindex" && XDG_CACHE_HOME="$work/cache" GOCACHE="$work/cache/go-build" CI=true PEAKRSS_LOG="$out/run$r.peak" \
 		bash scripts/peakrss.sh .ci/run) >"$out/run$r.txt" 2>&1
 	rc=$?
 	wall=$(($(date +%s) - t0))
