@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -37,10 +38,7 @@ func hostileCases(typ string) []hostileCase {
 	oddKey := append([]byte{0x04, 25, 5, 'R', 'E', 'A', 'D', 'Y', 11}, "SoCket-TYpe\x00\x00\x00\x03PUB"...)
 	// multi: a 1 MiB frame, then a header declaring 15 MiB and a byte: each frame is
 	// under the 16 MiB cap, the message passes it when the second header arrives.
-	ready, first, second := fakevllm.Ready(typ), fakevllm.LongHeader(0x01, 1<<20), fakevllm.LongHeader(0, 15<<20+1)
-	multi := make([]byte, 0, len(ready)+len(first)+1<<20+len(second))
-	multi = append(append(multi, ready...), first...)
-	multi = append(multi[:len(multi)+1<<20], second...) // the frame's bytes: zeros
+	multi := slices.Concat(fakevllm.Ready(typ), fakevllm.LongHeader(0x01, 1<<20), make([]byte, 1<<20), fakevllm.LongHeader(0, 15<<20+1))
 	return append(cs,
 		hostileCase{"truncated READY property", truncated},
 		hostileCase{"READY with Socket-Type spelled oddly", oddKey}, // zmq4 alone: "unknown socket-type" panic
