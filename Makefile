@@ -39,7 +39,7 @@ fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 ## whole output when it ends, then its result and wall time.
 ## Every go test has an explicit -timeout (TEST_TIMEOUT per package binary: a guard
 ## against a hang, about 5x the slowest package's wall time at load 4 on 2 cores).
-## Four at a time: phases wait on one another and on the disk, and on a 2-core machine
+## Four at a time: phases wait on one another, and on a 2-core machine
 ## shared with a busy neighbour the scheduler shares the cores by runnable thread, so a
 ## fourth phase in the slots the dependencies leave open shortens make test (cold,
 ## beside two busy loops: 603-631 s with three, see README for four); its memory stays
@@ -148,8 +148,10 @@ unit: publisher-deps
 RACE_PKGS := ./bench ./bench/fleet ./bench/loadgen ./engine/internal/worker ./fabric ./internal/fakevllm ./internal/natstest \
 	./internal/freeport ./internal/kube ./internal/parallel ./internal/warnlimit ./ringbuf ./route ./server \
 	./server/internal/guard ./subscriber ./subscriber/pubtest
-# RACE_HEAVY and INDEX_HEAVY: the race phases' largest test binaries (peak RSS under the
-# detector with make test's flags: engine 390 MB, server 225 MB, subscriber 140 MB),
+# RACE_HEAVY and INDEX_HEAVY: the race phases' largest test binaries (peak RSS with their
+# children, under the detector with make test's flags: engine 362 MiB, server 243 MiB,
+# subscriber 176 MiB; `go test -race [-tags invariants] -c -o /tmp/m/ ./PKG`, then in
+# PKG's folder `scripts/peakrss.sh /tmp/m/PKG.test -test.short`),
 # run in their own lane (scripts/gotest-lanes.sh) holding HEAVY_LOCK, so that one runs
 # at a time across both phases whatever the build cache (make test's 1.5 GB leaves room
 # for one beside the other phases' compiles and links); the others run one at a time
