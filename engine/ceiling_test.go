@@ -8,7 +8,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/kvindex/kvindex/hash"
+	"github.com/kvindex/kvindex/engine/internal/chain"
 	"github.com/kvindex/kvindex/internal/oplog"
 	"github.com/kvindex/kvindex/internal/table"
 	"github.com/kvindex/kvindex/shard"
@@ -30,6 +30,12 @@ import (
 //     two seqs is dropped with the first), and queries that probe every 64th position.
 //   - floor-worker / floor-index: the floor's two halves, apart (the index half replays
 //     the deltas and probes the worker half recorded).
+//   - floor-events / floor-worker-events: the floor and its worker half on the log's
+//     events alone (no queries), over the events' block ops (stored blocks and removed
+//     seqs): the units of kvindex bench --peers, whose peer rows can be set beside them.
+//     With no per-event work at all, the floor is above both its per-event and its
+//     coalesced rows: what any layout that changes one seq slot and one index entry per
+//     block could reach in this process.
 //
 // The table-B/membership metrics are the bytes of the hash tables (slots, empty ones
 // included, and overflow sets) each variant holds at the end of the log, per membership;
@@ -44,12 +50,13 @@ import (
 func BenchmarkReplayCeiling(b *testing.B) {
 	ops := ceilingOps(b)
 	events := make([]Event, len(ops))
-	blockOps := 0
+	blockOps, eventOps := 0, 0
 	for i := range ops {
 		events[i] = ceilingEvent(&ops[i])
 		blockOps += len(ops[i].Blocks) + len(ops[i].Seqs) + len(ops[i].Content)
+		eventOps += len(ops[i].Blocks) + len(ops[i].Seqs)
 	}
-	var exact, workerOnly, floor, floorWorker, floorIndex time.Duration
+	var exact, workerOnly, floor, floorWorker, floorIndex, floorEvents, floorWorkerEvents time.Duration
 	var fl floorReplay
 	var exactBytes exactTables
 	var floorBytes float64
@@ -63,6 +70,10 @@ func BenchmarkReplayCeiling(b *testing.B) {
 		floorBytes = fl.tableBytes()
 		floorWorker += fl.run(ops, true)
 		floorIndex += fl.replayDeltas()
+		fl.noQueries = true
+		floorEvents += fl.run(ops, false)
+		floorWorkerEvents += fl.run(ops, true)
+		fl.noQueries = false
 	}
 	b.ReportMetric(exactBytes.total(), "exact-table-B/membership")
 	b.ReportMetric(exactBytes.recs, "exact-records-B/membership")
@@ -76,6 +87,9 @@ func BenchmarkReplayCeiling(b *testing.B) {
 	b.ReportMetric(rate(floor), "floor-Mops/s")
 	b.ReportMetric(rate(floorWorker), "floor-worker-Mops/s")
 	b.ReportMetric(rate(floorIndex), "floor-index-Mops/s")
+	eventRate := func(d time.Duration) float64 { return float64(eventOps) * float64(b.N) / d.Seconds() / 1e6 }
+	b.ReportMetric(eventRate(floorEvents), "floor-events-Mops/s")
+	b.ReportMetric(eventRate(floorWorkerEvents), "floor-worker-events-Mops/s")
 	b.ReportMetric(rate(workerOnly), "ceiling-pipeline-Mops/s")
 	b.ReportMetric(rate(exact/2), "ceiling-2cores-Mops/s")
 	b.ReportMetric(0, "ns/op") // one op is several replays: its time means nothing alone
@@ -182,6 +196,10 @@ func exactTableBytes(e *Engine) exactTables {
 
 var floorSeed = table.SeedFrom(1)
 
+// floorChain is the floor's prefix chain: the engine's default keyed chain, the cheaper
+// of the two (BenchmarkChain).
+var floorChain = chain.New(false, table.SeedFrom(2))
+
 // floorReplay is the floor variant's state, reused across iterations.
 type floorReplay struct {
 	ids    map[string]uint32
@@ -189,6 +207,8 @@ type floorReplay struct {
 	idx    *shard.Index
 	out    []uint32
 	deltas []floorDelta
+	// noQueries skips the log's queries: run replays its events alone.
+	noQueries bool
 }
 
 type floorDelta struct {
@@ -243,7 +263,7 @@ func (f *floorReplay) run(ops []oplog.Op, record bool) time.Duration {
 			}
 			for j, bl := range op.Blocks {
 				if j > 0 || op.HasParent {
-					k = floorKey{prefix: hash.Next(k.prefix, bl[0]), pos: k.pos + 1}
+					k = floorKey{prefix: floorChain.Step(k.prefix, bl[0], k.pos+1), pos: k.pos + 1}
 				} else {
 					k = floorKey{prefix: bl[0]}
 				}
@@ -258,12 +278,15 @@ func (f *floorReplay) run(ops []oplog.Op, record bool) time.Duration {
 				}
 			}
 		case oplog.Query:
+			if f.noQueries {
+				continue
+			}
 			var p uint64
 			for j, c := range op.Content {
 				if j == 0 {
 					p = c
 				} else {
-					p = hash.Next(p, c)
+					p = floorChain.Step(p, c, uint32(j))
 				}
 				if j%64 == 0 || j == len(op.Content)-1 {
 					emit(floorDelta{k: shard.Hash(floorSeed, shard.Key{Prefix: p, Pos: uint32(j)})})
