@@ -229,12 +229,15 @@ func (r *statusRecorder) WriteHeader(code int) {
 }
 
 func (s *Server) instrument(name string, h http.HandlerFunc) http.Handler {
+	latency := s.httpLatency.WithLabelValues(name)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
 		s.inFlight.Inc()
 		defer s.inFlight.Dec()
 		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
 		h(rec, r)
 		s.requests.WithLabelValues(name, strconv.Itoa(rec.code)).Inc()
+		latency.Observe(time.Since(start).Seconds())
 	})
 }
 

@@ -422,7 +422,7 @@ func TestGRPCAnnouncesStreamBounds(t *testing.T) {
 	}
 }
 
-// gRPC calls are counted by method and code on /metrics.
+// gRPC calls are counted by method and code on /metrics, and timed by method.
 func TestGRPCMetrics(t *testing.T) {
 	f := startGRPC(t, server.Config{})
 	ctx := context.Background()
@@ -432,6 +432,8 @@ func TestGRPCMetrics(t *testing.T) {
 	for _, want := range []string{
 		`kvindex_grpc_requests_total{code="OK",method="/kvindex.v1.Index/Match"} 1`,
 		`kvindex_grpc_requests_total{code="InvalidArgument",method="/kvindex.v1.Index/Match"} 1`,
+		`kvindex_grpc_request_duration_seconds_count{method="/kvindex.v1.Index/Match"} 2`,
+		`kvindex_grpc_request_duration_seconds_bucket{method="/kvindex.v1.Index/Match",le="10"} 2`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %s", want)

@@ -266,6 +266,42 @@ func TestAPIErrorsAndProbes(t *testing.T) {
 
 // TestEndToEnd runs serve's whole path against a publisher, on the sharded index and on
 // the locked one (index.locked).
+// Every HTTP request is timed in its handler, by handler, refused ones included; the
+// bucket bounds reach 10 s.
+func TestHTTPRequestDurations(t *testing.T) {
+	cfg := server.Config{
+		Listen:       "127.0.0.1:0",
+		Engines:      []server.EngineConfig{{Endpoint: freeport.Endpoint(t), Model: "a", BlockSize: 4}},
+		ReconnectMin: server.Duration(5 * time.Millisecond),
+	}
+	_, c := start(t, cfg)
+	var mr server.MatchResponse
+	for range 2 {
+		if got := c.do("POST", "/v1/match", `{"model":"a","tokens":[1,2,3,4]}`, &mr); got != 200 {
+			t.Fatalf("match: %d", got)
+		}
+	}
+	var e struct{ Error, Code string }
+	if got := c.do("POST", "/v1/match", `{"model":"zz","tokens":[1]}`, &e); got != 400 {
+		t.Fatalf("unknown model: %d %+v", got, e)
+	}
+	var workers struct{ Workers []server.WorkerInfo }
+	if got := c.do("GET", "/v1/workers", "", &workers); got != 200 {
+		t.Fatalf("workers: %d", got)
+	}
+	m := c.text("/metrics")
+	for _, want := range []string{
+		`kvindex_http_request_duration_seconds_count{handler="match"} 3`,
+		`kvindex_http_request_duration_seconds_count{handler="workers"} 1`,
+		`kvindex_http_request_duration_seconds_bucket{handler="match",le="10"} 3`,
+		`kvindex_http_request_duration_seconds_bucket{handler="match",le="+Inf"} 3`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
 func TestEndToEnd(t *testing.T) {
 	for _, index := range []string{`{"shards": 2}`, `{"locked": true}`} {
 		t.Run(index, func(t *testing.T) { testEndToEnd(t, index) })

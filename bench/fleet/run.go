@@ -223,6 +223,10 @@ type Level struct {
 	// /metrics; 0 where unread): the Go scheduler's wait of a runnable goroutine for a
 	// P, and the index's find-matches call of /v1/match.
 	ServeSched, ServeFind time.Duration
+	// ServeMatch is serve's own match p99 over the level by API ("http", "grpc"): its
+	// time in the match handler, as the upper bound of the histogram bucket (about
+	// 1.57x wide) the p99 falls in; absent where unread.
+	ServeMatch map[string]time.Duration
 	// Load is the machine's load average when the level started.
 	Load string
 	// Held: no loss, nothing stale, no size differs, lag p99 within MaxLag, and the
@@ -388,7 +392,7 @@ func (r *runner) level(ctx context.Context, rate float64, d time.Duration, warmu
 	} else {
 		close(stallDone)
 	}
-	h0, _ := scrapeHists(ctx, r.hc, r.t.httpAddr(), schedHist, findHist)
+	h0, _ := scrapeHists(ctx, r.hc, r.t.httpAddr(), serveHists...)
 	cpu0, _ := readProc(r.t.pid())
 	gen0, _ := readProc(selfPID())
 	r.f.TakeReplayTime()
@@ -405,9 +409,15 @@ func (r *runner) level(ctx context.Context, rate float64, d time.Duration, warmu
 	cpu1, _ := readProc(r.t.pid())
 	gen1, _ := readProc(selfPID())
 	wall := time.Since(t0).Seconds()
-	if h1, err := scrapeHists(ctx, r.hc, r.t.httpAddr(), schedHist, findHist); err == nil && h0 != nil {
+	if h1, err := scrapeHists(ctx, r.hc, r.t.httpAddr(), serveHists...); err == nil && h0 != nil {
 		l.ServeSched = h1[schedHist].quantileSince(h0[schedHist], 0.99)
 		l.ServeFind = h1[findHist].quantileSince(h0[findHist], 0.99)
+		l.ServeMatch = map[string]time.Duration{}
+		for api, name := range map[string]string{"http": httpMatchHist, "grpc": grpcMatchHist} {
+			if h1[name] != nil {
+				l.ServeMatch[api] = h1[name].quantileSince(h0[name], 0.99)
+			}
+		}
 	}
 	stopLoad()
 	wg.Wait()

@@ -11,15 +11,23 @@ import (
 )
 
 // Serve's own latency histograms, read from its /metrics at a level's start and end:
-// the difference is the level's. They tell where a query waits: schedHist is the Go
-// scheduler's runnable-to-running wait of every goroutine (runtime/metrics
-// /sched/latencies: queries waiting behind ingestion for a P show here), findHist the
-// index's find-matches call of /v1/match. A client's match latency past both is the
-// network, HTTP/gRPC, and the OS not running serve (another process on the cores).
+// the difference is the level's. They tell where a query waits: httpMatchHist and
+// grpcMatchHist are serve's time in its match handlers (the HTTP one from the request
+// to the response written, the gRPC one from the decoded request to the answer),
+// schedHist the Go scheduler's runnable-to-running wait of every goroutine
+// (runtime/metrics /sched/latencies: queries waiting behind ingestion for a P show
+// here), findHist the index's find-matches call of /v1/match. A client's match latency
+// past serve's is the network, the transport's framing, and the OS not running either
+// side (the clients run in the load generator, 10 nicer than serve).
 const (
-	schedHist = "go_sched_latencies_seconds"
-	findHist  = "kvindex_find_matches_duration_seconds"
+	schedHist     = "go_sched_latencies_seconds"
+	findHist      = "kvindex_find_matches_duration_seconds"
+	httpMatchHist = `kvindex_http_request_duration_seconds{handler="match"}`
+	grpcMatchHist = `kvindex_grpc_request_duration_seconds{method="/kvindex.v1.Index/Match"}`
 )
+
+// serveHists are the histograms a level reads.
+var serveHists = []string{schedHist, findHist, httpMatchHist, grpcMatchHist}
 
 // hist is a cumulative Prometheus histogram: counts[i] observations at most le[i].
 type hist struct {
@@ -51,9 +59,15 @@ func scrapeHists(ctx context.Context, hc *http.Client, addr string, names ...str
 	return out, sc.Err()
 }
 
-// parseBucket parses `NAME_bucket{le="X"} V` (labels other than le are not expected).
+// parseBucket parses `NAME_bucket{le="X"} V`, or for a name given with labels,
+// NAME{LABELS}, `NAME_bucket{LABELS,le="X"} V` (the text format puts le last: labels
+// are sorted, and le sorts after the ones serve uses).
 func parseBucket(line, name string) (le, v float64, ok bool) {
-	rest, ok := strings.CutPrefix(line, name+`_bucket{le="`)
+	prefix := name + `_bucket{le="`
+	if base, labels, has := strings.Cut(name, "{"); has {
+		prefix = base + "_bucket{" + strings.TrimSuffix(labels, "}") + `,le="`
+	}
+	rest, ok := strings.CutPrefix(line, prefix)
 	if !ok {
 		return 0, 0, false
 	}
