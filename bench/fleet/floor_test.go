@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/internal/cputime"
+	"github.com/kvindex/kvindex/internal/fakevllm"
 )
 
 // BenchmarkWakeFloor measures what serve's CPU per applied batch cannot go below on this
@@ -228,7 +229,8 @@ func wakeFloorWriter(spec string) int {
 		}
 		cs[i] = c
 	}
-	msg := floorMessage(size)
+	// One message as a vLLM publisher sends it: [topic, 8-byte sequence, payload].
+	msg := fakevllm.AppendMessage(nil, []byte("kv@0"), binary.BigEndian.AppendUint64(nil, 1), make([]byte, size))
 	start := time.Now()
 	end := start.Add(time.Duration(ms) * time.Millisecond)
 	tick := time.NewTicker(time.Millisecond)
@@ -252,30 +254,7 @@ func wakeFloorWriter(spec string) int {
 	return 0
 }
 
-// floorMessage is one message of three ZMTP frames, [topic, sequence, payload of size
-// bytes]: short frames (a 2-byte header) up to 255 bytes, long ones (9 bytes) past it.
-func floorMessage(size int) []byte {
-	var out []byte
-	frame := func(more bool, body []byte) {
-		flags := byte(0)
-		if more {
-			flags = flagMore
-		}
-		if len(body) > 255 {
-			out = append(out, flags|flagLong)
-			out = binary.BigEndian.AppendUint64(out, uint64(len(body)))
-		} else {
-			out = append(out, flags, byte(len(body)))
-		}
-		out = append(out, body...)
-	}
-	frame(true, []byte("kv@0"))
-	frame(true, binary.BigEndian.AppendUint64(nil, 1))
-	frame(false, make([]byte, size))
-	return out
-}
-
-// The ZMTP frame flags the floor's frames use.
+// The ZMTP frame flags the floor's readers check.
 const (
 	flagMore = 1
 	flagLong = 2
