@@ -46,8 +46,9 @@
 //   - An optional host tier per engine (Config.HostCapacity, Run only).
 //   - The references (reference.go): the infinite cache, one LRU of the fleet's
 //     blocks, and the workload's reuse distances.
-//   - The zero-time routing policies (policy.go: kv-aware with its request-count cap,
-//     kv-aware-predict, approximate, kv-weighted, kv-any-tier and the baselines), and
+//   - The zero-time routing policies (policy.go: longest-prefix/exact with its
+//     request-count cap, its +predict, approx-ttl, :weighted-tiers and :any-tier variants,
+//     and the baselines; their earlier names kv-aware ... kv-any-tier still parse), and
 //     the timed ones (routing.go), which are package route's.
 //
 // Events reach the index only through the engine's public API (Store, StoreUnder,

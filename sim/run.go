@@ -92,7 +92,7 @@ type Config struct {
 	// recomputing it, in (0, 1] (default DefaultHostLoadCost): Result.PrefillTokens counts
 	// a loaded token as that much of a computed one.
 	HostLoadCost float64
-	// TierWeights are kv-weighted's (engine.Match.Weighted); the zero value means
+	// TierWeights are longest-prefix/exact:weighted-tiers' (engine.Match.Weighted); the zero value means
 	// engine.DefaultWeights.
 	TierWeights engine.Weights
 

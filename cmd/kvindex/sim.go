@@ -72,10 +72,10 @@ func (f *simFlags) register(fs *flag.FlagSet, requestsHelp string, capacity int,
 	fs.IntVar(&f.users, "users", 5, "shared-context: users per customer, each asking its own query")
 	fs.IntVar(&f.queryTokens, "query-tokens", 1200, "shared-context: tokens of a user's query")
 	fs.IntVar(&f.hostCapacity, "host-capacity", 0, "host-memory tier blocks per worker (0 = none): device evictions are offloaded there and loaded back on a hit")
-	fs.StringVar(&f.tierWeights, "tier-weights", "1,0.75,0.25", "kv-weighted's weights of a device, host and disk block, as D,H,DISK in [0, 1]")
+	fs.StringVar(&f.tierWeights, "tier-weights", "1,0.75,0.25", "longest-prefix/exact:weighted-tiers' weights of a device, host and disk block, as D,H,DISK in [0, 1]")
 }
 
-// parseWeights reads "D,H,K": the tier weights of kv-weighted.
+// parseWeights reads "D,H,K": the tier weights of longest-prefix/exact:weighted-tiers.
 func parseWeights(s string) (engine.Weights, error) {
 	var w engine.Weights
 	parts := strings.Split(s, ",")

@@ -317,7 +317,7 @@ func TestSimHostTierSweep(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	if want := "host tier: 600 blocks per engine; loading a block costs 0.5 of recomputing it (--host-load-cost, an assumption); kv-weighted's weights 1,0.5,0"; !strings.Contains(out, want) {
+	if want := "host tier: 600 blocks per engine; loading a block costs 0.5 of recomputing it (--host-load-cost, an assumption); weighted-tiers' weights 1,0.5,0"; !strings.Contains(out, want) {
 		t.Fatalf("no %q in:\n%s", want, out)
 	}
 }

@@ -50,7 +50,7 @@ func (t *timedFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&t.slo, "slo-ttft", sim.DefaultSLOTTFT, "time-to-first-token objective of goodput")
 	fs.IntVar(&t.routers, "routers", 1, "independent router replicas (own load tracking, predictions, approximate cache), all reading one exact index")
 	fs.BoolVar(&t.shareLoad, "share-load", false, "the router replicas share their load, as kvindex serve's replicas do over NATS (each replica's tracker counts every replica's requests)")
-	fs.StringVar(&t.affinity, "router-affinity", "none", "how a front load balancer spreads requests over the routers: none (round-robin) or session")
+	fs.StringVar(&t.affinity, "router-affinity", "none", "how a front load balancer spreads requests over the routers: none (round-robin) or session; unset, with --routers above 1, every policy runs both ways")
 	fs.Float64Var(&t.overlapWeight, "overlap-weight", route.DefaultOverlapWeight, "the cost policies' weight of a prefill block against a decode block (Dynamo's kv-overlap-score-weight)")
 	fs.Float64Var(&t.prefixWeight, "prefix-weight", route.DefaultPrefixWeight, "the scorer policies' weight of the prefix score (llm-d's)")
 	fs.Float64Var(&t.kvWeight, "kv-weight", route.DefaultKVWeight, "the scorer policies' weight of the KV-utilisation score")

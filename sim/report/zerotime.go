@@ -336,7 +336,7 @@ func printHeader(w io.Writer, out ZeroTimeJSON, capacity string) {
 		if c.HostCapacity != nil {
 			host = bench.Thousands(int64(*c.HostCapacity))
 		}
-		fmt.Fprintf(w, "          host tier: %s blocks per engine; loading a block costs %g of recomputing it (--host-load-cost, an assumption); kv-weighted's weights %s\n",
+		fmt.Fprintf(w, "          host tier: %s blocks per engine; loading a block costs %g of recomputing it (--host-load-cost, an assumption); weighted-tiers' weights %s\n",
 			host, *c.HostLoadCost, weightsString(c.TierWeights))
 	}
 	fmt.Fprintln(w)
@@ -354,16 +354,35 @@ func weightsString(ws []float64) string {
 // printTiered prints one row per run with the host tier's columns: device and host hit
 // rates, token hit, prefill work, load balance; lead (when not "") is a first column.
 func printTiered(w io.Writer, lead string, pols []policyJSON, header bool) {
+	nw := zeroNameWidth(policyNames(pols)...)
 	if header {
 		label := ""
 		if lead != "" {
 			label = "host"
 		}
-		fmt.Fprintf(w, "%-*s%-16s %10s %9s %10s %13s %14s %16s\n", len(lead), label, "policy", "device hit", "host hit", "token hit", "prefill work", "max/mean reqs", "max/mean tokens")
+		fmt.Fprintf(w, "%-*s%-*s %10s %9s %10s %13s %14s %16s\n", len(lead), label, nw, "policy", "device hit", "host hit", "token hit", "prefill work", "max/mean reqs", "max/mean tokens")
 	}
 	for _, p := range pols {
-		fmt.Fprintf(w, "%s%-16s %10s %9s %10s %13s %14.3f %16.3f\n", lead, p.Name, Pct(p.BlockHitRate), Pct(*p.HostHitRate), Pct(p.TokenHitRate), Pct(*p.PrefillWork), p.MaxMeanLoad, p.MaxMeanToken)
+		fmt.Fprintf(w, "%s%-*s %10s %9s %10s %13s %14.3f %16.3f\n", lead, nw, p.Name, Pct(p.BlockHitRate), Pct(*p.HostHitRate), Pct(p.TokenHitRate), Pct(*p.PrefillWork), p.MaxMeanLoad, p.MaxMeanToken)
 	}
+}
+
+// zeroNameWidth is the zero-time tables' policy column: 16, or the longest name.
+func zeroNameWidth(names ...string) int {
+	n := 16
+	for _, name := range names {
+		n = max(n, len(name))
+	}
+	return n
+}
+
+// policyNames lists the policies' names.
+func policyNames(pols []policyJSON) []string {
+	names := make([]string, len(pols))
+	for i, p := range pols {
+		names[i] = p.Name
+	}
+	return names
 }
 
 func printReport(w io.Writer, out ZeroTimeJSON, results []sim.Result, ceil sim.Ceiling) {
@@ -381,14 +400,19 @@ func printReport(w io.Writer, out ZeroTimeJSON, results []sim.Result, ceil sim.C
 func printPolicies(w io.Writer, results []sim.Result, ceil sim.Ceiling) {
 	// The two load columns: the busiest engine's requests, then its prompt tokens, each
 	// over the mean engine's (1.000 is perfect balance).
-	fmt.Fprintf(w, "%-16s %10s %10s %11s %14s %16s %8s\n", "policy", "block hit", "token hit", "of ceiling", "max/mean reqs", "max/mean tokens", "seconds")
-	fmt.Fprintf(w, "%-16s %10s %10s %11s %14s %16s %8s\n", "infinite cache", Pct(ceil.BlockHitRate()), Pct(ceil.TokenHitRate()), "100.0%", "-", "-", "-")
+	names := make([]string, len(results))
+	for i, r := range results {
+		names[i] = r.Policy.String()
+	}
+	nw := zeroNameWidth(names...)
+	fmt.Fprintf(w, "%-*s %10s %10s %11s %14s %16s %8s\n", nw, "policy", "block hit", "token hit", "of ceiling", "max/mean reqs", "max/mean tokens", "seconds")
+	fmt.Fprintf(w, "%-*s %10s %10s %11s %14s %16s %8s\n", nw, "infinite cache", Pct(ceil.BlockHitRate()), Pct(ceil.TokenHitRate()), "100.0%", "-", "-", "-")
 	for _, r := range results {
 		of := "-"
 		if c := ceil.BlockHitRate(); c > 0 {
 			of = fmt.Sprintf("%.1f%%", 100*r.BlockHitRate()/c)
 		}
-		fmt.Fprintf(w, "%-16s %10s %10s %11s %14.3f %16.3f %8.2f\n", r.Policy, Pct(r.BlockHitRate()), Pct(r.TokenHitRate()), of, r.MaxMeanLoad(), r.MaxMeanTokens(), r.Seconds)
+		fmt.Fprintf(w, "%-*s %10s %10s %11s %14.3f %16.3f %8.2f\n", nw, r.Policy, Pct(r.BlockHitRate()), Pct(r.TokenHitRate()), of, r.MaxMeanLoad(), r.MaxMeanTokens(), r.Seconds)
 	}
 }
 
@@ -435,13 +459,14 @@ func printSweep(w io.Writer, out ZeroTimeJSON) {
 		printHeader(w, out, "{"+strings.Join(caps, ", ")+"} blocks")
 		fmt.Fprintf(w, "block hit rate by capacity (blocks per worker); infinite cache %s\n", Pct(out.Ceiling.BlockHitRate))
 	}
-	fmt.Fprintf(w, "%-16s", "policy")
+	nw := zeroNameWidth(policyNames(out.Sweep[0].Policies)...)
+	fmt.Fprintf(w, "%-*s", nw, "policy")
 	for _, c := range caps {
 		fmt.Fprintf(w, " %9s", c)
 	}
 	fmt.Fprintln(w)
 	for i := range out.Sweep[0].Policies {
-		fmt.Fprintf(w, "%-16s", out.Sweep[0].Policies[i].Name)
+		fmt.Fprintf(w, "%-*s", nw, out.Sweep[0].Policies[i].Name)
 		for _, p := range out.Sweep {
 			fmt.Fprintf(w, " %9s", Pct(p.Policies[i].BlockHitRate))
 		}

@@ -233,3 +233,38 @@ func TestParseZeroTimeSweep(t *testing.T) {
 		}
 	}
 }
+
+// TestZeroTimeColumnsAlign: the policy tables' rows line up with their header whatever
+// the policies' names (the registry's run to 28 characters and more).
+func TestZeroTimeColumnsAlign(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sp   ZeroTimeSweep
+	}{{"run", ZeroTimeSweep{}}, {"sweep", ZeroTimeSweep{Delays: []time.Duration{0, 50 * time.Millisecond}}}} {
+		_, _, tables := zeroTimeRun(t, "longest-prefix/exact+predict,random,longest-prefix/approx-ttl", tc.sp, filepath.Join(t.TempDir(), "c.svg"), nil)
+		lines := strings.Split(tables, "\n")
+		start := -1
+		for i, l := range lines {
+			if strings.HasPrefix(l, "policy ") {
+				start = i
+				break
+			}
+		}
+		if start < 0 {
+			t.Fatalf("%s: no policy table in:\n%s", tc.name, tables)
+		}
+		rows := 0
+		for _, l := range lines[start+1:] {
+			if l == "" {
+				break
+			}
+			rows++
+			if len(l) != len(lines[start]) {
+				t.Errorf("%s: row %q is %d wide, its header %d:\n%s", tc.name, l, len(l), len(lines[start]), tables)
+			}
+		}
+		if rows < 3 {
+			t.Errorf("%s: %d rows under the header:\n%s", tc.name, rows, tables)
+		}
+	}
+}
