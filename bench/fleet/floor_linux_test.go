@@ -24,6 +24,12 @@ func epollFloor(b *testing.B, conns, rate int, d time.Duration, size int) floorR
 	if err := syscall.Listen(lfd, conns); err != nil {
 		b.Fatal(err)
 	}
+	// accept(2) on a blocking socket waits at most its receive timeout: a writer that
+	// fails before it has dialled every connection does not leave it waiting for ever.
+	tv := syscall.NsecToTimeval(acceptWithin.Nanoseconds())
+	if err := syscall.SetsockoptTimeval(lfd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv); err != nil {
+		b.Fatal(err)
+	}
 	sa, err := syscall.Getsockname(lfd)
 	if err != nil {
 		b.Fatal(err)

@@ -78,6 +78,9 @@ func reportFloor(b *testing.B, r floorResult) {
 // wakeFloorEnv names the writer child's parameters (set only in the child).
 const wakeFloorEnv = "KVINDEX_WAKEFLOOR"
 
+// acceptWithin bounds the wait for the writer's connections.
+const acceptWithin = 30 * time.Second
+
 // startFloorWriter starts the writer child against addr.
 func startFloorWriter(b *testing.B, addr string, conns, rate int, d time.Duration, size int) *exec.Cmd {
 	if _, ok := cputime.Process(); !ok {
@@ -101,6 +104,9 @@ func netpollFloor(b *testing.B, conns, rate int, d time.Duration, size int) floo
 	defer ln.Close()
 	cmd := startFloorWriter(b, ln.Addr().String(), conns, rate, d, size)
 	defer func() { _ = cmd.Wait() }()
+	// A writer that fails before it has dialled every connection must not leave Accept
+	// waiting for ever.
+	_ = ln.(*net.TCPListener).SetDeadline(time.Now().Add(acceptWithin))
 	cs := make([]net.Conn, 0, conns)
 	for range conns {
 		c, err := ln.Accept()
