@@ -20,6 +20,7 @@ runs=${1:-1}
 busy=${BUSY:-2}
 root=$(git rev-parse --show-toplevel)
 out=${OUT:-$(mktemp -d)}
+mkdir -p "$out" || exit 1
 echo "coldtest: $runs run(s) of make test beside $busy busy loop(s); logs in $out"
 pids=()
 for ((i = 0; i < busy; i++)); do
