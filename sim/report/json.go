@@ -74,6 +74,15 @@ func HitsOf(h interface {
 // Pct writes a rate as a percentage; Micros nanoseconds as microseconds.
 func Pct(x float64) string { return fmt.Sprintf("%.2f%%", 100*x) }
 
+// nameWidth is a table's policy column width: least, or the longest of the n names
+// name(i) gives, so that every row lines up with the header whatever the names.
+func nameWidth(least, n int, name func(int) string) int {
+	for i := range n {
+		least = max(least, len(name(i)))
+	}
+	return least
+}
+
 func Micros(ns int64) string { return fmt.Sprintf("%.1f µs", float64(ns)/1e3) }
 
 // ChartLine says where a sweep's chart went, or how to get one.

@@ -541,7 +541,7 @@ func printTimedHeader(w io.Writer, out TimedJSON, wl *sim.Workload, sw Sweep) {
 }
 
 func printTimedPolicies(w io.Writer, pols []timedPolicyJSON) {
-	nw := nameWidth(pols)
+	nw := nameWidth(24, len(pols), func(i int) string { return pols[i].Name })
 	fmt.Fprintf(w, "%-*s %9s %9s %9s %8s %9s %10s %8s %6s %7s %6s %8s %9s %9s %7s\n", nw, "policy",
 		"TTFT p50", "p90", "p99", "ITL p90", "E2E p90", "out tok/s", "goodput", "SLO", "KV use", "queue", "preempt", "block hit", "reply hit", "waited")
 	for _, p := range pols {
@@ -554,15 +554,6 @@ func printTimedPolicies(w io.Writer, pols []timedPolicyJSON) {
 
 // Recommended is the routing policy the project recommends, named under the table.
 const Recommended = "llmd-scorer/exact"
-
-// nameWidth is the policy column's width: 24, or the longest name.
-func nameWidth(pols []timedPolicyJSON) int {
-	n := 24
-	for _, p := range pols {
-		n = max(n, len(p.Name))
-	}
-	return n
-}
 
 // printRecommended names the recommended policy beside the best row of the run.
 func printRecommended(w io.Writer, pols []timedPolicyJSON) {
@@ -635,7 +626,8 @@ func PrintIndexOps(w io.Writer, s sim.IndexStats) {
 
 func printTimedSweep(w io.Writer, out TimedJSON, sw Sweep) {
 	fmt.Fprintf(w, "p90 TTFT / output tokens per second, by %s\n", sw.Key)
-	nw := nameWidth(out.Sweep[0].Policies)
+	pols := out.Sweep[0].Policies
+	nw := nameWidth(24, len(pols), func(i int) string { return pols[i].Name })
 	fmt.Fprintf(w, "%-*s", nw, "policy")
 	for _, pt := range out.Sweep {
 		fmt.Fprintf(w, " %18s", pt.Label)

@@ -354,7 +354,7 @@ func weightsString(ws []float64) string {
 // printTiered prints one row per run with the host tier's columns: device and host hit
 // rates, token hit, prefill work, load balance; lead (when not "") is a first column.
 func printTiered(w io.Writer, lead string, pols []policyJSON, header bool) {
-	nw := zeroNameWidth(policyNames(pols)...)
+	nw := nameWidth(16, len(pols), func(i int) string { return pols[i].Name })
 	if header {
 		label := ""
 		if lead != "" {
@@ -365,24 +365,6 @@ func printTiered(w io.Writer, lead string, pols []policyJSON, header bool) {
 	for _, p := range pols {
 		fmt.Fprintf(w, "%s%-*s %10s %9s %10s %13s %14.3f %16.3f\n", lead, nw, p.Name, Pct(p.BlockHitRate), Pct(*p.HostHitRate), Pct(p.TokenHitRate), Pct(*p.PrefillWork), p.MaxMeanLoad, p.MaxMeanToken)
 	}
-}
-
-// zeroNameWidth is the zero-time tables' policy column: 16, or the longest name.
-func zeroNameWidth(names ...string) int {
-	n := 16
-	for _, name := range names {
-		n = max(n, len(name))
-	}
-	return n
-}
-
-// policyNames lists the policies' names.
-func policyNames(pols []policyJSON) []string {
-	names := make([]string, len(pols))
-	for i, p := range pols {
-		names[i] = p.Name
-	}
-	return names
 }
 
 func printReport(w io.Writer, out ZeroTimeJSON, results []sim.Result, ceil sim.Ceiling) {
@@ -400,11 +382,7 @@ func printReport(w io.Writer, out ZeroTimeJSON, results []sim.Result, ceil sim.C
 func printPolicies(w io.Writer, results []sim.Result, ceil sim.Ceiling) {
 	// The two load columns: the busiest engine's requests, then its prompt tokens, each
 	// over the mean engine's (1.000 is perfect balance).
-	names := make([]string, len(results))
-	for i, r := range results {
-		names[i] = r.Policy.String()
-	}
-	nw := zeroNameWidth(names...)
+	nw := nameWidth(16, len(results), func(i int) string { return results[i].Policy.String() })
 	fmt.Fprintf(w, "%-*s %10s %10s %11s %14s %16s %8s\n", nw, "policy", "block hit", "token hit", "of ceiling", "max/mean reqs", "max/mean tokens", "seconds")
 	fmt.Fprintf(w, "%-*s %10s %10s %11s %14s %16s %8s\n", nw, "infinite cache", Pct(ceil.BlockHitRate()), Pct(ceil.TokenHitRate()), "100.0%", "-", "-", "-")
 	for _, r := range results {
@@ -459,7 +437,8 @@ func printSweep(w io.Writer, out ZeroTimeJSON) {
 		printHeader(w, out, "{"+strings.Join(caps, ", ")+"} blocks")
 		fmt.Fprintf(w, "block hit rate by capacity (blocks per worker); infinite cache %s\n", Pct(out.Ceiling.BlockHitRate))
 	}
-	nw := zeroNameWidth(policyNames(out.Sweep[0].Policies)...)
+	pols := out.Sweep[0].Policies
+	nw := nameWidth(16, len(pols), func(i int) string { return pols[i].Name })
 	fmt.Fprintf(w, "%-*s", nw, "policy")
 	for _, c := range caps {
 		fmt.Fprintf(w, " %9s", c)
