@@ -35,8 +35,8 @@ func epollFloor(b *testing.B, conns, rate int, d time.Duration, size int) floorR
 		b.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
-	cmd := startFloorWriter(b, addr, conns, rate, d, size)
-	defer func() { _ = cmd.Wait() }()
+	wr := startFloorWriter(b, addr, conns, rate, d, size)
+	defer wr.stop()
 
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -49,7 +49,6 @@ func epollFloor(b *testing.B, conns, rate int, d time.Duration, size int) floorR
 	for range conns {
 		fd, _, err := syscall.Accept4(lfd, syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC)
 		if err != nil {
-			_ = cmd.Process.Kill()
 			b.Fatal(err)
 		}
 		defer syscall.Close(fd)
@@ -84,9 +83,11 @@ func epollFloor(b *testing.B, conns, rate int, d time.Duration, size int) floorR
 		}
 	}
 	cpu1, _ := cputime.Process()
+	wall := time.Since(start)
+	wr.finish(b)
 	var msgs int64
 	for _, c := range counters {
 		msgs += c.msgs
 	}
-	return floorResult{msgs: msgs, wall: time.Since(start), cpu: cpu1 - cpu0, measured: true}
+	return floorResult{msgs: msgs, wall: wall, cpu: cpu1 - cpu0, measured: true}
 }

@@ -1,17 +1,14 @@
 package fleet
 
 import (
-	"bufio"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,8 +24,8 @@ import (
 // three frames as a vLLM publisher sends (topic, 8-byte sequence, a payload of 1,000
 // bytes), for 5 seconds, and this process reads them:
 //
-//   - reader=netpoll: serve's way: a goroutine per connection reads it through an 8 KiB
-//     buffer (a frame header, then the body, as the ZMTP guard does), parking in Go's
+//   - reader=netpoll: serve's way: a goroutine per connection reads what has arrived
+//     into an 8 KiB buffer (as the ZMTP guard's buffered reader fills), parking in Go's
 //     netpoller when the connection is drained: each lone message costs a wake-up of its
 //     goroutine and two reads (the message, then EAGAIN).
 //   - reader=epoll (Linux): one goroutine on a locked thread waits in epoll_wait on every
@@ -81,8 +78,14 @@ const wakeFloorEnv = "KVINDEX_WAKEFLOOR"
 // acceptWithin bounds the wait for the writer's connections.
 const acceptWithin = 30 * time.Second
 
-// startFloorWriter starts the writer child against addr.
-func startFloorWriter(b *testing.B, addr string, conns, rate int, d time.Duration, size int) *exec.Cmd {
+// floorWriter is the writer child of one level.
+type floorWriter struct {
+	cmd    *exec.Cmd
+	waited bool
+}
+
+// startFloorWriter starts the writer child against addr; the caller defers stop.
+func startFloorWriter(b *testing.B, addr string, conns, rate int, d time.Duration, size int) *floorWriter {
 	if _, ok := cputime.Process(); !ok {
 		b.Skip("SKIP: no process CPU time on this platform")
 	}
@@ -92,7 +95,24 @@ func startFloorWriter(b *testing.B, addr string, conns, rate int, d time.Duratio
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	return cmd
+	return &floorWriter{cmd: cmd}
+}
+
+// finish waits for the writer once its connections are read to their ends, and fails
+// the level if the writer failed (it wrote fewer messages than the level says).
+func (w *floorWriter) finish(b *testing.B) {
+	w.waited = true
+	if err := w.cmd.Wait(); err != nil {
+		b.Fatalf("wake floor writer: %v", err)
+	}
+}
+
+// stop ends a writer the level did not finish (it failed first).
+func (w *floorWriter) stop() {
+	if !w.waited {
+		_ = w.cmd.Process.Kill()
+		_ = w.cmd.Wait()
+	}
 }
 
 // netpollFloor runs one level with a goroutine per connection.
@@ -102,60 +122,54 @@ func netpollFloor(b *testing.B, conns, rate int, d time.Duration, size int) floo
 		b.Fatal(err)
 	}
 	defer ln.Close()
-	cmd := startFloorWriter(b, ln.Addr().String(), conns, rate, d, size)
-	defer func() { _ = cmd.Wait() }()
+	wr := startFloorWriter(b, ln.Addr().String(), conns, rate, d, size)
+	defer wr.stop()
 	// A writer that fails before it has dialled every connection must not leave Accept
 	// waiting for ever.
 	_ = ln.(*net.TCPListener).SetDeadline(time.Now().Add(acceptWithin))
 	cs := make([]net.Conn, 0, conns)
+	defer func() {
+		for _, c := range cs {
+			_ = c.Close()
+		}
+	}()
 	for range conns {
 		c, err := ln.Accept()
 		if err != nil {
-			_ = cmd.Process.Kill()
 			b.Fatal(err)
 		}
 		cs = append(cs, c)
 	}
-	var msgs atomic.Int64
+	counters := make([]frameCounter, len(cs))
 	var wg sync.WaitGroup
 	start := time.Now()
 	cpu0, _ := cputime.Process()
-	for _, c := range cs {
-		wg.Add(1)
-		go func(c net.Conn) {
-			defer wg.Done()
-			defer c.Close()
-			br := bufio.NewReaderSize(c, 8<<10)
-			var hdr [9]byte
-			body := make([]byte, size)
+	for i, c := range cs {
+		wg.Go(func() {
+			buf := make([]byte, 8<<10)
 			for {
-				for more := true; more; {
-					if _, err := io.ReadFull(br, hdr[:2]); err != nil {
-						return
-					}
-					n := uint64(hdr[1])
-					if hdr[0]&flagLong != 0 {
-						if _, err := io.ReadFull(br, hdr[2:]); err != nil {
-							return
-						}
-						n = binary.BigEndian.Uint64(hdr[1:])
-					}
-					if n > uint64(len(body)) {
-						b.Errorf("wake floor: frame of %d bytes", n)
-						return
-					}
-					if _, err := io.ReadFull(br, body[:n]); err != nil {
-						return
-					}
-					more = hdr[0]&flagMore != 0
+				n, err := c.Read(buf)
+				counters[i].feed(buf[:n])
+				if err != nil {
+					return
 				}
-				msgs.Add(1)
 			}
-		}(c)
+		})
 	}
 	wg.Wait()
 	cpu1, _ := cputime.Process()
-	return floorResult{msgs: msgs.Load(), wall: time.Since(start), cpu: cpu1 - cpu0, measured: true}
+	wall := time.Since(start)
+	wr.finish(b)
+	return floorResult{msgs: sumMsgs(counters), wall: wall, cpu: cpu1 - cpu0, measured: true}
+}
+
+// sumMsgs is the messages the counters counted.
+func sumMsgs(cs []frameCounter) int64 {
+	var n int64
+	for i := range cs {
+		n += cs[i].msgs
+	}
+	return n
 }
 
 // frameCounter counts the whole messages in a stream of ZMTP message frames fed to it
@@ -260,7 +274,7 @@ func wakeFloorWriter(spec string) int {
 	return 0
 }
 
-// The ZMTP frame flags the floor's readers check.
+// The ZMTP frame flags the floor's frame counter reads.
 const (
 	flagMore = 1
 	flagLong = 2
