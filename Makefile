@@ -175,8 +175,9 @@ race-invariants: race-deps
 
 ## make test runs plain in two phases: plain-index (the index's differentials and
 ## zero-allocation tests in one lane of scripts/gotest-lanes.sh, serve's and the
-## subscriber's memory tests one after the other in the other) in the index phase, after race-invariants, by when checks' go vet has compiled most of
-## what it needs; plain-pkgs (every other package) after checks. Run as one phase after
+## subscriber's memory tests one after the other in the other) in the index phase,
+## after race-invariants, by when checks' go vet has compiled most of what it needs;
+## plain-pkgs (every other package) after checks. Run as one phase after
 ## checks, plain was make test's longest path, and its last minute ran on one or two
 ## threads.
 index:
