@@ -37,16 +37,16 @@
 //
 // Ownership rules:
 //
-//   - Per-worker state (engine hash -> key record; per record the key, its engine hash
-//     count, held children and parent record; the worker's hole count, digests, tier
-//     components and declared groups) is package engine/internal/worker, owned by the
-//     goroutine holding that worker's mutex: the caller applying one of its events, or a
-//     query that reads its tables (tiers, groups). Rejections (ErrParentNotFound,
-//     ErrInvalidEvent) are therefore returned synchronously. The package takes a
-//     worker.Env (the seeds, the shard count, the block counters, the registry's
-//     callback for tier components) instead of the Engine; this package keeps the two
-//     protocols around it, events (apply.go) and queries (query.go,
-//     walk.go, jump.go, answer.go, tune.go).
+//   - Per-worker state (engine hash -> the key's block in a segment of consecutive
+//     positions; per block the prefix, its engine hash count and held branch children;
+//     the worker's hole count, digests, tier components and declared groups) is package
+//     engine/internal/worker, owned by the goroutine holding that worker's mutex: the
+//     caller applying one of its events, or a query that reads its tables (tiers,
+//     groups). Rejections (ErrParentNotFound, ErrInvalidEvent) are therefore returned
+//     synchronously. The package takes a worker.Env (the seeds, the shard count, the
+//     block counters, the registry's callback for tier components) instead of the
+//     Engine; this package keeps the two protocols around it, events (apply.go) and
+//     queries (query.go, walk.go, jump.go, answer.go, tune.go).
 //   - Each key (namespace, position, prefix hash) belongs to one shard, chosen by its
 //     fingerprint (a hash of the key keyed by the engine's random seed, which is also
 //     the key's name in the shard's table). The table belongs to the holder of the

@@ -57,12 +57,11 @@ func (w *Worker) checkTier(seed *table.Seed, published bool) error {
 		return fmt.Errorf("a worker with tier components has a partially indexed table")
 	}
 	holes := int32(0)
-	for i := range w.keys.recs {
-		r := &w.keys.recs[i]
-		if !r.free() && w.keys.seqs(uint32(i)) > 0 && r.parent != 0 && w.keys.seqs(r.parent-1) == 0 {
+	w.keys.each(func(ref uint32) {
+		if p := w.keys.parentOf(ref); w.keys.seqs(ref) > 0 && p != 0 && w.keys.seqs(p-1) == 0 {
 			holes++
 		}
-	}
+	})
 	if err := w.checkDigest(seed); err != nil {
 		return err
 	}
@@ -79,7 +78,7 @@ func (w *Worker) checkTier(seed *table.Seed, published bool) error {
 }
 
 // check verifies the seq table: Robin Hood order, its count, and that every slot names
-// a live held record of keys, each record named by as many slots as its seq count.
+// a live held block of keys, each block named by as many slots as its seq count.
 func (t *seqTable) check(seed *table.Seed, keys *keyTable) error {
 	n := len(t.slots)
 	if err := table.CheckRobinHood(n, t.n, func(j uint64) (uint64, bool) {
@@ -94,79 +93,136 @@ func (t *seqTable) check(seed *table.Seed, keys *keyTable) error {
 		if s.ref == 0 {
 			continue
 		}
-		rid := s.ref - 1
-		if int(rid) >= len(keys.recs) || keys.recs[rid].free() {
-			return fmt.Errorf("seq %d names record %d, which is not live", s.seq(seed), rid)
+		ref := s.ref - 1
+		if !keys.live(ref) {
+			return fmt.Errorf("seq %d names block %#x, which is not live", s.seq(seed), ref)
 		}
-		per[rid]++
+		per[ref]++
 	}
-	for i := range keys.recs {
-		if rid := uint32(i); !keys.recs[i].free() && keys.seqs(rid) != per[rid] {
-			return fmt.Errorf("record %d counts %d seqs, %d slots name it", rid, keys.seqs(rid), per[rid])
+	var err error
+	keys.each(func(ref uint32) {
+		if err == nil && keys.seqs(ref) != per[ref] {
+			err = fmt.Errorf("block %#x counts %d seqs, %d slots name it", ref, keys.seqs(ref), per[ref])
 		}
-	}
-	return nil
+	})
+	return err
 }
 
-// check verifies the key table: every live record non-empty, each held key's parent
-// present one position up in its namespace, its children counted and linked or indexed
-// as its child word says, the ghosts counted, and the key index holding exactly the
-// records inIdx names, in Robin Hood order with their tags and its count.
+// live reports whether ref names a block of a live segment.
+func (t *keyTable) live(ref uint32) bool {
+	seg := segOf(ref)
+	return int(seg) < len(t.segs) && offOf(ref) < uint32(t.segs[seg].n)
+}
+
+// each calls f with every block of every live segment, in header order.
+func (t *keyTable) each(f func(ref uint32)) {
+	for seg := range t.segs {
+		for off := uint32(0); off < uint32(t.segs[seg].n); off++ {
+			f(refOf(uint32(seg), off))
+		}
+	}
+}
+
+// check verifies the key table: segments inside one stride and their chunks, each
+// segment ending in a block that is held or has a held branch child, first blocks
+// linked to a parent one position up in their namespace exactly while they are held
+// past position 0, the branch counts, the counters (segments, blocks, held, loose,
+// arena words), the free lists, and the key index holding exactly the blocks inIdx
+// names, in Robin Hood order with their tags and its count.
 func (t *keyTable) check(seed *table.Seed) error {
-	live, ghosts := int32(0), int32(0)
+	var nsegs, blocks, held, loose, chunks, nsOther int32
 	kids := make(map[uint32]uint32)
-	for i := range t.recs {
-		rid := uint32(i)
-		r := &t.recs[i]
-		if r.free() {
+	freeSegs := 0
+	for seg := range t.segs {
+		h := &t.segs[seg]
+		if h.n == 0 {
+			freeSegs++
 			continue
 		}
-		live++
-		seqs, nk := t.seqs(rid), t.kids(rid)
-		k := t.key(rid)
+		nsegs++
+		blocks += int32(h.n)
+		if h.ns != 0 {
+			nsOther++
+		}
+		if int(h.class) >= numClasses || h.n > segCaps[h.class] {
+			return fmt.Errorf("segment %d: %d blocks in class %d", seg, h.n, h.class)
+		}
+		chunks += int32(chunkWords(segCaps[h.class]))
+		if int(h.at)+int(chunkWords(segCaps[h.class])) > len(t.ar) {
+			return fmt.Errorf("segment %d: chunk past the arena", seg)
+		}
+		if int(h.pos0%segMax)+int(h.n) > segMax {
+			return fmt.Errorf("segment %d: positions %d..%d cross a stride", seg, h.pos0, h.pos0+uint32(h.n)-1)
+		}
+		if last := refOf(uint32(seg), uint32(h.n)-1); t.seqs(last) == 0 && t.kids(last) == 0 {
+			return fmt.Errorf("segment %d ends in a block neither held nor a branch parent", seg)
+		}
+		first := refOf(uint32(seg), 0)
+		if t.seqs(first) == 0 {
+			loose++
+		}
 		switch {
-		case seqs == 0 && nk == 0:
-			return fmt.Errorf("record %d (%v) is empty but live", rid, k)
-		case seqs == 0 && r.parent != 0:
-			return fmt.Errorf("ghost %d keeps a parent link", rid)
-		case seqs > 0 && k.pos == 0 && r.parent != 0:
-			return fmt.Errorf("root %d has a parent link", rid)
-		case (r.child != 0) != (nk > 0):
-			return fmt.Errorf("record %d has %d held children and child word %#x", rid, nk, r.child)
-		case r.child != 0 && r.child != childIndexed && (t.full || nk != 1):
-			return fmt.Errorf("record %d links one child, with %d held children, full %v", rid, nk, t.full)
-		}
-		if seqs == 0 {
-			ghosts++
-		}
-		if seqs > 0 && k.pos > 0 {
-			p := r.parent
-			if p == 0 || int(p-1) >= len(t.recs) || t.recs[p-1].free() {
-				return fmt.Errorf("held key %d (%v) has no parent record", rid, k)
+		case t.seqs(first) == 0 || h.pos0 == 0:
+			if h.parent != 0 {
+				return fmt.Errorf("segment %d links a parent with its first block unheld or a root", seg)
 			}
-			if pk := t.key(p - 1); pk.pos != k.pos-1 || pk.ns != k.ns {
-				return fmt.Errorf("held key %d (%v) names parent %v", rid, k, pk)
+		case h.parent == 0:
+			return fmt.Errorf("segment %d: held first block at position %d without a parent", seg, h.pos0)
+		case !t.live(h.parent - 1):
+			return fmt.Errorf("segment %d: parent %#x not live", seg, h.parent-1)
+		default:
+			if pk := t.key(h.parent - 1); pk.pos != h.pos0-1 || pk.ns != h.ns {
+				return fmt.Errorf("segment %d at %d/%d names parent %v", seg, h.pos0, h.ns, pk)
 			}
-			kids[p-1]++
-			if c := t.recs[p-1].child; c != childIndexed && c != rid+1 {
-				return fmt.Errorf("held key %d is neither its parent's linked child nor indexed (child word %#x)", rid, c)
-			}
+			kids[h.parent-1]++
 		}
-		got, ok := t.findFP(k, fpOf(seed, k))
-		if in := ok && got == rid; in != t.inIdx(rid) {
-			return fmt.Errorf("record %d (%v) in the index: %v, belongs there: %v", rid, k, in, t.inIdx(rid))
+		for off := uint32(0); off < uint32(h.n); off++ {
+			ref := refOf(uint32(seg), off)
+			if t.seqs(ref) > 0 {
+				held++
+			}
+			if t.meta(ref) == metaWide {
+				if w := t.ext.wide[ref]; w.seqs <= metaSeqMax && w.kids <= metaKidMax {
+					return fmt.Errorf("block %#x: wide counts %+v that fit", ref, w)
+				}
+			}
+			k := t.key(ref)
+			got, ok := t.find(seed, k)
+			if in := ok && got == ref; in != t.inIdx(ref) {
+				return fmt.Errorf("block %#x (%v) in the index: %v, belongs there: %v", ref, k, in, t.inIdx(ref))
+			}
 		}
 	}
-	for i := range t.recs {
-		if rid := uint32(i); !t.recs[i].free() && t.kids(rid) != kids[rid] {
-			return fmt.Errorf("record %d counts %d held children, %d name it", rid, t.kids(rid), kids[rid])
+	var err error
+	t.each(func(ref uint32) {
+		if err == nil && t.kids(ref) != kids[ref] {
+			err = fmt.Errorf("block %#x counts %d branch children, %d name it", ref, t.kids(ref), kids[ref])
 		}
+	})
+	if err != nil {
+		return err
 	}
 	switch {
-	case live != t.n:
-		return fmt.Errorf("%d live records, count says %d", live, t.n)
-	case ghosts != t.ghosts:
-		return fmt.Errorf("%d ghosts, count says %d", ghosts, t.ghosts)
+	case nsegs != t.nsegs || blocks != t.blocks || held != t.held || loose != t.loose || chunks != t.chunks || nsOther != t.nsOther:
+		return fmt.Errorf("counted %d segments, %d blocks, %d held, %d loose, %d chunk words, %d outside namespace 0; recorded %d, %d, %d, %d, %d, %d",
+			nsegs, blocks, held, loose, chunks, nsOther, t.nsegs, t.blocks, t.held, t.loose, t.chunks, t.nsOther)
+	}
+	for f, n := t.freeSeg, 0; f != 0; f, n = t.segs[f-1].parent, n+1 {
+		if n > freeSegs || int(f-1) >= len(t.segs) || t.segs[f-1].n != 0 {
+			return fmt.Errorf("broken free list of headers")
+		}
+	}
+	free := 0
+	for c := range t.freeChunk {
+		for f, n := t.freeChunk[c], 0; f != 0; f, n = uint32(t.ar[f-1]), n+1 {
+			if n > len(t.ar) || int(f-1) >= len(t.ar) {
+				return fmt.Errorf("broken free list of class %d", c)
+			}
+			free += int(chunkWords(segCaps[c]))
+		}
+	}
+	if int(chunks)+free > len(t.ar) {
+		return fmt.Errorf("%d chunk words and %d free in an arena of %d", chunks, free, len(t.ar))
 	}
 	n := len(t.idx)
 	for i := range t.idx {
@@ -174,14 +230,17 @@ func (t *keyTable) check(seed *table.Seed) error {
 		if s.ref() == 0 {
 			continue
 		}
-		rid := s.ref() - 1
-		if int(rid) >= len(t.recs) || t.recs[rid].free() {
-			return fmt.Errorf("index slot %d names record %d, which is not live", i, rid)
+		ref := s.ref() - 1
+		if !t.live(ref) || !t.inIdx(ref) {
+			return fmt.Errorf("index slot %d names block %#x, which is not live or not indexed", i, ref)
 		}
-		fp := fpOf(seed, t.key(rid))
+		fp := fpOf(seed, t.key(ref))
 		if d := table.Dist(table.Home(fp, n), uint64(i), n); d != s.dist() || s.tag() != keyTag(fp) {
 			return fmt.Errorf("index slot %d: dist %d tag %#x, want %d %#x", i, s.dist(), s.tag(), d, keyTag(fp))
 		}
+	}
+	if int(t.nidx) != t.indexed() {
+		return fmt.Errorf("%d blocks indexed, %d belong there", t.nidx, t.indexed())
 	}
 	if err := table.CheckRobinHood(n, int(t.nidx), func(j uint64) (uint64, bool) {
 		return t.idx[j].dist(), t.idx[j].ref() != 0

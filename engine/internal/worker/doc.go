@@ -1,6 +1,6 @@
 // Package worker is the engine's per-worker bookkeeping: for each inference worker,
 // which engine hashes it holds, at which key (namespace, position, prefix hash), and the
-// key records that tell whether its held keys are prefix-closed (its holes), with its
+// key segments that tell whether its held keys are prefix-closed (its holes), with its
 // tier components and its declared KV-cache groups. The engine (package engine) keeps
 // the two protocols around it: events (apply.go: locking a worker, checking an event,
 // handing the deltas it leaves in the worker's Outbox to the shards' rings) and queries
@@ -9,7 +9,7 @@
 // # What it owns, and who may call what
 //
 // One owner, in every mode (sharded or locked index, with or without tiers and groups):
-// a Worker's tables (seq table, key records and key index, holes, digests), its tier
+// a Worker's tables (seq table, key segments and key index, holes, digests), its tier
 // components' (tiers.go) and its groups' (groups.go) belong to the goroutine that holds
 // the Worker's mutex (Lock; a component's: its primary's). Every method says which
 // kind it is:
@@ -40,16 +40,18 @@
 // # The numbers behind the layout
 //
 // Per held engine hash a worker keeps a 12-byte seq slot (tables.go) and, per key, a
-// 20-byte key record in a slab; a 6-byte key-index slot only for the records their
-// parent's record cannot reach (roots, ghosts, children of branch points: a few percent
-// on the trace-driven logs). A Worker is 232 bytes (the 240-byte size class) whatever
-// it holds: its Outbox (88 bytes, and the delta buffers behind it) is lent only while
-// it applies events, so 100,000 idle workers keep none. Each membership change leaves
-// as one 12-byte shard.Delta. A store or removal reads the home seq slots of each 16
-// engine hashes of its run before it changes the first of them (seqTable.touch; the
-// engine's ApplyBatch reads ahead across a run of removed events with TouchSeqs; package
-// shard's doc, "Runs of changes", has the measurement), so that the run's cache misses
-// overlap. The event path allocates nothing in steady state (the
-// engine's tests assert 0 allocations per event), so its methods take the Env by
-// pointer and use no interface and no closure per block.
+// block of a segment (keys.go): its prefix and a meta byte, 9 bytes in the segment's
+// chunk of an arena, with a 20-byte header and a 6-byte key-index slot per segment (a
+// run of up to 64 consecutive positions of one chain, inside one stride). On the trace
+// logs the arena and the headers come to 12.1-13.0 bytes per membership, free chunks and
+// growth slack included, and a segment averages 45-55 blocks. A Worker is 320 bytes (a
+// size class) whatever it holds: its Outbox (88 bytes, and the delta buffers behind it)
+// is lent only while it applies events, so 100,000 idle workers keep none. Each
+// membership change leaves as one 12-byte shard.Delta. A store or removal reads the home
+// seq slots of each 16 engine hashes of its run before it changes the first of them
+// (seqTable.touch; the engine's ApplyBatch reads ahead across a run of removed events
+// with TouchSeqs; package shard's doc, "Runs of changes", has the measurement), so that
+// the run's cache misses overlap. The event path allocates nothing in steady state (the
+// engine's tests assert 0 allocations per event), so its methods take the Env by pointer
+// and use no interface and no closure per block.
 package worker

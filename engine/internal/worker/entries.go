@@ -25,18 +25,14 @@ func (w *Worker) AppendEntries(env *Env, dst []Entry) []Entry {
 		if s.ref == 0 {
 			continue
 		}
-		r := &w.keys.recs[s.ref-1]
-		var parent uint64
-		if r.parent != 0 {
-			parent = w.keys.recs[r.parent-1].prefix()
-		}
-		dst = append(dst, Entry{Seq: s.seq(&env.Seed), Key: w.keys.key(s.ref - 1).shard(), Parent: parent})
+		ref := s.ref - 1
+		dst = append(dst, Entry{Seq: s.seq(&env.Seed), Key: w.keys.key(ref).shard(), Parent: w.keys.parentPrefix(ref)})
 	}
 	return dst
 }
 
 // LoadBegin prepares primary w, which holds nothing, for LoadEntry: a snapshot's
-// entries come in seq order, children before parents as often as not, so every record
+// entries come in seq order, children before parents as often as not, so every block
 // is found by key while they load (a full table).
 func (w *Worker) LoadBegin() { w.keys.full = true }
 
@@ -45,7 +41,7 @@ func (w *Worker) LoadBegin() { w.keys.full = true }
 func (c *Worker) LoadEntry(env *Env, seq uint64, k shard.Key, parent uint64) {
 	tk := key{prefix: k.Prefix, pos: k.Pos, ns: k.NS}
 	si, sh, _ := c.seqs.locate(&env.Seed, seq) // seqs ascend: never found
-	c.seqs.setAt(si, sh, c.addKey(env, tk, parent, 0))
+	c.seqs.setAt(si, sh, c.addKey(env, tk, parent, 0, 1))
 	c.dg.add(tk.ns, digestTerm(seq, tk.pos), 1)
 }
 
@@ -57,9 +53,9 @@ func (w *Worker) LoadEnd(env *Env) {
 	}
 }
 
-// NamespacesInUse adds to used the namespaces of every record of primary w (every tier,
-// ghosts included) and of every block of its declared groups. A table whose records
-// are all in the default namespace (no ext) costs one test.
+// NamespacesInUse adds to used the namespaces of every segment of primary w (every tier,
+// ghosts included) and of every block of its declared groups. A table whose segments
+// are all in the default namespace costs one test.
 func (w *Worker) NamespacesInUse(used map[uint32]bool) {
 	w.keys.namespacesInUse(used)
 	w.Components(func(_ Tier, c *Worker) { c.keys.namespacesInUse(used) })
@@ -74,34 +70,22 @@ func (w *Worker) NamespacesInUse(used map[uint32]bool) {
 	}
 }
 
-// namespacesInUse adds the namespaces of t's live records to used.
-func (t *keyTable) namespacesInUse(used map[uint32]bool) {
-	if t.ext == nil {
-		return
-	}
-	for rid := range t.recs {
-		if !t.recs[rid].free() {
-			used[t.ns(uint32(rid))] = true
-		}
-	}
-}
-
 // Footprint is the size of one tier's tables (Footprint), for tests and benchmarks.
 type Footprint struct {
-	// Records is the live key records, Slab the records the slab holds (free ones
-	// included).
+	// Records is the blocks of the key table's segments (held, ghosts and dead), Slab
+	// the blocks its arena could hold (free chunks and slack included).
 	Records, Slab int
-	// RecBytes, SeqBytes and IdxBytes are the capacities in bytes of the slab, the seq
-	// table and the key index.
+	// RecBytes, SeqBytes and IdxBytes are the capacities in bytes of the key table's
+	// segments (arena and headers), the seq table and the key index.
 	RecBytes, SeqBytes, IdxBytes int
 }
 
 // Footprint returns the size of w's own tables.
 func (w *Worker) Footprint() Footprint {
 	return Footprint{
-		Records:  int(w.keys.n),
-		Slab:     len(w.keys.recs),
-		RecBytes: cap(w.keys.recs) * int(unsafe.Sizeof(keyRec{})),
+		Records:  int(w.keys.blocks),
+		Slab:     len(w.keys.ar) * 8 / 9,
+		RecBytes: cap(w.keys.ar)*8 + cap(w.keys.segs)*int(unsafe.Sizeof(segHdr{})),
 		SeqBytes: cap(w.seqs.slots) * int(unsafe.Sizeof(seqSlot{})),
 		IdxBytes: cap(w.keys.idx) * int(unsafe.Sizeof(keySlot{})),
 	}

@@ -58,64 +58,76 @@ func TestValidateStoreLarge(t *testing.T) {
 	}
 }
 
-// TestKeyRecordCounts drives a record's counts past what its count word holds inline
-// (to the side table and back) and checks each step against plain integers.
+// TestKeyRecordCounts drives a block's counts past what its meta byte holds (to the
+// side table and back) and checks each step against plain integers, for a block at the
+// start of a segment and one in its middle (whose neighbours' bytes share its word).
 func TestKeyRecordCounts(t *testing.T) {
-	// A key whose location packs, and one whose position does not (its side-table entry
-	// then holds the counts beside its position).
-	for _, k := range []key{{prefix: 1, pos: 3}, {prefix: 2, pos: locPosMask + 1, ns: 7}} {
-		testKeyRecordCounts(t, k)
+	for _, off := range []int{0, 5} {
+		testKeyRecordCounts(t, off)
 	}
 }
 
-func testKeyRecordCounts(t *testing.T, k key) {
+func testKeyRecordCounts(t *testing.T, at int) {
 	kt := keyTable{full: true}
 	seed := table.SeedFrom(2)
-	rid := kt.findOrAdd(&seed, k)
+	k0 := key{prefix: 1, pos: 64 * 3, ns: 7}
+	ref := kt.newSeg(&seed, k0, fpOf(&seed, k0), 8)
+	for i := 1; i <= 7; i++ {
+		k := key{prefix: uint64(100 + i), pos: k0.pos + uint32(i), ns: 7}
+		kt.appendBlock(&seed, segOf(ref), k, fpOf(&seed, k), 1)
+	}
+	ref += uint32(at)
+	k := kt.key(ref)
+	neighbours := func() uint64 { // the other blocks' meta bytes
+		w, sh := kt.metaWord(ref)
+		return *w &^ (0xff << sh)
+	}
+	kt.setMeta(ref+1, 0x55)
+	before := neighbours()
 	var seqs, kids uint32
 	step := func(ds, dk int32) {
 		t.Helper()
 		if ds != 0 {
 			seqs = uint32(int32(seqs) + ds)
-			if got := kt.addSeqs(rid, ds); got != seqs {
+			if got := kt.addSeqs(ref, ds); got != seqs {
 				t.Fatalf("addSeqs = %d, want %d", got, seqs)
 			}
 		}
 		if dk != 0 {
 			kids = uint32(int32(kids) + dk)
-			if got := kt.addKids(rid, dk); got != kids {
+			if got := kt.addKids(ref, dk); got != kids {
 				t.Fatalf("addKids = %d, want %d", got, kids)
 			}
 		}
-		if kt.seqs(rid) != seqs || kt.kids(rid) != kids {
-			t.Fatalf("counts %d/%d, want %d/%d", kt.seqs(rid), kt.kids(rid), seqs, kids)
+		if kt.seqs(ref) != seqs || kt.kids(ref) != kids {
+			t.Fatalf("counts %d/%d, want %d/%d", kt.seqs(ref), kt.kids(ref), seqs, kids)
 		}
-		if wide := seqs > cntSeqMax || kids > cntKidMax || k.pos > locPosMask; wide != (kt.ext != nil && len(kt.ext.wide) == 1) {
+		if wide := seqs > metaSeqMax || kids > metaKidMax; wide != (kt.ext != nil && len(kt.ext.wide) == 1) {
 			t.Fatalf("counts %d/%d: wide %v, side table %v", seqs, kids, wide, kt.ext)
 		}
-		if kt.key(rid) != k {
-			t.Fatalf("record is %v, want %v", kt.key(rid), k)
+		if kt.key(ref) != k || neighbours() != before {
+			t.Fatalf("block is %v, want %v; neighbours %#x, want %#x", kt.key(ref), k, neighbours(), before)
 		}
 	}
-	for range cntSeqMax + 3 {
+	for range metaSeqMax + 3 {
 		step(1, 0)
 	}
-	for range cntSeqMax + 3 {
+	for range metaSeqMax + 3 {
 		step(-1, 1)
 	}
-	for kids < cntKidMax-3 { // to near the field's end without the checks
-		kt.addKids(rid, 1)
+	for kids < metaKidMax-3 { // to near the field's end without the checks
+		kt.addKids(ref, 1)
 		kids++
 	}
-	for kids < cntKidMax+3 {
+	for kids < metaKidMax+3 {
 		step(0, 1)
 	}
 	step(1, 0)
-	for kids > cntKidMax-3 {
+	for kids > metaKidMax-3 {
 		step(0, -1)
 	}
 	for kids > 3 {
-		kt.addKids(rid, -1)
+		kt.addKids(ref, -1)
 		kids--
 	}
 	for kids > 0 {
@@ -124,73 +136,58 @@ func testKeyRecordCounts(t *testing.T, k key) {
 	step(-1, 0)
 }
 
-// TestKeyTableAgainstMap drives a worker's key table with keys whose positions and
-// namespaces do not all pack (positions past 2^stPosBits, more namespaces than local ids) and
-// counts that do not all fit inline, and compares lookups, keys and counts with a map.
+// TestKeyTableAgainstMap drives a worker's full key table with keys at positions across
+// strides and up to the engine's deepest (parents found by key, made as ghosts when
+// missing, as a tier's store and Restore do), in hundreds of namespaces, some held under
+// more engine hashes than a meta byte counts, and compares each key's count with a map
+// and the table with its invariants (keyTable.check) as it goes.
 func TestKeyTableAgainstMap(t *testing.T) {
 	r := rand.New(rand.NewPCG(8, 9))
-	seed := table.SeedFrom(3)
-	kt := keyTable{full: true}
-	type counts struct{ seqs, kids uint32 }
+	env := &Env{Seed: table.SeedFrom(3), Shards: 1}
+	w := New("w", 0)
+	w.keys.full = true
+	w.SetOutbox(NewOutbox(1))
 	model := map[key]uint32{}
-	cnt := map[uint32]counts{}
-	positions := []uint32{0, 1, 2, locPosMask - 1, locPosMask, locPosMask + 1, 1<<30 - 1} // the last, the engine's MaxDepth - 1
+	bases := []uint32{0, 1, 62, 63, 64, 65, 127, 1<<30 - 3} // the last, near the engine's MaxDepth
 	randKey := func() key {
-		return key{prefix: uint64(r.IntN(40)), pos: positions[r.IntN(len(positions))], ns: uint32(r.IntN(300))}
+		pos := bases[r.IntN(len(bases))] + uint32(r.IntN(3))
+		return key{prefix: uint64(r.IntN(6)), pos: pos, ns: uint32(r.IntN(300))}
 	}
 	for step := range 40_000 {
 		k := randKey()
-		rid, had := model[k]
-		switch op := r.IntN(10); {
-		case op < 5: // add one seq
-			got := kt.findOrAdd(&seed, k)
-			if had && got != rid {
-				t.Fatalf("step %d: %v found as %d, want %d", step, k, got, rid)
+		if r.IntN(10) < 5 || model[k] == 0 {
+			ref := w.addKey(env, k, uint64(k.pos)*7+1, 0, 1+r.IntN(4)) // a parent prefix per position
+			model[k]++
+			if w.keys.key(ref) != k || w.keys.seqs(ref) != model[k] {
+				t.Fatalf("step %d: %v added as %v with %d seqs, want %d", step, k, w.keys.key(ref), w.keys.seqs(ref), model[k])
 			}
-			rid = got
-			model[k] = rid
-			c := cnt[rid]
-			c.seqs++
-			cnt[rid] = c
-			if kt.addSeqs(rid, 1) != c.seqs {
-				t.Fatalf("step %d: seqs of %v", step, k)
+		} else {
+			ref, ok := w.keys.find(&env.Seed, k)
+			if !ok {
+				t.Fatalf("step %d: %v lost", step, k)
 			}
-		case had: // drop one seq, and the record once it is empty
-			c := cnt[rid]
-			c.seqs--
-			cnt[rid] = c
-			if kt.addSeqs(rid, -1) != c.seqs {
-				t.Fatalf("step %d: seqs of %v", step, k)
-			}
-			if c.seqs == 0 && c.kids == 0 {
-				kt.del(&seed, rid)
+			w.dropKey(env, ref)
+			if model[k]--; model[k] == 0 {
 				delete(model, k)
-				delete(cnt, rid)
 			}
 		}
+		w.out.Pend[0] = w.out.Pend[0][:0]
 		if step%1000 == 0 {
-			n := kt.n
-			for k, rid := range model {
-				if kt.key(rid) != k || kt.findOrAdd(&seed, k) != rid {
-					t.Fatalf("step %d: record %d is %v, want %v", step, rid, kt.key(rid), k)
-				}
-				if c := cnt[rid]; kt.seqs(rid) != c.seqs || kt.kids(rid) != c.kids {
-					t.Fatalf("step %d: counts of %v", step, k)
+			if err := w.keys.check(&env.Seed); err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+			for k, n := range model {
+				if ref, ok := w.keys.find(&env.Seed, k); !ok || w.keys.seqs(ref) != n {
+					t.Fatalf("step %d: %v not held %d times", step, k, n)
 				}
 			}
-			if kt.n != n || int(n) != len(model) {
-				t.Fatalf("step %d: %d records, model has %d", step, kt.n, len(model))
+			if int(w.keys.held) != len(model) {
+				t.Fatalf("step %d: %d blocks held, model has %d", step, w.keys.held, len(model))
 			}
 		}
 	}
-	wide := 0
-	for rid := range cnt {
-		if kt.recs[rid].loc() == locWide || kt.recs[rid].wideCounts() {
-			wide++
-		}
-	}
-	if wide != len(kt.ext.wide) || wide == 0 || len(kt.ext.nss) != locNSMax {
-		t.Fatalf("%d wide records, side table %d, %d local namespaces", wide, len(kt.ext.wide), len(kt.ext.nss))
+	if w.keys.ext == nil || len(w.keys.ext.wide) == 0 {
+		t.Fatalf("no block's counts went wide")
 	}
 }
 
@@ -201,36 +198,43 @@ func TestKeyIndexLongRun(t *testing.T) {
 	seed := table.SeedFrom(4)
 	var keys []key
 	for p := uint64(0); len(keys) < maxKeyDist+60; p++ {
-		k := key{prefix: p, pos: 1}
+		k := key{prefix: p}
 		if seed.Hash128(k.prefix, k.loc())>>52 == 0 { // the same top 12 bits
 			keys = append(keys, k)
 		}
 	}
 	kt := keyTable{full: true}
-	rids := map[key]uint32{}
+	refs := map[key]uint32{}
 	for _, k := range keys {
-		rid := kt.findOrAdd(&seed, k)
-		kt.addSeqs(rid, 1)
-		rids[k] = rid
+		ref := kt.newSeg(&seed, k, fpOf(&seed, k), 1)
+		kt.addSeqs(ref, 1)
+		kt.held++
+		kt.loose--
+		refs[k] = ref
 	}
 	if len(kt.idx) < 1<<12 {
 		t.Fatalf("%d keys of one home in %d slots", len(keys), len(kt.idx))
 	}
 	for i, k := range keys {
-		if got := kt.findOrAdd(&seed, k); got != rids[k] || kt.key(got) != k {
-			t.Fatalf("key %d found as %d, want %d", i, got, rids[k])
+		if got, ok := kt.find(&seed, k); !ok || got != refs[k] || kt.key(got) != k {
+			t.Fatalf("key %d found as %d, want %d", i, got, refs[k])
 		}
 		if i%2 == 0 {
-			kt.addSeqs(rids[k], -1)
-			kt.del(&seed, rids[k])
+			kt.addSeqs(refs[k], -1)
+			kt.held--
+			kt.loose++
+			kt.trim(&seed, segOf(refs[k]))
 		}
 	}
 	for i, k := range keys {
-		if i%2 == 1 && kt.findOrAdd(&seed, k) != rids[k] {
-			t.Fatalf("key %d lost", i)
+		if got, ok := kt.find(&seed, k); ok != (i%2 == 1) || ok && got != refs[k] {
+			t.Fatalf("key %d: found %v", i, ok)
 		}
 	}
-	if int(kt.n) != len(keys)/2 {
-		t.Fatalf("%d records, want %d", kt.n, len(keys)/2)
+	if int(kt.nsegs) != len(keys)/2 {
+		t.Fatalf("%d segments, want %d", kt.nsegs, len(keys)/2)
+	}
+	if err := kt.check(&seed); err != nil {
+		t.Fatal(err)
 	}
 }

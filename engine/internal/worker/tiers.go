@@ -34,7 +34,7 @@ func (w *Worker) TierOf(env *Env, t Tier, create bool) *Worker {
 			return nil
 		}
 		// Its tiers look keys up by key alone (FindParent's fallback, copies, Holds): the
-		// device table indexes every record from now on.
+		// device table indexes every block from now on.
 		w.keys.setFull(&env.Seed, true)
 		tl = &tierLink{primary: w}
 		w.tl.Store(tl)
@@ -142,19 +142,13 @@ func (w *Worker) Copy(env *Env, t Tier, seqs []uint64) (skipped int) {
 			}
 			continue
 		}
-		r := &src.keys.recs[rid]
-		k := src.keys.key(rid)
-		var parentPrefix uint64
-		if k.pos > 0 {
-			parentPrefix = src.keys.recs[r.parent-1].prefix()
-		}
-		w.TierOf(env, t, true).storeKey(env, s, k, parentPrefix)
+		w.TierOf(env, t, true).storeKey(env, s, src.keys.key(rid), src.keys.parentPrefix(rid))
 	}
 	return skipped
 }
 
 // otherTierHolder returns the fastest tier component of primary w (locked) other than
-// tier t that holds seq, and the seq's record there, or nil: the source of a copy to
+// tier t that holds seq, and the seq's block there, or nil: the source of a copy to
 // tier t, and FindParent's fallback.
 func (w *Worker) otherTierHolder(env *Env, t Tier, seq uint64) (*Worker, uint32) {
 	for u := range Tier(NumTiers) {
@@ -178,14 +172,14 @@ func (w *Worker) storeKey(env *Env, seq uint64, k key, parentPrefix uint64) {
 	si, sh, found := w.seqs.locate(&env.Seed, seq)
 	if found {
 		old := w.seqs.slots[si].ref - 1
-		if w.keys.is(old, k, w.keys.locOf(k, false)) {
+		if w.keys.is(old, k) {
 			return
 		}
 		ok := w.keys.key(old)
 		w.dg.add(ok.ns, digestTerm(seq, ok.pos), -1)
 		w.dropKey(env, old)
 	}
-	w.seqs.setAt(si, sh, w.addKey(env, k, parentPrefix, 0))
+	w.seqs.setAt(si, sh, w.addKey(env, k, parentPrefix, 0, 1))
 	w.dg.add(k.ns, digestTerm(seq, k.pos), 1)
 }
 

@@ -32,7 +32,7 @@ type Worker struct {
 	holes int32
 	// gappy is true while holes > 0, i.e. while some held key's parent key is not held.
 	// Queries may only jump over a stride for workers whose gappy is false. (It sits
-	// with the other one-byte fields: the struct stays at 232 bytes, the 240-byte size
+	// with the other one-byte fields, which keeps the struct at 320 bytes, a size
 	// class.)
 	gappy atomic.Bool
 	// dead is set by RemoveWorker; a caller that finds it set looks the name up again.
@@ -176,7 +176,7 @@ func (w *Worker) SetOutbox(o *Outbox) {
 func (w *Worker) Outbox() *Outbox { return w.out }
 
 // parentRef is a stored event's parent: its key and, when the storing table holds its
-// record, the record id + 1 (0: the parent is held on another tier, so addKey finds its
+// block, its ref + 1 (0: the parent is held on another tier, so addKey finds its
 // key in this table or makes a ghost of it).
 type parentRef struct {
 	has    bool
@@ -186,7 +186,7 @@ type parentRef struct {
 }
 
 // Parent is a stored event's parent, found by FindParent: its key, and the table and
-// record that hold it. Valid until its worker is next modified.
+// block that hold it. Valid until its worker is next modified.
 type Parent struct {
 	Key    shard.Key
 	holder *Worker
@@ -201,7 +201,7 @@ func (w *Worker) Store(env *Env, t Tier, ns uint32, p Parent, blocks []Block) {
 	c := w.TierOf(env, t, true)
 	ref := parentRef{has: p.holder != nil, prefix: p.Key.Prefix, pos: p.Key.Pos}
 	if p.holder == c {
-		ref.ref = p.rid + 1 // else the parent's record is in another tier's table: addKey finds or makes it
+		ref.ref = p.rid + 1 // else the parent's block is in another tier's table: addKey finds or makes it
 	}
 	c.store(env, ns, ref, blocks)
 }
@@ -248,7 +248,7 @@ func (w *Worker) store(env *Env, ns uint32, p parentRef, blocks []Block) {
 		si, found := w.seqs.locateMixed(sh)
 		if found {
 			old := w.seqs.slots[si].ref - 1
-			if w.keys.is(old, k, w.keys.locOf(k, false)) {
+			if w.keys.is(old, k) {
 				ref = old + 1
 				continue // a duplicate never inflates anything
 			}
@@ -256,132 +256,138 @@ func (w *Worker) store(env *Env, ns uint32, p parentRef, blocks []Block) {
 			w.dg.add(ok.ns, digestTerm(b.Seq, ok.pos), -1)
 			w.dropKey(env, old) // last write wins: the seq moves
 		}
-		rid := w.addKey(env, k, parentPrefix, ref) // a root ignores its parent
-		ref = rid + 1
-		w.seqs.setAt(si, sh, rid)
+		nref := w.addKey(env, k, parentPrefix, ref, len(blocks)-i) // a root ignores its parent
+		ref = nref + 1
+		w.seqs.setAt(si, sh, nref)
 		dc.Sum += digestTerm(b.Seq, k.pos)
 		dc.N++
 	}
 	w.dg.addCell(ns, dc)
 }
 
-// addKey counts one more engine hash under k and returns k's record id. The parent key
-// has prefix parentPrefix and, when the caller knows it, record id parent-1 (parent ==
-// 0: look it up by key, creating a ghost if the worker does not have it, as a store
-// whose parent is on another tier and Restore, which loads children before parents,
-// need; full tables only).
-func (w *Worker) addKey(env *Env, k key, parentPrefix uint64, parent uint32) uint32 {
+// addKey counts one more engine hash under k and returns k's block. The parent key has
+// prefix parentPrefix and, when the caller knows it, block parent-1 (parent == 0: look
+// it up by key, making a ghost of it if the worker does not have it, as a store whose
+// parent is on another tier and Restore, which loads children before parents, need;
+// full tables only). hint is how many blocks the caller adds along this chain, k's
+// included (the chunk's size when k starts or extends a segment).
+func (w *Worker) addKey(env *Env, k key, parentPrefix uint64, parent uint32, hint int) uint32 {
 	t := &w.keys
 	seed := &env.Seed
 	fp := env.fingerprint(k)
-	var pk key
-	newParent := false
-	if k.pos > 0 && parent == 0 {
-		pk = key{prefix: parentPrefix, pos: k.pos - 1, ns: k.ns}
-		p, ok := t.find(seed, pk)
-		if !ok {
-			p, newParent = t.newRec(pk), true
+	if parent != 0 && k.pos > 0 && t.loose == 0 && !t.full {
+		if ref, ok := t.extend(parent-1, k); ok {
+			t.held++
+			w.emitFP(env, shard.OpAdd, fp)
+			return ref
 		}
-		parent = p + 1
 	}
-	rid, found := t.lookup(k, fp, parent)
-	if found && t.seqs(rid) > 0 {
-		t.addSeqs(rid, 1) // held already (and so is its parent's record: newParent is false)
-		return rid
+	var ref uint32
+	var found bool
+	if k.pos == 0 {
+		if ref, found = t.findFP(k, fp); !found {
+			ref = t.newSeg(seed, k, fp, hint)
+		}
+	} else {
+		if parent == 0 {
+			pk := key{prefix: parentPrefix, pos: k.pos - 1, ns: k.ns}
+			pfp := fpOf(seed, pk)
+			p, ok := t.findFP(pk, pfp)
+			if !ok {
+				p = t.newSeg(seed, pk, pfp, hint+1) // a ghost once k is held under it
+			}
+			parent = p + 1
+		}
+		if ref, found = t.child(parent-1, k, fp); !found {
+			ref = t.attach(seed, parent-1, k, fp, hint)
+		}
+	}
+	if t.addSeqs(ref, 1) > 1 {
+		return ref // held already (and so is its parent's block)
 	}
 	// The key becomes held: its children that were holes are reconnected, it tells the
 	// index, and it becomes a child of its parent key.
-	if found {
-		t.ghosts--
-	} else {
-		rid = t.newRec(k) // (may move the slab)
-	}
-	t.addSeqs(rid, 1)
-	w.holes -= int32(t.kids(rid))
+	t.held++
+	w.holes -= int32(t.heldKids(ref))
 	w.emitFP(env, shard.OpAdd, fp)
-	if k.pos == 0 {
-		if !found {
-			t.index(seed, rid, k, fp)
+	if offOf(ref) == 0 {
+		t.loose--
+		if k.pos > 0 {
+			t.segs[segOf(ref)].parent = parent
+			t.addKids(parent-1, 1)
 		}
-		return rid
 	}
-	t.recs[rid].parent = parent
-	t.addKids(parent-1, 1)
-	if t.seqs(parent-1) == 0 {
+	if k.pos > 0 && t.seqs(parent-1) == 0 {
 		w.holes++
 	}
-	if newParent {
-		t.ghosts++
-		t.index(seed, parent-1, pk, fpOf(seed, pk))
-	}
-	// Attach the key under its parent: linked while it is the one held child (a found
-	// ghost is in the index already), indexed with its siblings past that.
-	p := &t.recs[parent-1]
-	switch c := p.child; {
-	case c == 0 && !found && !t.full:
-		p.child = rid + 1
-	case c == 0 || c == childIndexed:
-		p.child = childIndexed
-		if !found {
-			t.index(seed, rid, k, fp)
-		}
-	default: // the parent's linked child is c-1: both go in the index
-		p.child = childIndexed
-		ck := t.key(c - 1)
-		t.index(seed, c-1, ck, fpOf(seed, ck))
-		if !found {
-			t.index(seed, rid, k, fp)
-		}
-	}
-	return rid
+	return ref
 }
 
-// dropKey counts one engine hash less under record rid, which must be held.
-func (w *Worker) dropKey(env *Env, rid uint32) {
+// dropKey counts one engine hash less under block ref, which must be held.
+func (w *Worker) dropKey(env *Env, ref uint32) {
 	t := &w.keys
-	if t.addSeqs(rid, -1) > 0 { // addSeqs panics if rid was not held
+	h := &t.segs[segOf(ref)]
+	off := offOf(ref)
+	if off > 0 && off+1 == uint32(h.n) {
+		// The last block of its segment, as a removal leaf first meets almost every
+		// one: its byte read once, and its segment trimmed here.
+		mw := &t.ar[h.at+uint32(segCaps[h.class])+off/8]
+		sh := 8 * (off % 8)
+		if uint8(*mw>>sh) == 1 { // one seq, no branch child
+			*mw &^= 0xff << sh
+			t.held--
+			k := key{prefix: t.ar[h.at+off], pos: h.pos0 + off, ns: h.ns}
+			fp := env.fingerprint(k)
+			w.emitFP(env, shard.OpRemove, fp)
+			if t.seqs(ref-1) == 0 {
+				w.holes-- // the dropped key was itself a hole
+			}
+			if t.full {
+				t.unindex(ref, fp)
+			}
+			h.n--
+			t.blocks--
+			if t.meta(ref-1) == 0 {
+				t.trim(&env.Seed, segOf(ref)) // the block before it was dead
+			} else {
+				t.shrink(segOf(ref))
+			}
+			return
+		}
+	}
+	w.dropKeySlow(env, ref)
+}
+
+// dropKeySlow is dropKey of any held block.
+func (w *Worker) dropKeySlow(env *Env, ref uint32) {
+	t := &w.keys
+	if t.addSeqs(ref, -1) > 0 { // addSeqs panics if ref was not held
 		return
 	}
-	kids := t.kids(rid)
-	w.holes += int32(kids)
-	k := t.key(rid)
-	fp := env.fingerprint(k)
-	w.emitFP(env, shard.OpRemove, fp)
-	parent := t.recs[rid].parent
-	t.recs[rid].parent = 0
-	indexed := true // whether rid is in the key index
+	t.held--
+	seed := &env.Seed
+	w.holes += int32(t.heldKids(ref))
+	k := t.key(ref)
+	w.emitFP(env, shard.OpRemove, env.fingerprint(k))
+	seg := segOf(ref)
 	if k.pos > 0 {
-		if parent == 0 {
+		p := t.parentOf(ref)
+		if p == 0 {
 			panic("engine: worker key table lost a parent key")
 		}
-		p := parent - 1
-		if t.recs[p].child == rid+1 {
-			indexed = false // it was its parent's linked child
+		if t.seqs(p-1) == 0 {
+			w.holes-- // the dropped key was itself a hole
 		}
-		pk := t.addKids(p, -1)
-		if pk == 0 {
-			t.recs[p].child = 0
-		}
-		if t.seqs(p) == 0 {
-			w.holes--    // the dropped key was itself a hole
-			if pk == 0 { // the parent was a ghost kept for its held children, now none
-				t.ghosts--
-				t.del(&env.Seed, p)
-			}
+		if offOf(ref) == 0 {
+			t.segs[seg].parent = 0
+			t.addKids(p-1, -1)
+			t.trim(seed, segOf(p-1)) // the parent may have been a ghost kept for this key
 		}
 	}
-	if kids > 0 {
-		// rid stays as a ghost, which a refill must find: the index has every ghost.
-		t.ghosts++
-		if !indexed {
-			t.index(&env.Seed, rid, k, fp)
-		}
-		return
+	if offOf(ref) == 0 {
+		t.loose++
 	}
-	if indexed {
-		t.unindex(rid, fp)
-	}
-	t.release(rid)
+	t.trim(seed, seg)
 }
 
 // remove drops seqs the worker holds and returns how many it did not hold.
@@ -393,19 +399,19 @@ func (w *Worker) remove(env *Env, seqs []uint64) (skipped int) {
 		if j%TouchGroup == 0 {
 			w.touchSeqs(env, hs[:], seqs[j:])
 		}
-		rid, ok := w.seqs.delMixed(hs[j%TouchGroup])
+		ref, ok := w.seqs.delMixed(hs[j%TouchGroup])
 		if !ok {
 			skipped++
 			continue
 		}
-		if k := w.keys.key(rid); k.ns == dns {
+		if k := w.keys.key(ref); k.ns == dns {
 			dc.Sum -= digestTerm(s, k.pos)
 			dc.N--
 		} else {
 			w.dg.addCell(dns, dc)
 			dc, dns = DigestCell{Sum: -digestTerm(s, k.pos), N: -1}, k.ns
 		}
-		w.dropKey(env, rid)
+		w.dropKey(env, ref)
 	}
 	w.dg.addCell(dns, dc)
 	if w.keys.sparse() {
@@ -443,45 +449,17 @@ func (w *Worker) touchSeqs(env *Env, hs []uint64, seqs []uint64) {
 	w.out.sink += w.seqs.touch(g)
 }
 
-// compact renumbers the live key records densely and rebuilds the key index at the size
-// they need, so a worker that shrank gives its memory back (records never move
-// otherwise). O(records); it runs only once the tables are mostly empty.
+// compact rebuilds the key table densely (keyTable.compact) and points the seq slots at
+// the blocks' new refs, so a worker that shrank gives its memory back (blocks never
+// move otherwise). O(blocks); it runs only once the tables are mostly empty or unheld.
 func (w *Worker) compact(seed *table.Seed) {
-	old := w.keys.recs
-	full := w.keys.full
-	if w.keys.n == 0 {
-		w.keys = keyTable{full: full}
-		return
-	}
-	ids := make([]uint32, len(old)) // per old record id: new id + 1
-	recs := make([]keyRec, 0, int(w.keys.n))
-	for i := range old {
-		if !old[i].free() {
-			ids[i] = uint32(len(recs)) + 1
-			recs = append(recs, old[i])
+	w.keys.compact(seed, func(to func(uint32) uint32) {
+		for i := range w.seqs.slots {
+			if s := &w.seqs.slots[i]; s.ref != 0 {
+				s.ref = to(s.ref-1) + 1
+			}
 		}
-	}
-	for i := range recs {
-		if p := recs[i].parent; p != 0 {
-			recs[i].parent = ids[p-1]
-		}
-	}
-	// The side table follows the new ids; the namespaces keep their local ids.
-	ext := w.keys.ext
-	if ext != nil {
-		wide := make(map[uint32]wideRec, len(ext.wide))
-		for rid, c := range ext.wide {
-			wide[ids[rid]-1] = c
-		}
-		ext.wide = wide
-	}
-	w.keys = keyTable{recs: recs, ext: ext, n: int32(len(recs)), full: full}
-	w.keys.relink(seed)
-	for i := range w.seqs.slots {
-		if s := &w.seqs.slots[i]; s.ref != 0 {
-			s.ref = ids[s.ref-1]
-		}
-	}
+	})
 }
 
 // Publish makes the gap flags and sizes of primary w and its components (and the
@@ -513,9 +491,12 @@ func (w *Worker) Clear(env *Env) {
 
 // clear drops every block of one tier.
 func (w *Worker) clear(env *Env) {
-	for i := range w.keys.recs {
-		if !w.keys.recs[i].free() && w.keys.seqs(uint32(i)) > 0 {
-			w.emitFP(env, shard.OpRemove, env.fingerprint(w.keys.key(uint32(i))))
+	t := &w.keys
+	for seg := range t.segs {
+		for off := uint32(0); off < uint32(t.segs[seg].n); off++ {
+			if ref := refOf(uint32(seg), off); t.seqs(ref) > 0 {
+				w.emitFP(env, shard.OpRemove, env.fingerprint(t.key(ref)))
+			}
 		}
 	}
 	w.seqs = seqTable{}

@@ -72,11 +72,11 @@ func (m members) drain(t *testing.T, env *Env, o *Outbox) {
 // held returns the fingerprints of the keys w's own tables hold.
 func held(env *Env, w *Worker) map[uint64]bool {
 	out := map[uint64]bool{}
-	for i := range w.keys.recs {
-		if !w.keys.recs[i].free() && w.keys.seqs(uint32(i)) > 0 {
-			out[env.fingerprint(w.keys.key(uint32(i)))] = true
+	w.keys.each(func(ref uint32) {
+		if w.keys.seqs(ref) > 0 {
+			out[env.fingerprint(w.keys.key(ref))] = true
 		}
-	}
+	})
 	return out
 }
 
