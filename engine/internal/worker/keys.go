@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"slices"
+
 	"github.com/kvindex/kvindex/internal/table"
 	"github.com/kvindex/kvindex/shard"
 )
@@ -477,8 +479,7 @@ func (t *keyTable) allocChunk(class uint8) uint32 {
 		panic("engine: worker key table arena past 2^32 words")
 	}
 	if len(t.ar)+int(w) > cap(t.ar) {
-		n := len(t.ar)
-		t.ar = append(t.ar[:n:n], make([]uint64, max(n/8, arenaStep, int(w)))...)[:n]
+		t.growArena(int(w))
 	}
 	t.ar = t.ar[:len(t.ar)+int(w)]
 	clear(t.ar[at : at+w])
@@ -491,9 +492,25 @@ func (t *keyTable) allocChunk(class uint8) uint32 {
 // compact (and allocate) every round.
 const arenaFloor = 2048
 
-// arenaStep is the least the arena grows by: 128 words, 1 KiB. It grows by an eighth
-// beyond that, instead of the quarter append gives a large slice: the arena is full up
-// to its length, and the slack past it is all its overhead.
+// growArena makes room for w more words: doubling while the arena is under arenaStep
+// words (from a chunk's size: a worker with one short chain holds no more than it
+// needs), by an eighth past that. The arena is full up to its length, and the slack
+// past it is all its overhead; append would grow a large slice by a quarter, so the
+// new arena is made at its capacity and copied.
+func (t *keyTable) growArena(w int) {
+	n := len(t.ar)
+	grow := n / 8
+	if n < arenaStep {
+		grow = n
+	}
+	// slices.Grow rounds the capacity up to the allocation's size, which make would
+	// leave unused (up to a page of a large arena).
+	ar := slices.Grow([]uint64(nil), n+max(grow, w))[:n]
+	copy(ar, t.ar)
+	t.ar = ar
+}
+
+// arenaStep is the arena size, in words, past which it grows by an eighth (1 KiB).
 const arenaStep = 128
 
 // freeChunkAt puts the chunk at word at, of class class, on its free list.
