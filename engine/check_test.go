@@ -73,8 +73,9 @@ func checkEvent(op *oplog.Op) Event {
 
 // TestWorkerTablesCompact grows a worker's tables past worker.TableFloor (two 400-block chains
 // sharing 100 blocks, holes cut into both) and removes nine blocks in ten, so that
-// compact renumbers the records and relinks them, checking the worker after every
-// event, on a single-tier worker and on one with a host tier.
+// compact drops the dead blocks (each held block keeps its parent as a ghost, the eight
+// before that are dead), splits the segments and renumbers them, checking the worker
+// after every event, on a single-tier worker and on one with a host tier.
 func TestWorkerTablesCompact(t *testing.T) {
 	for _, tiers := range []bool{false, true} {
 		t.Run(fmt.Sprintf("tiers=%v", tiers), func(t *testing.T) {
@@ -126,8 +127,14 @@ func TestWorkerTablesCompact(t *testing.T) {
 					apply(Event{Kind: EventRemoved, Worker: "w", Seqs: []uint64{b[i].Seq}})
 				}
 			}
-			if fp := e.lookup("w").Footprint(); fp.Slab > 4*fp.Records+worker.TableFloor {
-				t.Fatalf("%d records in a slab of %d: never compacted", fp.Records, fp.Slab)
+			fp := e.lookup("w").Footprint()
+			if fp.Slab > 4*fp.Records+worker.TableFloor {
+				t.Fatalf("%d blocks in an arena of %d: never compacted", fp.Records, fp.Slab)
+			}
+			// 69 held blocks and their 69 ghost parents stay; the 550-odd dead blocks
+			// between them go.
+			if held := int(e.lookup("w").Size()); fp.Records > 3*held {
+				t.Fatalf("%d blocks kept for %d held: the dead ones were not dropped", fp.Records, held)
 			}
 		})
 	}
