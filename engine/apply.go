@@ -515,6 +515,10 @@ func (e *Engine) applyEvent(w *worker.Worker, ev *Event) (gone bool, err error) 
 	case EventRemoved:
 		w.Outbox().Skipped += uint64(w.Remove(&e.env, worker.Tier(ev.Tier), ev.Seqs))
 	case EventCopied:
+		if !w.Room(&e.env, worker.Tier(ev.Tier), len(ev.Seqs)) {
+			e.rejInvalid.Add(1)
+			return false, fmt.Errorf("%w: worker %q could pass MaxSegments (%d) on one tier", ErrInvalidEvent, w.Name(), MaxSegments)
+		}
 		e.skippedCopies.Add(uint64(w.Copy(&e.env, worker.Tier(ev.Tier), ev.Seqs)))
 	case EventCleared:
 		w.Clear(&e.env)
@@ -551,6 +555,10 @@ func (e *Engine) storeLocked(w *worker.Worker, ns uint32, ev *Event) error {
 	if !w.Outbox().ValidStore(&e.env, ev.Parent, ev.HasParent, blocks) {
 		e.rejInvalid.Add(1)
 		return fmt.Errorf("%w: a seq appears twice in one event or equals the parent", ErrInvalidEvent)
+	}
+	if !w.Room(&e.env, tier, len(blocks)) {
+		e.rejInvalid.Add(1)
+		return fmt.Errorf("%w: worker %q could pass MaxSegments (%d) on one tier", ErrInvalidEvent, w.Name(), MaxSegments)
 	}
 	w.Store(&e.env, tier, ns, p, blocks)
 	w.Outbox().Events++

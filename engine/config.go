@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"runtime"
 	"time"
+
+	"github.com/kvindex/kvindex/engine/internal/worker"
 )
 
 // Errors returned by the engine. Callers branch on them with errors.Is.
@@ -45,6 +47,12 @@ func IsRejection(err error) bool {
 const (
 	// MaxDepth bounds positions: a chain may be at most MaxDepth blocks long.
 	MaxDepth = 1 << 30
+	// MaxSegments bounds the segments one worker holds on one tier (runs of up to 64
+	// consecutive positions of one chain: a one-block chain is one, a chain of 1,000
+	// blocks 16): a stored or copied event that could pass it is rejected with
+	// ErrInvalidEvent, and Restore refuses a snapshot that does. 2^26 - 1, a segment's
+	// share of the 32-bit name a worker's tables give a block.
+	MaxSegments = worker.MaxSegments
 	// MaxShards bounds Config.Shards.
 	MaxShards = 256
 	// MaxJumpSize bounds Config.JumpSize.

@@ -438,6 +438,10 @@ func (e *Engine) loadTier(p *snapReader, w *worker.Worker, t Tier, nsCount uint3
 			break
 		}
 		parents[k] = parent
+		if !w.HasRoom(1) {
+			p.fail(fmt.Sprintf("worker %q holds more than MaxSegments (%d) on one tier", name, MaxSegments))
+			break
+		}
 		w.LoadEntry(&e.env, seq, k, parent)
 	}
 }

@@ -46,6 +46,23 @@ const (
 	offMask = segMax - 1
 )
 
+// MaxSegments is the most live segments one table names: a segment's id and a block's
+// offset share a 32-bit ref, whose value + 1 the seq slots and the key index store. A
+// worker reaches it only with tens of millions of one-block chains on one tier; the
+// engine refuses the event that would pass it (HasRoom).
+const MaxSegments = 1<<(32-segBits) - 1
+
+// segLimit is MaxSegments, or less in tests (SetSegLimitForTest).
+var segLimit = MaxSegments
+
+// SetSegLimitForTest lowers the segment limit to n and returns what restores it, so
+// that tests reach it with a few blocks. Not for concurrent use with anything else.
+func SetSegLimitForTest(n int) (restore func()) {
+	old := segLimit
+	segLimit = n
+	return func() { segLimit = old }
+}
+
 // refOf is the ref of block off of segment seg.
 func refOf(seg, off uint32) uint32 { return seg<<segBits | off }
 
@@ -366,8 +383,8 @@ func (t *keyTable) newSeg(seed *table.Seed, k key, fp uint64, hint int) uint32 {
 		t.freeSeg = t.segs[seg].parent
 	} else {
 		seg = uint32(len(t.segs))
-		if seg >= 1<<(32-segBits)-1 {
-			panic("engine: worker key table has too many segments")
+		if seg >= MaxSegments {
+			panic("engine: worker key table has too many segments") // HasRoom says no first
 		}
 		t.segs = append(t.segs, segHdr{})
 	}

@@ -206,6 +206,20 @@ func (w *Worker) Store(env *Env, t Tier, ns uint32, p Parent, blocks []Block) {
 	c.store(env, ns, ref, blocks)
 }
 
+// HasRoom reports whether w's own table can take n more keys: each may start a segment,
+// or two (a store whose parent is on another tier makes a ghost of the parent's key), and
+// a table names at most MaxSegments. Holder of w's mutex.
+func (w *Worker) HasRoom(n int) bool { return int(w.keys.nsegs)+2*n < segLimit }
+
+// Room is HasRoom of primary w's tier t (true for a tier it holds nothing on yet, up to
+// the same bound). Holder of w's mutex.
+func (w *Worker) Room(env *Env, t Tier, n int) bool {
+	if c := w.TierOf(env, t, false); c != nil {
+		return c.HasRoom(n)
+	}
+	return 2*n < segLimit
+}
+
 // Remove drops seqs from primary w's tier t and returns how many of them the tier did
 // not hold. Holder of w's mutex, with an outbox lent.
 func (w *Worker) Remove(env *Env, t Tier, seqs []uint64) (skipped int) {
