@@ -24,8 +24,8 @@ import (
 //     table), 6-byte slots (keySlot).
 //
 // A block's parent key is the block before it in its segment; the first block's is
-// named by its segment's parent link while that block is held (ghost first blocks keep
-// none, as today's records did). A store that extends the chain of a segment's last
+// named by its segment's parent link while that block is held (a ghost first block keeps
+// none). A store that extends the chain of a segment's last
 // block appends to the segment; one that extends a block in the middle of a segment
 // with another content, or under a segment's last block at a stride's end, starts a
 // segment of its own (a branch). Removal trims a segment from its end: a last block
