@@ -26,7 +26,7 @@ func TestWorkerTablesCheck(t *testing.T) {
 			t.Run(fmt.Sprintf("tiers=%v/seed=%d", tiers, seed), func(t *testing.T) {
 				r := rand.New(rand.NewPCG(seed, 21))
 				// Long chains (seeds 5, 6) grow tables past worker.TableFloor and shrink them
-				// again: compact renumbers and relinks the records.
+				// again: compact drops dead blocks and renumbers the segments.
 				opt := refmodel.RandomOptions{Alphabet: int(1 + seed%4), MaxChain: []int{40, 300}[seed/5], Tiers: tiers}
 				// Under -tags invariants (make test) the engine runs the same checks after
 				// every event itself: a third of the history there.

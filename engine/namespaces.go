@@ -38,9 +38,9 @@ import (
 // the epoch advanced, so the name carries the sweep's epoch and is kept; any other
 // event's blocks were seen. A dropped name's id is reused only after the next sweep
 // (nsSweepEvery later at the least), so a query that resolved it before the drop never
-// sees another name's blocks under it unless it runs that long. Old ids in a worker's
-// table of local namespace ids (keyTable.nss) stay there, unused by any record: when
-// the id comes back for another name, that name's records take the local id again.
+// sees another name's blocks under it unless it runs that long. A worker's segments
+// name their namespace by its id: by the time an id is dropped no segment holds it, and
+// when it comes back for another name, that name's segments take it.
 
 // nsEntryCost is the bytes an interned name is accounted beside its own: the nsEntry
 // (40 bytes), the sync.Map's entry and node (about 80).
