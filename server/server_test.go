@@ -264,8 +264,6 @@ func TestAPIErrorsAndProbes(t *testing.T) {
 	}
 }
 
-// TestEndToEnd runs serve's whole path against a publisher, on the sharded index and on
-// the locked one (index.locked).
 // Every HTTP request is timed in its handler, by handler, refused ones included; the
 // bucket bounds reach 10 s.
 func TestHTTPRequestDurations(t *testing.T) {
@@ -302,6 +300,8 @@ func TestHTTPRequestDurations(t *testing.T) {
 	}
 }
 
+// TestEndToEnd runs serve's whole path against a publisher, on the sharded index and on
+// the locked one (index.locked).
 func TestEndToEnd(t *testing.T) {
 	for _, index := range []string{`{"shards": 2}`, `{"locked": true}`} {
 		t.Run(index, func(t *testing.T) { testEndToEnd(t, index) })
