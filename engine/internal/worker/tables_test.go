@@ -166,7 +166,7 @@ func TestKeyTableAgainstMap(t *testing.T) {
 			if !ok {
 				t.Fatalf("step %d: %v lost", step, k)
 			}
-			w.dropKey(env, ref)
+			w.dropKey(env, ref, k)
 			if model[k]--; model[k] == 0 {
 				delete(model, k)
 			}

@@ -268,7 +268,7 @@ func (w *Worker) store(env *Env, ns uint32, p parentRef, blocks []Block) {
 			}
 			ok := w.keys.key(old)
 			w.dg.add(ok.ns, digestTerm(b.Seq, ok.pos), -1)
-			w.dropKey(env, old) // last write wins: the seq moves
+			w.dropKey(env, old, ok) // last write wins: the seq moves
 		}
 		nref := w.addKey(env, k, parentPrefix, ref, len(blocks)-i) // a root ignores its parent
 		ref = nref + 1
@@ -337,51 +337,33 @@ func (w *Worker) addKey(env *Env, k key, parentPrefix uint64, parent uint32, hin
 	return ref
 }
 
-// dropKey counts one engine hash less under block ref, which must be held.
-func (w *Worker) dropKey(env *Env, ref uint32) {
+// dropKey counts one engine hash less under block ref, which must be held and whose key
+// (the caller has read it) is k.
+func (w *Worker) dropKey(env *Env, ref uint32, k key) {
 	t := &w.keys
 	h := &t.segs[segOf(ref)]
-	off := offOf(ref)
-	if off > 0 && off+1 == uint32(h.n) {
-		// The last block of its segment, as a removal leaf first meets almost every
-		// one: its byte read once, and its segment trimmed here.
+	if off := offOf(ref); off > 0 && off+1 == uint32(h.n) {
+		// The last block of its segment with one seq and no branch child, as a
+		// removal leaf first meets almost every one: its byte read once, its parent in
+		// the same segment, no child to reconnect; trim drops it.
 		mw := &t.ar[h.at+uint32(segCaps[h.class])+off/8]
-		sh := 8 * (off % 8)
-		if uint8(*mw>>sh) == 1 { // one seq, no branch child
+		if sh := 8 * (off % 8); uint8(*mw>>sh) == 1 {
 			*mw &^= 0xff << sh
 			t.held--
-			k := key{prefix: t.ar[h.at+off], pos: h.pos0 + off, ns: h.ns}
-			fp := env.fingerprint(k)
-			w.emitFP(env, shard.OpRemove, fp)
+			w.emitFP(env, shard.OpRemove, env.fingerprint(k))
 			if t.seqs(ref-1) == 0 {
 				w.holes-- // the dropped key was itself a hole
 			}
-			if t.full {
-				t.unindex(ref, fp)
-			}
-			h.n--
-			t.blocks--
-			if t.meta(ref-1) == 0 {
-				t.trim(&env.Seed, segOf(ref)) // the block before it was dead
-			} else {
-				t.shrink(segOf(ref))
-			}
+			t.trim(&env.Seed, segOf(ref))
 			return
 		}
 	}
-	w.dropKeySlow(env, ref)
-}
-
-// dropKeySlow is dropKey of any held block.
-func (w *Worker) dropKeySlow(env *Env, ref uint32) {
-	t := &w.keys
 	if t.addSeqs(ref, -1) > 0 { // addSeqs panics if ref was not held
 		return
 	}
 	t.held--
 	seed := &env.Seed
 	w.holes += int32(t.heldKids(ref))
-	k := t.key(ref)
 	w.emitFP(env, shard.OpRemove, env.fingerprint(k))
 	seg := segOf(ref)
 	if k.pos > 0 {
@@ -418,14 +400,15 @@ func (w *Worker) remove(env *Env, seqs []uint64) (skipped int) {
 			skipped++
 			continue
 		}
-		if k := w.keys.key(ref); k.ns == dns {
+		k := w.keys.key(ref)
+		if k.ns == dns {
 			dc.Sum -= digestTerm(s, k.pos)
 			dc.N--
 		} else {
 			w.dg.addCell(dns, dc)
 			dc, dns = DigestCell{Sum: -digestTerm(s, k.pos), N: -1}, k.ns
 		}
-		w.dropKey(env, ref)
+		w.dropKey(env, ref, k)
 	}
 	w.dg.addCell(dns, dc)
 	if w.keys.sparse() {
