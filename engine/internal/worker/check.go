@@ -157,6 +157,12 @@ func (t *keyTable) check(seed *table.Seed) error {
 		if last := refOf(uint32(seg), uint32(h.n)-1); t.seqs(last) == 0 && t.kids(last) == 0 {
 			return fmt.Errorf("segment %d ends in a block neither held nor a branch parent", seg)
 		}
+		for off := uint32(h.n); off < uint32(segCaps[h.class]); off++ {
+			// keyTable.extend sets a new last block's byte by or-ing it in.
+			if t.meta(refOf(uint32(seg), off)) != 0 {
+				return fmt.Errorf("segment %d: meta byte past its end at offset %d", seg, off)
+			}
+		}
 		first := refOf(uint32(seg), 0)
 		if t.seqs(first) == 0 {
 			loose++

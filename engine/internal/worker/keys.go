@@ -55,6 +55,13 @@ const MaxSegments = 1<<(32-segBits) - 1
 // segLimit is MaxSegments, or less in tests (SetSegLimitForTest).
 var segLimit = MaxSegments
 
+// maxChunk is the largest chunk's words, and arenaLimit the most words an arena takes
+// (chunk offsets are 32-bit).
+const (
+	maxChunk   = segMax + segMax/8
+	arenaLimit = 1<<32 - 1
+)
+
 // SetSegLimitForTest lowers the segment limit to n and returns what restores it, so
 // that tests reach it with a few blocks. Not for concurrent use with anything else.
 func SetSegLimitForTest(n int) (restore func()) {
@@ -492,8 +499,8 @@ func (t *keyTable) allocChunk(class uint8) uint32 {
 		return at
 	}
 	at := uint32(len(t.ar))
-	if uint64(at)+uint64(w) > 1<<32-1 {
-		panic("engine: worker key table arena past 2^32 words")
+	if uint64(len(t.ar))+uint64(w) > arenaLimit {
+		panic("engine: worker key table arena past 2^32 words") // HasRoom says no first
 	}
 	if len(t.ar)+int(w) > cap(t.ar) {
 		t.growArena(int(w))

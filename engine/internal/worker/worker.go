@@ -207,9 +207,12 @@ func (w *Worker) Store(env *Env, t Tier, ns uint32, p Parent, blocks []Block) {
 }
 
 // HasRoom reports whether w's own table can take n more keys: each may start a segment,
-// or two (a store whose parent is on another tier makes a ghost of the parent's key), and
-// a table names at most MaxSegments. Holder of w's mutex.
-func (w *Worker) HasRoom(n int) bool { return int(w.keys.nsegs)+2*n < segLimit }
+// or two (a store whose parent is on another tier makes a ghost of the parent's key), of
+// a chunk of up to a stride's words; a table names at most MaxSegments segments and
+// 2^32 - 1 arena words (a chunk's offset is a word of its header). Holder of w's mutex.
+func (w *Worker) HasRoom(n int) bool {
+	return int(w.keys.nsegs)+2*n < segLimit && uint64(len(w.keys.ar))+uint64(2*n)*uint64(maxChunk) < arenaLimit
+}
 
 // Room is HasRoom of primary w's tier t (true for a tier it holds nothing on yet, up to
 // the same bound). Holder of w's mutex.
