@@ -125,6 +125,24 @@ func Grown(n int) int {
 	return n + n/2
 }
 
+// GrownLean is Grown for a table whose memory matters more than the cost of its growths:
+// by a quarter past LeanFrom slots (by half below), so that between growths its load
+// stays between 0.6 and 0.75 at Full instead of 0.5 and 0.75. A worker's seq table (12
+// bytes a held engine hash, the largest of its tables) grows so: on trace16 (16,000
+// engine hashes a worker) 47.2 instead of 48.7 bytes of heap per membership, and its
+// replay from empty, one call per event, as fast within the noise, 6.8-7.4M block ops/s
+// against 6.8-7.6M (`kvindex replay --ops LOG --locked --batch=false --json --repeat 5`,
+// three alternating runs).
+func GrownLean(n int) int {
+	if n < LeanFrom {
+		return Grown(n)
+	}
+	return n + n/4
+}
+
+// LeanFrom is the size, in slots, past which GrownLean grows a table by a quarter.
+const LeanFrom = 4096
+
 // Sparse reports whether a table of n slots holding used entries should shrink (to
 // Shrunk(n)); floor is the size below which a table never shrinks. The gap between the
 // grow and shrink loads (13/16 and 1/8) keeps a table that fills and drains by the same

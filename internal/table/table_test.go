@@ -56,6 +56,12 @@ func TestSizing(t *testing.T) {
 			t.Fatalf("Grown(%d) = %d", n, g)
 		}
 	}
+	for n := MinSlots; n < 1<<20; n = GrownLean(n) {
+		g := GrownLean(n)
+		if g <= n || n >= LeanFrom && g > n+n/4 || n < LeanFrom && g != Grown(n) {
+			t.Fatalf("GrownLean(%d) = %d", n, g)
+		}
+	}
 	for _, n := range []int{1, 2, 3, 7, 100, 1 << 20} {
 		for h := uint64(0); h < 1000; h++ {
 			if i := Home(h*0x9e3779b97f4a7c15, n); i >= uint64(n) {

@@ -89,7 +89,7 @@ func (t *seqTable) locate(seed *table.Seed, seq uint64) (i, h uint64, found bool
 // locateMixed is locate of the seq of mixed hash h.
 func (t *seqTable) locateMixed(h uint64) (i uint64, found bool) {
 	if table.Full(t.n, len(t.slots)) {
-		t.resize(seqGrown(len(t.slots)))
+		t.resize(table.GrownLean(len(t.slots)))
 	}
 	return t.find(h)
 }
@@ -205,21 +205,3 @@ func (t *seqTable) probes(seed *table.Seed, seq uint64) int {
 		}
 	}
 }
-
-// seqGrown is the size a full seq table of n slots grows to: by half (table.Grown) up to
-// seqQuarter slots, by a quarter past it. The seq table is the largest of a worker's
-// tables (12 bytes a held engine hash, at a load between growths of 0.6 to 0.75 instead
-// of 0.5 to 0.75), and a large one grows rarely: on trace16 (16,000 engine hashes a
-// worker) 47.2 instead of 48.7 bytes of heap per membership, and its replay from empty
-// one call per event as fast within the noise, 6.8-7.4M block ops/s against 6.8-7.6M
-// (`kvindex replay --ops LOG --locked --batch=false --json --repeat 5`, three
-// alternating runs).
-func seqGrown(n int) int {
-	if n < seqQuarter {
-		return table.Grown(n)
-	}
-	return n + n/4
-}
-
-// seqQuarter is the seq table size, in slots, past which it grows by a quarter.
-const seqQuarter = 4096
