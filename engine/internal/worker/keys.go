@@ -790,13 +790,13 @@ func (t *keyTable) compact(seed *table.Seed, remap func(old func(uint32) uint32)
 		}
 	}
 	for _, r := range runs {
-		ns := uint32(len(segs))
+		id := uint32(len(segs)) // the run's new segment
 		class := classFor(int(r.to - r.from))
 		segs = append(segs, segHdr{at: uint32(words), pos0: t.segs[r.seg].pos0 + r.from, ns: t.segs[r.seg].ns,
 			n: uint8(r.to - r.from), class: class})
 		words += int(chunkWords(segCaps[class]))
 		for off := r.from; off < r.to; off++ {
-			newRef[base[r.seg]+off] = refOf(ns, off-r.from) + 1
+			newRef[base[r.seg]+off] = refOf(id, off-r.from) + 1
 		}
 	}
 	ar := make([]uint64, words)
