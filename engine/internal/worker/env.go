@@ -22,6 +22,10 @@ type Env struct {
 	Seed   table.Seed
 	Chain  chain.Chain
 	Shards int
+	// Sparse keeps the positional index to the positions a sparse walk probes
+	// (Indexed): the locked index's layout, whose queries read the rest of a stride
+	// from the candidates' own tables (HeldRun).
+	Sparse bool
 
 	// Register makes a new tier component of primary p for tier t (NewComponent) under
 	// a worker id of the engine's registry, and returns it registered. Called by the
@@ -35,6 +39,20 @@ type Env struct {
 	// two). Atomics: added to by the holder of a worker's mutex when it publishes
 	// (Publish, PublishGroups), read by anyone (the engine's Stats).
 	TierBlocks [NumTiers]atomic.Int64
+}
+
+// The sparse index's positions: every position below SparseHead (where most queries
+// end: a router's system prompt) and every multiple of SparseStride (a segment's
+// stride, where every block starts a segment and so is in its worker's key index).
+const (
+	SparseHead   = 16
+	SparseStride = segMax
+)
+
+// Indexed reports whether the positional index holds keys at position pos: every
+// position, or on a sparse index (Sparse) the head and the stride anchors. Concurrent.
+func (env *Env) Indexed(pos uint32) bool {
+	return !env.Sparse || pos < SparseHead || pos%SparseStride == 0
 }
 
 // Fingerprint is k's name in the positional index (shard.Hash). Concurrent.

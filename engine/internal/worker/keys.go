@@ -866,3 +866,37 @@ func (t *keyTable) probes(seed *table.Seed, k key) int {
 	_, d, _, _ := t.probe(k, fp, keyTag(fp))
 	return int(d) + 1
 }
+
+// heldRun returns how many of the positions x0, x0+1, ... the table holds along the
+// chain whose prefixes are pre (pre[i] at position x0+i) in namespace ns: the count of
+// leading ones it holds a block of. x0 must start a stride (every block there is the
+// first of its segment, so the key index has it). Along the chain the block after a
+// held block b is the next block of b's segment when its prefix matches, else the
+// first block of another segment (a branch child, or the next stride's), which the key
+// index has; a block's key names its parent's, so no other block can hold it.
+func (t *keyTable) heldRun(seed *table.Seed, ns uint32, x0 uint32, pre []uint64) int {
+	var ref uint32
+	n := 0
+	for n < len(pre) {
+		x := x0 + uint32(n)
+		if n > 0 {
+			h := &t.segs[segOf(ref)]
+			if off := offOf(ref) + 1; off < uint32(h.n) && t.ar[h.at+off] == pre[n] {
+				ref++
+				if t.seqs(ref) == 0 {
+					return n
+				}
+				n++
+				continue
+			}
+		}
+		k := key{prefix: pre[n], pos: x, ns: ns}
+		r, ok := t.find(seed, k)
+		if !ok || t.seqs(r) == 0 {
+			return n
+		}
+		ref = r
+		n++
+	}
+	return n
+}

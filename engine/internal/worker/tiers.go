@@ -130,6 +130,18 @@ func (w *Worker) Holds(env *Env, k shard.Key) bool {
 	return ok && w.keys.seqs(rid) > 0
 }
 
+// HeldRun returns how many leading positions of the query chain pre (pre[i] is the
+// prefix hash at position x0+i, in namespace ns) w holds, w's own table only (a
+// component's tier). x0 must be a multiple of SparseStride. The reader must exclude
+// w's writers: w's mutex, or on the locked index the index's read lock (its writers
+// hold the write lock while they change a worker's tables).
+func (w *Worker) HeldRun(env *Env, ns uint32, x0 int, pre []uint64) int {
+	if x0%SparseStride != 0 {
+		panic("worker: HeldRun from a position inside a stride")
+	}
+	return w.keys.heldRun(&env.Seed, ns, uint32(x0), pre)
+}
+
 // Copy applies a copied event to primary w: each seq that another tier holds is
 // stored on tier t with the key and parent key of the fastest copy. It returns how many
 // seqs it skipped. Holder of w's mutex, with an outbox lent.

@@ -295,7 +295,7 @@ func (w *Worker) addKey(env *Env, k key, parentPrefix uint64, parent uint32, hin
 	if parent != 0 && k.pos > 0 && t.loose == 0 && !t.full {
 		if ref, ok := t.extend(parent-1, k); ok {
 			t.held++
-			w.emitFP(env, shard.OpAdd, fp)
+			w.emitAdd(env, k, fp)
 			return ref
 		}
 	}
@@ -326,7 +326,7 @@ func (w *Worker) addKey(env *Env, k key, parentPrefix uint64, parent uint32, hin
 	// index, and it becomes a child of its parent key.
 	t.held++
 	w.holes -= int32(t.heldKids(ref))
-	w.emitFP(env, shard.OpAdd, fp)
+	w.emitAdd(env, k, fp)
 	if offOf(ref) == 0 {
 		t.loose--
 		if k.pos > 0 {
@@ -353,7 +353,7 @@ func (w *Worker) dropKey(env *Env, ref uint32, k key) {
 		if sh := 8 * (off % 8); uint8(*mw>>sh) == 1 {
 			*mw &^= 0xff << sh
 			t.held--
-			w.emitFP(env, shard.OpRemove, env.fingerprint(k))
+			w.emitRemove(env, k)
 			if t.seqs(ref-1) == 0 {
 				w.holes-- // the dropped key was itself a hole
 			}
@@ -367,7 +367,7 @@ func (w *Worker) dropKey(env *Env, ref uint32, k key) {
 	t.held--
 	seed := &env.Seed
 	w.holes += int32(t.heldKids(ref))
-	w.emitFP(env, shard.OpRemove, env.fingerprint(k))
+	w.emitRemove(env, k)
 	seg := segOf(ref)
 	if k.pos > 0 {
 		p := t.parentOf(ref)
@@ -495,7 +495,7 @@ func (w *Worker) clear(env *Env) {
 	for seg := range t.segs {
 		for off := uint32(0); off < uint32(t.segs[seg].n); off++ {
 			if ref := refOf(uint32(seg), off); t.seqs(ref) > 0 {
-				w.emitFP(env, shard.OpRemove, env.fingerprint(t.key(ref)))
+				w.emitRemove(env, t.key(ref))
 			}
 		}
 	}
@@ -503,6 +503,22 @@ func (w *Worker) clear(env *Env) {
 	w.keys = keyTable{full: w.keys.full}
 	w.holes = 0
 	w.dg.reset()
+}
+
+// emitAdd tells the index that w holds k (fingerprint fp) now, where the index keeps
+// k's position (Env.Indexed).
+func (w *Worker) emitAdd(env *Env, k key, fp uint64) {
+	if env.Indexed(k.pos) {
+		w.emitFP(env, shard.OpAdd, fp)
+	}
+}
+
+// emitRemove tells the index that w no longer holds k, where the index keeps k's
+// position.
+func (w *Worker) emitRemove(env *Env, k key) {
+	if env.Indexed(k.pos) {
+		w.emitFP(env, shard.OpRemove, env.fingerprint(k))
+	}
 }
 
 // emitFP queues a delta of the key whose fingerprint is fp for the key's shard.
