@@ -30,6 +30,9 @@ func (e *Engine) getOutbox() *worker.Outbox {
 // unlock takes back the outbox of a worker locked by lockLive (flushed, so empty) and
 // unlocks it.
 func (e *Engine) unlock(w *worker.Worker) {
+	if e.cfg.LockedIndex {
+		e.locked.Unlock()
+	}
 	w.SetOutbox(nil)
 	w.Unlock()
 }
@@ -76,15 +79,14 @@ func (e *Engine) flush(w *worker.Worker) error {
 	w.CheckOwner("worker flush")
 	o := w.Outbox()
 	if e.cfg.LockedIndex && !e.hooks.dropDeltas {
-		// The locked index takes the flags with the deltas, under the write lock: a
-		// query reads them under the read lock, so it sees a worker's gap flag and its
-		// memberships of one moment. gallop trusts a gap-free flag for every position;
-		// published before the deltas, a flag cleared by an event that fills a hole
-		// would meet the index with the hole still in it.
-		e.locked.Lock()
+		// The locked index takes the flags with the deltas, under the write lock that
+		// the caller holds since it locked w (lockLive): a query reads them under the
+		// read lock, so it sees a worker's gap flag, its memberships and its tables of
+		// one moment. gallop trusts a gap-free flag for every position; published
+		// before the deltas, a flag cleared by an event that fills a hole would meet
+		// the index with the hole still in it.
 		e.shards[0].ApplyLocked(o.Pend[0])
 		w.Publish(&e.env)
-		e.locked.Unlock()
 		o.Pend[0] = o.Pend[0][:0]
 		o.Pending = 0
 	} else {
@@ -148,6 +150,12 @@ func (e *Engine) lockLive(name string, create bool, hint *worker.Worker, out *wo
 		w.Lock()
 		if !w.Dead() {
 			w.SetOutbox(out)
+			if e.cfg.LockedIndex {
+				// The locked index's queries read the tables of the workers they
+				// score under its read lock (walkSparse): a worker's tables change
+				// under the write lock, which e.unlock lets go.
+				e.locked.Lock()
+			}
 			return w
 		}
 		w.Unlock()
@@ -322,7 +330,9 @@ func (e *Engine) applyBatchWith(out *worker.Outbox, evs []Event, errs []error) [
 	next := 1
 	ahead := 0 // the events before it had their seq slots read ahead (touchAhead)
 	var w *worker.Worker
+	held := 0 // the block changes made under the locked index's write lock so far
 	release := func() {
+		held = 0
 		if w == nil {
 			return
 		}
@@ -367,6 +377,17 @@ func (e *Engine) applyBatchWith(out *worker.Outbox, evs []Event, errs []error) [
 				out.Last = nil // do not keep a removed worker alive in the pool
 			case err == nil && out.Pending >= e.maxPending():
 				err = e.flush(w)
+			}
+			if e.cfg.LockedIndex && w != nil {
+				// A worker's run of events holds the locked index's write lock: let
+				// the queries waiting for the read lock in every pendLocked block
+				// changes (as a run of deltas did before: maxPending).
+				if held += 1 + len(ev.Blocks) + len(ev.Seqs) + len(ev.Contents); held >= pendLocked {
+					_ = e.flush(w) // (the locked index's flush cannot fail)
+					e.locked.Unlock()
+					e.locked.Lock()
+					held = 0
+				}
 			}
 		}
 		errs = append(errs, err)

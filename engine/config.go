@@ -108,8 +108,12 @@ type Config struct {
 	// 1..MaxQueryQueue.
 	QueryQueue int
 	// LockedIndex replaces the shard goroutines with a single index guarded by one
-	// sync.RWMutex: event callers apply their deltas under the write lock and queries
-	// probe under the read lock, on their own goroutines. Shards must be 0 or 1 with it.
+	// sync.RWMutex: event callers apply their events under the write lock (workers'
+	// tables and index alike, so events of different workers take turns) and queries
+	// read under the read lock, on their own goroutines. Its index keeps only the
+	// positions a query probes (below 16, and every 64th); a query reads the rest of a
+	// candidate's last stride from the worker's own tables, so a run of block changes
+	// inside a stride costs the index at most one. Shards must be 0 or 1 with it.
 	//
 	// The zero Config runs it on one or two cores (Shards says why). Choose it on more
 	// where the tail latency of concurrent queries matters most and events come from one

@@ -42,7 +42,10 @@
 //     the worker's hole count, digests, tier components and declared groups) is package
 //     engine/internal/worker, owned by the goroutine holding that worker's mutex: the
 //     caller applying one of its events, or a query that reads its tables (tiers,
-//     groups). Rejections (ErrParentNotFound, ErrInvalidEvent) are therefore returned
+//     groups). On the locked index an event's caller also holds the index's write lock
+//     from the moment it locks the worker until it lets it go (lockLive, unlock), so
+//     that its queries read the tables of the workers they score under the read lock
+//     (walkSparse), at the moment of the index they read. Rejections (ErrParentNotFound, ErrInvalidEvent) are therefore returned
 //     synchronously. The package takes a worker.Env (the seeds, the shard count, the
 //     block counters, the registry's callback for tier components) instead of the
 //     Engine; this package keeps the two protocols around it, events (apply.go) and
@@ -86,9 +89,10 @@
 // With -tags invariants (package internal/invariants) owner-only methods check that
 // their goroutine holds the worker's mutex or the shard's token. TestOwnersRace (run
 // by go test -race) checks the rules against the race detector: for a worker's state, a
-// shard's table, a probe batch, the predictions and the registry, two goroutines that
-// are not the owner touching the state at once are reported as a data race, and the
-// owner's own accesses are not.
+// shard's table, a locked index's worker tables (an applier without the write lock
+// beside a query), the predictions and the registry, two goroutines that are not the
+// owner touching the state at once are reported as a data race, and the owner's own
+// accesses are not.
 //
 // # Who may call what
 //
@@ -102,8 +106,8 @@
 // own time, and jump search takes the gap flag the event leaves (a query can then credit
 // the worker with a block the event is removing, up to what it held before the event,
 // or miss one it is storing). Answers at rest, and every answer after a Barrier, are
-// exact; the locked baseline applies an event's deltas and its flag under one write
-// lock, so its queries see each worker between two of its events.
+// exact; the locked index applies an event's table changes, deltas and flag under one
+// write lock, so its queries see each worker between two of its events.
 //
 // # Exactness
 //

@@ -47,7 +47,7 @@ type testHooks struct {
 // Events of one worker must be applied in the order the worker emitted them; the engine
 // applies each worker's events under that worker's mutex, so calls for one worker from
 // several goroutines are serialised in whatever order they arrive. Events of different
-// workers proceed in parallel.
+// workers proceed in parallel (on the locked index they take turns: Config.LockedIndex).
 //
 // Visibility: an event whose call has returned is visible to every query that starts
 // after a Barrier that started after that return. Queries that overlap event traffic see
@@ -161,6 +161,7 @@ func newEngine(cfg Config, seed table.Seed, ch chain.Chain) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, done: make(chan struct{}), spinFor: runtime.GOMAXPROCS(0) > 1}
 	e.env.Seed, e.env.Chain, e.env.Shards = seed, ch, cfg.Shards
+	e.env.Sparse = cfg.LockedIndex
 	e.env.Register = e.registerComponent
 	e.dense.Store(denseLandings)
 	e.byName.init()

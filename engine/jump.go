@@ -20,13 +20,10 @@ import (
 // waves (the first up to position firstWave or one stride, each next one four times as deep) and
 // prefix hashes are computed only as deep as a wave needs: a long query whose workers
 // all drop out early costs neither the hashing nor the probes of its tail, and a sharded
-// query hashes the next wave while the shards answer the current one (round). The locked
-// index pays no round trip per wave, so its first wave is position 0 alone (a query
-// that matches nobody is answered by one probe) and its second stops at denseLandings:
-// most queries are decided there (the median best score on the trace-driven log is 8),
-// and hashing and probing deeper would be wasted on them. The candidates are the members of
-// position 0; each leaves with the index of the first landing it missed (drop), or
-// alive.
+// query hashes the next wave while the shards answer the current one (round). (The
+// locked index never comes here: its queries walk, walkSparse.) The candidates are the
+// members of position 0; each leaves with the index of the first landing it missed
+// (drop), or alive.
 func (e *Engine) landings(ctx context.Context, q *query, content []uint64) error {
 	L := len(content)
 	J := e.cfg.JumpSize
@@ -35,11 +32,7 @@ func (e *Engine) landings(ctx context.Context, q *query, content []uint64) error
 	q.cands = q.cands[:0]
 	q.seen.Grow(len(slots))
 	dense := int(e.dense.Load())
-	locked := e.cfg.LockedIndex
 	hi := max(firstWave, J)
-	if locked {
-		hi = 0 // position 0 alone first: a query nobody matches costs one probe
-	}
 	q.wx, q.wstep = 0, 1
 	q.add(e, 0)
 	for wave := 0; ; wave++ {
@@ -95,9 +88,6 @@ func (e *Engine) queueWave(q *query, content []uint64, hi, dense int) {
 // whose candidates outlive this wave does not wait for two round trips in a row; when
 // none does, the next wave's probes (one per JumpSize positions) were wasted.
 func (e *Engine) round(ctx context.Context, q *query, content []uint64, hi, ahead, dense int) (int, error) {
-	if e.cfg.LockedIndex {
-		return hi, e.scatter(ctx, q)
-	}
 	sent, err := e.send(ctx, q)
 	if err != nil {
 		return hi, err
@@ -300,7 +290,7 @@ func (q *query) takeScans(b *shard.Batch) {
 // to 17.4 (conversation trace) and 21.3 to 19.7 (trace16) for 0.034 and 0.040 more round
 // trips (kvindex bench --impls engine --shards 1, its at-rest columns).
 func (e *Engine) narrow(ctx context.Context, q *query) error {
-	if !e.cfg.LockedIndex && len(e.shards) > 1 {
+	if len(e.shards) > 1 {
 		return nil
 	}
 	// Candidates with one range (gap-free workers that dropped out in one stride) probe
@@ -429,13 +419,6 @@ const firstWave = 1024
 // scatter sends every batch with unanswered probes to its shard and waits for all of
 // them.
 func (e *Engine) scatter(ctx context.Context, q *query) error {
-	if e.cfg.LockedIndex {
-		e.locked.RLock()
-		e.shards[0].FillShared(&q.sub[0])
-		e.locked.RUnlock()
-		q.sub[0].Settle()
-		return nil
-	}
 	sent, err := e.send(ctx, q)
 	if err != nil {
 		return err

@@ -18,8 +18,8 @@ const raceSweepChild = "KVINDEX_RACE_SWEEP_CHILD"
 // the race detector enforces: it runs each subtest of TestRaceSweep (racesweep_test.go)
 // in a child process of this same test binary, which the detector must be built into.
 // In each, two goroutines that are not the owner of one piece of state (a worker's
-// bookkeeping, a shard's table, a probe batch, the prediction table, the worker
-// registry) touch it at once: the child must fail with a DATA RACE report. The control
+// bookkeeping, a shard's table, a worker's tables on the locked index beside a query,
+// the prediction table, the worker registry) touch it at once: the child must fail with a DATA RACE report. The control
 // subtest does the same work as the owner and must pass, so that a detector that
 // reports everything fails the test too. With -tags invariants, a non-owner's access
 // may instead stop at the owner check (package internal/invariants), which panics before
@@ -34,7 +34,7 @@ func TestOwnersRace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, owner := range []string{"worker", "shard-table", "probe-batch", "predictions", "registry", "control"} {
+	for _, owner := range []string{"worker", "shard-table", "locked-tables", "predictions", "registry", "control"} {
 		t.Run(owner, func(t *testing.T) {
 			cmd := exec.Command(bin, "-test.run", "^TestRaceSweep$/^"+owner+"$", "-test.count=1", "-test.v")
 			cmd.Env = append(os.Environ(), "GORACE=halt_on_error=0", raceSweepChild+"=1")

@@ -66,24 +66,46 @@ func TestRaceSweep(t *testing.T) {
 			_ = e.flush(w)
 			e.unlock(w)
 		})
+		// On the locked index: an applier (write lock) beside a query reading the
+		// worker's tables under the read lock.
+		e = newEngine(t, Config{LockedIndex: true})
+		racePair(func(i int) {
+			if i == 1 {
+				e.locked.RLock()
+				_ = e.lookup("w").HeldRun(&e.env, 0, 0, []uint64{100})
+				e.locked.RUnlock()
+				return
+			}
+			ev := store(i)
+			w := e.lockLive("w", false, nil, e.getOutbox())
+			_, _ = e.applyLocked(w, &ev)
+			_ = e.flush(w)
+			e.unlock(w)
+		})
 	})
 	// A shard's table belongs to the holder of its token: two writers without it.
 	t.Run("shard-table", func(t *testing.T) {
 		x := shard.New(16)
 		racePair(func(i int) { x.Add(uint64(i+1)<<40, uint32(i)) })
 	})
-	// A probe batch belongs to its querier (and to the shard answering it): two
-	// queriers reading the locked index into one batch, as the scan scratch kept in the
-	// shard once was shared by every querier under the read lock.
-	t.Run("probe-batch", func(t *testing.T) {
+	// On the locked index a worker's tables belong to the holder of its mutex and the
+	// index's write lock, which a query's read lock excludes: an applier with the
+	// worker's mutex alone beside a query reading them (walkSparse).
+	t.Run("locked-tables", func(t *testing.T) {
 		e := newEngine(t, Config{LockedIndex: true})
-		q := e.getQuery()
-		b := &q.sub[0]
-		b.Probes = append(b.Probes[:0], shard.Probe{FP: e.fingerprint(shard.Key{Prefix: 1})})
-		racePair(func(int) {
-			e.locked.RLock()
-			e.shards[0].FillShared(b)
-			e.locked.RUnlock()
+		w := e.lookup("w")
+		racePair(func(i int) {
+			if i == 1 {
+				e.locked.RLock()
+				_ = w.HeldRun(&e.env, 0, 0, []uint64{100})
+				e.locked.RUnlock()
+				return
+			}
+			w.Lock()
+			w.SetOutbox(e.getOutbox())
+			ev := store(0)
+			_, _ = e.applyLocked(w, &ev)
+			w.Unlock()
 		})
 	})
 	// The prediction table belongs to the holder of its mutex: two writers without it.

@@ -9,7 +9,8 @@ type Stats struct {
 	Blocks int64
 	// TierBlocks splits Blocks by tier (device, host, disk).
 	TierBlocks [NumTiers]int64
-	// Memberships is the number of (key, worker) pairs in the positional index.
+	// Memberships is the number of (key, worker) pairs in the positional index (on the
+	// locked index, at the positions it keeps: below 16 and every 64th).
 	Memberships int64
 	// IndexEntries is the number of distinct (position, prefix) keys in the index.
 	IndexEntries int64

@@ -3,6 +3,7 @@ package engine
 import (
 	"slices"
 
+	"github.com/kvindex/kvindex/engine/internal/worker"
 	"github.com/kvindex/kvindex/shard"
 )
 
@@ -47,6 +48,11 @@ func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done 
 				q.cands = append(q.cands, candidate{wid: wid, w: w, gappy: g})
 			}
 		}
+	}
+	if e.env.Sparse {
+		q.sub[0].Out = e.walkSparse(q, idx, content, buf)
+		e.letIndex()
+		return e.collect(q, content, dst), true
 	}
 	if !gappy {
 		q.sub[0].Out = e.gallop(q, idx, content, buf)
@@ -233,4 +239,152 @@ func (e *Engine) bisect(q *query, idx *shard.Index, cs []candidate, lo, hi int, 
 		q.hintN, q.nextHint = len(cs), hi
 	}
 	return buf
+}
+
+// The sparse walk: the locked index keeps keys only at the head positions (below
+// worker.SparseHead) and at the stride anchors (multiples of worker.SparseStride), so a
+// run of block changes inside a stride changes the index at most once (Env.Sparse). A
+// query probes the index where it has keys and reads the rest of a stride from each
+// candidate's own tables (worker.HeldRun), under the same read lock: on the locked
+// index a worker's tables change under the write lock (lockLive), so the walk sees the
+// index, the gap flags and the tables of one moment.
+
+// walkSparse scores q.cands, the members of position 0, on the sparse locked index,
+// which the caller holds: gappy candidates by walking their own tables from position 0
+// (the score's definition), gap-free ones by gallop's landings where the index has keys
+// (the head's, then anchors at strides doubling up to gallopCap strides) and bisection,
+// each candidate's last stride walked in its tables. buf is scratch holding position
+// 0's members; walkSparse returns it, possibly grown.
+func (e *Engine) walkSparse(q *query, idx *shard.Index, content []uint64, buf []uint32) []uint32 {
+	const S = worker.SparseStride
+	L := len(content)
+	q.pre = append(q.pre[:0], content[0])
+	q.hintN = 0
+	live := 0 // q.cands[live:] are gap-free and have held every landing so far
+	for i := range q.cands {
+		if c := &q.cands[i]; c.gappy {
+			c.score = e.heldFrom(q, c.w, content, 0, L)
+			q.cands[i], q.cands[live] = q.cands[live], q.cands[i]
+			live++
+		}
+	}
+	last := (L - 1) / S * S // the deepest anchor of the query
+	prev, x, step := 0, 0, S
+	for live < len(q.cands) && x < L-1 {
+		switch {
+		case x < gallopFirst:
+			x = min(gallopFirst, L-1)
+		case x < worker.SparseHead-1:
+			x = min(worker.SparseHead-1, L-1)
+		case x < last:
+			x = min(x-x%S+step, last)
+			step = min(2*step, gallopCap*S)
+		default:
+			// The live candidates held x, the head's last position or the last
+			// anchor; the index has no key between there and the query's end.
+			from := x - x%S
+			if x < worker.SparseHead {
+				from = 0
+			}
+			for i := live; i < len(q.cands); i++ {
+				q.cands[i].score = e.heldFrom(q, q.cands[i].w, content, from, L)
+			}
+			return buf
+		}
+		q.hashTo(content, x)
+		buf = idx.AppendMembers(buf[:0], e.fingerprint(shard.Key{Prefix: q.pre[x], Pos: uint32(x), NS: q.ns}))
+		q.seen.SetTo(buf)
+		out := live
+		for i := live; i < len(q.cands); i++ {
+			if !q.seen.Has(q.cands[i].wid) {
+				if i != out {
+					q.cands[i], q.cands[out] = q.cands[out], q.cands[i]
+				}
+				out++
+			}
+		}
+		if out > live {
+			cs := q.cands[live:out]
+			if x < worker.SparseHead {
+				buf = e.bisect(q, idx, cs, prev, x, buf) // every position there is indexed
+			} else {
+				lo := prev - prev%S // an anchor they held (0 for the head)
+				if prev < worker.SparseHead {
+					lo = 0
+				}
+				buf = e.bisectAnchors(q, idx, cs, content, lo, x, buf)
+			}
+			live = out
+		}
+		prev = x
+	}
+	for i := live; i < len(q.cands); i++ {
+		q.cands[i].score = L // held the last position, so all of them
+	}
+	if q.hintN > 0 {
+		q.hint = q.nextHint
+	}
+	return buf
+}
+
+// bisectAnchors scores gap-free candidates that hold anchor lo and miss anchor hi (both
+// multiples of worker.SparseStride, lo < hi): probing the anchors between splits them
+// until each group holds lo and misses lo + SparseStride, and each candidate's score is
+// then lo plus the run its own tables hold from lo.
+func (e *Engine) bisectAnchors(q *query, idx *shard.Index, cs []candidate, content []uint64, lo, hi int, buf []uint32) []uint32 {
+	const S = worker.SparseStride
+	for hi-lo > S {
+		mid := lo + (hi-lo)/S/2*S
+		buf = idx.AppendMembers(buf[:0], e.fingerprint(shard.Key{Prefix: q.pre[mid], Pos: uint32(mid), NS: q.ns}))
+		q.seen.SetTo(buf)
+		k := 0 // missed mid: cs[:k]; held it: cs[k:]
+		for i := range cs {
+			if !q.seen.Has(cs[i].wid) {
+				if i != k {
+					cs[i], cs[k] = cs[k], cs[i]
+				}
+				k++
+			}
+		}
+		switch {
+		case k == 0:
+			lo = mid
+		case k == len(cs):
+			hi = mid
+		default:
+			buf = e.bisectAnchors(q, idx, cs[k:], content, mid, hi, buf)
+			cs, hi = cs[:k], mid
+		}
+	}
+	for i := range cs {
+		cs[i].score = e.heldFrom(q, cs[i].w, content, lo, hi)
+	}
+	return buf
+}
+
+// heldFrom returns the position where w's run of held query positions from anchor x0
+// ends, at most hi: the first position in [x0, hi) whose key w's tables do not hold,
+// or hi. It reads w's tables one stride at a time, hashing the query only as deep as
+// the run goes (and to the end of the stride it ends in).
+func (e *Engine) heldFrom(q *query, w *worker.Worker, content []uint64, x0, hi int) int {
+	const S = worker.SparseStride
+	x := x0
+	for x < hi {
+		end := min(hi, x+S)
+		q.hashTo(content, end-1)
+		n := w.HeldRun(&e.env, q.ns, x, q.pre[x:end])
+		if x += n; x < end {
+			break
+		}
+	}
+	return x
+}
+
+// hashTo computes the walk's prefix hashes (q.pre) up to position x, from the last one
+// computed.
+func (q *query) hashTo(content []uint64, x int) {
+	if from := len(q.pre); x >= from {
+		q.pre = slices.Grow(q.pre, x+1-from)[:x+1]
+		q.ch.Fill(q.pre, content, from)
+	}
 }

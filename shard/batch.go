@@ -14,8 +14,8 @@ type Scan struct{ F0, F1, W0, W1 int32 }
 //
 // Ownership: the querier that fills it, except while it is answered: it passes to the
 // shard when it is sent on the shard's query channel (Loop.Queries) and back when the
-// shard signals Done, or it is answered on the querier's own goroutine (Loop.Serve,
-// Loop.FillShared). The shard writes only the answers (each probe's Off and N, Out past
+// shard signals Done, or it is answered on the querier's own goroutine (Loop.Serve).
+// The shard writes only the answers (each probe's Off and N, Out past
 // the first unanswered probe, SMiss) and the scan scratch at the end of the struct.
 type Batch struct {
 	// Done receives one signal per batch answered by the shard's goroutine (the

@@ -18,8 +18,8 @@
 // engine, to walk the table directly (Loop.Hold until Loop.Let). The locked engine
 // (engine.Config.LockedIndex) runs no Run: its RWMutex is the token, written by event
 // appliers under the write lock (Loop.ApplyLocked), read by any number of queriers
-// under the read lock (Loop.FillShared, Loop.Index), which is why a scan's scratch
-// belongs to the batch and not to the shard. An Index has no locks and no atomics; a
+// under the read lock (Loop.Index); a scan's scratch belongs to the batch and not to
+// the shard, as a querier that reads its own batch (Loop.Serve) needs. An Index has no locks and no atomics; a
 // Loop's counters are atomics written by the table's holder and read by anyone
 // (Loop.Counters, Loop.Applied); a locked shard's are its table's and two plain counts,
 // written under the write lock and read under the read lock. A Batch belongs to its

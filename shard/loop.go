@@ -36,8 +36,8 @@ type Env struct {
 	// QueryQueue is the capacity of the shard's query channel.
 	QueryQueue int
 	// Locked says that the engine runs no shard goroutine: the table belongs to the
-	// engine's RWMutex (ApplyLocked under its write lock, FillShared and Index's readers
-	// under its read lock).
+	// engine's RWMutex (ApplyLocked under its write lock, Index's readers under its read
+	// lock).
 	Locked bool
 }
 
@@ -50,8 +50,8 @@ type Env struct {
 // the table directly until it lets it go (Hold, Let), reading only. buf and the ring's consumer side are Run's alone. On the locked index
 // (Env.Locked) there is no Run: idx belongs to the engine's RWMutex (event appliers
 // write it under the write lock with ApplyLocked, queries read it under the read lock
-// with FillShared and Index, many at once), so a fill writes nothing of the shard's but
-// its atomic counters, and a scan's scratch lives in the probe batch. The counters are
+// through Index, many at once). A fill writes nothing of the shard's but its atomic
+// counters: a scan's scratch lives in the probe batch. The counters are
 // written by idx's holder and read by anyone (Counters, Applied). In an invariants
 // build owner records idx's holder and the methods that read or write idx check it.
 type Loop struct {
@@ -148,10 +148,6 @@ func (s *Loop) ApplyLocked(ds []Delta) {
 	s.apply(ds)
 	s.owner.Release()
 }
-
-// FillShared answers b on the caller's goroutine: a locked engine's querier, under the
-// engine's read lock (many at once: b carries its own scratch).
-func (s *Loop) FillShared(b *Batch) { s.fill(b) }
 
 // Run is the shard goroutine (sharded engines only): it applies the ring's deltas in
 // order and answers the batches sent on Queries, until Env.Done.
