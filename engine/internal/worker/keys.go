@@ -873,30 +873,25 @@ func (t *keyTable) probes(seed *table.Seed, k key) int {
 // first of its segment, so the key index has it). Along the chain the block after a
 // held block b is the next block of b's segment when its prefix matches, else the
 // first block of another segment (a branch child, or the next stride's), which the key
-// index has; a block's key names its parent's, so no other block can hold it.
+// index has; a block's key names its parent's, so no other block can hold it. Inside a
+// segment a position costs one compare and one meta byte, both in its chunk.
 func (t *keyTable) heldRun(seed *table.Seed, ns uint32, x0 uint32, pre []uint64) int {
-	var ref uint32
 	n := 0
 	for n < len(pre) {
-		x := x0 + uint32(n)
-		if n > 0 {
-			h := &t.segs[segOf(ref)]
-			if off := offOf(ref) + 1; off < uint32(h.n) && t.ar[h.at+off] == pre[n] {
-				ref++
-				if t.seqs(ref) == 0 {
-					return n
-				}
-				n++
-				continue
-			}
-		}
-		k := key{prefix: pre[n], pos: x, ns: ns}
-		r, ok := t.find(seed, k)
-		if !ok || t.seqs(r) == 0 {
+		ref, ok := t.find(seed, key{prefix: pre[n], pos: x0 + uint32(n), ns: ns})
+		if !ok || t.seqs(ref) == 0 {
 			return n
 		}
-		ref = r
 		n++
+		h := &t.segs[segOf(ref)]
+		ar := t.ar[h.at : h.at+chunkWords(segCaps[h.class])]
+		metas := ar[segCaps[h.class]:]
+		for off := offOf(ref) + 1; off < uint32(h.n) && n < len(pre) && ar[off] == pre[n]; off++ {
+			if m := uint8(metas[off/8] >> (8 * (off % 8))); m&3 == 0 || m == metaWide && t.ext.wide[ref&^offMask|off].seqs == 0 {
+				return n
+			}
+			n++
+		}
 	}
 	return n
 }
