@@ -53,12 +53,24 @@ func blocksOf(b []Block) []worker.Block {
 // during the run and its caller waiting for them after it (the conversation log's
 // ordered replay at two shards, 156 events between two barriers: 1,024 gave 6.2M block
 // ops/s, 128 gave 7.0M, and 7.8M with the shards' longer poll, shard.spinPolls). To
-// the locked index, large: nothing runs beside the caller, and each hand-over takes the
-// index's write lock (128 cost the locked replays 12-18% against 1,024).
+// the locked index, large: nothing runs beside the caller, which holds the write lock
+// already (yieldLocked bounds how long), and its deltas are few (the head positions and
+// the anchors only).
 const (
 	pendShards = 128
 	pendLocked = 1024
 )
+
+// yieldLocked is how many block changes of a run of one worker's events (ApplyBatch)
+// the locked index's write lock is held for before the waiting queries are let in: its
+// appliers change a worker's tables under it, about 0.1 us a block, and each letting-in
+// waits for the queries it lets in. On the conversation trace under
+// BenchmarkQueriesUnderIngest (three runs each, the same minutes), query p99 / p99.9 and
+// events applied meanwhile: 64: 41-45 / 72-85 us, 2.0M/s; 256: 53-56 / 85-110 us,
+// 2.6-2.7M/s; 1,024: 73-98 / 125-143 us, 3.0-3.3M/s; the layout with an index entry per
+// block, which took the write lock for the deltas alone every 1,024 of them: 44-64 /
+// 139-152 us, 1.7-1.9M/s.
+const yieldLocked = 256
 
 // maxPending is the hand-over bound of e's index: pendLocked or pendShards.
 func (e *Engine) maxPending() int {
@@ -380,9 +392,9 @@ func (e *Engine) applyBatchWith(out *worker.Outbox, evs []Event, errs []error) [
 			}
 			if e.cfg.LockedIndex && w != nil {
 				// A worker's run of events holds the locked index's write lock: let
-				// the queries waiting for the read lock in every pendLocked block
-				// changes (as a run of deltas did before: maxPending).
-				if held += 1 + len(ev.Blocks) + len(ev.Seqs) + len(ev.Contents); held >= pendLocked {
+				// the queries waiting for the read lock in every yieldLocked block
+				// changes.
+				if held += 1 + len(ev.Blocks) + len(ev.Seqs) + len(ev.Contents); held >= yieldLocked {
 					_ = e.flush(w) // (the locked index's flush cannot fail)
 					e.locked.Unlock()
 					e.locked.Lock()

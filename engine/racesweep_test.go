@@ -72,7 +72,7 @@ func TestRaceSweep(t *testing.T) {
 		racePair(func(i int) {
 			if i == 1 {
 				e.locked.RLock()
-				_ = e.lookup("w").HeldRun(&e.env, 0, 0, []uint64{100})
+				_ = e.lookup("w").HeldRun(&e.env, 0, 0, []uint64{100}, false)
 				e.locked.RUnlock()
 				return
 			}
@@ -97,7 +97,7 @@ func TestRaceSweep(t *testing.T) {
 		racePair(func(i int) {
 			if i == 1 {
 				e.locked.RLock()
-				_ = w.HeldRun(&e.env, 0, 0, []uint64{100})
+				_ = w.HeldRun(&e.env, 0, 0, []uint64{100}, false)
 				e.locked.RUnlock()
 				return
 			}

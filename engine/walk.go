@@ -263,7 +263,7 @@ func (e *Engine) walkSparse(q *query, idx *shard.Index, content []uint64, buf []
 	live := 0 // q.cands[live:] are gap-free and have held every landing so far
 	for i := range q.cands {
 		if c := &q.cands[i]; c.gappy {
-			c.score = e.heldFrom(q, c.w, content, 0, L)
+			c.score = e.heldFrom(q, c.w, content, 0, L, false)
 			q.cands[i], q.cands[live] = q.cands[live], q.cands[i]
 			live++
 		}
@@ -287,7 +287,7 @@ func (e *Engine) walkSparse(q *query, idx *shard.Index, content []uint64, buf []
 				from = 0
 			}
 			for i := live; i < len(q.cands); i++ {
-				q.cands[i].score = e.heldFrom(q, q.cands[i].w, content, from, L)
+				q.cands[i].score = e.heldFrom(q, q.cands[i].w, content, from, L, true)
 			}
 			return buf
 		}
@@ -357,7 +357,7 @@ func (e *Engine) bisectAnchors(q *query, idx *shard.Index, cs []candidate, conte
 		}
 	}
 	for i := range cs {
-		cs[i].score = e.heldFrom(q, cs[i].w, content, lo, hi)
+		cs[i].score = e.heldFrom(q, cs[i].w, content, lo, hi, true)
 	}
 	return buf
 }
@@ -365,14 +365,15 @@ func (e *Engine) bisectAnchors(q *query, idx *shard.Index, cs []candidate, conte
 // heldFrom returns the position where w's run of held query positions from anchor x0
 // ends, at most hi: the first position in [x0, hi) whose key w's tables do not hold,
 // or hi. It reads w's tables one stride at a time, hashing the query only as deep as
-// the run goes (and to the end of the stride it ends in).
-func (e *Engine) heldFrom(q *query, w *worker.Worker, content []uint64, x0, hi int) int {
+// the run goes (and to the end of the stride it ends in); closed says that w is
+// gap-free (worker.HeldRun).
+func (e *Engine) heldFrom(q *query, w *worker.Worker, content []uint64, x0, hi int, closed bool) int {
 	const S = worker.SparseStride
 	x := x0
 	for x < hi {
 		end := min(hi, x+S)
 		q.hashTo(content, end-1)
-		n := w.HeldRun(&e.env, q.ns, x, q.pre[x:end])
+		n := w.HeldRun(&e.env, q.ns, x, q.pre[x:end], closed)
 		if x += n; x < end {
 			break
 		}

@@ -874,8 +874,12 @@ func (t *keyTable) probes(seed *table.Seed, k key) int {
 // held block b is the next block of b's segment when its prefix matches, else the
 // first block of another segment (a branch child, or the next stride's), which the key
 // index has; a block's key names its parent's, so no other block can hold it. Inside a
-// segment a position costs one compare and one meta byte, both in its chunk.
-func (t *keyTable) heldRun(seed *table.Seed, ns uint32, x0 uint32, pre []uint64) int {
+// segment a position costs one compare and one meta byte, both in its chunk. closed
+// says that the table's held keys are prefix-closed (no holes): a held block's parent
+// is held, so inside a segment the blocks that match and are held come first, and a
+// binary search finds where they end (log2 of the segment's length, not its length:
+// what a query pays per candidate when many share a deep prefix).
+func (t *keyTable) heldRun(seed *table.Seed, ns uint32, x0 uint32, pre []uint64, closed bool) int {
 	n := 0
 	for n < len(pre) {
 		ref, ok := t.find(seed, key{prefix: pre[n], pos: x0 + uint32(n), ns: ns})
@@ -886,10 +890,25 @@ func (t *keyTable) heldRun(seed *table.Seed, ns uint32, x0 uint32, pre []uint64)
 		h := &t.segs[segOf(ref)]
 		ar := t.ar[h.at : h.at+chunkWords(segCaps[h.class])]
 		metas := ar[segCaps[h.class]:]
-		for off := offOf(ref) + 1; off < uint32(h.n) && n < len(pre) && ar[off] == pre[n]; off++ {
-			if m := uint8(metas[off/8] >> (8 * (off % 8))); m&3 == 0 || m == metaWide && t.ext.wide[ref&^offMask|off].seqs == 0 {
-				return n
+		held := func(off uint32) bool {
+			m := uint8(metas[off/8] >> (8 * (off % 8)))
+			return m&3 != 0 && (m != metaWide || t.ext.wide[ref&^offMask|off].seqs != 0)
+		}
+		lo := offOf(ref) + 1
+		hi := min(uint32(h.n), lo+uint32(len(pre)-n))
+		if closed {
+			l, r := lo, hi
+			for l < r {
+				if m := l + (r-l)/2; ar[m] == pre[n+int(m-lo)] && held(m) {
+					l = m + 1
+				} else {
+					r = m
+				}
 			}
+			n += int(l - lo)
+			continue
+		}
+		for off := lo; off < hi && ar[off] == pre[n] && held(off); off++ {
 			n++
 		}
 	}

@@ -132,14 +132,16 @@ func (w *Worker) Holds(env *Env, k shard.Key) bool {
 
 // HeldRun returns how many leading positions of the query chain pre (pre[i] is the
 // prefix hash at position x0+i, in namespace ns) w holds, w's own table only (a
-// component's tier). x0 must be a multiple of SparseStride. The reader must exclude
-// w's writers: w's mutex, or on the locked index the index's read lock (its writers
-// hold the write lock while they change a worker's tables).
-func (w *Worker) HeldRun(env *Env, ns uint32, x0 int, pre []uint64) int {
+// component's tier). x0 must be a multiple of SparseStride. closed says that w has no
+// holes (its published gap flag is clear, read in the same hold as its tables): a
+// segment's run is then found by bisection. The reader must exclude w's writers: w's
+// mutex, or on the locked index the index's read lock (its writers hold the write lock
+// while they change a worker's tables and publish its flag).
+func (w *Worker) HeldRun(env *Env, ns uint32, x0 int, pre []uint64, closed bool) int {
 	if x0%SparseStride != 0 {
 		panic("worker: HeldRun from a position inside a stride")
 	}
-	return w.keys.heldRun(&env.Seed, ns, uint32(x0), pre)
+	return w.keys.heldRun(&env.Seed, ns, uint32(x0), pre, closed)
 }
 
 // Copy applies a copied event to primary w: each seq that another tier holds is
