@@ -115,17 +115,17 @@ type Config struct {
 	// candidate's last stride from the worker's own tables, so a run of block changes
 	// inside a stride costs the index at most one. Shards must be 0 or 1 with it.
 	//
-	// The zero Config runs it on one or two cores (Shards says why). Choose it on more
-	// where the tail latency of concurrent queries matters most and events come from one
-	// or two ingesters: under two queriers and a streamer on two cores its find-matches
-	// p99 is 3.4 µs against 24 µs at one shard, it holds the least memory, and an event
-	// is visible to every query that starts after its call returns, with no Barrier. At
-	// rest one shard answers as fast (it walks its table the same way). Choose shards
-	// (Shards >= 1) when events must not wait for queries: every event takes the write
-	// lock, so a busy query load slows events several times over (437k events/s
-	// meanwhile against 1.95M at one shard), and with more cores the shards apply events
-	// in parallel. BENCHMARKS.md ("LockedIndex or shards") has the figures and their
-	// command.
+	// The zero Config runs it on one or two cores (Shards says why). On two cores it
+	// applies one producer's events 2.4x as fast as one shard (3.8M against 1.6M
+	// events/s on the conversation trace), holds the least memory (33 against 50 bytes
+	// per membership), and an event is visible to every query that starts after its
+	// call returns, with no Barrier; under two queriers and a streamer its find-matches
+	// p99 is 11 µs against 16 µs at one shard. At rest one shard answers as fast. Choose
+	// shards (Shards >= 1) when events must not wait for queries: every event takes the
+	// write lock for its whole bookkeeping, so a busy query load slows events (434k
+	// events/s meanwhile against 1.13M at one shard), and with more cores the shards
+	// apply events in parallel. BENCHMARKS.md ("LockedIndex or shards") has the figures
+	// and their command.
 	LockedIndex bool
 	// SpecChain makes the engine name positions by SPEC's XXH3 prefix chain
 	// (hash.Next) instead of its own keyed chain, which a query computes about five

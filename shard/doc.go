@@ -66,8 +66,9 @@
 // A run's changes still land one per key: keys are named by a seeded hash, so the
 // blocks of one chain are spread over the whole table, and each change's probe starts
 // with a cache miss (the conversation log's index is about 0.5 MB, the worker tables as
-// much again: together past a core's L2). Profiled on the locked index at steady state
-// (engine's BenchmarkEventRuns, 8 workers x 64 chains of 64 blocks, a chain evicted tail
+// much again: together past a core's L2). Profiled with an entry per position at steady
+// state (the engine's locked index keeps only the positions its queries probe, so its
+// events reach the table far less often; engine's BenchmarkEventRuns, 8 workers x 64 chains of 64 blocks, a chain evicted tail
 // first and one stored per batch), the table probes are most of the cost: the positional
 // index 40% (add 23%, removal 17%), the workers' seq tables 33% (removal 21%, store
 // 11%), most of it the first read of each probe.
