@@ -8,27 +8,32 @@ import (
 )
 
 // The direct walk: the locked index and a one-shard engine read the whole index under
-// one hold (walk), and score gap-free candidates by galloping landings and bisection
-// (gallop, bisect); a query still undecided past walkLimit goes to jump search.
+// one hold (walk). A one-shard engine's index keeps every position: it scores gap-free
+// candidates by galloping landings and bisection (gallop, bisect), and a query still
+// undecided past walkLimit goes to jump search. The locked index keeps the head and the
+// anchors only, and reads the rest from the candidates' tables (walkSparse): its
+// queries always end here.
 
-// walkLimit is how deep the locked index's direct walk goes before it leaves a query to
-// jump search.
+// walkLimit is how deep a one-shard engine's direct walk goes with a gappy candidate
+// before it leaves the query to jump search.
 const walkLimit = denseLandings
 
-// walk answers a query on the locked index by reading the index directly, under one
-// read lock, so that every probe sees the same state. When every candidate is gap-free
-// (the common case), gallop answers it; otherwise walk reads position by position while
-// some candidate has held every position so far: the score's definition, with no probe
-// batches, no landings and no second round. Most queries are decided within walkLimit
-// positions (the median best score on the trace-driven log is 8); when a candidate is
-// still alive there, walk gives up (done false, dst untouched) and jump search, which is
-// cheaper on long matches, answers the query instead.
+// walk answers a query by reading the index directly, under one hold (the locked
+// index's read lock, or a one-shard engine's table token), so that every probe sees the
+// same state. On the locked index walkSparse scores the candidates. On a one-shard
+// engine, when every candidate is gap-free (the common case), gallop answers it;
+// otherwise walk reads position by position while some candidate has held every
+// position so far: the score's definition, with no probe batches, no landings and no
+// second round. Most queries are decided within walkLimit positions (the median best
+// score on the trace-driven log is 8); when a candidate is still alive there, walk
+// gives up (done false, dst untouched) and jump search, which is cheaper on long
+// matches, answers the query instead.
 //
-// A one-shard engine walks too, holding its shard's table token (shard.Loop.Hold) where
-// the locked index holds its read lock: the table is the whole index there, so the walk
-// reads it as the locked one does, where jump search would batch its probes into one or
-// two rounds. When the shard does not let the query in (far behind, or busy past
-// serveSpins), the query goes by jump search, whose batches the shard answers itself.
+// A one-shard engine holds its shard's table token (shard.Loop.Hold) where the locked
+// index holds its read lock: the table is the whole index there, where jump search
+// would batch its probes into one or two rounds. When the shard does not let the query
+// in (far behind, or busy past serveSpins), the query goes by jump search, whose
+// batches the shard answers itself.
 func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done bool) {
 	slots := e.workers()
 	q.seen.Grow(len(slots))
