@@ -135,8 +135,8 @@ func (k *matchKey) before(l *matchKey, name func(int) string) bool {
 // sortByKeys sorts m through keys: one key per match, sorted (sortKeys), then at most
 // one move of each match. On the 16-worker trace log at rest, slices.SortFunc over
 // fifteen matches took about 1 us of a 2.5 us locked query; go test -run '^$' -bench
-// SortMatches ./engine/ (names like that log's, three runs): 15 matches 260-321 ns
-// against 677-740, 64 matches 2.2-2.5 us against 3.7.
+// SortMatches -count 3 ./engine/ (names like that log's): 15 matches 222-228 ns
+// against 677-740, 64 matches 1.43 us against 3.7.
 func (q *query) sortByKeys(m []Match) {
 	keys := q.skeys[:0]
 	for i := range m {
@@ -166,7 +166,10 @@ func (q *query) sortByKeys(m []Match) {
 }
 
 // sortKeys sorts keys into answer order: an insertion sort (answers are short, and often
-// arrive sorted or nearly so), slices.SortFunc past 64 keys. name(i) is the worker name
+// arrive sorted or nearly so) that finds a key's place by bisection and moves the keys
+// after it in one copy (15 and 64 matches, BenchmarkSortMatches: 258-261 and
+// 3,070-3,090 ns moving key by key, 222-228 and 1,425-1,433 ns so), slices.SortFunc past
+// 64 keys. name(i) is the worker name
 // of the key whose index is i (matchKey.before).
 func sortKeys(keys []matchKey, name func(int) string) {
 	if len(keys) > 64 {
@@ -183,11 +186,21 @@ func sortKeys(keys []matchKey, name func(int) string) {
 	}
 	for i := 1; i < len(keys); i++ {
 		x := keys[i]
-		j := i
-		for ; j > 0 && x.before(&keys[j-1], name); j-- {
-			keys[j] = keys[j-1]
+		if !x.before(&keys[i-1], name) {
+			continue // in order (an answer often is, or nearly)
 		}
-		keys[j] = x
+		// x goes before keys[i-1]: bisect keys[:i-1] for the first key x comes
+		// before, and move the keys after it up in one copy.
+		lo, hi := 0, i-1
+		for lo < hi {
+			if m := int(uint(lo+hi) >> 1); x.before(&keys[m], name) {
+				hi = m
+			} else {
+				lo = m + 1
+			}
+		}
+		copy(keys[lo+1:i+1], keys[lo:i])
+		keys[lo] = x
 	}
 }
 
