@@ -144,35 +144,18 @@ func (e *Engine) gallop(q *query, idx *shard.Index, content []uint64, buf []uint
 		step = min(2*step, gallopCap*J)
 		// The prefix hashes grow with the depth hashed, never with the query's length:
 		// a query of a billion blocks that its candidates leave early costs a few.
-		pre := slices.Grow(q.pre, x+1-len(q.pre))[:x+1]
-		q.ch.Fill(pre, content, len(q.pre))
-		h := pre[x]
-		q.pre = pre
-		buf = idx.AppendMembers(buf[:0], e.fingerprint(shard.Key{Prefix: h, Pos: uint32(x), NS: q.ns}))
-		q.seen.SetTo(buf)
-		// Move the candidates that missed x to the front of the live ones: they held
+		q.hashTo(content, x)
+		// The candidates that missed x go to the front of the live ones: they held
 		// prev and missed x.
-		out := live
-		for i := live; i < len(q.cands); i++ {
-			if !q.seen.Has(q.cands[i].wid) {
-				if i != out { // (a swap reorders the answer, which collect then sorts)
-					q.cands[i], q.cands[out] = q.cands[out], q.cands[i]
-				}
-				out++
-			}
-		}
-		if out > live {
-			buf = e.bisect(q, idx, q.cands[live:out], prev, x, buf)
-			live = out
+		var k int
+		k, buf = e.split(q, idx, q.cands[live:], x, buf)
+		if k > 0 {
+			buf = e.bisect(q, idx, q.cands[live:live+k], content, prev, x, 1, buf)
+			live += k
 		}
 		prev = x
 	}
-	for i := live; i < len(q.cands); i++ {
-		q.cands[i].score = L // held the last position, so all of them
-	}
-	if q.hintN > 0 {
-		q.hint = q.nextHint
-	}
+	q.endGallop(live, L)
 	return buf
 }
 
@@ -195,47 +178,48 @@ const gallopFirst = 8
 const gallopCap = 4
 
 // bisect scores gap-free candidates that are members of position lo and not of hi
-// (lo < hi, both hashed in q.pre): each one's score is in (lo, hi]. Each probe of a
-// position splits them into the members, whose score is above it, and the others; the
-// recursion is at most log2(hi-lo) + 2 deep.
+// (lo < hi, both hashed in q.pre, step apart or a multiple of it): each one's score is
+// in (lo, hi]. Each probe of a position splits them into the members, whose score is
+// above it, and the others; the recursion is at most log2((hi-lo)/step) + 2 deep. With
+// step 1 (every position indexed) a group's score is where its window closes; with
+// step worker.SparseStride (the sparse locked index: anchors only) a group holds anchor
+// lo and misses lo + step, and each candidate's score is lo plus the run its own
+// tables hold from lo (heldFrom; content is the query, for hashing that run).
 //
-// The probe is the middle position, except around the hint (q.hint): the score that
-// the previous query on this workspace gave its largest group of candidates. A router's
-// queries share their system prompt, which most workers hold and nothing more of, so
-// most candidates of most queries score that prompt's length: probing hint-1 and hint
-// first decides such a group in one or two probes instead of log2(hi-lo) (on both
-// trace-driven logs almost every candidate scores 8, the first landing: one probe of
-// position 7 instead of 4, 6 and 7). A wrong hint costs at most two probes more than
-// halving would.
-func (e *Engine) bisect(q *query, idx *shard.Index, cs []candidate, lo, hi int, buf []uint32) []uint32 {
-	for hi-lo > 1 {
-		mid := lo + (hi-lo)/2
-		if h := q.hint; lo < h-1 && h-1 < hi {
+// With step 1 the probe is the middle position, except around the hint (q.hint): the
+// score that the previous query on this workspace gave its largest group of
+// candidates. A router's queries share their system prompt, which most workers hold
+// and nothing more of, so most candidates of most queries score that prompt's length:
+// probing hint-1 and hint first decides such a group in one or two probes instead of
+// log2(hi-lo) (on both trace-driven logs almost every candidate scores 8, the first
+// landing: one probe of position 7 instead of 4, 6 and 7). A wrong hint costs at most
+// two probes more than halving would.
+func (e *Engine) bisect(q *query, idx *shard.Index, cs []candidate, content []uint64, lo, hi, step int, buf []uint32) []uint32 {
+	for hi-lo > step {
+		mid := lo + (hi-lo)/step/2*step
+		if h := q.hint; step == 1 && lo < h-1 && h-1 < hi {
 			mid = h - 1
-		} else if lo < h && h < hi {
+		} else if step == 1 && lo < h && h < hi {
 			mid = h
 		}
-		buf = idx.AppendMembers(buf[:0], e.fingerprint(shard.Key{Prefix: q.pre[mid], Pos: uint32(mid), NS: q.ns}))
-		q.seen.SetTo(buf)
 		// Missed mid: cs[:k], score in (lo, mid]; held it: cs[k:], score in (mid, hi].
-		k := 0
-		for i := range cs {
-			if !q.seen.Has(cs[i].wid) {
-				if i != k {
-					cs[i], cs[k] = cs[k], cs[i]
-				}
-				k++
-			}
-		}
+		var k int
+		k, buf = e.split(q, idx, cs, mid, buf)
 		switch {
 		case k == 0:
 			lo = mid
 		case k == len(cs):
 			hi = mid
 		default:
-			buf = e.bisect(q, idx, cs[k:], mid, hi, buf)
+			buf = e.bisect(q, idx, cs[k:], content, mid, hi, step, buf)
 			cs, hi = cs[:k], mid
 		}
+	}
+	if step > 1 {
+		for i := range cs {
+			cs[i].score = e.heldFrom(q, cs[i].w, content, lo, hi, true)
+		}
+		return buf
 	}
 	for i := range cs {
 		cs[i].score = hi
@@ -297,73 +281,24 @@ func (e *Engine) walkSparse(q *query, idx *shard.Index, content []uint64, buf []
 			return buf
 		}
 		q.hashTo(content, x)
-		buf = idx.AppendMembers(buf[:0], e.fingerprint(shard.Key{Prefix: q.pre[x], Pos: uint32(x), NS: q.ns}))
-		q.seen.SetTo(buf)
-		out := live
-		for i := live; i < len(q.cands); i++ {
-			if !q.seen.Has(q.cands[i].wid) {
-				if i != out {
-					q.cands[i], q.cands[out] = q.cands[out], q.cands[i]
-				}
-				out++
-			}
-		}
-		if out > live {
-			cs := q.cands[live:out]
+		var k int
+		k, buf = e.split(q, idx, q.cands[live:], x, buf)
+		if k > 0 {
+			cs := q.cands[live : live+k]
 			if x < worker.SparseHead {
-				buf = e.bisect(q, idx, cs, prev, x, buf) // every position there is indexed
+				buf = e.bisect(q, idx, cs, content, prev, x, 1, buf) // every position there is indexed
 			} else {
 				lo := prev - prev%S // an anchor they held (0 for the head)
 				if prev < worker.SparseHead {
 					lo = 0
 				}
-				buf = e.bisectAnchors(q, idx, cs, content, lo, x, buf)
+				buf = e.bisect(q, idx, cs, content, lo, x, S, buf)
 			}
-			live = out
+			live += k
 		}
 		prev = x
 	}
-	for i := live; i < len(q.cands); i++ {
-		q.cands[i].score = L // held the last position, so all of them
-	}
-	if q.hintN > 0 {
-		q.hint = q.nextHint
-	}
-	return buf
-}
-
-// bisectAnchors scores gap-free candidates that hold anchor lo and miss anchor hi (both
-// multiples of worker.SparseStride, lo < hi): probing the anchors between splits them
-// until each group holds lo and misses lo + SparseStride, and each candidate's score is
-// then lo plus the run its own tables hold from lo.
-func (e *Engine) bisectAnchors(q *query, idx *shard.Index, cs []candidate, content []uint64, lo, hi int, buf []uint32) []uint32 {
-	const S = worker.SparseStride
-	for hi-lo > S {
-		mid := lo + (hi-lo)/S/2*S
-		buf = idx.AppendMembers(buf[:0], e.fingerprint(shard.Key{Prefix: q.pre[mid], Pos: uint32(mid), NS: q.ns}))
-		q.seen.SetTo(buf)
-		k := 0 // missed mid: cs[:k]; held it: cs[k:]
-		for i := range cs {
-			if !q.seen.Has(cs[i].wid) {
-				if i != k {
-					cs[i], cs[k] = cs[k], cs[i]
-				}
-				k++
-			}
-		}
-		switch {
-		case k == 0:
-			lo = mid
-		case k == len(cs):
-			hi = mid
-		default:
-			buf = e.bisectAnchors(q, idx, cs[k:], content, mid, hi, buf)
-			cs, hi = cs[:k], mid
-		}
-	}
-	for i := range cs {
-		cs[i].score = e.heldFrom(q, cs[i].w, content, lo, hi, true)
-	}
+	q.endGallop(live, L)
 	return buf
 }
 
@@ -384,6 +319,37 @@ func (e *Engine) heldFrom(q *query, w *worker.Worker, content []uint64, x0, hi i
 		}
 	}
 	return x
+}
+
+// endGallop ends a gallop (gallop, walkSparse): q.cands[live:] held the query's last
+// position, so all of them (L); the score bisect found for its largest group becomes
+// the next query's hint.
+func (q *query) endGallop(live, L int) {
+	for i := live; i < len(q.cands); i++ {
+		q.cands[i].score = L
+	}
+	if q.hintN > 0 {
+		q.hint = q.nextHint
+	}
+}
+
+// split probes position x of the index (hashed in q.pre), which the caller holds, and
+// moves the candidates of cs that are not its members to the front, returning how many
+// they are and buf (the member list's scratch, possibly grown). A swap reorders the
+// answer, which collect then sorts.
+func (e *Engine) split(q *query, idx *shard.Index, cs []candidate, x int, buf []uint32) (int, []uint32) {
+	buf = idx.AppendMembers(buf[:0], e.fingerprint(shard.Key{Prefix: q.pre[x], Pos: uint32(x), NS: q.ns}))
+	q.seen.SetTo(buf)
+	k := 0
+	for i := range cs {
+		if !q.seen.Has(cs[i].wid) {
+			if i != k {
+				cs[i], cs[k] = cs[k], cs[i]
+			}
+			k++
+		}
+	}
+	return k, buf
 }
 
 // hashTo computes the walk's prefix hashes (q.pre) up to position x, from the last one
