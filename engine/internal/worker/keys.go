@@ -220,8 +220,10 @@ func (t *keyTable) setMeta(ref uint32, m uint8) {
 }
 
 // seqs returns block ref's engine-hash count.
-func (t *keyTable) seqs(ref uint32) uint32 {
-	m := t.meta(ref)
+func (t *keyTable) seqs(ref uint32) uint32 { return t.seqsOf(ref, t.meta(ref)) }
+
+// seqsOf is seqs of block ref whose meta byte, read by the caller, is m.
+func (t *keyTable) seqsOf(ref uint32, m uint8) uint32 {
 	if m == metaWide {
 		return t.ext.wide[ref].seqs
 	}
@@ -889,10 +891,9 @@ func (t *keyTable) heldRun(seed *table.Seed, ns uint32, x0 uint32, pre []uint64,
 		n++
 		h := &t.segs[segOf(ref)]
 		ar := t.ar[h.at : h.at+chunkWords(segCaps[h.class])]
-		metas := ar[segCaps[h.class]:]
+		metas := ar[segCaps[h.class]:] // (read here, not through the header per block)
 		held := func(off uint32) bool {
-			m := uint8(metas[off/8] >> (8 * (off % 8)))
-			return m&3 != 0 && (m != metaWide || t.ext.wide[ref&^offMask|off].seqs != 0)
+			return t.seqsOf(ref&^offMask|off, uint8(metas[off/8]>>(8*(off%8)))) > 0
 		}
 		lo := offOf(ref) + 1
 		hi := min(uint32(h.n), lo+uint32(len(pre)-n))

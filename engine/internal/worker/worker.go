@@ -291,14 +291,14 @@ func (w *Worker) store(env *Env, ns uint32, p parentRef, blocks []Block) {
 func (w *Worker) addKey(env *Env, k key, parentPrefix uint64, parent uint32, hint int) uint32 {
 	t := &w.keys
 	seed := &env.Seed
-	fp := env.fingerprint(k)
 	if parent != 0 && k.pos > 0 && t.loose == 0 && !t.full {
 		if ref, ok := t.extend(parent-1, k); ok {
 			t.held++
-			w.emitAdd(env, k, fp)
+			w.emit(env, shard.OpAdd, k) // (no fingerprint where the index keeps no key)
 			return ref
 		}
 	}
+	fp := env.fingerprint(k)
 	var ref uint32
 	var found bool
 	if k.pos == 0 {
@@ -353,7 +353,7 @@ func (w *Worker) dropKey(env *Env, ref uint32, k key) {
 		if sh := 8 * (off % 8); uint8(*mw>>sh) == 1 {
 			*mw &^= 0xff << sh
 			t.held--
-			w.emitRemove(env, k)
+			w.emit(env, shard.OpRemove, k)
 			if t.seqs(ref-1) == 0 {
 				w.holes-- // the dropped key was itself a hole
 			}
@@ -367,7 +367,7 @@ func (w *Worker) dropKey(env *Env, ref uint32, k key) {
 	t.held--
 	seed := &env.Seed
 	w.holes += int32(t.heldKids(ref))
-	w.emitRemove(env, k)
+	w.emit(env, shard.OpRemove, k)
 	seg := segOf(ref)
 	if k.pos > 0 {
 		p := t.parentOf(ref)
@@ -495,7 +495,7 @@ func (w *Worker) clear(env *Env) {
 	for seg := range t.segs {
 		for off := uint32(0); off < uint32(t.segs[seg].n); off++ {
 			if ref := refOf(uint32(seg), off); t.seqs(ref) > 0 {
-				w.emitRemove(env, t.key(ref))
+				w.emit(env, shard.OpRemove, t.key(ref))
 			}
 		}
 	}
@@ -513,11 +513,10 @@ func (w *Worker) emitAdd(env *Env, k key, fp uint64) {
 	}
 }
 
-// emitRemove tells the index that w no longer holds k, where the index keeps k's
-// position.
-func (w *Worker) emitRemove(env *Env, k key) {
+// emit queues op for k where the index keeps k's position, hashing k only there.
+func (w *Worker) emit(env *Env, op uint8, k key) {
 	if env.Indexed(k.pos) {
-		w.emitFP(env, shard.OpRemove, env.fingerprint(k))
+		w.emitFP(env, op, env.fingerprint(k))
 	}
 }
 
