@@ -46,20 +46,16 @@ func blocksOf(b []Block) []worker.Block {
 	return unsafe.Slice((*worker.Block)(unsafe.Pointer(unsafe.SliceData(b))), len(b))
 }
 
-// pendShards and pendLocked bound the deltas a worker holds back during a run of
-// events (ApplyBatch) before it hands them over (maxPending picks one).
-// To shards, small, so that they apply a run's first deltas while its caller still
-// applies the rest: a run that handed everything over at its end left the shards idle
-// during the run and its caller waiting for them after it (the conversation log's
-// ordered replay at two shards, 156 events between two barriers: 1,024 gave 6.2M block
-// ops/s, 128 gave 7.0M, and 7.8M with the shards' longer poll, shard.spinPolls). To
-// the locked index, large: nothing runs beside the caller, which holds the write lock
-// already (yieldLocked bounds how long), and its deltas are few (the head positions and
-// the anchors only).
-const (
-	pendShards = 128
-	pendLocked = 1024
-)
+// pendShards bounds the deltas a worker holds back from the shards during a run of
+// events (ApplyBatch) before it hands them over: small, so that the shards apply a
+// run's first deltas while its caller still applies the rest (a run that handed
+// everything over at its end left the shards idle during the run and its caller waiting
+// for them after it: the conversation log's ordered replay at two shards, 156 events
+// between two barriers: 1,024 gave 6.2M block ops/s, 128 gave 7.0M, and 7.8M with the
+// shards' longer poll, shard.spinPolls). The locked index applies its deltas when it
+// lets the write lock go (yieldLocked, or the run's end): nothing runs beside the
+// caller, and its deltas are few (the head positions and the anchors only).
+const pendShards = 128
 
 // yieldLocked is how many block changes of a run of one worker's events (ApplyBatch)
 // the locked index's write lock is held for before the waiting queries are let in: its
@@ -71,14 +67,6 @@ const (
 // block, which took the write lock for the deltas alone every 1,024 of them: 44-64 /
 // 139-152 us, 1.7-1.9M/s.
 const yieldLocked = 256
-
-// maxPending is the hand-over bound of e's index: pendLocked or pendShards.
-func (e *Engine) maxPending() int {
-	if e.cfg.LockedIndex {
-		return pendLocked
-	}
-	return pendShards
-}
 
 // keepPending is the buffer capacity per shard an outbox keeps after a flush: a huge
 // event's deltas go out in one push, and its buffer is not kept.
@@ -99,7 +87,7 @@ func (e *Engine) flush(w *worker.Worker) error {
 		// the index with the hole still in it.
 		e.shards[0].ApplyLocked(o.Pend[0])
 		w.Publish(&e.env)
-		o.Pend[0] = o.Pend[0][:0]
+		handedOver(o, 0)
 		o.Pending = 0
 	} else {
 		w.Publish(&e.env)
@@ -117,7 +105,7 @@ func (e *Engine) flush(w *worker.Worker) error {
 	}
 	if e.hooks.dropDeltas {
 		for s := range o.Pend {
-			o.Pend[s] = o.Pend[s][:0]
+			handedOver(o, s)
 		}
 		o.Pending = 0
 		return nil
@@ -135,13 +123,20 @@ func (e *Engine) flush(w *worker.Worker) error {
 			// caller gets the engine's reason, as from every other call.
 			err = e.err()
 		}
-		o.Pend[s] = o.Pend[s][:0] // (deltas hold no pointers: nothing to clear)
-		if cap(o.Pend[s]) > keepPending {
-			o.Pend[s] = nil // a huge event passed: do not keep its buffer
-		}
+		handedOver(o, s)
 	}
 	o.Pending = 0
 	return err
+}
+
+// handedOver empties o's delta buffer for shard s, whose deltas are applied: a huge
+// event's buffer is not kept (keepPending), on any index. Deltas hold no pointers:
+// nothing to clear.
+func handedOver(o *worker.Outbox, s int) {
+	o.Pend[s] = o.Pend[s][:0]
+	if cap(o.Pend[s]) > keepPending {
+		o.Pend[s] = nil
+	}
 }
 
 // lockLive locks the live worker named name (creating it when create is set), lends it
@@ -323,8 +318,8 @@ func (e *Engine) applyWith(out *worker.Outbox, ev *Event) error {
 
 // ApplyBatch applies evs in order and appends one error per event (nil when accepted) to
 // errs. Consecutive events of one worker are applied under one acquisition of its lock
-// and their index changes are handed to the shards together (every maxPending deltas
-// at the latest): this is how an ingester should apply an engine's event batch. The
+// and their index changes are handed to the shards together (every pendShards deltas,
+// or on the locked index every yieldLocked block changes, at the latest): this is how an ingester should apply an engine's event batch. The
 // answers are those of applying each event with Apply.
 func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
 	out := e.getOutbox()
@@ -387,7 +382,7 @@ func (e *Engine) applyBatchWith(out *worker.Outbox, evs []Event, errs []error) [
 				e.unlock(w) // flushed already
 				w = nil
 				out.Last = nil // do not keep a removed worker alive in the pool
-			case err == nil && out.Pending >= e.maxPending():
+			case err == nil && !e.cfg.LockedIndex && out.Pending >= pendShards:
 				err = e.flush(w)
 			}
 			if e.cfg.LockedIndex && w != nil {
