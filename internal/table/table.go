@@ -129,7 +129,8 @@ func Grown(n int) int {
 // by a quarter past LeanFrom slots (by half below), so that between growths its load
 // stays between 0.6 and 0.75 at Full instead of 0.5 and 0.75. A worker's seq table (12
 // bytes a held engine hash, the largest of its tables) grows so: on trace16 (16,000
-// engine hashes a worker) 47.2 instead of 48.7 bytes of heap per membership, and its
+// engine hashes a worker), measured on a locked index with an entry per position (the
+// one-shard engine's layout), 47.2 instead of 48.7 bytes of heap per membership, and its
 // replay from empty, one call per event, as fast within the noise, 6.8-7.4M block ops/s
 // against 6.8-7.6M (`kvindex replay --ops LOG --locked --batch=false --json --repeat 5`,
 // three alternating runs).
