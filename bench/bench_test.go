@@ -57,6 +57,16 @@ func BenchmarkEvents(b *testing.B) {
 	}
 }
 
+// BenchmarkEventsCoalesced is BenchmarkEvents, one producer, on the stream's coalesced
+// events (Workload.Coalesced: the calls of the peer drivers' coalesced replay).
+func BenchmarkEventsCoalesced(b *testing.B) {
+	w := loadBenchWorkload(b).Coalesced()
+	b.Logf("workload %s coalesced: %d events, %d block ops", w.Name, len(w.Events), w.BlockOps)
+	for _, impl := range Impls(benchShards) {
+		b.Run("impl="+impl.Name, func(b *testing.B) { benchEvents(b, impl, w, 1) })
+	}
+}
+
 func benchEvents(b *testing.B, impl Impl, w *Workload, p int) {
 	parts := w.partition(p)
 	var blockOps int64

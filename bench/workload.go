@@ -73,6 +73,10 @@ func NewWorkload(name string, ops []oplog.Op) *Workload {
 			ids[op.Worker] = id
 			w.Workers = append(w.Workers, op.Worker)
 		}
+		// One string per worker, as an ingester names its engine's events (and as the
+		// peer drivers intern names to ids before timing): comparing a worker's name with
+		// itself is a pointer compare.
+		ev.Worker = w.Workers[id]
 		w.steps = append(w.steps, int32(len(w.Events)))
 		w.Events = append(w.Events, ev)
 		w.wid = append(w.wid, id)

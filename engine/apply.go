@@ -95,13 +95,20 @@ func (e *Engine) flush(w *worker.Worker) error {
 	if invariants.Enabled {
 		w.MustCheck(&e.env, true)
 	}
-	if o.Events != 0 {
-		e.events.Add(o.Events)
-		o.Events = 0
-	}
-	if o.Skipped != 0 {
-		e.skippedRemovals.Add(o.Skipped)
-		o.Skipped = 0
+	switch {
+	case e.cfg.LockedIndex:
+		e.lockedEvents += o.Events
+		e.lockedSkipped += o.Skipped
+		o.Events, o.Skipped = 0, 0
+	default:
+		if o.Events != 0 {
+			e.events.Add(o.Events)
+			o.Events = 0
+		}
+		if o.Skipped != 0 {
+			e.skippedRemovals.Add(o.Skipped)
+			o.Skipped = 0
+		}
 	}
 	if e.hooks.dropDeltas {
 		for s := range o.Pend {

@@ -136,6 +136,10 @@ type Engine struct {
 	queryProbes     atomic.Uint64
 	walkFallbacks   atomic.Uint64 // see Stats.WalkFallbacks
 	abandoned       atomic.Uint64
+	// lockedEvents and lockedSkipped are events and skippedRemovals on the locked index,
+	// whose flush runs under its write lock: plain words, read under its read lock
+	// (Stats), as the block counts are (worker.Env.LockedBlocks).
+	lockedEvents, lockedSkipped uint64
 }
 
 // New validates cfg, starts the shard goroutines and returns the engine.
@@ -161,7 +165,7 @@ func newEngine(cfg Config, seed table.Seed, ch chain.Chain) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, done: make(chan struct{}), spinFor: runtime.GOMAXPROCS(0) > 1}
 	e.env.Seed, e.env.Chain, e.env.Shards = seed, ch, cfg.Shards
-	e.env.Sparse = cfg.LockedIndex
+	e.env.Sparse, e.env.Locked = cfg.LockedIndex, cfg.LockedIndex
 	e.env.Register = e.registerComponent
 	e.dense.Store(denseLandings)
 	e.byName.init()

@@ -734,19 +734,27 @@ func TestStatsCounters(t *testing.T) {
 		require.Equal(t, int64(2), st.Blocks)
 		require.Equal(t, 1, st.Workers)
 	}
-	t.Run("Apply", func(t *testing.T) {
-		e := newEngine(t, engine.Config{Shards: 2})
-		for i := range evs {
-			_ = e.Apply(&evs[i])
+	// The locked index counts under its write lock (plain words), the shards' engine
+	// with atomics: both ways.
+	for _, cfg := range []engine.Config{{Shards: 2}, {LockedIndex: true}} {
+		name := "shards"
+		if cfg.LockedIndex {
+			name = "locked"
 		}
-		check(t, e)
-	})
-	t.Run("ApplyBatch", func(t *testing.T) {
-		e := newEngine(t, engine.Config{Shards: 2})
-		errs := e.ApplyBatch(evs, nil)
-		require.Len(t, errs, len(evs))
-		check(t, e)
-	})
+		t.Run(name+"/Apply", func(t *testing.T) {
+			e := newEngine(t, cfg)
+			for i := range evs {
+				_ = e.Apply(&evs[i])
+			}
+			check(t, e)
+		})
+		t.Run(name+"/ApplyBatch", func(t *testing.T) {
+			e := newEngine(t, cfg)
+			errs := e.ApplyBatch(evs, nil)
+			require.Len(t, errs, len(evs))
+			check(t, e)
+		})
+	}
 }
 
 // TestDifferentialPredictions replays random histories with predictions (confirmed,

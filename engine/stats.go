@@ -1,5 +1,7 @@
 package engine
 
+import "github.com/kvindex/kvindex/engine/internal/worker"
+
 // Stats is a snapshot of the engine's counters. Counters that shards own are published
 // after every batch they apply, so take a Barrier first for exact figures.
 type Stats struct {
@@ -88,14 +90,18 @@ func (e *Engine) Stats() Stats {
 		NamespacesRefused:      e.ns.refused.Load(),
 		Shards:                 make([]ShardStats, len(e.shards)),
 	}
-	for t := range st.TierBlocks {
-		st.TierBlocks[t] = e.env.TierBlocks[t].Load()
-		st.Blocks += st.TierBlocks[t]
-	}
 	if e.cfg.LockedIndex {
-		// The locked shard's counters are its table's, read under the read lock.
+		// The locked shard's counters are its table's, and the block and event counts
+		// are plain words its appliers change under the write lock: read under the
+		// read lock.
 		e.locked.RLock()
 		defer e.locked.RUnlock()
+		st.Events += e.lockedEvents
+		st.SkippedRemovals += e.lockedSkipped
+	}
+	for t := range st.TierBlocks {
+		st.TierBlocks[t] = e.env.Blocks(worker.Tier(t))
+		st.Blocks += st.TierBlocks[t]
 	}
 	for i, s := range e.shards {
 		rs := s.Ring().Stats()

@@ -117,7 +117,7 @@ func (w *Worker) PublishGroups(env *Env, before [NumTiers]int) {
 	w.hybSize.Store(int64(h.n))
 	for t := range NumTiers {
 		if d := h.tn[t] - before[t]; d != 0 {
-			env.TierBlocks[t].Add(int64(d))
+			env.addBlocks(Tier(t), int64(d))
 		}
 	}
 }

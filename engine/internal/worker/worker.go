@@ -477,7 +477,7 @@ func (w *Worker) publish(env *Env) {
 		w.gappy.Store(g)
 	}
 	if d := int64(w.seqs.n) - w.size.Load(); d != 0 {
-		env.TierBlocks[w.tier].Add(d)
+		env.addBlocks(w.tier, d)
 		w.size.Store(int64(w.seqs.n))
 	}
 }
