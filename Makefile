@@ -186,7 +186,7 @@ index:
 plain: plain-pkgs plain-index
 plain-pkgs: publisher-deps
 	$(GOTEST) -short -count=1 $(PLAIN_PKGS)
-PLAIN_INDEX_RUN := ^(TestPartitionBalance|TestDifferential.*|Test.*Allocs.*|TestIndexAgainstMap)$$
+PLAIN_INDEX_RUN := ^(TestPartitionBalance|TestDifferential.*|Test.*Allocs.*|TestIndexAgainstMap|TestStressLocked)$$
 plain-index: publisher-deps
 	GO=$(GO) HEAVY="./engine ./shard" HEAVY_LOCK= bash scripts/gotest-lanes.sh "" "-test.short -test.timeout=$(TEST_TIMEOUT)" \
 		'./engine:$(PLAIN_INDEX_RUN)' './shard:$(PLAIN_INDEX_RUN)' \

@@ -1,6 +1,6 @@
 // Package bench measures index implementations side by side, in one process, on the same
 // op stream: the sharded engine at several shard counts, the engine's LockedIndex
-// baseline (the same positional index behind one sync.RWMutex) and the classic
+// baseline (the same positional index behind one readers-writer lock) and the classic
 // mutex-guarded radix tree of package radix.
 //
 // # What is measured

@@ -46,7 +46,7 @@ func EngineImpl(shards int) Impl {
 }
 
 // LockedImpl is the engine's LockedIndex baseline: the same positional index behind one
-// sync.RWMutex, applied by the event callers, with no shard goroutines.
+// readers-writer lock, applied by the event callers, with no shard goroutines.
 func LockedImpl() Impl { return engineImpl("locked", engine.Config{LockedIndex: true}) }
 
 // LockedSpecImpl is LockedImpl with SPEC's XXH3 prefix chain instead of the engine's

@@ -108,7 +108,8 @@ type Config struct {
 	// 1..MaxQueryQueue.
 	QueryQueue int
 	// LockedIndex replaces the shard goroutines with a single index guarded by one
-	// sync.RWMutex: event callers apply their events under the write lock (workers'
+	// readers-writer lock (package internal/rwlock: an uncontended write costs one
+	// compare-and-swap each way): event callers apply their events under the write lock (workers'
 	// tables and index alike, so events of different workers take turns) and queries
 	// read under the read lock, on their own goroutines. Its index keeps only the
 	// positions a query probes (below 16, and every 64th); a query reads the rest of a

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/kvindex/kvindex/internal/rwlock"
 	"runtime"
 	"strings"
 	"sync"
@@ -64,8 +65,9 @@ type Engine struct {
 	// env is the workers' environment (package engine/internal/worker): set at New, its
 	// table seed (keys every table hash of this engine, see table.Seed), prefix chain
 	// (package engine/internal/chain; its key read from a snapshot by Restore before any
-	// event) and shard count are read-only after; its block counters are atomics
-	// written by event appliers at their flush; Register is the registry's, for tier
+	// event) and shard count are read-only after; its block counters are written by
+	// event appliers at their flush (atomics, or on the locked index plain words under
+	// its write lock: worker.Env.Locked); Register is the registry's, for tier
 	// components.
 	env worker.Env
 
@@ -74,7 +76,7 @@ type Engine struct {
 	// event appliers hold it to write, queries to read. bars names the barrier tokens
 	// in the rings (its own mutex; barrier.go); barriers pools the Barrier calls' acks.
 	shards   []*shard.Loop
-	locked   sync.RWMutex
+	locked   rwlock.RWMutex
 	bars     shard.Barriers
 	barriers sync.Pool
 

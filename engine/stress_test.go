@@ -57,6 +57,26 @@ func TestStress(t *testing.T) {
 	}
 }
 
+// TestStressLocked is TestStress on the locked index alone, run by make test without
+// the race detector (its plain-index phase): a race build's locked index takes a
+// sync.RWMutex (package internal/rwlock), so this is where the engine's producers and
+// queriers meet the lock it runs in production.
+func TestStressLocked(t *testing.T) {
+	ops := testsize.Sized(3000, 1500, 600)
+	seed := uint64(os.Getpid())
+	t.Logf("seed %d", seed)
+	for _, jump := range []int{1, 4, 64} {
+		for _, procs := range []int{1, 2, 4} {
+			hist := refmodel.RandomOps(rand.New(rand.NewPCG(seed, uint64(jump*10+procs))), ops,
+				refmodel.RandomOptions{Workers: 12, Alphabet: 3, MaxChain: 100, Tiers: jump == 4})
+			t.Run(fmt.Sprintf("jump=%d/procs=%d", jump, procs), func(t *testing.T) {
+				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+				stress(t, engine.Config{LockedIndex: true, JumpSize: jump}, hist, 4, 4)
+			})
+		}
+	}
+}
+
 func stress(t *testing.T, cfg engine.Config, hist []oplog.Op, producers, readers int) {
 	e := newEngine(t, cfg)
 	// Split events by worker; producer p owns workers whose index % producers == p.
