@@ -61,7 +61,7 @@ func (l *RWMutex) Unlock() {
 
 // RLock takes l for reading, waiting while a writer holds it or waits for it.
 func (l *RWMutex) RLock() {
-	if s := l.state.Add(1); s&(writer|waiting) == 0 {
+	if s := l.state.Add(1); uint64(s) < writer { // no writer, no one waiting
 		return
 	}
 	// A writer holds it or someone waits: take the count back (waking a writer that
@@ -75,6 +75,9 @@ func (l *RWMutex) RLock() {
 // RUnlock releases l, held for reading; the last reader out wakes a waiting writer.
 func (l *RWMutex) RUnlock() {
 	s := l.state.Add(-1)
+	if uint64(s) < readerMask { // readers left or none, no writer, no one waiting
+		return
+	}
 	if s < 0 || s&readerMask == readerMask || s&writer != 0 && s&readerMask == 0 {
 		panic("rwlock: RUnlock of an RWMutex not held for reading")
 	}
