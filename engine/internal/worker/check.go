@@ -130,6 +130,9 @@ func (t *keyTable) each(f func(ref uint32)) {
 // arena words), the free lists, and the key index holding exactly the blocks inIdx
 // names, in Robin Hood order with their tags and its count.
 func (t *keyTable) check(seed *table.Seed) error {
+	if t.shrinkSeg != 0 {
+		return fmt.Errorf("segment %d's shrink was put off and never settled", t.shrinkSeg-1)
+	}
 	var nsegs, blocks, held, loose, chunks, nsOther int32
 	kids := make(map[uint32]uint32)
 	freeSegs := 0

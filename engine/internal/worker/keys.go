@@ -167,7 +167,10 @@ type keyTable struct {
 	ext  *keyExt
 	// freeSeg is the id + 1 of the first free header; freeChunk the arena word + 1 of
 	// the first free chunk of each class (its first word holds the next one's).
-	freeSeg   uint32
+	freeSeg uint32
+	// shrinkSeg is the id + 1 of a segment whose shrink trim put off (settleShrink), 0
+	// when none.
+	shrinkSeg uint32
 	freeChunk [numClasses]uint32
 	nsegs     int32 // live segments
 	blocks    int32 // blocks of live segments
@@ -433,7 +436,9 @@ func (t *keyTable) appendBlock(seed *table.Seed, seg uint32, k key, fp uint64, h
 
 // trim drops the blocks at the end of segment seg that are not held and have no held
 // branch child, and frees the segment once it is empty; a chunk left with room to
-// spare moves to a smaller one (shrink).
+// spare moves to a smaller one (shrink) when the caller settles (settleShrink), or
+// when a trim of another segment comes first: a removal that drains a segment's tail
+// block by block moves it once, not once per size class on the way down.
 func (t *keyTable) trim(seed *table.Seed, seg uint32) {
 	h := &t.segs[seg]
 	for h.n > 0 {
@@ -454,13 +459,29 @@ func (t *keyTable) trim(seed *table.Seed, seg uint32) {
 		if h.ns != 0 {
 			t.nsOther--
 		}
+		if t.shrinkSeg == seg+1 {
+			t.shrinkSeg = 0
+		}
 		t.freeChunkAt(h.at, h.class)
 		*h = segHdr{parent: t.freeSeg}
 		t.freeSeg = seg + 1
 		t.nsegs--
 		return
 	}
-	t.shrink(seg)
+	if t.shrinkSeg != seg+1 {
+		t.settleShrink()
+		t.shrinkSeg = seg + 1
+	}
+}
+
+// settleShrink shrinks the segment whose shrink trim put off, if any. Whoever trims
+// settles before the table is read by anyone else (the worker's event methods that
+// drop keys do before they return).
+func (t *keyTable) settleShrink() {
+	if s := t.shrinkSeg; s != 0 {
+		t.shrinkSeg = 0
+		t.shrink(s - 1)
+	}
 }
 
 // shrink moves segment seg to a smaller chunk once its blocks fit the next smaller

@@ -167,6 +167,7 @@ func TestKeyTableAgainstMap(t *testing.T) {
 				t.Fatalf("step %d: %v lost", step, k)
 			}
 			w.dropKey(env, ref, k)
+			w.keys.settleShrink() // as the worker's event methods do
 			if model[k]--; model[k] == 0 {
 				delete(model, k)
 			}

@@ -192,6 +192,7 @@ func (w *Worker) storeKey(env *Env, seq uint64, k key, parentPrefix uint64) {
 		ok := w.keys.key(old)
 		w.dg.add(ok.ns, digestTerm(seq, ok.pos), -1)
 		w.dropKey(env, old, ok)
+		w.keys.settleShrink()
 	}
 	w.seqs.setAt(si, sh, w.addKey(env, k, parentPrefix, 0, 1))
 	w.dg.add(k.ns, digestTerm(seq, k.pos), 1)

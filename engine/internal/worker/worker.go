@@ -272,6 +272,7 @@ func (w *Worker) store(env *Env, ns uint32, p parentRef, blocks []Block) {
 			ok := w.keys.key(old)
 			w.dg.add(ok.ns, digestTerm(b.Seq, ok.pos), -1)
 			w.dropKey(env, old, ok) // last write wins: the seq moves
+			w.keys.settleShrink()
 		}
 		nref := w.addKey(env, k, parentPrefix, ref, len(blocks)-i) // a root ignores its parent
 		ref = nref + 1
@@ -341,7 +342,8 @@ func (w *Worker) addKey(env *Env, k key, parentPrefix uint64, parent uint32, hin
 }
 
 // dropKey counts one engine hash less under block ref, which must be held and whose key
-// (the caller has read it) is k.
+// (the caller has read it) is k. The caller settles the key table (settleShrink) before
+// it returns: a removal of many blocks settles once.
 func (w *Worker) dropKey(env *Env, ref uint32, k key) {
 	t := &w.keys
 	h := &t.segs[segOf(ref)]
@@ -414,6 +416,7 @@ func (w *Worker) remove(env *Env, seqs []uint64) (skipped int) {
 		w.dropKey(env, ref, k)
 	}
 	w.dg.addCell(dns, dc)
+	w.keys.settleShrink()
 	if w.keys.sparse() {
 		w.compact(&env.Seed)
 	}
