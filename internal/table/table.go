@@ -125,24 +125,29 @@ func Grown(n int) int {
 	return n + n/2
 }
 
-// GrownLean is Grown for a table whose memory matters more than the cost of its growths:
-// by a quarter past LeanFrom slots (by half below), so that between growths its load
-// stays between 0.6 and 0.75 at Full instead of 0.5 and 0.75. A worker's seq table (12
-// bytes a held engine hash, the largest of its tables) grows so: on trace16 (16,000
-// engine hashes a worker), measured on a locked index with an entry per position (the
-// one-shard engine's layout), 47.2 instead of 48.7 bytes of heap per membership, and its
-// replay from empty, one call per event, as fast within the noise, 6.8-7.4M block ops/s
-// against 6.8-7.6M (`kvindex replay --ops LOG --locked --batch=false --json --repeat 5`,
-// three alternating runs).
+// GrownLean is the growth of a table whose memory matters when it is large: doubled
+// below LeanFrom slots, by a quarter past it, so that a large table's load stays
+// between 0.6 and 0.75 at Full instead of 0.375 and 0.75. A worker's seq table (12
+// bytes a held engine hash, the largest of its tables) grows so. Below LeanFrom the
+// load is what costs: an insertion in Robin Hood order shifts the rest of its run, and
+// a run's length grows fast toward 3/4. On the conversation trace (about 4,000 engine
+// hashes a worker, tables of 5,000-10,000 slots), locked index, three alternating runs:
+// doubling below 65,536 slots instead of growing by a quarter past 4,096 took
+// `bench.BenchmarkEvents` from 223-248 to 199-212 ns an event and
+// `BenchmarkEventsCoalesced` from 6.3-6.9 to 5.3-5.9 µs a coalesced event, for 33.7 ->
+// 39.5 bytes of heap per membership there and 32.3 -> 36.8 on trace16 (`kvindex replay
+// --locked --batch=false --json`); a 62,500-hash worker (BenchmarkMemory) moved from
+// 29.7 to 30.0.
 func GrownLean(n int) int {
 	if n < LeanFrom {
-		return Grown(n)
+		return max(2*n, MinSlots)
 	}
 	return n + n/4
 }
 
-// LeanFrom is the size, in slots, past which GrownLean grows a table by a quarter.
-const LeanFrom = 4096
+// LeanFrom is the size, in slots, past which GrownLean grows a table by a quarter (768
+// KiB of a seq table's 12-byte slots).
+const LeanFrom = 1 << 16
 
 // Sparse reports whether a table of n slots holding used entries should shrink (to
 // Shrunk(n)); floor is the size below which a table never shrinks. The gap between the

@@ -58,7 +58,7 @@ func TestSizing(t *testing.T) {
 	}
 	for n := MinSlots; n < 1<<20; n = GrownLean(n) {
 		g := GrownLean(n)
-		if g <= n || n >= LeanFrom && g > n+n/4 || n < LeanFrom && g != Grown(n) {
+		if g <= n || n >= LeanFrom && g > n+n/4 || n < LeanFrom && g != max(2*n, MinSlots) {
 			t.Fatalf("GrownLean(%d) = %d", n, g)
 		}
 	}
