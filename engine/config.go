@@ -117,14 +117,14 @@ type Config struct {
 	// inside a stride costs the index at most one. Shards must be 0 or 1 with it.
 	//
 	// The zero Config runs it on one or two cores (Shards says why). On two cores it
-	// applies one producer's events 2.4x as fast as one shard (3.8M against 1.6M
-	// events/s on the conversation trace), holds the least memory (33 against 50 bytes
+	// applies one producer's events 3.4x as fast as one shard (4.7M against 1.4M
+	// events/s on the conversation trace), holds the least memory (39 against 56 bytes
 	// per membership), and an event is visible to every query that starts after its
 	// call returns, with no Barrier; under two queriers and a streamer its find-matches
-	// p99 is 11 µs against 16 µs at one shard. At rest one shard answers as fast. Choose
+	// p99 is 20 µs against 23 µs at one shard. At rest one shard answers as fast. Choose
 	// shards (Shards >= 1) when events must not wait for queries: every event takes the
-	// write lock for its whole bookkeeping, so a busy query load slows events (434k
-	// events/s meanwhile against 1.13M at one shard), and with more cores the shards
+	// write lock for its whole bookkeeping, so a busy query load slows events (388k
+	// events/s meanwhile against 926k at one shard), and with more cores the shards
 	// apply events in parallel. BENCHMARKS.md ("LockedIndex or shards") has the figures
 	// and their command.
 	LockedIndex bool
