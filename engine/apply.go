@@ -95,12 +95,12 @@ func (e *Engine) flush(w *worker.Worker) error {
 	if invariants.Enabled {
 		w.MustCheck(&e.env, true)
 	}
-	switch {
-	case e.cfg.LockedIndex:
+	if e.cfg.LockedIndex {
+		// Under the write lock: plain words (Stats reads them under the read lock).
 		e.lockedEvents += o.Events
 		e.lockedSkipped += o.Skipped
 		o.Events, o.Skipped = 0, 0
-	default:
+	} else {
 		if o.Events != 0 {
 			e.events.Add(o.Events)
 			o.Events = 0

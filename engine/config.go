@@ -109,9 +109,9 @@ type Config struct {
 	QueryQueue int
 	// LockedIndex replaces the shard goroutines with a single index guarded by one
 	// readers-writer lock (package internal/rwlock: an uncontended write costs one
-	// compare-and-swap each way): event callers apply their events under the write lock (workers'
-	// tables and index alike, so events of different workers take turns) and queries
-	// read under the read lock, on their own goroutines. Its index keeps only the
+	// compare-and-swap each way): event callers apply their events under the write
+	// lock (workers' tables and index alike, so events of different workers take
+	// turns) and queries read under the read lock, on their own goroutines. Its index keeps only the
 	// positions a query probes (below 16, and every 64th); a query reads the rest of a
 	// candidate's last stride from the worker's own tables, so a run of block changes
 	// inside a stride costs the index at most one. Shards must be 0 or 1 with it.

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"github.com/kvindex/kvindex/internal/rwlock"
 	"runtime"
 	"strings"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	"github.com/kvindex/kvindex/engine/internal/chain"
 	"github.com/kvindex/kvindex/engine/internal/predict"
 	"github.com/kvindex/kvindex/engine/internal/worker"
+	"github.com/kvindex/kvindex/internal/rwlock"
 	"github.com/kvindex/kvindex/internal/table"
 	"github.com/kvindex/kvindex/ringbuf"
 	"github.com/kvindex/kvindex/shard"
