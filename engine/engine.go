@@ -167,7 +167,7 @@ func newEngine(cfg Config, seed table.Seed, ch chain.Chain) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, done: make(chan struct{}), spinFor: runtime.GOMAXPROCS(0) > 1}
 	e.env.Seed, e.env.Chain, e.env.Shards = seed, ch, cfg.Shards
-	e.env.Sparse, e.env.Locked = cfg.LockedIndex, cfg.LockedIndex
+	e.env.Locked = cfg.LockedIndex
 	e.env.Register = e.registerComponent
 	e.dense.Store(denseLandings)
 	e.byName.init()

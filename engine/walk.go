@@ -54,7 +54,7 @@ func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done 
 			}
 		}
 	}
-	if e.env.Sparse {
+	if e.env.Locked {
 		q.sub[0].Out = e.walkSparse(q, idx, content, buf)
 		e.letIndex()
 		return e.collect(q, content, dst), true
@@ -232,7 +232,7 @@ func (e *Engine) bisect(q *query, idx *shard.Index, cs []candidate, content []ui
 
 // The sparse walk: the locked index keeps keys only at the head positions (below
 // worker.SparseHead) and at the stride anchors (multiples of worker.SparseStride), so a
-// run of block changes inside a stride changes the index at most once (Env.Sparse). A
+// run of block changes inside a stride changes the index at most once (Env.Locked). A
 // query probes the index where it has keys and reads the rest of a stride from each
 // candidate's own tables (worker.HeldRun), under the same read lock: on the locked
 // index a worker's tables change under the write lock (lockLive), so the walk sees the

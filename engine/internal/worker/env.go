@@ -22,10 +22,12 @@ type Env struct {
 	Seed   table.Seed
 	Chain  chain.Chain
 	Shards int
-	// Sparse keeps the positional index to the positions a sparse walk probes
-	// (Indexed): the locked index's layout, whose queries read the rest of a stride
-	// from the candidates' own tables (HeldRun).
-	Sparse bool
+	// Locked says the environment is the locked index's: its positional index keeps
+	// only the positions a sparse walk probes (Indexed), whose queries read the rest of
+	// a stride from the candidates' own tables (HeldRun), and every publication
+	// (Publish, PublishGroups) runs under its write lock, so the block counts are
+	// LockedBlocks, not TierBlocks.
+	Locked bool
 
 	// Register makes a new tier component of primary p for tier t (NewComponent) under
 	// a worker id of the engine's registry, and returns it registered. Called by the
@@ -33,11 +35,6 @@ type Env struct {
 	// registry's lock (an event's worker mutex is taken before the registry's, never
 	// after).
 	Register func(p *Worker, t Tier) *Worker
-
-	// Locked says that every publication (Publish, PublishGroups) runs under the locked
-	// index's write lock, so the block counts are LockedBlocks, not TierBlocks. Set with
-	// Sparse, read-only after.
-	Locked bool
 
 	// TierBlocks counts the entries of every worker (seq tables and declared groups) per
 	// tier; their sum is the engine's block count (one atomic add per publication, not
@@ -78,9 +75,10 @@ const (
 )
 
 // Indexed reports whether the positional index holds keys at position pos: every
-// position, or on a sparse index (Sparse) the head and the stride anchors. Concurrent.
+// position, or on the locked index's sparse one (Locked) the head and the stride
+// anchors. Concurrent.
 func (env *Env) Indexed(pos uint32) bool {
-	return !env.Sparse || pos < SparseHead || pos%SparseStride == 0
+	return !env.Locked || pos < SparseHead || pos%SparseStride == 0
 }
 
 // Fingerprint is k's name in the positional index (shard.Hash). Concurrent.

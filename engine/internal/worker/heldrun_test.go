@@ -20,7 +20,7 @@ func TestHeldRun(t *testing.T) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 91))
 			env := testEnv()
-			env.Sparse = true
+			env.Locked = true
 			w := New("w", 0)
 			o := NewOutbox(env.Shards)
 			m := members{}

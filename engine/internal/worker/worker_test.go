@@ -103,7 +103,7 @@ func TestWorkerHistories(t *testing.T) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 77))
 			env := testEnv()
-			env.Sparse = seed > 4
+			env.Locked = seed > 4
 			w := New("w", 0)
 			o := NewOutbox(env.Shards)
 			m := members{}
