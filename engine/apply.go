@@ -326,8 +326,9 @@ func (e *Engine) applyWith(out *worker.Outbox, ev *Event) error {
 // ApplyBatch applies evs in order and appends one error per event (nil when accepted) to
 // errs. Consecutive events of one worker are applied under one acquisition of its lock
 // and their index changes are handed to the shards together (every pendShards deltas,
-// or on the locked index every yieldLocked block changes, at the latest): this is how an ingester should apply an engine's event batch. The
-// answers are those of applying each event with Apply.
+// or on the locked index every yieldLocked block changes, at the latest): this is how an
+// ingester should apply an engine's event batch. The answers are those of applying each
+// event with Apply.
 func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
 	out := e.getOutbox()
 	defer e.outboxes.Put(out)

@@ -45,8 +45,8 @@
 //     groups). On the locked index an event's caller also holds the index's write lock
 //     from the moment it locks the worker until it lets it go (lockLive, unlock), so
 //     that its queries read the tables of the workers they score under the read lock
-//     (walkSparse), at the moment of the index they read. Rejections (ErrParentNotFound, ErrInvalidEvent) are therefore returned
-//     synchronously. The package takes a worker.Env (the seeds, the shard count, the
+//     (walkSparse), at the moment of the index they read. Rejections
+//     (ErrParentNotFound, ErrInvalidEvent) are therefore returned synchronously. The package takes a worker.Env (the seeds, the shard count, the
 //     block counters, the registry's callback for tier components) instead of the
 //     Engine; this package keeps the two protocols around it, events (apply.go) and
 //     queries (query.go, walk.go, jump.go, answer.go, tune.go).

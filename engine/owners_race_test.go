@@ -19,7 +19,8 @@ const raceSweepChild = "KVINDEX_RACE_SWEEP_CHILD"
 // in a child process of this same test binary, which the detector must be built into.
 // In each, two goroutines that are not the owner of one piece of state (a worker's
 // bookkeeping, a shard's table, a worker's tables on the locked index beside a query,
-// the prediction table, the worker registry) touch it at once: the child must fail with a DATA RACE report. The control
+// the prediction table, the worker registry) touch it at once: the child must fail
+// with a DATA RACE report. The control
 // subtest does the same work as the owner and must pass, so that a detector that
 // reports everything fails the test too. With -tags invariants, a non-owner's access
 // may instead stop at the owner check (package internal/invariants), which panics before

@@ -19,8 +19,8 @@
 // (engine.Config.LockedIndex) runs no Run: its RWMutex is the token, written by event
 // appliers under the write lock (Loop.ApplyLocked), read by any number of queriers
 // under the read lock (Loop.Index); a scan's scratch belongs to the batch and not to
-// the shard, as a querier that reads its own batch (Loop.Serve) needs. An Index has no locks and no atomics; a
-// Loop's counters are atomics written by the table's holder and read by anyone
+// the shard, as a querier that reads its own batch (Loop.Serve) needs. An Index has no
+// locks and no atomics; a Loop's counters are atomics written by the table's holder and read by anyone
 // (Loop.Counters, Loop.Applied); a locked shard's are its table's and two plain counts,
 // written under the write lock and read under the read lock. A Batch belongs to its
 // querier except while a shard answers it. Barriers and the ring are safe for concurrent use. In a -tags invariants
@@ -68,8 +68,9 @@
 // with a cache miss (the conversation log's index is about 0.5 MB, the worker tables as
 // much again: together past a core's L2). Profiled with an entry per position at steady
 // state (the engine's locked index keeps only the positions its queries probe, so its
-// events reach the table far less often; engine's BenchmarkEventRuns, 8 workers x 64 chains of 64 blocks, a chain evicted tail
-// first and one stored per batch), the table probes are most of the cost: the positional
+// events reach the table far less often; engine's BenchmarkEventRuns, 8 workers x 64
+// chains of 64 blocks, a chain evicted tail first and one stored per batch), the table
+// probes are most of the cost: the positional
 // index 40% (add 23%, removal 17%), the workers' seq tables 33% (removal 21%, store
 // 11%), most of it the first read of each probe.
 //
