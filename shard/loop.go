@@ -47,13 +47,14 @@ type Env struct {
 // while it applies deltas and answers the batches sent on Queries, and lets it go
 // between slices of letInEvery deltas when a querier waits for it (want), or a querying
 // goroutine that took it between two slices to answer its own batch (Serve) or to read
-// the table directly until it lets it go (Hold, Let), reading only. buf and the ring's consumer side are Run's alone. On the locked index
-// (Env.Locked) there is no Run: idx belongs to the engine's RWMutex (event appliers
-// write it under the write lock with ApplyLocked, queries read it under the read lock
-// through Index, many at once). A fill writes nothing of the shard's but its atomic
-// counters: a scan's scratch lives in the probe batch. The counters are
-// written by idx's holder and read by anyone (Counters, Applied). In an invariants
-// build owner records idx's holder and the methods that read or write idx check it.
+// the table directly until it lets it go (Hold, Let), reading only. buf and the ring's
+// consumer side are Run's alone. On the locked index (Env.Locked) there is no Run: idx
+// belongs to the engine's RWMutex (event appliers write it under the write lock with
+// ApplyLocked, queries read it under the read lock through Index, many at once, and
+// fill no batches). A fill writes nothing of the shard's but its atomic counters: a
+// scan's scratch lives in the probe batch. The counters are written by idx's holder and
+// read by anyone (Counters, Applied). In an invariants build owner records idx's holder
+// and the methods that read or write idx check it.
 type Loop struct {
 	env     Env
 	idx     *Index
@@ -441,11 +442,7 @@ func (s *Loop) answer(b *Batch) {
 
 // fill answers each probe of b with the members of its key, appended to b.Out.
 func (s *Loop) fill(b *Batch) {
-	if s.env.Locked {
-		s.owner.CheckFree("locked query") // readers share idx under the read lock
-	} else {
-		s.owner.Check("shard fill")
-	}
+	s.owner.Check("shard fill") // (the locked index's queries read Index, never a batch)
 	out := b.Out
 	for i := b.Start; i < len(b.Probes); i++ {
 		p := &b.Probes[i]
