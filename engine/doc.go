@@ -120,8 +120,9 @@
 // by its rolling prefix hashes, Dynamo's and Mooncake's sequence hashes). Every table keyed by client-steerable values is
 // seeded per engine, so a client cannot aim keys at one probe run. The jump search only skips a stride for a
 // worker whose held keys are prefix-closed (no holes), which the worker's state tracks
-// exactly; DESIGN.md has the argument. Config.LockedIndex runs the same index behind one RWMutex instead of
-// shard goroutines: a supported mode for small machines and query-heavy loads, whose
-// events apply on their callers' goroutines and whose queries read the index directly
+// exactly; DESIGN.md has the argument. Config.LockedIndex runs the index behind one
+// readers-writer lock instead of shard goroutines, keeping only the positions its
+// queries probe: a supported mode for small machines, whose events apply on their
+// callers' goroutines and whose queries read the index and the workers' tables directly
 // (Config.LockedIndex says when to choose it).
 package engine

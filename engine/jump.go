@@ -279,8 +279,8 @@ func (q *query) takeScans(b *shard.Batch) {
 // first of those it misses bounds its score to the narrowStep positions before it. A
 // candidate that dropped out in a stride of 64 then costs 7 probes here and at most 7
 // in round 2 instead of 63 in round 2, for one more round trip. That pays where the
-// probes of a round are not split over shards: the locked index, which pays no round
-// trip, and an engine with one shard. go test -run '^$' -bench
+// probes of a round are not split over shards: an engine with one shard (the locked
+// index's queries never come here: walkSparse). go test -run '^$' -bench
 // 'TraceQueriesAtRest/locked=false' -benchtime 20000x ./engine/, set=round2 (the queries
 // it changes are among them), one shard, builds alternated three rounds: 3.49-3.75
 // against 3.80-3.94 us on the conversation trace, 4.94-5.13 against 5.22-5.37 on
