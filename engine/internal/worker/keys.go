@@ -205,6 +205,20 @@ func (t *keyTable) key(ref uint32) key {
 	return key{prefix: t.ar[h.at+off], pos: h.pos0 + off, ns: h.ns}
 }
 
+// keyAt is key(ref) with the prefix read only where env's index keeps the key
+// (Env.Indexed; 0 elsewhere), as a removal needs it: on the locked index, 63 of 64
+// blocks are not there, and the prefix is the block's only word outside its header
+// and its meta byte.
+func (t *keyTable) keyAt(ref uint32, env *Env) key {
+	h := &t.segs[segOf(ref)]
+	off := offOf(ref)
+	k := key{pos: h.pos0 + off, ns: h.ns}
+	if env.Indexed(k.pos) {
+		k.prefix = t.ar[h.at+off]
+	}
+	return k
+}
+
 // metaWord returns the arena word holding block ref's meta byte, and the byte's shift.
 func (t *keyTable) metaWord(ref uint32) (*uint64, uint32) {
 	h := &t.segs[segOf(ref)]
@@ -468,6 +482,13 @@ func (t *keyTable) trim(seed *table.Seed, seg uint32) {
 		t.nsegs--
 		return
 	}
+	t.putOffShrink(seg)
+}
+
+// putOffShrink records that segment seg, trimmed and not empty, may have to shrink: a
+// removal of many blocks of one segment shrinks it once, when it is done with it or
+// moves on to another segment (settleShrink).
+func (t *keyTable) putOffShrink(seg uint32) {
 	if t.shrinkSeg != seg+1 {
 		t.settleShrink()
 		t.shrinkSeg = seg + 1

@@ -342,8 +342,9 @@ func (w *Worker) addKey(env *Env, k key, parentPrefix uint64, parent uint32, hin
 }
 
 // dropKey counts one engine hash less under block ref, which must be held and whose key
-// (the caller has read it) is k. The caller settles the key table (settleShrink) before
-// it returns: a removal of many blocks settles once.
+// (the caller has read it) is k; k's prefix is used only where the index keeps the key
+// (keyAt). The caller settles the key table (settleShrink) before it returns: a
+// removal of many blocks settles once.
 func (w *Worker) dropKey(env *Env, ref uint32, k key) {
 	t := &w.keys
 	h := &t.segs[segOf(ref)]
@@ -358,8 +359,18 @@ func (w *Worker) dropKey(env *Env, ref uint32, k key) {
 			w.emit(env, shard.OpRemove, k)
 			if t.seqs(ref-1) == 0 {
 				w.holes-- // the dropped key was itself a hole
+				t.trim(&env.Seed, segOf(ref))
+				return
 			}
-			t.trim(&env.Seed, segOf(ref))
+			if t.full {
+				t.trim(&env.Seed, segOf(ref))
+				return
+			}
+			// Its parent block is held, so trim would drop this block alone (not
+			// indexed: not a segment's first, in a table that is not full) and stop.
+			h.n--
+			t.blocks--
+			t.putOffShrink(segOf(ref))
 			return
 		}
 	}
@@ -405,7 +416,7 @@ func (w *Worker) remove(env *Env, seqs []uint64) (skipped int) {
 			skipped++
 			continue
 		}
-		k := w.keys.key(ref)
+		k := w.keys.keyAt(ref, env)
 		if k.ns == dns {
 			dc.Sum -= digestTerm(s, k.pos)
 			dc.N--
