@@ -787,3 +787,29 @@ func TestDifferentialPredictions(t *testing.T) {
 		}
 	}
 }
+
+// TestLockedBatchesCountIndexChanges: on the locked index a flush hands the shard a
+// batch only when its events changed the index, so Stats' Batches and Applied count the
+// index's changes; a removal of a block inside a stride (no key of the sparse index)
+// adds none.
+func TestLockedBatchesCountIndexChanges(t *testing.T) {
+	e := newEngine(t, engine.Config{LockedIndex: true})
+	blocks := make([]engine.Block, 20) // positions 0-19: the head's 16 keys change the index
+	for i := range blocks {
+		blocks[i] = engine.Block{Content: uint64(100 + i), Seq: uint64(1 + i)}
+	}
+	require.NoError(t, e.Store("a", blocks))
+	sh := e.Stats().Shards[0]
+	require.Equal(t, uint64(1), sh.Batches)
+	require.Equal(t, uint64(16), sh.Applied)
+	for seq := uint64(20); seq > 16; seq-- { // positions 19 down to 16: no key of the index
+		require.NoError(t, e.Remove("a", seq))
+	}
+	sh = e.Stats().Shards[0]
+	require.Equal(t, uint64(1), sh.Batches)
+	require.Equal(t, uint64(16), sh.Applied)
+	require.NoError(t, e.Remove("a", 16)) // position 15, the head's last key
+	sh = e.Stats().Shards[0]
+	require.Equal(t, uint64(2), sh.Batches)
+	require.Equal(t, uint64(17), sh.Applied)
+}

@@ -62,7 +62,9 @@ type Stats struct {
 // ShardStats describes one shard.
 type ShardStats struct {
 	// Applied counts deltas (membership changes and barrier tokens) applied; Batches
-	// counts the batches they came in; Probes counts query probes answered.
+	// counts the batches they came in (on the locked index, the flushes of events that
+	// changed the index: a removal inside a stride changes none); Probes counts query
+	// probes answered.
 	Applied, Batches, Probes uint64
 	Entries, Memberships     int64
 	// QueueLen is the ring's occupancy when Stats was called.
