@@ -10,10 +10,11 @@
 // size, the sizing policy, the run test of backward-shift deletion and the shift of a
 // Robin Hood insertion.
 //
-// Every table is linear-probing with backward-shift deletion (no tombstones); the tables
-// whose slots give their home without a rehash (the positional index carries its hash,
-// the key index its distance from home, the seq table Mix64 of its key) keep Robin Hood
-// order, so a miss and a deletion stop early; the first two run dense (13/16). They are
+// The positional index and a worker's key index are linear-probing with backward-shift
+// deletion (no tombstones) in Robin Hood order (the positional index's slot carries its
+// hash, the key index's its distance from home), so a miss and a deletion stop early;
+// both run dense (13/16). A worker's seq table probes groups of eight slots by a
+// control word (swiss-table style, with dead bytes) and stores Mix64 of its key. They are
 // sized by the policy below rather than in powers of two: a table grows by half at a
 // load of 3/4 (13/16 for the dense ones), so its load stays between 0.5 and 0.75 (0.375
 // to 0.75 with doubling).
@@ -145,8 +146,8 @@ func GrownLean(n int) int {
 	return n + n/4
 }
 
-// LeanFrom is the size, in slots, past which GrownLean grows a table by a quarter (768
-// KiB of a seq table's 12-byte slots).
+// LeanFrom is the size, in slots, past which GrownLean grows a table by a quarter (832
+// KiB of a seq table's slots and control bytes).
 const LeanFrom = 1 << 16
 
 // Sparse reports whether a table of n slots holding used entries should shrink (to

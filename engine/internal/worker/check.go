@@ -77,15 +77,11 @@ func (w *Worker) checkTier(seed *table.Seed, published bool) error {
 	return nil
 }
 
-// check verifies the seq table: Robin Hood order, its count, and that every slot names
-// a live held block of keys, each block named by as many slots as its seq count.
+// check verifies the seq table (checkSlots) and that every slot names a live held block
+// of keys, each block named by as many slots as its seq count.
 func (t *seqTable) check(seed *table.Seed, keys *keyTable) error {
-	n := len(t.slots)
-	if err := table.CheckRobinHood(n, t.n, func(j uint64) (uint64, bool) {
-		p := &t.slots[j]
-		return table.Dist(t.homeOf(p.mixed()), j, n), p.ref != 0
-	}); err != nil {
-		return fmt.Errorf("seq table: %w", err)
+	if err := t.checkSlots(); err != nil {
+		return err
 	}
 	per := make(map[uint32]uint32)
 	for i := range t.slots {
@@ -106,6 +102,42 @@ func (t *seqTable) check(seed *table.Seed, keys *keyTable) error {
 		}
 	})
 	return err
+}
+
+// checkSlots verifies the seq table on its own: each control byte against its slot, the
+// counts, and that a lookup of every seq finds its slot.
+func (t *seqTable) checkSlots() error {
+	if len(t.slots) != 8*len(t.ctrl) {
+		return fmt.Errorf("seq table: %d slots for %d groups", len(t.slots), len(t.ctrl))
+	}
+	live, dead := 0, 0
+	for i := range t.slots {
+		s := &t.slots[i]
+		b := uint8(t.ctrl[i/8] >> (8 * (i % 8)))
+		switch {
+		case b&0x80 != 0:
+			live++
+			if s.ref == 0 || uint64(b) != tagOf(s.mixed()) {
+				return fmt.Errorf("seq table: slot %d reads %#x, holds ref %d, tag %#x", i, b, s.ref, tagOf(s.mixed()))
+			}
+			if j, ok := t.find(s.mixed()); !ok || j != uint64(i) {
+				return fmt.Errorf("seq table: a lookup of slot %d's seq finds slot %d (%v)", i, j, ok)
+			}
+		case b == ctrlDead || b == ctrlEmpty:
+			if *s != (seqSlot{}) {
+				return fmt.Errorf("seq table: slot %d reads %#x and holds ref %d", i, b, s.ref)
+			}
+			if b == ctrlDead {
+				dead++
+			}
+		default:
+			return fmt.Errorf("seq table: slot %d's control byte reads %#x", i, b)
+		}
+	}
+	if live != t.n || dead != t.dead {
+		return fmt.Errorf("seq table: %d live and %d dead slots, counts say %d and %d", live, dead, t.n, t.dead)
+	}
+	return nil
 }
 
 // live reports whether ref names a block of a live segment.

@@ -39,20 +39,21 @@
 //
 // # The numbers behind the layout
 //
-// Per held engine hash a worker keeps a 12-byte seq slot (tables.go) and, per key, a
-// block of a segment (keys.go): its prefix and a meta byte, 9 bytes in the segment's
-// chunk of an arena, with a 20-byte header and a 6-byte key-index slot per segment (a
-// run of up to 64 consecutive positions of one chain, inside one stride). On the trace
-// logs the arena and the headers come to 11.1-12.4 bytes per membership, free chunks and
-// growth slack included (BenchmarkReplayCeiling's exact-records-B/membership), and a
-// segment averages 45-55 blocks. A Worker is 320 bytes (a
-// size class) whatever it holds: its Outbox (88 bytes, and the delta buffers behind it)
-// is lent only while it applies events, so 100,000 idle workers keep none. Each
-// membership change leaves as one 12-byte shard.Delta. A store or removal reads the home
-// seq slots of each 16 engine hashes of its run before it changes the first of them
-// (seqTable.touch; the engine's ApplyBatch reads ahead across a run of removed events
-// with TouchSeqs; package shard's doc, "Runs of changes", has the measurement), so that
-// the run's cache misses overlap. The event path allocates nothing in steady state (the
-// engine's tests assert 0 allocations per event), so its methods take the Env by pointer
-// and use no interface and no closure per block.
+// Per held engine hash a worker keeps a 12-byte seq slot and its control byte
+// (tables.go) and, per key, a block of a segment (keys.go): its prefix and a meta
+// byte, 9 bytes in the segment's chunk of an arena, with a 20-byte header and a 6-byte
+// key-index slot per segment (a run of up to 64 consecutive positions of one chain,
+// inside one stride). On the trace logs the arena and the headers come to 11.1-12.4
+// bytes per membership, free chunks and growth slack included
+// (BenchmarkReplayCeiling's exact-records-B/membership), and a segment averages 45-55
+// blocks. A Worker is 320 bytes (a size class) whatever it holds: its Outbox (88
+// bytes, and the delta buffers behind it) is lent only while it applies events, so
+// 100,000 idle workers keep none. Each membership change leaves as one 12-byte
+// shard.Delta. A store or removal reads the home seq groups of each 16 engine hashes
+// of its run before it changes the first of them (seqTable.touch; the engine's
+// ApplyBatch reads ahead across a run of removed events with TouchSeqs; package
+// shard's doc, "Runs of changes", has the measurement), so that the run's cache misses
+// overlap. The event path allocates nothing in steady state (the engine's tests assert
+// 0 allocations per event), so its methods take the Env by pointer and use no
+// interface and no closure per block.
 package worker

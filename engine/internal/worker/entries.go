@@ -86,7 +86,7 @@ func (w *Worker) Footprint() Footprint {
 		Records:  int(w.keys.blocks),
 		Slab:     len(w.keys.ar) * 8 / 9,
 		RecBytes: cap(w.keys.ar)*8 + cap(w.keys.segs)*int(unsafe.Sizeof(segHdr{})),
-		SeqBytes: cap(w.seqs.slots) * int(unsafe.Sizeof(seqSlot{})),
+		SeqBytes: cap(w.seqs.slots)*int(unsafe.Sizeof(seqSlot{})) + cap(w.seqs.ctrl)*8,
 		IdxBytes: cap(w.keys.idx) * int(unsafe.Sizeof(keySlot{})),
 	}
 }

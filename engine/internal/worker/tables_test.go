@@ -239,3 +239,183 @@ func TestKeyIndexLongRun(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSeqTableAgainstMap runs the seq table against a map under random insertions,
+// overwrites, deletions and lookups, with checkSlots after every change: dead bytes,
+// rebuilds at the same size, growth and shrinking all happen (a key space of a few
+// thousand seqs, drained and refilled in waves). A few seqs share their home group and
+// their tag on purpose (the seed is known here), so groups fill and probes pass them.
+func TestSeqTableAgainstMap(t *testing.T) {
+	seed := table.SeedFrom(11)
+	r := rand.New(rand.NewPCG(5, 6))
+	var st seqTable
+	model := map[uint64]uint32{}
+	// Seqs whose mixed hashes agree in the home group's bits and the tag: from one
+	// mixed hash, vary only bits the home (the top 20) and the tag (the low 7) ignore.
+	base := r.Uint64()
+	crowd := make([]uint64, 40)
+	for i := range crowd {
+		crowd[i] = seed.Unmix64(base ^ uint64(i+1)<<7)
+	}
+	seqOf := func() uint64 {
+		if r.IntN(8) == 0 {
+			return crowd[r.IntN(len(crowd))]
+		}
+		return uint64(r.IntN(3000)) * 0x9E3779B97F4A7C15
+	}
+	for step := range 200_000 {
+		wave := step / 20_000 % 2 // even waves fill, odd waves drain
+		switch op := r.IntN(10); {
+		case op < 5 && wave == 0 || op < 2:
+			s := seqOf()
+			rid := r.Uint32N(1 << 20)
+			i, h, found := st.locate(&seed, s)
+			_, had := model[s]
+			if found != had {
+				t.Fatalf("step %d: locate(%d) found %v, model %v", step, s, found, had)
+			}
+			st.setAt(i, h, rid)
+			model[s] = rid
+		case op < 9:
+			s := seqOf()
+			rid, ok := st.del(&seed, s)
+			want, had := model[s]
+			if ok != had || ok && rid != want {
+				t.Fatalf("step %d: del(%d) = %d, %v; model %d, %v", step, s, rid, ok, want, had)
+			}
+			delete(model, s)
+		default:
+			s := seqOf()
+			rid, ok := st.get(&seed, s)
+			want, had := model[s]
+			if ok != had || ok && rid != want {
+				t.Fatalf("step %d: get(%d) = %d, %v; model %d, %v", step, s, rid, ok, want, had)
+			}
+		}
+		if st.n != len(model) {
+			t.Fatalf("step %d: %d entries, model %d", step, st.n, len(model))
+		}
+		if step%97 == 0 || step > 199_000 {
+			if err := st.checkSlots(); err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+		}
+	}
+	seen := 0
+	for i := range st.slots {
+		if s := &st.slots[i]; s.ref != 0 {
+			seen++
+			if model[s.seq(&seed)] != s.ref-1 {
+				t.Fatalf("slot %d holds seq %d -> %d, model %d", i, s.seq(&seed), s.ref-1, model[s.seq(&seed)])
+			}
+		}
+	}
+	if seen != len(model) {
+		t.Fatalf("%d slots hold seqs, model %d", seen, len(model))
+	}
+}
+
+// BenchmarkSeqSteady measures the seq table at a steady size (4,096 seqs: one deletion
+// and one insertion per op, as a worker that evicts what it stores) and growing from
+// empty to 4,096 seqs (per op: the whole growth).
+func BenchmarkSeqSteady(b *testing.B) {
+	const n = 4096
+	seed := table.SeedFrom(7)
+	r := rand.New(rand.NewPCG(1, 2))
+	keys := make([]uint64, 64*n)
+	for i := range keys {
+		keys[i] = seed.Mix64(r.Uint64())
+	}
+	b.Run("op=steady", func(b *testing.B) {
+		var t seqTable
+		for _, h := range keys[:n] {
+			i, _ := t.locateMixed(h)
+			t.setAt(i, h, 1)
+		}
+		j := 0
+		for b.Loop() {
+			t.delMixed(keys[j%len(keys)])
+			h := keys[(j+n)%len(keys)]
+			if i, found := t.locateMixed(h); !found {
+				t.setAt(i, h, 1)
+			}
+			j++
+		}
+	})
+	b.Run("op=grow", func(b *testing.B) {
+		for b.Loop() {
+			var t seqTable
+			for _, h := range keys[:n] {
+				if i, found := t.locateMixed(h); !found {
+					t.setAt(i, h, 1)
+				}
+			}
+		}
+	})
+}
+
+// TestSeqTableDeadBytes: deletions from full groups leave dead bytes, which a probe
+// passes and an insertion reuses; once live and dead slots reach 7/8 of the table below
+// its growth load, the next insertion rebuilds it at the same size without them.
+func TestSeqTableDeadBytes(t *testing.T) {
+	seed := table.SeedFrom(13)
+	var st seqTable
+	// 40 seqs of one home group (their mixed hashes differ only below the home's bits)
+	// fill five groups in a table of 64 slots.
+	base := seed.Mix64(12345)
+	crowd := make([]uint64, 40)
+	for i := range crowd {
+		crowd[i] = seed.Unmix64(base ^ uint64(i+1)<<16)
+	}
+	put := func(s uint64, rid uint32) {
+		t.Helper()
+		i, h, found := st.locate(&seed, s)
+		if found {
+			t.Fatalf("seq %d found before it was put", s)
+		}
+		st.setAt(i, h, rid)
+		if err := st.checkSlots(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, s := range crowd {
+		put(s, uint32(i))
+	}
+	if len(st.slots) != 64 {
+		t.Fatalf("%d slots for 40 seqs, want 64", len(st.slots))
+	}
+	home := st.homeOf(base)
+	// The last seq sits four groups past its home: found through four full groups.
+	if rid, ok := st.get(&seed, crowd[39]); !ok || rid != 39 {
+		t.Fatalf("get(crowd[39]) = %d, %v", rid, ok)
+	}
+	for i, s := range crowd[:39] {
+		if rid, ok := st.del(&seed, s); !ok || rid != uint32(i) {
+			t.Fatalf("del(crowd[%d]) = %d, %v", i, rid, ok)
+		}
+		if err := st.checkSlots(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st.dead != 39 {
+		t.Fatalf("%d dead bytes after 39 deletions from full groups, want 39", st.dead)
+	}
+	if rid, ok := st.get(&seed, crowd[39]); !ok || rid != 39 {
+		t.Fatalf("get(crowd[39]) past dead bytes = %d, %v", rid, ok)
+	}
+	// Seqs homed outside the crowd's groups reuse no dead byte: the 17th makes 17 live
+	// and 39 dead, past 7/8 of 64 and below the growth load (48): a rebuild in place.
+	r := rand.New(rand.NewPCG(7, 8))
+	added := 0
+	for added < 17 {
+		s := r.Uint64()
+		if g := st.homeOf(seed.Mix64(s)); (g+8-home)%8 < 5 {
+			continue
+		}
+		put(s, 1000)
+		added++
+	}
+	if len(st.slots) != 64 || st.dead != 0 || st.n != 18 {
+		t.Fatalf("after the rebuild: %d slots, %d dead, %d live; want 64, 0, 18", len(st.slots), st.dead, st.n)
+	}
+}
