@@ -383,6 +383,33 @@ func (t *keyTable) extend(p uint32, k key) (uint32, bool) {
 	return refOf(segOf(p), n), true
 }
 
+// runRoom reports whether blocks may extend the segment of block p, at position pos,
+// as extend does one block: p ends its segment, holds a seq, has no branch child, and
+// pos+1 is in the same stride (ok); seg is the segment, n0 the offset of the first
+// block to come. Nothing changes.
+func (t *keyTable) runRoom(p, pos uint32) (seg, n0 uint32, ok bool) {
+	seg = segOf(p)
+	h := &t.segs[seg]
+	off := offOf(p)
+	if off+1 != uint32(h.n) || (pos+1)/segMax != h.pos0/segMax {
+		return 0, 0, false
+	}
+	mw := t.ar[h.at+uint32(segCaps[h.class])+off/8]
+	if m := uint8(mw >> (8 * (off % 8))); m == 0 || m == metaWide || m>>2 != 0 {
+		return 0, 0, false // not held, or a branch parent
+	}
+	return seg, off + 1, true
+}
+
+// growFor moves segment seg to a chunk of at least n blocks if its own is smaller, and
+// returns its header (the arena and the headers may have moved).
+func (t *keyTable) growFor(seg uint32, n int) *segHdr {
+	if h := &t.segs[seg]; n > int(segCaps[h.class]) {
+		t.move(seg, classFor(n))
+	}
+	return &t.segs[seg]
+}
+
 // attach makes a block of key k (fingerprint fp) under parent block p, which has no
 // block of that key: appended to p's segment when p ends it and k is in the same
 // stride, else the first of a new segment. hint is how many blocks the caller is about

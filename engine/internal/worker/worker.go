@@ -243,44 +243,136 @@ func (w *Worker) KeyOf(env *Env, seq uint64) (shard.Key, bool) {
 }
 
 // store applies an accepted stored event to this tier's tables: the parent (if any) is
-// p, the duplicate check passed, and positions fit.
+// p, the duplicate check passed, and positions fit. Blocks that extend the chain of
+// their parent's segment go in runs (storeRun); the others, and a block whose seq the
+// worker holds already, one at a time (storeBlock).
 func (w *Worker) store(env *Env, ns uint32, p parentRef, blocks []Block) {
-	prefix, pos, ref := p.prefix, p.pos, p.ref
-	var dc DigestCell         // the entries this event adds to namespace ns
-	var hs [TouchGroup]uint64 // the mixed hashes of blocks[i-i%TouchGroup:], read ahead
-	for i, b := range blocks {
-		if i%TouchGroup == 0 {
-			w.touchBlocks(env, hs[:], blocks[i:])
+	s := storeState{prefix: p.prefix, pos: p.pos, ref: p.ref, has: p.has, ns: ns}
+	for i := 0; i < len(blocks); {
+		if s.has {
+			if n := w.storeRun(env, &s, blocks, i); n > 0 {
+				i += n
+				continue
+			}
 		}
-		parentPrefix := prefix
-		var k key
-		if i > 0 || p.has {
-			k = key{prefix: env.Chain.Step(prefix, b.Content, pos+1), pos: pos + 1, ns: ns}
-		} else {
-			k = key{prefix: b.Content, pos: 0, ns: ns}
+		w.storeBlock(env, &s, blocks, i)
+		i++
+	}
+	w.dg.addCell(ns, s.dc)
+}
+
+// storeState is where a store is along its blocks: the last block's prefix, position
+// and ref + 1 (0: the caller must look the parent up by key), whether there is one
+// (has: false before a root), the entries added (dc), and the read-ahead window of
+// the blocks' mixed hashes (hs holds those of blocks[from:from+TouchGroup]).
+type storeState struct {
+	prefix  uint64
+	pos     uint32
+	ref     uint32
+	has     bool
+	ns      uint32
+	dc      DigestCell
+	from, n int // hs holds the mixed hashes of blocks[from:from+n]
+	hs      [TouchGroup]uint64
+}
+
+// mixed returns block i's mixed hash, reading the next window's seq slots ahead when i
+// leaves the current one (seqTable.touch).
+func (w *Worker) mixed(env *Env, s *storeState, blocks []Block, i int) uint64 {
+	if i >= s.from+s.n || i < s.from {
+		s.from = i
+		s.n = min(len(blocks)-i, TouchGroup)
+		w.touchBlocks(env, s.hs[:], blocks[i:])
+	}
+	return s.hs[i-s.from]
+}
+
+// storeBlock applies blocks[i] on its own: a root, a block that starts a segment or
+// branches, or one whose seq the worker holds already (a duplicate of the same key is
+// skipped; the seq of another key moves: last write wins).
+func (w *Worker) storeBlock(env *Env, s *storeState, blocks []Block, i int) {
+	b := blocks[i]
+	parentPrefix := s.prefix
+	var k key
+	if s.has {
+		k = key{prefix: env.Chain.Step(s.prefix, b.Content, s.pos+1), pos: s.pos + 1, ns: s.ns}
+	} else {
+		k = key{prefix: b.Content, pos: 0, ns: s.ns}
+	}
+	s.prefix, s.pos, s.has = k.prefix, k.pos, true
+	// The seq's slot stays valid below: dropKey and addKey touch only the key table.
+	sh := w.mixed(env, s, blocks, i)
+	si, found := w.seqs.locateMixed(sh)
+	if found {
+		old := w.seqs.slots[si].ref - 1
+		if w.keys.is(old, k) {
+			s.ref = old + 1
+			return // a duplicate never inflates anything
 		}
-		prefix, pos = k.prefix, k.pos
-		// The seq's slot stays valid below: dropKey and addKey touch only the key table.
-		sh := hs[i%TouchGroup]
+		ok := w.keys.key(old)
+		w.dg.add(ok.ns, digestTerm(b.Seq, ok.pos), -1)
+		w.dropKey(env, old, ok) // last write wins: the seq moves
+		w.keys.settleShrink()
+	}
+	nref := w.addKey(env, k, parentPrefix, s.ref, len(blocks)-i) // a root ignores its parent
+	s.ref = nref + 1
+	w.seqs.setAt(si, sh, nref)
+	s.dc.Sum += digestTerm(b.Seq, k.pos)
+	s.dc.N++
+}
+
+// storeRun applies blocks[i:] as far as they extend the segment of their parent block
+// (s.ref), which must end it, hold a seq and have no branch child, inside its stride,
+// and returns how many it applied (0: none may go this way; storeBlock takes the next
+// one). Each block then has the key after the one before, none of which the table has
+// (no loose segment, no branch child: addKey's case for extend), so the run's seqs go
+// in the seq table first, pointing at the blocks the run is about to take, up to the
+// first seq the worker holds already, and the blocks then join the segment together:
+// one check of the parent, one growth of the chunk, and a loop over the blocks that
+// hashes each prefix, writes it and its meta byte, and adds its digest term.
+func (w *Worker) storeRun(env *Env, s *storeState, blocks []Block, i int) int {
+	t := &w.keys
+	if s.ref == 0 || t.loose != 0 || t.full {
+		return 0
+	}
+	seg, n0, ok := t.runRoom(s.ref-1, s.pos)
+	if !ok {
+		return 0
+	}
+	room := min(len(blocks)-i, segMax-int(s.pos+1)%segMax)
+	m := 0
+	for ; m < room; m++ {
+		sh := w.mixed(env, s, blocks, i+m)
 		si, found := w.seqs.locateMixed(sh)
 		if found {
-			old := w.seqs.slots[si].ref - 1
-			if w.keys.is(old, k) {
-				ref = old + 1
-				continue // a duplicate never inflates anything
-			}
-			ok := w.keys.key(old)
-			w.dg.add(ok.ns, digestTerm(b.Seq, ok.pos), -1)
-			w.dropKey(env, old, ok) // last write wins: the seq moves
-			w.keys.settleShrink()
+			break
 		}
-		nref := w.addKey(env, k, parentPrefix, ref, len(blocks)-i) // a root ignores its parent
-		ref = nref + 1
-		w.seqs.setAt(si, sh, nref)
-		dc.Sum += digestTerm(b.Seq, k.pos)
-		dc.N++
+		w.seqs.setAt(si, sh, refOf(seg, n0+uint32(m)))
 	}
-	w.dg.addCell(ns, dc)
+	if m == 0 {
+		return 0
+	}
+	h := t.growFor(seg, int(n0)+m)
+	prefix, pos := s.prefix, s.pos
+	at := h.at + n0
+	metas := h.at + uint32(segCaps[h.class])
+	for j, b := range blocks[i : i+m] {
+		pos++
+		prefix = env.Chain.Step(prefix, b.Content, pos)
+		t.ar[at+uint32(j)] = prefix
+		off := n0 + uint32(j)
+		t.ar[metas+off/8] |= 1 << (8 * (off % 8)) // one seq (the byte was 0: past the end)
+		s.dc.Sum += digestTerm(b.Seq, pos)
+		if env.Indexed(pos) {
+			w.emitFP(env, shard.OpAdd, env.fingerprint(key{prefix: prefix, pos: pos, ns: s.ns}))
+		}
+	}
+	h.n += uint8(m)
+	t.blocks += int32(m)
+	t.held += int32(m)
+	s.dc.N += int64(m)
+	s.prefix, s.pos, s.ref = prefix, pos, refOf(seg, n0+uint32(m-1))+1
+	return m
 }
 
 // addKey counts one more engine hash under k and returns k's block. The parent key has
