@@ -439,32 +439,8 @@ func (w *Worker) addKey(env *Env, k key, parentPrefix uint64, parent uint32, hin
 // removal of many blocks settles once.
 func (w *Worker) dropKey(env *Env, ref uint32, k key) {
 	t := &w.keys
-	h := &t.segs[segOf(ref)]
-	if off := offOf(ref); off > 0 && off+1 == uint32(h.n) {
-		// The last block of its segment with one seq and no branch child, as a
-		// removal leaf first meets almost every one: its byte read once, its parent in
-		// the same segment, no child to reconnect; trim drops it.
-		mw := &t.ar[h.at+uint32(segCaps[h.class])+off/8]
-		if sh := 8 * (off % 8); uint8(*mw>>sh) == 1 {
-			*mw &^= 0xff << sh
-			t.held--
-			w.emit(env, shard.OpRemove, k)
-			if t.seqs(ref-1) == 0 {
-				w.holes-- // the dropped key was itself a hole
-				t.trim(&env.Seed, segOf(ref))
-				return
-			}
-			if t.full {
-				t.trim(&env.Seed, segOf(ref))
-				return
-			}
-			// Its parent block is held, so trim would drop this block alone (not
-			// indexed: not a segment's first, in a table that is not full) and stop.
-			h.n--
-			t.blocks--
-			t.putOffShrink(segOf(ref))
-			return
-		}
+	if w.dropTail(env, ref, &t.segs[segOf(ref)], k.pos) {
+		return
 	}
 	if t.addSeqs(ref, -1) > 0 { // addSeqs panics if ref was not held
 		return
@@ -494,6 +470,45 @@ func (w *Worker) dropKey(env *Env, ref uint32, k key) {
 	t.trim(seed, seg)
 }
 
+// dropTail drops block ref, at position pos of segment h, when it is the last block of
+// its segment (not the first) with one seq and no branch child, as a removal leaf
+// meets almost every block, and reports whether it did (dropKey's case, which the
+// caller settles the same way). Its byte is read once, its parent is in the same
+// segment and no child is to reconnect; its prefix is read only where the index keeps
+// the key.
+func (w *Worker) dropTail(env *Env, ref uint32, h *segHdr, pos uint32) bool {
+	t := &w.keys
+	off := offOf(ref)
+	if off == 0 || off+1 != uint32(h.n) {
+		return false
+	}
+	mw := &t.ar[h.at+uint32(segCaps[h.class])+off/8]
+	sh := 8 * (off % 8)
+	if uint8(*mw>>sh) != 1 {
+		return false
+	}
+	*mw &^= 0xff << sh
+	t.held--
+	if env.Indexed(pos) {
+		w.emitFP(env, shard.OpRemove, env.fingerprint(key{prefix: t.ar[h.at+off], pos: pos, ns: h.ns}))
+	}
+	if t.seqs(ref-1) == 0 {
+		w.holes-- // the dropped key was itself a hole
+		t.trim(&env.Seed, segOf(ref))
+		return true
+	}
+	if t.full {
+		t.trim(&env.Seed, segOf(ref))
+		return true
+	}
+	// Its parent block is held, so trim would drop this block alone (not indexed: not
+	// a segment's first, in a table that is not full) and stop.
+	h.n--
+	t.blocks--
+	t.putOffShrink(segOf(ref))
+	return true
+}
+
 // remove drops seqs the worker holds and returns how many it did not hold.
 func (w *Worker) remove(env *Env, seqs []uint64) (skipped int) {
 	var dc DigestCell // the entries dropped from namespace dns since the last change of namespace
@@ -508,15 +523,18 @@ func (w *Worker) remove(env *Env, seqs []uint64) (skipped int) {
 			skipped++
 			continue
 		}
-		k := w.keys.keyAt(ref, env)
-		if k.ns == dns {
-			dc.Sum -= digestTerm(s, k.pos)
+		h := &w.keys.segs[segOf(ref)]
+		pos, ns := h.pos0+offOf(ref), h.ns
+		if ns == dns {
+			dc.Sum -= digestTerm(s, pos)
 			dc.N--
 		} else {
 			w.dg.addCell(dns, dc)
-			dc, dns = DigestCell{Sum: -digestTerm(s, k.pos), N: -1}, k.ns
+			dc, dns = DigestCell{Sum: -digestTerm(s, pos), N: -1}, ns
 		}
-		w.dropKey(env, ref, k)
+		if !w.dropTail(env, ref, h, pos) {
+			w.dropKey(env, ref, w.keys.keyAt(ref, env))
+		}
 	}
 	w.dg.addCell(dns, dc)
 	w.keys.settleShrink()
