@@ -30,11 +30,42 @@ func (e *Engine) getOutbox() *worker.Outbox {
 // unlock takes back the outbox of a worker locked by lockLive (flushed, so empty) and
 // unlocks it.
 func (e *Engine) unlock(w *worker.Worker) {
-	if e.cfg.LockedIndex {
-		e.locked.Unlock()
+	if !e.cfg.LockedIndex {
+		w.SetOutbox(nil)
+		w.Unlock()
+		return
 	}
+	run := w.Outbox().Run
 	w.SetOutbox(nil)
-	w.Unlock()
+	w.Disown()
+	if run {
+		w.SetBusy(false)
+	}
+	e.locked.Unlock()
+	if run {
+		w.UnlockMu()
+	}
+}
+
+// lockWorker gives the caller w's bookkeeping to read outside events (digests,
+// snapshots, positions, tiers and groups of a query's answer): w's mutex and, on the
+// locked index, whose single events' appliers own a worker by its write lock alone
+// (lockLive), its read lock as well. Not for a caller that holds the read lock.
+func (e *Engine) lockWorker(w *worker.Worker) {
+	w.LockMu()
+	if e.cfg.LockedIndex {
+		e.locked.RLock()
+	}
+	w.Own()
+}
+
+// unlockWorker undoes lockWorker.
+func (e *Engine) unlockWorker(w *worker.Worker) {
+	w.Disown()
+	if e.cfg.LockedIndex {
+		e.locked.RUnlock()
+	}
+	w.UnlockMu()
 }
 
 // The engine's Block is the worker package's: the conversion below compiles only while
@@ -163,20 +194,69 @@ func (e *Engine) lockLive(name string, create bool, hint *worker.Worker, out *wo
 				return nil
 			}
 		}
+		if e.cfg.LockedIndex {
+			switch l := e.lockLocked(w, out); l {
+			case lockedDead:
+				continue
+			case lockedBusy:
+				hint = w // (its run is over: try it again)
+				continue
+			}
+			return w
+		}
 		w.Lock()
 		if !w.Dead() {
 			w.SetOutbox(out)
-			if e.cfg.LockedIndex {
-				// The locked index's queries read the tables of the workers they
-				// score under its read lock (walkSparse): a worker's tables change
-				// under the write lock, which e.unlock lets go.
-				e.locked.Lock()
-			}
 			return w
 		}
 		w.Unlock()
 	}
 }
+
+// lockLocked locks w on the locked index, whose queries read the tables of the
+// workers they score under its read lock (walkSparse): a worker's tables change under
+// the write lock, which e.unlock lets go. A single event owns its worker by the write
+// lock alone, without the worker's mutex (two atomic operations an event, about a
+// tenth of one on the conversation trace's removals). A run of events (out.Run,
+// ApplyBatch) lets the write lock go to waiting queries every yieldLocked block
+// changes, so it also holds the worker's mutex, which readers outside events take
+// (lockWorker), and marks the worker busy for its run; a single event that finds its
+// worker busy lets the write lock go and waits on the worker's mutex for the run's end
+// (lockedBusy). A removed worker (lockedDead) is looked up again by name.
+func (e *Engine) lockLocked(w *worker.Worker, out *worker.Outbox) lockedResult {
+	if out.Run {
+		w.LockMu()
+	}
+	e.locked.Lock()
+	switch {
+	case w.Dead():
+		e.locked.Unlock()
+		if out.Run {
+			w.UnlockMu()
+		}
+		return lockedDead
+	case !out.Run && w.Busy():
+		e.locked.Unlock()
+		w.LockMu()
+		w.UnlockMu()
+		return lockedBusy
+	}
+	if out.Run {
+		w.SetBusy(true)
+	}
+	w.Own()
+	w.SetOutbox(out)
+	return lockedOK
+}
+
+// lockedResult is lockLocked's outcome.
+type lockedResult uint8
+
+const (
+	lockedOK   lockedResult = iota // w is locked
+	lockedDead                     // w was removed: look the name up again
+	lockedBusy                     // a run of events held w; it is over: try again
+)
 
 // Store applies a stored event for a chain of root blocks: blocks[0] is at position 0
 // and each next block hangs under the previous one.
@@ -339,6 +419,8 @@ func (e *Engine) ApplyBatch(evs []Event, errs []error) []error {
 
 // applyBatchWith is ApplyBatch with out, the caller's outbox.
 func (e *Engine) applyBatchWith(out *worker.Outbox, evs []Event, errs []error) []error {
+	out.Run = true // (see lockLocked)
+	defer func() { out.Run = false }()
 	// recent remembers the last workers the batch locked, starting with the outbox's
 	// (Outbox.Last: an ingester's batches come one worker at a time): an engine's batch
 	// interleaves few workers, and a name compare is cheaper than a lookup in the name

@@ -47,9 +47,9 @@ func TestWorkerTablesCheck(t *testing.T) {
 					ws := e.workers()
 					for j := range ws {
 						if w := ws[j].Load(); w != nil && !w.IsComponent() {
-							w.Lock()
+							e.lockWorker(w)
 							err := w.Check(&e.env, true)
-							w.Unlock()
+							e.unlockWorker(w)
 							if err != nil {
 								t.Fatalf("op %d (%v): %v", i, ops[i].Kind, err)
 							}
@@ -93,8 +93,8 @@ func TestWorkerTablesCompact(t *testing.T) {
 					return // the engine has just run the same check itself
 				}
 				w := e.lookup("w")
-				w.Lock()
-				defer w.Unlock()
+				e.lockWorker(w)
+				defer e.unlockWorker(w)
 				if err := w.Check(&e.env, true); err != nil {
 					t.Fatal(err)
 				}

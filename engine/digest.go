@@ -99,13 +99,13 @@ func (e *Engine) Digest(worker string) (WorkerDigest, bool) {
 		if w == nil {
 			return WorkerDigest{}, false
 		}
-		w.Lock()
+		e.lockWorker(w)
 		if w.Dead() { // removed since the lookup: look again
-			w.Unlock()
+			e.unlockWorker(w)
 			continue
 		}
 		d, _ := e.workerDigest(w, nil)
-		w.Unlock()
+		e.unlockWorker(w)
 		return d, true
 	}
 }

@@ -41,15 +41,20 @@
 //     positions; per block the prefix, its engine hash count and held branch children;
 //     the worker's hole count, digests, tier components and declared groups) is package
 //     engine/internal/worker, owned by the goroutine holding that worker's mutex: the
-//     caller applying one of its events, or a query that reads its tables (tiers,
-//     groups). On the locked index an event's caller also holds the index's write lock
-//     from the moment it locks the worker until it lets it go (lockLive, unlock), so
-//     that its queries read the tables of the workers they score under the read lock
-//     (walkSparse), at the moment of the index they read. Rejections
-//     (ErrParentNotFound, ErrInvalidEvent) are therefore returned synchronously. The package takes a worker.Env (the seeds, the shard count, the
-//     block counters, the registry's callback for tier components) instead of the
-//     Engine; this package keeps the two protocols around it, events (apply.go) and
-//     queries (query.go, walk.go, jump.go, answer.go, tune.go).
+//     caller applying one of its events, or a reader outside events (digests,
+//     snapshots, a query's tiers and groups: lockWorker). On the locked index an
+//     event's caller owns the worker by the index's write lock instead, from the moment
+//     it locks the worker until it lets it go (lockLive, unlock), and readers outside
+//     events take the worker's mutex and the read lock; queries read the tables of the
+//     workers they score under the read lock (walkSparse), at the moment of the index
+//     they read. A run of events (ApplyBatch), which lets the write lock go to queries
+//     between events, also holds the worker's mutex and marks the worker busy, and a
+//     single event that finds it busy waits for the run's end on that mutex
+//     (lockLocked). Rejections (ErrParentNotFound, ErrInvalidEvent) are therefore
+//     returned synchronously. The package takes a worker.Env (the seeds, the shard
+//     count, the block counters, the registry's callback for tier components) instead
+//     of the Engine; this package keeps the two protocols around it, events (apply.go)
+//     and queries (query.go, walk.go, jump.go, answer.go, tune.go).
 //   - Each key (namespace, position, prefix hash) belongs to one shard, chosen by its
 //     fingerprint (a hash of the key keyed by the engine's random seed, which is also
 //     the key's name in the shard's table). The table belongs to the holder of the

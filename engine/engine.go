@@ -272,11 +272,11 @@ func (e *Engine) eachLiveWorker(f func(wk *worker.Worker)) {
 		if wk == nil || wk.IsComponent() {
 			continue
 		}
-		wk.Lock()
+		e.lockWorker(wk)
 		if !wk.Dead() {
 			f(wk)
 		}
-		wk.Unlock()
+		e.unlockWorker(wk)
 	}
 }
 

@@ -27,9 +27,9 @@ func CheckWorkers(e *Engine) error {
 	ws := e.workers()
 	for i := range ws {
 		if w := ws[i].Load(); w != nil && !w.IsComponent() {
-			w.Lock()
+			e.lockWorker(w)
 			err := w.Check(&e.env, true)
-			w.Unlock()
+			e.unlockWorker(w)
 			if err != nil {
 				return err
 			}

@@ -74,9 +74,9 @@ func floodProbes(t *testing.T, seed table.Seed, contents, seqs []uint64) float64
 		// the key (the 257th crafted root) until the next rebuild.
 		if i < 600 {
 			w := e.lookup("victim")
-			w.Lock()
+			e.lockWorker(w)
 			err := w.Check(&e.env, true)
-			w.Unlock()
+			e.unlockWorker(w)
 			if err != nil {
 				t.Fatalf("store %d: %v", i, err)
 			}

@@ -347,8 +347,8 @@ func (e *Engine) withGroups(q *query, content []uint64, dst []Match, start int) 
 // hybridMatch scores declared worker w for the query, under w's mutex: per tier t, the
 // largest cut every group accepts counting the blocks held on tier t or a faster one.
 func (e *Engine) hybridMatch(q *query, w *worker.Worker, content []uint64) (Match, bool) {
-	w.Lock()
-	defer w.Unlock()
+	e.lockWorker(w)
+	defer e.unlockWorker(w)
 	h := w.Hybrid()
 	if w.Dead() || h == nil || h.Len() == 0 {
 		return Match{}, false
@@ -564,8 +564,8 @@ func (e *Engine) Groups(worker string) (unit int, groups []Group, ok bool) {
 	if w == nil {
 		return 0, nil, false
 	}
-	w.Lock()
-	defer w.Unlock()
+	e.lockWorker(w)
+	defer e.unlockWorker(w)
 	if w.Dead() || w.Hybrid() == nil {
 		return 0, nil, false
 	}

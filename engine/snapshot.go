@@ -136,9 +136,9 @@ func (e *Engine) captureWorkers() (names []string, count uint32, body []byte) {
 	var entries []worker.Entry
 	var nsAt []int
 	for _, wk := range workers {
-		wk.Lock()
+		e.lockWorker(wk)
 		if wk.Dead() {
-			wk.Unlock()
+			e.unlockWorker(wk)
 			continue
 		}
 		var hdr [8]byte
@@ -154,7 +154,7 @@ func (e *Engine) captureWorkers() (names []string, count uint32, body []byte) {
 			entries = e.captureTier(&buf, wk.TierOf(&e.env, t, false), &nsAt, entries)
 		}
 		captureGroups(&buf, wk.Hybrid(), &nsAt)
-		wk.Unlock()
+		e.unlockWorker(wk)
 		count++
 	}
 	body = buf.Bytes()

@@ -93,8 +93,8 @@ var _ [NumTiers]struct{} = [worker.NumTiers]struct{}{}
 // by position, while one of them holds the position. size is the worker's size at the
 // same moment.
 func (e *Engine) tierLengths(q *query, p *worker.Worker, content []uint64, g *tierGroup) (tiers [NumTiers]int, size int, ok bool) {
-	p.Lock()
-	defer p.Unlock()
+	e.lockWorker(p)
+	defer e.unlockWorker(p)
 	if p.Dead() {
 		return tiers, 0, false
 	}

@@ -134,7 +134,7 @@ func (t *seqTable) checkSlots() error {
 			return fmt.Errorf("seq table: slot %d's control byte reads %#x", i, b)
 		}
 	}
-	if live != t.n || dead != t.dead {
+	if live != int(t.n) || dead != int(t.dead) {
 		return fmt.Errorf("seq table: %d live and %d dead slots, counts say %d and %d", live, dead, t.n, t.dead)
 	}
 	return nil

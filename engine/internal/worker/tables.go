@@ -61,8 +61,9 @@ func (s *seqSlot) seq(seed *table.Seed) uint64 { return seed.Unmix64(s.mixed()) 
 type seqTable struct {
 	slots []seqSlot // 8 per group
 	ctrl  []uint64  // one word per group, byte j for slot j of the group
-	n     int       // live entries
-	dead  int       // dead bytes
+	// n counts the live entries and dead the dead bytes (32 bits each, which keeps a
+	// Worker at 352 bytes, a size class).
+	n, dead int32
 }
 
 const (
@@ -144,8 +145,8 @@ func (t *seqTable) locate(seed *table.Seed, seq uint64) (i, h uint64, found bool
 
 // locateMixed is locate of the seq of mixed hash h.
 func (t *seqTable) locateMixed(h uint64) (i uint64, found bool) {
-	if c := len(t.slots); (t.n+t.dead+1)*8 > c*7 || table.Full(t.n, c) {
-		if table.Full(t.n, c) {
+	if c := len(t.slots); (int(t.n)+int(t.dead)+1)*8 > c*7 || table.Full(int(t.n), c) {
+		if table.Full(int(t.n), c) {
 			t.resize(table.GrownLean(c))
 		} else {
 			t.resize(c) // dead slots past the load: rebuilt at the same size
@@ -214,7 +215,7 @@ func (t *seqTable) delMixed(h uint64) (rid uint32, ok bool) {
 		t.dead++
 	}
 	*w = *w&^(0xff<<sh) | b<<sh
-	if table.Sparse(t.n, len(t.slots), tableFloor) {
+	if table.Sparse(int(t.n), len(t.slots), tableFloor) {
 		t.resize(table.Shrunk(len(t.slots)))
 	}
 	return rid, true

@@ -292,7 +292,7 @@ func TestSeqTableAgainstMap(t *testing.T) {
 				t.Fatalf("step %d: get(%d) = %d, %v; model %d, %v", step, s, rid, ok, want, had)
 			}
 		}
-		if st.n != len(model) {
+		if int(st.n) != len(model) {
 			t.Fatalf("step %d: %d entries, model %d", step, st.n, len(model))
 		}
 		if step%97 == 0 || step > 199_000 {

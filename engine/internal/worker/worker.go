@@ -32,11 +32,13 @@ type Worker struct {
 	holes int32
 	// gappy is true while holes > 0, i.e. while some held key's parent key is not held.
 	// Queries may only jump over a stride for workers whose gappy is false. (It sits
-	// with the other one-byte fields, which keeps the struct at 320 bytes, a size
+	// with the other one-byte fields, which keeps the struct at 352 bytes, a size
 	// class.)
 	gappy atomic.Bool
 	// dead is set by RemoveWorker; a caller that finds it set looks the name up again.
 	dead bool
+	// busy is set while a run of events holds the worker on the locked index (Busy).
+	busy bool
 	// owner records mu's holder in an invariants build (Lock; empty otherwise).
 	owner invariants.Owner
 	// tier is the tier a component holds (Device for a named worker).
@@ -101,8 +103,32 @@ func (w *Worker) Unlock() {
 	w.mu.Unlock()
 }
 
-// CheckOwner panics, in an invariants build, unless the calling goroutine holds w's
-// mutex (what names the operation that needed it). A no-op otherwise.
+// LockMu takes w's mutex without owning w's bookkeeping yet: the caller takes what else
+// it needs first (the locked index's read or write lock), then Own.
+func (w *Worker) LockMu() { w.mu.Lock() }
+
+// UnlockMu lets w's mutex go (after Disown).
+func (w *Worker) UnlockMu() { w.mu.Unlock() }
+
+// Own records, in an invariants build, that the caller owns w's bookkeeping: with w's
+// mutex (LockMu) and the locked index's read lock, or on the locked index by its write
+// lock alone (an event's applier). A no-op otherwise.
+func (w *Worker) Own() { w.owner.Acquire() }
+
+// Disown records that the caller no longer owns w's bookkeeping (see Own).
+func (w *Worker) Disown() { w.owner.Release() }
+
+// Busy reports whether a run of events (Outbox.Run) holds w on the locked index: a
+// single event's applier, which takes only the write lock, then waits for the run's end
+// on w's mutex. Holder of the locked index's write lock.
+func (w *Worker) Busy() bool { return w.busy }
+
+// SetBusy marks w as held by a run of events or not (see Busy). Holder of the locked
+// index's write lock and of w's mutex.
+func (w *Worker) SetBusy(b bool) { w.busy = b }
+
+// CheckOwner panics, in an invariants build, unless the calling goroutine owns w's
+// bookkeeping (Lock, Own; what names the operation that needed it). A no-op otherwise.
 func (w *Worker) CheckOwner(what string) { w.owner.Check(what) }
 
 // Dead reports whether w was removed (SetDead): a caller that locked it by name looks
@@ -121,7 +147,7 @@ func (w *Worker) SetPosition(cursor, mark uint64) { w.cursor, w.mark = cursor, m
 
 // Len is the number of engine hashes w's own tables hold now (Size is the published
 // count). Holder of w's mutex.
-func (w *Worker) Len() int { return w.seqs.n }
+func (w *Worker) Len() int { return int(w.seqs.n) }
 
 // HasHoles reports whether some held key of w's tables has a parent key it does not
 // hold, now (Gappy is the published flag). Holder of w's mutex.
@@ -147,12 +173,17 @@ type Outbox struct {
 	// sink keeps what the look-ahead reads of a run's seq slots (seqTable.touch) return,
 	// so that the compiler keeps the loads.
 	sink uint32
+	// Run says that the caller applies a run of events (ApplyBatch), which on the
+	// locked index may let the write lock go between them: it holds the worker's mutex
+	// as well, and marks the worker busy (SetBusy) while the run lasts.
+	Run bool
 	// Last is the worker the outbox was last lent to, or nil: the engine's Apply tries it
 	// before the name table, since almost every event of an ingester's stream follows
 	// one of the same worker (98-99% of the trace logs' removals). The outbox pool is
 	// per processor, so a producer usually gets back its own outbox and hint. A hint
 	// may be stale (its worker removed since); the engine checks that under the
-	// worker's mutex, as it does for every worker it locks.
+	// worker's mutex (the locked index: its write lock), as it does for every worker it
+	// locks.
 	Last *Worker
 }
 

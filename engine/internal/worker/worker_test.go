@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/kvindex/kvindex/engine/internal/chain"
 	"github.com/kvindex/kvindex/internal/invariants"
@@ -204,5 +205,19 @@ func TestInvariantsCatchCorruption(t *testing.T) {
 	}()
 	if !strings.Contains(msg, "invariant broken") || !strings.Contains(msg, "holes") {
 		t.Fatalf("check of a corrupted hole count: panic %q", msg)
+	}
+}
+
+// TestWorkerSizeClass: a Worker is 352 bytes, a size class of the allocator, and an
+// Outbox 96, as the package doc says (an invariants build adds its owner records).
+func TestWorkerSizeClass(t *testing.T) {
+	if invariants.Enabled {
+		t.Skip("an invariants build adds owner records")
+	}
+	if n := unsafe.Sizeof(Worker{}); n != 352 {
+		t.Fatalf("a Worker is %d bytes, want 352 (a size class: see the package doc)", n)
+	}
+	if n := unsafe.Sizeof(Outbox{}); n != 96 {
+		t.Fatalf("an Outbox is %d bytes, want 96 (see the package doc)", n)
 	}
 }
