@@ -43,17 +43,23 @@ func (e *Engine) walk(q *query, content []uint64, dst []Match) (_ []Match, done 
 		return dst, false
 	}
 	buf := idx.AppendMembers(q.sub[0].Out[:0], e.fingerprint(shard.Key{Prefix: content[0], NS: q.ns}))
-	q.cands = q.cands[:0]
+	// The candidates are written in place, as collect writes the matches.
+	cs := slices.Grow(q.cands[:0], len(buf))[:len(buf)]
+	n := 0
 	gappy := false
 	for _, wid := range buf {
 		if int(wid) < len(slots) {
 			if w := slots[wid].Load(); w != nil {
 				g := w.Gappy()
 				gappy = gappy || g
-				q.cands = append(q.cands, candidate{wid: wid, w: w, gappy: g})
+				c := &cs[n]
+				c.wid, c.w, c.gappy, c.alive = wid, w, g, false
+				c.drop, c.score, c.lo, c.hi = 0, 0, 0, 0
+				n++
 			}
 		}
 	}
+	q.cands = cs[:n]
 	if e.env.Locked {
 		q.sub[0].Out = e.walkSparse(q, idx, content, buf)
 		e.letIndex()
