@@ -58,6 +58,32 @@ func TestValidateStoreLarge(t *testing.T) {
 	}
 }
 
+// TestValidateStoreColliding: seqs that all mark the filter's same bit (a peer that
+// chose them) are still told apart, by the seeded set once the comparisons pass their
+// budget, and a duplicate among them is still found; the filter path and the set path
+// are both exercised here (events of 17-512 blocks take the filter).
+func TestValidateStoreColliding(t *testing.T) {
+	o := &Outbox{}
+	env := &Env{Seed: table.SeedFrom(2)}
+	for _, n := range []int{17, 40, 300, 512} {
+		blocks := make([]Block, n)
+		for i := range blocks {
+			blocks[i].Seq = uint64(i+1) << 12 // bits 12-28 only: every seq's filter bit is 0
+		}
+		if !o.ValidStore(env, 0, false, blocks) {
+			t.Fatalf("%d distinct colliding seqs rejected", n)
+		}
+		blocks[n-1].Seq = blocks[n/2].Seq
+		if o.ValidStore(env, 0, false, blocks) {
+			t.Fatalf("%d colliding seqs with a duplicate accepted", n)
+		}
+		blocks[n-1].Seq = uint64(n) << 12
+		if o.ValidStore(env, blocks[3].Seq, true, blocks) {
+			t.Fatalf("%d colliding seqs with the parent among them accepted", n)
+		}
+	}
+}
+
 // TestKeyRecordCounts drives a block's counts past what its meta byte holds (to the
 // side table and back) and checks each step against plain integers, for a block at the
 // start of a segment and one in its middle (whose neighbours' bytes share its word).

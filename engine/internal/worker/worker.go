@@ -168,8 +168,10 @@ type Outbox struct {
 	// Pend collects the deltas per shard until the flush hands them over; reused across
 	// events.
 	Pend [][]shard.Delta
-	// seen is the duplicate check's scratch set.
+	// seen is the duplicate check's scratch set, bits its filter's bit numbers by block
+	// (ValidStore).
 	seen seqSet
+	bits []uint16
 	// sink keeps what the look-ahead reads of a run's seq slots (seqTable.touch) return,
 	// so that the compiler keeps the loads.
 	sink uint32

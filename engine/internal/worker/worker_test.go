@@ -209,7 +209,7 @@ func TestInvariantsCatchCorruption(t *testing.T) {
 }
 
 // TestWorkerSizeClass: a Worker is 352 bytes, a size class of the allocator, and an
-// Outbox 96, as the package doc says (an invariants build adds its owner records).
+// Outbox 120, as the package doc says (an invariants build adds its owner records).
 func TestWorkerSizeClass(t *testing.T) {
 	if invariants.Enabled {
 		t.Skip("an invariants build adds owner records")
@@ -217,7 +217,7 @@ func TestWorkerSizeClass(t *testing.T) {
 	if n := unsafe.Sizeof(Worker{}); n != 352 {
 		t.Fatalf("a Worker is %d bytes, want 352 (a size class: see the package doc)", n)
 	}
-	if n := unsafe.Sizeof(Outbox{}); n != 96 {
-		t.Fatalf("an Outbox is %d bytes, want 96 (see the package doc)", n)
+	if n := unsafe.Sizeof(Outbox{}); n != 120 {
+		t.Fatalf("an Outbox is %d bytes, want 120 (see the package doc)", n)
 	}
 }
