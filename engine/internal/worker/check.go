@@ -107,15 +107,20 @@ func (t *seqTable) check(seed *table.Seed, keys *keyTable) error {
 // checkSlots verifies the seq table on its own: each control byte against its slot, the
 // counts, and that a lookup of every seq finds its slot.
 func (t *seqTable) checkSlots() error {
-	if len(t.slots) != 8*len(t.ctrl) {
+	if len(t.slots) != 8*len(t.ctrl) && (len(t.ctrl) != 1 || len(t.slots) >= 8) {
 		return fmt.Errorf("seq table: %d slots for %d groups", len(t.slots), len(t.ctrl))
+	}
+	for i := len(t.slots); i < 8*len(t.ctrl); i++ {
+		if b := uint8(t.ctrl[0] >> (8 * i)); b != ctrlNone {
+			return fmt.Errorf("seq table: byte %d past the %d slots reads %#x", i, len(t.slots), b)
+		}
 	}
 	live, dead := 0, 0
 	for i := range t.slots {
 		s := &t.slots[i]
 		b := uint8(t.ctrl[i/8] >> (8 * (i % 8)))
 		switch {
-		case b&0x80 != 0:
+		case b&0xc0 == 0xc0:
 			live++
 			if s.ref == 0 || uint64(b) != tagOf(s.mixed()) {
 				return fmt.Errorf("seq table: slot %d reads %#x, holds ref %d, tag %#x", i, b, s.ref, tagOf(s.mixed()))

@@ -40,10 +40,10 @@ func (s *seqSlot) seq(seed *table.Seed) uint64 { return seed.Unmix64(s.mixed()) 
 
 // seqTable is the seq table: open addressing over groups of eight slots, each group
 // with a control word of eight bytes beside the slots (swiss-table style): a byte is
-// ctrlEmpty, ctrlDead (a deleted slot that a probe must pass) or 0x80 | seven bits of
+// ctrlEmpty, ctrlDead (a deleted slot that a probe must pass) or 0xc0 | six bits of
 // the slot's mixed hash (the tag). A lookup starts at the hash's home group and reads
 // a group's control word, compares the tag with all eight bytes at once (in one
-// word's arithmetic), reads only the slots whose byte matches (one in 128 of the
+// word's arithmetic), reads only the slots whose byte matches (one in 64 of the
 // others), and stops at a group with an empty byte: no branch per slot on its home
 // and distance, as a Robin Hood table takes, and no shift. Against the Robin Hood
 // table of the same slots (three alternating runs of go test -run '^$' -bench
@@ -57,9 +57,11 @@ func (s *seqSlot) seq(seed *table.Seed) uint64 { return seed.Unmix64(s.mixed()) 
 // passes the group) and leaves a dead byte otherwise; dead bytes count against the
 // load, and a table whose live and dead slots reach 7/8 is rebuilt, at the same size
 // when the dead ones are at least half the excess. The live load stays below 3/4
-// (table.Full), as before.
+// (table.Full), as before. A table of fewer than 8 slots (a worker's first few seqs)
+// is one group whose bytes past its slots read ctrlNone, which no probe matches, takes
+// or stops at: a worker of one block keeps 2 slots and a word, not a group of 8.
 type seqTable struct {
-	slots []seqSlot // 8 per group
+	slots []seqSlot // 8 per group (fewer in a table of one group that is not full size)
 	ctrl  []uint64  // one word per group, byte j for slot j of the group
 	// n counts the live entries and dead the dead bytes (32 bits each, which keeps a
 	// Worker at 352 bytes, a size class).
@@ -69,20 +71,24 @@ type seqTable struct {
 const (
 	ctrlEmpty = 0x00
 	ctrlDead  = 0x01
+	ctrlNone  = 0x80 // no slot: past the slots of a table of fewer than 8
 	ctrlLSB   = 0x0101010101010101
 	ctrlMSB   = 0x8080808080808080
+	ctrlLow7  = 0x7f7f7f7f7f7f7f7f
 )
 
-// tagOf is the control byte of a slot holding mixed hash h: seven bits that the home
-// group (the top bits) does not use, with the top bit set.
-func tagOf(h uint64) uint64 { return 0x80 | h&0x7f }
+// tagOf is the control byte of a slot holding mixed hash h: six bits that the home
+// group (the top bits) does not use, with the top two bits set.
+func tagOf(h uint64) uint64 { return 0xc0 | h&0x3f }
 
-// matchTag returns a word with the top bit of each byte of c equal to tag set (and
-// possibly a few more above a byte that is zero: callers compare the slot).
+// matchTag returns a word with the top bit set of exactly the bytes of c equal to tag.
 func matchTag(c, tag uint64) uint64 {
 	x := c ^ tag*ctrlLSB
-	return (x - ctrlLSB) &^ x & ctrlMSB
+	return ^((x&ctrlLow7 + ctrlLow7) | x | ctrlLow7)
 }
+
+// live returns the top bits of c's bytes that hold a slot's tag.
+func live(c uint64) uint64 { return c & (c << 1) & ctrlMSB }
 
 // hasEmpty reports whether control word c has an empty byte.
 func hasEmpty(c uint64) bool { return (c-ctrlLSB)&^c&ctrlMSB != 0 }
@@ -226,11 +232,16 @@ func (t *seqTable) delMixed(h uint64) (rid uint32, ok bool) {
 func (t *seqTable) resize(c int) {
 	old, oldCtrl := t.slots, t.ctrl
 	G := max(1, (c+7)/8)
-	t.slots = make([]seqSlot, 8*G)
 	t.ctrl = make([]uint64, G)
+	if c < 8 {
+		t.slots = make([]seqSlot, c)
+		t.ctrl[0] = ^uint64(0) << (8 * c) & (ctrlNone * ctrlLSB)
+	} else {
+		t.slots = make([]seqSlot, 8*G)
+	}
 	t.dead = 0
 	for gi, c := range oldCtrl {
-		for m := c & ctrlMSB; m != 0; m &= m - 1 { // the live bytes: top bit set
+		for m := live(c); m != 0; m &= m - 1 {
 			e := &old[slotIn(uint64(gi), m)]
 			h := e.mixed()
 			g := table.Home(h, G)
