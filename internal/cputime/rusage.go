@@ -7,10 +7,8 @@ import (
 	"time"
 )
 
-// Process returns the CPU time (user and system) the process has used so far: every
-// thread's, so that a sharded engine's shard goroutines and the garbage collector count
-// with the caller's. Neighbours' load on the machine does not inflate it as it does the
-// wall clock. ok is false where the platform does not tell.
+// Process is clock_linux.go's Process on the BSDs and macOS, from getrusage: the user and
+// system time of every thread, as the scheduler has accounted it so far.
 func Process() (d time.Duration, ok bool) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
