@@ -115,13 +115,13 @@ func (t *seqTable) checkSlots() error {
 			return fmt.Errorf("seq table: byte %d past the %d slots reads %#x", i, len(t.slots), b)
 		}
 	}
-	live, dead := 0, 0
+	nlive, ndead := 0, 0
 	for i := range t.slots {
 		s := &t.slots[i]
 		b := uint8(t.ctrl[i/8] >> (8 * (i % 8)))
 		switch {
 		case b&0xc0 == 0xc0:
-			live++
+			nlive++
 			if s.ref == 0 || uint64(b) != tagOf(s.mixed()) {
 				return fmt.Errorf("seq table: slot %d reads %#x, holds ref %d, tag %#x", i, b, s.ref, tagOf(s.mixed()))
 			}
@@ -133,14 +133,14 @@ func (t *seqTable) checkSlots() error {
 				return fmt.Errorf("seq table: slot %d reads %#x and holds ref %d", i, b, s.ref)
 			}
 			if b == ctrlDead {
-				dead++
+				ndead++
 			}
 		default:
 			return fmt.Errorf("seq table: slot %d's control byte reads %#x", i, b)
 		}
 	}
-	if live != int(t.n) || dead != int(t.dead) {
-		return fmt.Errorf("seq table: %d live and %d dead slots, counts say %d and %d", live, dead, t.n, t.dead)
+	if nlive != int(t.n) || ndead != int(t.dead) {
+		return fmt.Errorf("seq table: %d live and %d dead slots, counts say %d and %d", nlive, ndead, t.n, t.dead)
 	}
 	return nil
 }

@@ -49,15 +49,16 @@ func (s *seqSlot) seq(seed *table.Seed) uint64 { return seed.Unmix64(s.mixed()) 
 // table of the same slots (three alternating runs of go test -run '^$' -bench
 // SeqSteady ./engine/internal/worker/): a deletion and an insertion at a steady 4,096
 // seqs 37-40 ns against 51-52, growth from empty to 4,096 seqs 142-157 us against
-// 156-179; on the conversation trace's events, in process, 22-25% less time per
-// coalesced event and 8-13% less per event (bench's BenchmarkEventsCoalesced and
-// BenchmarkEvents, locked), for one control byte more a slot.
+// 156-179; with the store's runs (Worker.storeRun), on the conversation trace's events
+// in process, 22-25% less time per coalesced event and 8-13% less per event (bench's
+// BenchmarkEventsCoalesced and BenchmarkEvents, locked, three alternating runs), for
+// one control byte more a slot.
 //
 // A deletion empties its slot when the slot's group has an empty byte (then no probe
 // passes the group) and leaves a dead byte otherwise; dead bytes count against the
-// load, and a table whose live and dead slots reach 7/8 is rebuilt, at the same size
-// when the dead ones are at least half the excess. The live load stays below 3/4
-// (table.Full), as before. A table of fewer than 8 slots (a worker's first few seqs)
+// load: an insertion that would take live and dead slots past 7/8 rebuilds the table
+// without them, at the same size while the live ones stay below the growth load of 3/4
+// (table.Full), grown (table.GrownLean) once they reach it. A table of fewer than 8 slots (a worker's first few seqs)
 // is one group whose bytes past its slots read ctrlNone, which no probe matches, takes
 // or stops at: a worker of one block keeps 2 slots and a word, not a group of 8.
 type seqTable struct {
@@ -116,23 +117,29 @@ func (t *seqTable) get(seed *table.Seed, seq uint64) (rid uint32, ok bool) {
 // find returns the slot of the seq of mixed hash h, or the slot where it would go: the
 // first empty or dead slot on its probe (there is one: the table is never full).
 func (t *seqTable) find(h uint64) (i uint64, found bool) {
+	i, found, _ = t.probe(h)
+	return i, found
+}
+
+// probe is find, and the number of groups it read.
+func (t *seqTable) probe(h uint64) (i uint64, found bool, groups int) {
 	lo, hi := uint32(h), uint32(h>>32)
 	tag := tagOf(h)
 	g, G := t.homeOf(h), uint64(len(t.ctrl))
 	put := ^uint64(0)
-	for {
+	for groups = 1; ; groups++ {
 		c := t.ctrl[g]
 		for m := matchTag(c, tag); m != 0; m &= m - 1 {
 			j := slotIn(g, m)
 			if s := &t.slots[j]; s.lo == lo && s.hi == hi && s.ref != 0 {
-				return j, true
+				return j, true, groups
 			}
 		}
 		if f := free(c); f != 0 && put == ^uint64(0) {
 			put = slotIn(g, f)
 		}
 		if hasEmpty(c) {
-			return put, false
+			return put, false, groups
 		}
 		if g++; g == G {
 			g = 0
@@ -151,12 +158,11 @@ func (t *seqTable) locate(seed *table.Seed, seq uint64) (i, h uint64, found bool
 
 // locateMixed is locate of the seq of mixed hash h.
 func (t *seqTable) locateMixed(h uint64) (i uint64, found bool) {
-	if c := len(t.slots); (int(t.n)+int(t.dead)+1)*8 > c*7 || table.Full(int(t.n), c) {
-		if table.Full(int(t.n), c) {
-			t.resize(table.GrownLean(c))
-		} else {
-			t.resize(c) // dead slots past the load: rebuilt at the same size
-		}
+	switch c := len(t.slots); {
+	case table.Full(int(t.n), c):
+		t.resize(table.GrownLean(c))
+	case (int(t.n)+int(t.dead)+1)*8 > c*7:
+		t.resize(c) // dead slots past the load: rebuilt at the same size
 	}
 	return t.find(h)
 }
@@ -263,21 +269,6 @@ func (t *seqTable) probes(seed *table.Seed, seq uint64) int {
 	if len(t.ctrl) == 0 {
 		return 0
 	}
-	h := seed.Mix64(seq)
-	lo, hi := uint32(h), uint32(h>>32)
-	g, G := t.homeOf(h), uint64(len(t.ctrl))
-	for n := 1; ; n++ {
-		c := t.ctrl[g]
-		for m := matchTag(c, tagOf(h)); m != 0; m &= m - 1 {
-			if s := &t.slots[slotIn(g, m)]; s.lo == lo && s.hi == hi && s.ref != 0 {
-				return n
-			}
-		}
-		if hasEmpty(c) {
-			return n
-		}
-		if g++; g == G {
-			g = 0
-		}
-	}
+	_, _, groups := t.probe(seed.Mix64(seq))
+	return groups
 }
