@@ -205,20 +205,6 @@ func (t *keyTable) key(ref uint32) key {
 	return key{prefix: t.ar[h.at+off], pos: h.pos0 + off, ns: h.ns}
 }
 
-// keyAt is key(ref) with the prefix read only where env's index keeps the key
-// (Env.Indexed; 0 elsewhere), as a removal needs it: on the locked index, 63 of 64
-// blocks are not there, and the prefix is the block's only word outside its header
-// and its meta byte.
-func (t *keyTable) keyAt(ref uint32, env *Env) key {
-	h := &t.segs[segOf(ref)]
-	off := offOf(ref)
-	k := key{pos: h.pos0 + off, ns: h.ns}
-	if env.Indexed(k.pos) {
-		k.prefix = t.ar[h.at+off]
-	}
-	return k
-}
-
 // metaWord returns the arena word holding block ref's meta byte, and the byte's shift.
 func (t *keyTable) metaWord(ref uint32) (*uint64, uint32) {
 	h := &t.segs[segOf(ref)]
@@ -365,28 +351,26 @@ func (t *keyTable) child(p uint32, k key, fp uint64) (uint32, bool) {
 // loose), it appends k as a held block with one seq and returns it. Otherwise it
 // changes nothing and reports false. Not for full tables.
 func (t *keyTable) extend(p uint32, k key) (uint32, bool) {
-	h := &t.segs[segOf(p)]
-	off := offOf(p)
-	n := uint32(h.n)
-	c := uint32(segCaps[h.class])
-	if off+1 != n || n == c || k.pos/segMax != h.pos0/segMax {
+	seg, n, ok := t.runRoom(p, k.pos-1)
+	if !ok {
 		return 0, false
 	}
-	mw := &t.ar[h.at+c+off/8]
-	if m := uint8(*mw >> (8 * (off % 8))); m == 0 || m == metaWide || m>>2 != 0 {
-		return 0, false // not held, or a branch parent
+	h := &t.segs[seg]
+	c := uint32(segCaps[h.class])
+	if n == c {
+		return 0, false // its chunk is full: attach grows it
 	}
 	t.ar[h.at+n] = k.prefix
 	t.ar[h.at+c+n/8] |= 1 << (8 * (n % 8)) // one seq (the byte was 0: past the end)
 	h.n++
 	t.blocks++
-	return refOf(segOf(p), n), true
+	return refOf(seg, n), true
 }
 
-// runRoom reports whether blocks may extend the segment of block p, at position pos,
-// as extend does one block: p ends its segment, holds a seq, has no branch child, and
-// pos+1 is in the same stride (ok); seg is the segment, n0 the offset of the first
-// block to come. Nothing changes.
+// runRoom reports whether blocks may extend the segment of block p, at position pos
+// (extend's one block, Worker.storeRun's run): p ends its segment, holds a seq, has no
+// branch child, and pos+1 is in the same stride (ok); seg is the segment, n0 the
+// offset of the first block to come. Nothing changes.
 func (t *keyTable) runRoom(p, pos uint32) (seg, n0 uint32, ok bool) {
 	seg = segOf(p)
 	h := &t.segs[seg]

@@ -467,14 +467,18 @@ func (w *Worker) addKey(env *Env, k key, parentPrefix uint64, parent uint32, hin
 }
 
 // dropKey counts one engine hash less under block ref, which must be held and whose key
-// (the caller has read it) is k; k's prefix is used only where the index keeps the key
-// (keyAt). The caller settles the key table (settleShrink) before it returns: a
-// removal of many blocks settles once.
+// (the caller has read it) is k. The caller settles the key table (settleShrink)
+// before it returns: a removal of many blocks settles once.
 func (w *Worker) dropKey(env *Env, ref uint32, k key) {
-	t := &w.keys
-	if w.dropTail(env, ref, &t.segs[segOf(ref)], k.pos) {
-		return
+	if !w.dropTail(env, ref, &w.keys.segs[segOf(ref)], k.pos) {
+		w.dropHeld(env, ref, k)
 	}
+}
+
+// dropHeld is dropKey of a block that dropTail does not take: one of several seqs, a
+// segment's first, a branch parent, or not its segment's last.
+func (w *Worker) dropHeld(env *Env, ref uint32, k key) {
+	t := &w.keys
 	if t.addSeqs(ref, -1) > 0 { // addSeqs panics if ref was not held
 		return
 	}
@@ -566,7 +570,7 @@ func (w *Worker) remove(env *Env, seqs []uint64) (skipped int) {
 			dc, dns = DigestCell{Sum: -digestTerm(s, pos), N: -1}, ns
 		}
 		if !w.dropTail(env, ref, h, pos) {
-			w.dropKey(env, ref, w.keys.keyAt(ref, env))
+			w.dropHeld(env, ref, w.keys.key(ref))
 		}
 	}
 	w.dg.addCell(dns, dc)
