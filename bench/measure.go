@@ -209,8 +209,6 @@ func Verify(impl Impl, w *Workload) (VerifyResult, error) {
 	return res, nil
 }
 
-// applyPass applies the events below limit with one goroutine per part (a single part:
-// the caller's goroutine), then Syncs. It returns the rejections.
 // settle waits, after a forced collection, until the process has used no more than
 // settleIdle of CPU time over a settleStep of sleep (at most settleMax), so that a timed
 // region starts with the runtime idle. Without it a one-thread replay pass of the
@@ -236,6 +234,8 @@ const (
 	settleMax  = 200 * time.Millisecond
 )
 
+// applyPass applies the events below limit with one goroutine per part (a single part:
+// the caller's goroutine), then Syncs. It returns the rejections.
 func applyPass(idx Index, w *Workload, parts [][]int32, limit int) (int, error) {
 	if len(parts) == 1 {
 		rej := 0

@@ -48,7 +48,9 @@ func TestLockedRunsAndSingleEvents(t *testing.T) {
 			}
 		}
 		errs = e.ApplyBatch(run[:1], errs[:0]) // end with chain a held
-		require.NoError(t, errs[0])
+		if errs[0] != nil {
+			t.Error(errs[0]) // (not require: this is not the test's goroutine)
+		}
 	})
 	wg.Go(func() { // single events
 		for range rounds * 4 {
