@@ -111,22 +111,23 @@ type Config struct {
 	// readers-writer lock (package internal/rwlock: an uncontended write costs one
 	// compare-and-swap each way): event callers apply their events under the write
 	// lock (workers' tables and index alike, so events of different workers take
-	// turns) and queries read under the read lock, on their own goroutines. Its index keeps only the
-	// positions a query probes (below 16, and every 64th); a query reads the rest of a
-	// candidate's last stride from the worker's own tables, so a run of block changes
-	// inside a stride costs the index at most one. Shards must be 0 or 1 with it.
+	// turns) and queries read under the read lock, on their own goroutines. Its index
+	// keeps only the positions a query probes (below 16, and every 64th); a query reads
+	// the rest of a candidate's last stride from the worker's own tables, so a run of
+	// block changes inside a stride costs the index at most one. Shards must be 0 or 1
+	// with it.
 	//
 	// The zero Config runs it on one or two cores (Shards says why). On two cores it
-	// applies one producer's events 3.4x as fast as one shard (4.7M against 1.4M
-	// events/s on the conversation trace), holds the least memory (39 against 56 bytes
+	// applies one producer's events 3.4x as fast as one shard (5.6M against 1.65M
+	// events/s on the conversation trace), holds the least memory (41 against 58 bytes
 	// per membership), and an event is visible to every query that starts after its
 	// call returns, with no Barrier; under two queriers and a streamer its find-matches
-	// p99 is 20 µs against 23 µs at one shard. At rest one shard answers as fast. Choose
-	// shards (Shards >= 1) when events must not wait for queries: every event takes the
-	// write lock for its whole bookkeeping, so a busy query load slows events (388k
-	// events/s meanwhile against 926k at one shard), and with more cores the shards
-	// apply events in parallel. BENCHMARKS.md ("LockedIndex or shards") has the figures
-	// and their command.
+	// p99 is about one shard's (15.8 against 15.4 µs). At rest one shard answers as
+	// fast. Choose shards (Shards >= 1) when events must not wait for queries: every
+	// event takes the write lock for its whole bookkeeping, so a busy query load slows
+	// events (378k events/s meanwhile against 1.08M at one shard), and with more cores
+	// the shards apply events in parallel. BENCHMARKS.md ("LockedIndex or shards") has
+	// the figures and their command.
 	LockedIndex bool
 	// SpecChain makes the engine name positions by SPEC's XXH3 prefix chain
 	// (hash.Next) instead of its own keyed chain, which a query computes about five

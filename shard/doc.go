@@ -20,13 +20,14 @@
 // appliers under the write lock (Loop.ApplyLocked), read by any number of queriers
 // under the read lock (Loop.Index); a scan's scratch belongs to the batch and not to
 // the shard, as a querier that reads its own batch (Loop.Serve) needs. An Index has no
-// locks and no atomics; a Loop's counters are atomics written by the table's holder and read by anyone
-// (Loop.Counters, Loop.Applied); a locked shard's are its table's and two plain counts,
-// written under the write lock and read under the read lock. A Batch belongs to its
-// querier except while a shard answers it. Barriers and the ring are safe for concurrent use. In a -tags invariants
-// build (package internal/invariants) the token's holder is recorded and every method
-// that touches the table checks it, and the table checks its structure after every
-// change (checkInvariants).
+// locks and no atomics; a Loop's counters are atomics written by the table's holder
+// and read by anyone (Loop.Counters, Loop.Applied); a locked shard's are its table's
+// and two plain counts, written under the write lock and read under the read lock. A
+// Batch belongs to its querier except while a shard answers it. Barriers and the ring
+// are safe for concurrent use. In a -tags invariants build (package
+// internal/invariants) the token's holder is recorded and every method that touches
+// the table checks it, and the table checks its structure after every change
+// (checkInvariants).
 //
 // # What it stores, and what it does not
 //

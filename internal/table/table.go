@@ -128,17 +128,15 @@ func Grown(n int) int {
 
 // GrownLean is the growth of a table whose memory matters when it is large: doubled
 // below LeanFrom slots, by a quarter past it, so that a large table's load stays
-// between 0.6 and 0.75 at Full instead of 0.375 and 0.75. A worker's seq table (12
+// between 0.6 and 0.75 at Full instead of 0.375 and 0.75. A worker's seq table (13
 // bytes a held engine hash, the largest of its tables) grows so. Below LeanFrom the
-// load is what costs: an insertion in Robin Hood order shifts the rest of its run, and
-// a run's length grows fast toward 3/4. On the conversation trace (about 4,000 engine
-// hashes a worker, tables of 5,000-10,000 slots), locked index, three alternating runs:
-// doubling below 65,536 slots instead of growing by a quarter past 4,096 took
-// `bench.BenchmarkEvents` from 223-248 to 199-212 ns an event and
-// `BenchmarkEventsCoalesced` from 6.3-6.9 to 5.3-5.9 µs a coalesced event, for 33.7 ->
-// 39.5 bytes of heap per membership there and 32.3 -> 36.8 on trace16 (`kvindex replay
-// --locked --batch=false --json`); a 62,500-hash worker (BenchmarkMemory) moved from
-// 29.7 to 30.0.
+// load is what costs: the fuller its groups, the more of them a probe reads and the
+// fewer empty bytes let a deletion leave none dead. On the conversation trace (about
+// 4,000 engine hashes a worker, tables of 5,000-10,000 slots), locked index, six
+// alternating runs each: doubling below 65,536 slots instead of growing by a quarter
+// past 4,096 took `bench.BenchmarkEvents` from 201-217 to 179-207 ns an event and
+// `BenchmarkEventsCoalesced` from 4.98-5.34 to 4.43-4.72 µs a coalesced event, for
+// 38.8 -> 43.2 bytes of heap per membership there (the benchmark's measure).
 func GrownLean(n int) int {
 	if n < LeanFrom {
 		return max(2*n, MinSlots)

@@ -39,7 +39,8 @@ type Worker struct {
 	dead bool
 	// busy is set while a run of events holds the worker on the locked index (Busy).
 	busy bool
-	// owner records mu's holder in an invariants build (Lock; empty otherwise).
+	// owner records who owns the bookkeeping in an invariants build (Lock, Own; empty
+	// otherwise): mu's holder, or on the locked index a single event's applier.
 	owner invariants.Owner
 	// tier is the tier a component holds (Device for a named worker).
 	tier Tier
