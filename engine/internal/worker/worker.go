@@ -298,7 +298,7 @@ func (w *Worker) store(env *Env, ns uint32, p parentRef, blocks []Block) {
 // storeState is where a store is along its blocks: the last block's prefix, position
 // and ref + 1 (0: the caller must look the parent up by key), whether there is one
 // (has: false before a root), the entries added (dc), and the read-ahead window of
-// the blocks' mixed hashes (hs holds those of blocks[from:from+TouchGroup]).
+// the blocks' mixed hashes.
 type storeState struct {
 	prefix  uint64
 	pos     uint32
@@ -311,9 +311,9 @@ type storeState struct {
 }
 
 // mixed returns block i's mixed hash, reading the next window's seq slots ahead when i
-// leaves the current one (seqTable.touch).
+// leaves the current one (seqTable.touch). A store asks for its blocks in order.
 func (w *Worker) mixed(env *Env, s *storeState, blocks []Block, i int) uint64 {
-	if i >= s.from+s.n || i < s.from {
+	if i >= s.from+s.n {
 		s.from = i
 		s.n = min(len(blocks)-i, TouchGroup)
 		w.touchBlocks(env, s.hs[:], blocks[i:])
