@@ -116,9 +116,7 @@ func (e *Engine) flush(w *worker.Worker) error {
 		// one moment. gallop trusts a gap-free flag for every position; published
 		// before the deltas, a flag cleared by an event that fills a hole would meet
 		// the index with the hole still in it.
-		if len(o.Pend[0]) > 0 { // (most removals on the sparse index change no key of it)
-			e.shards[0].ApplyLocked(o.Pend[0])
-		}
+		e.shards[0].ApplyLocked(o.Pend[0]) // (most removals change no key of the sparse index)
 		w.Publish(&e.env)
 		handedOver(o, 0)
 		o.Pending = 0

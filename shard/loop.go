@@ -142,9 +142,12 @@ func (s *Loop) Index() *Index {
 	return s.idx
 }
 
-// ApplyLocked applies ds on the caller's goroutine: a locked engine's event applier,
-// under the engine's write lock.
+// ApplyLocked applies ds on the caller's goroutine (a locked engine's event applier,
+// under the engine's write lock) as one batch, or nothing when ds is empty.
 func (s *Loop) ApplyLocked(ds []Delta) {
+	if len(ds) == 0 {
+		return // no batch: Counters' Batches counts the calls that changed the table
+	}
 	s.owner.Acquire()
 	s.apply(ds)
 	s.owner.Release()
