@@ -127,7 +127,9 @@ func (m grpcMatcher) match(ctx context.Context, content []uint64, scores map[str
 
 // queryLoad drives match queries open-loop: rate queries/s spread over apis in turn,
 // each timed from its scheduled start (so a queue behind a slow server counts), by at
-// most conc clients at once.
+// most conc clients at once. Each is also timed from the moment its client sent it
+// (sent): the difference is the load generator's own lateness (its timer and its
+// goroutines waiting for a core, run nicer than serve) and the wait for a free client.
 type queryLoad struct {
 	f        *fakevllm.Fleet
 	apis     []string
@@ -137,6 +139,7 @@ type queryLoad struct {
 
 	mu      sync.Mutex
 	lat     map[string][]time.Duration
+	sent    map[string][]time.Duration // the same queries, timed from their send
 	errs    map[string]int
 	lastErr error
 	skipped atomic.Int64 // scheduled queries dropped: every client busy and the queue full
@@ -168,8 +171,10 @@ func (q *queryLoad) run(ctx context.Context, seed uint64) {
 				if !ok {
 					continue
 				}
+				sent := time.Now()
 				err := q.matchers[t.api].match(ctx, content, nil)
-				d := time.Since(t.at)
+				end := time.Now()
+				d := end.Sub(t.at)
 				q.mu.Lock()
 				if err != nil {
 					if ctx.Err() == nil {
@@ -178,6 +183,7 @@ func (q *queryLoad) run(ctx context.Context, seed uint64) {
 					}
 				} else if len(q.lat[t.api]) < maxSamples {
 					q.lat[t.api] = append(q.lat[t.api], d)
+					q.sent[t.api] = append(q.sent[t.api], end.Sub(sent))
 				}
 				q.mu.Unlock()
 			}

@@ -41,7 +41,7 @@ func (l *Level) line() string {
 	m := []string{}
 	for _, api := range slices.Sorted(mapKeys(l.Match)) {
 		x := l.Match[api]
-		m = append(m, fmt.Sprintf("%s p50 %s p99 %s", api, ms(x.P50), ms(x.P99)))
+		m = append(m, fmt.Sprintf("%s p50 %s p99 %s (from send %s)", api, ms(x.P50), ms(x.P99), ms(l.MatchSent[api].P99)))
 	}
 	return fmt.Sprintf("%d engines, offered %.0f/s: published %.0f/s, applied %.0f batches/s (%.0f blocks/s), loss %d, gaps %d (unrecoverable %d), replays %d (served in at most %v), dropped %d, stale %d, size mismatches %d, drained in %v, lag p50 %s p99 %s, match %s; serve's match p99 %s, sched p99 %s, find p99 %s; serve RSS %s, %d goroutines, %d fds, CPU %.2f (%.0f µs/batch; load generator %.2f); load %s: %s",
 		l.Engines, l.Offered, l.PublishRate, l.AppliedRate, l.BlocksRate, l.Loss, l.Gaps, l.Unrecoverable, l.Replays,
@@ -84,13 +84,14 @@ func (r *Report) Markdown(w io.Writer, command string) {
 		r.Workers, r.Server, r.GoMax, r.CPUs, wl.BlockSize, wl.Capacity, wl.SystemPrompts, wl.SystemBlocks, wl.Sessions,
 		2*wl.TurnBlocks, wl.OutputBlocks, c.Fleet.Encoding, c.Fleet.BufferSteps, c.Fleet.HWMBytes>>10, c.QueryRate,
 		strings.Join(c.APIs, "+"), c.ProbeRate, r.Setup.Round(time.Millisecond))
-	fmt.Fprintln(w, "| engines | offered batches/s | published/s | applied batches/s | blocks/s | loss | gaps (unrec.) | replays | PUB drops | stale | size ≠ | lag p50 | lag p99 | match p50 | match p99 | serve's match p99 | serve's sched p99, find p99 | serve RSS | goroutines | fds | serve CPU | serve CPU µs/batch | loadgen CPU | load | held |")
-	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+	fmt.Fprintln(w, "| engines | offered batches/s | published/s | applied batches/s | blocks/s | loss | gaps (unrec.) | replays | PUB drops | stale | size ≠ | lag p50 | lag p99 | match p50 | match p99 | match p99 from send | serve's match p99 | serve's sched p99, find p99 | serve RSS | goroutines | fds | serve CPU | serve CPU µs/batch | loadgen CPU | load | held |")
+	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
 	row := func(name string, l *Level) {
-		var p50, p99 []string
+		var p50, p99, p99s []string
 		for _, api := range slices.Sorted(mapKeys(l.Match)) {
 			p50 = append(p50, api+" "+ms(l.Match[api].P50))
 			p99 = append(p99, api+" "+ms(l.Match[api].P99))
+			p99s = append(p99s, api+" "+ms(l.MatchSent[api].P99))
 		}
 		held := "yes"
 		if !l.Held {
@@ -100,9 +101,9 @@ func (r *Report) Markdown(w io.Writer, command string) {
 		if r.Server == ServerExec {
 			gen = fmt.Sprintf("%.2f", l.GenCPU)
 		}
-		fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f | %.0f | %d | %d (%d) | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s, %s | %s | %d | %d | %.2f | %.0f | %s | %s | %s |\n",
+		fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f | %.0f | %d | %d (%d) | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s | %s, %s | %s | %d | %d | %.2f | %.0f | %s | %s | %s |\n",
 			name, l.Offered, l.PublishRate, l.AppliedRate, l.BlocksRate, l.Loss, l.Gaps, l.Unrecoverable, l.Replays,
-			l.Dropped, l.Stale, l.SizeMismatch, ms(l.Lag.P50), ms(l.Lag.P99), strings.Join(p50, ", "), strings.Join(p99, ", "),
+			l.Dropped, l.Stale, l.SizeMismatch, ms(l.Lag.P50), ms(l.Lag.P99), strings.Join(p50, ", "), strings.Join(p99, ", "), strings.Join(p99s, ", "),
 			serveMatch(l), ms(l.ServeSched), ms(l.ServeFind), mib(l.RSS), l.Goroutines, l.FDs, l.CPU, l.CPUPerBatch(), gen, l.Load, held)
 	}
 	if r.Warmup != nil {

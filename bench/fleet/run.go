@@ -203,9 +203,12 @@ type Level struct {
 	// Lag: publish to visible in a /v1/match answer; ProbesExpired: probes never seen.
 	Lag           Latency
 	ProbesExpired int
-	// Match latency per API under the ingest, and the queries that failed or were
-	// skipped (every client busy).
+	// Match latency per API under the ingest, from each query's scheduled start, and
+	// the queries that failed or were skipped (every client busy). MatchSent is the
+	// same queries' latency from the moment their client sent them: without the load
+	// generator's lateness in starting them.
 	Match        map[string]Latency
+	MatchSent    map[string]Latency
 	MatchErrors  int
 	MatchSkipped int64
 	// Server's resources: peak RSS, file descriptors and OS threads while the level
@@ -360,7 +363,7 @@ type runner struct {
 // stop, drain and check.
 func (r *runner) level(ctx context.Context, rate float64, d time.Duration, warmup bool) (Level, error) {
 	cfg := r.cfg
-	l := Level{Engines: r.f.Engines(), Offered: rate, Load: loadAverage(), Match: map[string]Latency{}}
+	l := Level{Engines: r.f.Engines(), Offered: rate, Load: loadAverage(), Match: map[string]Latency{}, MatchSent: map[string]Latency{}}
 	if r.base == nil {
 		r.base = r.f.Counts()
 	}
@@ -371,7 +374,7 @@ func (r *runner) level(ctx context.Context, rate float64, d time.Duration, warmu
 	matchers := map[string]matcher{APIHTTP: r.hm, APIGRPC: grpcMatcher{r.gc}}
 	r.seed++
 	q := &queryLoad{f: r.f, apis: cfg.APIs, matchers: matchers, rate: cfg.QueryRate, conc: cfg.QueryClients,
-		lat: map[string][]time.Duration{}, errs: map[string]int{}}
+		lat: map[string][]time.Duration{}, sent: map[string][]time.Duration{}, errs: map[string]int{}}
 	pr := &prober{f: r.f, m: r.hm, rate: cfg.ProbeRate, poll: cfg.ProbePoll, timeout: 10 * time.Second}
 	for len(r.f.Probes()) > 0 {
 		<-r.f.Probes()
@@ -462,6 +465,9 @@ func (r *runner) level(ctx context.Context, rate float64, d time.Duration, warmu
 	l.ProbesExpired = pr.expired
 	for api, d := range q.lat {
 		l.Match[api] = summarize(d)
+	}
+	for api, d := range q.sent {
+		l.MatchSent[api] = summarize(d)
 	}
 	for _, n := range q.errs {
 		l.MatchErrors += n

@@ -58,6 +58,15 @@ func TestLoadNothingLost(t *testing.T) {
 	if l.Lag.N == 0 || l.Match[APIHTTP].N == 0 || l.Match[APIGRPC].N == 0 || l.MatchErrors > 0 {
 		t.Errorf("probes %d, http %d, grpc %d queries, %d errors (%s)", l.Lag.N, l.Match[APIHTTP].N, l.Match[APIGRPC].N, l.MatchErrors, l.LastError)
 	}
+	// Each query is timed from its scheduled start and from its send, which comes no
+	// earlier: both summaries count the same queries, and each percentile from the send
+	// is at most the one from the schedule.
+	for _, api := range []string{APIHTTP, APIGRPC} {
+		m, s := l.Match[api], l.MatchSent[api]
+		if s.N != m.N || s.P50 > m.P50 || s.P99 > m.P99 || s.P50 <= 0 {
+			t.Errorf("%s: from the schedule %+v, from the send %+v", api, m, s)
+		}
+	}
 }
 
 // TestLoadStallRecovered stalls every engine's PUB writes mid-level with queues small
