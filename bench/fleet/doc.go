@@ -30,7 +30,8 @@
 // chain is polled on /v1/match until the engine's worker matches all of it, every
 // ProbePoll at first and then every tenth of the time waited, so the lag is late by up
 // to one poll, or 10%, and one query); match latency per API from
-// each query's scheduled start (open loop: a queue behind a slow server counts); serve's
+// each query's scheduled start (open loop: a queue behind a slow server counts), and
+// from its send (without the generator's own lateness in starting it); serve's
 // peak RSS, fds and threads, goroutines at the end, CPU per wall second. A level holds
 // with no loss, nothing stale, no size differing, lag p99 within MaxLag and the fleet
 // publishing at least 95% of the offered rate.

@@ -43,7 +43,7 @@
 // (tables.go) and, per key, a block of a segment (keys.go): its prefix and a meta
 // byte, 9 bytes in the segment's chunk of an arena, with a 20-byte header and a 6-byte
 // key-index slot per segment (a run of up to 64 consecutive positions of one chain,
-// inside one stride). On the trace logs the arena and the headers come to 11.1-12.4
+// inside one stride). On the trace logs the arena and the headers come to 11.1-12.7
 // bytes per membership, free chunks and growth slack included
 // (BenchmarkReplayCeiling's exact-records-B/membership), and a segment averages 45-55
 // blocks. A Worker is 352 bytes (a size class) whatever it holds: its Outbox (120
