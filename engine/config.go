@@ -86,10 +86,10 @@ type Config struct {
 	// is 1 or 2, else runtime.GOMAXPROCS(0) shards, at most 8. On two cores the shards
 	// cost more CPU than they save: in ordered replay of the conversation trace
 	// (kvindex replay --ops trace_conversation.jsonl --json --repeat 3, the replay's
-	// process CPU time, six alternated runs on a loaded 2-core machine; BENCHMARKS.md,
-	// "The default index by cores") the locked index spent a median 0.049 s, 2 shards
-	// 0.063 s (+29%) and 1 shard 0.068 s (+39%): every event's deltas cross a ring to a
-	// shard goroutine that must be woken, and a query makes a round trip through the
+	// process CPU time, six alternated runs on a 2-core machine; BENCHMARKS.md, "The
+	// default index by cores") the locked index spent a median 0.023 s, 1 shard 0.088 s
+	// and 2 shards 0.091 s: every event's deltas cross a ring to a shard goroutine that
+	// polls and must be woken, and a query makes a round trip through the
 	// shards. With more cores the shards apply events in parallel, which the locked
 	// index cannot; scripts/scaling.sh measures where that starts to pay. Set Shards (1
 	// or more) to run shard goroutines on any machine, or LockedIndex to run the locked
