@@ -263,7 +263,7 @@ func Run(ctx context.Context, o Options, logw io.Writer) (*Report, error) {
 			return nil, fmt.Errorf("burst never applied: %w", err)
 		}
 	}
-	fmt.Fprintf(logw, "loadgen: burst of %d trace records applied; %d memberships\n", o.Burst, srv.Engine().Stats().Memberships)
+	fmt.Fprintf(logw, "loadgen: burst of %d trace records applied; %d blocks held\n", o.Burst, srv.Engine().Stats().Blocks)
 
 	// Requests, built once: JSON bodies for HTTP, messages for gRPC, the same queries.
 	bodies := map[string][][]byte{}
@@ -464,7 +464,7 @@ func (r *Report) Markdown(command string) string {
 		fmt.Fprintf(&b, "| %s | %s | %d | %d | %.0f | %s | %s | %s | %d | %.2f | %.0f |\n", x.API, x.Mode, x.Concurrency, x.Requests, x.RPS,
 			fmtDur(x.P50), fmtDur(x.P99), fmtDur(x.Max), x.Errors, x.MeanScore, x.EventsPerSec)
 	}
-	fmt.Fprintf(&b, "\nIndex at the end: %d workers, %d blocks, %d memberships; %d batches applied, %d gaps detected, %d recovered by replay.\n",
+	fmt.Fprintf(&b, "\nIndex at the end: %d workers, %d blocks held (%d memberships in the positional index); %d batches applied, %d gaps detected, %d recovered by replay.\n",
 		r.Workers, r.Blocks, r.Memberships, r.Batches, r.Gaps, r.Recovered)
 	fmt.Fprintf(&b, "\nReading: latency is measured by the client per request (the round trip over loopback, JSON or protobuf encoding and decoding "+
 		"included) while the publisher (Python, one process for all ranks) and the load generator compete with the server for the same cores, "+
