@@ -131,7 +131,7 @@ func (m grpcMatcher) match(ctx context.Context, content []uint64, scores map[str
 // (sent): the difference is the load generator's own lateness (its timer and its
 // goroutines waiting for a core, run nicer than serve) and the wait for a free client.
 type queryLoad struct {
-	f        *fakevllm.Fleet
+	prompts  promptSource
 	apis     []string
 	matchers map[string]matcher
 	rate     float64
@@ -143,6 +143,17 @@ type queryLoad struct {
 	errs    map[string]int
 	lastErr error
 	skipped atomic.Int64 // scheduled queries dropped: every client busy and the queue full
+}
+
+// promptSource gives the request chains to query: the fleet's recent ones
+// (fakevllm.Fleet), or in the query child the pool the generator sent it.
+type promptSource interface {
+	SamplePrompt(rng *rand.Rand, dst []uint64) ([]uint64, bool)
+}
+
+func newQueryLoad(prompts promptSource, apis []string, matchers map[string]matcher, rate float64, conc int) *queryLoad {
+	return &queryLoad{prompts: prompts, apis: apis, matchers: matchers, rate: rate, conc: conc,
+		lat: map[string][]time.Duration{}, sent: map[string][]time.Duration{}, errs: map[string]int{}}
 }
 
 type ticket struct {
@@ -167,7 +178,7 @@ func (q *queryLoad) run(ctx context.Context, seed uint64) {
 			var content []uint64
 			for t := range tickets {
 				var ok bool
-				content, ok = q.f.SamplePrompt(rng, content)
+				content, ok = q.prompts.SamplePrompt(rng, content)
 				if !ok {
 					continue
 				}

@@ -49,6 +49,14 @@ func (l *Level) line() string {
 		strings.Join(m, ", "), serveMatch(l), ms(l.ServeSched), ms(l.ServeFind), mib(l.RSS), l.Goroutines, l.FDs, l.CPU, l.CPUPerBatch(), l.GenCPU, l.Load, held)
 }
 
+// queriesFrom says where the match clients ran.
+func queriesFrom(c *Config) string {
+	if len(c.QueryCommand) > 0 {
+		return " from a child process at serve's priority"
+	}
+	return " from the load generator"
+}
+
 // serveMatch is serve's own match p99 by API, "grpc X, http Y" ("-" where unread).
 func serveMatch(l *Level) string {
 	if len(l.ServeMatch) == 0 {
@@ -79,11 +87,11 @@ func (r *Report) Markdown(w io.Writer, command string) {
 	wl := c.Fleet.Workload
 	fmt.Fprintf(w, "Setup: %d engines (%s server, GOMAXPROCS %d, %d CPUs), each a ZMTP PUB and ROUTER on 127.0.0.1; "+
 		"block size %d, %d-block caches, %d system prompts of %d blocks, %d sessions per engine, turns of 1-%d blocks + %d output; "+
-		"%s events; replay buffer %d batches; PUB queue %d KiB; queries %.0f/s over %s; %.0f lag probes/s. "+
+		"%s events; replay buffer %d batches; PUB queue %d KiB; queries %.0f/s over %s%s; %.0f lag probes/s. "+
 		"Connected and synced in %v.\n\n",
 		r.Workers, r.Server, r.GoMax, r.CPUs, wl.BlockSize, wl.Capacity, wl.SystemPrompts, wl.SystemBlocks, wl.Sessions,
 		2*wl.TurnBlocks, wl.OutputBlocks, c.Fleet.Encoding, c.Fleet.BufferSteps, c.Fleet.HWMBytes>>10, c.QueryRate,
-		strings.Join(c.APIs, "+"), c.ProbeRate, r.Setup.Round(time.Millisecond))
+		strings.Join(c.APIs, "+"), queriesFrom(&c), c.ProbeRate, r.Setup.Round(time.Millisecond))
 	fmt.Fprintln(w, "| engines | offered batches/s | published/s | applied batches/s | blocks/s | loss | gaps (unrec.) | replays | PUB drops | stale | size ≠ | lag p50 | lag p99 | match p50 | match p99 | match p99 from send | serve's match p99 | serve's sched p99, find p99 | serve RSS | goroutines | fds | serve CPU | serve CPU µs/batch | loadgen CPU | load | held |")
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
 	row := func(name string, l *Level) {

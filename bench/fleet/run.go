@@ -58,6 +58,11 @@ type Config struct {
 	NoQueries    bool
 	APIs         []string
 	QueryClients int
+	// QueryCommand starts the query child (querychild.go): the match clients run in
+	// that process, started before LoadgenNice applies, so at serve's priority. The
+	// command is a binary that runs QueryChild when IsQueryChild (kvindex's loadtest
+	// does). Empty: the clients run in this process.
+	QueryCommand []string
 	// ProbeRate is the apply-lag probes per second; ProbePoll how often a probe polls.
 	// Defaults 20 and 1ms.
 	ProbeRate float64
@@ -297,6 +302,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			_ = tgt.close()
 		}
 	}()
+	var qp *queryProc
+	if len(cfg.QueryCommand) > 0 && !cfg.NoQueries {
+		// Started before the generator lowers its priority: the child keeps serve's.
+		if qp, err = startQueryProc(cfg.QueryCommand, logw); err != nil {
+			return nil, err
+		}
+		defer qp.close()
+		if err := qp.setup(tgt.httpAddr(), tgt.grpcAddr(), cfg.QueryClients); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Server == ServerExec {
 		if err := lowerPriority(cfg.LoadgenNice); err != nil {
 			return nil, err
@@ -315,7 +331,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer gc.Close()
-	r := &runner{cfg: cfg, f: f, t: tgt, hc: hc, gc: gc,
+	r := &runner{cfg: cfg, f: f, t: tgt, hc: hc, gc: gc, qp: qp,
 		hm: newHTTPMatcher(tgt.httpAddr(), cfg.QueryClients+8)}
 	rep := &Report{Config: cfg, Setup: time.Since(t0), GoMax: runtime.GOMAXPROCS(0), CPUs: runtime.NumCPU(),
 		Server: cfg.Server, Workers: cfg.Fleet.Engines}
@@ -357,6 +373,7 @@ type runner struct {
 	hm   *httpMatcher
 	base []fakevllm.EngineCounts // counts at the previous level's end
 	seed uint64
+	qp   *queryProc // the query child (Config.QueryCommand), or nil
 }
 
 // level runs one level: publish at rate for d while queries and probes run, then
@@ -373,8 +390,7 @@ func (r *runner) level(ctx context.Context, rate float64, d time.Duration, warmu
 	}
 	matchers := map[string]matcher{APIHTTP: r.hm, APIGRPC: grpcMatcher{r.gc}}
 	r.seed++
-	q := &queryLoad{f: r.f, apis: cfg.APIs, matchers: matchers, rate: cfg.QueryRate, conc: cfg.QueryClients,
-		lat: map[string][]time.Duration{}, sent: map[string][]time.Duration{}, errs: map[string]int{}}
+	q := newQueryLoad(r.f, cfg.APIs, matchers, cfg.QueryRate, cfg.QueryClients)
 	pr := &prober{f: r.f, m: r.hm, rate: cfg.ProbeRate, poll: cfg.ProbePoll, timeout: 10 * time.Second}
 	for len(r.f.Probes()) > 0 {
 		<-r.f.Probes()
@@ -382,7 +398,15 @@ func (r *runner) level(ctx context.Context, rate float64, d time.Duration, warmu
 	lctx, stopLoad := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(3)
-	go func() { defer wg.Done(); q.run(lctx, r.seed) }()
+	var qerr error
+	go func() {
+		defer wg.Done()
+		if r.qp != nil {
+			qerr = r.qp.runLevel(lctx, q, r.f, r.seed)
+		} else {
+			q.run(lctx, r.seed)
+		}
+	}()
 	go func() { defer wg.Done(); pr.run(lctx) }()
 	samp := &sampler{pid: r.t.pid()}
 	go func() { defer wg.Done(); samp.run(lctx) }()
@@ -424,6 +448,9 @@ func (r *runner) level(ctx context.Context, rate float64, d time.Duration, warmu
 	}
 	stopLoad()
 	wg.Wait()
+	if qerr != nil {
+		return l, qerr
+	}
 	if n, err := r.t.goroutines(ctx); err == nil {
 		l.Goroutines = n
 	}

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"github.com/kvindex/kvindex/internal/fakevllm"
+	"os"
 
 	"context"
 	"testing"
@@ -64,6 +65,33 @@ func TestLoadNothingLost(t *testing.T) {
 	for _, api := range []string{APIHTTP, APIGRPC} {
 		m, s := l.Match[api], l.MatchSent[api]
 		if s.N != m.N || s.P50 > m.P50 || s.P99 > m.P99 || s.P50 <= 0 {
+			t.Errorf("%s: from the schedule %+v, from the send %+v", api, m, s)
+		}
+	}
+}
+
+// TestLoadQueryChild runs the match clients in the query child (this test binary again,
+// TestMain): the child gets serve's addresses and the fleet's request chains from the
+// generator, and its queries come back to the level's figures, each API's answered
+// without error, the same queries timed from their schedule and their send.
+func TestLoadQueryChild(t *testing.T) {
+	cfg := small()
+	cfg.NoWarmup = true
+	cfg.QueryCommand = []string{os.Args[0]}
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held(t, rep)
+	l := rep.Levels[0]
+	if l.MatchErrors > 0 || l.MatchSkipped > 0 {
+		t.Errorf("%d errors (%s), %d skipped", l.MatchErrors, l.LastError, l.MatchSkipped)
+	}
+	// 100 queries/s over 2 s, the two APIs in turn: about 100 each, fewer where the
+	// child had no request chain yet.
+	for _, api := range []string{APIHTTP, APIGRPC} {
+		m, s := l.Match[api], l.MatchSent[api]
+		if m.N < 20 || s.N != m.N || s.P50 > m.P50 || s.P99 > m.P99 || s.P50 <= 0 {
 			t.Errorf("%s: from the schedule %+v, from the send %+v", api, m, s)
 		}
 	}

@@ -19,6 +19,14 @@ import (
 // lost. It exits 0 when at least one level held (the table says up to which rate), 1
 // when none did or the run failed, 2 for bad flags.
 func loadtestMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if fleet.IsQueryChild() {
+		// Started by a load test's --query-process: its match clients, at serve's
+		// priority, talking to the generator over stdin and stdout.
+		if err := fleet.QueryChild(os.Stdin, stdout); err != nil {
+			return exitCode(stderr, "loadtest", err)
+		}
+		return 0
+	}
 	fs := newFlags("loadtest", stderr)
 	engines := fs.Int("engines", 64, "simulated engines, each a ZMTP PUB and ROUTER on 127.0.0.1 (1.."+strconv.Itoa(fakevllm.MaxEngines)+")")
 	rates := fs.String("rates", "1000,2000,4000,8000", "levels: batches per second over the whole fleet, comma-separated, run in order (stops at the first not held unless --keep-going)")
@@ -47,7 +55,8 @@ func loadtestMain(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	connect := fs.Bool("connect", false, "the engines' PUB sockets connect to serve, which binds one endpoint per engine (bind=true; vLLM connects when its endpoint names a host)")
 	replayTimeout := fs.Duration("replay-timeout", 0, "serve's replay_timeout (default 5s)")
 	maxReplays := fs.Int("max-concurrent-replays", 0, "serve's max_concurrent_replays (default 32)")
-	loadgenNice := fs.Int("loadgen-nice", 10, "with --server exec, lower this process's priority (engines, queries, probes) by this much once serve has started, so that serve gets the cores first (Linux; 0: off)")
+	loadgenNice := fs.Int("loadgen-nice", 10, "with --server exec, lower this process's priority (engines, probes, and the queries without --query-process) by this much once serve has started, so that serve gets the cores first (Linux; 0: off)")
+	queryProcess := fs.Bool("query-process", true, "with --server exec, run the match clients in a child process at serve's priority (fed the fleet's recent request chains), so that their latency is serve's and the loopback's, not the load generator's; false: in the load generator")
 	profile := fs.String("serve-cpuprofile", "", "with --server exec, serve writes a CPU profile of its whole run to this file (go tool pprof)")
 	seed := fs.Uint64("seed", 1, "seed of the workload")
 	out := fs.String("out", "", "also write the Markdown table to this file")
@@ -78,6 +87,9 @@ func loadtestMain(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			return exitCode(stderr, "loadtest", fmt.Errorf("--server exec: %w", err))
 		}
 		cfg.ServeCommand = []string{exe, "serve"}
+		if *queryProcess {
+			cfg.QueryCommand = []string{exe, "loadtest"}
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		return exitCode(stderr, "loadtest", usageErr("%v", err))
