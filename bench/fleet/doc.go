@@ -11,6 +11,8 @@
 //	runner: the fakevllm.Fleet and its drivers, queryLoad (open-loop match clients),
 //	        prober (apply lag), sampler (serve's /proc), drain and check (/v1/workers
 //	        against the engines' own counts)
+//	queryProc: the query child (querychild.go, Config.QueryCommand), a process at
+//	        serve's priority that runs the match clients of each level for the runner
 //
 // serve runs as a child process (the real binary, kvindex serve --config FILE: its RSS,
 // CPU, file descriptors and goroutines are its own, read from /proc and /metrics) or

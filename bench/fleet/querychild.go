@@ -86,8 +86,10 @@ func (p *promptPool) SamplePrompt(rng *rand.Rand, dst []uint64) ([]uint64, bool)
 	return append(dst[:0], p.prompts[rng.IntN(len(p.prompts))]...), true
 }
 
-// maxChildPrompts bounds the prompts the generator sends at a time.
-const maxChildPrompts = 256
+// maxChildPrompts is how many prompts the generator samples for the child at a time
+// (every feedEvery): enough variety for 200 queries a second, little enough that the
+// pipe's JSON costs the child (at serve's priority) next to nothing.
+const maxChildPrompts = 64
 
 // QueryChild is the query child's side: it reads messages from in until in closes,
 // runs each level's queries against serve and writes a result line to out at each
@@ -120,6 +122,9 @@ func QueryChild(in io.Reader, out io.Writer) error {
 		}
 		switch {
 		case m.HTTP != "":
+			if matchers != nil {
+				return errors.New("fleet: query child: the addresses twice")
+			}
 			gc, err := dialGRPC(m.GRPC)
 			if err != nil {
 				return err
@@ -276,7 +281,7 @@ func (p *queryProc) runLevel(ctx context.Context, q *queryLoad, src promptSource
 }
 
 // feedEvery is how often the generator sends the child a fresh sample of prompts.
-const feedEvery = 100 * time.Millisecond
+const feedEvery = 500 * time.Millisecond
 
 // close ends the child: its stdin closes and it exits (killed after a few seconds).
 func (p *queryProc) close() error {
