@@ -12,6 +12,8 @@ import (
 	"os/exec"
 	"sync"
 	"time"
+
+	"github.com/kvindex/kvindex/internal/fakevllm"
 )
 
 // The query child. With an exec serve the load generator runs 10 nicer than serve
@@ -80,10 +82,7 @@ func (p *promptPool) set(prompts [][]uint64) {
 func (p *promptPool) SamplePrompt(rng *rand.Rand, dst []uint64) ([]uint64, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.prompts) == 0 {
-		return dst, false
-	}
-	return append(dst[:0], p.prompts[rng.IntN(len(p.prompts))]...), true
+	return fakevllm.SampleFrom(p.prompts, rng, dst)
 }
 
 // maxChildPrompts is how many prompts the generator samples for the child at a time

@@ -503,10 +503,17 @@ func (f *Fleet) observe(e *simEngine, c *chain, now time.Time) {
 func (f *Fleet) SamplePrompt(rng *rand.Rand, dst []uint64) ([]uint64, bool) {
 	f.recentMu.Lock()
 	defer f.recentMu.Unlock()
-	if len(f.recent) == 0 {
+	return SampleFrom(f.recent, rng, dst)
+}
+
+// SampleFrom copies a random one of chains into dst (false when there is none): what
+// SamplePrompt does with the fleet's recent chains, for a copy of them kept elsewhere
+// (the load test's query child).
+func SampleFrom(chains [][]uint64, rng *rand.Rand, dst []uint64) ([]uint64, bool) {
+	if len(chains) == 0 {
 		return dst, false
 	}
-	return append(dst[:0], f.recent[rng.IntN(len(f.recent))]...), true
+	return append(dst[:0], chains[rng.IntN(len(chains))]...), true
 }
 
 // EngineCounts is one engine's own account of what it published.
