@@ -104,7 +104,7 @@ func QueryChild(in io.Reader, out io.Writer) error {
 			_ = closeGRPC()
 		}
 	}()
-	clients := 8
+	clients := 0
 	var run *childRun // the level running, or nil
 	defer func() {
 		if run != nil {
@@ -124,14 +124,15 @@ func QueryChild(in io.Reader, out io.Writer) error {
 			if matchers != nil {
 				return errors.New("fleet: query child: the addresses twice")
 			}
+			if m.Clients < 1 {
+				return errors.New("fleet: query child: no clients")
+			}
 			gc, err := dialGRPC(m.GRPC)
 			if err != nil {
 				return err
 			}
 			closeGRPC = gc.Close
-			if m.Clients > 0 {
-				clients = m.Clients
-			}
+			clients = m.Clients
 			matchers = map[string]matcher{APIHTTP: newHTTPMatcher(m.HTTP, clients+8), APIGRPC: grpcMatcher{gc}}
 		case m.Prompts != nil:
 			pool.set(m.Prompts)
@@ -177,14 +178,14 @@ func (r *childRun) stop() {
 	<-r.done
 }
 
-// queryProc is the generator's side: the child process and its pipes.
+// queryProc is the generator's side: the child process and its pipes. The child is
+// waited for only in close, after every read of its stdout (exec.Cmd.Wait closes the
+// pipe).
 type queryProc struct {
-	cmd  *exec.Cmd
-	in   io.WriteCloser
-	enc  *json.Encoder
-	out  *json.Decoder
-	done chan struct{}
-	err  error // the child's exit, once done is closed
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	enc *json.Encoder
+	out *json.Decoder
 }
 
 // startQueryProc starts command as the query child (the caller lowers its own priority
@@ -207,12 +208,7 @@ func startQueryProc(command []string, stderr io.Writer) (*queryProc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("fleet: start the query child %s: %w", command[0], err)
 	}
-	p := &queryProc{cmd: cmd, in: in, enc: json.NewEncoder(in), out: json.NewDecoder(bufio.NewReader(out)), done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
+	return &queryProc{cmd: cmd, in: in, enc: json.NewEncoder(in), out: json.NewDecoder(bufio.NewReader(out))}, nil
 }
 
 // setup tells the child serve's addresses and its number of clients.
@@ -262,15 +258,11 @@ func (p *queryProc) runLevel(ctx context.Context, q *queryLoad, src promptSource
 	if err := p.enc.Encode(&queryChildMsg{Stop: true}); err != nil {
 		return err
 	}
-	var res queryChildResult
-	if err := p.out.Decode(&res); err != nil {
-		return fmt.Errorf("fleet: the query child's result: %w", err)
-	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.lat, q.sent, q.errs = res.Lat, res.Sent, res.Errs
-	if q.lat == nil {
-		q.lat, q.sent, q.errs = map[string][]time.Duration{}, map[string][]time.Duration{}, map[string]int{}
+	res := queryChildResult{Lat: q.lat, Sent: q.sent, Errs: q.errs} // decoded into q's own maps
+	if err := p.out.Decode(&res); err != nil {
+		return fmt.Errorf("fleet: the query child's result: %w", err)
 	}
 	if res.LastErr != "" {
 		q.lastErr = errors.New(res.LastErr)
@@ -285,11 +277,13 @@ const feedEvery = 500 * time.Millisecond
 // close ends the child: its stdin closes and it exits (killed after a few seconds).
 func (p *queryProc) close() error {
 	_ = p.in.Close()
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
 	select {
-	case <-p.done:
+	case err := <-done:
+		return err
 	case <-time.After(5 * time.Second):
 		_ = p.cmd.Process.Kill()
-		<-p.done
+		return <-done
 	}
-	return p.err
 }
