@@ -3,6 +3,7 @@ package cputime
 import (
 	"runtime"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -21,7 +22,11 @@ func TestProcessAdvances(t *testing.T) {
 	}
 	x := uint64(1)
 	prev := c0
+	deadline := time.Now().Add(10 * time.Second)
 	for i := 0; ; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("process CPU time stayed at %v through 10 s of work", c0)
+		}
 		for j := 0; j < 1000; j++ {
 			x = x*6364136223846793005 + 1442695040888963407
 		}
