@@ -131,7 +131,7 @@ func (t *seqTable) probe(h uint64) (i uint64, found bool, groups int) {
 		c := t.ctrl[g]
 		for m := matchTag(c, tag); m != 0; m &= m - 1 {
 			j := slotIn(g, m)
-			if s := &t.slots[j]; s.lo == lo && s.hi == hi && s.ref != 0 {
+			if s := &t.slots[j]; s.lo == lo && s.hi == hi { // (a tag byte is a live slot's: checkSlots)
 				return j, true, groups
 			}
 		}
