@@ -671,15 +671,21 @@ func (e *Engine) storeLocked(w *worker.Worker, ns uint32, ev *Event) error {
 		}
 	}
 	blocks := blocksOf(ev.Blocks)
-	if !w.Outbox().ValidStore(&e.env, ev.Parent, ev.HasParent, blocks) {
-		e.rejInvalid.Add(1)
-		return fmt.Errorf("%w: a seq appears twice in one event or equals the parent", ErrInvalidEvent)
-	}
 	if !w.Room(&e.env, tier, len(blocks)) {
 		e.rejInvalid.Add(1)
+		if !w.Outbox().ValidStore(&e.env, ev.Parent, ev.HasParent, blocks) {
+			return errDuplicateSeq // (the duplicate is reported first, as Store does)
+		}
 		return fmt.Errorf("%w: worker %q could pass MaxSegments (%d) on one tier", ErrInvalidEvent, w.Name(), MaxSegments)
 	}
-	w.Store(&e.env, tier, ns, p, blocks)
+	if !w.Store(&e.env, tier, ns, p, blocks) { // (Store runs the duplicate check)
+		e.rejInvalid.Add(1)
+		return errDuplicateSeq
+	}
 	w.Outbox().Events++
 	return nil
 }
+
+// errDuplicateSeq rejects a stored event one of whose seqs appears twice in it or
+// equals its parent's.
+var errDuplicateSeq = fmt.Errorf("%w: a seq appears twice in one event or equals the parent", ErrInvalidEvent)

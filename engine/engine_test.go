@@ -133,6 +133,65 @@ func TestRejections(t *testing.T) {
 	require.Equal(t, 1, e.Stats().Workers)
 }
 
+// TestRejectedStoreLeavesNoTrace: a stored event that fails the duplicate check after
+// its first blocks went in (the check runs at the first seq found held: a seq the
+// event repeats, or its parent's) leaves the engine as it was: sizes, memberships,
+// index entries, digests and answers, on the locked index and on shards. Its blocks
+// cross positions the index keeps (below 16 and every 64th), so their deltas are
+// queued before the duplicate is found.
+func TestRejectedStoreLeavesNoTrace(t *testing.T) {
+	for _, cfg := range []engine.Config{{LockedIndex: true}, {Shards: 2}} {
+		t.Run(fmt.Sprintf("locked=%v", cfg.LockedIndex), func(t *testing.T) {
+			e := newEngine(t, cfg)
+			chain := func(from, n uint64) []engine.Block {
+				bs := make([]engine.Block, n)
+				for i := range bs {
+					bs[i] = engine.Block{Content: from + uint64(i), Seq: from + uint64(i)}
+				}
+				return bs
+			}
+			require.NoError(t, e.Store("w", chain(1, 100)))
+			require.NoError(t, e.Store("v", chain(1, 30)))
+			query := make([]uint64, 200)
+			for i := range query {
+				query[i] = uint64(1 + i)
+			}
+			state := func() (engine.Stats, map[string]engine.WorkerDigest, []engine.Match) {
+				require.NoError(t, e.Barrier(ctx))
+				got, err := e.FindMatches(ctx, query, nil)
+				require.NoError(t, err)
+				st := e.Stats()
+				st.Shards, st.Queries, st.QueryRounds, st.QueryProbes, st.RejectedInvalid = nil, 0, 0, 0, 0
+				return st, e.Digests(), got
+			}
+			st0, dg0, got0 := state()
+			repeat := chain(101, 80)
+			repeat[70].Seq = repeat[5].Seq
+			parent := chain(101, 40)
+			parent[39].Seq = 100
+			root := chain(1001, 20)
+			root[19].Seq = 1003
+			for name, do := range map[string]func() error{
+				"a seq twice":       func() error { return e.StoreUnder("w", 100, repeat) },
+				"the parent's seq":  func() error { return e.StoreUnder("w", 100, parent) },
+				"a root chain":      func() error { return e.Store("w", root) },
+				"on another worker": func() error { return e.StoreUnder("v", 30, repeat) },
+			} {
+				require.ErrorIs(t, do(), engine.ErrInvalidEvent, name)
+				st, dg, got := state()
+				require.Equal(t, st0, st, name)
+				require.Equal(t, dg0, dg, name)
+				require.Equal(t, got0, got, name)
+			}
+			// The same blocks without the duplicate go in.
+			repeat[70].Seq = 5000
+			require.NoError(t, e.StoreUnder("w", 100, repeat))
+			st, _, _ := state()
+			require.Equal(t, st0.Blocks+80, st.Blocks)
+		})
+	}
+}
+
 // TestDifferential replays long random histories on the engine and on the reference
 // model, comparing every query after a barrier, for several jump sizes and shard counts.
 func TestDifferential(t *testing.T) {

@@ -46,7 +46,7 @@
 // inside one stride). On the trace logs the arena and the headers come to 11.1-12.7
 // bytes per membership, free chunks and growth slack included
 // (BenchmarkReplayCeiling's exact-records-B/membership), and a segment averages 45-55
-// blocks. A Worker is 352 bytes (a size class) whatever it holds: its Outbox (120
+// blocks. A Worker is 352 bytes (a size class) whatever it holds: its Outbox (176
 // bytes, and the delta buffers behind it) is lent only while it applies events, so
 // 100,000 idle workers keep none. Each membership change leaves as one 12-byte
 // shard.Delta. A store or removal reads the home seq groups of each 16 engine hashes

@@ -120,7 +120,7 @@ func (w *Worker) FindParent(env *Env, t Tier, seq uint64) (Parent, bool) {
 			return Parent{}, false
 		}
 	}
-	return Parent{Key: holder.keys.key(rid).shard(), holder: holder, rid: rid}, true
+	return Parent{Key: holder.keys.key(rid).shard(), Seq: seq, holder: holder, rid: rid}, true
 }
 
 // Holds reports whether w's own tables hold key k. They must be full (w has tier

@@ -173,6 +173,11 @@ type Outbox struct {
 	// (ValidStore).
 	seen seqSet
 	bits []uint16
+	// undo is unstore's scratch; mark and markN are the lengths of Pend and Pending
+	// when a store that may be taken back began (markPend).
+	undo  []uint64
+	mark  []int
+	markN int
 	// sink keeps what the look-ahead reads of a run's seq slots (seqTable.touch) return,
 	// so that the compiler keeps the loads.
 	sink uint32
@@ -188,6 +193,26 @@ type Outbox struct {
 	// worker's mutex (the locked index: its write lock), as it does for every worker it
 	// locks.
 	Last *Worker
+}
+
+// markPend records the queued deltas, so that dropPend can drop what is queued after.
+func (o *Outbox) markPend() {
+	if len(o.mark) != len(o.Pend) {
+		o.mark = make([]int, len(o.Pend))
+	}
+	for s := range o.Pend {
+		o.mark[s] = len(o.Pend[s])
+	}
+	o.markN = o.Pending
+}
+
+// dropPend drops the deltas queued since markPend (no flush comes between: a flush
+// runs between events).
+func (o *Outbox) dropPend() {
+	for s := range o.Pend {
+		o.Pend[s] = o.Pend[s][:o.mark[s]]
+	}
+	o.Pending = o.markN
 }
 
 // NewOutbox returns an empty outbox for an engine of shards shards.
@@ -219,25 +244,44 @@ type parentRef struct {
 	ref    uint32
 }
 
-// Parent is a stored event's parent, found by FindParent: its key, and the table and
-// block that hold it. Valid until its worker is next modified.
+// Parent is a stored event's parent, found by FindParent: its seq and key, and the
+// table and block that hold it. Valid until its worker is next modified.
 type Parent struct {
 	Key    shard.Key
+	Seq    uint64
 	holder *Worker
 	rid    uint32
 }
 
-// Store applies an accepted stored event of primary w on tier t in namespace ns: its
-// blocks hang under p (found by FindParent in the same hold of the mutex; the zero
-// Parent: blocks[0] is a root), the duplicate check (Outbox.ValidStore) passed, and
-// positions fit. Holder of w's mutex, with an outbox lent.
-func (w *Worker) Store(env *Env, t Tier, ns uint32, p Parent, blocks []Block) {
-	c := w.TierOf(env, t, true)
+// Store applies a stored event of primary w on tier t in namespace ns whose blocks hang
+// under p (found by FindParent in the same hold of the mutex; the zero Parent:
+// blocks[0] is a root) and whose positions fit, and reports whether it was valid: false,
+// and nothing changed, when a seq appears twice in blocks or equals p's (the duplicate
+// check of Outbox.ValidStore). Holder of w's mutex, with an outbox lent.
+//
+// The check runs first only where the tier's table could not tell: a tier w has no
+// table for yet, or a parent held on another tier (the table does not hold its seq).
+// Otherwise a duplicate is a seq the table holds by the time the store reaches it (the
+// parent's, or one an earlier block of the event stored), so the store runs the check
+// at the first seq it finds held, before it changes anything for that block, and
+// undoes the blocks before it when the check fails (unstore). A store that finds no
+// seq held, every store of both trace logs, checks nothing: the check was 7% of a
+// coalesced event (BenchmarkEventsCoalesced, locked, seven alternating runs).
+func (w *Worker) Store(env *Env, t Tier, ns uint32, p Parent, blocks []Block) bool {
+	c := w.TierOf(env, t, false)
+	checked := false
+	if c == nil || p.holder != nil && p.holder != c {
+		if !w.out.ValidStore(env, p.Seq, p.holder != nil, blocks) {
+			return false
+		}
+		checked = true
+		c = w.TierOf(env, t, true)
+	}
 	ref := parentRef{has: p.holder != nil, prefix: p.Key.Prefix, pos: p.Key.Pos}
 	if p.holder == c {
 		ref.ref = p.rid + 1 // else the parent's block is in another tier's table: addKey finds or makes it
 	}
-	c.store(env, ns, ref, blocks)
+	return c.store(env, ns, ref, p.Seq, blocks, checked)
 }
 
 // HasRoom reports whether w's own table can take n more keys: each may start a segment,
@@ -276,12 +320,17 @@ func (w *Worker) KeyOf(env *Env, seq uint64) (shard.Key, bool) {
 	return w.keys.key(rid).shard(), true
 }
 
-// store applies an accepted stored event to this tier's tables: the parent (if any) is
-// p, the duplicate check passed, and positions fit. Blocks that extend the chain of
-// their parent's segment go in runs (storeRun); the others, and a block whose seq the
-// worker holds already, one at a time (storeBlock).
-func (w *Worker) store(env *Env, ns uint32, p parentRef, blocks []Block) {
-	s := storeState{prefix: p.prefix, pos: p.pos, ref: p.ref, has: p.has, ns: ns}
+// store applies a stored event to this tier's tables: the parent (if any) is p, of seq
+// pseq, and positions fit; checked says that the duplicate check passed already (else
+// the first seq found held runs it: Store). Blocks that extend the chain of their
+// parent's segment go in runs (storeRun); the others, and a block whose seq the
+// worker holds already, one at a time (storeBlock). It reports whether the event was
+// valid (false: unstore took back what it had applied).
+func (w *Worker) store(env *Env, ns uint32, p parentRef, pseq uint64, blocks []Block, checked bool) bool {
+	s := storeState{prefix: p.prefix, pos: p.pos, ref: p.ref, has: p.has, ns: ns, pseq: pseq, phas: p.has, checked: checked}
+	if !checked {
+		w.out.markPend()
+	}
 	for i := 0; i < len(blocks); {
 		if s.has {
 			if n := w.storeRun(env, &s, blocks, i); n > 0 {
@@ -289,22 +338,53 @@ func (w *Worker) store(env *Env, ns uint32, p parentRef, blocks []Block) {
 				continue
 			}
 		}
-		w.storeBlock(env, &s, blocks, i)
+		if !w.storeBlock(env, &s, blocks, i) {
+			w.unstore(env, &s, blocks[:i])
+			return false
+		}
 		i++
 	}
 	w.dg.addCell(ns, s.dc)
+	return true
 }
+
+// unstore takes back the blocks done that a store applied before it found a duplicate
+// seq. Every one of them was a seq the table did not hold (the first seq found held
+// stops the store: Store), in chain order, so removing them leaf first gives the tables
+// their state before the event; the deltas the event and the removal queued are
+// dropped (Outbox.dropPend), so the index never sees the event.
+func (w *Worker) unstore(env *Env, s *storeState, done []Block) {
+	w.dg.addCell(s.ns, s.dc)
+	o := w.out
+	seqs := o.undo[:0]
+	for j := len(done) - 1; j >= 0; j-- {
+		seqs = append(seqs, done[j].Seq)
+	}
+	w.remove(env, seqs)
+	o.undo = seqs[:0]
+	if cap(seqs) > undoKeep {
+		o.undo = nil // a huge event's scratch is not kept
+	}
+	o.dropPend()
+}
+
+// undoKeep is the largest undo scratch an outbox keeps between events.
+const undoKeep = 4096
 
 // storeState is where a store is along its blocks: the last block's prefix, position
 // and ref + 1 (0: the caller must look the parent up by key), whether there is one
-// (has: false before a root), the entries added (dc), and the read-ahead window of
-// the blocks' mixed hashes.
+// (has: false before a root), the entries added (dc), the event's parent seq (pseq,
+// if phas) and whether the duplicate check passed (checked), and the read-ahead
+// window of the blocks' mixed hashes.
 type storeState struct {
 	prefix  uint64
 	pos     uint32
 	ref     uint32
 	has     bool
+	phas    bool
+	checked bool
 	ns      uint32
+	pseq    uint64
 	dc      DigestCell
 	from, n int // hs holds the mixed hashes of blocks[from:from+n]
 	hs      [TouchGroup]uint64
@@ -323,8 +403,10 @@ func (w *Worker) mixed(env *Env, s *storeState, blocks []Block, i int) uint64 {
 
 // storeBlock applies blocks[i] on its own: a root, a block that starts a segment or
 // branches, or one whose seq the worker holds already (a duplicate of the same key is
-// skipped; the seq of another key moves: last write wins).
-func (w *Worker) storeBlock(env *Env, s *storeState, blocks []Block, i int) {
+// skipped; the seq of another key moves: last write wins). It reports false, having
+// changed nothing, when it finds the seq held and the event fails the duplicate check
+// (Store).
+func (w *Worker) storeBlock(env *Env, s *storeState, blocks []Block, i int) bool {
 	b := blocks[i]
 	parentPrefix := s.prefix
 	var k key
@@ -338,10 +420,16 @@ func (w *Worker) storeBlock(env *Env, s *storeState, blocks []Block, i int) {
 	sh := w.mixed(env, s, blocks, i)
 	si, found := w.seqs.locateMixed(sh)
 	if found {
+		if !s.checked {
+			if !w.out.ValidStore(env, s.pseq, s.phas, blocks) {
+				return false
+			}
+			s.checked = true
+		}
 		old := w.seqs.slots[si].ref - 1
 		if w.keys.is(old, k) {
 			s.ref = old + 1
-			return // a duplicate never inflates anything
+			return true // a duplicate never inflates anything
 		}
 		ok := w.keys.key(old)
 		w.dg.add(ok.ns, digestTerm(b.Seq, ok.pos), -1)
@@ -353,6 +441,7 @@ func (w *Worker) storeBlock(env *Env, s *storeState, blocks []Block, i int) {
 	w.seqs.setAt(si, sh, nref)
 	s.dc.Sum += digestTerm(b.Seq, k.pos)
 	s.dc.N++
+	return true
 }
 
 // storeRun applies blocks[i:] as far as they extend the segment of their parent block

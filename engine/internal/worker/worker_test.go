@@ -137,10 +137,26 @@ func TestWorkerHistories(t *testing.T) {
 						}
 						blocks[i] = Block{Content: uint64(r.IntN(4)), Seq: s}
 					}
-					if !o.ValidStore(env, 0, false, blocks) {
-						continue
+					switch x := r.IntN(12); {
+					case x == 0 && len(blocks) > 1: // a seq twice in the event: rejected
+						i := r.IntN(len(blocks) - 1)
+						blocks[i+1+r.IntN(len(blocks)-1-i)].Seq = blocks[i].Seq
+					case x == 1 && p.holder != nil: // the parent's seq: rejected
+						blocks[r.IntN(len(blocks))].Seq = p.Seq
 					}
-					w.Store(env, tier, 0, p, blocks)
+					valid := o.ValidStore(env, p.Seq, p.holder != nil, blocks)
+					before := stateOf(w)
+					if got := w.Store(env, tier, 0, p, blocks); got != valid {
+						t.Fatalf("step %d: Store reported %v, the duplicate check %v", step, got, valid)
+					}
+					if !valid {
+						if o.Pending != 0 {
+							t.Fatalf("step %d: a rejected store left %d deltas queued", step, o.Pending)
+						}
+						if after := stateOf(w); after != before {
+							t.Fatalf("step %d: a rejected store changed the worker:\n%s\n%s", step, before, after)
+						}
+					}
 					for _, b := range blocks {
 						seqs = append(seqs, b.Seq)
 					}
@@ -182,6 +198,23 @@ func TestWorkerHistories(t *testing.T) {
 	}
 }
 
+// stateOf describes what w holds on every tier: each tier's size, hole count and
+// digest cells, for the comparison of a worker before and after a rejected store.
+func stateOf(w *Worker) string {
+	var b strings.Builder
+	describe := func(t Tier, c *Worker) {
+		fmt.Fprintf(&b, "tier %d: %d seqs, %d holes, %d keys held;", t, c.Len(), c.holes, c.keys.held)
+	}
+	describe(Device, w)
+	w.Components(describe)
+	cells := map[string]DigestCell{}
+	w.EachDigestCell(func(ns uint32, t Tier, group int, c DigestCell) {
+		cells[fmt.Sprint(ns, t, group)] = c
+	})
+	fmt.Fprint(&b, " digest cells ", cells) // (fmt prints a map's keys sorted)
+	return b.String()
+}
+
 // TestInvariantsCatchCorruption: in a -tags invariants build MustCheck panics with what
 // broke once a worker's hole count is corrupted (the engine runs it after every event).
 // Skipped without the tag, where the engine's calls compile away.
@@ -209,7 +242,7 @@ func TestInvariantsCatchCorruption(t *testing.T) {
 }
 
 // TestWorkerSizeClass: a Worker is 352 bytes, a size class of the allocator, and an
-// Outbox 120, as the package doc says (an invariants build adds its owner records).
+// Outbox 176, as the package doc says (an invariants build adds its owner records).
 func TestWorkerSizeClass(t *testing.T) {
 	if invariants.Enabled {
 		t.Skip("an invariants build adds owner records")
@@ -220,7 +253,7 @@ func TestWorkerSizeClass(t *testing.T) {
 	if n := unsafe.Sizeof(Worker{}); n != 352 {
 		t.Fatalf("a Worker is %d bytes, want 352 (a size class: see the package doc)", n)
 	}
-	if n := unsafe.Sizeof(Outbox{}); n != 120 {
-		t.Fatalf("an Outbox is %d bytes, want 120 (see the package doc)", n)
+	if n := unsafe.Sizeof(Outbox{}); n != 176 {
+		t.Fatalf("an Outbox is %d bytes, want 176 (see the package doc)", n)
 	}
 }
