@@ -235,12 +235,15 @@ const (
 )
 
 // applyPass applies the events below limit with one goroutine per part (a single part:
-// the caller's goroutine), then Syncs. It returns the rejections.
+// the caller's goroutine), from the workload's flat form (flatten), then Syncs. It
+// returns the rejections.
 func applyPass(idx Index, w *Workload, parts [][]int32, limit int) (int, error) {
+	f := w.flatten()
 	if len(parts) == 1 {
 		rej := 0
+		var ev engine.Event
 		for _, i := range parts[0][:prefix(parts[0], limit)] {
-			if err := idx.Apply(&w.Events[i]); err != nil {
+			if err := idx.Apply(f.event(w, i, &ev)); err != nil {
 				if !engine.IsRejection(err) {
 					return rej, err
 				}
@@ -257,8 +260,9 @@ func applyPass(idx Index, w *Workload, parts [][]int32, limit int) (int, error) 
 		part = part[:prefix(part, limit)]
 		wg.Go(func() {
 			<-start
+			var ev engine.Event
 			for _, i := range part {
-				if err := idx.Apply(&w.Events[i]); err != nil {
+				if err := idx.Apply(f.event(w, i, &ev)); err != nil {
 					if !engine.IsRejection(err) {
 						errs[pi] = err
 						return
