@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -78,6 +79,40 @@ func TestApplyPassMatchesSequential(t *testing.T) {
 				}
 			}
 			idx.Close()
+		}
+	}
+}
+
+// TestFlatEventsAreTheEvents: the timed passes' flat form gives back every event of
+// the built-in workload, of its coalesced form and of a workload with the fields the
+// flat form does not keep (applied from Events), field for field.
+func TestFlatEventsAreTheEvents(t *testing.T) {
+	w := Builtin(5, 4000)
+	odd := Builtin(6, 400)
+	for i := range odd.Events {
+		switch i % 4 {
+		case 1:
+			odd.Events[i].Namespace = "ns"
+		case 2:
+			odd.Events[i].Cursor = uint64(i)
+		}
+	}
+	for _, w := range []*Workload{w, w.Coalesced(), odd} {
+		f := w.flatten()
+		var ev engine.Event
+		for i := range w.Events {
+			got, want := *f.event(w, int32(i), &ev), w.Events[i]
+			for _, e := range []*engine.Event{&got, &want} {
+				if len(e.Blocks) == 0 {
+					e.Blocks = nil
+				}
+				if len(e.Seqs) == 0 {
+					e.Seqs = nil
+				}
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s: event %d: flat form %+v, event %+v", w.Name, i, got, want)
+			}
 		}
 	}
 }

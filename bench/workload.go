@@ -111,9 +111,11 @@ func (f *flatEvents) event(w *Workload, i int32, ev *engine.Event) *engine.Event
 	}
 	ev.Kind, ev.HasParent, ev.Tier, ev.Parent, ev.Worker = fe.kind, fe.hasParent, fe.tier, fe.parent, w.Workers[fe.wid]
 	ev.Blocks, ev.Seqs = nil, nil
-	if fe.kind == engine.EventStored {
+	switch {
+	case fe.n == 0:
+	case fe.kind == engine.EventStored:
 		ev.Blocks = f.blocks[fe.off : fe.off+fe.n : fe.off+fe.n]
-	} else if fe.n > 0 {
+	default:
 		ev.Seqs = f.seqs[fe.off : fe.off+fe.n : fe.off+fe.n]
 	}
 	return ev
