@@ -139,6 +139,23 @@ func (c *Chain) Step(prev, content uint64, pos uint32) uint64 {
 	return prev + (hi ^ lo)
 }
 
+// Mults returns, for the keyed chain, its key and the multipliers of positions pos to
+// pos+n-1 where its table holds them all, so that a caller stepping a run of n blocks
+// does Step's arithmetic inline (hi, lo := bits.Mul64(content^k, m[j]); prefix +=
+// hi ^ lo): a call per block in a loop makes Go spill the loop's registers around it
+// (every register is the caller's to save). ok is false for SPEC's chain and the given
+// one, and past the table; the caller then steps with Step.
+func (c *Chain) Mults(pos uint32, n int) (k uint64, m []uint64, ok bool) {
+	if c.spec {
+		return 0, nil, false
+	}
+	t := *c.tab.Load()
+	if end := int(pos) + n; end <= len(t) {
+		return c.k, t[pos:end:end], true
+	}
+	return 0, nil, false
+}
+
 // Fill sets pre[i] = P(i) for from <= i < len(pre), given pre[from-1] (from >= 1) and
 // content covering len(pre) positions.
 func (c *Chain) Fill(pre, content []uint64, from int) {

@@ -59,3 +59,33 @@ func TestChainTableGrows(t *testing.T) {
 		t.Fatalf("after hashing %d positions the table has %d multipliers, want %d", len(content), n, TableMax)
 	}
 }
+
+// TestMults: the keyed chain's multipliers of a run step exactly as Step does, within
+// the table; past the table, and for SPEC's and the given chain, Mults declines.
+func TestMults(t *testing.T) {
+	c := New(false, table.SeedFrom(12))
+	content := []uint64{7, 11, 13, 17, 19, 23}
+	for _, pos := range []uint32{1, 100, chainTableMin - uint32(len(content))} {
+		k, m, ok := c.Mults(pos, len(content))
+		if !ok || len(m) != len(content) {
+			t.Fatalf("Mults(%d, %d): %d multipliers, ok %v", pos, len(content), len(m), ok)
+		}
+		got, want := uint64(5), uint64(5)
+		for j, x := range content {
+			hi, lo := bits.Mul64(x^k, m[j])
+			got += hi ^ lo
+			want = c.Step(want, x, pos+uint32(j))
+			if got != want {
+				t.Fatalf("run from %d: prefix %d differs from Step's", pos, j)
+			}
+		}
+	}
+	if _, _, ok := c.Mults(chainTableMin-2, 3); ok {
+		t.Fatal("Mults past the table's multipliers reported ok")
+	}
+	for _, sc := range []Chain{New(true, table.SeedFrom(12)), Given} {
+		if _, _, ok := sc.Mults(1, 2); ok {
+			t.Fatal("Mults of an unkeyed chain reported ok")
+		}
+	}
+}

@@ -181,6 +181,63 @@ func (t *seqTable) setAt(i uint64, h uint64, rid uint32) {
 	*s = seqSlot{lo: uint32(h), hi: uint32(h >> 32), ref: rid + 1}
 }
 
+// reserve makes room for k more entries, growing or rebuilding the table as locate
+// would before each of them, so that a run of k insertions (insertRun) checks nothing
+// per entry. (A run that stops early may leave the table grown a little sooner.)
+func (t *seqTable) reserve(k int) {
+	c := len(t.slots)
+	switch {
+	case table.Full(int(t.n)+k-1, c):
+		for table.Full(int(t.n)+k-1, c) {
+			c = table.GrownLean(c)
+		}
+		t.resize(c)
+	case (int(t.n)+int(t.dead)+k)*8 > c*7:
+		t.resize(c) // dead slots past the load: rebuilt at the same size
+	}
+}
+
+// insertRun inserts the seqs of mixed hashes hs, pointing them at blocks ref0, ref0+1,
+// ..., up to the first that the table holds already (it changes nothing for that one),
+// and returns how many it inserted. reserve must have made room for len(hs). It is
+// probe and setAt in one loop: a store's run calls it once for up to TouchGroup blocks,
+// where calls per block made Go spill the run's registers around each (every register
+// is the caller's to save in Go's ABI).
+func (t *seqTable) insertRun(hs []uint64, ref0 uint32) int {
+	G := uint64(len(t.ctrl))
+	for j, h := range hs {
+		lo, hi := uint32(h), uint32(h>>32)
+		tag := tagOf(h)
+		g := table.Home(h, int(G))
+		put := ^uint64(0)
+		for {
+			c := t.ctrl[g]
+			for m := matchTag(c, tag); m != 0; m &= m - 1 {
+				if s := &t.slots[slotIn(g, m)]; s.lo == lo && s.hi == hi {
+					return j
+				}
+			}
+			if f := free(c); f != 0 && put == ^uint64(0) {
+				put = slotIn(g, f)
+			}
+			if hasEmpty(c) {
+				break
+			}
+			if g++; g == G {
+				g = 0
+			}
+		}
+		w, sh := &t.ctrl[put/8], 8*(put%8)
+		if uint8(*w>>sh) == ctrlDead {
+			t.dead--
+		}
+		*w = *w&^(0xff<<sh) | tag<<sh
+		t.slots[put] = seqSlot{lo: lo, hi: hi, ref: ref0 + uint32(j) + 1}
+		t.n++
+	}
+	return len(hs)
+}
+
 // TouchGroup is how many engine hashes of a run store and remove look up ahead
 // (seqTable.touch), and the most TouchSeqs reads.
 const TouchGroup = 16

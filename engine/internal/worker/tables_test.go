@@ -341,6 +341,71 @@ func TestSeqTableAgainstMap(t *testing.T) {
 	}
 }
 
+// TestSeqInsertRun: runs inserted by insertRun after reserve, mixed with single
+// insertions and deletions, against a map: a run stops at the first seq the table
+// holds (one repeated inside the run included) and inserts everything before it with
+// consecutive refs; reserve's growth and rebuilds keep every slot findable.
+func TestSeqInsertRun(t *testing.T) {
+	seed := table.SeedFrom(13)
+	r := rand.New(rand.NewPCG(7, 8))
+	var st seqTable
+	model := map[uint64]uint32{}
+	seqOf := func() uint64 { return uint64(r.IntN(5000)) * 0x9E3779B97F4A7C15 }
+	for step := range 20_000 {
+		switch op := r.IntN(10); {
+		case op < 4:
+			run := make([]uint64, 1+r.IntN(TouchGroup))
+			hs := make([]uint64, len(run))
+			for j := range run {
+				run[j] = seqOf()
+				hs[j] = seed.Mix64(run[j])
+			}
+			ref0 := r.Uint32N(1 << 20)
+			st.reserve(len(run))
+			got := st.insertRun(hs, ref0)
+			want := len(run)
+			for j, s := range run {
+				if _, had := model[s]; had {
+					want = j
+					break
+				}
+				model[s] = ref0 + uint32(j)
+			}
+			if got != want {
+				t.Fatalf("step %d: insertRun of %d inserted %d, want %d", step, len(run), got, want)
+			}
+		case op < 9:
+			s := seqOf()
+			rid, ok := st.del(&seed, s)
+			want, had := model[s]
+			if ok != had || ok && rid != want {
+				t.Fatalf("step %d: del(%d) = %d, %v; model %d, %v", step, s, rid, ok, want, had)
+			}
+			delete(model, s)
+		default:
+			s := seqOf()
+			if i, h, found := st.locate(&seed, s); !found {
+				rid := r.Uint32N(1 << 20)
+				st.setAt(i, h, rid)
+				model[s] = rid
+			}
+		}
+		if int(st.n) != len(model) {
+			t.Fatalf("step %d: %d entries, model %d", step, st.n, len(model))
+		}
+		if step%97 == 0 {
+			if err := st.checkSlots(); err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+		}
+	}
+	for s, want := range model {
+		if rid, ok := st.get(&seed, s); !ok || rid != want {
+			t.Fatalf("seq %d: get %d, %v; model %d", s, rid, ok, want)
+		}
+	}
+}
+
 // BenchmarkSeqSteady measures the seq table at a steady size (4,096 seqs: one deletion
 // and one insertion per op, as a worker that evicts what it stores) and growing from
 // empty to 4,096 seqs (per op: the whole growth).

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"math/bits"
 	"sync"
 	"sync/atomic"
 
@@ -391,14 +392,20 @@ type storeState struct {
 }
 
 // mixed returns block i's mixed hash, reading the next window's seq slots ahead when i
-// leaves the current one (seqTable.touch). A store asks for its blocks in order.
+// leaves the current one (window). A store asks for its blocks in order.
 func (w *Worker) mixed(env *Env, s *storeState, blocks []Block, i int) uint64 {
 	if i >= s.from+s.n {
-		s.from = i
-		s.n = min(len(blocks)-i, TouchGroup)
-		w.touchBlocks(env, s.hs[:], blocks[i:])
+		w.window(env, s, blocks, i)
 	}
 	return s.hs[i-s.from]
+}
+
+// window makes the store's read-ahead window start at block i: the mixed hashes of up
+// to TouchGroup blocks from there, their seq slots read ahead (seqTable.touch).
+func (w *Worker) window(env *Env, s *storeState, blocks []Block, i int) {
+	s.from = i
+	s.n = min(len(blocks)-i, TouchGroup)
+	w.touchBlocks(env, s.hs[:], blocks[i:])
 }
 
 // storeBlock applies blocks[i] on its own: a root, a block that starts a segment or
@@ -449,10 +456,12 @@ func (w *Worker) storeBlock(env *Env, s *storeState, blocks []Block, i int) bool
 // and returns how many it applied (0: none may go this way; storeBlock takes the next
 // one). Each block then has the key after the one before, none of which the table has
 // (no loose segment, no branch child: addKey's case for extend), so the run's seqs go
-// in the seq table first, pointing at the blocks the run is about to take, up to the
-// first seq the worker holds already, and the blocks then join the segment together:
-// one check of the parent, one growth of the chunk, and a loop over the blocks that
-// hashes each prefix, writes it and its meta byte, and adds its digest term.
+// in the seq table first (insertRun, a read-ahead window at a time), pointing at the
+// blocks the run is about to take, up to the first seq the worker holds already, and
+// the blocks then join the segment together: one check of the parent, one growth of
+// the chunk, then loops that call nothing but where the index keeps a key: the
+// prefixes (the keyed chain's arithmetic inline: Chain.Mults), the meta bytes, the
+// digest terms.
 func (w *Worker) storeRun(env *Env, s *storeState, blocks []Block, i int) int {
 	t := &w.keys
 	if s.ref == 0 || t.loose != 0 || t.full {
@@ -463,38 +472,58 @@ func (w *Worker) storeRun(env *Env, s *storeState, blocks []Block, i int) int {
 		return 0
 	}
 	room := min(len(blocks)-i, segMax-int(s.pos+1)%segMax)
+	w.seqs.reserve(room)
 	m := 0
-	for ; m < room; m++ {
-		sh := w.mixed(env, s, blocks, i+m)
-		si, found := w.seqs.locateMixed(sh)
-		if found {
+	for m < room {
+		at := i + m
+		if at < s.from || at >= s.from+s.n {
+			w.window(env, s, blocks, at)
+		}
+		hs := s.hs[at-s.from : min(s.n, at-s.from+room-m)]
+		k := w.seqs.insertRun(hs, refOf(seg, n0+uint32(m)))
+		if m += k; k < len(hs) {
 			break
 		}
-		w.seqs.setAt(si, sh, refOf(seg, n0+uint32(m)))
 	}
 	if m == 0 {
 		return 0
 	}
 	h := t.growFor(seg, int(n0)+m)
+	run := blocks[i : i+m]
+	pre := t.ar[h.at+n0 : h.at+n0+uint32(m)]
 	prefix, pos := s.prefix, s.pos
-	at := h.at + n0
-	metas := h.at + uint32(segCaps[h.class])
-	for j, b := range blocks[i : i+m] {
-		pos++
-		prefix = env.Chain.Step(prefix, b.Content, pos)
-		t.ar[at+uint32(j)] = prefix
-		off := n0 + uint32(j)
-		t.ar[metas+off/8] |= 1 << (8 * (off % 8)) // one seq (the byte was 0: past the end)
-		s.dc.Sum += digestTerm(b.Seq, pos)
-		if env.Indexed(pos) {
-			w.emitFP(env, shard.OpAdd, env.fingerprint(key{prefix: prefix, pos: pos, ns: s.ns}))
+	if k, mults, ok := env.Chain.Mults(pos+1, m); ok {
+		mults = mults[:len(run)]
+		for j := range run {
+			hi, lo := bits.Mul64(run[j].Content^k, mults[j])
+			prefix += hi ^ lo
+			pre[j] = prefix
+		}
+	} else {
+		for j := range run {
+			prefix = env.Chain.Step(prefix, run[j].Content, pos+1+uint32(j))
+			pre[j] = prefix
+		}
+	}
+	metas := t.ar[h.at+uint32(segCaps[h.class]):]
+	for off := n0; off < n0+uint32(m); off++ {
+		metas[off/8] |= 1 << (8 * (off % 8)) // one seq (the byte was 0: past the end)
+	}
+	var sum uint64
+	for j := range run {
+		sum += digestTerm(run[j].Seq, pos+1+uint32(j))
+	}
+	for j := range run {
+		if p := pos + 1 + uint32(j); env.Indexed(p) {
+			w.emitFP(env, shard.OpAdd, env.fingerprint(key{prefix: pre[j], pos: p, ns: s.ns}))
 		}
 	}
 	h.n += uint8(m)
 	t.blocks += int32(m)
 	t.held += int32(m)
+	s.dc.Sum += sum
 	s.dc.N += int64(m)
-	s.prefix, s.pos, s.ref = prefix, pos, refOf(seg, n0+uint32(m-1))+1
+	s.prefix, s.pos, s.ref = prefix, pos+uint32(m), refOf(seg, n0+uint32(m-1))+1
 	return m
 }
 
