@@ -290,6 +290,57 @@ func (t *seqTable) delMixed(h uint64) (rid uint32, ok bool) {
 	return rid, true
 }
 
+// delRun removes the seqs of mixed hashes hs and sets refs[j] to the block of hs[j] + 1,
+// or 0 where the table did not hold it. It is delMixed for a window of a removal in one
+// loop (a call per seq made Go spill the removal's registers around it), and leaves
+// the shrink check to the caller (shrink), once per removal.
+func (t *seqTable) delRun(hs []uint64, refs []uint32) {
+	refs = refs[:len(hs)]
+	G := uint64(len(t.ctrl))
+	for j, h := range hs {
+		refs[j] = 0
+		if t.n == 0 {
+			continue
+		}
+		lo, hi := uint32(h), uint32(h>>32)
+		tag := tagOf(h)
+		g := table.Home(h, int(G))
+	probe:
+		for {
+			c := t.ctrl[g]
+			for m := matchTag(c, tag); m != 0; m &= m - 1 {
+				i := slotIn(g, m)
+				if s := &t.slots[i]; s.lo == lo && s.hi == hi {
+					refs[j] = s.ref
+					*s = seqSlot{}
+					t.n--
+					w, sh := &t.ctrl[g], 8*(i%8)
+					b := uint64(ctrlEmpty)
+					if !hasEmpty(c) {
+						b = ctrlDead // a probe may pass this group: it must go on past the slot
+						t.dead++
+					}
+					*w = *w&^(0xff<<sh) | b<<sh
+					break probe
+				}
+			}
+			if hasEmpty(c) {
+				break
+			}
+			if g++; g == G {
+				g = 0
+			}
+		}
+	}
+}
+
+// shrink shrinks the table once it is sparse (after deletions: delRun).
+func (t *seqTable) shrink() {
+	if table.Sparse(int(t.n), len(t.slots), tableFloor) {
+		t.resize(table.Shrunk(len(t.slots)))
+	}
+}
+
 // resize rebuilds the table with room for at least c slots (whole groups), dropping
 // the dead ones.
 func (t *seqTable) resize(c int) {

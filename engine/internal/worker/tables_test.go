@@ -341,8 +341,8 @@ func TestSeqTableAgainstMap(t *testing.T) {
 	}
 }
 
-// TestSeqInsertRun: runs inserted by insertRun after reserve, mixed with single
-// insertions and deletions, against a map: a run stops at the first seq the table
+// TestSeqInsertRun: runs inserted by insertRun after reserve and removed by delRun,
+// mixed with single insertions and deletions, against a map: a run stops at the first seq the table
 // holds (one repeated inside the run included) and inserts everything before it with
 // consecutive refs; reserve's growth and rebuilds keep every slot findable.
 func TestSeqInsertRun(t *testing.T) {
@@ -374,7 +374,7 @@ func TestSeqInsertRun(t *testing.T) {
 			if got != want {
 				t.Fatalf("step %d: insertRun of %d inserted %d, want %d", step, len(run), got, want)
 			}
-		case op < 9:
+		case op < 6:
 			s := seqOf()
 			rid, ok := st.del(&seed, s)
 			want, had := model[s]
@@ -382,6 +382,25 @@ func TestSeqInsertRun(t *testing.T) {
 				t.Fatalf("step %d: del(%d) = %d, %v; model %d, %v", step, s, rid, ok, want, had)
 			}
 			delete(model, s)
+		case op < 9: // a window of a removal, a seq in it maybe twice
+			run := make([]uint64, 1+r.IntN(TouchGroup))
+			hs := make([]uint64, len(run))
+			for j := range run {
+				if run[j] = seqOf(); j > 0 && r.IntN(8) == 0 {
+					run[j] = run[r.IntN(j)]
+				}
+				hs[j] = seed.Mix64(run[j])
+			}
+			refs := make([]uint32, TouchGroup)
+			st.delRun(hs, refs)
+			for j, s := range run {
+				want, had := model[s]
+				if got := refs[j]; !had && got != 0 || had && got != want+1 {
+					t.Fatalf("step %d: delRun's seq %d of %d: ref+1 %d, model %d, %v", step, j, len(run), got, want, had)
+				}
+				delete(model, s)
+			}
+			st.shrink()
 		default:
 			s := seqOf()
 			if i, h, found := st.locate(&seed, s); !found {

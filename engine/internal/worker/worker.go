@@ -638,7 +638,8 @@ func (w *Worker) dropTail(env *Env, ref uint32, h *segHdr, pos uint32) bool {
 	if off == 0 || off+1 != uint32(h.n) {
 		return false
 	}
-	mw := &t.ar[h.at+uint32(segCaps[h.class])+off/8]
+	metas := h.at + uint32(segCaps[h.class])
+	mw := &t.ar[metas+off/8]
 	sh := 8 * (off % 8)
 	if uint8(*mw>>sh) != 1 {
 		return false
@@ -648,7 +649,8 @@ func (w *Worker) dropTail(env *Env, ref uint32, h *segHdr, pos uint32) bool {
 	if env.Indexed(pos) {
 		w.emitFP(env, shard.OpRemove, env.fingerprint(key{prefix: t.ar[h.at+off], pos: pos, ns: h.ns}))
 	}
-	if t.seqs(ref-1) == 0 {
+	p := off - 1 // the parent block, in this segment
+	if t.seqsOf(ref-1, uint8(t.ar[metas+p/8]>>(8*(p%8)))) == 0 {
 		w.holes-- // the dropped key was itself a hole
 		t.trim(&env.Seed, segOf(ref))
 		return true
@@ -665,34 +667,41 @@ func (w *Worker) dropTail(env *Env, ref uint32, h *segHdr, pos uint32) bool {
 	return true
 }
 
-// remove drops seqs the worker holds and returns how many it did not hold.
+// remove drops seqs the worker holds and returns how many it did not hold. A window of
+// up to TouchGroup seqs at a time leaves the seq table first (read ahead, then
+// delRun), then its blocks leave the key table, in the seqs' order; a seq repeated in
+// the removal is found the first time only, as one at a time would.
 func (w *Worker) remove(env *Env, seqs []uint64) (skipped int) {
 	var dc DigestCell // the entries dropped from namespace dns since the last change of namespace
 	var dns uint32
-	var hs [TouchGroup]uint64 // the mixed hashes of seqs[j-j%TouchGroup:], read ahead
-	for j, s := range seqs {
-		if j%TouchGroup == 0 {
-			w.touchSeqs(env, hs[:], seqs[j:])
-		}
-		ref, ok := w.seqs.delMixed(hs[j%TouchGroup])
-		if !ok {
-			skipped++
-			continue
-		}
-		h := &w.keys.segs[segOf(ref)]
-		pos, ns := h.pos0+offOf(ref), h.ns
-		if ns == dns {
-			dc.Sum -= digestTerm(s, pos)
-			dc.N--
-		} else {
-			w.dg.addCell(dns, dc)
-			dc, dns = DigestCell{Sum: -digestTerm(s, pos), N: -1}, ns
-		}
-		if !w.dropTail(env, ref, h, pos) {
-			w.dropHeld(env, ref, w.keys.key(ref))
+	var hs [TouchGroup]uint64 // the window's mixed hashes
+	var refs [TouchGroup]uint32
+	for j := 0; j < len(seqs); j += TouchGroup {
+		win := seqs[j:min(j+TouchGroup, len(seqs))]
+		w.touchSeqs(env, hs[:], win)
+		w.seqs.delRun(hs[:len(win)], refs[:])
+		for k, s := range win {
+			if refs[k] == 0 {
+				skipped++
+				continue
+			}
+			ref := refs[k] - 1
+			h := &w.keys.segs[segOf(ref)]
+			pos, ns := h.pos0+offOf(ref), h.ns
+			if ns == dns {
+				dc.Sum -= digestTerm(s, pos)
+				dc.N--
+			} else {
+				w.dg.addCell(dns, dc)
+				dc, dns = DigestCell{Sum: -digestTerm(s, pos), N: -1}, ns
+			}
+			if !w.dropTail(env, ref, h, pos) {
+				w.dropHeld(env, ref, w.keys.key(ref))
+			}
 		}
 	}
 	w.dg.addCell(dns, dc)
+	w.seqs.shrink()
 	w.keys.settleShrink()
 	if w.keys.sparse() {
 		w.compact(&env.Seed)
