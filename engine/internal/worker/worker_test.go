@@ -257,3 +257,42 @@ func TestWorkerSizeClass(t *testing.T) {
 		t.Fatalf("an Outbox is %d bytes, want 176 (see the package doc)", n)
 	}
 }
+
+// TestDrainMovesTwice: a segment of 64 blocks that removals drain one block per event,
+// leaf first (as vLLM evicts), moves to a smaller chunk twice on its way to one block
+// (under a quarter full: 64 -> 16 -> 4 blocks of room), and is never left under a
+// quarter full past the smallest classes (keyTable.shrink).
+func TestDrainMovesTwice(t *testing.T) {
+	env := testEnv()
+	w := New("w", 0)
+	o := NewOutbox(env.Shards)
+	w.Lock()
+	defer w.Unlock()
+	w.SetOutbox(o)
+	blocks := make([]Block, 64)
+	for i := range blocks {
+		blocks[i] = Block{Content: uint64(i), Seq: uint64(100 + i)}
+	}
+	if !w.Store(env, Device, 0, Parent{}, blocks) {
+		t.Fatal("store rejected")
+	}
+	seg := segOf(func() uint32 { r, _ := w.seqs.get(&env.Seed, 163); return r }())
+	moves, class := 0, w.keys.segs[seg].class
+	for i := len(blocks) - 1; i > 0; i-- {
+		w.Remove(env, Device, []uint64{blocks[i].Seq})
+		h := &w.keys.segs[seg]
+		if h.class != class {
+			moves, class = moves+1, h.class
+		}
+		if h.class >= 3 && int(h.n)*4 < int(segCaps[h.class]) {
+			t.Fatalf("%d blocks left in a chunk of %d", h.n, segCaps[h.class])
+		}
+		w.Publish(env)
+		if err := w.Check(env, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if moves != 2 {
+		t.Fatalf("the draining segment moved %d times, want 2", moves)
+	}
+}
