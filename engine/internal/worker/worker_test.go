@@ -3,6 +3,7 @@ package worker
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -160,11 +161,16 @@ func TestWorkerHistories(t *testing.T) {
 					for _, b := range blocks {
 						seqs = append(seqs, b.Seq)
 					}
-				case op < 8 && len(seqs) > 0:
+				case op < 7 && len(seqs) > 0:
 					rm := make([]uint64, 1+r.IntN(4))
 					for i := range rm {
 						rm[i] = seqs[r.IntN(len(seqs))]
 					}
+					w.Remove(env, tier, rm)
+				case op < 8 && len(seqs) > 0: // a stretch of stored seqs, last first: a chain's eviction
+					end := 1 + r.IntN(len(seqs))
+					rm := slices.Clone(seqs[max(0, end-1-r.IntN(40)):end])
+					slices.Reverse(rm)
 					w.Remove(env, tier, rm)
 				case op < 9 && len(seqs) > 0 && tier != Device:
 					w.Copy(env, tier, seqs[r.IntN(len(seqs)):][:1])
