@@ -142,6 +142,9 @@ func (t *seqTable) checkSlots() error {
 	if nlive != int(t.n) || ndead != int(t.dead) {
 		return fmt.Errorf("seq table: %d live and %d dead slots, counts say %d and %d", nlive, ndead, t.n, t.dead)
 	}
+	if len(t.slots) >= 8 && (nlive+ndead)*8 > len(t.slots)*7 {
+		return fmt.Errorf("seq table: %d live and %d dead slots in %d, past 7/8", nlive, ndead, len(t.slots))
+	}
 	return nil
 }
 

@@ -56,4 +56,14 @@
 // overlap. The event path allocates nothing in steady state (the engine's tests assert
 // 0 allocations per event), so its methods take the Env by pointer and use no
 // interface and no closure per block.
+//
+// Nor a call per block where a run goes through: Go's ABI leaves every register to the
+// caller to save, so a call in a loop reloads the loop's state after it. A store's run
+// inserts its seqs 16 at a time (seqTable.insertRun, after one reserve for the run) and
+// steps its prefixes inline (chain.Mults); a removal deletes 16 seqs at a time
+// (seqTable.delRun) and drops a chain's tail, evicted leaf first, from its segment as one
+// range (Worker.dropTailRun); a removal of one seq, the trace logs' usual event, takes
+// its own short path (removeOne). On the conversation trace (cachegrind's instruction
+// counts of one replay from empty, locked): coalesced events 124.1M -> 85.6M
+// instructions, one call per event 241.2M -> 194.4M.
 package worker

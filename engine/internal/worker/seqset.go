@@ -12,10 +12,9 @@ import "github.com/kvindex/kvindex/internal/table"
 // whole check. A peer that picks seqs whose bits collide gets no more than 4n
 // comparisons of this before the check starts over with the seeded scratch set
 // (validSet), so its work stays linear. For 92 blocks, 228-235 ns against the set's
-// 259-274 (go test -run '^$' -bench ValidStore ./engine/internal/worker/); in the event
-// path, where the set's 4 KiB have left the cache between two stores and the filter
-// lives on the stack, 4-5% of the whole per-event time on the conversation trace
-// (BenchmarkEvents, locked).
+// 259-274 (go test -run '^$' -bench ValidStore ./engine/internal/worker/). A store runs
+// it only where it finds a seq held, or on a tier or under a parent that its table
+// cannot tell by (Worker.Store): on the trace logs, never.
 func (o *Outbox) ValidStore(env *Env, parent uint64, hasParent bool, blocks []Block) bool {
 	n := len(blocks)
 	if n <= 16 {

@@ -181,31 +181,34 @@ func (t *seqTable) setAt(i uint64, h uint64, rid uint32) {
 	*s = seqSlot{lo: uint32(h), hi: uint32(h >> 32), ref: rid + 1}
 }
 
-// reserve makes room for k more entries, growing or rebuilding the table as locate
-// would before each of them, so that a run of k insertions (insertRun) checks nothing
-// per entry. (A run that stops early may leave the table grown a little sooner.)
+// reserve makes room for k more live entries, growing the table as locate would before
+// each of them, so that a run of k insertions (insertRun) needs no growth of its own.
+// (A run that stops early may leave the table grown a little sooner.) Dead slots are
+// insertRun's to settle: an insertion into a dead slot adds nothing to the load, so a
+// bound on live and dead slots taken for the whole run ahead would rebuild a table in
+// steady churn (a run stored where the last one was evicted) at every run.
 func (t *seqTable) reserve(k int) {
 	c := len(t.slots)
-	switch {
-	case table.Full(int(t.n)+k-1, c):
+	if table.Full(int(t.n)+k-1, c) {
 		for table.Full(int(t.n)+k-1, c) {
 			c = table.GrownLean(c)
 		}
 		t.resize(c)
-	case (int(t.n)+int(t.dead)+k)*8 > c*7:
-		t.resize(c) // dead slots past the load: rebuilt at the same size
 	}
 }
 
 // insertRun inserts the seqs of mixed hashes hs, pointing them at blocks ref0, ref0+1,
 // ..., up to the first that the table holds already (it changes nothing for that one),
-// and returns how many it inserted. reserve must have made room for len(hs). It is
-// probe and setAt in one loop: a store's run calls it once for up to TouchGroup blocks,
-// where calls per block made Go spill the run's registers around each (every register
-// is the caller's to save in Go's ABI).
+// and returns how many it inserted. reserve must have made room for len(hs). An
+// insertion that would take an empty slot past 7/8 of the table in live and dead
+// slots rebuilds it at its size first, as locate does. It is probe and setAt in one
+// loop: a store's run calls it once for up to TouchGroup blocks, where calls per block
+// made Go spill the run's registers around each (every register is the caller's to
+// save in Go's ABI).
 func (t *seqTable) insertRun(hs []uint64, ref0 uint32) int {
-	G := uint64(len(t.ctrl))
-	for j, h := range hs {
+	G := uint64(len(t.ctrl)) // (a rebuild below keeps the size)
+	for j := 0; j < len(hs); j++ {
+		h := hs[j]
 		lo, hi := uint32(h), uint32(h>>32)
 		tag := tagOf(h)
 		g := table.Home(h, int(G))
@@ -230,6 +233,10 @@ func (t *seqTable) insertRun(hs []uint64, ref0 uint32) int {
 		w, sh := &t.ctrl[put/8], 8*(put%8)
 		if uint8(*w>>sh) == ctrlDead {
 			t.dead--
+		} else if (int(t.n)+int(t.dead)+1)*8 > len(t.slots)*7 {
+			t.resize(len(t.slots)) // dead slots past the load: rebuilt at the same size
+			j--                    // and this seq probed again
+			continue
 		}
 		*w = *w&^(0xff<<sh) | tag<<sh
 		t.slots[put] = seqSlot{lo: lo, hi: hi, ref: ref0 + uint32(j) + 1}

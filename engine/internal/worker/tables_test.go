@@ -425,6 +425,61 @@ func TestSeqInsertRun(t *testing.T) {
 	}
 }
 
+// TestSeqInsertRunChurn: at the growth load, runs evicted and stored in their place
+// leave dead bytes behind; insertRun rebuilds the table at its size before live and
+// dead slots pass 7/8 (checkSlots), and grows it no further than the live count asks.
+func TestSeqInsertRunChurn(t *testing.T) {
+	seed := table.SeedFrom(17)
+	var st seqTable
+	var live []uint64 // seqs held, oldest first
+	next := uint64(1)
+	rebuilds := 0
+	for round := range 3000 {
+		run := make([]uint64, TouchGroup)
+		hs := make([]uint64, TouchGroup)
+		for j := range run {
+			run[j] = next * 0x9E3779B97F4A7C15
+			hs[j] = seed.Mix64(run[j])
+			next++
+		}
+		st.reserve(len(run))
+		before := len(st.ctrl)
+		dead := st.dead
+		if got := st.insertRun(hs, uint32(round)); got != len(run) {
+			t.Fatalf("round %d: inserted %d of %d new seqs", round, got, len(run))
+		}
+		if len(st.ctrl) == before && dead > TouchGroup && st.dead == 0 {
+			rebuilds++ // (insertions into dead slots lower the count by one each)
+		}
+		live = append(live, run...)
+		if len(live) > 3000 { // evict the oldest run: the table stays near its growth load
+			old := live[:TouchGroup]
+			ohs := make([]uint64, len(old))
+			for j, s := range old {
+				ohs[j] = seed.Mix64(s)
+			}
+			refs := make([]uint32, TouchGroup)
+			st.delRun(ohs, refs)
+			for j := range refs {
+				if refs[j] == 0 {
+					t.Fatalf("round %d: held seq %d not found", round, j)
+				}
+			}
+			live = live[TouchGroup:]
+		}
+		if err := st.checkSlots(); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+	}
+	if int(st.n) != len(live) || table.Full(int(st.n)-1, len(st.slots)) {
+		t.Fatalf("%d entries in %d slots, %d held", st.n, len(st.slots), len(live))
+	}
+	if rebuilds == 0 {
+		t.Fatal("no rebuild at the same size: the churn left too few dead slots to test it")
+	}
+	t.Logf("%d slots, %d live, %d dead, %d rebuilds at the same size", len(st.slots), st.n, st.dead, rebuilds)
+}
+
 // BenchmarkSeqSteady measures the seq table at a steady size (4,096 seqs: one deletion
 // and one insertion per op, as a worker that evicts what it stores) and growing from
 // empty to 4,096 seqs (per op: the whole growth).
