@@ -101,12 +101,14 @@
 // that; past the caches (512k) a run costs half as much.
 //
 // What it does not do is make a run cost one change per run: every block of a run still
-// probes the seq table by its engine hash, the positional index by its key and, on
-// removal, shifts both back. That needs a layout whose unit is a worker's contiguous
-// chain segment: a segment record per run (its first key, its length, its engine
-// hashes in order) in the worker's tables, and a positional index that names segments,
-// so that a query's probe of (position, prefix) finds the segment covering it, as SMG's
-// ChainIndex, a run-compressed index (bench/peers/README.md), removes a contiguous range
-// with one holding change. Jump search and the per-key membership would then read
-// through a segment; the index does not do that yet.
+// probes the seq table by its engine hash, and on the sharded index the positional
+// index by its key. The worker side changes a run's segment once (a store's run joins
+// its segment in one growth; a chain's tail evicted leaf first leaves it as one range,
+// Worker.dropTailRun), and the locked index changes its positional index at the head
+// and the anchors only. One holding change per run in the index as well needs a
+// positional index that names segments, so that a query's probe of (position, prefix)
+// finds the segment covering it, as SMG's ChainIndex, a run-compressed index
+// (bench/peers/README.md), removes a contiguous range with one holding change. Jump
+// search and the per-key membership would then read through a segment; the index does
+// not do that yet.
 package shard
