@@ -266,6 +266,18 @@ func TestKeyIndexLongRun(t *testing.T) {
 	}
 }
 
+// delAgainst deletes seq s from st and from model, failing unless st gives back the
+// block model has for it (or nothing where model has none).
+func delAgainst(t *testing.T, step int, st *seqTable, seed *table.Seed, model map[uint64]uint32, s uint64) {
+	t.Helper()
+	rid, ok := st.del(seed, s)
+	want, had := model[s]
+	if ok != had || ok && rid != want {
+		t.Fatalf("step %d: del(%d) = %d, %v; model %d, %v", step, s, rid, ok, want, had)
+	}
+	delete(model, s)
+}
+
 // TestSeqTableAgainstMap runs the seq table against a map under random insertions,
 // overwrites, deletions and lookups, with checkSlots after every change: dead bytes,
 // rebuilds at the same size, growth and shrinking all happen (a key space of a few
@@ -303,13 +315,7 @@ func TestSeqTableAgainstMap(t *testing.T) {
 			st.setAt(i, h, rid)
 			model[s] = rid
 		case op < 9:
-			s := seqOf()
-			rid, ok := st.del(&seed, s)
-			want, had := model[s]
-			if ok != had || ok && rid != want {
-				t.Fatalf("step %d: del(%d) = %d, %v; model %d, %v", step, s, rid, ok, want, had)
-			}
-			delete(model, s)
+			delAgainst(t, step, &st, &seed, model, seqOf())
 		default:
 			s := seqOf()
 			rid, ok := st.get(&seed, s)
@@ -375,13 +381,7 @@ func TestSeqInsertRun(t *testing.T) {
 				t.Fatalf("step %d: insertRun of %d inserted %d, want %d", step, len(run), got, want)
 			}
 		case op < 6:
-			s := seqOf()
-			rid, ok := st.del(&seed, s)
-			want, had := model[s]
-			if ok != had || ok && rid != want {
-				t.Fatalf("step %d: del(%d) = %d, %v; model %d, %v", step, s, rid, ok, want, had)
-			}
-			delete(model, s)
+			delAgainst(t, step, &st, &seed, model, seqOf())
 		case op < 9: // a window of a removal, a seq in it maybe twice
 			run := make([]uint64, 1+r.IntN(TouchGroup))
 			hs := make([]uint64, len(run))
