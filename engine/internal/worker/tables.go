@@ -206,7 +206,7 @@ func (t *seqTable) reserve(k int) {
 // made Go spill the run's registers around each (every register is the caller's to
 // save in Go's ABI).
 func (t *seqTable) insertRun(hs []uint64, ref0 uint32) int {
-	G := uint64(len(t.ctrl)) // (a rebuild below keeps the size)
+	G := uint64(len(t.ctrl))
 	for j := 0; j < len(hs); j++ {
 		h := hs[j]
 		lo, hi := uint32(h), uint32(h>>32)
@@ -233,9 +233,13 @@ func (t *seqTable) insertRun(hs []uint64, ref0 uint32) int {
 		w, sh := &t.ctrl[put/8], 8*(put%8)
 		if uint8(*w>>sh) == ctrlDead {
 			t.dead--
-		} else if (int(t.n)+int(t.dead)+1)*8 > len(t.slots)*7 {
-			t.resize(len(t.slots)) // dead slots past the load: rebuilt at the same size
-			j--                    // and this seq probed again
+		} else if c := len(t.slots); (int(t.n)+int(t.dead)+1)*8 > c*7 {
+			if (int(t.n)+1)*8 > c*7 {
+				c = table.GrownLean(c) // more than reserve made room for: grown
+			}
+			t.resize(c) // dead slots past the load: rebuilt at the same size
+			G = uint64(len(t.ctrl))
+			j-- // and this seq probed again
 			continue
 		}
 		*w = *w&^(0xff<<sh) | tag<<sh

@@ -480,6 +480,29 @@ func TestSeqInsertRunChurn(t *testing.T) {
 	t.Logf("%d slots, %d live, %d dead, %d rebuilds at the same size", len(st.slots), st.n, st.dead, rebuilds)
 }
 
+// TestSeqInsertRunPastReserve: insertRun given more seqs than reserve made room for
+// grows the table where it must instead of probing for room forever.
+func TestSeqInsertRunPastReserve(t *testing.T) {
+	seed := table.SeedFrom(19)
+	var st seqTable
+	for round := range 50 {
+		hs := make([]uint64, TouchGroup)
+		for j := range hs {
+			hs[j] = seed.Mix64(uint64(round*TouchGroup + j + 1))
+		}
+		st.reserve(1)
+		if got := st.insertRun(hs, 0); got != len(hs) {
+			t.Fatalf("round %d: inserted %d of %d", round, got, len(hs))
+		}
+		if err := st.checkSlots(); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+	}
+	if int(st.n) != 50*TouchGroup {
+		t.Fatalf("%d entries, want %d", st.n, 50*TouchGroup)
+	}
+}
+
 // BenchmarkSeqSteady measures the seq table at a steady size (4,096 seqs: one deletion
 // and one insertion per op, as a worker that evicts what it stores) and growing from
 // empty to 4,096 seqs (per op: the whole growth).

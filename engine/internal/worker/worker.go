@@ -696,11 +696,14 @@ func (w *Worker) dropTailRun(env *Env, ref uint32, h *segHdr, n int) int {
 	t.held -= int32(m)
 	h.n -= uint8(m - 1)
 	t.blocks -= int32(m - 1)
+	low := off - uint32(m) + 1 // the last block dropped, still counted in h.n
+	// The parent's byte, read before putOffShrink, whose settling of another segment
+	// may move the arena that metas views.
+	pm := uint8(metas[(low-1)/8] >> (8 * ((low - 1) % 8)))
 	if m > 1 {
 		t.putOffShrink(seg)
 	}
-	low := off - uint32(m) + 1 // the last block dropped, still counted in h.n
-	if p := low - 1; t.seqsOf(ref-uint32(m), uint8(metas[p/8]>>(8*(p%8)))) == 0 {
+	if t.seqsOf(ref-uint32(m), pm) == 0 {
 		w.holes-- // the dropped key was itself a hole
 		t.trim(&env.Seed, seg)
 		return m
