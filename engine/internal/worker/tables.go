@@ -207,8 +207,7 @@ func (t *seqTable) reserve(k int) {
 // save in Go's ABI).
 func (t *seqTable) insertRun(hs []uint64, ref0 uint32) int {
 	G := uint64(len(t.ctrl))
-	for j := 0; j < len(hs); j++ {
-		h := hs[j]
+	for j, h := range hs {
 		lo, hi := uint32(h), uint32(h>>32)
 		tag := tagOf(h)
 		g := table.Home(h, int(G))
@@ -237,10 +236,8 @@ func (t *seqTable) insertRun(hs []uint64, ref0 uint32) int {
 			if (int(t.n)+1)*8 > c*7 {
 				c = table.GrownLean(c) // more than reserve made room for: grown
 			}
-			t.resize(c) // dead slots past the load: rebuilt at the same size
-			G = uint64(len(t.ctrl))
-			j-- // and this seq probed again
-			continue
+			t.resize(c)                                    // dead slots past the load: rebuilt at the same size
+			return j + t.insertRun(hs[j:], ref0+uint32(j)) // this seq probed again
 		}
 		*w = *w&^(0xff<<sh) | tag<<sh
 		t.slots[put] = seqSlot{lo: lo, hi: hi, ref: ref0 + uint32(j) + 1}
