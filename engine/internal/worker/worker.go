@@ -668,49 +668,43 @@ func (w *Worker) dropTail(env *Env, ref uint32, h *segHdr, pos uint32) bool {
 }
 
 // dropTailRun drops the last block of segment h (ref) and up to n-1 blocks before it,
-// as long as each is dropTail's case (one seq, no branch child, not the segment's
-// first; the table not full), which the caller has checked would be so but for the
-// blocks' bytes (the blocks below ref are in its segment, the first of them not its
-// block 0). It returns how many it dropped (0: ref is not dropTail's case). Each block
-// but the last dropped has its parent, the next one down, held, so they go as
-// dropTail's last case would take them one at a time; the last one's parent decides.
+// as far as each is dropTail's case (one seq, no branch child, not the segment's
+// first), and returns how many it dropped (0: ref is not dropTail's case). The caller
+// has checked that the n blocks are ref and the ones below it in its segment. The
+// blocks above the last one dropped have their parents, the next ones down, held, so
+// they go as dropTail takes such a block, as one range (their bytes cleared, the counts
+// changed once); the last one goes through dropTail, whose parent check decides how.
 func (w *Worker) dropTailRun(env *Env, ref uint32, h *segHdr, n int) int {
 	t := &w.keys
 	off := offOf(ref)
-	if t.full || off+1 != uint32(h.n) {
-		return 0
+	if n > int(off) || off+1 != uint32(h.n) {
+		return 0 // (block 0 is never dropTail's case)
 	}
+	m := 1 // blocks of one seq and no child from ref down, at most n
 	metas := t.ar[h.at+uint32(segCaps[h.class]):]
-	m := 0
-	for o := off; m < n && uint8(metas[o/8]>>(8*(o%8))) == 1; o-- {
-		metas[o/8] &^= 0xff << (8 * (o % 8))
-		if pos := h.pos0 + o; env.Indexed(pos) {
-			w.emitFP(env, shard.OpRemove, env.fingerprint(key{prefix: t.ar[h.at+o], pos: pos, ns: h.ns}))
+	if !t.full && uint8(metas[off/8]>>(8*(off%8))) == 1 {
+		// Block o goes here when its parent, o-1, is of the run too (one seq, so held).
+		for o := off; m < n && uint8(metas[(o-1)/8]>>(8*((o-1)%8))) == 1; o-- {
+			metas[o/8] &^= 0xff << (8 * (o % 8))
+			if pos := h.pos0 + o; env.Indexed(pos) {
+				w.emitFP(env, shard.OpRemove, env.fingerprint(key{prefix: t.ar[h.at+o], pos: pos, ns: h.ns}))
+			}
+			m++
 		}
-		m++
+		if m > 1 {
+			t.held -= int32(m - 1)
+			h.n -= uint8(m - 1)
+			t.blocks -= int32(m - 1)
+			t.putOffShrink(segOf(ref))
+		}
 	}
-	if m == 0 {
+	last := ref - uint32(m-1)
+	if !w.dropTail(env, last, h, h.pos0+offOf(last)) {
+		if m > 1 {
+			panic("engine: worker dropped a run's blocks but not its last")
+		}
 		return 0
 	}
-	seg := segOf(ref)
-	t.held -= int32(m)
-	h.n -= uint8(m - 1)
-	t.blocks -= int32(m - 1)
-	low := off - uint32(m) + 1 // the last block dropped, still counted in h.n
-	// The parent's byte, read before putOffShrink, whose settling of another segment
-	// may move the arena that metas views.
-	pm := uint8(metas[(low-1)/8] >> (8 * ((low - 1) % 8)))
-	if m > 1 {
-		t.putOffShrink(seg)
-	}
-	if t.seqsOf(ref-uint32(m), pm) == 0 {
-		w.holes-- // the dropped key was itself a hole
-		t.trim(&env.Seed, seg)
-		return m
-	}
-	h.n--
-	t.blocks--
-	t.putOffShrink(seg)
 	return m
 }
 
@@ -749,15 +743,8 @@ func (w *Worker) remove(env *Env, seqs []uint64) (skipped int) {
 			for k+n < len(win) && uint32(n) < offOf(ref) && refs[k+n] == refs[k]-uint32(n) {
 				n++
 			}
-			if n > 1 {
-				n = w.dropTailRun(env, ref, h, n)
-			} else {
-				n = 0
-			}
-			if n == 0 {
-				if !w.dropTail(env, ref, h, pos) {
-					w.dropHeld(env, ref, w.keys.key(ref))
-				}
+			if n = w.dropTailRun(env, ref, h, n); n == 0 {
+				w.dropHeld(env, ref, w.keys.key(ref))
 				n = 1
 			}
 			for j, s := range win[k : k+n] {
