@@ -298,6 +298,11 @@ func (t *seqTable) delMixed(h uint64) (rid uint32, ok bool) {
 	return rid, true
 }
 
+// (insertRun and delRun repeat probe's group step and setAt's and delMixed's slot
+// change in their own loops: a shared inlined helper for the step (matchIn) and the
+// deletion (clearAt) measured 88.0-93.4M instructions a coalesced pass against 84.9M,
+// scripts/instructions.sh coalesced.)
+
 // delRun removes the seqs of mixed hashes hs and sets refs[j] to the block of hs[j] + 1,
 // or 0 where the table did not hold it. It is delMixed for a window of a removal in one
 // loop (a call per seq made Go spill the removal's registers around it), and leaves
