@@ -17,12 +17,13 @@ import (
 )
 
 // BenchmarkWakeFloor measures what serve's CPU per applied batch cannot go below on this
-// machine with its way of reading, whatever the index and the decoder cost: the
-// process's CPU to read lone messages from many loopback connections and do nothing with
-// them. A child process (this test binary again, wakeFloorWriter) dials conns
-// connections and writes rate messages a second over all of them in turn, each message
-// three frames as a vLLM publisher sends (topic, 8-byte sequence, a payload of 1,000
-// bytes), for 5 seconds, and this process reads them:
+// machine, whatever the index and the decoder cost: the process's CPU to read lone
+// messages from many loopback connections and do nothing with them, with serve's way of
+// reading and with the other ways Linux offers. A child process (this test binary again,
+// wakeFloorWriter) dials conns connections and writes rate messages a second over all of
+// them in turn (what is due, every millisecond), each message three frames as a vLLM
+// publisher sends (topic, 8-byte sequence, a payload of 1,000 bytes), for 5 seconds, and
+// this process reads them:
 //
 //   - reader=netpoll: serve's way: a goroutine per connection reads what has arrived
 //     into an 8 KiB buffer (as the ZMTP guard's buffered reader fills), parking in Go's
@@ -31,30 +32,80 @@ import (
 //   - reader=epoll (Linux): one goroutine on a locked thread waits in epoll_wait on every
 //     connection (sockets Go's netpoller does not know) and reads each ready one once:
 //     one read per message and one wait per wake-up, shared by the connections ready
-//     together.
+//     together. reader=epoll-2ms and -10ms sleep that long (nanosleep) after each round
+//     of reads before they look again, so that more messages wait for each wake-up: the
+//     window a reader would add to the apply lag.
+//   - reader=uring-* (Linux): one io_uring with a receive queued per connection into its
+//     own buffer; a wait submits the receives of the connections just read and reaps
+//     the completions: no read system call per message. uring-defer runs the kernel's
+//     completion work only in the reader's own waits (IORING_SETUP_DEFER_TASKRUN, on a
+//     locked thread), uring-coop without interrupting the reader for it
+//     (IORING_SETUP_COOP_TASKRUN), uring-plain as the kernel's default; each with the
+//     windows of the epoll loop.
 //
 // cpu-µs/msg is this process's CPU time (user and system) over the messages read: the
-// reads, the waits and the scheduler's wake-ups, nothing else. kvindex loadtest
-// --engines 64 at 8,000 batches/s is the first case (its batches: 13 stored blocks of
-// 16 tokens and 13 removed, about 1 KB).
+// reads, the waits and the scheduler's wake-ups, nothing else. Every level must read every
+// message the writer wrote. kvindex loadtest --engines 64 at 8,000 batches/s is the first
+// case (its batches: 13 stored blocks of 16 tokens and 13 removed, about 1 KB); the other
+// readers and windows run in that case only.
 //
 // One measurement per benchmark run, whatever b.N: use -benchtime 1x.
 func BenchmarkWakeFloor(b *testing.B) {
 	const d, size = 5 * time.Second, 1000
-	for _, c := range []struct{ conns, rate int }{{64, 8000}, {8, 8000}, {64, 2000}} {
-		b.Run(fmt.Sprintf("reader=netpoll/conns=%d/rate=%d", c.conns, c.rate), func(b *testing.B) {
-			reportFloor(b, netpollFloor(b, c.conns, c.rate, d, size))
-		})
-		b.Run(fmt.Sprintf("reader=epoll/conns=%d/rate=%d", c.conns, c.rate), func(b *testing.B) {
-			reportFloor(b, epollFloor(b, c.conns, c.rate, d, size))
+	for i, c := range []struct{ conns, rate int }{{64, 8000}, {8, 8000}, {64, 2000}} {
+		level := func(reader string, run func(b *testing.B) floorResult) {
+			b.Run(fmt.Sprintf("reader=%s/conns=%d/rate=%d", reader, c.conns, c.rate), func(b *testing.B) {
+				reportFloor(b, run(b))
+			})
+		}
+		level("netpoll", func(b *testing.B) floorResult { return netpollFloor(b, c.conns, c.rate, d, size) })
+		level("epoll", func(b *testing.B) floorResult { return epollFloor(b, c.conns, c.rate, d, size, 0) })
+		if i > 0 {
+			continue
+		}
+		windows := []time.Duration{0, 2 * time.Millisecond, 10 * time.Millisecond}
+		for _, w := range windows[1:] {
+			level("epoll-"+windowName(w), func(b *testing.B) floorResult { return epollFloor(b, c.conns, c.rate, d, size, w) })
+		}
+		for _, m := range uringModes {
+			for _, w := range windows {
+				name := "uring-" + m.name
+				if w > 0 {
+					name += "-" + windowName(w)
+				}
+				level(name, func(b *testing.B) floorResult { return uringFloor(b, c.conns, c.rate, d, size, w, m.flags) })
+			}
+		}
+	}
+}
+
+// BenchmarkSleepWake measures what one wake-up from a sleep costs this process, by the
+// kernel's accounting of its CPU: a thread sleeps window (nanosleep) for 2 seconds, over
+// and over, doing nothing else. A reader that waits for its window between rounds of
+// reads pays it once a round (BenchmarkWakeFloor's windowed readers).
+//
+// One measurement per benchmark run, whatever b.N: use -benchtime 1x.
+func BenchmarkSleepWake(b *testing.B) {
+	for _, w := range []time.Duration{100 * time.Microsecond, time.Millisecond, 2 * time.Millisecond, 10 * time.Millisecond} {
+		b.Run("window="+windowName(w), func(b *testing.B) {
+			wakes, cpu, ok := sleepWakes(w, 2*time.Second)
+			if !ok {
+				b.Skip("SKIP: needs Linux and the process's CPU time")
+			}
+			b.ReportMetric(cpu.Seconds()*1e6/float64(wakes), "cpu-µs/wake")
+			b.ReportMetric(0, "ns/op")
 		})
 	}
 }
 
-// floorResult is one level's reading: the messages read, over how long, for how much of
-// this process's CPU.
+// windowName is a window as a level's name gives it ("2ms", "100us").
+func windowName(w time.Duration) string { return strings.ReplaceAll(w.String(), "µ", "u") }
+
+// floorResult is one level's reading: the messages read and written, over how long, for
+// how much of this process's CPU.
 type floorResult struct {
 	msgs     int64
+	sent     int64 // what the writer says it wrote
 	wall     time.Duration
 	cpu      time.Duration
 	measured bool
@@ -64,8 +115,8 @@ func reportFloor(b *testing.B, r floorResult) {
 	if !r.measured {
 		b.Skip("SKIP: this reader needs Linux")
 	}
-	if r.msgs == 0 {
-		b.Fatal("wake floor: no message read")
+	if r.msgs == 0 || r.msgs != r.sent {
+		b.Fatalf("wake floor: read %d messages of the %d written", r.msgs, r.sent)
 	}
 	b.ReportMetric(r.cpu.Seconds()*1e6/float64(r.msgs), "cpu-µs/msg")
 	b.ReportMetric(float64(r.msgs)/r.wall.Seconds(), "msgs/s")
@@ -81,6 +132,7 @@ const acceptWithin = 30 * time.Second
 // floorWriter is the writer child of one level.
 type floorWriter struct {
 	cmd    *exec.Cmd
+	out    strings.Builder // the writer's standard output: "sent N"
 	waited bool
 }
 
@@ -91,20 +143,26 @@ func startFloorWriter(b *testing.B, addr string, conns, rate int, d time.Duratio
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,%d,%d,%d", wakeFloorEnv, addr, conns, rate, d.Milliseconds(), size))
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	w := &floorWriter{cmd: cmd}
+	cmd.Stdout, cmd.Stderr = &w.out, os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	return &floorWriter{cmd: cmd}
+	return w
 }
 
-// finish waits for the writer once its connections are read to their ends, and fails
-// the level if the writer failed (it wrote fewer messages than the level says).
-func (w *floorWriter) finish(b *testing.B) {
+// finish waits for the writer once its connections are read to their ends and returns
+// the messages it wrote; it fails the level if the writer failed.
+func (w *floorWriter) finish(b *testing.B) int64 {
 	w.waited = true
 	if err := w.cmd.Wait(); err != nil {
 		b.Fatalf("wake floor writer: %v", err)
 	}
+	var sent int64
+	if _, err := fmt.Sscanf(w.out.String(), "sent %d", &sent); err != nil {
+		b.Fatalf("wake floor writer: %q: %v", w.out.String(), err)
+	}
+	return sent
 }
 
 // stop ends a writer the level did not finish (it failed first).
@@ -159,8 +217,8 @@ func netpollFloor(b *testing.B, conns, rate int, d time.Duration, size int) floo
 	wg.Wait()
 	cpu1, _ := cputime.Process()
 	wall := time.Since(start)
-	wr.finish(b)
-	return floorResult{msgs: sumMsgs(counters), wall: wall, cpu: cpu1 - cpu0, measured: true}
+	sent := wr.finish(b)
+	return floorResult{msgs: sumMsgs(counters), sent: sent, wall: wall, cpu: cpu1 - cpu0, measured: true}
 }
 
 // sumMsgs is the messages the counters counted.
@@ -271,6 +329,7 @@ func wakeFloorWriter(spec string) int {
 	for _, c := range cs {
 		_ = c.Close()
 	}
+	fmt.Printf("sent %d\n", sent)
 	return 0
 }
 
