@@ -23,7 +23,7 @@ SHARED      ?= ../shared
 FUZZTIME    ?=
 fuzzbudget   = $(if $(FUZZTIME),$(FUZZTIME),$(1))
 
-.PHONY: index plain-pkgs plain-index checks tools race-deps race-pkgs race-invariants plain test-phases build386-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
+.PHONY: index plain-pkgs plain-index checks tools race-deps race-pkgs race-invariants plain test-phases build386-all cross-all fuzz-long docs docs-check shared-note soak test test-long unit race lint fmt fmt-check vet staticcheck build386 conformance fuzz stress bench bench-peers demo tidy-check publisher-deps loadtest loadgen proto proto-deps proto-check
 
 ## test: everything CI runs: lint, every package's tests once (the concurrent ones under
 ## the race detector, the index's with its invariants checked too, the sequential ones
@@ -194,9 +194,9 @@ plain-index: publisher-deps
 
 ## test-long: every test at its full size under the race detector (KVINDEX_TEST_LONG=1:
 ## the histories, logs and sweeps make test shortens; see internal/testsize), and every
-## package vetted on 386 (build386-all), every conformance pairing, and every fuzz
-## target (fuzz-long). CI may skip it.
-test-long: publisher-deps build386-all
+## package vetted on 386 (build386-all) and on Windows and macOS (cross-all), every
+## conformance pairing, and every fuzz target (fuzz-long). CI may skip it.
+test-long: publisher-deps build386-all cross-all
 	KVINDEX_TEST_LONG=1 $(GO) test -race -count=1 -timeout 60m ./...
 	$(MAKE) conformance CONFORMANCE_MATRIX=full
 	$(MAKE) fuzz-long
@@ -273,6 +273,13 @@ build386:
 
 build386-all:
 	GOARCH=386 $(GO) vet ./...
+
+## cross-all: every package, tests included, vetted for Windows and macOS: the library and
+## the kvindex binary build there (what needs Linux or Unix, as epoll, io_uring, thread
+## renicing and SIGSTOP, sits in files with build tags and a fallback).
+cross-all:
+	GOOS=windows $(GO) vet ./...
+	GOOS=darwin $(GO) vet ./...
 
 ## conformance: replays every golden op log through the kvindex CLI (scripts/conformance.sh,
 ## a log per CPU at a time): on the engine at shards 1, 2, 3, 4 and 8, on the locked

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"runtime"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/kvindex/kvindex/client"
@@ -160,6 +159,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("fleet: stall %v must be shorter than the level (%v)", c.Stall, c.Duration)
 	case c.StallServer && c.Server != ServerExec:
 		return errors.New("fleet: stalling the server needs the exec server")
+	case c.StallServer && stopSignal == nil:
+		return errors.New("fleet: stalling the server needs SIGSTOP and SIGCONT (Unix)")
 	case c.QueryClients < 1 || c.QueryClients > 1024:
 		return fmt.Errorf("fleet: %d query clients (want 1..1024)", c.QueryClients)
 	}
@@ -529,9 +530,9 @@ func (r *runner) stall(ctx context.Context, d time.Duration) {
 		return
 	}
 	if r.cfg.StallServer {
-		r.t.signal(syscall.SIGSTOP)
+		r.t.signal(stopSignal)
 		wait(r.cfg.Stall)
-		r.t.signal(syscall.SIGCONT)
+		r.t.signal(contSignal)
 		return
 	}
 	r.f.Stall()

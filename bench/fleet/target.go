@@ -36,7 +36,7 @@ type target interface {
 	goroutines(ctx context.Context) (int, error)
 	// stop halts and resumes the server's process (SIGSTOP/SIGCONT; false when the
 	// server runs in this process).
-	signal(sig syscall.Signal) bool
+	signal(sig os.Signal) bool
 	close() error
 	// failed reports a fatal error of the server, if any.
 	failed() error
@@ -91,7 +91,7 @@ func (t *inproc) httpAddr() string                        { return t.s.Addr() }
 func (t *inproc) grpcAddr() string                        { return t.s.GRPCAddr() }
 func (t *inproc) pid() int                                { return os.Getpid() }
 func (t *inproc) goroutines(context.Context) (int, error) { return runtime.NumGoroutine(), nil }
-func (t *inproc) signal(syscall.Signal) bool              { return false }
+func (t *inproc) signal(os.Signal) bool                   { return false }
 func (t *inproc) failed() error {
 	select {
 	case err := <-t.s.Errors():
@@ -200,7 +200,7 @@ func startChild(command []string, cfg server.Config, profile string, logw io.Wri
 func (c *child) httpAddr() string { return c.http }
 func (c *child) grpcAddr() string { return c.grpc }
 func (c *child) pid() int         { return c.cmd.Process.Pid }
-func (c *child) signal(sig syscall.Signal) bool {
+func (c *child) signal(sig os.Signal) bool {
 	return c.cmd.Process.Signal(sig) == nil
 }
 
@@ -239,7 +239,9 @@ func (c *child) close() error {
 		}
 		fmt.Fprintf(c.logw, "serve's log (last lines):\n%s\n", tail)
 	}
-	_ = c.cmd.Process.Signal(syscall.SIGCONT)
+	if contSignal != nil {
+		_ = c.cmd.Process.Signal(contSignal)
+	}
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-c.done:

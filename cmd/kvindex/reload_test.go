@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 import (
@@ -79,5 +81,28 @@ func TestServeSIGHUPReloads(t *testing.T) {
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+}
+
+func TestServeSIGTERMDrains(t *testing.T) {
+	var out, errOut syncBuffer
+	endpoint := freeport.Endpoint(t) // here: freeport may call t.Fatal
+	done := make(chan int, 1)
+	go func() {
+		done <- commands["serve"].run([]string{"--listen", "127.0.0.1:0", "--engine", "endpoint=" + endpoint, "--log-level", "error"}, &out, &errOut)
+	}()
+	// The serve command installs its SIGTERM handler before it listens, so once it says it
+	// listens a SIGTERM reaches the handler, not the test process's default action.
+	waitListening(t, &out, &errOut)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d, stderr %q", code, errOut.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop on SIGTERM")
 	}
 }
