@@ -87,8 +87,8 @@ type Config struct {
 	// cost more CPU than they save: in ordered replay of the conversation trace
 	// (kvindex replay --ops trace_conversation.jsonl --json --repeat 3, the replay's
 	// process CPU time, six alternated runs on a 2-core machine; BENCHMARKS.md, "The
-	// default index by cores") the locked index spent a median 0.023 s, 1 shard 0.088 s
-	// and 2 shards 0.091 s: every event's deltas cross a ring to a shard goroutine that
+	// default index by cores") the locked index spent a median 0.020 s, 1 shard 0.072 s
+	// and 2 shards 0.084 s: every event's deltas cross a ring to a shard goroutine that
 	// polls and must be woken, and a query makes a round trip through the
 	// shards. With more cores the shards apply events in parallel, which the locked
 	// index cannot; scripts/scaling.sh measures where that starts to pay. Set Shards (1
