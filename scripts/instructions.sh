@@ -4,14 +4,18 @@
 # two passes of the log minus one pass, so that loading the log, the benchmark's setup
 # and its memory measurement cancel. A pass applies every event of the log to a fresh
 # index, one call per event (events) or the peer drivers' coalesced calls (coalesced),
-# as `kvindex bench --peers` times it. Instruction counts do not move with the
-# machine's load, unlike timings on a shared 2-core machine, so one run of each tree
-# compares two versions of the event path; they are not time (cache misses are not in
+# as `kvindex bench --peers` times it. Instruction counts move far less than timings on
+# a shared 2-core machine, but they do move between runs of one tree (the tables'
+# random seeds place keys differently, the runtime's own threads run for as long as the
+# run takes): a per-event pass of the conversation trace read 196.3-201.4M in four runs
+# of one tree, a coalesced pass 84.9-92.8M in eight. So the script counts RUNS passes
+# (default 3) and prints each and their range: two versions of the event path differ
+# only where their ranges do not overlap. Counts are not time (cache misses are not in
 # them), so a change they favour is then timed beside the peers.
 #
-# usage: scripts/instructions.sh [events|coalesced]   (from the repository root; the log is
-#        the bench package's: KVINDEX_CONFORMANCE=DIR/trace_conversation.jsonl, else
-#        ../shared/conformance's, else the built-in workload)
+# usage: [RUNS=N] scripts/instructions.sh [events|coalesced]   (from the repository root;
+#        the log is the bench package's: KVINDEX_CONFORMANCE=DIR, the folder holding
+#        trace_conversation.jsonl, else ../shared/conformance, else the built-in workload)
 #
 # Needs valgrind (installed by scripts/apt-install.sh where missing). The Go runtime runs
 # with one P and no collector, and without RDTSCP (which valgrind 3.19 does not decode).
@@ -50,6 +54,17 @@ total() { # total N: the instructions of the benchmark run for N events
 	}
 	awk '/^summary:/ {print $2}' "$tmp/cg.$1"
 }
-one=$(total "$n")
-two=$(total $((2 * n)))
-echo "$((two - one)) instructions a pass of $n events, $mode ($bench; two passes minus one)"
+runs=${RUNS:-3}
+[[ $runs =~ ^[1-9][0-9]?$ ]] || {
+	echo "instructions.sh: RUNS=$runs (want 1..99)" >&2
+	exit 2
+}
+counts=()
+for ((r = 1; r <= runs; r++)); do
+	one=$(total "$n")
+	two=$(total $((2 * n)))
+	counts+=($((two - one)))
+	echo "run $r: $((two - one)) instructions a pass"
+done
+read -r lo hi < <(printf '%s\n' "${counts[@]}" | sort -n | awk 'NR==1 {lo=$1} {hi=$1} END {print lo, hi}')
+echo "$lo-$hi instructions a pass of $n events over $runs runs, $mode ($bench; two passes minus one)"

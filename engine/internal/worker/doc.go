@@ -65,5 +65,5 @@
 // range (Worker.dropTailRun); a removal of one seq, the trace logs' usual event, takes
 // its own short path (removeOne). One pass of the conversation trace on the locked
 // index, from empty (scripts/instructions.sh, cachegrind): coalesced events 128.6M ->
-// 84.9M instructions, one call per event 242.5M -> 196.3M.
+// 84.9-92.8M instructions, one call per event 242.5M -> 196.3-201.4M.
 package worker

@@ -523,7 +523,7 @@ func (t *keyTable) settleShrink() {
 // moves twice on its way from 64 blocks to none, not at every class: shrinking at the
 // next smaller class instead (chunks at least about two thirds full) moved eight times
 // (TestDrainMovesTwice counts them): a per-event pass of the conversation trace took
-// 211.7M instructions that way against 196.3M (scripts/instructions.sh events), for the
+// 211.7M instructions that way against 196.3-201.4M (scripts/instructions.sh events), for the
 // same heap per membership at the end of both trace logs' replays (41 and 39 B,
 // kvindex bench).
 func (t *keyTable) shrink(seg uint32) {

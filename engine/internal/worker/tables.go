@@ -299,9 +299,10 @@ func (t *seqTable) delMixed(h uint64) (rid uint32, ok bool) {
 }
 
 // (insertRun and delRun repeat probe's group step and setAt's and delMixed's slot
-// change in their own loops: a shared inlined helper for the step (matchIn) and the
-// deletion (clearAt) measured 88.0-93.4M instructions a coalesced pass against 84.9M,
-// scripts/instructions.sh coalesced.)
+// change in their own loops. A shared inlined helper for the step (matchIn) and the
+// deletion (clearAt) measured 88.0-93.4M instructions a coalesced pass, the copies
+// 84.9-92.8M in eight runs (scripts/instructions.sh coalesced): no difference beyond
+// the spread between runs, so the copies, the version timed beside the peers, stay.)
 
 // delRun removes the seqs of mixed hashes hs and sets refs[j] to the block of hs[j] + 1,
 // or 0 where the table did not hold it. It is delMixed for a window of a removal in one

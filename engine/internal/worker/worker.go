@@ -766,7 +766,7 @@ func (w *Worker) remove(env *Env, seqs []uint64) (skipped int) {
 // removeOne is remove of one seq, the trace logs' usual removal event: without the
 // windows' loops around it and without a read-ahead of the slot it reads next. Through
 // the windows a per-event pass of the conversation trace took 228.8M instructions
-// against 196.3M (scripts/instructions.sh events), 282 more a removal.
+// against 196.3-201.4M (scripts/instructions.sh events), 240-280 more a removal.
 func (w *Worker) removeOne(env *Env, seq uint64) (skipped int) {
 	ref, ok := w.seqs.delMixed(env.Seed.Mix64(seq))
 	if !ok {
