@@ -5,9 +5,9 @@
 # and its memory measurement cancel. A pass applies every event of the log to a fresh
 # index, one call per event (events) or the peer drivers' coalesced calls (coalesced),
 # as `kvindex bench --peers` times it. Instruction counts move far less than timings on
-# a shared 2-core machine, but they do move between runs of one tree (the tables'
-# random seeds place keys differently, the runtime's own threads run for as long as the
-# run takes): a per-event pass of the conversation trace read 196.3-201.4M in four runs
+# a shared 2-core machine, but they do move between runs of one tree (the count takes
+# in every thread of the process, and the runtime's own threads run for as long as the
+# run takes; a build with fixed table seeds, not kept, spread as much): a per-event pass of the conversation trace read 196.3-201.4M in four runs
 # of one tree, a coalesced pass 84.9-92.8M in eight. So the script counts RUNS passes
 # (default 3) and prints each and their range: two versions of the event path differ
 # only where their ranges do not overlap. Counts are not time (cache misses are not in
