@@ -84,20 +84,24 @@ func TestApplyPassMatchesSequential(t *testing.T) {
 }
 
 // TestFlatEventsAreTheEvents: the timed passes' flat form gives back every event of
-// the built-in workload, of its coalesced form and of a workload with the fields the
-// flat form does not keep (applied from Events), field for field.
+// the built-in workload, of its coalesced form, and of workloads where one field of
+// engine.Event, each in turn (by reflection: a field added to Event that the flat form
+// neither keeps nor sends to Events fails here), is set on every third event, field for
+// field.
 func TestFlatEventsAreTheEvents(t *testing.T) {
 	w := Builtin(5, 4000)
-	odd := Builtin(6, 400)
-	for i := range odd.Events {
-		switch i % 4 {
-		case 1:
-			odd.Events[i].Namespace = "ns"
-		case 2:
-			odd.Events[i].Cursor = uint64(i)
+	ws := []*Workload{w, w.Coalesced()}
+	for fi := range reflect.TypeFor[engine.Event]().NumField() {
+		if reflect.TypeFor[engine.Event]().Field(fi).Name == "Worker" {
+			continue // an index into Workers, which NewWorkload made: the first two check it
 		}
+		odd := Builtin(6, 400)
+		for i := 0; i < len(odd.Events); i += 3 {
+			setSome(t, reflect.ValueOf(&odd.Events[i]).Elem().Field(fi))
+		}
+		ws = append(ws, odd)
 	}
-	for _, w := range []*Workload{w, w.Coalesced(), odd} {
+	for _, w := range ws {
 		f := w.flatten()
 		var ev engine.Event
 		for i := range w.Events {
@@ -114,6 +118,26 @@ func TestFlatEventsAreTheEvents(t *testing.T) {
 				t.Fatalf("%s: event %d: flat form %+v, event %+v", w.Name, i, got, want)
 			}
 		}
+	}
+}
+
+// setSome sets f to a value other than its zero (and other than the built-in workload's
+// usual one where it can).
+func setSome(t *testing.T, f reflect.Value) {
+	t.Helper()
+	switch f.Kind() {
+	case reflect.String:
+		f.SetString(f.String() + "x")
+	case reflect.Bool:
+		f.SetBool(!f.Bool())
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		f.SetInt(f.Int() + 3)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		f.SetUint(f.Uint() + 3)
+	case reflect.Slice:
+		f.Set(reflect.Append(f, reflect.Zero(f.Type().Elem())))
+	default:
+		t.Fatalf("engine.Event field of kind %s: give it a value here", f.Kind())
 	}
 }
 

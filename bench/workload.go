@@ -55,8 +55,9 @@ type Workload struct {
 // blocks apart), not the harness's 192-byte engine.Events with their slices allocated
 // apart, which took the index's lines out of the caches: BenchmarkEvents (locked, one
 // producer, the conversation trace; -benchtime 60000x, seven runs alternating the two
-// forms) read 174-193 ns an event from the flat form against 195-198 ns (min-median). An event with a field past these (a namespace, a group, contents, a
-// declaration, a cursor) is applied from Events.
+// forms) read 174-193 ns an event from the flat form against 195-198 ns (min-median).
+// An event with a field past these (a namespace, a group, contents, a declaration, a
+// cursor), or whose blocks or seqs do not fit its kind, is applied from Events.
 type flatEvent struct {
 	kind      engine.EventKind
 	hasParent bool
@@ -85,7 +86,8 @@ func (w *Workload) flatten() *flatEvents {
 			fe := flatEvent{kind: ev.Kind, hasParent: ev.HasParent, tier: ev.Tier, wid: w.wid[i], parent: ev.Parent}
 			switch {
 			case ev.Namespace != "" || ev.Group != 0 || ev.Contents != nil || ev.Unit != 0 || ev.Groups != nil || ev.Cursor != 0 || ev.Mark != 0 ||
-				ev.Blocks != nil && ev.Seqs != nil || len(f.blocks)+len(ev.Blocks) > math.MaxUint32 || len(f.seqs)+len(ev.Seqs) > math.MaxUint32:
+				ev.Blocks != nil && (ev.Seqs != nil || ev.Kind != engine.EventStored) || ev.Seqs != nil && ev.Kind == engine.EventStored ||
+				len(f.blocks)+len(ev.Blocks) > math.MaxUint32 || len(f.seqs)+len(ev.Seqs) > math.MaxUint32:
 				fe.full = true
 			case ev.Blocks != nil:
 				fe.off, fe.n = uint32(len(f.blocks)), uint32(len(ev.Blocks))
